@@ -1,0 +1,1 @@
+"""raftsched: a Raft-replicated, fenced DAG job scheduler."""

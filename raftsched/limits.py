@@ -1,0 +1,90 @@
+"""Every bound in raftsched, named in one place.
+
+A value that crosses one of these bounds is refused with RESOURCE_EXHAUSTED (or, for a job spec,
+with a validation error naming the field); nothing grows silently. Units are the last part of
+each name.
+"""
+
+from __future__ import annotations
+
+# --- job spec -----------------------------------------------------------------------------------
+MAX_SPEC_BYTES = 32 * 1024 * 1024
+"""Largest job spec file or submitted document, in bytes."""
+MAX_TASKS_PER_JOB = 100_000
+MAX_DEPENDENCIES_PER_TASK = 10_000
+MAX_COMMAND_ARGS = 1_024
+MAX_COMMAND_BYTES = 64 * 1024
+"""Sum of the UTF-8 lengths of one task's argv."""
+MAX_ENV_VARS = 256
+MAX_ENV_BYTES = 64 * 1024
+"""Sum of the UTF-8 lengths of one task's env names and values."""
+MAX_ID_CHARS = 128
+"""Task ids, job ids, cluster ids, tenant names, capability names."""
+MAX_NAME_CHARS = 256
+MAX_IDEMPOTENCY_KEY_CHARS = 256
+MAX_REQUIRES_PER_TASK = 64
+MAX_CWD_CHARS = 4_096
+MAX_ATTEMPTS_PER_TASK = 100
+"""Upper bound of `retry.max_attempts` a spec may ask for."""
+MAX_BACKOFF_S = 24 * 3600
+MAX_BACKOFF_MULTIPLIER = 10.0
+MAX_TIMEOUT_S = 30 * 24 * 3600
+MAX_NON_RETRYABLE_EXIT_CODES = 256
+MAX_CPU_MILLI = 1_000_000 * 1000
+MAX_MEMORY_MB = 1024 * 1024 * 1024
+MAX_GPU = 1_000_000
+PRIORITY_MIN = 0
+PRIORITY_MAX = 100
+MAX_REPORTED_CYCLES = 10
+"""Dependency cycles named in one validation report; the rest are only counted."""
+
+# --- defaults of a task spec --------------------------------------------------------------------
+DEFAULT_CPU = 1.0
+DEFAULT_MEMORY_MB = 128
+DEFAULT_GPU = 0
+DEFAULT_PRIORITY = 50
+DEFAULT_TENANT = "default"
+DEFAULT_MAX_ATTEMPTS = 1
+DEFAULT_BACKOFF_S = 1.0
+DEFAULT_BACKOFF_MULTIPLIER = 2.0
+DEFAULT_BACKOFF_MAX_S = 60.0
+DEFAULT_JITTER = 0.1
+
+# --- replicated log -----------------------------------------------------------------------------
+MAX_ENTRY_BYTES = 48 * 1024 * 1024
+"""Largest encoded command; a 100,000-task job spec fits."""
+MAX_BATCH_ITEMS = 10_000
+"""Items in one ASSIGN_BATCH or REPORT_BATCH."""
+MAX_REASON_CHARS = 512
+
+# --- state machine ------------------------------------------------------------------------------
+MAX_LIVE_JOBS = 100_000
+"""Jobs not yet terminal; a submit beyond it is RESOURCE_EXHAUSTED."""
+MAX_RETAINED_JOBS = 200_000
+"""Jobs kept in state (live + finished); the oldest finished jobs are dropped past it."""
+JOB_RETENTION_MS = 7 * 24 * 3600 * 1000
+"""Finished jobs are dropped by TICK this long after they finish."""
+MAX_TASKS_IN_STATE = 2_000_000
+MAX_CLUSTERS = 1_024
+MAX_CAPABILITIES_PER_CLUSTER = 256
+MAX_TENANTS = 10_000
+MAX_IDEMPOTENCY_KEYS = 1_000_000
+IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000
+MAX_NOTES_PER_TASK = 32
+"""Late/duplicate report notes kept per task; past it they are only counted."""
+MAX_KILL_DIRECTIVES = 1_000_000
+MAX_TIMER_EXPIRIES_PER_TICK = 100_000
+"""One TICK handles at most this many expired timers; the rest wait for the next TICK."""
+MAX_INFRA_RETRIES = 10
+"""Infrastructure failures (rejected, lost, preempted) a task may absorb before it fails."""
+INFRA_BACKOFF_MS = 500
+INFRA_BACKOFF_MAX_MS = 10_000
+ASSIGN_TIMEOUT_MS = 60_000
+"""An attempt still ASSIGNED (never confirmed started) this long is lost (on_lost: replace)."""
+RUN_TIMEOUT_GRACE_MS = 30_000
+"""The FSM times out a RUNNING attempt this long after its task's timeout_s, if the agent has
+not reported it itself."""
+
+# --- placement ----------------------------------------------------------------------------------
+MAX_PLACEMENT_SCAN = 50_000
+"""Ready tasks one planning round looks at, placed or not."""
