@@ -1,0 +1,429 @@
+"""Replicated-log commands: one tag byte (append-only, never renumbered) followed by msgpack.
+
+`encode` and `decode` are the only way bytes enter or leave the log. `decode` checks every field's
+type and every size bound, so the state machine only ever sees well-formed commands; a malformed
+entry is a `CommandError` that `fsm.apply` turns into a deterministic rejection (a replica never
+crashes on what a buggy or hostile proposer wrote).
+
+Time (`now_ms`) and randomness (`entropy`) are chosen by the proposer and carried in the command;
+the state machine never reads either itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+import msgpack
+
+from raftsched import limits
+
+
+class Tag(IntEnum):
+    """Append-only: a tag keeps its number forever; retired tags are never reused."""
+
+    JOB_SUBMIT = 1
+    JOB_CANCEL = 2
+    CLUSTER_REGISTER = 3
+    CLUSTER_STATUS = 4
+    ASSIGN_BATCH = 5
+    REPORT_BATCH = 6
+    TICK = 7
+    ATTEMPT_MARK_LOST = 8
+    BARRIER = 9
+
+
+class ReportKind(IntEnum):
+    """What an agent says about one attempt (an item of REPORT_BATCH)."""
+
+    STARTED = 1
+    REJECTED = 2
+    """Admission said no (stale fence, no capacity): infrastructure, not the task's fault."""
+    FINISHED = 3
+    KILLED = 4
+    """The agent stopped the attempt (kill directive honoured, or preempted on its own)."""
+
+
+class ClusterStatus(IntEnum):
+    READY = 1
+    SUSPECT = 2
+    LOST = 3
+    DRAINING = 4
+
+
+class CommandError(ValueError):
+    """A malformed or oversized command; the message names the field."""
+
+
+# --- command types ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobSubmit:
+    job_id: str
+    spec: dict[str, Any]
+    """The job spec document (`spec.JobSpec.to_doc()` form); re-validated at apply."""
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobCancel:
+    job_id: str
+    now_ms: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class KnownAttempt:
+    """An attempt an agent holds when it (re-)registers."""
+
+    job_id: str
+    task_id: str
+    fence: int
+    running: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterRegister:
+    cluster_id: str
+    incarnation: int
+    capabilities: tuple[str, ...]
+    cpu_milli: int
+    memory_mb: int
+    gpu: int
+    now_ms: int
+    known: tuple[KnownAttempt, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterStatusChange:
+    cluster_id: str
+    status: ClusterStatus
+    now_ms: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    job_id: str
+    task_id: str
+    cluster_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class AssignBatch:
+    now_ms: int
+    items: tuple[Placement, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    kind: ReportKind
+    job_id: str
+    task_id: str
+    fence: int
+    exit_code: int | None = None
+    timed_out: bool = False
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ReportBatch:
+    cluster_id: str
+    now_ms: int
+    entropy: int
+    """Proposer-drawn randomness for retry jitter (unsigned 64-bit)."""
+    items: tuple[Report, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    now_ms: int
+    entropy: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptMarkLost:
+    """Operator confirms an attempt dead (e.g. an `on_lost: wait` task on a lost cluster)."""
+
+    job_id: str
+    task_id: str
+    fence: int
+    now_ms: int
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    """A no-op a new leader commits before acting; `nonce` lets it recognise its own."""
+
+    nonce: str
+    now_ms: int
+
+
+Command = (
+    JobSubmit
+    | JobCancel
+    | ClusterRegister
+    | ClusterStatusChange
+    | AssignBatch
+    | ReportBatch
+    | Tick
+    | AttemptMarkLost
+    | Barrier
+)
+
+# --- encoding -----------------------------------------------------------------------------------
+
+
+def _payload(cmd: Command) -> tuple[Tag, Any]:
+    match cmd:
+        case JobSubmit():
+            return Tag.JOB_SUBMIT, [cmd.job_id, cmd.spec, cmd.now_ms]
+        case JobCancel():
+            return Tag.JOB_CANCEL, [cmd.job_id, cmd.now_ms, cmd.reason]
+        case ClusterRegister():
+            known = [[k.job_id, k.task_id, k.fence, k.running] for k in cmd.known]
+            return Tag.CLUSTER_REGISTER, [
+                cmd.cluster_id, cmd.incarnation, list(cmd.capabilities),
+                cmd.cpu_milli, cmd.memory_mb, cmd.gpu, cmd.now_ms, known,
+            ]
+        case ClusterStatusChange():
+            return Tag.CLUSTER_STATUS, [cmd.cluster_id, int(cmd.status), cmd.now_ms, cmd.reason]
+        case AssignBatch():
+            items = [[p.job_id, p.task_id, p.cluster_id] for p in cmd.items]
+            return Tag.ASSIGN_BATCH, [cmd.now_ms, items]
+        case ReportBatch():
+            reports = [
+                [int(r.kind), r.job_id, r.task_id, r.fence, r.exit_code, r.timed_out, r.reason]
+                for r in cmd.items
+            ]
+            return Tag.REPORT_BATCH, [cmd.cluster_id, cmd.now_ms, cmd.entropy, reports]
+        case Tick():
+            return Tag.TICK, [cmd.now_ms, cmd.entropy]
+        case AttemptMarkLost():
+            return Tag.ATTEMPT_MARK_LOST, [
+                cmd.job_id, cmd.task_id, cmd.fence, cmd.now_ms, cmd.reason,
+            ]
+        case Barrier():
+            return Tag.BARRIER, [cmd.nonce, cmd.now_ms]
+    raise TypeError(f"not a command: {cmd!r}")
+
+
+def encode(cmd: Command) -> bytes:
+    tag, payload = _payload(cmd)
+    packed: bytes = msgpack.packb(payload, use_bin_type=True)
+    data = bytes((tag,)) + packed
+    if len(data) > limits.MAX_ENTRY_BYTES:
+        raise CommandError(f"command {tag.name} is {len(data)} bytes, over "
+                           f"MAX_ENTRY_BYTES={limits.MAX_ENTRY_BYTES}")
+    return data
+
+
+# --- decoding -----------------------------------------------------------------------------------
+
+_U64_MAX = (1 << 64) - 1
+_EXIT_MIN, _EXIT_MAX = -(1 << 31), (1 << 31) - 1
+
+
+def _is_exit_code(value: Any) -> bool:
+    return type(value) is int and _EXIT_MIN <= value <= _EXIT_MAX
+
+
+def _fields(payload: Any, count: int, what: str) -> list[Any]:
+    if not isinstance(payload, list) or len(payload) != count:
+        raise CommandError(f"{what}: expected a list of {count} fields")
+    return payload
+
+
+def _str(value: Any, field: str, max_chars: int = limits.MAX_ID_CHARS) -> str:
+    if not isinstance(value, str):
+        raise CommandError(f"{field}: expected a string, got {type(value).__name__}")
+    if len(value) > max_chars:
+        raise CommandError(f"{field}: longer than {max_chars} characters")
+    return value
+
+
+def _int(value: Any, field: str, low: int = 0, high: int = _U64_MAX) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise CommandError(f"{field}: expected an integer, got {type(value).__name__}")
+    if not low <= value <= high:
+        raise CommandError(f"{field}: {value} is outside {low}..{high}")
+    return value
+
+
+def _bool(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise CommandError(f"{field}: expected a boolean")
+    return value
+
+
+def _list(value: Any, field: str, max_items: int) -> list[Any]:
+    if not isinstance(value, list):
+        raise CommandError(f"{field}: expected a list")
+    if len(value) > max_items:
+        raise CommandError(f"{field}: {len(value)} items, over the bound of {max_items}")
+    return value
+
+
+def _reason(value: Any, field: str) -> str:
+    return _str(value, field, limits.MAX_REASON_CHARS)
+
+
+def _decode_submit(p: Any) -> JobSubmit:
+    job_id, spec, now_ms = _fields(p, 3, "JOB_SUBMIT")
+    if not isinstance(spec, dict):
+        raise CommandError("JOB_SUBMIT.spec: expected a map")
+    return JobSubmit(_str(job_id, "job_id"), spec, _int(now_ms, "now_ms"))
+
+
+def _decode_cancel(p: Any) -> JobCancel:
+    job_id, now_ms, reason = _fields(p, 3, "JOB_CANCEL")
+    return JobCancel(_str(job_id, "job_id"), _int(now_ms, "now_ms"), _reason(reason, "reason"))
+
+
+def _decode_known(value: Any) -> KnownAttempt:
+    job_id, task_id, fence, running = _fields(value, 4, "CLUSTER_REGISTER.known[]")
+    return KnownAttempt(
+        _str(job_id, "known.job_id"), _str(task_id, "known.task_id"),
+        _int(fence, "known.fence"), _bool(running, "known.running"),
+    )
+
+
+def _decode_register(p: Any) -> ClusterRegister:
+    cid, incarnation, caps, cpu, mem, gpu, now_ms, known = _fields(p, 8, "CLUSTER_REGISTER")
+    capabilities = tuple(
+        _str(c, "capabilities[]")
+        for c in _list(caps, "capabilities", limits.MAX_CAPABILITIES_PER_CLUSTER)
+    )
+    return ClusterRegister(
+        cluster_id=_str(cid, "cluster_id"),
+        incarnation=_int(incarnation, "incarnation"),
+        capabilities=capabilities,
+        cpu_milli=_int(cpu, "cpu_milli", 0, limits.MAX_CPU_MILLI),
+        memory_mb=_int(mem, "memory_mb", 0, limits.MAX_MEMORY_MB),
+        gpu=_int(gpu, "gpu", 0, limits.MAX_GPU),
+        now_ms=_int(now_ms, "now_ms"),
+        known=tuple(_decode_known(k) for k in _list(known, "known", limits.MAX_BATCH_ITEMS)),
+    )
+
+
+def _decode_status(p: Any) -> ClusterStatusChange:
+    cid, status, now_ms, reason = _fields(p, 4, "CLUSTER_STATUS")
+    try:
+        parsed = ClusterStatus(_int(status, "status"))
+    except ValueError:
+        raise CommandError(f"status: unknown cluster status {status}") from None
+    return ClusterStatusChange(
+        _str(cid, "cluster_id"), parsed, _int(now_ms, "now_ms"), _reason(reason, "reason")
+    )
+
+
+def _is_id(value: Any) -> bool:
+    return type(value) is str and len(value) <= limits.MAX_ID_CHARS
+
+
+def _is_u64(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= _U64_MAX
+
+
+def _decode_placement(value: Any) -> Placement:
+    # Fast path: batches carry thousands of items. The checked path below finds the message.
+    if type(value) is list and len(value) == 3 and all(_is_id(v) for v in value):
+        return Placement(value[0], value[1], value[2])
+    job_id, task_id, cluster_id = _fields(value, 3, "ASSIGN_BATCH.items[]")
+    return Placement(
+        _str(job_id, "job_id"), _str(task_id, "task_id"), _str(cluster_id, "cluster_id")
+    )
+
+
+def _decode_assign(p: Any) -> AssignBatch:
+    now_ms, items = _fields(p, 2, "ASSIGN_BATCH")
+    placements = tuple(
+        _decode_placement(i) for i in _list(items, "items", limits.MAX_BATCH_ITEMS)
+    )
+    return AssignBatch(_int(now_ms, "now_ms"), placements)
+
+
+_REPORT_KINDS = {int(k): k for k in ReportKind}
+
+
+def _decode_report(value: Any) -> Report:
+    # Fast path for well-formed items; anything odd falls through to the checked path.
+    if type(value) is list and len(value) == 7:
+        kind, job_id, task_id, fence, exit_code, timed_out, reason = value
+        if (type(kind) is int and kind in _REPORT_KINDS and _is_id(job_id) and _is_id(task_id)
+                and _is_u64(fence) and (exit_code is None or _is_exit_code(exit_code))
+                and type(timed_out) is bool and type(reason) is str
+                and len(reason) <= limits.MAX_REASON_CHARS):
+            return Report(_REPORT_KINDS[kind], job_id, task_id, fence, exit_code, timed_out,
+                          reason)
+    kind, job_id, task_id, fence, exit_code, timed_out, reason = _fields(
+        value, 7, "REPORT_BATCH.items[]"
+    )
+    try:
+        parsed = ReportKind(_int(kind, "kind"))
+    except ValueError:
+        raise CommandError(f"kind: unknown report kind {kind}") from None
+    code = None if exit_code is None else _int(exit_code, "exit_code", _EXIT_MIN, _EXIT_MAX)
+    return Report(
+        parsed, _str(job_id, "job_id"), _str(task_id, "task_id"), _int(fence, "fence"),
+        code, _bool(timed_out, "timed_out"), _reason(reason, "reason"),
+    )
+
+
+def _decode_reports(p: Any) -> ReportBatch:
+    cid, now_ms, entropy, items = _fields(p, 4, "REPORT_BATCH")
+    reports = tuple(_decode_report(i) for i in _list(items, "items", limits.MAX_BATCH_ITEMS))
+    return ReportBatch(_str(cid, "cluster_id"), _int(now_ms, "now_ms"),
+                       _int(entropy, "entropy"), reports)
+
+
+def _decode_tick(p: Any) -> Tick:
+    now_ms, entropy = _fields(p, 2, "TICK")
+    return Tick(_int(now_ms, "now_ms"), _int(entropy, "entropy"))
+
+
+def _decode_mark_lost(p: Any) -> AttemptMarkLost:
+    job_id, task_id, fence, now_ms, reason = _fields(p, 5, "ATTEMPT_MARK_LOST")
+    return AttemptMarkLost(
+        _str(job_id, "job_id"), _str(task_id, "task_id"), _int(fence, "fence"),
+        _int(now_ms, "now_ms"), _reason(reason, "reason"),
+    )
+
+
+def _decode_barrier(p: Any) -> Barrier:
+    nonce, now_ms = _fields(p, 2, "BARRIER")
+    return Barrier(_str(nonce, "nonce"), _int(now_ms, "now_ms"))
+
+
+_DECODERS = {
+    Tag.JOB_SUBMIT: _decode_submit,
+    Tag.JOB_CANCEL: _decode_cancel,
+    Tag.CLUSTER_REGISTER: _decode_register,
+    Tag.CLUSTER_STATUS: _decode_status,
+    Tag.ASSIGN_BATCH: _decode_assign,
+    Tag.REPORT_BATCH: _decode_reports,
+    Tag.TICK: _decode_tick,
+    Tag.ATTEMPT_MARK_LOST: _decode_mark_lost,
+    Tag.BARRIER: _decode_barrier,
+}
+
+
+def decode(data: bytes) -> Command:
+    if not data:
+        raise CommandError("empty entry")
+    if len(data) > limits.MAX_ENTRY_BYTES:
+        raise CommandError(f"entry is {len(data)} bytes, over MAX_ENTRY_BYTES")
+    try:
+        tag = Tag(data[0])
+    except ValueError:
+        raise CommandError(f"unknown command tag {data[0]}") from None
+    try:
+        payload = msgpack.unpackb(data[1:], raw=False, strict_map_key=True)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise CommandError(f"{tag.name}: malformed msgpack: {exc}") from None
+    decoder: Any = _DECODERS[tag]
+    result: Command = decoder(payload)
+    return result
