@@ -62,8 +62,8 @@ class CommandError(ValueError):
 @dataclass(frozen=True, slots=True)
 class JobSubmit:
     job_id: str
-    spec: dict[str, Any]
-    """The job spec document (`spec.JobSpec.to_doc()` form); re-validated at apply."""
+    spec: list[Any]
+    """The validated job spec in wire form (`spec_wire.to_wire`); re-validated at apply."""
     now_ms: int
 
 
@@ -273,8 +273,8 @@ def _reason(value: Any, field: str) -> str:
 
 def _decode_submit(p: Any) -> JobSubmit:
     job_id, spec, now_ms = _fields(p, 3, "JOB_SUBMIT")
-    if not isinstance(spec, dict):
-        raise CommandError("JOB_SUBMIT.spec: expected a map")
+    if not isinstance(spec, list):
+        raise CommandError("JOB_SUBMIT.spec: expected a list (the wire form of a job spec)")
     return JobSubmit(_str(job_id, "job_id"), spec, _int(now_ms, "now_ms"))
 
 

@@ -57,7 +57,7 @@ from raftsched.model import (
     TimerKind,
 )
 from raftsched.spec import JobSpec, SpecError, TaskSpec
-from raftsched.spec_canonical import validate_canonical_doc
+from raftsched.spec_wire import validate_wire
 
 # Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
 _PENDING = TaskState.PENDING
@@ -127,7 +127,7 @@ def apply_command(state: State, cmd: Command) -> Outcome:
 
 def apply_job_submit(state: State, cmd: JobSubmit) -> Outcome:
     try:
-        spec = validate_canonical_doc(cmd.spec)
+        spec = validate_wire(cmd.spec)
     except SpecError as exc:
         return Rejected(Code.INVALID_ARGUMENT, "; ".join(i.render() for i in exc.issues))
     # The digest only serves idempotency; hashing a 100,000-task spec is not free.

@@ -1,7 +1,7 @@
 """Snapshots of the state machine: a versioned header, then a stream of msgpack records.
 
 Layout: MAGIC, a 2-byte big-endian format version, then records in a fixed order — meta, the
-clusters, one record per job (spec document + runtime of every task), the ready queues, the
+clusters, one record per job (spec in wire form + runtime of every task), the ready queues, the
 idempotency keys, the timers, the finished-job order, and a trailing `extra` record (opaque to
 us; the Raft adapter keeps the library's bookkeeping there). Dict insertion orders are preserved,
 so `dump(load(b)) == b` and a replica restored from a snapshot keeps producing the same bytes as
@@ -31,7 +31,7 @@ from raftsched.model import (
     TaskState,
 )
 from raftsched.spec import SpecError
-from raftsched.spec_canonical import validate_canonical_doc
+from raftsched.spec_wire import to_wire, validate_wire
 
 MAGIC = b"RSFSM\x00"
 FORMAT_VERSION = 1
@@ -82,7 +82,7 @@ def _cluster_record(c: Cluster) -> list[Any]:
 
 def _job_record(job: Job) -> list[Any]:
     return [
-        job.id, job.seq, job.spec.to_doc(), job.digest, job.counts, int(job.state),
+        job.id, job.seq, to_wire(job.spec), job.digest, job.counts, int(job.state),
         job.submitted_ms, job.started_ms, job.finished_ms, job.cancel_requested, job.reason,
         [_task_record(t) for t in job.tasks],
     ]
@@ -154,7 +154,7 @@ def _cluster_from(r: list[Any]) -> Cluster:
 
 def _job_from(r: list[Any]) -> Job:
     try:
-        spec = validate_canonical_doc(r[2])
+        spec = validate_wire(r[2])
     except SpecError as exc:
         raise SnapshotError(f"job {r[0]}: stored spec no longer validates: {exc}") from exc
     index_of = {t.id: i for i, t in enumerate(spec.tasks)}

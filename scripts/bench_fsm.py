@@ -24,10 +24,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from raftsched import commands as c
 from raftsched import fsm, placement
 from raftsched.model import TERMINAL_JOB_STATES, State
-from raftsched.spec import validate_job_doc
+from raftsched.spec_wire import doc_to_wire
 
 
-def layered_dag(tasks: int, width: int, seed: int) -> dict[str, Any]:
+def layered_dag(tasks: int, width: int, seed: int) -> list[Any]:
     """`tasks` tasks in layers of `width`; each depends on up to 2 tasks of the layer before."""
     rng = random.Random(seed)
     docs = []
@@ -37,8 +37,8 @@ def layered_dag(tasks: int, width: int, seed: int) -> dict[str, Any]:
         deps = sorted({f"t{rng.choice(prev)}" for _ in range(2)}) if prev else []
         docs.append({"id": f"t{i}", "command": ["true"], "depends_on": deps,
                      "resources": {"cpu": 0.001, "memory_mb": 1}})
-    # What the leader proposes: the canonical form of the validated spec.
-    return validate_job_doc({"name": "bench", "tasks": docs}).to_doc()
+    # What the leader proposes: the wire form of the validated spec.
+    return doc_to_wire({"name": "bench", "tasks": docs})
 
 
 def rss_bytes() -> int:
@@ -46,8 +46,20 @@ def rss_bytes() -> int:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
-class Runner:
+class CallCounter:
+    """Counts Python and C function calls made inside fsm.apply: a machine-independent cost."""
+
     def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, frame: Any, event: str, arg: Any) -> None:
+        if event in ("call", "c_call"):
+            self.calls += 1
+
+
+class Runner:
+    def __init__(self, counter: CallCounter | None = None) -> None:
+        self.counter = counter
         self.state = State()
         self.now = 1
         self.apply_s = 0.0
@@ -60,7 +72,10 @@ class Runner:
         t0 = time.perf_counter()
         c.decode(entry)
         t1 = time.perf_counter()
+        if self.counter is not None:
+            sys.setprofile(self.counter)
         outcome = fsm.apply(self.state, entry)
+        sys.setprofile(None)
         t2 = time.perf_counter()
         self.decode_s += t1 - t0
         self.apply_s += t2 - t1
@@ -94,14 +109,17 @@ class Runner:
         return done
 
 
-def bench_dag(tasks: int, width: int) -> tuple[float, float, Runner]:
-    r = Runner()
+def bench_dag(tasks: int, width: int,
+              counter: CallCounter | None = None) -> tuple[float, float, Runner]:
+    r = Runner(counter)
     r.register()
     doc = layered_dag(tasks, width, seed=7)
     r.apply_s = 0.0
     r.apply(c.JobSubmit("big", doc, r.now))
     submit_s = r.apply_s
     r.apply_s = r.decode_s = 0.0
+    if counter is not None:
+        counter.calls = 0
     done = r.run_job("big")
     assert done == tasks
     return submit_s, r.apply_s, r
@@ -112,20 +130,29 @@ def per_completion_us(tasks: int) -> float:
     return run_s / tasks * 1e6
 
 
-def memory(tasks: int) -> tuple[float, float]:
+def per_completion_calls(tasks: int) -> float:
+    counter = CallCounter()
+    bench_dag(tasks, width=100, counter=counter)
+    return counter.calls / tasks
+
+
+def memory(tasks: int) -> tuple[float, float, float]:
+    """RSS growth per task of a replica applying one `tasks`-task JOB_SUBMIT entry (decode
+    garbage included), then after running every task once. The entry's own bytes, which the
+    Raft log holds until compaction, are reported separately."""
     r = Runner()
     r.register()
-    doc = layered_dag(tasks, 100, seed=3)
+    entry = c.encode(c.JobSubmit("mem", layered_dag(tasks, 100, seed=3), r.now))
     gc.collect()
     before = rss_bytes()
-    r.apply(c.JobSubmit("mem", doc, r.now))
-    del doc
+    outcome = fsm.apply(r.state, entry)
+    assert isinstance(outcome, fsm.Applied), outcome
     gc.collect()
     submitted = rss_bytes()
     r.run_job("mem")
     gc.collect()
     ran = rss_bytes()
-    return (submitted - before) / tasks, (ran - before) / tasks
+    return (submitted - before) / tasks, (ran - before) / tasks, len(entry) / tasks
 
 
 def main() -> None:
@@ -144,14 +171,19 @@ def main() -> None:
           f"{r.plan_s * 1000:.0f} ms more)")
     print(f"    baseline, msgpack decode only: {args.tasks / r.decode_s:>12,.0f} lifecycles/s "
           f"-> apply costs {run_s / r.decode_s:.1f}x a bare decode")
-    small = per_completion_us(1_000)
-    large = per_completion_us(args.big)
-    print(f"(c) per completion, 1,000-task job:  {small:8.1f} us")
-    print(f"    per completion, {args.big:,}-task job: {large:8.1f} us   "
-          f"ratio {large / small:.2f}")
-    at_submit, after_run = memory(args.big)
+    sizes = [1_000, 10_000, args.big]
+    times = [min(per_completion_us(n) for _ in range(2)) for n in sizes]
+    calls = [per_completion_calls(n) for n in (sizes[0], sizes[-1])]
+    for n, us in zip(sizes, times, strict=True):
+        print(f"(c) per completion, {n:>7,}-task job: {us:6.1f} us  "
+              f"(ratio to 1,000: {us / times[0]:.2f})")
+    print(f"    function calls per completion: {calls[0]:.1f} at 1,000 tasks, {calls[1]:.1f} at "
+          f"{args.big:,} (ratio {calls[1] / calls[0]:.3f}; time ratios above include cache "
+          f"misses of a larger heap)")
+    at_submit, after_run, entry = memory(args.big)
     print(f"(d) memory per task at {args.big:,} tasks: {at_submit:,.0f} B submitted, "
-          f"{after_run:,.0f} B after running (1 attempt each)")
+          f"{after_run:,.0f} B after running (1 attempt each); the log entry is "
+          f"{entry:,.0f} B/task more until compaction")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from raftsched import commands as c
 from raftsched import placement
 from raftsched.model import LIVE_ATTEMPT_STATES, Attempt
+from raftsched.spec_wire import doc_to_wire
 from tests.fsmkit import Harness
 
 T = TypeVar("T")
@@ -153,7 +154,10 @@ def next_command(ch: Chooser, h: Harness, job_counter: list[int]) -> c.Command:
     kind = ch.int(0, 19)
     if kind <= 2:
         job_counter[0] += 1
-        return c.JobSubmit(f"j{job_counter[0]}", random_job(ch), h.now_ms)
+        wire = doc_to_wire(random_job(ch))
+        if ch.int(0, 9) == 0:
+            wire[3] = 101  # an out-of-range priority: apply must refuse it and change nothing
+        return c.JobSubmit(f"j{job_counter[0]}", wire, h.now_ms)
     if kind <= 7:
         return _assign(ch, h)
     if kind <= 13:

@@ -8,6 +8,7 @@ from typing import Any
 from raftsched import commands as c
 from raftsched import fsm
 from raftsched.model import Attempt, Job, State, Task
+from raftsched.spec_wire import doc_to_wire
 
 
 def task_doc(task_id: str, deps: list[str] | None = None, **fields: Any) -> dict[str, Any]:
@@ -51,7 +52,7 @@ class Harness:
 
     # -- commands --------------------------------------------------------------------------------
     def submit(self, job_id: str, doc: dict[str, Any]) -> fsm.Outcome:
-        return self.run(c.JobSubmit(job_id, doc, self.now_ms))
+        return self.run(c.JobSubmit(job_id, doc_to_wire(doc), self.now_ms))
 
     def register(self, cluster_id: str, caps: tuple[str, ...] = ("linux",), cpu: float = 8,
                  memory_mb: int = 16_384, gpu: int = 0, incarnation: int = 1,

@@ -7,9 +7,10 @@ import pytest
 
 from raftsched import commands as c
 from raftsched import limits
+from raftsched.spec_wire import doc_to_wire
 
 EXAMPLES: list[c.Command] = [
-    c.JobSubmit("j1", {"name": "n", "tasks": [{"id": "a", "command": ["true"]}]}, 5),
+    c.JobSubmit("j1", doc_to_wire({"name": "n", "tasks": [{"id": "a", "command": ["true"]}]}), 5),
     c.JobCancel("j1", 6, "why"),
     c.ClusterRegister("east", 3, ("linux", "gpu"), 8000, 1024, 1, 7,
                       (c.KnownAttempt("j1", "a", 4, True),)),
@@ -49,7 +50,7 @@ def raw(tag: c.Tag, payload: object) -> bytes:
     (raw(c.Tag.TICK, [-1, 0]), "now_ms: -1 is outside"),
     (raw(c.Tag.TICK, [True, 0]), "now_ms: expected an integer"),
     (raw(c.Tag.JOB_CANCEL, ["j", 1, "x" * (limits.MAX_REASON_CHARS + 1)]), "reason: longer"),
-    (raw(c.Tag.JOB_SUBMIT, ["j", [], 1]), "spec: expected a map"),
+    (raw(c.Tag.JOB_SUBMIT, ["j", {}, 1]), "spec: expected a list"),
     (raw(c.Tag.CLUSTER_STATUS, ["e", 9, 1, ""]), "unknown cluster status 9"),
     (raw(c.Tag.REPORT_BATCH, ["e", 1, 0, [[7, "j", "t", 1, None, False, ""]]]),
      "unknown report kind 7"),

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from raftsched import commands as c
 from raftsched import fsm, limits, snapshot
 from raftsched.errors import Code
 from raftsched.model import AttemptState, JobState, TaskState
+from raftsched.spec_wire import doc_to_wire
 from tests.fsmkit import Harness, job_doc, task_doc
 
 DIAMOND = [task_doc("a"), task_doc("b", ["a"]), task_doc("c", ["a"]), task_doc("d", ["b", "c"])]
@@ -31,7 +34,8 @@ def h() -> Harness:
 
 
 def test_submit_creates_job_with_roots_runnable(h: Harness) -> None:
-    assert h.ok(c.JobSubmit("j1", job_doc(DIAMOND), h.now_ms)) == {"job_id": "j1", "created": True}
+    assert h.ok(c.JobSubmit("j1", doc_to_wire(job_doc(DIAMOND)), h.now_ms)) == {
+        "job_id": "j1", "created": True}
     assert h.states("j1") == {"a": "RUNNABLE", "b": "PENDING", "c": "PENDING", "d": "PENDING"}
     job = h.job("j1")
     assert job.state == JobState.PENDING
@@ -39,19 +43,30 @@ def test_submit_creates_job_with_roots_runnable(h: Harness) -> None:
     assert h.task("j1", "d").remaining_deps == 2
 
 
-@pytest.mark.parametrize(("doc", "fragment"), [
-    (job_doc([task_doc("a", ["a"])]), "a"),
-    (job_doc([task_doc("a", ["zz"])]), "zz"),
-    (job_doc([task_doc("a", ["b"]), task_doc("b", ["a"])]), "cycle"),
-    (job_doc([task_doc("a"), task_doc("a")]), "a"),
-    (job_doc([task_doc("a")], priority=101), "priority"),
-    (job_doc([task_doc("a", command=[])]), "command"),
-    (job_doc([task_doc("a")], surprise=1), "surprise"),
+def _corrupt(path: tuple[int, ...], value: object) -> list[object]:
+    wire = doc_to_wire(job_doc([task_doc("a"), task_doc("b", ["a"])]))
+    target: Any = wire
+    for index in path[:-1]:
+        target = target[index]
+    target[path[-1]] = value
+    return wire
+
+
+@pytest.mark.parametrize(("wire", "fragment"), [
+    (_corrupt((7, 0, 9), ["a"]), "depends on itself"),
+    (_corrupt((7, 0, 9), ["zz"]), "unknown dependency 'zz'"),
+    (_corrupt((7, 0, 9), ["b"]), "cycle"),
+    (_corrupt((7, 1, 0), "a"), "duplicate"),
+    (_corrupt((3,), 101), "priority"),
+    (_corrupt((7, 0, 1), []), "command"),
+    (_corrupt((7, 0, 4), 0), "cpu"),
+    (_corrupt((0,), 99), "malformed"),
+    (["not", "a", "spec"], "malformed"),
 ])
-def test_invalid_spec_is_rejected_and_changes_nothing(h: Harness, doc: dict[str, object],
+def test_invalid_spec_is_rejected_and_changes_nothing(h: Harness, wire: list[object],
                                                       fragment: str) -> None:
     before = snapshot.dump(h.state)
-    rejected(h.submit("j1", doc), Code.INVALID_ARGUMENT, fragment)
+    rejected(h.run(c.JobSubmit("j1", wire, h.now_ms)), Code.INVALID_ARGUMENT, fragment)
     assert snapshot.dump(h.state) == before
 
 
@@ -62,8 +77,9 @@ def test_duplicate_job_id_is_rejected(h: Harness) -> None:
 
 def test_idempotent_submit_same_key_same_spec_returns_same_job(h: Harness) -> None:
     doc = job_doc(DIAMOND, idempotency_key="k1")
-    assert h.ok(c.JobSubmit("j1", doc, h.now_ms)) == {"job_id": "j1", "created": True}
-    assert h.ok(c.JobSubmit("j2", doc, h.now_ms)) == {"job_id": "j1", "created": False}
+    assert h.ok(c.JobSubmit("j1", doc_to_wire(doc), h.now_ms)) == {"job_id": "j1", "created": True}
+    assert h.ok(c.JobSubmit("j2", doc_to_wire(doc), h.now_ms)) == {"job_id": "j1",
+                                                                    "created": False}
     assert list(h.state.jobs) == ["j1"]
 
 
@@ -75,7 +91,9 @@ def test_idempotent_submit_same_key_other_spec_conflicts(h: Harness) -> None:
 
 def test_idempotency_keys_are_scoped_per_tenant(h: Harness) -> None:
     h.submit("j1", job_doc(DIAMOND, idempotency_key="k1", tenant="t1"))
-    result = h.ok(c.JobSubmit("j2", job_doc(DIAMOND, idempotency_key="k1", tenant="t2"), 1))
+    result = h.submit("j2", job_doc(DIAMOND, idempotency_key="k1", tenant="t2"))
+    assert isinstance(result, fsm.Applied)
+    result = result.result
     assert result == {"job_id": "j2", "created": True}
 
 
@@ -83,7 +101,7 @@ def test_idempotency_key_expires_after_ttl(h: Harness) -> None:
     doc = job_doc(DIAMOND, idempotency_key="k1")
     h.submit("j1", doc)
     assert h.tick(limits.IDEMPOTENCY_TTL_MS)["expired_keys"] == 1
-    assert h.ok(c.JobSubmit("j2", doc, h.now_ms))["created"] is True
+    assert h.ok(c.JobSubmit("j2", doc_to_wire(doc), h.now_ms))["created"] is True
 
 
 def test_live_job_bound_is_resource_exhausted(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
