@@ -31,7 +31,12 @@ ensure_venv() {
     want="$(sha256sum "$ROOT/pyproject.toml" | cut -d' ' -f1)"
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         echo "installing raftsched${extra:+[$extra]} into $VENV"
-        "$VENV/bin/python" -m pip install --quiet -e "$spec"
+        local log="$VENV/pip-install.log"
+        if ! "$VENV/bin/python" -m pip install --quiet -e "$spec" >"$log" 2>&1; then
+            cat "$log" >&2
+            echo "error: pip install failed (log above, also in $log)" >&2
+            return 1
+        fi
         echo "$want" >"$stamp"
     fi
 }
