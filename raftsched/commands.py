@@ -156,10 +156,14 @@ class AttemptMarkLost:
 
 @dataclass(frozen=True, slots=True)
 class Barrier:
-    """A no-op a new leader commits before acting; `nonce` lets it recognise its own."""
+    """A no-op a leader commits to confirm it leads (`nonce` lets it recognise its own). When it
+    names a replica's Raft and gRPC addresses, the state records them, so every replica can
+    point clients at the leader's gRPC address."""
 
     nonce: str
     now_ms: int
+    raft_address: str = ""
+    grpc_address: str = ""
 
 
 Command = (
@@ -207,7 +211,7 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
                 cmd.job_id, cmd.task_id, cmd.fence, cmd.now_ms, cmd.reason,
             ]
         case Barrier():
-            return Tag.BARRIER, [cmd.nonce, cmd.now_ms]
+            return Tag.BARRIER, [cmd.nonce, cmd.now_ms, cmd.raft_address, cmd.grpc_address]
     raise TypeError(f"not a command: {cmd!r}")
 
 
@@ -394,8 +398,10 @@ def _decode_mark_lost(p: Any) -> AttemptMarkLost:
 
 
 def _decode_barrier(p: Any) -> Barrier:
-    nonce, now_ms = _fields(p, 2, "BARRIER")
-    return Barrier(_str(nonce, "nonce"), _int(now_ms, "now_ms"))
+    nonce, now_ms, raft_address, grpc_address = _fields(p, 4, "BARRIER")
+    return Barrier(_str(nonce, "nonce"), _int(now_ms, "now_ms"),
+                   _str(raft_address, "raft_address", limits.MAX_ADDRESS_CHARS),
+                   _str(grpc_address, "grpc_address", limits.MAX_ADDRESS_CHARS))
 
 
 _DECODERS = {

@@ -118,8 +118,16 @@ def apply_command(state: State, cmd: Command) -> Outcome:
         case AttemptMarkLost():
             return apply_attempt_mark_lost(state, cmd)
         case Barrier():
-            return Applied({"nonce": cmd.nonce})
+            return apply_barrier(state, cmd)
     raise AssertionError(f"unhandled command {cmd!r}")
+
+
+def apply_barrier(state: State, cmd: Barrier) -> Outcome:
+    if cmd.raft_address and cmd.grpc_address:
+        known = state.replica_addresses
+        if cmd.raft_address in known or len(known) < limits.MAX_REPLICAS:
+            known[cmd.raft_address] = cmd.grpc_address
+    return Applied({"nonce": cmd.nonce})
 
 
 # --- job submit ---------------------------------------------------------------------------------

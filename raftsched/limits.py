@@ -56,6 +56,10 @@ MAX_ENTRY_BYTES = 48 * 1024 * 1024
 MAX_BATCH_ITEMS = 10_000
 """Items in one ASSIGN_BATCH or REPORT_BATCH."""
 MAX_REASON_CHARS = 512
+MAX_ADDRESS_CHARS = 256
+"""A replica's host:port."""
+MAX_REPLICAS = 16
+"""Replica addresses the state remembers (Raft clusters are 3 or 5; room for changes)."""
 
 # --- state machine ------------------------------------------------------------------------------
 MAX_LIVE_JOBS = 100_000

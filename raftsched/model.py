@@ -203,3 +203,5 @@ class State:
     finished_jobs: deque[tuple[int, str]] = field(default_factory=deque)
     """(finished ms, job id) in finishing order, for retention."""
     kill_count: int = 0
+    replica_addresses: dict[str, str] = field(default_factory=dict)
+    """Raft address -> gRPC address, as announced in barriers."""

@@ -56,6 +56,7 @@ def dump_to(out: IO[bytes], state: State, extra: Any = None) -> None:
     out.write(packer.pack([
         state.now_ms, state.fence, state.next_job_seq, state.live_jobs, state.task_count,
         state.timers_rebuild_at, state.kill_count, len(state.jobs),
+        list(state.replica_addresses.items()),
     ]))
     out.write(packer.pack([_cluster_record(c) for c in state.clusters.values()]))
     for job in state.jobs.values():
@@ -124,7 +125,8 @@ def load_with_extra(source: IO[bytes]) -> tuple[State, Any]:
 def _read_records(unpacker: msgpack.Unpacker) -> tuple[State, Any]:
     meta = next(unpacker)
     state = State(now_ms=meta[0], fence=meta[1], next_job_seq=meta[2], live_jobs=meta[3],
-                  task_count=meta[4], timers_rebuild_at=meta[5], kill_count=meta[6])
+                  task_count=meta[4], timers_rebuild_at=meta[5], kill_count=meta[6],
+                  replica_addresses={raft: grpc for raft, grpc in meta[8]})
     for record in next(unpacker):
         cluster = _cluster_from(record)
         state.clusters[cluster.id] = cluster

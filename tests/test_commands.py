@@ -23,6 +23,7 @@ EXAMPLES: list[c.Command] = [
     c.Tick(11, 12345),
     c.AttemptMarkLost("j1", "a", 4, 12, "operator"),
     c.Barrier("leader-7", 13),
+    c.Barrier("leader-8", 14, "127.0.0.1:7001", "127.0.0.1:8001"),
 ]
 
 

@@ -582,3 +582,14 @@ def test_diamond_under_every_failure_policy(h: Harness, policy: str,
     h.run_task("east", "j1", "b", exit_code=3)
     assert h.states("j1") == expect
     assert h.job("j1").state == (JobState.FAILED if policy == "fail_fast" else JobState.RUNNING)
+
+
+def test_barriers_record_replica_addresses_within_a_bound(h: Harness) -> None:
+    h.ok(c.Barrier("n1", h.now_ms, "10.0.0.1:7001", "10.0.0.1:8001"))
+    h.ok(c.Barrier("n2", h.now_ms))
+    assert h.state.replica_addresses == {"10.0.0.1:7001": "10.0.0.1:8001"}
+    for i in range(limits.MAX_REPLICAS + 3):
+        h.ok(c.Barrier(f"m{i}", h.now_ms, f"h{i}:1", f"h{i}:2"))
+    assert len(h.state.replica_addresses) == limits.MAX_REPLICAS
+    h.ok(c.Barrier("n3", h.now_ms, "10.0.0.1:7001", "10.0.0.1:9001"))
+    assert h.state.replica_addresses["10.0.0.1:7001"] == "10.0.0.1:9001"
