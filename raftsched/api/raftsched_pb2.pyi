@@ -1,0 +1,478 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class SubmitJobRequest(_message.Message):
+    __slots__ = ("spec", "idempotency_key")
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    spec: str
+    idempotency_key: str
+    def __init__(self, spec: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class SubmitJobResponse(_message.Message):
+    __slots__ = ("job_id", "created")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    created: bool
+    def __init__(self, job_id: _Optional[str] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class GetJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class Job(_message.Message):
+    __slots__ = ("job_id", "name", "tenant", "priority", "state", "tasks", "total_tasks", "failure_policy", "submitted_ms", "started_ms", "finished_ms", "reason", "applied_index")
+    class TasksEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_TASKS_FIELD_NUMBER: _ClassVar[int]
+    FAILURE_POLICY_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_MS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    name: str
+    tenant: str
+    priority: int
+    state: str
+    tasks: _containers.ScalarMap[str, int]
+    total_tasks: int
+    failure_policy: str
+    submitted_ms: int
+    started_ms: int
+    finished_ms: int
+    reason: str
+    applied_index: int
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., state: _Optional[str] = ..., tasks: _Optional[_Mapping[str, int]] = ..., total_tasks: _Optional[int] = ..., failure_policy: _Optional[str] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., reason: _Optional[str] = ..., applied_index: _Optional[int] = ...) -> None: ...
+
+class ListJobsRequest(_message.Message):
+    __slots__ = ("tenant", "state", "limit", "page_token")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    state: str
+    limit: int
+    page_token: str
+    def __init__(self, tenant: _Optional[str] = ..., state: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListJobsResponse(_message.Message):
+    __slots__ = ("jobs", "next_page_token")
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[Job]
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
+class ListTasksRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class TaskSummary(_message.Message):
+    __slots__ = ("task_id", "state", "attempts", "cluster", "fence", "exit_code", "reason")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    state: str
+    attempts: int
+    cluster: str
+    fence: int
+    exit_code: int
+    reason: str
+    def __init__(self, task_id: _Optional[str] = ..., state: _Optional[str] = ..., attempts: _Optional[int] = ..., cluster: _Optional[str] = ..., fence: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ListTasksResponse(_message.Message):
+    __slots__ = ("job_id", "tasks")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskSummary]
+    def __init__(self, job_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSummary, _Mapping]]] = ...) -> None: ...
+
+class CancelJobRequest(_message.Message):
+    __slots__ = ("job_id", "reason")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    reason: str
+    def __init__(self, job_id: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CancelJobResponse(_message.Message):
+    __slots__ = ("cancelled", "changed")
+    CANCELLED_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    cancelled: int
+    changed: bool
+    def __init__(self, cancelled: _Optional[int] = ..., changed: _Optional[bool] = ...) -> None: ...
+
+class GetTaskHistoryRequest(_message.Message):
+    __slots__ = ("job_id", "task_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_id: str
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
+
+class AttemptRecord(_message.Message):
+    __slots__ = ("fence", "number", "cluster", "state", "assigned_ms", "started_ms", "finished_ms", "exit_code", "reason")
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_MS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    fence: int
+    number: int
+    cluster: str
+    state: str
+    assigned_ms: int
+    started_ms: int
+    finished_ms: int
+    exit_code: int
+    reason: str
+    def __init__(self, fence: _Optional[int] = ..., number: _Optional[int] = ..., cluster: _Optional[str] = ..., state: _Optional[str] = ..., assigned_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReportNote(_message.Message):
+    __slots__ = ("kind", "fence", "report", "at_ms", "detail")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    fence: int
+    report: str
+    at_ms: int
+    detail: str
+    def __init__(self, kind: _Optional[str] = ..., fence: _Optional[int] = ..., report: _Optional[str] = ..., at_ms: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
+
+class TaskHistory(_message.Message):
+    __slots__ = ("job_id", "task_id", "state", "reason", "attempts", "notes", "notes_dropped", "app_failures", "infra_failures")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
+    NOTES_DROPPED_FIELD_NUMBER: _ClassVar[int]
+    APP_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    INFRA_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_id: str
+    state: str
+    reason: str
+    attempts: _containers.RepeatedCompositeFieldContainer[AttemptRecord]
+    notes: _containers.RepeatedCompositeFieldContainer[ReportNote]
+    notes_dropped: int
+    app_failures: int
+    infra_failures: int
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[AttemptRecord, _Mapping]]] = ..., notes: _Optional[_Iterable[_Union[ReportNote, _Mapping]]] = ..., notes_dropped: _Optional[int] = ..., app_failures: _Optional[int] = ..., infra_failures: _Optional[int] = ...) -> None: ...
+
+class WatchJobRequest(_message.Message):
+    __slots__ = ("job_id",)
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class ExplainTaskRequest(_message.Message):
+    __slots__ = ("job_id", "task_id")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_id: str
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
+
+class ClusterVerdict(_message.Message):
+    __slots__ = ("cluster", "eligible", "reason")
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    ELIGIBLE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    cluster: str
+    eligible: bool
+    reason: str
+    def __init__(self, cluster: _Optional[str] = ..., eligible: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ExplainTaskResponse(_message.Message):
+    __slots__ = ("state", "summary", "clusters")
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    state: str
+    summary: str
+    clusters: _containers.RepeatedCompositeFieldContainer[ClusterVerdict]
+    def __init__(self, state: _Optional[str] = ..., summary: _Optional[str] = ..., clusters: _Optional[_Iterable[_Union[ClusterVerdict, _Mapping]]] = ...) -> None: ...
+
+class Resources(_message.Message):
+    __slots__ = ("cpu_milli", "memory_mb", "gpu")
+    CPU_MILLI_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MB_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    cpu_milli: int
+    memory_mb: int
+    gpu: int
+    def __init__(self, cpu_milli: _Optional[int] = ..., memory_mb: _Optional[int] = ..., gpu: _Optional[int] = ...) -> None: ...
+
+class KnownAttempt(_message.Message):
+    __slots__ = ("job_id", "task_id", "fence", "running")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_id: str
+    fence: int
+    running: bool
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., running: _Optional[bool] = ...) -> None: ...
+
+class RegisterRequest(_message.Message):
+    __slots__ = ("cluster_id", "incarnation", "capabilities", "capacity", "known")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    KNOWN_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    incarnation: int
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    capacity: Resources
+    known: _containers.RepeatedCompositeFieldContainer[KnownAttempt]
+    def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., capabilities: _Optional[_Iterable[str]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., known: _Optional[_Iterable[_Union[KnownAttempt, _Mapping]]] = ...) -> None: ...
+
+class RegisterResponse(_message.Message):
+    __slots__ = ("term", "leader", "lost", "kills")
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LOST_FIELD_NUMBER: _ClassVar[int]
+    KILLS_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    leader: str
+    lost: int
+    kills: int
+    def __init__(self, term: _Optional[int] = ..., leader: _Optional[str] = ..., lost: _Optional[int] = ..., kills: _Optional[int] = ...) -> None: ...
+
+class HeartbeatRequest(_message.Message):
+    __slots__ = ("cluster_id", "incarnation", "seq", "free", "running", "wait_ms")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    FREE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAIT_MS_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    incarnation: int
+    seq: int
+    free: Resources
+    running: _containers.RepeatedScalarFieldContainer[int]
+    wait_ms: int
+    def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., seq: _Optional[int] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., running: _Optional[_Iterable[int]] = ..., wait_ms: _Optional[int] = ...) -> None: ...
+
+class Assignment(_message.Message):
+    __slots__ = ("job_id", "task_id", "fence", "attempt", "command", "env", "cwd", "resources", "timeout_ms", "idempotency_key")
+    class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    COMMAND_FIELD_NUMBER: _ClassVar[int]
+    ENV_FIELD_NUMBER: _ClassVar[int]
+    CWD_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_id: str
+    fence: int
+    attempt: int
+    command: _containers.RepeatedScalarFieldContainer[str]
+    env: _containers.ScalarMap[str, str]
+    cwd: str
+    resources: Resources
+    timeout_ms: int
+    idempotency_key: str
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+
+class KillDirective(_message.Message):
+    __slots__ = ("job_id", "task_id", "fence")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_id: str
+    fence: int
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ...) -> None: ...
+
+class HeartbeatResponse(_message.Message):
+    __slots__ = ("term", "assignments", "kills", "reregister")
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
+    KILLS_FIELD_NUMBER: _ClassVar[int]
+    REREGISTER_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    assignments: _containers.RepeatedCompositeFieldContainer[Assignment]
+    kills: _containers.RepeatedCompositeFieldContainer[KillDirective]
+    reregister: bool
+    def __init__(self, term: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., kills: _Optional[_Iterable[_Union[KillDirective, _Mapping]]] = ..., reregister: _Optional[bool] = ...) -> None: ...
+
+class AgentReport(_message.Message):
+    __slots__ = ("kind", "job_id", "task_id", "fence", "exit_code", "timed_out", "reason")
+    class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        KIND_UNSPECIFIED: _ClassVar[AgentReport.Kind]
+        STARTED: _ClassVar[AgentReport.Kind]
+        REJECTED: _ClassVar[AgentReport.Kind]
+        FINISHED: _ClassVar[AgentReport.Kind]
+        KILLED: _ClassVar[AgentReport.Kind]
+    KIND_UNSPECIFIED: AgentReport.Kind
+    STARTED: AgentReport.Kind
+    REJECTED: AgentReport.Kind
+    FINISHED: AgentReport.Kind
+    KILLED: AgentReport.Kind
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    kind: AgentReport.Kind
+    job_id: str
+    task_id: str
+    fence: int
+    exit_code: int
+    timed_out: bool
+    reason: str
+    def __init__(self, kind: _Optional[_Union[AgentReport.Kind, str]] = ..., job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class ReportRequest(_message.Message):
+    __slots__ = ("cluster_id", "incarnation", "reports")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    incarnation: int
+    reports: _containers.RepeatedCompositeFieldContainer[AgentReport]
+    def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., reports: _Optional[_Iterable[_Union[AgentReport, _Mapping]]] = ...) -> None: ...
+
+class ReportVerdict(_message.Message):
+    __slots__ = ("fence", "verdict")
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    fence: int
+    verdict: str
+    def __init__(self, fence: _Optional[int] = ..., verdict: _Optional[str] = ...) -> None: ...
+
+class ReportResponse(_message.Message):
+    __slots__ = ("term", "verdicts")
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    VERDICTS_FIELD_NUMBER: _ClassVar[int]
+    term: int
+    verdicts: _containers.RepeatedCompositeFieldContainer[ReportVerdict]
+    def __init__(self, term: _Optional[int] = ..., verdicts: _Optional[_Iterable[_Union[ReportVerdict, _Mapping]]] = ...) -> None: ...
+
+class ClusterStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ReplicaInfo(_message.Message):
+    __slots__ = ("raft_address", "grpc_address", "leader")
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    raft_address: str
+    grpc_address: str
+    leader: bool
+    def __init__(self, raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., leader: _Optional[bool] = ...) -> None: ...
+
+class ComputeCluster(_message.Message):
+    __slots__ = ("cluster_id", "status", "capacity", "reserved", "capabilities", "incarnation", "live_attempts", "pending_kills", "heartbeat_age_ms")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
+    LIVE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
+    PENDING_KILLS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    status: str
+    capacity: Resources
+    reserved: Resources
+    capabilities: _containers.RepeatedScalarFieldContainer[str]
+    incarnation: int
+    live_attempts: int
+    pending_kills: int
+    heartbeat_age_ms: int
+    def __init__(self, cluster_id: _Optional[str] = ..., status: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., reserved: _Optional[_Union[Resources, _Mapping]] = ..., capabilities: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., live_attempts: _Optional[int] = ..., pending_kills: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ...) -> None: ...
+
+class ClusterStatusResponse(_message.Message):
+    __slots__ = ("leader", "term", "replicas", "clusters", "commit_index", "applied_index", "responder", "state_digest")
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_INDEX_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    RESPONDER_FIELD_NUMBER: _ClassVar[int]
+    STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    leader: str
+    term: int
+    replicas: _containers.RepeatedCompositeFieldContainer[ReplicaInfo]
+    clusters: _containers.RepeatedCompositeFieldContainer[ComputeCluster]
+    commit_index: int
+    applied_index: int
+    responder: str
+    state_digest: str
+    def __init__(self, leader: _Optional[str] = ..., term: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., clusters: _Optional[_Iterable[_Union[ComputeCluster, _Mapping]]] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., responder: _Optional[str] = ..., state_digest: _Optional[str] = ...) -> None: ...
+
+class ReplicaRequest(_message.Message):
+    __slots__ = ("raft_address", "grpc_address")
+    RAFT_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    GRPC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    raft_address: str
+    grpc_address: str
+    def __init__(self, raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ...) -> None: ...
+
+class ReplicaResponse(_message.Message):
+    __slots__ = ("members",)
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, members: _Optional[_Iterable[str]] = ...) -> None: ...
