@@ -392,12 +392,14 @@ class ReportRequest(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., reports: _Optional[_Iterable[_Union[AgentReport, _Mapping]]] = ...) -> None: ...
 
 class ReportVerdict(_message.Message):
-    __slots__ = ("fence", "verdict")
+    __slots__ = ("fence", "verdict", "kind")
     FENCE_FIELD_NUMBER: _ClassVar[int]
     VERDICT_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     fence: int
     verdict: str
-    def __init__(self, fence: _Optional[int] = ..., verdict: _Optional[str] = ...) -> None: ...
+    kind: AgentReport.Kind
+    def __init__(self, fence: _Optional[int] = ..., verdict: _Optional[str] = ..., kind: _Optional[_Union[AgentReport.Kind, str]] = ...) -> None: ...
 
 class ReportResponse(_message.Message):
     __slots__ = ("term", "verdicts")

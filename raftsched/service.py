@@ -1,0 +1,318 @@
+"""Thin gRPC servicers: translate requests into commands or views, and errors into status codes.
+
+Writes go to the leader only: a follower answers UNAVAILABLE with the leader's gRPC address in
+the trailing metadata `raftsched-leader`. Reads that must be current go through a leader that
+has just confirmed its leadership with a committed barrier, since an isolated
+pysyncobj leader believes it leads for a while. A proposal whose outcome is unknown is answered
+DEADLINE_EXCEEDED, never as a failure: the client retries with the same idempotency key.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from raftsched import commands as c
+from raftsched import fsm, views
+from raftsched.api import raftsched_pb2 as pb
+from raftsched.api import raftsched_pb2_grpc as pb_grpc
+from raftsched.client import LEADER_METADATA_KEY
+from raftsched.clock import Clock
+from raftsched.errors import Code, RaftschedError
+from raftsched.leader import Leader
+from raftsched.model import TERMINAL_JOB_STATES, State
+from raftsched.spec import SpecError, parse_spec_text, validate_job_doc
+from raftsched.spec_wire import to_wire
+
+logger = logging.getLogger("raftsched.service")
+
+PROPOSE_TIMEOUT_S = 5.0
+READ_CONFIRM_TIMEOUT_S = 2.0
+MAX_LONG_POLL_MS = 5_000
+"""A heartbeat long-poll is held at most this long."""
+WATCH_POLL_S = 1.0
+"""A watch re-checks its job at least this often (and at every applied entry)."""
+MAX_REPORTED_SPEC_ISSUES = 20
+JOB_ID_SLUG_CHARS = 40
+
+T = TypeVar("T")
+_SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class ChangeFeed:
+    """A version number bumped after every applied entry; waiters block until it moves."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._version = 0
+
+    def notify(self, *_: object) -> None:
+        with self._condition:
+            self._version += 1
+            self._condition.notify_all()
+
+    def version(self) -> int:
+        with self._condition:
+            return self._version
+
+    def wait(self, seen: int, timeout_s: float) -> int:
+        with self._condition:
+            self._condition.wait_for(lambda: self._version != seen, timeout_s)
+            return self._version
+
+
+class Context:
+    """What the servicers share: the node, the leader loop, time, and the error plumbing."""
+
+    def __init__(self, node: Any, leader: Leader, clock: Clock, changes: ChangeFeed) -> None:
+        self.node = node
+        self.leader = leader
+        self.clock = clock
+        self.changes = changes
+        self.rng = random.SystemRandom()
+
+    def leader_grpc_address(self) -> str | None:
+        raft_leader = self.node.leader_address()
+        if raft_leader is None:
+            return None
+        address: str | None = self.node.read(lambda s: s.replica_addresses.get(raft_leader))
+        return address
+
+    def abort(self, context: grpc.ServicerContext, error: RaftschedError) -> NoReturn:
+        if error.code == Code.UNAVAILABLE:
+            hint = self.leader_grpc_address()
+            if hint:
+                context.set_trailing_metadata(((LEADER_METADATA_KEY, hint),))
+        context.abort(getattr(grpc.StatusCode, error.code.value), error.message)
+        raise AssertionError("context.abort returned")
+
+    def require_leader(self, context: grpc.ServicerContext) -> None:
+        if not self.leader.leading():
+            self.abort(context, RaftschedError(Code.UNAVAILABLE, "not the leader"))
+
+    def current_read(self, context: grpc.ServicerContext, fn: Callable[[State], T]) -> T:
+        self.require_leader(context)
+        # One barrier per read: simple and correct; reads are not the hot path (watches confirm
+        # once, then follow applied entries).
+        if not self.node.is_leader_confirmed(READ_CONFIRM_TIMEOUT_S):
+            self.abort(context, RaftschedError(Code.UNAVAILABLE,
+                                               "could not confirm leadership for a read"))
+        try:
+            return self.node.read(fn)  # type: ignore[no-any-return]
+        except RaftschedError as error:
+            self.abort(context, error)
+
+    def propose(self, context: grpc.ServicerContext, command: c.Command) -> Any:
+        """Commit `command`; the Applied result, or abort with the matching status."""
+        self.require_leader(context)
+        try:
+            outcome = self.node.propose(c.encode(command), PROPOSE_TIMEOUT_S)
+        except RaftschedError as error:
+            self.abort(context, error)
+        except c.CommandError as error:
+            self.abort(context, RaftschedError(Code.RESOURCE_EXHAUSTED, str(error)))
+        if isinstance(outcome, fsm.Rejected):
+            self.abort(context, RaftschedError(outcome.code, outcome.reason))
+        self.leader.wake()
+        return outcome.result
+
+
+class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def SubmitJob(self, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            spec = parse_spec_text(request.spec, source="spec")
+            if request.idempotency_key:
+                doc = spec.to_doc()
+                doc["idempotency_key"] = request.idempotency_key
+                spec = validate_job_doc(doc)
+        except SpecError as error:
+            self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, _issues(error)))
+        job_id = f"{_SLUG.sub('-', spec.name)[:JOB_ID_SLUG_CHARS].strip('-') or 'job'}-" \
+                 f"{self.ctx.rng.getrandbits(32):08x}"
+        result = self.ctx.propose(context, c.JobSubmit(job_id, to_wire(spec),
+                                                       self.ctx.clock.now_ms()))
+        logger.info("event job_submitted job=%s created=%s tasks=%d", result["job_id"],
+                    result["created"], len(spec.tasks))
+        return pb.SubmitJobResponse(job_id=result["job_id"], created=result["created"])
+
+    def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self.ctx.current_read(
+            context, lambda s: views.job_message(views.job_of(s, request.job_id)))
+
+    def ListJobs(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self.ctx.current_read(context, lambda s: views.list_jobs(s, request))
+
+    def ListTasks(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self.ctx.current_read(context, lambda s: views.list_tasks(s, request.job_id))
+
+    def CancelJob(self, request: Any, context: grpc.ServicerContext) -> Any:
+        result = self.ctx.propose(context, c.JobCancel(request.job_id, self.ctx.clock.now_ms(),
+                                                       request.reason[:200]))
+        return pb.CancelJobResponse(cancelled=result["cancelled"], changed=result["changed"])
+
+    def GetTaskHistory(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self.ctx.current_read(
+            context, lambda s: views.task_history(s, request.job_id, request.task_id))
+
+    def ExplainTask(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self.ctx.current_read(
+            context, lambda s: views.explain_task(s, request.job_id, request.task_id))
+
+    def WatchJob(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        last: Any = None
+        seen = self.ctx.changes.version()
+        job = self.ctx.current_read(context, lambda s: views.job_of(s, request.job_id))
+        while context.is_active():
+            message = self.ctx.node.read(lambda s: _job_or_none(s, request.job_id))
+            if message is None:
+                self.ctx.abort(context, RaftschedError(Code.NOT_FOUND,
+                                                       f"job {job.id} was forgotten"))
+            if message != last:
+                yield message
+                last = message
+            if message.state in _TERMINAL_NAMES:
+                return
+            seen = self.ctx.changes.wait(seen, WATCH_POLL_S)
+            self.ctx.require_leader(context)
+
+
+_TERMINAL_NAMES = frozenset(s.name for s in TERMINAL_JOB_STATES)
+
+
+def _job_or_none(state: State, job_id: str) -> Any:
+    job = state.jobs.get(job_id)
+    return None if job is None else views.job_message(job)
+
+
+def _issues(error: SpecError) -> str:
+    shown = [issue.render() for issue in error.issues[:MAX_REPORTED_SPEC_ISSUES]]
+    more = len(error.issues) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more else "")
+
+
+class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def Register(self, request: Any, context: grpc.ServicerContext) -> Any:
+        known = tuple(c.KnownAttempt(k.job_id, k.task_id, k.fence, k.running)
+                      for k in request.known)
+        capacity = request.capacity
+        result = self.ctx.propose(context, c.ClusterRegister(
+            request.cluster_id, request.incarnation, tuple(request.capabilities),
+            capacity.cpu_milli, capacity.memory_mb, capacity.gpu, self.ctx.clock.now_ms(), known))
+        self.ctx.leader.heartbeat(request.cluster_id, request.incarnation, 0, None)
+        logger.info("event agent_registered cluster=%s incarnation=%d lost=%d kills=%d",
+                    request.cluster_id, request.incarnation, result["lost"], result["kills"])
+        return pb.RegisterResponse(term=self.ctx.node.term(), leader=_self_address(self.ctx),
+                                   lost=result["lost"], kills=result["kills"])
+
+    def Heartbeat(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.ctx.require_leader(context)
+        cluster_id = request.cluster_id
+        if not self.ctx.node.read(lambda s: _registered(s, cluster_id, request.incarnation)):
+            return pb.HeartbeatResponse(term=self.ctx.node.term(), reregister=True)
+        free = (request.free.cpu_milli, request.free.memory_mb, request.free.gpu) \
+            if request.HasField("free") else None
+        self.ctx.leader.heartbeat(cluster_id, request.incarnation, request.seq, free)
+        wait_s = min(request.wait_ms, MAX_LONG_POLL_MS) / 1000
+        deadline = self.ctx.clock.monotonic_s() + wait_s
+        seen = self.ctx.changes.version()
+        while True:
+            assignments, kills = self.ctx.node.read(lambda s: views.deliveries(s, cluster_id))
+            left = deadline - self.ctx.clock.monotonic_s()
+            if assignments or kills or left <= 0 or not context.is_active():
+                break
+            seen = self.ctx.changes.wait(seen, left)
+            if not self.ctx.leader.leading():
+                break
+        return pb.HeartbeatResponse(term=self.ctx.node.term(), assignments=assignments,
+                                    kills=kills)
+
+    def Report(self, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            items = tuple(_report(r) for r in request.reports)
+        except ValueError as error:
+            self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, str(error)))
+        result = self.ctx.propose(context, c.ReportBatch(
+            request.cluster_id, self.ctx.clock.now_ms(), self.ctx.rng.getrandbits(64), items))
+        verdicts = [pb.ReportVerdict(fence=fence, verdict=verdict, kind=report.kind.name)
+                    for (_, _, fence, verdict), report in zip(result["items"], items,
+                                                              strict=True)]
+        return pb.ReportResponse(term=self.ctx.node.term(), verdicts=verdicts)
+
+
+def _registered(state: State, cluster_id: str, incarnation: int) -> bool:
+    cluster = state.clusters.get(cluster_id)
+    return (cluster is not None and cluster.incarnation == incarnation
+            and cluster.status != c.ClusterStatus.LOST)
+
+
+def _report(message: Any) -> c.Report:
+    try:
+        kind = c.ReportKind(message.kind)
+    except ValueError:
+        raise ValueError(f"report for fence {message.fence}: unknown kind {message.kind}") from None
+    exit_code = message.exit_code if message.HasField("exit_code") else None
+    return c.Report(kind, message.job_id, message.task_id, message.fence, exit_code,
+                    message.timed_out, message.reason[:200])
+
+
+def _self_address(ctx: Context) -> str:
+    return str(ctx.leader_grpc_address() or "")
+
+
+class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
+    def __init__(self, ctx: Context, grpc_address: str) -> None:
+        self.ctx = ctx
+        self.grpc_address = grpc_address
+
+    def ClusterStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
+        status = self.ctx.node.status()
+        leading = self.ctx.leader.leading()
+
+        def view(state: State) -> Any:
+            replicas = [pb.ReplicaInfo(raft_address=m, grpc_address=state.replica_addresses.get(
+                m, ""), leader=m == status["leader"]) for m in status["members"]]
+            clusters = [views.compute_cluster(cl, self.ctx.leader.heartbeat_age_ms(cl.id)
+                                              if leading else -1)
+                        for cl in sorted(state.clusters.values(), key=lambda x: x.id)]
+            leader_grpc = state.replica_addresses.get(status["leader"] or "", "")
+            return replicas, clusters, leader_grpc
+
+        replicas, clusters, leader_grpc = self.ctx.node.read(view)
+        return pb.ClusterStatusResponse(
+            leader=leader_grpc, term=status["term"], replicas=replicas, clusters=clusters,
+            commit_index=status["commit_index"], applied_index=status["last_applied"],
+            responder=self.grpc_address, state_digest=status["state_digest"])
+
+    def AddReplica(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self._change(context, request, add=True)
+
+    def RemoveReplica(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self._change(context, request, add=False)
+
+    def _change(self, context: grpc.ServicerContext, request: Any, *, add: bool) -> Any:
+        self.ctx.require_leader(context)
+        try:
+            if add:
+                self.ctx.node.add_replica(request.raft_address, PROPOSE_TIMEOUT_S * 2)
+            else:
+                self.ctx.node.remove_replica(request.raft_address, PROPOSE_TIMEOUT_S * 2)
+        except RaftschedError as error:
+            self.ctx.abort(context, error)
+        if add and request.grpc_address:
+            self.ctx.propose(context, c.Barrier(f"announce-{request.raft_address}", 0,
+                                                request.raft_address, request.grpc_address))
+        logger.info("event replica_%s raft=%s", "added" if add else "removed",
+                    request.raft_address)
+        return pb.ReplicaResponse(members=self.ctx.node.members())
