@@ -1,0 +1,436 @@
+"""Executors: what runs an attempt. `SubprocessExecutor` for real work, `MockExecutor` for tests
+and benchmarks, both behind the `Executor` protocol.
+
+Both are thread-safe: the agent starts and kills from its heartbeat thread and polls from its
+reporter thread. Each completion is handed out by `poll()` exactly once per executor instance;
+the agent's durable attempt records make it exactly once across restarts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from agent import procfs, runner
+from agent.files import read_json, write_json_atomic
+from agent.model import Assignment, AttemptRecord, Completion
+
+MAX_OUTPUT_BYTES = 8 * 1024 * 1024
+"""Each of stdout and stderr is kept up to this size per attempt; the rest is drained and
+dropped."""
+KILL_GRACE_MS = 5_000
+"""After SIGTERM (timeout or kill directive), the task's group gets SIGKILL this much later."""
+WRAPPER_STARTUP_GRACE_MS = 10_000
+"""An adopted attempt with no trace of its wrapper is taken as vanished only this long after
+its record was written (the wrapper may be starting up)."""
+MAX_RUNNING_ATTEMPTS = 10_000
+"""Attempts one executor watches at once; start() beyond it raises ExecutorError."""
+VANISHED_EXIT_CODE = -1
+"""Reported when the wrapper is gone without a result: counted as an application failure."""
+INHERITED_ENV_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER",
+                      "LOGNAME", "SHELL")
+"""Taken from the agent's environment into every task's; nothing else of it leaks (no secrets
+or RAFTSCHED_SERVERS)."""
+ATTEMPT_DIR_DIGITS = 20
+MOCK_KEYS = ("sleep_ms", "exit", "fail_attempts")
+MOCK_BAD_ARGUMENT_EXIT_CODE = 2
+MOCK_CLOSE_TIMEOUT_MS = 2_000
+MOCK_IDLE_WAIT_MS = 1_000
+"""The mock's timer thread re-checks at least this often (start and close also wake it)."""
+
+
+class ExecutorError(Exception):
+    """An attempt could not be started; nothing of it runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """Where an attempt was started, for its durable record."""
+
+    attempt_dir: str
+    wrapper_pid: int | None = None
+    wrapper_start_ticks: int | None = None
+
+
+class Executor(Protocol):
+    def attempt_dir(self, fence: int) -> str:
+        """Where the attempt's files go ('' when it has none); known before start()."""
+        ...
+
+    def start(self, assignment: Assignment) -> Launch:
+        """Starts the attempt; raises ExecutorError when it cannot."""
+        ...
+
+    def adopt(self, record: AttemptRecord) -> None:
+        """Watches an attempt started by an earlier agent (from its durable record)."""
+        ...
+
+    def kill(self, fence: int) -> bool:
+        """Asks a watched attempt to stop; its completion will say killed. False if unknown."""
+        ...
+
+    def poll(self) -> list[Completion]:
+        """Attempts that ended since the last poll, each once."""
+        ...
+
+    def running(self) -> list[int]:
+        """Fences of the attempts watched and not yet handed out by poll()."""
+        ...
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        """`listener` is called (from any thread) when poll() may have something new; an
+        executor that cannot tell never calls it and is polled on a timer."""
+        ...
+
+    def close(self) -> None:
+        """Stops watching. Running attempts are left alone."""
+        ...
+
+
+def task_env(assignment: Assignment, agent_env: dict[str, str]) -> dict[str, str]:
+    """The task's environment: a few inherited names, the spec's env, then the fence variables
+    (RAFTSCHED_* names are reserved in specs, and these are set last anyway)."""
+    env = {name: agent_env[name] for name in INHERITED_ENV_VARS if name in agent_env}
+    env.update(assignment.env)
+    env.update({
+        "RAFTSCHED_JOB_ID": assignment.job_id,
+        "RAFTSCHED_TASK_ID": assignment.task_id,
+        "RAFTSCHED_ATTEMPT": str(assignment.attempt),
+        "RAFTSCHED_FENCE": str(assignment.fence),
+        "RAFTSCHED_IDEMPOTENCY_KEY": assignment.idempotency_key,
+    })
+    return env
+
+
+# --- subprocess ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Watched:
+    fence: int
+    attempt_dir: Path
+    pid: int | None
+    start_ticks: int | None
+    created_ms: int
+    process: subprocess.Popen[bytes] | None = None
+    """Set when this executor started the wrapper (it reaps it); None when adopted."""
+    kill_requested: bool = False
+
+
+class SubprocessExecutor:
+    """Runs each attempt through `python -m agent.runner` in a session of its own, so the
+    attempt survives the agent; the attempt dir is the interface between the two."""
+
+    def __init__(self, root: Path, *, max_output_bytes: int = MAX_OUTPUT_BYTES,
+                 kill_grace_ms: int = KILL_GRACE_MS,
+                 startup_grace_ms: int = WRAPPER_STARTUP_GRACE_MS,
+                 python: str = sys.executable) -> None:
+        assert max_output_bytes >= 0 and kill_grace_ms >= 0 and startup_grace_ms >= 0
+        self._root = root
+        self._max_output_bytes = max_output_bytes
+        self._kill_grace_ms = kill_grace_ms
+        self._startup_grace_ms = startup_grace_ms
+        self._python = python
+        self._lock = threading.Lock()
+        self._watched: dict[int, _Watched] = {}
+        root.mkdir(parents=True, exist_ok=True)
+
+    def attempt_dir(self, fence: int) -> str:
+        return str(self._root / f"{fence:0{ATTEMPT_DIR_DIGITS}d}")
+
+    def start(self, assignment: Assignment) -> Launch:
+        directory = Path(self.attempt_dir(assignment.fence))
+        with self._lock:
+            if len(self._watched) >= MAX_RUNNING_ATTEMPTS:
+                raise ExecutorError(f"{MAX_RUNNING_ATTEMPTS} attempts already running")
+            if assignment.fence in self._watched:
+                raise ExecutorError(f"fence {assignment.fence} is already running")
+        try:
+            directory.mkdir(parents=True, exist_ok=False)
+            write_json_atomic(directory / runner.SPEC_FILE, {
+                "argv": list(assignment.command), "env": task_env(assignment, dict(os.environ)),
+                "cwd": assignment.cwd, "timeout_ms": assignment.timeout_ms,
+                "max_output_bytes": self._max_output_bytes,
+                "kill_grace_ms": self._kill_grace_ms})
+            with (directory / "wrapper.log").open("ab") as log:
+                process = subprocess.Popen(
+                    [self._python, "-m", "agent.runner", str(directory)], cwd=directory,
+                    env=_runner_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    start_new_session=True, close_fds=True)
+        except OSError as error:
+            raise ExecutorError(f"cannot start fence {assignment.fence}: {error}") from error
+        ticks = procfs.start_ticks(process.pid)
+        write_json_atomic(directory / runner.WRAPPER_FILE,
+                          {"pid": process.pid, "start_ticks": ticks})
+        with self._lock:
+            self._watched[assignment.fence] = _Watched(
+                assignment.fence, directory, process.pid, ticks, _now_ms(), process)
+        return Launch(str(directory), process.pid, ticks)
+
+    def adopt(self, record: AttemptRecord) -> None:
+        with self._lock:
+            if record.fence in self._watched:
+                return
+            self._watched[record.fence] = _Watched(
+                record.fence, Path(record.attempt_dir), record.wrapper_pid,
+                record.wrapper_start_ticks, record.created_ms)
+
+    def kill(self, fence: int) -> bool:
+        with self._lock:
+            watched = self._watched.get(fence)
+        if watched is None:
+            return False
+        watched.kill_requested = True
+        pid, ticks = _identity(watched)
+        if pid is not None and procfs.is_alive(pid, ticks):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        return True
+
+    def poll(self) -> list[Completion]:
+        with self._lock:
+            watched = list(self._watched.values())
+        completions = [c for c in (self._check(w) for w in watched) if c is not None]
+        with self._lock:
+            for completion in completions:
+                self._watched.pop(completion.fence, None)
+        return completions
+
+    def running(self) -> list[int]:
+        with self._lock:
+            return sorted(self._watched)
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        return  # cannot tell without a thread of its own: the agent polls on a timer
+
+    def close(self) -> None:
+        with self._lock:
+            self._watched.clear()
+
+    def _check(self, watched: _Watched) -> Completion | None:
+        """The attempt's completion if its wrapper is done, else None."""
+        if watched.process is not None:
+            if watched.process.poll() is None:
+                return None
+            return self._result(watched, f"wrapper exited with {watched.process.returncode}")
+        completion = self._read_result(watched)
+        if completion is not None:
+            return completion
+        pid, ticks = _identity(watched)
+        if pid is None:
+            if _now_ms() - watched.created_ms < self._startup_grace_ms:
+                return None
+            return self._vanished(watched, "wrapper never started")
+        if procfs.is_alive(pid, ticks):
+            return None
+        return self._result(watched, "wrapper vanished")
+
+    def _result(self, watched: _Watched, why: str) -> Completion:
+        """Reads result.json of a wrapper known to be gone (it writes the file before exiting)."""
+        completion = self._read_result(watched)
+        return completion if completion is not None else self._vanished(watched, why)
+
+    def _read_result(self, watched: _Watched) -> Completion | None:
+        try:
+            result = read_json(watched.attempt_dir / runner.RESULT_FILE)
+        except ValueError as error:
+            return Completion(watched.fence, VANISHED_EXIT_CODE, reason=f"bad result: {error}")
+        if result is None:
+            return None
+        exit_code = result.get("exit_code")
+        return Completion(watched.fence, None if exit_code is None else int(exit_code),
+                          bool(result.get("timed_out")), bool(result.get("killed")),
+                          str(result.get("reason", "")))
+
+    def _vanished(self, watched: _Watched, why: str) -> Completion:
+        """The wrapper is gone without a result. Its task cannot outlive it (PDEATHSIG), but
+        the task's group is killed here too in case something of it escaped."""
+        try:
+            task = read_json(watched.attempt_dir / runner.TASK_FILE)
+        except ValueError:
+            task = None
+        if task is not None and procfs.is_alive(int(task["pid"]), task.get("start_ticks")):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(int(task["pid"]), signal.SIGKILL)
+        if watched.kill_requested:
+            # SIGTERM reached the wrapper before its handler was installed, i.e. before it
+            # started the task: the kill did what it was asked.
+            return Completion(watched.fence, None, killed=True, reason=f"killed ({why})")
+        return Completion(watched.fence, VANISHED_EXIT_CODE, reason=why)
+
+
+def _identity(watched: _Watched) -> tuple[int | None, int | None]:
+    """The wrapper's pid and start time: from the record, else from wrapper.json."""
+    if watched.pid is not None:
+        return watched.pid, watched.start_ticks
+    try:
+        found = read_json(watched.attempt_dir / runner.WRAPPER_FILE)
+    except ValueError:
+        return None, None
+    if found is None:
+        return None, None
+    ticks = found.get("start_ticks")
+    watched.pid = int(found["pid"])
+    watched.start_ticks = None if ticks is None else int(ticks)
+    return watched.pid, watched.start_ticks
+
+
+def _runner_env() -> dict[str, str]:
+    """The wrapper's own environment: the agent's, plus a path to import `agent` from."""
+    env = dict(os.environ)
+    package_parent = str(Path(runner.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
+    return env
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+# --- mock ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MockPlan:
+    """What a mock attempt does: wait `sleep_ms`, then end with `exit_code` (None + timed_out
+    when the task's timeout is shorter)."""
+
+    sleep_ms: int
+    exit_code: int | None
+    timed_out: bool
+    reason: str
+
+
+
+
+def mock_plan(assignment: Assignment) -> MockPlan:
+    """`["mock", "sleep_ms=N", "exit=K", "fail_attempts=M"]` (any subset, defaults 0): exit 1
+    while the attempt number is <= M, then exit K. Any argv not starting with "mock" succeeds at
+    once; a "mock" argv with an unknown or malformed argument exits 2 at once."""
+    argv = assignment.command
+    if not argv or argv[0] != "mock":
+        return MockPlan(0, 0, False, "")
+    values = dict.fromkeys(MOCK_KEYS, 0)
+    for argument in argv[1:]:
+        name, _, value = argument.partition("=")
+        if name not in values or not value.lstrip("-").isdigit():
+            return MockPlan(0, MOCK_BAD_ARGUMENT_EXIT_CODE, False,
+                            f"bad mock argument {argument!r}")
+        values[name] = int(value)
+    exit_code = 1 if assignment.attempt <= values["fail_attempts"] else values["exit"]
+    sleep_ms = max(0, values["sleep_ms"])
+    if 0 < assignment.timeout_ms < sleep_ms:
+        return MockPlan(assignment.timeout_ms, None, True,
+                        f"timed out after {assignment.timeout_ms} ms")
+    return MockPlan(sleep_ms, exit_code, False, "" if exit_code == 0 else f"exit code {exit_code}")
+
+
+class MockExecutor:
+    """No processes: one timer thread completes attempts as their plans say. An attempt lives
+    as long as this object, so a test that "restarts" an agent hands the same executor to the
+    new agent, as a real wrapper outlives a real agent."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self._root = root
+        self._condition = threading.Condition()
+        self._due: list[tuple[float, int, Completion]] = []  # (monotonic s, fence, completion)
+        self._pending: dict[int, Completion] = {}   # fence -> what it will end with
+        self._done: list[Completion] = []
+        self._listeners: list[Callable[[], None]] = []
+        self._closed = False
+        self.started: list[int] = []
+        """Fences in the order they were started (tests check nothing runs twice)."""
+        self._thread = threading.Thread(target=self._run, name="mock-executor", daemon=True)
+        self._thread.start()
+
+    def attempt_dir(self, fence: int) -> str:
+        return "" if self._root is None else str(self._root / f"{fence:0{ATTEMPT_DIR_DIGITS}d}")
+
+    def start(self, assignment: Assignment) -> Launch:
+        plan = mock_plan(assignment)
+        completion = Completion(assignment.fence, plan.exit_code, plan.timed_out, False,
+                                plan.reason)
+        with self._condition:
+            if self._closed:
+                raise ExecutorError("executor closed")
+            if len(self._pending) >= MAX_RUNNING_ATTEMPTS:
+                raise ExecutorError(f"{MAX_RUNNING_ATTEMPTS} attempts already running")
+            if assignment.fence in self._pending:
+                raise ExecutorError(f"fence {assignment.fence} is already running")
+            self.started.append(assignment.fence)
+            self._pending[assignment.fence] = completion
+            heapq.heappush(self._due, (time.monotonic() + plan.sleep_ms / 1000,
+                                       assignment.fence, completion))
+            self._condition.notify_all()
+        return Launch(self.attempt_dir(assignment.fence))
+
+    def adopt(self, record: AttemptRecord) -> None:
+        with self._condition:
+            known = record.fence in self._pending or any(
+                c.fence == record.fence for c in self._done)
+            if not known:
+                self._done.append(Completion(record.fence, VANISHED_EXIT_CODE,
+                                             reason="mock attempt lost with its executor"))
+        self._notify()
+
+    def kill(self, fence: int) -> bool:
+        with self._condition:
+            if self._pending.pop(fence, None) is None:
+                return False
+            self._done.append(Completion(fence, None, killed=True, reason="killed"))
+        self._notify()
+        return True
+
+    def poll(self) -> list[Completion]:
+        with self._condition:
+            done, self._done = self._done, []
+        return done
+
+    def running(self) -> list[int]:
+        with self._condition:
+            return sorted(self._pending)
+
+    def subscribe(self, listener: Callable[[], None]) -> None:
+        with self._condition:
+            self._listeners.append(listener)
+
+    def close(self) -> None:
+        with self._condition:
+            self._closed = True
+            self._condition.notify_all()
+        self._thread.join(timeout=MOCK_CLOSE_TIMEOUT_MS / 1000)
+
+    def _run(self) -> None:
+        while True:
+            with self._condition:
+                if self._closed:
+                    return
+                now = time.monotonic()
+                fired = False
+                while self._due and self._due[0][0] <= now:
+                    _, fence, completion = heapq.heappop(self._due)
+                    if self._pending.get(fence) is completion:  # not killed meanwhile
+                        del self._pending[fence]
+                        self._done.append(completion)
+                        fired = True
+                wait_s = self._due[0][0] - now if self._due else MOCK_IDLE_WAIT_MS / 1000
+                if not fired:
+                    self._condition.wait(timeout=min(wait_s, MOCK_IDLE_WAIT_MS / 1000))
+                    continue
+            self._notify()
+
+    def _notify(self) -> None:
+        with self._condition:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener()

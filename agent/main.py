@@ -1,0 +1,204 @@
+"""`raftsched agent`: wiring only. Parses the options, opens the data dir, starts metrics, runs
+the agent until SIGTERM or SIGINT.
+
+`add_arguments(parser)` and `run(args)` are the CLI hook; `main(argv)` runs the same thing stand
+alone (`python -m agent`). Exit status: 0 after a clean stop, 1 when the data dir is unusable or
+the agent stopped on an internal error, 2 for bad arguments. Errors are one `error: ...` line on
+stderr, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from agent.agent import HEARTBEAT_WAIT_MS, Agent, AgentConfig, AgentError, attempts_root
+from agent.executor import Executor, MockExecutor, SubprocessExecutor
+from agent.metrics import AgentMetrics
+from agent.model import Resources
+from agent.session import GrpcSession
+from agent.store import StoreError
+from raftsched.limits import MAX_CAPABILITIES_PER_CLUSTER, MAX_ID_CHARS
+
+SERVERS_ENV = "RAFTSCHED_SERVERS"
+DATA_DIR_ENV = "RAFTSCHED_AGENT_DATA_DIR"
+EXIT_OK = 0
+EXIT_FAILURE = 1
+EXIT_INVALID = 2
+MAX_METRICS_PORT = 65_535
+MAX_HEARTBEAT_WAIT_MS = 60_000
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_ADDRESS = re.compile(r"[^\s,]+:[0-9]{1,5}")
+
+logger = logging.getLogger("agent")
+
+
+class UsageError(Exception):
+    pass
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Run the agent of one compute cluster: it registers with the scheduler's leader, admits "
+        "fenced assignments against this cluster's declared capacity, runs them, and reports "
+        "their results. State (fences, unacked reports, attempts) lives in --data-dir and "
+        "survives restarts; running tasks survive the agent itself.")
+    parser.epilog = ("Stops cleanly on SIGTERM or SIGINT. Exit status: 0 after a clean stop, 1 "
+                     "when the data dir is unusable or the agent failed, 2 for bad arguments.")
+    parser.add_argument("--cluster-id", required=True, metavar="ID",
+                        help="this cluster's id, as jobs pin it with 'cluster:' (letters, digits, "
+                             f"'_', '.', '-'; at most {MAX_ID_CHARS} characters)")
+    parser.add_argument("--servers", default=os.environ.get(SERVERS_ENV, ""),
+                        metavar="HOST:PORT,...",
+                        help="gRPC addresses of the scheduler replicas, comma-separated; any of "
+                             "them will do, the agent follows redirects to the leader "
+                             f"(default: ${SERVERS_ENV})")
+    parser.add_argument("--capabilities", default="", metavar="CAP,...",
+                        help="capabilities this cluster offers, comma-separated (e.g. "
+                             "linux,gpu); a task is placed here only if all it requires is "
+                             "among them")
+    parser.add_argument("--cpu", type=float, default=float(os.cpu_count() or 1), metavar="CORES",
+                        help="CPU cores the agent may hand out, fractions allowed "
+                             "(default: this machine's cores)")
+    parser.add_argument("--memory-mb", type=int, default=_total_memory_mb(), metavar="MB",
+                        help="memory the agent may hand out, in MiB (default: this machine's)")
+    parser.add_argument("--gpu", type=int, default=0, metavar="N",
+                        help="GPUs the agent may hand out (default: 0)")
+    parser.add_argument("--data-dir", default=os.environ.get(DATA_DIR_ENV, ""), metavar="DIR",
+                        help="directory for the agent's durable state and attempt dirs (task "
+                             "stdout/stderr); one agent per directory "
+                             f"(default: ${DATA_DIR_ENV})")
+    parser.add_argument("--executor", choices=("subprocess", "mock"), default="subprocess",
+                        help="subprocess: run each task's command for real (default); mock: "
+                             "pretend, for tests and benchmarks (argv 'mock sleep_ms=N exit=K "
+                             "fail_attempts=M')")
+    parser.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
+                        help="serve Prometheus metrics on 127.0.0.1:PORT (default: 0, off)")
+    parser.add_argument("--heartbeat-wait-ms", type=int, default=HEARTBEAT_WAIT_MS,
+                        metavar="MS", help="long-poll wait of each heartbeat; the leader caps "
+                                           f"it (default: {HEARTBEAT_WAIT_MS})")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
+                        default="info", help="log threshold; logs go to stderr (default: info)")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config, servers = _config(args)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INVALID
+    _configure_logging(args.log_level)
+    stop = threading.Event()
+    metrics = AgentMetrics()
+    try:
+        executor = _executor(args.executor, config.data_dir)
+    except OSError as error:
+        print(f"error: cannot use data dir {config.data_dir}: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    session = GrpcSession(servers, stop=stop)
+    try:
+        agent = Agent(config, session, executor, metrics=metrics, stop=stop)
+    except (AgentError, StoreError, OSError) as error:
+        executor.close()
+        session.close()
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    try:
+        if args.metrics_port:
+            metrics.serve(args.metrics_port)
+        _install_signal_handlers(agent)
+        agent.run()
+    except AgentError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    except OSError as error:
+        print(f"error: metrics port {args.metrics_port}: {error}", file=sys.stderr)
+        return EXIT_FAILURE
+    finally:
+        agent.close()
+        executor.close()
+        session.close()
+    return EXIT_OK
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="raftsched agent")
+    add_arguments(parser)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:  # --help, or a usage error argparse already printed
+        return stop.code if isinstance(stop.code, int) else EXIT_INVALID
+    return run(args)
+
+
+def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
+    cluster_id = str(args.cluster_id)
+    if len(cluster_id) > MAX_ID_CHARS or not _ID.fullmatch(cluster_id):
+        raise UsageError(f"--cluster-id {cluster_id!r}: letters, digits, '_', '.', '-' "
+                         f"(not first), at most {MAX_ID_CHARS} characters")
+    servers = [s.strip() for s in str(args.servers).split(",") if s.strip()]
+    if not servers:
+        raise UsageError(f"no scheduler addresses: pass --servers or set ${SERVERS_ENV}")
+    for server in servers:
+        if not _ADDRESS.fullmatch(server):
+            raise UsageError(f"--servers: {server!r} is not HOST:PORT")
+    capabilities = tuple(dict.fromkeys(c.strip() for c in str(args.capabilities).split(",")
+                                       if c.strip()))
+    if len(capabilities) > MAX_CAPABILITIES_PER_CLUSTER:
+        raise UsageError(f"--capabilities: at most {MAX_CAPABILITIES_PER_CLUSTER}")
+    for capability in capabilities:
+        if len(capability) > MAX_ID_CHARS or not _ID.fullmatch(capability):
+            raise UsageError(f"--capabilities: {capability!r} is not a valid name")
+    if not args.cpu >= 0 or args.cpu > 1_000_000:  # also refuses NaN
+        raise UsageError(f"--cpu {args.cpu}: a number of cores between 0 and 1000000")
+    if args.memory_mb < 0 or args.gpu < 0:
+        raise UsageError("--memory-mb and --gpu cannot be negative")
+    if not 0 <= args.metrics_port <= MAX_METRICS_PORT:
+        raise UsageError(f"--metrics-port {args.metrics_port}: 0 (off) or a port number")
+    if not 0 <= args.heartbeat_wait_ms <= MAX_HEARTBEAT_WAIT_MS:
+        raise UsageError(f"--heartbeat-wait-ms: between 0 and {MAX_HEARTBEAT_WAIT_MS}")
+    if not args.data_dir:
+        raise UsageError(f"no data dir: pass --data-dir or set ${DATA_DIR_ENV}")
+    capacity = Resources(round(args.cpu * 1000), int(args.memory_mb), int(args.gpu))
+    return AgentConfig(cluster_id, Path(args.data_dir), capacity, capabilities,
+                       heartbeat_wait_ms=int(args.heartbeat_wait_ms)), servers
+
+
+def _executor(kind: str, data_dir: Path) -> Executor:
+    if kind == "mock":
+        return MockExecutor()
+    return SubprocessExecutor(attempts_root(data_dir))
+
+
+def _configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s level=%(levelname)s ts=%(asctime)s",
+                                           datefmt="%Y-%m-%dT%H:%M:%S%z"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+
+
+def _install_signal_handlers(agent: Agent) -> None:
+    def handle(number: int, _frame: FrameType | None) -> None:
+        logger.info(f"event stop_requested signal={signal.Signals(number).name}")
+        agent.stop()
+
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers; the embedding program stops the agent
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, handle)
+
+
+def _total_memory_mb() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024))
+    except (ValueError, OSError):
+        return 0

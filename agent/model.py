@@ -1,0 +1,249 @@
+"""The values the agent's parts hand each other: directives in, reports out, attempt records.
+
+Transport-free on purpose: `agent.session` maps them to and from protobuf, the fake session in the
+tests builds them directly, and `agent.outbox` stores them as JSON.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, replace
+from typing import Any, NamedTuple
+
+
+class ReportKind(enum.IntEnum):
+    """Numbered exactly like `AgentReport.Kind` in the proto (append-only)."""
+
+    STARTED = 1
+    REJECTED = 2
+    FINISHED = 3
+    KILLED = 4
+
+
+TERMINAL_REPORT_KINDS = frozenset({ReportKind.FINISHED, ReportKind.KILLED})
+"""A committed report of one of these kinds ends the attempt and clears its kill directive."""
+
+
+def task_key(job_id: str, task_id: str) -> str:
+    """The fence store's key of a task: `job_id/task_id` (task ids cannot contain '/')."""
+    return f"{job_id}/{task_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    cpu_milli: int = 0
+    memory_mb: int = 0
+    gpu: int = 0
+
+    def fits_in(self, free: Resources) -> bool:
+        return (self.cpu_milli <= free.cpu_milli and self.memory_mb <= free.memory_mb
+                and self.gpu <= free.gpu)
+
+    def plus(self, other: Resources) -> Resources:
+        return Resources(self.cpu_milli + other.cpu_milli, self.memory_mb + other.memory_mb,
+                         self.gpu + other.gpu)
+
+    def minus(self, other: Resources) -> Resources:
+        return Resources(self.cpu_milli - other.cpu_milli, self.memory_mb - other.memory_mb,
+                         self.gpu - other.gpu)
+
+    def to_dict(self) -> dict[str, int]:
+        return {"cpu_milli": self.cpu_milli, "memory_mb": self.memory_mb, "gpu": self.gpu}
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Resources:
+        return Resources(int(data["cpu_milli"]), int(data["memory_mb"]), int(data["gpu"]))
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """A committed, fenced attempt the leader asks this cluster to run."""
+
+    job_id: str
+    task_id: str
+    fence: int
+    attempt: int
+    command: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = ""
+    resources: Resources = Resources()
+    timeout_ms: int = 0
+    """0: no timeout."""
+    idempotency_key: str = ""
+
+    @property
+    def task_key(self) -> str:
+        return task_key(self.job_id, self.task_id)
+
+
+@dataclass(frozen=True, slots=True)
+class KillDirective:
+    job_id: str
+    task_id: str
+    fence: int
+
+    @property
+    def task_key(self) -> str:
+        return task_key(self.job_id, self.task_id)
+
+
+class ReportKey(NamedTuple):
+    """A report is stored at most once per (fence, kind)."""
+
+    fence: int
+    kind: ReportKind
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    kind: ReportKind
+    job_id: str
+    task_id: str
+    fence: int
+    exit_code: int | None = None
+    timed_out: bool = False
+    reason: str = ""
+
+    @property
+    def key(self) -> ReportKey:
+        return ReportKey(self.fence, self.kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": int(self.kind), "job_id": self.job_id, "task_id": self.task_id,
+                "fence": self.fence, "exit_code": self.exit_code, "timed_out": self.timed_out,
+                "reason": self.reason}
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Report:
+        exit_code = data["exit_code"]
+        return Report(ReportKind(int(data["kind"])), str(data["job_id"]), str(data["task_id"]),
+                      int(data["fence"]), None if exit_code is None else int(exit_code),
+                      bool(data["timed_out"]), str(data["reason"]))
+
+
+# --- session messages ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KnownAttempt:
+    job_id: str
+    task_id: str
+    fence: int
+    running: bool
+    """False: finished, its result still in the outbox."""
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    cluster_id: str
+    incarnation: int
+    capabilities: tuple[str, ...]
+    capacity: Resources
+    known: tuple[KnownAttempt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    term: int
+    leader: str
+    lost: int
+    kills: int
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """One heartbeat: what the agent can still admit and what it runs."""
+
+    cluster_id: str
+    incarnation: int
+    seq: int
+    free: Resources
+    running: tuple[int, ...]
+    wait_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Directives:
+    """A heartbeat's answer, all from committed state, stamped with the leader's term."""
+
+    term: int
+    assignments: tuple[Assignment, ...] = ()
+    kills: tuple[KillDirective, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    fence: int
+    verdict: str
+    """accepted, duplicate, late, not_found or wrong_cluster: every one is final."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    term: int
+    verdicts: tuple[Verdict, ...]
+
+
+# --- attempts -----------------------------------------------------------------------------------
+
+
+class AttemptState(enum.StrEnum):
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    """Its process is gone; the FINISHED or KILLED report waits in the outbox until acked."""
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    """What a restarted agent needs to find an attempt it was running."""
+
+    fence: int
+    job_id: str
+    task_id: str
+    attempt: int
+    state: AttemptState
+    resources: Resources
+    attempt_dir: str
+    created_ms: int
+    """Wall clock (it must mean something after a restart)."""
+    wrapper_pid: int | None = None
+    wrapper_start_ticks: int | None = None
+    """The wrapper's start time from /proc/<pid>/stat: a pid alone may be reused."""
+
+    def finished(self) -> AttemptRecord:
+        return replace(self, state=AttemptState.FINISHED)
+
+    def launched(self, pid: int | None, start_ticks: int | None) -> AttemptRecord:
+        return replace(self, wrapper_pid=pid, wrapper_start_ticks=start_ticks)
+
+    def known(self) -> KnownAttempt:
+        return KnownAttempt(self.job_id, self.task_id, self.fence,
+                            self.state == AttemptState.RUNNING)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fence": self.fence, "job_id": self.job_id, "task_id": self.task_id,
+                "attempt": self.attempt, "state": self.state.value,
+                "resources": self.resources.to_dict(), "attempt_dir": self.attempt_dir,
+                "created_ms": self.created_ms, "wrapper_pid": self.wrapper_pid,
+                "wrapper_start_ticks": self.wrapper_start_ticks}
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> AttemptRecord:
+        pid = data["wrapper_pid"]
+        ticks = data["wrapper_start_ticks"]
+        return AttemptRecord(
+            int(data["fence"]), str(data["job_id"]), str(data["task_id"]), int(data["attempt"]),
+            AttemptState(data["state"]), Resources.from_dict(data["resources"]),
+            str(data["attempt_dir"]), int(data["created_ms"]),
+            None if pid is None else int(pid), None if ticks is None else int(ticks))
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    """An attempt's process is gone. exit_code is None when it has none (timed out, killed)."""
+
+    fence: int
+    exit_code: int | None
+    timed_out: bool = False
+    killed: bool = False
+    reason: str = ""

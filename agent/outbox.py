@@ -1,0 +1,160 @@
+"""The durable outbox: reports waiting for the leader's ack, and the attempts this agent runs.
+
+Two lmdb tables in one environment, every write one synced transaction:
+- reports, keyed by (fence, kind) big-endian, so a report for (fence, kind) is stored once and
+  `pending()` returns them in fence order with STARTED before FINISHED for the same attempt;
+- attempt records, keyed by fence: what a restarted agent needs to find its attempts again.
+
+An attempt record lives from just before its process is started until the FINISHED or KILLED
+report for it is acked; `ack()` removes both in the same transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import lmdb
+
+from agent.model import TERMINAL_REPORT_KINDS, AttemptRecord, AttemptState, Report, ReportKey
+from agent.store import StoreError, open_environment
+
+MAX_PENDING_REPORTS = 100_000
+"""Reports held unacked; storing one more raises OutboxFull."""
+MAX_ATTEMPT_RECORDS = 100_000
+"""Attempt records held (running, or finished with their report unacked)."""
+
+_REPORTS_DB = b"reports"
+_ATTEMPTS_DB = b"attempts"
+_REPORT_KEY = struct.Struct(">QB")
+_FENCE_KEY = struct.Struct(">Q")
+
+
+class OutboxFull(Exception):
+    """A bound of the outbox would be crossed (RESOURCE_EXHAUSTED): nothing was written."""
+
+
+class Outbox:
+    def __init__(self, path: Path) -> None:
+        self._env = open_environment(path)
+        try:
+            self._reports = self._env.open_db(_REPORTS_DB)
+            self._attempts = self._env.open_db(_ATTEMPTS_DB)
+        except lmdb.Error as error:
+            self._env.close()
+            raise StoreError(f"cannot open the outbox at {path}: {error}") from error
+
+    # -- writes (each one synced transaction) --------------------------------------------------
+
+    def write(self, *, reports: Sequence[Report] = (), records: Sequence[AttemptRecord] = (),
+              delete_records: Sequence[int] = ()) -> int:
+        """Stores reports not already stored (same fence and kind), upserts and deletes attempt
+        records, all in one synced transaction. Returns how many reports were new."""
+        if not reports and not records and not delete_records:
+            return 0
+        added = 0
+        with self._env.begin(write=True) as txn:
+            for fence in delete_records:
+                txn.delete(_FENCE_KEY.pack(fence), db=self._attempts)
+            for record in records:
+                assert record.fence >= 1
+                txn.put(_FENCE_KEY.pack(record.fence), _encode(record.to_dict()),
+                        db=self._attempts)
+            for report in reports:
+                assert report.fence >= 1
+                if txn.put(_report_key(report.key), _encode(report.to_dict()),
+                           db=self._reports, overwrite=False):
+                    added += 1
+            self._check_bounds(txn)
+        return added
+
+    def put(self, reports: Sequence[Report]) -> int:
+        return self.write(reports=reports)
+
+    def ack(self, keys: Iterable[ReportKey]) -> int:
+        """Drops the acked reports; an acked FINISHED or KILLED report also ends its attempt
+        record. Returns how many reports were dropped."""
+        dropped = 0
+        with self._env.begin(write=True) as txn:
+            for key in keys:
+                if txn.delete(_report_key(key), db=self._reports):
+                    dropped += 1
+                if key.kind in TERMINAL_REPORT_KINDS:
+                    self._end_record(txn, key.fence)
+        return dropped
+
+    def _end_record(self, txn: Any, fence: int) -> None:
+        raw = txn.get(_FENCE_KEY.pack(fence), db=self._attempts)
+        if raw is not None and AttemptRecord.from_dict(_decode(raw)).state == AttemptState.FINISHED:
+            txn.delete(_FENCE_KEY.pack(fence), db=self._attempts)
+
+    def _check_bounds(self, txn: Any) -> None:
+        """Raising inside the `with` aborts the transaction: nothing is written."""
+        reports = int(txn.stat(self._reports)["entries"])
+        records = int(txn.stat(self._attempts)["entries"])
+        if reports > MAX_PENDING_REPORTS or records > MAX_ATTEMPT_RECORDS:
+            raise OutboxFull(f"outbox full: {reports} reports (max {MAX_PENDING_REPORTS}), "
+                             f"{records} attempt records (max {MAX_ATTEMPT_RECORDS})")
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def pending(self, limit: int) -> list[Report]:
+        """Up to `limit` unacked reports, in (fence, kind) order."""
+        assert limit >= 1
+        reports: list[Report] = []
+        with self._env.begin() as txn:
+            cursor = txn.cursor(db=self._reports)
+            for _, value in cursor:
+                reports.append(Report.from_dict(_decode(value)))
+                if len(reports) >= limit:
+                    break
+        return reports
+
+    def has(self, key: ReportKey) -> bool:
+        with self._env.begin() as txn:
+            return txn.get(_report_key(key), db=self._reports) is not None
+
+    def count(self) -> int:
+        with self._env.begin() as txn:
+            return int(txn.stat(self._reports)["entries"])
+
+    def attempt(self, fence: int) -> AttemptRecord | None:
+        with self._env.begin() as txn:
+            raw = txn.get(_FENCE_KEY.pack(fence), db=self._attempts)
+        return None if raw is None else AttemptRecord.from_dict(_decode(raw))
+
+    def attempts(self) -> list[AttemptRecord]:
+        """Every attempt record, in fence order (at most MAX_ATTEMPT_RECORDS)."""
+        with self._env.begin() as txn:
+            return [AttemptRecord.from_dict(_decode(value))
+                    for _, value in txn.cursor(db=self._attempts)]
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self._env.close()
+
+    def __enter__(self) -> Outbox:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        self.close()
+
+
+def _report_key(key: ReportKey) -> bytes:
+    return _REPORT_KEY.pack(key.fence, int(key.kind))
+
+
+def _encode(data: dict[str, Any]) -> bytes:
+    return json.dumps(data, separators=(",", ":"), sort_keys=True).encode()
+
+
+def _decode(raw: bytes) -> dict[str, Any]:
+    data = json.loads(bytes(raw))
+    assert isinstance(data, dict)
+    return data

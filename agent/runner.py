@@ -1,0 +1,257 @@
+"""The task wrapper: `python -m agent.runner ATTEMPT_DIR`, one per attempt.
+
+The agent starts it in a session of its own so that it outlives the agent (even `kill -9`); the
+agent then watches the attempt dir, and a restarted agent picks the attempt up again from there.
+Standard library only.
+
+In ATTEMPT_DIR the wrapper reads `spec.json` (argv, env, cwd, timeout_ms, max_output_bytes,
+kill_grace_ms) and writes:
+- `wrapper.json` {pid, start_ticks} first, so a restarted agent can find it;
+- `task.json` {pid, start_ticks} once the task runs (the task leads a process group of its own);
+- `stdout`, `stderr`: the task's output, each capped at max_output_bytes; the pipes are drained to
+  the end past the cap so the task never blocks on a full pipe;
+- `result.json` {exit_code, timed_out, killed, reason, ...} last, atomically.
+
+Timeout or SIGTERM/SIGINT/SIGHUP to the wrapper (a kill directive): SIGTERM to the task's group,
+SIGKILL after kill_grace_ms; exit_code is then null and timed_out or killed is true. A task that
+could not be started gets exit code 127 (not found) or 126 (any other OS error), like a shell;
+one ended by signal N gets 128+N. When the wrapper dies the task is SIGKILLed by the kernel
+(PR_SET_PDEATHSIG), so a task never outlives the one process that can report its result; when
+the task's leader exits, whatever is left of its process group is SIGKILLed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from agent.files import read_json, write_json_atomic
+from agent.procfs import start_ticks
+
+SUPERVISE_MAX_SLEEP_MS = 1_000
+"""The wrapper wakes when the task exits, a signal arrives or a deadline passes, and at least
+this often anyway."""
+REAP_TIMEOUT_MS = 5_000
+"""Reaping a task already seen exited (waitid WNOWAIT) cannot take long; bounded anyway."""
+DRAIN_CHUNK_BYTES = 64 * 1024
+DRAIN_JOIN_TIMEOUT_MS = 5_000
+"""After the task's group is gone, output still held open by an escaped descendant is
+abandoned after this long."""
+EXIT_NOT_FOUND = 127
+EXIT_CANNOT_START = 126
+EXIT_SIGNAL_BASE = 128
+_PR_SET_PDEATHSIG = 1
+
+SPEC_FILE = "spec.json"
+WRAPPER_FILE = "wrapper.json"
+TASK_FILE = "task.json"
+RESULT_FILE = "result.json"
+STDOUT_FILE = "stdout"
+STDERR_FILE = "stderr"
+
+
+class _Stop:
+    """Set from a signal handler: the wrapper was told to kill the task."""
+
+    def __init__(self) -> None:
+        self.requested_by: str | None = None
+
+    def handle(self, number: int, _frame: object) -> None:
+        self.requested_by = self.requested_by or signal.Signals(number).name
+
+
+class _Wakeup:
+    """A sleep that any handled signal (SIGCHLD when the task exits, SIGTERM) cuts short:
+    Python's wakeup fd gets a byte per signal, and sleeping is a select() on it."""
+
+    def __init__(self) -> None:
+        self._read_fd, write_fd = os.pipe()
+        os.set_blocking(self._read_fd, False)
+        os.set_blocking(write_fd, False)
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda _number, _frame: None)  # delivered, so it wakes
+
+    def sleep(self, seconds: float) -> None:
+        ready, _, _ = select.select([self._read_fd], [], [], seconds)
+        if ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self._read_fd, DRAIN_CHUNK_BYTES)
+
+
+class _Drain(threading.Thread):
+    """Copies a pipe into a file up to a cap, then keeps reading and discarding."""
+
+    def __init__(self, pipe: IO[bytes], path: Path, cap_bytes: int) -> None:
+        super().__init__(name=f"drain-{path.name}", daemon=True)
+        self._pipe = pipe
+        self._path = path
+        self._cap_bytes = cap_bytes
+        self.total_bytes = 0
+
+    def run(self) -> None:
+        descriptor = self._pipe.fileno()
+        with self._path.open("wb") as sink:
+            while True:
+                chunk = os.read(descriptor, DRAIN_CHUNK_BYTES)
+                if not chunk:
+                    break
+                room = self._cap_bytes - self.total_bytes
+                if room > 0:
+                    sink.write(chunk[:room])
+                self.total_bytes += len(chunk)
+            sink.flush()
+            os.fsync(sink.fileno())
+        self._pipe.close()
+
+    @property
+    def truncated(self) -> bool:
+        return self.total_bytes > self._cap_bytes
+
+
+def _die_with_wrapper() -> None:
+    """preexec_fn: the kernel SIGKILLs the task when the wrapper's main thread dies."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        return
+
+
+def _kill_group(pgid: int, number: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, number)
+    except (ProcessLookupError, PermissionError):
+        return
+
+
+def _exited(pid: int) -> bool:
+    """True once the task has exited, without reaping it (WNOWAIT)."""
+    return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+
+
+def _spawn(spec: dict[str, Any], attempt_dir: Path) -> subprocess.Popen[bytes] | dict[str, Any]:
+    cwd = spec.get("cwd") or str(attempt_dir)
+    try:
+        return subprocess.Popen(
+            list(spec["argv"]), env=dict(spec["env"]), cwd=cwd, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+            close_fds=True, preexec_fn=_die_with_wrapper)  # safe: no other thread exists yet
+    except FileNotFoundError as error:
+        return _result(EXIT_NOT_FOUND, reason=f"cannot start: {error}")
+    except OSError as error:
+        return _result(EXIT_CANNOT_START, reason=f"cannot start: {error}")
+
+
+def _result(exit_code: int | None, *, timed_out: bool = False, killed: bool = False,
+            reason: str = "") -> dict[str, Any]:
+    return {"exit_code": exit_code, "timed_out": timed_out, "killed": killed, "reason": reason}
+
+
+def _supervise(process: subprocess.Popen[bytes], spec: dict[str, Any],
+               stop: _Stop, wakeup: _Wakeup) -> dict[str, Any]:
+    """Waits for the task, enforcing the timeout and kill requests; returns the result.
+    Sleeps until the task exits, a signal arrives or a deadline passes (no busy polling)."""
+    timeout_ms = int(spec.get("timeout_ms") or 0)
+    grace_s = int(spec["kill_grace_ms"]) / 1000
+    deadline_s = time.monotonic() + timeout_ms / 1000 if timeout_ms > 0 else None
+    cause: str | None = None
+    term_sent_s: float | None = None
+    killed_hard = False
+    while not _exited(process.pid):
+        now_s = time.monotonic()
+        if cause is None and stop.requested_by is not None:
+            cause = "killed"
+        elif cause is None and deadline_s is not None and now_s >= deadline_s:
+            cause = "timed_out"
+        if cause is not None and term_sent_s is None:
+            term_sent_s = now_s
+            _kill_group(process.pid, signal.SIGTERM)
+        elif term_sent_s is not None and not killed_hard and now_s - term_sent_s >= grace_s:
+            killed_hard = True
+            _kill_group(process.pid, signal.SIGKILL)
+        wake_s = [now_s + SUPERVISE_MAX_SLEEP_MS / 1000]
+        if cause is None and deadline_s is not None:
+            wake_s.append(deadline_s)
+        if term_sent_s is not None and not killed_hard:
+            wake_s.append(term_sent_s + grace_s)
+        wakeup.sleep(max(0.0, min(wake_s) - now_s))
+    # The leader has exited but is not reaped yet, so its pid still names its group: whatever is
+    # left of the group dies now, and the group id cannot have been reused by anyone else.
+    _kill_group(process.pid, signal.SIGKILL)
+    returncode = process.wait(timeout=REAP_TIMEOUT_MS / 1000)
+    return _classify(returncode, cause, timeout_ms, stop, killed_hard)
+
+
+def _classify(returncode: int, cause: str | None, timeout_ms: int, stop: _Stop,
+              killed_hard: bool) -> dict[str, Any]:
+    hard = " (SIGKILL after the grace period)" if killed_hard else ""
+    if cause == "timed_out":
+        return _result(None, timed_out=True, reason=f"timed out after {timeout_ms} ms{hard}")
+    if cause == "killed":
+        return _result(None, killed=True,
+                       reason=f"killed: the wrapper got {stop.requested_by}{hard}")
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return _result(EXIT_SIGNAL_BASE - returncode, reason=f"terminated by {name}")
+    return _result(returncode, reason="" if returncode == 0 else f"exit code {returncode}")
+
+
+def run(attempt_dir: Path) -> int:
+    stop = _Stop()
+    for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(number, stop.handle)
+    wakeup = _Wakeup()
+    if (attempt_dir / RESULT_FILE).exists():
+        return 0  # this attempt ran to its end already: never run it twice
+    write_json_atomic(attempt_dir / WRAPPER_FILE,
+                      {"pid": os.getpid(), "start_ticks": start_ticks(os.getpid())})
+    spec = read_json(attempt_dir / SPEC_FILE)
+    assert spec is not None, f"{attempt_dir}: no {SPEC_FILE}"
+    if stop.requested_by is not None:  # killed before the task started: it never will
+        write_json_atomic(attempt_dir / RESULT_FILE, _result(
+            None, killed=True, reason=f"killed before start: the wrapper got {stop.requested_by}"))
+        return 0
+    spawned = _spawn(spec, attempt_dir)
+    if isinstance(spawned, dict):
+        write_json_atomic(attempt_dir / RESULT_FILE, spawned)
+        return 0
+    process = spawned
+    write_json_atomic(attempt_dir / TASK_FILE,
+                      {"pid": process.pid, "start_ticks": start_ticks(process.pid)})
+    cap_bytes = int(spec["max_output_bytes"])
+    assert process.stdout is not None and process.stderr is not None
+    drains = [_Drain(process.stdout, attempt_dir / STDOUT_FILE, cap_bytes),
+              _Drain(process.stderr, attempt_dir / STDERR_FILE, cap_bytes)]
+    for drain in drains:
+        drain.start()
+    result = _supervise(process, spec, stop, wakeup)
+    deadline_s = time.monotonic() + DRAIN_JOIN_TIMEOUT_MS / 1000
+    for drain in drains:
+        drain.join(timeout=max(0.0, deadline_s - time.monotonic()))
+    result.update(stdout_bytes=drains[0].total_bytes, stderr_bytes=drains[1].total_bytes,
+                  output_truncated=any(drain.truncated for drain in drains))
+    write_json_atomic(attempt_dir / RESULT_FILE, result)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print("usage: python -m agent.runner ATTEMPT_DIR", file=sys.stderr)
+        return 2
+    return run(Path(argv[1]))
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,69 @@
+"""The outbox: survives reopen, dedupes by (fence, kind), keeps order, ack removes; attempt
+records live until their terminal report is acked."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from agent.model import AttemptRecord, AttemptState, Report, ReportKey, ReportKind, Resources
+from agent.outbox import Outbox
+
+
+def _report(fence: int, kind: ReportKind, reason: str = "") -> Report:
+    return Report(kind, "job", f"t{fence}", fence, 0 if kind == ReportKind.FINISHED else None,
+                  reason=reason)
+
+
+def _record(fence: int, state: AttemptState = AttemptState.RUNNING) -> AttemptRecord:
+    return AttemptRecord(fence, "job", f"t{fence}", 1, state, Resources(500, 64, 0),
+                         f"/attempts/{fence}", 1_700_000_000_000, 4242, 99)
+
+
+def test_reports_survive_reopen_in_fence_then_kind_order(tmp_path: Path) -> None:
+    with Outbox(tmp_path / "o") as outbox:
+        assert outbox.put([_report(9, ReportKind.FINISHED), _report(3, ReportKind.STARTED),
+                           _report(9, ReportKind.STARTED)]) == 3
+    with Outbox(tmp_path / "o") as outbox:
+        assert [(r.fence, r.kind) for r in outbox.pending(10)] == [
+            (3, ReportKind.STARTED), (9, ReportKind.STARTED), (9, ReportKind.FINISHED)]
+        assert outbox.pending(10)[2] == _report(9, ReportKind.FINISHED)
+        assert len(outbox.pending(2)) == 2
+
+
+def test_a_report_is_stored_once_per_fence_and_kind(tmp_path: Path) -> None:
+    with Outbox(tmp_path / "o") as outbox:
+        assert outbox.put([_report(1, ReportKind.REJECTED, "first")]) == 1
+        assert outbox.put([_report(1, ReportKind.REJECTED, "second")]) == 0
+        assert outbox.count() == 1
+        assert outbox.pending(5)[0].reason == "first"
+        assert outbox.has(ReportKey(1, ReportKind.REJECTED))
+        assert not outbox.has(ReportKey(1, ReportKind.STARTED))
+
+
+def test_ack_removes_only_what_is_acked_and_survives_reopen(tmp_path: Path) -> None:
+    with Outbox(tmp_path / "o") as outbox:
+        outbox.put([_report(1, ReportKind.STARTED), _report(2, ReportKind.STARTED)])
+        assert outbox.ack([ReportKey(1, ReportKind.STARTED), ReportKey(7, ReportKind.KILLED)]) == 1
+    with Outbox(tmp_path / "o") as outbox:
+        assert [r.fence for r in outbox.pending(10)] == [2]
+        # Acked, then stored again (a redelivery): it is pending again.
+        assert outbox.put([_report(1, ReportKind.STARTED)]) == 1
+        assert outbox.count() == 2
+
+
+def test_attempt_records_survive_and_end_with_their_terminal_ack(tmp_path: Path) -> None:
+    with Outbox(tmp_path / "o") as outbox:
+        outbox.write(records=[_record(5), _record(6)], reports=[_report(5, ReportKind.STARTED)])
+        outbox.write(records=[_record(5).finished()], reports=[_report(5, ReportKind.FINISHED)])
+    with Outbox(tmp_path / "o") as outbox:
+        assert outbox.attempt(5) == _record(5).finished()
+        assert [r.fence for r in outbox.attempts()] == [5, 6]
+        outbox.ack([ReportKey(5, ReportKind.STARTED)])
+        assert outbox.attempt(5) is not None          # STARTED acked: still waiting to finish
+        outbox.ack([ReportKey(6, ReportKind.KILLED)])
+        assert outbox.attempt(6) is not None          # a RUNNING record is never dropped by ack
+        outbox.ack([ReportKey(5, ReportKind.FINISHED)])
+        assert outbox.attempt(5) is None
+        assert outbox.count() == 0
+        outbox.write(delete_records=[6])
+        assert outbox.attempts() == []
