@@ -1,0 +1,414 @@
+"""What the CLI prints: API messages -> JSON documents -> human text.
+
+Two layers, both pure (no I/O, no clock: times are passed in):
+- `*_doc` functions turn an API message (a protobuf message, read by field name only, so this
+  module imports neither grpc nor the generated code) into the plain dict that `--json` prints.
+  Their keys are the CLI's JSON contract (README "CLI"); adding a key is fine, renaming is not.
+- `*_text` functions and `table` turn those same dicts into human output, so the two outputs
+  cannot disagree. Columns are aligned; numbers are right-aligned; a missing value prints "-".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime, tzinfo
+from typing import Any
+
+TERMINAL_TASK_STATES = frozenset({"SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"})
+TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+TASK_STATE_ORDER = (
+    "SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED",
+    "RUNNING", "ASSIGNED", "RETRY_WAIT", "RUNNABLE", "PENDING",
+)
+"""Finished states first, then the ones closest to finishing; unknown states sort after these."""
+MISSING = "-"
+COLUMN_GAP = "  "
+MILLI = 1000
+
+Doc = dict[str, Any]
+
+
+# --- documents (the --json contract) ----------------------------------------------------------
+
+
+def optional_int(message: Any, field: str) -> int | None:
+    """A proto3 `optional int32`: None when unset (0 is a real exit code)."""
+    return int(getattr(message, field)) if message.HasField(field) else None
+
+
+def ordered_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """Task state -> count in TASK_STATE_ORDER (then alphabetical), zero counts dropped."""
+    rank = {state: index for index, state in enumerate(TASK_STATE_ORDER)}
+    states = sorted(counts, key=lambda state: (rank.get(state, len(rank)), state))
+    return {state: int(counts[state]) for state in states if counts[state]}
+
+
+def job_doc(job: Any) -> Doc:
+    """`job status`: {"job_id", "state", "tasks": {STATE: count}} and the job's other fields."""
+    return {
+        "job_id": job.job_id,
+        "state": job.state,
+        "tasks": ordered_counts(dict(job.tasks)),
+        "name": job.name,
+        "tenant": job.tenant,
+        "priority": job.priority,
+        "total_tasks": job.total_tasks,
+        "failure_policy": job.failure_policy,
+        "submitted_ms": job.submitted_ms,
+        "started_ms": job.started_ms,
+        "finished_ms": job.finished_ms,
+        "reason": job.reason,
+        "applied_index": job.applied_index,
+    }
+
+
+def task_doc(task: Any) -> Doc:
+    """One row of `job tasks`: {"task_id", "state", "attempts", "cluster", "fence", ...}."""
+    return {
+        "task_id": task.task_id,
+        "state": task.state,
+        "attempts": task.attempts,
+        "cluster": task.cluster,
+        "fence": task.fence,
+        "exit_code": optional_int(task, "exit_code"),
+        "reason": task.reason,
+    }
+
+
+def attempt_doc(attempt: Any) -> Doc:
+    return {
+        "number": attempt.number,
+        "fence": attempt.fence,
+        "cluster": attempt.cluster,
+        "state": attempt.state,
+        "exit_code": optional_int(attempt, "exit_code"),
+        "assigned_ms": attempt.assigned_ms,
+        "started_ms": attempt.started_ms,
+        "finished_ms": attempt.finished_ms,
+        "reason": attempt.reason,
+    }
+
+
+def note_doc(note: Any) -> Doc:
+    return {
+        "kind": note.kind,
+        "fence": note.fence,
+        "report": note.report,
+        "at_ms": note.at_ms,
+        "detail": note.detail,
+    }
+
+
+def history_doc(history: Any) -> Doc:
+    """`task history`: the task's state, every attempt, and late/duplicate report notes."""
+    return {
+        "job_id": history.job_id,
+        "task_id": history.task_id,
+        "state": history.state,
+        "reason": history.reason,
+        "attempts": [attempt_doc(attempt) for attempt in history.attempts],
+        "notes": [note_doc(note) for note in history.notes],
+        "notes_dropped": history.notes_dropped,
+        "app_failures": history.app_failures,
+        "infra_failures": history.infra_failures,
+    }
+
+
+def explain_doc(explanation: Any, job_id: str, task_id: str) -> Doc:
+    """`task explain`: {"state", "summary", "clusters": [{"cluster", "eligible", "reason"}]}."""
+    return {
+        "job_id": job_id,
+        "task_id": task_id,
+        "state": explanation.state,
+        "summary": explanation.summary,
+        "clusters": [
+            {"cluster": verdict.cluster, "eligible": verdict.eligible, "reason": verdict.reason}
+            for verdict in explanation.clusters
+        ],
+    }
+
+
+def resources_doc(resources: Any) -> Doc:
+    return {"cpu_milli": resources.cpu_milli, "memory_mb": resources.memory_mb,
+            "gpu": resources.gpu}
+
+
+def compute_cluster_doc(cluster: Any) -> Doc:
+    return {
+        "cluster": cluster.cluster_id,
+        "status": cluster.status,
+        "capabilities": list(cluster.capabilities),
+        "capacity": resources_doc(cluster.capacity),
+        "reserved": resources_doc(cluster.reserved),
+        "incarnation": cluster.incarnation,
+        "live_attempts": cluster.live_attempts,
+        "pending_kills": cluster.pending_kills,
+        "heartbeat_age_ms": cluster.heartbeat_age_ms,
+    }
+
+
+def cluster_status_doc(status: Any) -> Doc:
+    """`admin status`: {"leader", "term", "replicas", "clusters", "commit_index", "responder"}."""
+    return {
+        "leader": status.leader,
+        "term": status.term,
+        "replicas": [
+            {"raft_address": r.raft_address, "grpc_address": r.grpc_address, "leader": r.leader}
+            for r in status.replicas
+        ],
+        "clusters": [compute_cluster_doc(cluster) for cluster in status.clusters],
+        "commit_index": status.commit_index,
+        "applied_index": status.applied_index,
+        "responder": status.responder,
+        "state_digest": status.state_digest,
+    }
+
+
+# --- text building blocks ---------------------------------------------------------------------
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[object]],
+          right: Iterable[int] = ()) -> str:
+    """Aligned columns separated by two spaces; columns whose index is in `right` are
+    right-aligned. None and "" print as "-". No trailing spaces; no final newline."""
+    cells = [[_cell(value) for value in row] for row in rows]
+    assert all(len(row) == len(headers) for row in cells), "every row has one cell per header"
+    widths = [max([len(header)] + [len(row[i]) for row in cells]) for i, header in
+              enumerate(headers)]
+    right_set = frozenset(right)
+
+    def line(values: Sequence[str]) -> str:
+        parts = [value.rjust(widths[i]) if i in right_set else value.ljust(widths[i])
+                 for i, value in enumerate(values)]
+        return COLUMN_GAP.join(parts).rstrip()
+
+    return "\n".join([line(list(headers)), *(line(row) for row in cells)])
+
+
+def _cell(value: object) -> str:
+    if value is None or value == "":
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    return str(value)
+
+
+def format_time_ms(ms: int, tz: tzinfo | None = None, *, now_ms: int | None = None) -> str:
+    """"-" for 0 (not happened); HH:MM:SS when on the same day as `now_ms` (or always when
+    `now_ms` is None); else YYYY-MM-DD HH:MM:SS. `tz` None means the local time zone."""
+    if ms <= 0:
+        return MISSING
+    moment = datetime.fromtimestamp(ms / MILLI, tz)
+    if now_ms is not None and datetime.fromtimestamp(now_ms / MILLI, tz).date() != moment.date():
+        return moment.strftime("%Y-%m-%d %H:%M:%S")
+    return moment.strftime("%H:%M:%S")
+
+
+def format_duration_ms(ms: int) -> str:
+    """1.2s, 3m04s, 2h05m."""
+    if ms < 0:
+        return MISSING
+    seconds = ms / MILLI
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, second = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{second:02d}s"
+    hours, minute = divmod(minutes, 60)
+    return f"{hours}h{minute:02d}m"
+
+
+def format_cpu_milli(cpu_milli: int) -> str:
+    """Cores: 4000 -> "4", 500 -> "0.5"."""
+    return f"{cpu_milli / MILLI:g}"
+
+
+def state_counts_text(counts: Mapping[str, int]) -> str:
+    """"SUCCEEDED 3, RUNNING 2, RUNNABLE 2" ("no tasks" when empty)."""
+    ordered = ordered_counts(counts)
+    return ", ".join(f"{state} {count}" for state, count in ordered.items()) or "no tasks"
+
+
+def done_and_total(job: Doc) -> tuple[int, int]:
+    """(tasks in a terminal state, all tasks) of a job document."""
+    counts: Mapping[str, int] = job["tasks"]
+    done = sum(count for state, count in counts.items() if state in TERMINAL_TASK_STATES)
+    return done, max(int(job.get("total_tasks") or 0), sum(counts.values()))
+
+
+def exit_code_text(exit_code: int | None) -> str:
+    return MISSING if exit_code is None else str(exit_code)
+
+
+# --- jobs and tasks ---------------------------------------------------------------------------
+
+
+def progress_line(job: Doc, at: datetime) -> str:
+    """`[12:00:01] RUNNING  3/7 done  (SUCCEEDED 3, RUNNING 2, RUNNABLE 2)`."""
+    done, total = done_and_total(job)
+    return (f"[{at.strftime('%H:%M:%S')}] {job['state']:<8} {done}/{total} done  "
+            f"({state_counts_text(job['tasks'])})")
+
+
+def job_text(job: Doc, tz: tzinfo | None = None, *, now_ms: int | None = None) -> str:
+    """`job status`: one field per line."""
+    done, total = done_and_total(job)
+    times = [("submitted", job["submitted_ms"]), ("started", job["started_ms"]),
+             ("finished", job["finished_ms"])]
+    rows: list[tuple[str, str]] = [
+        ("job", f"{job['job_id']} ({job['name']})" if job.get("name") else job["job_id"]),
+        ("state", f"{job['state']}  {done}/{total} tasks done"),
+        ("tasks", state_counts_text(job["tasks"])),
+        ("tenant", f"{job['tenant']}  priority {job['priority']}  "
+                   f"failure policy {job['failure_policy']}"),
+    ]
+    rows += [(label, format_time_ms(ms, tz, now_ms=now_ms)) for label, ms in times if ms > 0]
+    if job["started_ms"] > 0:
+        end_ms = job["finished_ms"] if job["finished_ms"] > 0 else now_ms
+        if end_ms is not None:
+            rows.append(("elapsed", format_duration_ms(end_ms - job["started_ms"])))
+    if job.get("reason"):
+        rows.append(("reason", job["reason"]))
+    width = max(len(label) for label, _ in rows)
+    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+
+
+def jobs_table(jobs: Sequence[Doc], tz: tzinfo | None = None, *,
+               now_ms: int | None = None) -> str:
+    """`job list`: one line per job."""
+    if not jobs:
+        return "no jobs"
+    rows = []
+    for job in jobs:
+        done, total = done_and_total(job)
+        rows.append([job["job_id"], job.get("name"), job.get("tenant"), job["state"],
+                     f"{done}/{total}", format_time_ms(job.get("submitted_ms", 0), tz,
+                                                       now_ms=now_ms)])
+    return table(["JOB", "NAME", "TENANT", "STATE", "DONE", "SUBMITTED"], rows, right=[4])
+
+
+def tasks_table(tasks: Sequence[Doc]) -> str:
+    """`job tasks` and the end of `submit --watch`: task, state, attempts, cluster, fence, exit
+    code, and the reason column when any task has a reason."""
+    if not tasks:
+        return "no tasks"
+    with_reason = any(task.get("reason") for task in tasks)
+    headers = ["TASK", "STATE", "ATTEMPTS", "CLUSTER", "FENCE", "EXIT"]
+    rows: list[list[object]] = []
+    for task in tasks:
+        row: list[object] = [task["task_id"], task["state"], task["attempts"], task["cluster"],
+                             task["fence"] or None, exit_code_text(task.get("exit_code"))]
+        if with_reason:
+            row.append(task.get("reason"))
+        rows.append(row)
+    if with_reason:
+        headers.append("REASON")
+    return table(headers, rows, right=[2, 4, 5])
+
+
+def history_text(history: Doc, tz: tzinfo | None = None, *, now_ms: int | None = None) -> str:
+    """`task history`: the task line, the attempts table, then the report notes."""
+    failures = (f"{history['app_failures']} application / {history['infra_failures']} "
+                f"infrastructure failure(s)")
+    lines = [f"task {history['job_id']}/{history['task_id']}  {history['state']}  ({failures})"]
+    if history.get("reason"):
+        lines.append(f"reason: {history['reason']}")
+    lines.append("")
+    lines.append(_attempts_table(history["attempts"], tz, now_ms))
+    notes = history["notes"]
+    if notes or history.get("notes_dropped"):
+        lines += ["", "reports that changed nothing:"]
+        lines += [f"  {note['kind']} {note['report']} report for fence {note['fence']} at "
+                  f"{format_time_ms(note['at_ms'], tz, now_ms=now_ms)}"
+                  + (f": {note['detail']}" if note.get("detail") else "") for note in notes]
+        if history.get("notes_dropped"):
+            lines.append(f"  ... and {history['notes_dropped']} more not kept")
+    return "\n".join(lines)
+
+
+def _attempts_table(attempts: Sequence[Doc], tz: tzinfo | None, now_ms: int | None) -> str:
+    if not attempts:
+        return "no attempts yet"
+    rows = []
+    for attempt in attempts:
+        end_ms = attempt["finished_ms"] or now_ms
+        took = (format_duration_ms(end_ms - attempt["started_ms"])
+                if attempt["started_ms"] and end_ms else None)
+        rows.append([attempt["number"], attempt["fence"], attempt["cluster"], attempt["state"],
+                     exit_code_text(attempt.get("exit_code")),
+                     format_time_ms(attempt["assigned_ms"], tz, now_ms=now_ms),
+                     format_time_ms(attempt["started_ms"], tz, now_ms=now_ms),
+                     format_time_ms(attempt["finished_ms"], tz, now_ms=now_ms),
+                     took, attempt.get("reason")])
+    headers = ["#", "FENCE", "CLUSTER", "STATE", "EXIT", "ASSIGNED", "STARTED", "FINISHED",
+               "TOOK", "REASON"]
+    return table(headers, rows, right=[0, 1, 4, 8])
+
+
+def explain_text(explanation: Doc) -> str:
+    """`task explain`: the state and summary, then each cluster's verdict."""
+    summary = explanation["summary"]
+    state = explanation["state"]
+    lines = [f"{state}: {summary}" if summary and summary != state else state]
+    if explanation["clusters"]:
+        rows = [[verdict["cluster"], verdict["eligible"], verdict["reason"]]
+                for verdict in explanation["clusters"]]
+        lines += ["", table(["CLUSTER", "ELIGIBLE", "WHY NOT"], rows)]
+    return "\n".join(lines)
+
+
+# --- admin and dev cluster --------------------------------------------------------------------
+
+
+def cluster_status_text(status: Doc) -> str:
+    """`admin status`: leadership, the replicas, the compute clusters."""
+    leader = status["leader"] or "unknown (no leader known to this replica)"
+    lines = [f"leader {leader}  term {status['term']}  commit index {status['commit_index']}"
+             f"  applied {status['applied_index']}  (answered by {status['responder'] or '?'})",
+             ""]
+    replicas = [[r["raft_address"], r["grpc_address"], "leader" if r["leader"] else "follower"]
+                for r in status["replicas"]]
+    lines.append(table(["REPLICA (RAFT)", "GRPC", "ROLE"], replicas) if replicas
+                 else "no replicas known")
+    lines.append("")
+    lines.append(compute_clusters_table(status["clusters"]) if status["clusters"]
+                 else "no compute clusters registered")
+    return "\n".join(lines)
+
+
+def compute_clusters_table(clusters: Sequence[Doc]) -> str:
+    rows = []
+    for cluster in clusters:
+        capacity, reserved = cluster["capacity"], cluster["reserved"]
+        age_ms = cluster["heartbeat_age_ms"]
+        rows.append([
+            cluster["cluster"], cluster["status"], ",".join(cluster["capabilities"]),
+            f"{format_cpu_milli(reserved['cpu_milli'])}/{format_cpu_milli(capacity['cpu_milli'])}",
+            f"{reserved['memory_mb']}/{capacity['memory_mb']}",
+            f"{reserved['gpu']}/{capacity['gpu']}",
+            cluster["live_attempts"],
+            f"{format_duration_ms(age_ms)} ago" if age_ms >= 0 else None,
+        ])
+    headers = ["CLUSTER", "STATUS", "CAPABILITIES", "CPU USED", "MEMORY MB USED", "GPU USED",
+               "LIVE", "HEARTBEAT"]
+    return table(headers, rows, right=[3, 4, 5, 6])
+
+
+def dev_cluster_text(cluster: Doc) -> str:
+    """`dev up` / `dev status`: the processes of a local dev cluster and how to use it."""
+    replicas = [[r["id"], r["pid"], _alive(r["alive"]), r["address"], r["raft_address"],
+                 "leader" if r["leader"] else ("follower" if r["alive"] else None)]
+                for r in cluster["replicas"]]
+    agents = [[a["cluster"], a["pid"], _alive(a["alive"]), ",".join(a.get("capabilities", [])),
+               a.get("status")] for a in cluster["agents"]]
+    lines = [table(["REPLICA", "PID", "PROCESS", "GRPC", "RAFT", "ROLE"], replicas, right=[1])]
+    if agents:
+        lines += ["", table(["AGENT", "PID", "PROCESS", "CAPABILITIES", "STATUS"], agents,
+                            right=[1])]
+    lines += ["", f"dir:     {cluster['dir']}  (logs in {cluster['dir']}/logs)",
+              f"servers: {','.join(cluster['servers'])}"]
+    return "\n".join(lines)
+
+
+def _alive(alive: bool) -> str:
+    return "alive" if alive else "DEAD"
