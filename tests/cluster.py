@@ -145,6 +145,19 @@ class LocalCluster:
         index = wait_for(lambda: plus_one(self.leader_index()), timeout_s, "a leader")
         return index - 1
 
+    def spawn_joiner(self) -> tuple[Proc, str, str]:
+        """Start a replica that is not yet a member (peers: every member and itself); add it
+        with Admin.AddReplica. Returns the process and its Raft and gRPC addresses."""
+        raft, grpc = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        argv = [sys.executable, "-m", "raftsched.main", "--raft", raft, "--grpc", grpc,
+                "--peers", ",".join([*self.raft, raft]),
+                "--data-dir", str(self.root / f"joiner-{raft.rsplit(':', 1)[1]}"),
+                "--secret-file", str(self.secret_file), *self.replica_flags]
+        proc = Proc(f"joiner-{raft}", argv, self.root / "logs" / f"joiner-{raft}.log")
+        proc.start()
+        self.replicas.append(proc)
+        return proc, raft, grpc
+
     # -- agents ----------------------------------------------------------------------------------
 
     def add_agent(self, cluster_id: str, capabilities: str = "linux", cpu: float = 4,

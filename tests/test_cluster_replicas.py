@@ -85,3 +85,24 @@ def test_leader_kill_9_then_a_new_leader_takes_writes(cluster: LocalCluster) -> 
 def _other_leader(cluster: LocalCluster, old: int) -> int | None:
     index = cluster.leader_index()
     return None if index is None or index == old else index
+
+
+def test_add_and_remove_a_replica_through_the_admin_api(cluster: LocalCluster) -> None:
+    client = cluster.client()
+    before = client.submit(JOB).job_id
+    proc, raft, grpc = cluster.spawn_joiner()
+    members = list(client.add_replica(raft, grpc).members)
+    assert raft in members and len(members) == 4
+    after = client.submit(JOB).job_id
+
+    def caught_up() -> bool:
+        status = cluster.client(retry_budget_s=1).cluster_status(grpc)
+        leader = client.cluster_status()
+        return status.applied_index >= leader.commit_index - 2 and bool(status.leader)
+    wait_for(caught_up, 30, "the new replica to catch up")
+    for job_id in (before, after):
+        assert client.get_job(job_id).job_id == job_id
+    members = list(client.remove_replica(raft).members)
+    assert raft not in members and len(members) == 3
+    proc.kill()
+    assert client.submit(JOB).created
