@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from raftsched.client import Client
+from raftsched.devcluster import pick_free_ports
 from raftsched.errors import RaftschedError
 
 T = TypeVar("T")
@@ -25,9 +25,7 @@ SECRET = "integration-test-secret"
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return pick_free_ports(1)[0]
 
 
 def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:

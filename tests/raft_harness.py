@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from raftsched.devcluster import pick_free_ports
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROC_SCRIPT = REPO_ROOT / "tests" / "raft_proc.py"
 START_TIMEOUT_S = 20.0
@@ -36,17 +38,7 @@ class HarnessError(AssertionError):
 
 
 def free_ports(count: int) -> list[int]:
-    """Ports the OS just handed out on 127.0.0.1 (held together so they are distinct)."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    return pick_free_ports(count)
 
 
 def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
