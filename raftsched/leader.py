@@ -42,6 +42,9 @@ LOST_AFTER_S = 30.0
 """A SUSPECT cluster silent this long (since its last heartbeat) becomes LOST."""
 PLACEMENT_BATCH = 2_000
 """Placements proposed per ASSIGN_BATCH."""
+REDELIVER_AFTER_S = 1.0
+"""An assignment or kill directive already sent to an agent is sent again only after this long
+without the agent's answer being committed (the message or its answer may have been lost)."""
 
 
 class Node(Protocol):
@@ -59,6 +62,8 @@ class AgentHealth:
     seq: int = 0
     free: tuple[int, int, int] | None = None
     incarnation: int = 0
+    sent: dict[tuple[int, int], float] = field(default_factory=dict)
+    """(fence, 0 assignment | 1 kill) -> when it was last sent to this incarnation."""
 
 
 @dataclass
@@ -132,8 +137,27 @@ class Leader:
                 return False
             if health is None or health.free != free:
                 self._idle_version = None  # new room may make a waiting task placeable
-            self._term.health[cluster_id] = AgentHealth(now, seq, free, incarnation)
+            sent = health.sent if health is not None and health.incarnation == incarnation \
+                else {}
+            self._term.health[cluster_id] = AgentHealth(now, seq, free, incarnation, sent)
         return True
+
+    def due(self, cluster_id: str, items: list[tuple[int, int]]) -> set[tuple[int, int]]:
+        """Which of `items` ((fence, kind) pending for this cluster) to send now: those never
+        sent to this agent incarnation in this term, or sent over REDELIVER_AFTER_S ago. Marks
+        them sent. Forgets what is no longer pending, so the memory stays bounded by it."""
+        now = self._clock.monotonic_s()
+        with self._lock:
+            health = self._term.health.get(cluster_id)
+            if health is None:
+                return set(items)
+            previous = health.sent
+            health.sent = {item: previous[item] for item in items if item in previous}
+            due = {item for item in items
+                   if now - health.sent.get(item, -REDELIVER_AFTER_S) >= REDELIVER_AFTER_S}
+            for item in due:
+                health.sent[item] = now
+            return due
 
     def heartbeat_age_ms(self, cluster_id: str) -> int:
         with self._lock:

@@ -228,7 +228,9 @@ class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
         deadline = self.ctx.clock.monotonic_s() + wait_s
         seen = self.ctx.changes.version()
         while True:
-            assignments, kills = self.ctx.node.read(lambda s: views.deliveries(s, cluster_id))
+            assignments, kills = self.ctx.node.read(
+                lambda s: views.deliveries(s, cluster_id, lambda items: self.ctx.leader.due(
+                    cluster_id, items)))
             left = deadline - self.ctx.clock.monotonic_s()
             if assignments or kills or left <= 0 or not context.is_active():
                 break

@@ -4,6 +4,7 @@ service calls them under the Raft node's apply lock, so each must be short (O(wh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from raftsched import fsm, limits
@@ -156,24 +157,38 @@ def compute_cluster(cluster: Cluster, heartbeat_age_ms: int) -> Any:
     )
 
 
-def deliveries(state: State, cluster_id: str, idempotency_prefix: str = "") -> tuple[Any, Any]:
-    """What a cluster's agent must hear now: every committed attempt still ASSIGNED to it and
-    every pending kill directive (bounded per reply)."""
+def deliveries(state: State, cluster_id: str,
+               due: Callable[[list[tuple[int, int]]], set[tuple[int, int]]] | None = None,
+               ) -> tuple[Any, Any]:
+    """What a cluster's agent must hear now: committed attempts still ASSIGNED to it and
+    pending kill directives, as (fence, 0) and (fence, 1) items; `due` picks which of them to
+    send now (the leader's redelivery timer). At most MAX_DELIVERIES_PER_HEARTBEAT of each."""
     cluster = state.clusters[cluster_id]
-    assignments = []
-    for fence, (job_id, index) in cluster.live.items():
-        job = state.jobs[job_id]
-        task = job.tasks[index]
-        attempt = task.current
-        assert attempt is not None and attempt.fence == fence
-        if attempt.state != AttemptState.ASSIGNED:
+    pending = [(fence, 0) for fence, (job_id, index) in cluster.live.items()
+               if _current_state(state, job_id, index, fence) == AttemptState.ASSIGNED]
+    pending += [(fence, 1) for fence in cluster.kills]
+    chosen = set(pending) if due is None else due(pending)
+    assignments: list[Any] = []
+    kills: list[Any] = []
+    for fence, kind in pending:
+        if (fence, kind) not in chosen:
             continue
-        assignments.append(_assignment(job, task, attempt.number, fence))
-        if len(assignments) == MAX_DELIVERIES_PER_HEARTBEAT:
-            break
-    kills = [pb.KillDirective(job_id=j, task_id=t, fence=f)
-             for f, (j, t) in list(cluster.kills.items())[:MAX_DELIVERIES_PER_HEARTBEAT]]
+        if kind == 0 and len(assignments) < MAX_DELIVERIES_PER_HEARTBEAT:
+            job_id, index = cluster.live[fence]
+            job = state.jobs[job_id]
+            task = job.tasks[index]
+            assert task.current is not None
+            assignments.append(_assignment(job, task, task.current.number, fence))
+        elif kind == 1 and len(kills) < MAX_DELIVERIES_PER_HEARTBEAT:
+            job_id, task_id = cluster.kills[fence]
+            kills.append(pb.KillDirective(job_id=job_id, task_id=task_id, fence=fence))
     return assignments, kills
+
+
+def _current_state(state: State, job_id: str, index: int, fence: int) -> AttemptState:
+    attempt = state.jobs[job_id].tasks[index].current
+    assert attempt is not None and attempt.fence == fence
+    return attempt.state
 
 
 def _assignment(job: Job, task: Task, number: int, fence: int) -> Any:

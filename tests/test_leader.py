@@ -129,3 +129,29 @@ def test_stale_heartbeat_sequence_is_ignored() -> None:
     assert leader.heartbeat("east", 1, 5, None)
     assert not leader.heartbeat("east", 1, 4, None)
     assert leader.heartbeat("east", 2, 1, None)  # a new incarnation starts over
+
+
+def test_deliveries_are_resent_only_after_the_redelivery_interval() -> None:
+    from raftsched import views
+    from raftsched.leader import REDELIVER_AFTER_S
+
+    node, clock, leader = make()
+    submit(node, "j1", 3)
+    leader._round()
+    leader._round()
+    leader.heartbeat("east", 1, 1, None)
+
+    def deliver() -> list[int]:
+        assignments, _ = views.deliveries(node.state, "east",
+                                          lambda items: leader.due("east", items))
+        return sorted(a.fence for a in assignments)
+
+    assert deliver() == [1, 2, 3]
+    assert deliver() == []  # sent already: a long poll waits instead of repeating them
+    submit(node, "j2", 1)
+    leader._round()
+    assert deliver() == [4]  # new work goes out at once
+    clock.advance(REDELIVER_AFTER_S)
+    assert deliver() == [1, 2, 3, 4]  # unanswered: sent again (the message may have been lost)
+    leader.heartbeat("east", 2, 1, None)  # a new incarnation has heard nothing yet
+    assert deliver() == [1, 2, 3, 4]
