@@ -159,6 +159,14 @@ class Leader:
                 health.sent[item] = now
             return due
 
+    def registered(self, cluster_id: str, incarnation: int) -> None:
+        """A (re-)registration committed: the agent is alive now, whatever its last heartbeat
+        sequence was. Its silence timer and redelivery memory start over."""
+        now = self._clock.monotonic_s()
+        with self._lock:
+            self._term.health[cluster_id] = AgentHealth(now, 0, None, incarnation)
+            self._idle_version = None
+
     def heartbeat_age_ms(self, cluster_id: str) -> int:
         with self._lock:
             health = self._term.health.get(cluster_id)

@@ -19,12 +19,13 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from raftsched import commands as c
-from raftsched import fsm, views
+from raftsched import views
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.client import LEADER_METADATA_KEY
 from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
+from raftsched.gateway import PROPOSE_TIMEOUT_S, AgentGateway, propose
 from raftsched.leader import Leader
 from raftsched.model import TERMINAL_JOB_STATES, State
 from raftsched.spec import SpecError, parse_spec_text, validate_job_doc
@@ -32,7 +33,6 @@ from raftsched.spec_wire import to_wire
 
 logger = logging.getLogger("raftsched.service")
 
-PROPOSE_TIMEOUT_S = 5.0
 READ_CONFIRM_TIMEOUT_S = 2.0
 MAX_LONG_POLL_MS = 5_000
 """A heartbeat long-poll is held at most this long."""
@@ -110,17 +110,10 @@ class Context:
 
     def propose(self, context: grpc.ServicerContext, command: c.Command) -> Any:
         """Commit `command`; the Applied result, or abort with the matching status."""
-        self.require_leader(context)
         try:
-            outcome = self.node.propose(c.encode(command), PROPOSE_TIMEOUT_S)
+            return propose(self.node, self.leader, command)
         except RaftschedError as error:
             self.abort(context, error)
-        except c.CommandError as error:
-            self.abort(context, RaftschedError(Code.RESOURCE_EXHAUSTED, str(error)))
-        if isinstance(outcome, fsm.Rejected):
-            self.abort(context, RaftschedError(outcome.code, outcome.reason))
-        self.leader.wake()
-        return outcome.result
 
 
 class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
@@ -200,63 +193,51 @@ def _issues(error: SpecError) -> str:
 
 
 class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
+    """gRPC around `gateway.AgentGateway` (the logic the simulation drives too)."""
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.gateway = AgentGateway(ctx.node, ctx.leader, ctx.clock, ctx.rng,
+                                    ctx.changes.wait, ctx.changes.version)
 
     def Register(self, request: Any, context: grpc.ServicerContext) -> Any:
         known = tuple(c.KnownAttempt(k.job_id, k.task_id, k.fence, k.running)
                       for k in request.known)
         capacity = request.capacity
-        result = self.ctx.propose(context, c.ClusterRegister(
-            request.cluster_id, request.incarnation, tuple(request.capabilities),
-            capacity.cpu_milli, capacity.memory_mb, capacity.gpu, self.ctx.clock.now_ms(), known))
-        self.ctx.leader.heartbeat(request.cluster_id, request.incarnation, 0, None)
+        try:
+            result = self.gateway.register(
+                request.cluster_id, request.incarnation, tuple(request.capabilities),
+                (capacity.cpu_milli, capacity.memory_mb, capacity.gpu), known)
+        except RaftschedError as error:
+            self.ctx.abort(context, error)
         logger.info("event agent_registered cluster=%s incarnation=%d lost=%d kills=%d",
                     request.cluster_id, request.incarnation, result["lost"], result["kills"])
         return pb.RegisterResponse(term=self.ctx.node.term(), leader=_self_address(self.ctx),
                                    lost=result["lost"], kills=result["kills"])
 
     def Heartbeat(self, request: Any, context: grpc.ServicerContext) -> Any:
-        self.ctx.require_leader(context)
-        cluster_id = request.cluster_id
-        if not self.ctx.node.read(lambda s: _registered(s, cluster_id, request.incarnation)):
-            return pb.HeartbeatResponse(term=self.ctx.node.term(), reregister=True)
         free = (request.free.cpu_milli, request.free.memory_mb, request.free.gpu) \
             if request.HasField("free") else None
-        self.ctx.leader.heartbeat(cluster_id, request.incarnation, request.seq, free)
-        wait_s = min(request.wait_ms, MAX_LONG_POLL_MS) / 1000
-        deadline = self.ctx.clock.monotonic_s() + wait_s
-        seen = self.ctx.changes.version()
-        while True:
-            assignments, kills = self.ctx.node.read(
-                lambda s: views.deliveries(s, cluster_id, lambda items: self.ctx.leader.due(
-                    cluster_id, items)))
-            left = deadline - self.ctx.clock.monotonic_s()
-            if assignments or kills or left <= 0 or not context.is_active():
-                break
-            seen = self.ctx.changes.wait(seen, left)
-            if not self.ctx.leader.leading():
-                break
-        return pb.HeartbeatResponse(term=self.ctx.node.term(), assignments=assignments,
-                                    kills=kills)
+        try:
+            due = self.gateway.heartbeat(request.cluster_id, request.incarnation, request.seq,
+                                         free, min(request.wait_ms, MAX_LONG_POLL_MS) / 1000,
+                                         context.is_active)
+        except RaftschedError as error:
+            self.ctx.abort(context, error)
+        return pb.HeartbeatResponse(term=due.term, reregister=due.reregister,
+                                    assignments=due.assignments, kills=due.kills)
 
     def Report(self, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             items = tuple(_report(r) for r in request.reports)
+            verdicts = self.gateway.report(request.cluster_id, items)
         except ValueError as error:
             self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, str(error)))
-        result = self.ctx.propose(context, c.ReportBatch(
-            request.cluster_id, self.ctx.clock.now_ms(), self.ctx.rng.getrandbits(64), items))
-        verdicts = [pb.ReportVerdict(fence=fence, verdict=verdict, kind=report.kind.name)
-                    for (_, _, fence, verdict), report in zip(result["items"], items,
-                                                              strict=True)]
-        return pb.ReportResponse(term=self.ctx.node.term(), verdicts=verdicts)
-
-
-def _registered(state: State, cluster_id: str, incarnation: int) -> bool:
-    cluster = state.clusters.get(cluster_id)
-    return (cluster is not None and cluster.incarnation == incarnation
-            and cluster.status != c.ClusterStatus.LOST)
+        except RaftschedError as error:
+            self.ctx.abort(context, error)
+        return pb.ReportResponse(term=self.ctx.node.term(), verdicts=[
+            pb.ReportVerdict(fence=fence, verdict=verdict, kind=report.kind.name)
+            for (fence, verdict), report in zip(verdicts, items, strict=True)])
 
 
 def _report(message: Any) -> c.Report:
