@@ -27,9 +27,11 @@ DEFAULT_CALL_TIMEOUT_S = 10.0
 """Deadline of one RPC attempt."""
 DEFAULT_RETRY_BUDGET_S = 30.0
 """How long a call keeps retrying through elections and redirects."""
-MAX_CALL_ATTEMPTS = 40
+MAX_CALL_ATTEMPTS = 200
+"""With BACKOFF_MAX_S this lets a call retry through the whole retry budget."""
 BACKOFF_MIN_S = 0.05
-BACKOFF_MAX_S = 1.0
+BACKOFF_MAX_S = 0.2
+"""Retries during an election come this often at the least; elections take ~0.5-1 s here."""
 WATCH_RECONNECTS = 100
 """A watch re-opens its stream after a leader change at most this many times."""
 TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
