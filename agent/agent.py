@@ -62,7 +62,7 @@ HEARTBEAT_WAIT_MS = 1_000
 """Long-poll wait asked of the leader (it caps it too)."""
 POLL_INTERVAL_MS = 50
 """The reporter checks the executor for completions at least this often."""
-REPORT_BATCH_MAX = 500
+REPORT_BATCH_MAX = 2_000
 """Reports in one Report call."""
 MAX_REPORT_BATCHES_PER_FLUSH = 20
 """Report calls in one flush before the reporter looks at completions again."""
