@@ -149,7 +149,7 @@ class GrpcSession:
         if response.reregister:
             raise Reregister(f"leader does not know incarnation {beat.incarnation}")
         return Directives(int(response.term),
-                          tuple(_assignment(a) for a in response.assignments),
+                          tuple(assignment_from_pb(a) for a in response.assignments),
                           tuple(KillDirective(k.job_id, k.task_id, int(k.fence))
                                 for k in response.kills))
 
@@ -268,7 +268,8 @@ def _resources_pb(resources: Resources) -> Any:
                         gpu=resources.gpu)
 
 
-def _assignment(message: Any) -> Assignment:
+def assignment_from_pb(message: Any) -> Assignment:
+    """The agent's Assignment from an `Assignment` message (shared with tests/sim)."""
     resources = message.resources
     return Assignment(
         job_id=message.job_id, task_id=message.task_id, fence=int(message.fence),

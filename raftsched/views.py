@@ -9,7 +9,6 @@ from typing import Any
 
 from raftsched import fsm, limits
 from raftsched.api import raftsched_pb2 as pb
-from raftsched.commands import ClusterStatus
 from raftsched.errors import Code, RaftschedError
 from raftsched.model import AttemptState, Cluster, Job, State, Task, TaskState
 
@@ -205,11 +204,6 @@ def idempotency_key(job: Job, task: Task) -> str:
     """Stable across a task's attempts (the fence tells attempts apart): external effects keyed
     by it happen once per task."""
     return f"{job.id}/{task.spec.id}"
-
-
-def cluster_is_ready(state: State, cluster_id: str) -> bool:
-    cluster = state.clusters.get(cluster_id)
-    return cluster is not None and cluster.status == ClusterStatus.READY
 
 
 assert MAX_DELIVERIES_PER_HEARTBEAT <= limits.MAX_BATCH_ITEMS

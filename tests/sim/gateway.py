@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from typing import Any
 
 from agent import session as s
 from agent.model import (
-    Assignment,
     Beat,
     Directives,
     KillDirective,
@@ -18,7 +16,6 @@ from agent.model import (
     Registration,
     Report,
     Reported,
-    Resources,
     Verdict,
 )
 from raftsched import commands as c
@@ -66,7 +63,7 @@ class Gateway:
             raise self._error(error, reregister=False) from None
         if due.reregister:
             raise s.Reregister(f"leader does not know incarnation {beat.incarnation}")
-        return Directives(due.term, tuple(_assignment(a) for a in due.assignments),
+        return Directives(due.term, tuple(s.assignment_from_pb(a) for a in due.assignments),
                           tuple(KillDirective(k.job_id, k.task_id, int(k.fence))
                                 for k in due.kills))
 
@@ -92,11 +89,3 @@ def _session_error(error: RaftschedError, leader: str, reregister: bool) -> s.Se
     return s.Refused(error.code.value, error.message)
 
 
-def _assignment(message: Any) -> Assignment:
-    resources = message.resources
-    return Assignment(
-        job_id=message.job_id, task_id=message.task_id, fence=int(message.fence),
-        attempt=int(message.attempt), command=tuple(message.command), env=dict(message.env),
-        cwd=message.cwd, resources=Resources(int(resources.cpu_milli), int(resources.memory_mb),
-                                             int(resources.gpu)),
-        timeout_ms=int(message.timeout_ms), idempotency_key=message.idempotency_key)
