@@ -60,6 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lost-after-s", type=float, default=LOST_AFTER_S,
                         help="silent this long, its attempts are LOST and `on_lost: replace` "
                              f"tasks run elsewhere (default {LOST_AFTER_S:g})")
+    parser.add_argument("--applied-log", metavar="FILE",
+                        help="append every applied entry (index, bytes) to FILE, for audits and "
+                             "the fault-injection harness's checker (default: off)")
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on 127.0.0.1:PORT (0: off)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
@@ -89,9 +92,13 @@ def run(args: argparse.Namespace) -> int:
     changes = ChangeFeed()
     try:
         node = RaftNode(args.raft, peers, args.data_dir, secret, insecure_dev=args.insecure_dev,
-                        on_applied=changes.notify)
+                        on_applied=changes.notify, applied_log=args.applied_log)
     except RaftschedError as error:
         print(f"error: {error.message}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"error: cannot open --applied-log {args.applied_log}: {error.strerror}",
+              file=sys.stderr)
         return 2
     clock = SystemClock()
     leader = Leader(node, clock, random.SystemRandom(),

@@ -106,6 +106,7 @@ from pysyncobj.transport import TCPTransport
 from pysyncobj.version import VERSION as _PYSYNCOBJ_VERSION
 
 from raftsched import fsm, limits, snapshot
+from raftsched.applied_log import AppliedLogWriter
 from raftsched.commands import Barrier, encode
 from raftsched.errors import Code, RaftschedError
 from raftsched.fsm import Applied, Outcome, Rejected
@@ -831,7 +832,8 @@ class RaftNode:
                  *, fsync: bool = True,
                  on_applied: Callable[[int], None] | None = None,
                  compaction_min_entries: int = LOG_COMPACTION_MIN_ENTRIES,
-                 compaction_min_time_s: float = LOG_COMPACTION_MIN_TIME_S) -> None:
+                 compaction_min_time_s: float = LOG_COMPACTION_MIN_TIME_S,
+                 applied_log: str | None = None) -> None:
         _check_address(self_address)
         for peer in peers:
             _check_address(peer)
@@ -850,6 +852,7 @@ class RaftNode:
         self._configured_peers = sorted({p for p in peers if p != self_address})
         self._on_leader_change = on_leader_change
         self._on_applied = on_applied
+        self._applied_log = AppliedLogWriter(applied_log) if applied_log else None
         self._lock = threading.Lock()
         self._state = State()
         self._state_index = 0
@@ -960,6 +963,8 @@ class RaftNode:
             # replica rather than let pysyncobj retry the entry on every tick.
             self._fail(f"apply of entry {index} raised {exc!r}")
             raise
+        if self._applied_log is not None:
+            self._applied_log.append(index, data)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("event raft_applied index=%d outcome=%r", index, outcome)
         self._notify_applied(index)
@@ -1304,6 +1309,8 @@ class RaftNode:
             logger.warning("event raft_close_timeout address=%s", self._address)
         else:
             self._journal._destroy()
+            if self._applied_log is not None:
+                self._applied_log.close()
         if self._tick_thread_id is not None:
             _ALARM_FILTER.by_thread.pop(self._tick_thread_id, None)
         os.close(self._lock_fd)

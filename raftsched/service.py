@@ -276,7 +276,8 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         return pb.ClusterStatusResponse(
             leader=leader_grpc, term=status["term"], replicas=replicas, clusters=clusters,
             commit_index=status["commit_index"], applied_index=status["last_applied"],
-            responder=self.grpc_address, state_digest=status["state_digest"])
+            responder=self.grpc_address, state_digest=status["state_digest"],
+            state_index=status["state_index"])
 
     def AddReplica(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self._change(context, request, add=True)

@@ -108,10 +108,15 @@ class LocalCluster:
             argv = [sys.executable, "-m", "raftsched.main", "--raft", self.raft[i],
                     "--grpc", self.grpc[i], "--peers", ",".join(self.raft),
                     "--data-dir", str(self.root / f"replica-{i}"),
+                    "--applied-log", str(self.applied_log(i)),
                     "--secret-file", str(self.secret_file), *self.replica_flags]
             self.replicas.append(Proc(f"replica-{i}", argv, self.root / "logs" / f"r{i}.log"))
 
     # -- replicas --------------------------------------------------------------------------------
+
+    def applied_log(self, i: int) -> Path:
+        """Replica i's audit file of applied entries (`--applied-log`)."""
+        return self.root / f"replica-{i}.applied"
 
     def start(self) -> LocalCluster:
         for proc in self.replicas:

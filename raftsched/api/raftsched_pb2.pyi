@@ -446,7 +446,7 @@ class ComputeCluster(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., status: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., reserved: _Optional[_Union[Resources, _Mapping]] = ..., capabilities: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., live_attempts: _Optional[int] = ..., pending_kills: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
-    __slots__ = ("leader", "term", "replicas", "clusters", "commit_index", "applied_index", "responder", "state_digest")
+    __slots__ = ("leader", "term", "replicas", "clusters", "commit_index", "applied_index", "responder", "state_digest", "state_index")
     LEADER_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
@@ -455,6 +455,7 @@ class ClusterStatusResponse(_message.Message):
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     RESPONDER_FIELD_NUMBER: _ClassVar[int]
     STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    STATE_INDEX_FIELD_NUMBER: _ClassVar[int]
     leader: str
     term: int
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaInfo]
@@ -463,7 +464,8 @@ class ClusterStatusResponse(_message.Message):
     applied_index: int
     responder: str
     state_digest: str
-    def __init__(self, leader: _Optional[str] = ..., term: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., clusters: _Optional[_Iterable[_Union[ComputeCluster, _Mapping]]] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., responder: _Optional[str] = ..., state_digest: _Optional[str] = ...) -> None: ...
+    state_index: int
+    def __init__(self, leader: _Optional[str] = ..., term: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., clusters: _Optional[_Iterable[_Union[ComputeCluster, _Mapping]]] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., responder: _Optional[str] = ..., state_digest: _Optional[str] = ..., state_index: _Optional[int] = ...) -> None: ...
 
 class ReplicaRequest(_message.Message):
     __slots__ = ("raft_address", "grpc_address")
