@@ -383,6 +383,8 @@ class Agent:
                     reports.append(report)
             else:
                 assert admission == Admission.STALE_FENCE, admission
+                logger.info(event("stale_fence_rejected", fence=assignment.fence,
+                                  job=assignment.job_id, task=assignment.task_id, seen=stored))
                 reports.append(_rejected(assignment, f"stale fence {assignment.fence}: fence "
                                                      f"{stored} was seen for this task"))
         self._fences.raise_fences(fences)  # durable before anything is started or refused
