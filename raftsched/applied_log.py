@@ -1,6 +1,10 @@
 """An audit trail of every entry a replica applies: `index, length, bytes` records appended to one
 file, in apply order, for the fault-injection harness (`raftsched replica --applied-log FILE`).
 
+Indices pysyncobj applies itself (a new leader's no-op, a membership change) are recorded as
+zero-length entries, so a gap means "not recorded here", never "nothing was there". After a
+snapshot is loaded the file simply jumps past the indices the snapshot covers.
+
 The file is append-only and never synced: after a kill -9 its tail may be missing, and after a
 restart the entries the replica re-applies from its journal are appended again. A reader keeps
 the first copy of each index and reports any later copy that differs (two different entries
@@ -29,6 +33,11 @@ class AppliedLogWriter:
     def append(self, index: int, data: bytes) -> None:
         os.write(self._fd, _HEADER.pack(index, len(data)) + data)
 
+    def append_internal(self, indices: range) -> None:
+        """Zero-length records for entries that never reach the state machine."""
+        if indices:
+            os.write(self._fd, b"".join(_HEADER.pack(index, 0) for index in indices))
+
     def close(self) -> None:
         if self._fd >= 0:
             os.close(self._fd)
@@ -38,7 +47,7 @@ class AppliedLogWriter:
 @dataclass
 class AppliedLog:
     entries: dict[int, bytes] = field(default_factory=dict)
-    """index -> the entry first recorded at that index."""
+    """index -> the entry first recorded at that index (b"" for pysyncobj's own entries)."""
     conflicts: list[tuple[int, bytes, bytes]] = field(default_factory=list)
     """(index, first entry, a different later entry) for every disagreement within the file."""
     reapplied: int = 0

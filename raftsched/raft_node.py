@@ -956,6 +956,7 @@ class RaftNode:
                 self._unsynced_applies += 1
         try:
             with self._lock:
+                previous = self._state_index
                 outcome = fsm.apply(self._state, data)
                 self._state_index = index
         except BaseException as exc:
@@ -964,6 +965,9 @@ class RaftNode:
             self._fail(f"apply of entry {index} raised {exc!r}")
             raise
         if self._applied_log is not None:
+            # Indices between the last entry we applied and this one were pysyncobj's own
+            # (no-ops of new leaders, membership changes): marked so the audit has no gaps.
+            self._applied_log.append_internal(range(previous + 1, index))
             self._applied_log.append(index, data)
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug("event raft_applied index=%d outcome=%r", index, outcome)
@@ -1141,6 +1145,11 @@ class RaftNode:
         current read, call `is_leader_confirmed` first (a commit after the read began)."""
         with self._lock:
             return fn(self._state)
+
+    def read_indexed(self, fn: Callable[[State], T]) -> tuple[T, int]:
+        """`read(fn)` and the index of the last entry the state reflects, taken together."""
+        with self._lock:
+            return fn(self._state), self._state_index
 
     def is_leader(self) -> bool:
         """pysyncobj's own belief; an isolated leader keeps it for leaderFallbackTimeout, so

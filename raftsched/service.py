@@ -97,6 +97,11 @@ class Context:
             self.abort(context, RaftschedError(Code.UNAVAILABLE, "not the leader"))
 
     def current_read(self, context: grpc.ServicerContext, fn: Callable[[State], T]) -> T:
+        return self.current_read_indexed(context, fn)[0]
+
+    def current_read_indexed(self, context: grpc.ServicerContext,
+                             fn: Callable[[State], T]) -> tuple[T, int]:
+        """`fn(state)` after confirming leadership, and the log index the state reflects."""
         self.require_leader(context)
         # One barrier per read: simple and correct; reads are not the hot path (watches confirm
         # once, then follow applied entries).
@@ -104,7 +109,7 @@ class Context:
             self.abort(context, RaftschedError(Code.UNAVAILABLE,
                                                "could not confirm leadership for a read"))
         try:
-            return self.node.read(fn)  # type: ignore[no-any-return]
+            return self.node.read_indexed(fn)  # type: ignore[no-any-return]
         except RaftschedError as error:
             self.abort(context, error)
 
@@ -138,8 +143,10 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         return pb.SubmitJobResponse(job_id=result["job_id"], created=result["created"])
 
     def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self.ctx.current_read(
+        message, index = self.ctx.current_read_indexed(
             context, lambda s: views.job_message(views.job_of(s, request.job_id)))
+        message.applied_index = index
+        return message
 
     def ListJobs(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self.ctx.current_read(context, lambda s: views.list_jobs(s, request))
