@@ -1,8 +1,10 @@
 """What happened, as the checks need it: committed assignments and results (from the oracle
 replica of `log.SimLog`), what each agent ran and saw, and which submissions were acknowledged.
 
-Every `observe_*`/`on_*` method asserts the property it can check at once; `check_replicas`
-runs after every step and `check_final` at the end of a run.
+The committed log's properties (fences, DAG order, retry budgets, accepted reports, capacity,
+idempotency keys) are `raftsched.audit.LogAuditor`'s, shared with the jepsen-style checker;
+`observe` feeds it and asserts it found nothing. Every `on_*` method asserts the property it can
+check at once; `check_replicas` runs after every step and `check_final` at the end of a run.
 """
 
 from __future__ import annotations
@@ -11,19 +13,15 @@ from dataclasses import dataclass, field
 
 from raftsched import commands as c
 from raftsched import fsm
-from raftsched.model import TERMINAL_TASK_STATES, AttemptState, State, TaskState
-
-TaskKey = tuple[str, str]
-"""(job id, task id)."""
+from raftsched.audit import LogAuditor
+from raftsched.model import State
 
 
 @dataclass
 class History:
-    assigned: dict[int, tuple[str, str, str]] = field(default_factory=dict)
-    """fence -> (job id, task id, cluster id) of every committed assignment."""
-    last_fence: dict[TaskKey, int] = field(default_factory=dict)
-    successes: dict[TaskKey, int] = field(default_factory=dict)
-    """Accepted successful FINISHED reports per task."""
+    auditor: LogAuditor = field(default_factory=lambda: LogAuditor(invariants_every=0))
+    """The committed log's safety checks (raftsched.audit, shared with the jepsen-style checker);
+    the oracle already runs `fsm.check_invariants` after every commit."""
     runs: dict[int, str] = field(default_factory=dict)
     """fence -> the cluster whose agent started it."""
     seen: dict[tuple[str, str, str], int] = field(default_factory=dict)
@@ -41,52 +39,20 @@ class History:
 
     def observe(self, index: int, command: c.Command, outcome: fsm.Outcome,
                 oracle: State) -> None:
+        self.auditor.observe(index, command, outcome, oracle)
+        assert not self.auditor.violations, "\n".join(
+            f"{v.check}: {v.message}" for v in self.auditor.violations)
         if not isinstance(outcome, fsm.Applied):
             self.count(f"rejected_{type(command).__name__}")
             return
         if isinstance(command, c.ClusterStatusChange) and outcome.result["changed"]:
             self.count(f"cluster_{command.status.name}")
             self.count("attempts_lost", outcome.result["lost"])
-        elif isinstance(command, c.AssignBatch):
-            for job_id, task_id, cluster_id, fence in outcome.result["assigned"]:
-                self._observe_assigned(oracle, job_id, task_id, cluster_id, fence)
+        elif isinstance(command, c.AssignBatch) and outcome.result["assigned"]:
+            self.count("assigned", len(outcome.result["assigned"]))
         elif isinstance(command, c.ReportBatch):
-            for report, (job_id, task_id, fence, verdict) in zip(
-                    command.items, outcome.result["items"], strict=True):
+            for _, _, _, verdict in outcome.result["items"]:
                 self.count(f"verdict_{verdict}")
-                if verdict == "accepted" and report.kind == c.ReportKind.FINISHED \
-                        and report.exit_code == 0 and not report.timed_out:
-                    self._observe_success(oracle, job_id, task_id, fence)
-
-    def _observe_assigned(self, oracle: State, job_id: str, task_id: str, cluster_id: str,
-                          fence: int) -> None:
-        self.count("assigned")
-        assert fence not in self.assigned, f"fence {fence} committed twice"
-        self.assigned[fence] = (job_id, task_id, cluster_id)
-        last = self.last_fence.get((job_id, task_id), 0)
-        assert fence > last, f"{job_id}/{task_id}: fence {fence} after fence {last}"
-        self.last_fence[(job_id, task_id)] = fence
-        job = oracle.jobs[job_id]
-        task = job.tasks[job.index_of[task_id]]
-        all_done = task.spec.trigger == "all_done" and job.spec.failure_policy == "continue"
-        for dep_id in task.spec.depends_on:
-            dep = job.tasks[job.index_of[dep_id]]
-            done = dep.state in TERMINAL_TASK_STATES if all_done \
-                else dep.state == TaskState.SUCCEEDED
-            assert done, f"{job_id}/{task_id} assigned (fence {fence}) while upstream {dep_id} " \
-                         f"is {dep.state.name}"
-
-    def _observe_success(self, oracle: State, job_id: str, task_id: str, fence: int) -> None:
-        key = (job_id, task_id)
-        self.successes[key] = self.successes.get(key, 0) + 1
-        assert self.successes[key] == 1, f"{job_id}/{task_id}: a second accepted success " \
-                                         f"(fence {fence})"
-        job = oracle.jobs[job_id]
-        task = job.tasks[job.index_of[task_id]]
-        current = task.current
-        assert current is not None and current.fence == fence \
-            and current.state == AttemptState.SUCCEEDED, \
-            f"{job_id}/{task_id}: success of fence {fence} accepted, current attempt {current}"
 
     # -- agents -----------------------------------------------------------------------------------
 
@@ -97,9 +63,11 @@ class History:
         assert fence not in self.runs, f"fence {fence} ran twice (on {self.runs[fence]} and " \
                                        f"{cluster_id})"
         self.runs[fence] = cluster_id
-        assert self.assigned.get(fence) == (job_id, task_id, cluster_id), \
-            f"{cluster_id} ran fence {fence} of {job_id}/{task_id}, committed as " \
-            f"{self.assigned.get(fence)}"
+        committed = self.auditor.assigned.get(fence)
+        assert committed is not None \
+            and (committed.job_id, committed.task_id, committed.cluster_id) \
+            == (job_id, task_id, cluster_id), \
+            f"{cluster_id} ran fence {fence} of {job_id}/{task_id}, committed as {committed}"
         seen = self.seen.get((cluster_id, job_id, task_id), 0)
         assert fence > seen, f"{cluster_id} ran fence {fence} of {job_id}/{task_id} after " \
                              f"seeing fence {seen}"
