@@ -1,0 +1,231 @@
+"""The cluster under test: N replicas and M agents as real processes, each in its own network
+namespace (see netns.py), with their data, logs and applied logs under the results folder.
+
+Only processes started here are ever signalled. Clock skew restarts a process under libfaketime
+(wall clock only: monotonic clocks, which Raft timeouts use, are left alone).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jepsen.netns import Net, NodeNs
+from raftsched.client import Client
+from raftsched.errors import RaftschedError
+
+RAFT_PORT = 7000
+GRPC_PORT = 7100
+SECRET = "jepsen-style-harness-secret"
+STOP_TIMEOUT_S = 10.0
+STATUS_TIMEOUT_S = 1.0
+POLL_S = 0.1
+FAKETIME_GLOBS = ("/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1",
+                  "/usr/local/lib/faketime/libfaketime.so.1")
+
+
+def libfaketime() -> str | None:
+    for pattern in FAKETIME_GLOBS:
+        found = sorted(glob.glob(pattern))
+        if found:
+            return found[0]
+    return None
+
+
+@dataclass
+class NodeProc:
+    name: str
+    kind: str  # "replica" | "agent"
+    ns: NodeNs
+    argv: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+    paused: bool = False
+    skew_s: float = 0.0
+    starts: int = 0
+
+    def start(self, skew_s: float = 0.0) -> None:
+        assert not self.alive(), f"{self.name} is running"
+        env = dict(os.environ)
+        self.skew_s = skew_s
+        if skew_s:
+            lib = libfaketime()
+            if lib is None:
+                raise RuntimeError("libfaketime is not installed")
+            env["LD_PRELOAD"] = lib
+            env["FAKETIME"] = f"{skew_s:+.0f}s"
+            env["DONT_FAKE_MONOTONIC"] = "1"
+            env["FAKETIME_DONT_RESET"] = "1"
+        with open(self.log, "ab") as log:
+            log.write(f"--- harness: start #{self.starts + 1} skew={skew_s:+.0f}s\n".encode())
+            log.flush()
+            self.popen = subprocess.Popen([*self.ns.enter(), *self.argv], stdout=log,
+                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                          env=env, start_new_session=True)
+        self.starts += 1
+        self.paused = False
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def kill(self) -> None:
+        """kill -9 (a paused process dies too) and reap."""
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.kill()
+            self.popen.wait(STOP_TIMEOUT_S)
+        self.paused = False
+
+    def pause(self) -> None:
+        if self.alive() and not self.paused:
+            assert self.popen is not None
+            self.popen.send_signal(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        if self.alive() and self.paused:
+            assert self.popen is not None
+            self.popen.send_signal(signal.SIGCONT)
+        self.paused = False
+
+    def stop(self) -> None:
+        """SIGTERM, then kill -9 after STOP_TIMEOUT_S."""
+        self.resume()
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+@dataclass
+class ClusterUnderTest:
+    root: Path
+    net: Net
+    replica_count: int
+    agent_specs: dict[str, dict[str, Any]]
+    """cluster id -> {"cpu", "memory_mb", "gpu", "capabilities"}."""
+    suspect_after_s: float
+    lost_after_s: float
+    replicas: dict[str, NodeProc] = field(default_factory=dict)
+    agents: dict[str, NodeProc] = field(default_factory=dict)
+    grpc: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        (self.root / "logs").mkdir(parents=True, exist_ok=True)
+        secret = self.root / "secret"
+        secret.write_text(SECRET)
+        names = [f"r{i}" for i in range(self.replica_count)]
+        spaces = {name: self.net.add_node(name) for name in names}
+        raft = [f"{spaces[n].ip}:{RAFT_PORT}" for n in names]
+        for name in names:
+            ns = spaces[name]
+            self.grpc[name] = f"{ns.ip}:{GRPC_PORT}"
+            home = self.root / "replicas" / name
+            home.mkdir(parents=True, exist_ok=True)
+            argv = [sys.executable, "-m", "raftsched.main", "--raft", f"{ns.ip}:{RAFT_PORT}",
+                    "--grpc", self.grpc[name], "--peers", ",".join(raft),
+                    "--data-dir", str(home / "data"), "--secret-file", str(secret),
+                    "--applied-log", str(home / "applied.log"),
+                    "--suspect-after-s", str(self.suspect_after_s),
+                    "--lost-after-s", str(self.lost_after_s)]
+            self.replicas[name] = NodeProc(name, "replica", ns, argv,
+                                           self.root / "logs" / f"replica-{name}.log")
+        for cluster_id, spec in self.agent_specs.items():
+            ns = self.net.add_node(cluster_id)
+            argv = [sys.executable, "-m", "agent", "--cluster-id", cluster_id,
+                    "--servers", ",".join(self.grpc.values()),
+                    "--capabilities", ",".join(spec["capabilities"]),
+                    "--cpu", str(spec["cpu"]), "--memory-mb", str(spec["memory_mb"]),
+                    "--gpu", str(spec["gpu"]),
+                    "--data-dir", str(self.root / "agents" / cluster_id),
+                    "--executor", "subprocess"]
+            self.agents[cluster_id] = NodeProc(cluster_id, "agent", ns, argv,
+                                               self.root / "logs" / f"agent-{cluster_id}.log")
+
+    @property
+    def nodes(self) -> dict[str, NodeProc]:
+        return {**self.replicas, **self.agents}
+
+    def start(self) -> None:
+        for proc in self.nodes.values():
+            proc.start()
+
+    def client(self, **kwargs: Any) -> Client:
+        return Client(list(self.grpc.values()), **kwargs)
+
+    # -- observing the replicas -------------------------------------------------------------
+
+    def status(self, name: str) -> Any | None:
+        """The replica's own ClusterStatus, or None when it does not answer promptly."""
+        proc = self.replicas[name]
+        if not proc.alive() or proc.paused:
+            return None
+        client = Client([self.grpc[name]], timeout_s=STATUS_TIMEOUT_S,
+                        retry_budget_s=STATUS_TIMEOUT_S)
+        try:
+            return client.cluster_status(self.grpc[name])
+        except RaftschedError:
+            return None
+        finally:
+            client.close()
+
+    def leader(self) -> str | None:
+        """The replica that says it leads, with the highest term among those that say so."""
+        best: tuple[int, str] | None = None
+        for name in self.replicas:
+            status = self.status(name)
+            if status is None or status.leader != self.grpc[name]:
+                continue
+            if best is None or status.term > best[0]:
+                best = (status.term, name)
+        return None if best is None else best[1]
+
+    def wait_leader(self, timeout_s: float) -> str | None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            leader = self.leader()
+            if leader is not None:
+                return leader
+            time.sleep(POLL_S)
+        return None
+
+    def wait_agents_ready(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            leader = self.leader()
+            status = self.status(leader) if leader else None
+            if status is not None:
+                states = {c.cluster_id: c.status for c in status.clusters}
+                if all(states.get(a) == "READY" for a in self.agents):
+                    return True
+            time.sleep(POLL_S)
+        return False
+
+    def ensure_running(self) -> list[str]:
+        """Resume paused and restart dead nodes (without skew); returns the names touched."""
+        touched = []
+        for proc in self.nodes.values():
+            if proc.paused:
+                proc.resume()
+                touched.append(proc.name)
+            if not proc.alive() or proc.skew_s:
+                proc.kill()
+                proc.start()
+                touched.append(proc.name)
+        return touched
+
+    def stop(self) -> None:
+        for proc in [*self.agents.values(), *self.replicas.values()]:
+            proc.stop()
+
+    def kill_all(self) -> None:
+        for proc in self.nodes.values():
+            proc.kill()

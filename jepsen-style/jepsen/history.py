@@ -1,0 +1,92 @@
+"""The run's history: one JSON object per line in `history.jsonl`, Jepsen semantics.
+
+Every line has:
+  "i"        sequence number in the file (0, 1, 2, ...)
+  "t"        seconds since the run started (monotonic clock of the harness)
+  "process"  the client's number (int), "nemesis", or "harness"
+  "type"     "invoke", then exactly one of "ok" (it happened), "fail" (it certainly did not
+             happen) or "info" (outcome unknown: a timeout, a lost connection, a leader change);
+             "event" for lines that are not operations (faults, final observations)
+  "f"        what: "submit", "cancel", "read" for clients; "fault" for the nemesis; "final",
+             "liveness" for the harness
+  "op"       operation id, shared by an invoke and its completion (absent on events)
+  "value"    a dict, by f and type:
+
+  submit invoke  {"key": idempotency key, unique per logical job, "tenant": str,
+                  "try": 1 for the first call of that key, 2+ for retries after info,
+                  "failure_policy": str,
+                  "tasks": {task_id: {"depends_on": [ids], "fail_attempts": n, "max_attempts": n}}}
+  submit ok      {"key", "job_id", "created": bool}
+  submit fail/info {"key", "error": code name, "message": str}
+  cancel invoke  {"job_id"}            ok {"job_id", "cancelled": bool}
+  cancel fail/info {"job_id", "error", "message"}
+  read invoke    {"job_id"}
+  read ok        {"job_id", "state": job state name, "tasks": {task state name: count},
+                  "applied_index": int (the Raft index the view reflects)}
+  read fail/info {"job_id", "error", "message"}
+  fault event    {"kind": fault kind, "phase": "start" | "end", "targets": [node names], ...}
+  final event    {"replicas": [{"name", "applied_index", "state_index", "state_digest", "term",
+                   "applied_log": path relative to the results dir}]}
+  liveness event {"bound_s", "waited_s", "met": bool, "pending": [job ids not terminal]}
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+
+class History:
+    """Thread-safe JSONL writer; every line is flushed (a crash of the harness keeps the
+    history up to that point)."""
+
+    def __init__(self, path: Path) -> None:
+        self._file: TextIO = open(path, "a", encoding="utf-8")  # noqa: SIM115 (kept open)
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._ops = 0
+        self._start = time.monotonic()
+
+    def now(self) -> float:
+        return time.monotonic() - self._start
+
+    def _write(self, record: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            record = {"i": self._seq, "t": round(self.now(), 6), **record}
+            self._seq += 1
+            self._file.write(json.dumps(record, sort_keys=True) + "\n")
+            self._file.flush()
+        return record
+
+    def invoke(self, process: int, f: str, value: dict[str, Any]) -> int:
+        with self._lock:
+            self._ops += 1
+            op = self._ops
+        self._write({"process": process, "type": "invoke", "f": f, "op": op, "value": value})
+        return op
+
+    def complete(self, process: int, op: int, kind: str, f: str, value: dict[str, Any]) -> None:
+        assert kind in ("ok", "fail", "info"), kind
+        self._write({"process": process, "type": kind, "f": f, "op": op, "value": value})
+
+    def event(self, process: str, f: str, value: dict[str, Any]) -> dict[str, Any]:
+        return self._write({"process": process, "type": "event", "f": f, "value": value})
+
+    def close(self) -> None:
+        with self._lock:
+            self._file.close()
+
+
+def read_history(path: Path) -> list[dict[str, Any]]:
+    """Every complete line; a torn last line (the harness was killed) is dropped."""
+    records = []
+    with open(path, encoding="utf-8") as source:
+        for line in source:
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError:
+                break
+    return records

@@ -1,0 +1,362 @@
+"""`jepsen-style/run`: start a cluster in private namespaces, run the workload against it while
+the nemesis injects faults, heal, wait for liveness, collect every replica's applied log and
+state digest, check the history, print the results table.
+
+Exit status: 0 no violation and liveness met; 1 a safety violation (or the harness itself
+failed); 2 bad arguments or an unusable machine; 3 no violation but liveness not met;
+77 network namespaces are impossible here (not root and no user namespaces): nothing was run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from jepsen import checker as checker_mod
+from jepsen.cluster import ClusterUnderTest
+from jepsen.history import History
+from jepsen.nemesis import GROUPS, KINDS, FaultError, Nemesis, parse_faults
+from jepsen.netns import Net, NetError, iptables_binary
+from jepsen.workload import ClientWorker
+from raftsched.errors import RaftschedError
+
+EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIVENESS, EXIT_NO_NAMESPACES = 0, 1, 2, 3, 77
+INSIDE_ENV = "RAFTSCHED_JEPSEN_INSIDE"
+STARTUP_TIMEOUT_S = 60.0
+PROGRESS_EVERY_S = 5.0
+JOIN_TIMEOUT_S = 30.0
+CONVERGE_TIMEOUT_S = 20.0
+LIVENESS_POLL_S = 0.5
+AGENT_CAPACITY = {"cpu": 4.0, "memory_mb": 4096, "gpu": 0, "capabilities": ["linux"]}
+TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+HERE = Path(__file__).resolve().parent.parent
+REQUIRED_TOOLS = ("unshare", "nsenter", "ip")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="jepsen-style/run",
+        description="Fault-injection test of a real raftsched cluster: N replicas and M agents "
+                    "as processes in their own network namespaces (inside private namespaces: "
+                    "the host is not touched), concurrent clients, a seeded nemesis, then a "
+                    "checker over the whole history, every replica's applied log and an "
+                    "external side-effect ledger. Needs root (or user namespaces), iptables, "
+                    "iproute2; libfaketime for the skew faults.",
+        epilog="Fault groups: " + "; ".join(f"{g} = {', '.join(k)}" for g, k in GROUPS.items()
+                                            if g != "all") + "; all = every kind.\n"
+               "Soak: jepsen-style/run --nodes 5 --time 600 --faults all --seed N.\n"
+               " Exit status: 0 clean, 1 violation, 2 bad usage, "
+               "3 liveness not met, 77 namespaces impossible here.",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--nodes", type=int, choices=(3, 5), default=3, help="replicas (default 3)")
+    p.add_argument("--agents", type=int, default=2, help="agents, one cluster each (default 2)")
+    p.add_argument("--clients", type=int, default=3, help="concurrent clients (default 3)")
+    p.add_argument("--time", type=float, default=60.0, metavar="S",
+                   help="seconds of workload under faults (default 60)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="seed of the nemesis schedule and the workload (default: random, "
+                        "printed)")
+    p.add_argument("--faults", default="kill,partition,pause", metavar="LIST",
+                   help="comma-separated fault groups or kinds (default kill,partition,pause); "
+                        f"kinds: {', '.join(KINDS)}")
+    p.add_argument("--results", type=Path, default=None, metavar="DIR",
+                   help="results folder (default jepsen-style/results/<time>-seed<N>)")
+    p.add_argument("--liveness-bound-s", type=float, default=60.0, metavar="S",
+                   help="after the final heal, every acknowledged job must be terminal within "
+                        "this (default 60)")
+    p.add_argument("--suspect-after-s", type=float, default=2.0, metavar="S")
+    p.add_argument("--lost-after-s", type=float, default=4.0, metavar="S",
+                   help="replica --lost-after-s; agent-cut faults last longer than this "
+                        "(default 4)")
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.seed is None:
+        args.seed = int.from_bytes(os.urandom(4), "big")
+    if args.time <= 0 or args.agents < 1 or args.clients < 1 or args.liveness_bound_s <= 0:
+        print("error: --time, --liveness-bound-s must be > 0; --agents, --clients >= 1",
+              file=sys.stderr)
+        return EXIT_USAGE
+    if not 0 < args.suspect_after_s < args.lost_after_s:
+        print("error: need 0 < --suspect-after-s < --lost-after-s", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        parse_faults(args.faults, args.nodes)
+    except FaultError as error:
+        print(f"error: --faults: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    if os.environ.get(INSIDE_ENV) != "1":
+        return _enter_namespaces(args, argv if argv is not None else sys.argv[1:])
+    return _as_init(lambda: _harness(args))
+
+
+# -- namespaces ---------------------------------------------------------------------------------
+
+def _enter_namespaces(args: argparse.Namespace, argv: list[str]) -> int:
+    missing = [t for t in REQUIRED_TOOLS if shutil.which(t) is None]
+    try:
+        iptables_binary()
+    except NetError:
+        missing.append("iptables")
+    if missing:
+        print(f"error: missing {', '.join(missing)} (apt-get install iproute2 iptables "
+              "util-linux)", file=sys.stderr)
+        return EXIT_USAGE
+    unshare = ["unshare", "--net", "--mount", "--pid", "--fork", "--mount-proc",
+               "--propagation", "private"]
+    if os.geteuid() != 0:
+        unshare.insert(1, "--map-root-user")
+    probe = subprocess.run([*unshare, "--", "ip", "link", "add", "probe0", "type", "bridge"],
+                           capture_output=True, text=True, timeout=30, check=False)
+    if probe.returncode != 0:
+        print("=" * 78 + "\nSKIPPED: jepsen-style needs private network, mount and pid "
+              "namespaces and cannot make them here:\n  " + (probe.stderr.strip() or
+                                                          f"exit {probe.returncode}")
+              + "\nRun it as root (or where user namespaces are enabled).\n" + "=" * 78,
+              file=sys.stderr)
+        return EXIT_NO_NAMESPACES
+    if "--seed" not in " ".join(argv):
+        argv = [*argv, "--seed", str(args.seed)]
+    env = {**os.environ, INSIDE_ENV: "1"}
+    inner = subprocess.Popen([*unshare, "--", sys.executable, "-m", "jepsen.main", *argv],
+                             env=env)
+    while True:
+        try:
+            return inner.wait()
+        except KeyboardInterrupt:
+            continue  # the inner harness got the same SIGINT and is tearing down
+
+
+def _as_init(harness: Any) -> int:
+    """As pid 1 of the private pid namespace: run the harness in a child and reap every orphan
+    (agents' task wrappers re-parent here when an agent is killed). When this returns, the
+    kernel kills whatever is left in the namespace."""
+    if os.getpid() != 1:
+        return int(harness())
+    child = os.fork()
+    if child == 0:
+        code = 1
+        try:
+            code = int(harness())
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the harness gets it from the terminal
+
+    def forward(number: int, _frame: FrameType | None) -> None:
+        os.kill(child, number)
+
+    signal.signal(signal.SIGTERM, forward)
+    while True:
+        try:
+            pid, status = os.wait()
+        except ChildProcessError:
+            return EXIT_VIOLATION
+        if pid == child:
+            return os.waitstatus_to_exitcode(status)
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+def _harness(args: argparse.Namespace) -> int:
+    signal.signal(signal.SIGTERM, _interrupt)
+    kinds = parse_faults(args.faults, args.nodes)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    root = (args.results or HERE / "results" / f"{stamp}-seed{args.seed}").resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    ledger = root / "ledger.txt"
+    ledger.touch()
+    agents = {f"c{i}": dict(AGENT_CAPACITY) for i in range(args.agents)}
+    meta = {"seed": args.seed, "nodes": args.nodes, "agents": agents, "clients": args.clients,
+            "time_s": args.time, "faults": list(kinds), "lost_after_s": args.lost_after_s,
+            "suspect_after_s": args.suspect_after_s, "liveness_bound_s": args.liveness_bound_s,
+            "started": stamp, "argv": sys.argv[1:]}
+    (root / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    _say(f"jepsen-style: seed {args.seed}, {args.nodes} replicas, {args.agents} agents, "
+         f"{args.clients} clients, {args.time:g} s, faults {','.join(kinds)}\n"
+         f"  results: {root}")
+    history = History(root / "history.jsonl")
+    net: Net | None = None
+    cluster: ClusterUnderTest | None = None
+    stop = threading.Event()
+    failure: str | None = None
+    injected: dict[str, int] = {}
+    try:
+        net = Net()
+        cluster = ClusterUnderTest(root, net, args.nodes, agents, args.suspect_after_s,
+                                   args.lost_after_s)
+        cluster.start()
+        leader = cluster.wait_leader(STARTUP_TIMEOUT_S)
+        if leader is None or not cluster.wait_agents_ready(STARTUP_TIMEOUT_S):
+            raise RuntimeError(f"the cluster did not come up within {STARTUP_TIMEOUT_S:g} s "
+                               f"(logs in {root / 'logs'})")
+        _say(f"  cluster up: leader {leader}, agents READY")
+        history.event("harness", "start", {"leader": leader})
+        workers = [ClientWorker(i, list(cluster.grpc.values()), history, ledger, args.seed, stop)
+                   for i in range(args.clients)]
+        nemesis = Nemesis(cluster, history, kinds, args.seed, stop)
+        for worker in workers:
+            worker.start()
+        nemesis.start()
+        _progress(args.time, workers, nemesis, stop)
+        stop.set()
+        if not nemesis.join(JOIN_TIMEOUT_S):
+            failure = "the nemesis did not stop"
+        for worker in workers:
+            if not worker.join(JOIN_TIMEOUT_S):
+                failure = f"client {worker.process} did not stop"
+        injected = nemesis.injected
+        errors = [w.error for w in workers if w.error] + ([nemesis.error] if nemesis.error else [])
+        if errors:
+            failure = f"harness thread failed: {errors[0]!r}"
+        net.heal()
+        touched = cluster.ensure_running()
+        history.event("harness", "heal", {"restarted_or_resumed": touched})
+        _say(f"  healed at {history.now():.1f} s; waiting up to {args.liveness_bound_s:g} s "
+             "for every acknowledged job to finish")
+        acked = sorted({job for w in workers for job in w.acked.values()})
+        _liveness(cluster, history, acked, args.liveness_bound_s)
+        _final(cluster, history)
+    except KeyboardInterrupt:
+        failure = "interrupted"
+        _say("interrupted: tearing down")
+    except (RuntimeError, NetError, OSError) as error:
+        failure = str(error)
+        _say(f"error: {error}")
+    finally:
+        stop.set()
+        if cluster is not None:
+            cluster.stop()
+        _kill_strays()
+        if net is not None:
+            net.close()
+        history.close()
+    if failure == "interrupted":
+        return 130
+    try:
+        report = checker_mod.check(root)
+    except checker_mod.CheckError as error:
+        _say(f"error: the results in {root} cannot be checked: {error}")
+        return EXIT_VIOLATION
+    table = format_table(args, root, injected, report, failure)
+    (root / "results.txt").write_text(table + "\n")
+    (root / "report.json").write_text(json.dumps(checker_mod.report_json(report), indent=2,
+                                                 default=str) + "\n")
+    if args.json:
+        print(json.dumps({"seed": args.seed, "results": str(root), "harness_failure": failure,
+                          "faults_injected": injected,
+                          "report": checker_mod.report_json(report)}, default=str))
+    else:
+        print(table)
+    if failure is not None or report.violations:
+        return EXIT_VIOLATION
+    return EXIT_OK if report.liveness_met else EXIT_LIVENESS
+
+
+def _interrupt(_number: int, _frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def _progress(run_s: float, workers: list[ClientWorker], nemesis: Nemesis,
+              stop: threading.Event) -> None:
+    start = time.monotonic()
+    while True:
+        left = run_s - (time.monotonic() - start)
+        if left <= 0:
+            return
+        if stop.wait(min(PROGRESS_EVERY_S, left)):
+            return
+        acked = sum(len(w.acked) for w in workers)
+        faults = sum(nemesis.injected.values())
+        _say(f"  [{time.monotonic() - start:5.0f}/{run_s:g} s] jobs acknowledged {acked}, "
+             f"faults {faults}")
+
+
+def _liveness(cluster: ClusterUnderTest, history: History, acked: list[str],
+              bound_s: float) -> None:
+    start = time.monotonic()
+    pending = set(acked)
+    client = cluster.client(timeout_s=2.0, retry_budget_s=2.0)
+    try:
+        while pending and time.monotonic() - start < bound_s:
+            for job_id in sorted(pending):
+                try:
+                    if client.get_job(job_id).state in TERMINAL_JOB_STATES:
+                        pending.discard(job_id)
+                except RaftschedError:
+                    break  # an election: poll again
+            if pending:
+                time.sleep(LIVENESS_POLL_S)
+    finally:
+        client.close()
+    waited = time.monotonic() - start
+    history.event("harness", "liveness", {"bound_s": bound_s, "waited_s": round(waited, 3),
+                                          "met": not pending, "pending": sorted(pending),
+                                          "acknowledged": len(acked)})
+    _say(f"  liveness: {len(acked) - len(pending)}/{len(acked)} acknowledged jobs terminal "
+         f"after {waited:.1f} s")
+
+
+def _final(cluster: ClusterUnderTest, history: History) -> None:
+    """Wait (bounded) until the replicas have applied the same entries, then record each one's
+    applied index and state digest."""
+    deadline = time.monotonic() + CONVERGE_TIMEOUT_S
+    statuses: dict[str, Any] = {}
+    while True:
+        statuses = {name: cluster.status(name) for name in cluster.replicas}
+        indices = {s.state_index for s in statuses.values() if s is not None}
+        if (len(indices) == 1 and None not in statuses.values()) \
+                or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    history.event("harness", "final", {"replicas": [
+        {"name": name, "applied_index": s.applied_index, "state_index": s.state_index,
+         "state_digest": s.state_digest, "term": s.term,
+         "applied_log": f"replicas/{name}/applied.log"}
+        if s is not None else {"name": name, "unreachable": True,
+                               "applied_log": f"replicas/{name}/applied.log"}
+        for name, s in statuses.items()]})
+
+
+def _kill_strays() -> None:
+    """Inside our private pid namespace every other process is one we started (agents' task
+    wrappers, tasks): kill what is left so the ledger is final before the check."""
+    if os.getppid() != 1:
+        return  # not in the harness's own pid namespace: only our children were signalled
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) not in (1, me):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry), signal.SIGKILL)
+    time.sleep(0.2)  # pid 1 reaps them
+
+
+def format_table(args: argparse.Namespace, root: Path, injected: dict[str, int],
+                 report: Any, failure: str | None) -> str:
+    return checker_mod.format_table(report, seed=args.seed, nodes=args.nodes,
+                                    time_s=args.time, injected=injected, results=root,
+                                    harness_failure=failure)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

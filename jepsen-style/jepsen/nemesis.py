@@ -1,0 +1,223 @@
+"""The nemesis: a seeded generator picks one fault at a time from the menu, holds it, ends it,
+waits a quiet interval, and again, until the run's time is up. Every fault start and end is a
+`fault` event in the history (the checker measures recovery from them).
+
+The sequence of kinds, targets and durations comes from `random.Random(seed)` alone; which node
+is "the leader" at a given moment depends on the run.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from jepsen.cluster import ClusterUnderTest, libfaketime
+from jepsen.history import History
+
+KILL_KINDS = ("kill-leader", "kill-random", "kill-minority", "kill-all")
+PARTITION_KINDS = ("partition-leader", "partition-halves", "partition-bridge", "partition-ring")
+KINDS = (*KILL_KINDS, "pause-leader", *PARTITION_KINDS, "agent-cut", "agent-kill",
+         "skew-replica", "skew-agent")
+GROUPS = {
+    "kill": KILL_KINDS,
+    "pause": ("pause-leader",),
+    "partition": PARTITION_KINDS,
+    "agent": ("agent-cut", "agent-kill"),
+    "skew": ("skew-replica", "skew-agent"),
+    "all": KINDS,
+}
+QUIET_S = (1.0, 3.0)
+"""Uniform range of the pause between two faults."""
+DOWN_S = (1.0, 3.0)
+"""How long killed processes stay down."""
+PAUSE_S = (2.0, 4.0)
+"""SIGSTOP length: beyond the election timeout (raft_node.RAFT_MAX_TIMEOUT_S is 1 s)."""
+PARTITION_S = (3.0, 6.0)
+SKEW_RANGE_S = (10, 120)
+"""Absolute wall-clock offset for skewed processes, either sign."""
+SKEW_HOLD_S = (4.0, 8.0)
+AGENT_CUT_EXTRA_S = (2.0, 4.0)
+"""An agent stays cut off for the cluster's lost_after plus this."""
+LEADER_LOOKUP_S = 3.0
+
+
+class FaultError(ValueError):
+    pass
+
+
+def parse_faults(text: str, replica_count: int) -> tuple[str, ...]:
+    """'kill,partition-leader,pause' -> the kinds, in menu order. Unknown names are an error
+    naming the choices; kinds that cannot apply (a ring on 3 nodes, skew without libfaketime)
+    are an error too, so a run never silently tests less than asked."""
+    chosen: list[str] = []
+    for raw in text.split(","):
+        name = raw.strip()
+        if not name:
+            continue
+        if name in GROUPS:
+            chosen.extend(GROUPS[name])
+        elif name in KINDS:
+            chosen.append(name)
+        else:
+            raise FaultError(f"unknown fault {name!r}; choose from groups "
+                             f"{', '.join(GROUPS)} or kinds {', '.join(KINDS)}")
+    kinds = [k for k in KINDS if k in chosen]
+    if "partition-ring" in kinds and replica_count < 5:
+        if "partition-ring" in [n.strip() for n in text.split(",")]:
+            raise FaultError("partition-ring needs 5 replicas (--nodes 5)")
+        kinds.remove("partition-ring")
+    skews = [k for k in kinds if k.startswith("skew")]
+    if skews and libfaketime() is None:
+        asked = {n.strip() for n in text.split(",")}
+        if asked & {"skew", *skews}:
+            raise FaultError(f"{', '.join(skews)} need libfaketime (apt-get install faketime)")
+        kinds = [k for k in kinds if k not in skews]  # 'all': clock skew only where installed
+    if not kinds:
+        raise FaultError("no faults chosen")
+    return tuple(kinds)
+
+
+@dataclass
+class Fault:
+    kind: str
+    targets: list[str]
+    hold_s: float
+    end: Callable[[], None]
+    detail: dict[str, object]
+
+
+class Nemesis:
+    def __init__(self, cluster: ClusterUnderTest, history: History, kinds: tuple[str, ...],
+                 seed: int, stop: threading.Event) -> None:
+        self._cluster = cluster
+        self._history = history
+        self._kinds = kinds
+        self._rng = random.Random(seed)
+        self._stop = stop
+        self.injected: dict[str, int] = {}
+        self._thread = threading.Thread(target=self._loop, name="nemesis", daemon=True)
+        self.error: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout_s: float) -> bool:
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(self._rng.uniform(*QUIET_S)):
+                kind = self._rng.choice(self._kinds)
+                fault = self._begin(kind)
+                self.injected[kind] = self.injected.get(kind, 0) + 1
+                self._history.event("nemesis", "fault", {
+                    "kind": kind, "phase": "start", "targets": fault.targets,
+                    "hold_s": round(fault.hold_s, 3), **fault.detail})
+                self._stop.wait(fault.hold_s)
+                fault.end()
+                self._history.event("nemesis", "fault", {"kind": kind, "phase": "end",
+                                                         "targets": fault.targets})
+        except BaseException as error:  # reported by the runner; the run is then a failure
+            self.error = error
+            self._history.event("nemesis", "error", {"error": repr(error)})
+
+    # -- the menu ---------------------------------------------------------------------------
+
+    def _leader(self) -> tuple[str, bool]:
+        """The current leader, or a seeded random replica when none answers in time."""
+        leader = self._cluster.wait_leader(LEADER_LOOKUP_S)
+        if leader is not None:
+            return leader, True
+        return self._rng.choice(sorted(self._cluster.replicas)), False
+
+    def _begin(self, kind: str) -> Fault:
+        rng, cluster = self._rng, self._cluster
+        replicas = sorted(cluster.replicas)
+        agents = sorted(cluster.agents)
+        majority = len(replicas) // 2 + 1
+        detail: dict[str, object]
+        targets: list[str]
+        if kind in KILL_KINDS:
+            if kind == "kill-leader":
+                leader, known = self._leader()
+                targets, detail = [leader], {"leader_known": known}
+            elif kind == "kill-random":
+                targets, detail = [rng.choice(replicas)], {}
+            elif kind == "kill-minority":
+                targets, detail = rng.sample(replicas, len(replicas) - majority), {}
+            else:
+                targets, detail = list(replicas), {}
+            for name in targets:
+                cluster.replicas[name].kill()
+            return Fault(kind, targets, rng.uniform(*DOWN_S),
+                         lambda: self._restart(targets), detail)
+        if kind == "pause-leader":
+            leader, known = self._leader()
+            cluster.replicas[leader].pause()
+            return Fault(kind, [leader], rng.uniform(*PAUSE_S),
+                         lambda: cluster.replicas[leader].resume(), {"leader_known": known})
+        if kind in PARTITION_KINDS:
+            groups, detail = self._partition_groups(kind, replicas, agents)
+            links = cluster.net.partition(groups) if groups else []
+            if kind == "partition-ring":
+                links = self._ring_links(replicas)
+                cluster.net.cut_links(links)
+            detail["links"] = [list(link) for link in links]
+            return Fault(kind, sorted({n for link in links for n in link}),
+                         rng.uniform(*PARTITION_S), cluster.net.heal, detail)
+        if kind == "agent-cut":
+            agent = rng.choice(agents)
+            cluster.net.partition([[agent], replicas])
+            hold = cluster.lost_after_s + rng.uniform(*AGENT_CUT_EXTRA_S)
+            return Fault(kind, [agent], hold, cluster.net.heal, {})
+        if kind == "agent-kill":
+            agent = rng.choice(agents)
+            cluster.agents[agent].kill()
+            return Fault(kind, [agent], rng.uniform(*DOWN_S), lambda: self._restart([agent]),
+                         {})
+        if kind in ("skew-replica", "skew-agent"):
+            name = rng.choice(replicas if kind == "skew-replica" else agents)
+            skew = rng.choice((-1, 1)) * rng.randint(*SKEW_RANGE_S)
+            proc = cluster.nodes[name]
+            proc.kill()
+            proc.start(skew_s=skew)
+            return Fault(kind, [name], rng.uniform(*SKEW_HOLD_S),
+                         lambda: self._restart([name]), {"skew_s": skew})
+        raise FaultError(f"unknown fault kind {kind!r}")
+
+    def _partition_groups(self, kind: str, replicas: list[str],
+                          agents: list[str]) -> tuple[list[list[str]], dict[str, object]]:
+        rng = self._rng
+        if kind == "partition-leader":
+            leader, known = self._leader()
+            return [[leader], [n for n in [*replicas, *agents] if n != leader]], \
+                {"leader_known": known}
+        if kind == "partition-halves":
+            shuffled = rng.sample(replicas, len(replicas))
+            minority = shuffled[:len(replicas) // 2]
+            majority = shuffled[len(replicas) // 2:]
+            for agent in agents:
+                rng.choice((minority, majority)).append(agent)
+            return [minority, majority], {}
+        if kind == "partition-bridge":
+            shuffled = rng.sample(replicas, len(replicas))
+            half = len(replicas) // 2
+            bridge = shuffled[half]
+            return [shuffled[:half], shuffled[half + 1:]], {"bridge": bridge}
+        return [], {}  # partition-ring: links, not groups
+
+    def _ring_links(self, replicas: list[str]) -> list[tuple[str, str]]:
+        """Majorities ring: nodes on a seeded ring see their two neighbours only, so every node
+        sees a majority (itself and two others of five) and no two see the same one."""
+        ring = self._rng.sample(replicas, len(replicas))
+        n = len(ring)
+        return [(ring[i], ring[(i + 2) % n]) for i in range(n)]
+
+    def _restart(self, names: list[str]) -> None:
+        for name in names:
+            proc = self._cluster.nodes[name]
+            proc.kill()
+            proc.start()

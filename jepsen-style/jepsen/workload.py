@@ -1,0 +1,189 @@
+"""The workload: concurrent clients submit small DAG jobs (unique idempotency keys; a submit
+whose outcome is unknown is retried later with the same key), cancel some, and read job status.
+Every call is an invoke and an ok / fail / info in the history.
+
+Tasks are real subprocesses that append `start` and `end` lines keyed by their idempotency key
+and fence to the external ledger, so duplicate external effects can be counted; some fail their
+first attempt on purpose to exercise retries.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from jepsen.history import History
+from raftsched.client import Client
+from raftsched.errors import Code, RaftschedError
+
+CALL_TIMEOUT_S = 2.0
+RETRY_BUDGET_S = 2.0
+"""The client library's own retries (redirects, elections) within one operation; past it the
+operation is info and the workload decides."""
+OP_INTERVAL_S = (0.2, 0.6)
+MAX_TASKS = 4
+TASK_SLEEP_S = (0.1, 0.8)
+MAX_SUBMIT_TRIES = 6
+"""A key whose outcome stays unknown is retried at most this many times in all."""
+DEFINITE_FAILURES = frozenset({Code.INVALID_ARGUMENT, Code.NOT_FOUND, Code.ALREADY_EXISTS,
+                               Code.FAILED_PRECONDITION, Code.RESOURCE_EXHAUSTED})
+"""Codes that say the request was refused before anything was proposed; anything else
+(UNAVAILABLE after a propose, DEADLINE_EXCEEDED, a lost connection) leaves the outcome unknown."""
+SUBMIT_SHARE, READ_SHARE = 0.3, 0.6
+"""Share of operations that submit a new job and that read one; the rest cancel. About 2 jobs/s
+for 3 clients: well within 2 agents' capacity, so a backlog means something is wrong."""
+RETRY_SHARE = 0.3
+"""When a submit's outcome is unknown, the chance per operation to retry it now."""
+FAILURE_POLICIES = ("skip_downstream", "fail_fast", "continue")
+TENANTS = ("alpha", "beta")
+
+
+def task_script(fail_attempts: int, sleep_s: float) -> str:
+    return (
+        'k="$RAFTSCHED_IDEMPOTENCY_KEY $RAFTSCHED_FENCE $RAFTSCHED_JOB_ID $RAFTSCHED_TASK_ID '
+        '$RAFTSCHED_ATTEMPT"\n'
+        'echo "start $k" >> "$LEDGER"\n'
+        f"sleep {sleep_s:.2f}\n"
+        f'rc=0; [ "$RAFTSCHED_ATTEMPT" -le {fail_attempts} ] && rc=1\n'
+        'echo "end $k $rc" >> "$LEDGER"\n'
+        'exit $rc\n')
+
+
+def make_job(rng: random.Random, key: str, ledger: Path) -> tuple[str, dict[str, Any]]:
+    """A random DAG job: its spec text and the history's description of it."""
+    count = rng.randint(1, MAX_TASKS)
+    tenant = rng.choice(TENANTS)
+    policy = rng.choice(FAILURE_POLICIES)
+    tasks: list[dict[str, Any]] = []
+    described: dict[str, Any] = {}
+    for i in range(count):
+        task_id = f"t{i}"
+        deps = [f"t{j}" for j in range(i) if rng.random() < 0.5]
+        fail_attempts = 1 if rng.random() < 0.2 else 0
+        max_attempts = rng.choice((2, 3))
+        tasks.append({
+            "id": task_id,
+            "command": ["sh", "-c", task_script(fail_attempts, rng.uniform(*TASK_SLEEP_S))],
+            "env": {"LEDGER": str(ledger)},
+            "resources": {"cpu": 0.5, "memory_mb": 64},
+            "requires": ["linux"],
+            "depends_on": deps,
+            "retry": {"max_attempts": max_attempts, "backoff_s": 0.2},
+            "timeout_s": 30,
+        })
+        described[task_id] = {"depends_on": deps, "fail_attempts": fail_attempts,
+                              "max_attempts": max_attempts}
+    spec = {"name": f"jepsen-{key}", "tenant": tenant, "failure_policy": policy,
+            "tasks": tasks}
+    return json.dumps(spec), {"key": key, "tenant": tenant, "failure_policy": policy,
+                              "tasks": described}
+
+
+@dataclass
+class PendingSubmit:
+    key: str
+    text: str
+    value: dict[str, Any]
+    tries: int = 0
+
+
+@dataclass
+class ClientWorker:
+    process: int
+    servers: list[str]
+    history: History
+    ledger: Path
+    seed: int
+    stop: threading.Event
+    jobs: list[str] = field(default_factory=list)
+    unknown: list[PendingSubmit] = field(default_factory=list)
+    acked: dict[str, str] = field(default_factory=dict)
+    """idempotency key -> job id."""
+    error: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(self.seed * 1_000_003 + self.process)
+        self._thread = threading.Thread(target=self._run, name=f"client-{self.process}",
+                                        daemon=True)
+        self._submitted = 0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def join(self, timeout_s: float) -> bool:
+        self._thread.join(timeout_s)
+        return not self._thread.is_alive()
+
+    def _run(self) -> None:
+        client = Client(self.servers, timeout_s=CALL_TIMEOUT_S, retry_budget_s=RETRY_BUDGET_S)
+        try:
+            while not self.stop.wait(self._rng.uniform(*OP_INTERVAL_S)):
+                self._one(client)
+        except BaseException as error:  # the runner reports it; the run then fails
+            self.error = error
+        finally:
+            client.close()
+
+    def _one(self, client: Client) -> None:
+        if self.unknown and self._rng.random() < RETRY_SHARE:
+            self._submit(client, self.unknown.pop(0))
+            return
+        roll = self._rng.random()
+        if roll < SUBMIT_SHARE or not self.jobs:
+            self._submitted += 1
+            key = f"c{self.process}-{self.seed}-{self._submitted}"
+            text, value = make_job(self._rng, key, self.ledger)
+            self._submit(client, PendingSubmit(key, text, value))
+        elif roll < SUBMIT_SHARE + READ_SHARE:
+            self._read(client, self._rng.choice(self.jobs[-20:]))
+        else:
+            self._cancel(client, self._rng.choice(self.jobs[-20:]))
+
+    def _submit(self, client: Client, pending: PendingSubmit) -> None:
+        pending.tries += 1
+        op = self.history.invoke(self.process, "submit", {**pending.value, "try": pending.tries})
+        try:
+            submitted = client.submit(pending.text, idempotency_key=pending.key)
+        except RaftschedError as error:
+            kind = _kind(error)
+            self.history.complete(self.process, op, kind, "submit", {
+                "key": pending.key, "error": error.code.value, "message": error.message})
+            if kind == "info" and pending.tries < MAX_SUBMIT_TRIES:
+                self.unknown.append(pending)
+            return
+        self.history.complete(self.process, op, "ok", "submit", {
+            "key": pending.key, "job_id": submitted.job_id, "created": submitted.created})
+        self.acked[pending.key] = submitted.job_id
+        if submitted.job_id not in self.jobs:
+            self.jobs.append(submitted.job_id)
+
+    def _read(self, client: Client, job_id: str) -> None:
+        op = self.history.invoke(self.process, "read", {"job_id": job_id})
+        try:
+            job = client.get_job(job_id)
+        except RaftschedError as error:
+            self.history.complete(self.process, op, _kind(error), "read", {
+                "job_id": job_id, "error": error.code.value, "message": error.message})
+            return
+        self.history.complete(self.process, op, "ok", "read", {
+            "job_id": job_id, "state": job.state, "tasks": dict(job.tasks),
+            "applied_index": job.applied_index})
+
+    def _cancel(self, client: Client, job_id: str) -> None:
+        op = self.history.invoke(self.process, "cancel", {"job_id": job_id})
+        try:
+            reply = client.cancel(job_id, reason="jepsen-style workload")
+        except RaftschedError as error:
+            self.history.complete(self.process, op, _kind(error), "cancel", {
+                "job_id": job_id, "error": error.code.value, "message": error.message})
+            return
+        self.history.complete(self.process, op, "ok", "cancel", {
+            "job_id": job_id, "cancelled": reply.changed})
+
+
+def _kind(error: RaftschedError) -> str:
+    return "fail" if error.code in DEFINITE_FAILURES else "info"

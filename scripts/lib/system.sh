@@ -1,0 +1,24 @@
+# Sourced by scripts/test and jepsen-style/run: the system packages the fault-injection harness
+# needs (iptables for partitions, libfaketime for clock skew), installed with apt-get when
+# missing and we are root. Never fatal: without them the harness says what is missing.
+ensure_system_packages() {
+    local missing=()
+    command -v iptables >/dev/null 2>&1 || missing+=(iptables)
+    compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || missing+=(faketime)
+    command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
+    command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "warning: missing system packages ${missing[*]} (not root or no apt-get)" >&2
+        return 0
+    fi
+    echo "installing system packages: ${missing[*]}" >&2
+    local log="${TMPDIR:-/tmp}/raftsched-apt.log"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get install -y -q "${missing[@]}" >"$log" 2>&1; then
+        # A fresh machine may have no package lists yet.
+        if ! { apt-get update -q && apt-get install -y -q "${missing[@]}"; } >>"$log" 2>&1; then
+            echo "warning: apt-get could not install ${missing[*]} (log: $log)" >&2
+        fi
+    fi
+}
