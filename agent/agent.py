@@ -55,6 +55,7 @@ from agent.model import (
 )
 from agent.outbox import Outbox
 from agent.session import Reregister, Session, SessionError
+from raftsched.clock import wall_ms
 
 logger = logging.getLogger("agent")
 
@@ -420,7 +421,7 @@ class Agent:
         return None  # finished: its FINISHED/KILLED report is in the outbox
 
     def _launch(self, to_run: Sequence[Assignment], refused: Sequence[Report]) -> None:
-        now_ms = time.time_ns() // 1_000_000
+        now_ms = wall_ms()
         records = [AttemptRecord(a.fence, a.job_id, a.task_id, a.attempt, AttemptState.RUNNING,
                                  a.resources, self._executor.attempt_dir(a.fence), now_ms)
                    for a in to_run]

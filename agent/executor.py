@@ -24,6 +24,7 @@ from typing import Protocol
 from agent import procfs, runner
 from agent.files import read_json, write_json_atomic
 from agent.model import Assignment, AttemptRecord, Completion
+from raftsched.clock import wall_ms
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 """Each of stdout and stderr is kept up to this size per attempt; the rest is drained and
@@ -294,7 +295,7 @@ def _runner_env() -> dict[str, str]:
 
 
 def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return wall_ms()
 
 
 # --- mock ---------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from agent.metrics import AgentMetrics
 from agent.model import Resources
 from agent.session import GrpcSession
 from agent.store import StoreError
+from raftsched.clock import configure_skew_from_env
 from raftsched.limits import MAX_CAPABILITIES_PER_CLUSTER, MAX_ID_CHARS
 
 SERVERS_ENV = "RAFTSCHED_SERVERS"
@@ -166,6 +167,10 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
         raise UsageError(f"--heartbeat-wait-ms: between 0 and {MAX_HEARTBEAT_WAIT_MS}")
     if not args.data_dir:
         raise UsageError(f"no data dir: pass --data-dir or set ${DATA_DIR_ENV}")
+    try:
+        configure_skew_from_env()
+    except ValueError as error:
+        raise UsageError(str(error)) from None
     capacity = Resources(round(args.cpu * 1000), int(args.memory_mb), int(args.gpu))
     return AgentConfig(cluster_id, Path(args.data_dir), capacity, capabilities,
                        heartbeat_wait_ms=int(args.heartbeat_wait_ms)), servers

@@ -19,7 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from raftsched import limits, metrics
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
-from raftsched.clock import SystemClock
+from raftsched.clock import ProposalClock, SystemClock, configure_skew_from_env
 from raftsched.errors import Code, RaftschedError
 from raftsched.leader import LOST_AFTER_S, SUSPECT_AFTER_S, Leader, LeaderConfig
 from raftsched.service import (
@@ -85,6 +85,13 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"error: cannot read --secret-file: {error.strerror}", file=sys.stderr)
         return 2
+    try:
+        skew_s = configure_skew_from_env()
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if skew_s:
+        logger.warning("event wall_clock_skew_injected seconds=%g", skew_s)
     if not 0 < args.suspect_after_s < args.lost_after_s:
         print("error: need 0 < --suspect-after-s < --lost-after-s", file=sys.stderr)
         return 2
@@ -100,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: cannot open --applied-log {args.applied_log}: {error.strerror}",
               file=sys.stderr)
         return 2
-    clock = SystemClock()
+    clock = ProposalClock(SystemClock(), node.state_time_ms)
     leader = Leader(node, clock, random.SystemRandom(),
                     LeaderConfig(raft_address=args.raft, grpc_address=args.grpc,
                                  suspect_after_s=args.suspect_after_s,

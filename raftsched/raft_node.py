@@ -1146,6 +1146,11 @@ class RaftNode:
         with self._lock:
             return fn(self._state)
 
+    def state_time_ms(self) -> int:
+        """The replicated time (`State.now_ms`) as applied here. Read without the apply lock
+        (one attribute of the current state object): proposers call it while an apply runs."""
+        return self._state.now_ms
+
     def read_indexed(self, fn: Callable[[State], T]) -> tuple[T, int]:
         """`read(fn)` and the index of the last entry the state reflects, taken together."""
         with self._lock:

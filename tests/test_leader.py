@@ -7,7 +7,7 @@ from typing import Any
 
 from raftsched import commands as c
 from raftsched import fsm
-from raftsched.clock import ManualClock
+from raftsched.clock import ManualClock, ProposalClock
 from raftsched.leader import Leader, LeaderConfig
 from raftsched.model import State, TaskState
 from raftsched.spec_wire import doc_to_wire
@@ -155,3 +155,59 @@ def test_deliveries_are_resent_only_after_the_redelivery_interval() -> None:
     assert deliver() == [1, 2, 3, 4]  # unanswered: sent again (the message may have been lost)
     leader.heartbeat("east", 2, 1, None)  # a new incarnation has heard nothing yet
     assert deliver() == [1, 2, 3, 4]
+
+
+def skewed(skew_s: float) -> tuple[MemoryNode, ManualClock, Leader, int]:
+    """A leader stamping through ProposalClock whose wall clock is then stepped by skew_s, with
+    job j1's single task (timeout 30 s, retry backoff 1 s) RUNNING on east; returns its fence."""
+    node = MemoryNode()
+    base = ManualClock()
+    clock = ProposalClock(base, lambda: node.state.now_ms)
+    leader = Leader(node, clock, random.Random(7),
+                    LeaderConfig("127.0.0.1:1", "127.0.0.1:2", suspect_after_s=5,
+                                 lost_after_s=30, tick_interval_s=1),
+                    version=lambda: node.applied)
+    node.propose(c.encode(c.ClusterRegister("east", 1, ("linux",), 4000, 4096, 0,
+                                            clock.now_ms())), 1)
+    doc = {"name": "j1", "tasks": [{"id": "t0", "command": ["false"], "requires": ["linux"],
+                                    "timeout_s": 30,
+                                    "retry": {"max_attempts": 2, "backoff_s": 1}}]}
+    node.propose(c.encode(c.JobSubmit("j1", doc_to_wire(doc), clock.now_ms())), 1)
+    leader._round()
+    leader._round()
+    fence = current_fence(node)
+    report(node, clock, c.Report(c.ReportKind.STARTED, "j1", "t0", fence))
+    base.skew(skew_s)
+    return node, base, leader, fence
+
+
+def current_fence(node: MemoryNode) -> int:
+    attempt = node.state.jobs["j1"].tasks[0].current
+    assert attempt is not None
+    return attempt.fence
+
+
+def report(node: MemoryNode, clock: Any, item: c.Report) -> None:
+    outcome = node.propose(c.encode(c.ReportBatch("east", clock.now_ms(), 1, (item,))), 1)
+    assert isinstance(outcome, fsm.Applied) and outcome.result["items"][0][3] == "accepted"
+
+
+def test_a_leader_whose_clock_is_ahead_does_not_time_out_running_attempts_early() -> None:
+    node, base, leader, _ = skewed(+120)  # past the 30 s timeout and its grace
+    for _ in range(5):
+        base.advance(1)
+        leader._round()
+    assert "Tick" in node.proposed
+    task = node.state.jobs["j1"].tasks[0]
+    assert task.state == TaskState.RUNNING and len(task.attempts) == 1
+
+
+def test_a_leader_whose_clock_is_behind_still_retries_after_the_backoff() -> None:
+    node, base, leader, fence = skewed(-60)
+    report(node, leader._clock, c.Report(c.ReportKind.FINISHED, "j1", "t0", fence, exit_code=1))
+    assert node.state.jobs["j1"].tasks[0].state == TaskState.RETRY_WAIT
+    for _ in range(3):  # backoff 1 s (with jitter): replicated time must still move
+        base.advance(1)
+        leader._round()
+    task = node.state.jobs["j1"].tasks[0]
+    assert task.state == TaskState.ASSIGNED and len(task.attempts) == 2
