@@ -91,8 +91,10 @@ class Run:
         return self.op
 
     def submit(self, process: int, job_id: str, key: str, tenant: str,
-               tasks: list[dict[str, Any]], attempt: int = 1, reply: str = "ok") -> None:
-        described = {t["id"]: {"depends_on": t["depends_on"]} for t in tasks}
+               tasks: list[dict[str, Any]], attempt: int = 1, reply: str = "ok",
+               described_extra: dict[str, Any] | None = None) -> None:
+        described = {t["id"]: {"depends_on": t["depends_on"], **(described_extra or {})}
+                     for t in tasks}
         op = self.invoke(process, "submit", {"key": key, "tenant": tenant, "try": attempt,
                                              "tasks": described})
         if reply == "fail":
@@ -689,3 +691,29 @@ def test_auditor_reports_a_broken_invariant() -> None:
     auditor.check_invariants(7, h.state)
     assert [v.check for v in auditor.violations] == ["fsm_invariants"]
     assert "after log index 7" in auditor.violations[0].message
+
+
+def test_an_attempt_timed_out_long_before_its_timeout_is_an_early_timeout(
+        run: Run, tmp_path: Path) -> None:
+    run.submit(3, "j9", "k9", "alpha", [task_doc("z", timeout_s=30)],
+               described_extra={"run_s": 0.5, "timeout_s": 30})
+    fence = run.h.assign_one("j9", "z", "east")
+    run.h.started("east", "j9", "z", fence)
+    run.h.tick(120_000)  # a leader stamped a wall clock two minutes fast
+    run.sync()
+    assert run.h.current("j9", "z").state == AttemptState.TIMED_OUT
+    report = checker.check(run.write(tmp_path))
+    assert checks(report) == {"early_timeout"}
+    assert "job j9 task z fence" in report.violations[0].message
+
+
+def test_a_task_that_really_outruns_its_timeout_is_not_an_early_timeout(
+        run: Run, tmp_path: Path) -> None:
+    run.submit(3, "j9", "k9", "alpha", [task_doc("z", timeout_s=30)],
+               described_extra={"run_s": 45, "timeout_s": 30})
+    fence = run.h.assign_one("j9", "z", "east")
+    run.h.started("east", "j9", "z", fence)
+    run.h.tick(120_000)
+    run.sync()
+    report = checker.check(run.write(tmp_path))
+    assert report.violations == [], [checker.format_violation(v) for v in report.violations]

@@ -72,6 +72,8 @@ LOW_INDEX = MAX_UNRECORDED_RUN + 1
 restored or installed a snapshot after compaction): the report says so."""
 MAX_NOTES = 200
 """Notes kept in a report; past it they are only counted."""
+EARLY_TIMEOUT_FRACTION = 0.5
+"""A task described as running for less than this fraction of its timeout must never time out."""
 MAX_NOTES_SHOWN = 10
 """Notes printed under the results table (all kept ones are in --json / report.json)."""
 
@@ -1048,6 +1050,35 @@ def check_liveness(history: _History, run: _Replay, found: _Findings) -> None:
         found.note("no liveness event in the history: liveness judged from the final state")
 
 
+def check_timeouts(ops: list[Op], run: _Replay, found: _Findings) -> None:
+    """early_timeout: no attempt of a task that runs for less than EARLY_TIMEOUT_FRACTION of its
+    timeout_s (as the submit described it) may end TIMED_OUT: that would mean replicated time
+    ran ahead of real time (a wrong clock stamped into the log)."""
+    if not run.complete:
+        return
+    for op in ops:
+        if op.f != "submit" or op.outcome != "ok":
+            continue
+        job = run.state.jobs.get(str(op.result().get("job_id")))
+        tasks = _dict(op.value().get("tasks"))
+        if job is None:
+            continue
+        for task in job.tasks:
+            described = _dict(tasks.get(task.spec.id))
+            run_s, timeout_s = _float(described.get("run_s")), _float(described.get("timeout_s"))
+            if run_s is None or timeout_s is None:
+                continue
+            found.count("early_timeout")
+            for attempt in task.attempts:
+                if attempt.state == AttemptState.TIMED_OUT \
+                        and run_s < timeout_s * EARLY_TIMEOUT_FRACTION:
+                    found.violate("early_timeout",
+                                  f"job {job.id} task {task.spec.id} fence {attempt.fence} "
+                                  f"TIMED_OUT although it runs {run_s:g} s against timeout_s "
+                                  f"{timeout_s:g}", ops=(int(op.invoke["i"]),),
+                                  keys=(f"{job.id}/{task.spec.id}",))
+
+
 def count_ops(ops: list[Op], found: _Findings) -> None:
     table = found.report.ops
     for op in ops:
@@ -1127,6 +1158,7 @@ def check(results_dir: Path) -> Report:
     if ledger is not None:
         check_ledger(ledger, run, found)
     check_agent_logs(results_dir / "logs", run, found)
+    check_timeouts(history.ops, run, found)
     check_liveness(history, run, found)
     count_ops(history.ops, found)
     fault_statistics(history, found)

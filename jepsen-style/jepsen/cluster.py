@@ -1,13 +1,15 @@
 """The cluster under test: N replicas and M agents as real processes, each in its own network
 namespace (see netns.py), with their data, logs and applied logs under the results folder.
 
-Only processes started here are ever signalled. Clock skew restarts a process under libfaketime
-(wall clock only: monotonic clocks, which Raft timeouts use, are left alone).
+Only processes started here are ever signalled. Clock skew restarts a process with
+RAFTSCHED_FAILPOINT_WALL_CLOCK_SKEW_S set (its wall clock only; monotonic clocks, which Raft
+timeouts use, are left alone). libfaketime would be the classic tool, but it breaks CPython's
+timed waits (time.sleep fails with EINVAL, condition waits hang), so replicas would die of it
+rather than run with a wrong clock.
 """
 
 from __future__ import annotations
 
-import glob
 import os
 import signal
 import subprocess
@@ -19,6 +21,7 @@ from typing import Any
 
 from jepsen.netns import Net, NodeNs
 from raftsched.client import Client
+from raftsched.clock import WALL_CLOCK_SKEW_ENV
 from raftsched.errors import RaftschedError
 
 RAFT_PORT = 7000
@@ -27,18 +30,6 @@ SECRET = "jepsen-style-harness-secret"
 STOP_TIMEOUT_S = 10.0
 STATUS_TIMEOUT_S = 1.0
 POLL_S = 0.1
-FAKETIME_GLOBS = ("/usr/lib/*/faketime/libfaketime.so.1", "/usr/lib/faketime/libfaketime.so.1",
-                  "/usr/local/lib/faketime/libfaketime.so.1")
-
-
-def libfaketime() -> str | None:
-    for pattern in FAKETIME_GLOBS:
-        found = sorted(glob.glob(pattern))
-        if found:
-            return found[0]
-    return None
-
-
 @dataclass
 class NodeProc:
     name: str
@@ -55,14 +46,9 @@ class NodeProc:
         assert not self.alive(), f"{self.name} is running"
         env = dict(os.environ)
         self.skew_s = skew_s
+        env.pop(WALL_CLOCK_SKEW_ENV, None)
         if skew_s:
-            lib = libfaketime()
-            if lib is None:
-                raise RuntimeError("libfaketime is not installed")
-            env["LD_PRELOAD"] = lib
-            env["FAKETIME"] = f"{skew_s:+.0f}s"
-            env["DONT_FAKE_MONOTONIC"] = "1"
-            env["FAKETIME_DONT_RESET"] = "1"
+            env[WALL_CLOCK_SKEW_ENV] = f"{skew_s:g}"
         with open(self.log, "ab") as log:
             log.write(f"--- harness: start #{self.starts + 1} skew={skew_s:+.0f}s\n".encode())
             log.flush()

@@ -15,7 +15,8 @@ Every line has:
   submit invoke  {"key": idempotency key, unique per logical job, "tenant": str,
                   "try": 1 for the first call of that key, 2+ for retries after info,
                   "failure_policy": str,
-                  "tasks": {task_id: {"depends_on": [ids], "fail_attempts": n, "max_attempts": n}}}
+                  "tasks": {task_id: {"depends_on": [ids], "fail_attempts": n, "max_attempts": n,
+                                      "run_s": seconds it runs, "timeout_s": its timeout}}}
   submit ok      {"key", "job_id", "created": bool}
   submit fail/info {"key", "error": code name, "message": str}
   cancel invoke  {"job_id"}            ok {"job_id", "cancelled": bool}

@@ -27,6 +27,8 @@ operation is info and the workload decides."""
 OP_INTERVAL_S = (0.2, 0.6)
 MAX_TASKS = 4
 TASK_SLEEP_S = (0.1, 0.8)
+TASK_TIMEOUT_S = 30
+"""Far above any task's run time: a TIMED_OUT attempt means the replicated time ran ahead."""
 MAX_SUBMIT_TRIES = 6
 """A key whose outcome stays unknown is retried at most this many times in all."""
 DEFINITE_FAILURES = frozenset({Code.INVALID_ARGUMENT, Code.NOT_FOUND, Code.ALREADY_EXISTS,
@@ -65,18 +67,20 @@ def make_job(rng: random.Random, key: str, ledger: Path) -> tuple[str, dict[str,
         deps = [f"t{j}" for j in range(i) if rng.random() < 0.5]
         fail_attempts = 1 if rng.random() < 0.2 else 0
         max_attempts = rng.choice((2, 3))
+        run_s = round(rng.uniform(*TASK_SLEEP_S), 2)
         tasks.append({
             "id": task_id,
-            "command": ["sh", "-c", task_script(fail_attempts, rng.uniform(*TASK_SLEEP_S))],
+            "command": ["sh", "-c", task_script(fail_attempts, run_s)],
             "env": {"LEDGER": str(ledger)},
             "resources": {"cpu": 0.5, "memory_mb": 64},
             "requires": ["linux"],
             "depends_on": deps,
             "retry": {"max_attempts": max_attempts, "backoff_s": 0.2},
-            "timeout_s": 30,
+            "timeout_s": TASK_TIMEOUT_S,
         })
         described[task_id] = {"depends_on": deps, "fail_attempts": fail_attempts,
-                              "max_attempts": max_attempts}
+                              "max_attempts": max_attempts, "run_s": run_s,
+                              "timeout_s": TASK_TIMEOUT_S}
     spec = {"name": f"jepsen-{key}", "tenant": tenant, "failure_policy": policy,
             "tasks": tasks}
     return json.dumps(spec), {"key": key, "tenant": tenant, "failure_policy": policy,

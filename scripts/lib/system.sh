@@ -1,10 +1,9 @@
 # Sourced by scripts/test and jepsen-style/run: the system packages the fault-injection harness
-# needs (iptables for partitions, libfaketime for clock skew), installed with apt-get when
-# missing and we are root. Never fatal: without them the harness says what is missing.
+# needs (iptables for partitions, iproute2 and util-linux for namespaces), installed with apt-get
+# when missing and we are root. Never fatal: without them the harness says what is missing.
 ensure_system_packages() {
     local missing=()
     command -v iptables >/dev/null 2>&1 || missing+=(iptables)
-    compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null || missing+=(faketime)
     command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
     command -v ip >/dev/null 2>&1 || missing+=(iproute2)
     [ ${#missing[@]} -eq 0 ] && return 0
