@@ -53,11 +53,11 @@ def parser() -> argparse.ArgumentParser:
                     "the host is not touched), concurrent clients, a seeded nemesis, then a "
                     "checker over the whole history, every replica's applied log and an "
                     "external side-effect ledger. Needs root (or user namespaces), iptables, "
-                    "iproute2; libfaketime for the skew faults.",
+                    "iproute2 and util-linux.",
         epilog="Fault groups: " + "; ".join(f"{g} = {', '.join(k)}" for g, k in GROUPS.items()
                                             if g != "all") + "; all = every kind.\n"
                "Soak: jepsen-style/run --nodes 5 --time 600 --faults all --seed N.\n"
-               " Exit status: 0 clean, 1 violation, 2 bad usage, "
+               "Exit status: 0 clean, 1 violation, 2 bad usage, "
                "3 liveness not met, 77 namespaces impossible here.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--nodes", type=int, choices=(3, 5), default=3, help="replicas (default 3)")
@@ -76,10 +76,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--liveness-bound-s", type=float, default=60.0, metavar="S",
                    help="after the final heal, every acknowledged job must be terminal within "
                         "this (default 60)")
-    p.add_argument("--suspect-after-s", type=float, default=2.0, metavar="S")
-    p.add_argument("--lost-after-s", type=float, default=4.0, metavar="S",
-                   help="replica --lost-after-s; agent-cut faults last longer than this "
-                        "(default 4)")
+    p.add_argument("--suspect-after-s", type=float, default=3.0, metavar="S",
+                   help="replica --suspect-after-s (default 3)")
+    p.add_argument("--lost-after-s", type=float, default=8.0, metavar="S",
+                   help="replica --lost-after-s; agent-cut faults last longer than this. Keep "
+                        "it above an agent's heartbeat deadline (6 s), or a leader change alone "
+                        "can declare agents LOST (default 8)")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     return p
 
