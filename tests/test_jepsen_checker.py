@@ -717,3 +717,17 @@ def test_a_task_that_really_outruns_its_timeout_is_not_an_early_timeout(
     run.sync()
     report = checker.check(run.write(tmp_path))
     assert report.violations == [], [checker.format_violation(v) for v in report.violations]
+
+
+def test_agent_events_are_parsed_for_the_history(tmp_path: Path) -> None:
+    (tmp_path / "agent-east.log").write_text(
+        "event agent_registered cluster=east incarnation=1 term=3 known=0 lost=0 kills=0\n"
+        "some other line\n"
+        "event attempt_finished fence=12 job=j1 task=a report=FINISHED exit_code=-9 "
+        "timed_out=False reason='killed by the agent' level=INFO ts=2026-11-30T10:00:01+0000\n")
+    events = list(checker.agent_events(tmp_path))
+    assert [e["event"] for e in events] == ["agent_registered", "attempt_finished"]
+    finished = events[1]
+    assert finished["cluster"] == "east" and finished["where"] == "agent-east.log:3"
+    assert (finished["fence"], finished["exit_code"]) == (12, -9)
+    assert finished["reason"] == "killed by the agent" and finished["job"] == "j1"

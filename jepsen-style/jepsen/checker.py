@@ -972,6 +972,31 @@ def check_agent_logs(logs_dir: Path, run: _Replay, found: _Findings) -> None:
         found.note(f"{unparsed} attempt_started lines without fence/job/task: not checked")
 
 
+AGENT_EVENTS = ("agent_registered", "attempt_started", "attempt_adopted", "attempt_finished",
+                "stale_fence_rejected", "report_verdict")
+"""Agent log events the runner copies into the history."""
+
+
+def agent_events(logs_dir: Path) -> Iterator[dict[str, Any]]:
+    """Every AGENT_EVENTS line of every logs/agent-<cluster>.log, parsed: {"cluster", "event",
+    "where" (file:line), and the line's key=value fields}. Unreadable files are skipped."""
+    for path in sorted(logs_dir.glob("agent-*.log")):
+        cluster_id = path.name[len("agent-"):-len(".log")]
+        try:
+            with open(path, encoding="utf-8", errors="replace") as source:
+                for number, line in enumerate(source, 1):
+                    name = next((n for n in AGENT_EVENTS if f"event {n} " in line), None)
+                    if name is not None:
+                        fields: dict[str, Any] = _event_fields(line, name)
+                        for key, value in fields.items():
+                            if value.lstrip("-").isdigit():
+                                fields[key] = int(value)
+                        yield {"cluster": cluster_id, "event": name,
+                               "where": f"{path.name}:{number}", **fields}
+        except OSError:
+            continue
+
+
 def _event_fields(line: str, name: str) -> dict[str, str]:
     tail = line[line.index(f"event {name} ") + len(name) + 7:]
     fields: dict[str, str] = {}

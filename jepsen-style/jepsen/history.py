@@ -3,12 +3,12 @@
 Every line has:
   "i"        sequence number in the file (0, 1, 2, ...)
   "t"        seconds since the run started (monotonic clock of the harness)
-  "process"  the client's number (int), "nemesis", or "harness"
+  "process"  the client's number (int), "nemesis", "harness", or "agent:<cluster>"
   "type"     "invoke", then exactly one of "ok" (it happened), "fail" (it certainly did not
              happen) or "info" (outcome unknown: a timeout, a lost connection, a leader change);
              "event" for lines that are not operations (faults, final observations)
   "f"        what: "submit", "cancel", "read" for clients; "fault" for the nemesis; "final",
-             "liveness" for the harness
+             "liveness" for the harness; "agent" for agent events
   "op"       operation id, shared by an invoke and its completion (absent on events)
   "value"    a dict, by f and type:
 
@@ -29,6 +29,10 @@ Every line has:
   final event    {"replicas": [{"name", "applied_index", "state_index", "state_digest", "term",
                    "applied_log": path relative to the results dir}]}
   liveness event {"bound_s", "waited_s", "met": bool, "pending": [job ids not terminal]}
+  agent event    process "agent:<cluster>", copied from the agent's log after the run:
+                 {"event": attempt_started | attempt_finished | attempt_adopted |
+                  stale_fence_rejected | agent_registered | report_verdict, "where": file:line,
+                  and the log line's fields (fence, job, task, ..., ts: the agent's wall clock)}
 """
 
 from __future__ import annotations

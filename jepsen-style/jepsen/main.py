@@ -248,6 +248,7 @@ def _harness(args: argparse.Namespace) -> int:
         _kill_strays()
         if net is not None:
             net.close()
+        _copy_agent_events(root, history)
         history.close()
     if failure == "interrupted":
         return 130
@@ -338,6 +339,15 @@ def _final(cluster: ClusterUnderTest, history: History) -> None:
         if s is not None else {"name": name, "unreachable": True,
                                "applied_log": f"replicas/{name}/applied.log"}
         for name, s in statuses.items()]})
+
+
+def _copy_agent_events(root: Path, history: History) -> None:
+    """The agents' events (registrations, attempt starts and ends with their fences, stale-fence
+    rejections, report verdicts) into the history, in each agent's log order. Their `ts` is that
+    agent's wall clock (seconds); ledger.txt holds the real-time order of executions."""
+    for event in checker_mod.agent_events(root / "logs"):
+        cluster_id = event.pop("cluster")
+        history.event(f"agent:{cluster_id}", "agent", event)
 
 
 def _kill_strays() -> None:
