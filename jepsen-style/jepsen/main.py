@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -152,9 +153,11 @@ def _as_init(harness: Any) -> int:
         return int(harness())
     child = os.fork()
     if child == 0:
-        code = 1
+        code = EXIT_VIOLATION
         try:
             code = int(harness())
+        except BaseException:  # a bug in the harness: show it, then end the namespace
+            traceback.print_exc()
         finally:
             sys.stdout.flush()
             sys.stderr.flush()
