@@ -75,6 +75,7 @@ RETRY_BACKOFF_MAX_MS = 5_000
 OUTBOX_ADMISSION_PAUSE_REPORTS = 50_000
 """With this many reports unacked, assignments are left for later (they are redelivered)."""
 REPORT_REASON_MAX_CHARS = 200
+NEVER_STARTED_REASON = "the agent stopped before starting it"
 STOP_JOIN_TIMEOUT_MS = 10_000
 MAX_RETAINED_ATTEMPT_DIRS = 1_000
 """Finished attempt dirs (with their stdout/stderr) kept for inspection; older ones go."""
@@ -224,15 +225,28 @@ class Agent:
         self._prune_attempt_dirs()
 
     def _adopt(self) -> None:
-        """Watches again every attempt an earlier agent left running."""
+        """Watches again every attempt an earlier agent left running. One it stopped before
+        launching never ran: it is rejected (an infrastructure failure, retried at once) and
+        not listed as running at registration."""
         with self._lock:
+            never_started: list[AttemptRecord] = []
             for record in self._outbox.attempts():
-                if record.state == AttemptState.RUNNING:
-                    self._executor.adopt(record)
-                    self._running[record.fence] = record
-                    logger.info(event("attempt_adopted", fence=record.fence,
-                                      job=record.job_id, task=record.task_id,
-                                      pid=record.wrapper_pid))
+                if record.state != AttemptState.RUNNING:
+                    continue
+                if not self._executor.adopt(record):
+                    never_started.append(record)
+                    logger.info(event("attempt_never_started", fence=record.fence,
+                                      job=record.job_id, task=record.task_id))
+                    continue
+                self._running[record.fence] = record
+                logger.info(event("attempt_adopted", fence=record.fence,
+                                  job=record.job_id, task=record.task_id,
+                                  pid=record.wrapper_pid))
+            if never_started:
+                self._outbox.write(
+                    reports=[Report(ReportKind.REJECTED, r.job_id, r.task_id, r.fence,
+                                    reason=NEVER_STARTED_REASON) for r in never_started],
+                    delete_records=[r.fence for r in never_started])
             self._metrics.attempts_running.set(len(self._running))
 
     def _register(self) -> None:

@@ -24,7 +24,6 @@ from typing import Protocol
 from agent import procfs, runner
 from agent.files import read_json, write_json_atomic
 from agent.model import Assignment, AttemptRecord, Completion
-from raftsched.clock import wall_ms
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 """Each of stdout and stderr is kept up to this size per attempt; the rest is drained and
@@ -72,8 +71,10 @@ class Executor(Protocol):
         """Starts the attempt; raises ExecutorError when it cannot."""
         ...
 
-    def adopt(self, record: AttemptRecord) -> None:
-        """Watches an attempt started by an earlier agent (from its durable record)."""
+    def adopt(self, record: AttemptRecord) -> bool:
+        """Watches an attempt started by an earlier agent (from its durable record). False, and
+        nothing watched, when it certainly never started: the earlier agent stopped between
+        recording the attempt and launching it."""
         ...
 
     def kill(self, fence: int) -> bool:
@@ -122,7 +123,8 @@ class _Watched:
     attempt_dir: Path
     pid: int | None
     start_ticks: int | None
-    created_ms: int
+    startup_deadline_s: float
+    """Monotonic time until which a wrapper without a pid file may still be starting."""
     process: subprocess.Popen[bytes] | None = None
     """Set when this executor started the wrapper (it reaps it); None when adopted."""
     kill_requested: bool = False
@@ -175,16 +177,26 @@ class SubprocessExecutor:
                           {"pid": process.pid, "start_ticks": ticks})
         with self._lock:
             self._watched[assignment.fence] = _Watched(
-                assignment.fence, directory, process.pid, ticks, _now_ms(), process)
+                assignment.fence, directory, process.pid, ticks, self._startup_deadline_s(),
+                process)
         return Launch(str(directory), process.pid, ticks)
 
-    def adopt(self, record: AttemptRecord) -> None:
+    def adopt(self, record: AttemptRecord) -> bool:
+        directory = Path(record.attempt_dir)
+        if record.wrapper_pid is None and not (directory / runner.SPEC_FILE).exists():
+            return False  # start() writes the spec before it launches the wrapper
         with self._lock:
-            if record.fence in self._watched:
-                return
-            self._watched[record.fence] = _Watched(
-                record.fence, Path(record.attempt_dir), record.wrapper_pid,
-                record.wrapper_start_ticks, record.created_ms)
+            if record.fence not in self._watched:
+                # The grace for a wrapper that may still be starting runs on this process's
+                # monotonic clock: a wall clock stepped since the record was made cannot
+                # stretch it.
+                self._watched[record.fence] = _Watched(
+                    record.fence, directory, record.wrapper_pid, record.wrapper_start_ticks,
+                    self._startup_deadline_s())
+        return True
+
+    def _startup_deadline_s(self) -> float:
+        return time.monotonic() + self._startup_grace_ms / 1000
 
     def kill(self, fence: int) -> bool:
         with self._lock:
@@ -229,7 +241,7 @@ class SubprocessExecutor:
             return completion
         pid, ticks = _identity(watched)
         if pid is None:
-            if _now_ms() - watched.created_ms < self._startup_grace_ms:
+            if time.monotonic() < watched.startup_deadline_s:
                 return None
             return self._vanished(watched, "wrapper never started")
         if procfs.is_alive(pid, ticks):
@@ -292,10 +304,6 @@ def _runner_env() -> dict[str, str]:
     package_parent = str(Path(runner.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     return env
-
-
-def _now_ms() -> int:
-    return wall_ms()
 
 
 # --- mock ---------------------------------------------------------------------------------------
@@ -375,7 +383,7 @@ class MockExecutor:
             self._condition.notify_all()
         return Launch(self.attempt_dir(assignment.fence))
 
-    def adopt(self, record: AttemptRecord) -> None:
+    def adopt(self, record: AttemptRecord) -> bool:
         with self._condition:
             known = record.fence in self._pending or any(
                 c.fence == record.fence for c in self._done)
@@ -383,6 +391,7 @@ class MockExecutor:
                 self._done.append(Completion(record.fence, VANISHED_EXIT_CODE,
                                              reason="mock attempt lost with its executor"))
         self._notify()
+        return True
 
     def kill(self, fence: int) -> bool:
         with self._condition:

@@ -8,9 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from agent.agent import Agent, AgentError
+from agent.agent import NEVER_STARTED_REASON, OUTBOX_DIR, Agent, AgentError, attempts_root
 from agent.executor import MockExecutor, SubprocessExecutor
-from agent.model import Directives, KillDirective, ReportKind, Resources
+from agent.model import (
+    AttemptRecord,
+    AttemptState,
+    Directives,
+    KillDirective,
+    ReportKind,
+    Resources,
+)
+from agent.outbox import Outbox
 from tests.agent_support import (
     FakeSession,
     assignment,
@@ -290,3 +298,22 @@ def test_one_data_dir_serves_one_agent(tmp_path: Path, executor: MockExecutor) -
     finally:
         first.close()
     Agent(config(tmp_path), FakeSession(), executor).close()
+
+
+def test_an_attempt_recorded_but_never_launched_is_rejected_after_a_restart(
+        tmp_path: Path) -> None:
+    """The agent stopped between recording an attempt and launching its wrapper: the restarted
+    agent rejects it at once (an infrastructure failure the scheduler retries) instead of
+    listing it as running and waiting for a wrapper that will never report."""
+    data = tmp_path / "data"
+    outbox = Outbox(data / OUTBOX_DIR)
+    outbox.write(records=[AttemptRecord(
+        5, "job", "t", 1, AttemptState.RUNNING, Resources(),
+        str(attempts_root(data) / f"{5:020d}"), 0)])
+    outbox.close()
+    session = FakeSession()
+    with running_agent(config(data), session, SubprocessExecutor(attempts_root(data))):
+        _wait_kinds(session, 5, REJECTED)
+    assert [k.fence for k in session.registrations[0].known] == []
+    rejected = session.report_of(5, REJECTED)
+    assert rejected is not None and rejected.reason == NEVER_STARTED_REASON

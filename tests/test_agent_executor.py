@@ -257,18 +257,26 @@ def test_a_reused_pid_is_not_taken_for_the_wrapper(root: Path) -> None:
     assert (completion.exit_code, completion.reason) == (VANISHED_EXIT_CODE, "wrapper vanished")
 
 
-def test_a_wrapper_that_never_started_is_waited_for_then_reported(root: Path) -> None:
+def test_a_wrapper_that_may_be_starting_is_waited_for_then_reported(root: Path) -> None:
     directory = root / "00000000000000000010"
     directory.mkdir(parents=True)
-    executor = SubprocessExecutor(root, startup_grace_ms=60_000)
-    executor.adopt(_record(10, Launch(str(directory))))
+    write_json_atomic(directory / runner.SPEC_FILE, {"argv": ["true"]})  # launched, no pid file
+    executor = SubprocessExecutor(root, startup_grace_ms=300)
+    # Recorded by an agent whose wall clock was two minutes fast: the grace must not stretch.
+    future_ms = time.time_ns() // 1_000_000 + 120_000
+    assert executor.adopt(_record(10, Launch(str(directory)), created_ms=future_ms)) is True
     assert executor.poll() == []  # within the grace: it may still be starting
-    old_ms = time.time_ns() // 1_000_000 - 120_000
-    late = SubprocessExecutor(root, startup_grace_ms=60_000)
-    late.adopt(_record(10, Launch(str(directory)), created_ms=old_ms))
-    completion = _complete(late, 10)
+    started = time.monotonic()
+    completion = _complete(executor, 10)
     assert (completion.exit_code, completion.reason) == (VANISHED_EXIT_CODE,
                                                          "wrapper never started")
+    assert time.monotonic() - started < 5  # the 0.3 s grace, not the 120 s skew
+
+
+def test_an_attempt_recorded_but_never_launched_is_not_adopted(root: Path) -> None:
+    executor = SubprocessExecutor(root)
+    assert executor.adopt(_record(12, Launch(str(root / "00000000000000000012")))) is False
+    assert executor.running() == [] and executor.poll() == []
 
 
 def test_a_result_written_while_nobody_watched_is_read_on_adoption(root: Path) -> None:
