@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,8 +30,11 @@ MAX_TASKS = 4
 TASK_SLEEP_S = (0.1, 0.8)
 TASK_TIMEOUT_S = 30
 """Far above any task's run time: a TIMED_OUT attempt means the replicated time ran ahead."""
+RECENT_JOBS = 20
 MAX_SUBMIT_TRIES = 6
 """A key whose outcome stays unknown is retried at most this many times in all."""
+MAX_UNKNOWN_SUBMITS = 50
+"""Keys with an unknown outcome a client keeps to retry; past it, new ones are not retried."""
 DEFINITE_FAILURES = frozenset({Code.INVALID_ARGUMENT, Code.NOT_FOUND, Code.ALREADY_EXISTS,
                                Code.FAILED_PRECONDITION, Code.RESOURCE_EXHAUSTED})
 """Codes that say the request was refused before anything was proposed; anything else
@@ -103,7 +107,8 @@ class ClientWorker:
     ledger: Path
     seed: int
     stop: threading.Event
-    jobs: list[str] = field(default_factory=list)
+    jobs: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_JOBS))
+    """This client's latest jobs: the ones it reads and cancels."""
     unknown: list[PendingSubmit] = field(default_factory=list)
     acked: dict[str, str] = field(default_factory=dict)
     """idempotency key -> job id."""
@@ -143,9 +148,9 @@ class ClientWorker:
             text, value = make_job(self._rng, key, self.ledger)
             self._submit(client, PendingSubmit(key, text, value))
         elif roll < SUBMIT_SHARE + READ_SHARE:
-            self._read(client, self._rng.choice(self.jobs[-20:]))
+            self._read(client, self._rng.choice(self.jobs))
         else:
-            self._cancel(client, self._rng.choice(self.jobs[-20:]))
+            self._cancel(client, self._rng.choice(self.jobs))
 
     def _submit(self, client: Client, pending: PendingSubmit) -> None:
         pending.tries += 1
@@ -156,8 +161,9 @@ class ClientWorker:
             kind = _kind(error)
             self.history.complete(self.process, op, kind, "submit", {
                 "key": pending.key, "error": error.code.value, "message": error.message})
-            if kind == "info" and pending.tries < MAX_SUBMIT_TRIES:
-                self.unknown.append(pending)
+            if kind == "info" and pending.tries < MAX_SUBMIT_TRIES \
+                    and len(self.unknown) < MAX_UNKNOWN_SUBMITS:
+                self.unknown.append(pending)  # else it stays info in the history: that is fine
             return
         self.history.complete(self.process, op, "ok", "submit", {
             "key": pending.key, "job_id": submitted.job_id, "created": submitted.created})
