@@ -28,20 +28,23 @@ def free_port() -> int:
     return pick_free_ports(1)[0]
 
 
-def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """Poll `condition` until it returns something truthy; fail with `what` after the timeout."""
+def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str,
+             retry_on: tuple[type[Exception], ...] = (RaftschedError, OSError)) -> T:
+    """Poll `condition` until it returns something truthy, treating `retry_on` errors as "not
+    yet"; fail with `what` (and the last such error) once the timeout has passed."""
     deadline = time.monotonic() + timeout_s
     last_error: Exception | None = None
-    while time.monotonic() < deadline:
+    while True:
         try:
             value = condition()
             if value:
                 return value
-        except (RaftschedError, OSError) as error:
+        except retry_on as error:
             last_error = error
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}"
+                                 + (f" (last error: {last_error})" if last_error else ""))
         time.sleep(POLL_S)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}"
-                         + (f" (last error: {last_error})" if last_error else ""))
 
 
 @dataclass

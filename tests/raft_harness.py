@@ -15,18 +15,17 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from raftsched.devcluster import pick_free_ports
+from tests import cluster
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 PROC_SCRIPT = REPO_ROOT / "tests" / "raft_proc.py"
 START_TIMEOUT_S = 20.0
 REQUEST_TIMEOUT_S = 60.0
-POLL_S = 0.05
 DEAD_REPLICA_SIGNS = ("failed _onTick",)
 """Log lines that mean a replica stopped working (pysyncobj keeps the process alive)."""
 
@@ -42,20 +41,8 @@ def free_ports(count: int) -> list[int]:
 
 
 def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """Poll `condition` until it returns something truthy; raise naming `what` at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    last_error: Exception | None = None
-    while True:
-        try:
-            value = condition()
-            if value:
-                return value
-        except (OSError, HarnessError) as exc:
-            last_error = exc
-        if time.monotonic() > deadline:
-            raise HarnessError(f"timed out after {timeout_s:g} s waiting for {what}"
-                               + (f" (last error: {last_error})" if last_error else ""))
-        time.sleep(POLL_S)
+    """`tests.cluster.wait_for`, also polling on while a replica answers with a HarnessError."""
+    return cluster.wait_for(condition, timeout_s, what, retry_on=(OSError, HarnessError))
 
 
 class ReplicaProcess:
