@@ -5,7 +5,7 @@
   end-to-end tasks/s for no-op tasks (one wide job; many jobs of 10);
   ready -> assigned latency p50/p99 (from the committed attempt history);
   failover: kill -9 of the leader -> next accepted submit, over several trials;
-and, as the ceiling in the same run, raw pysyncobj commit rates (tests/raft_bench.py) when
+and, as the ceiling in the same run, raw pysyncobj commit rates (tests/support/raft_bench.py) when
 available. Every phase is bounded in time; the cluster is always torn down.
 """
 
@@ -25,8 +25,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from raftsched.client import Client  # noqa: E402
-from tests.cluster import LocalCluster, plus_one, wait_for  # noqa: E402
+from raftsched.client.client import Client  # noqa: E402
+from tests.support.cluster import LocalCluster, plus_one, wait_for  # noqa: E402
 
 PHASE_TIMEOUT_S = 300.0
 UNPLACEABLE = "name: bench-submit\ntasks:\n  - {id: t, command: [mock], requires: [nowhere]}\n"
@@ -156,11 +156,11 @@ def raw_ceiling() -> str:
     """The Raft adapter alone (3 replicas, fsync on, proposals from inside the leader, no gRPC):
     the ceiling for what the whole system can commit, measured in this same run."""
     result = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "raft_bench.py"), "--sequential", "300",
+        [sys.executable, str(ROOT / "tests" / "support" / "raft_bench.py"), "--sequential", "300",
          "--pipelined", "2000", "--trials", "1"],
         capture_output=True, text=True, timeout=PHASE_TIMEOUT_S, check=False)
     if result.returncode != 0:
-        return f"raft ceiling: tests/raft_bench.py failed: {result.stderr[-500:]}"
+        return f"raft ceiling: tests/support/raft_bench.py failed: {result.stderr[-500:]}"
     report = json.loads(result.stdout)
     seq, pipes = report["sequential"], report["pipelined"]
     rates = ", ".join(f"{p.get('per_s', p)}" for p in pipes)

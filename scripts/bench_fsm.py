@@ -21,10 +21,10 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from raftsched import commands as c
-from raftsched import fsm, placement
-from raftsched.model import TERMINAL_JOB_STATES, State
-from raftsched.spec_wire import doc_to_wire
+from raftsched.spec.wire import doc_to_wire
+from raftsched.state import commands as c
+from raftsched.state import fsm, placement
+from raftsched.state.model import TERMINAL_JOB_STATES, State
 
 
 def layered_dag(tasks: int, width: int, seed: int) -> list[Any]:

@@ -49,19 +49,19 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from raftsched import fsm
-from raftsched.applied_log import AppliedLog, read_applied_log
-from raftsched.audit import MAX_VIOLATIONS_PER_CHECK, LogAuditor, TaskKey, Violation
-from raftsched.commands import CommandError, Tag, decode
-from raftsched.model import (
+from raftsched.replica.applied_log import AppliedLog, read_applied_log
+from raftsched.replica.views import idempotency_key
+from raftsched.spec.job import TaskSpec
+from raftsched.state import fsm
+from raftsched.state.audit import MAX_VIOLATIONS_PER_CHECK, LogAuditor, TaskKey, Violation
+from raftsched.state.commands import CommandError, Tag, decode
+from raftsched.state.model import (
     TERMINAL_JOB_STATES,
     TERMINAL_TASK_STATES,
     AttemptState,
     State,
     TaskState,
 )
-from raftsched.spec import TaskSpec
-from raftsched.views import idempotency_key
 
 MAX_UNRECORDED_RUN = 0
 """Consecutive Raft indices missing from every applied log that are tolerated. Replicas record

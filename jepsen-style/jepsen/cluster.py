@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from jepsen.netns import Net, NodeNs
-from raftsched.client import Client
+from raftsched.client.client import Client
 from raftsched.clock import WALL_CLOCK_SKEW_ENV
 from raftsched.errors import RaftschedError
 
@@ -116,8 +116,9 @@ class ClusterUnderTest:
             self.grpc[name] = f"{ns.ip}:{GRPC_PORT}"
             home = self.root / "replicas" / name
             home.mkdir(parents=True, exist_ok=True)
-            argv = [sys.executable, "-m", "raftsched.main", "--raft", f"{ns.ip}:{RAFT_PORT}",
-                    "--grpc", self.grpc[name], "--peers", ",".join(raft),
+            argv = [sys.executable, "-m", "raftsched.replica.main",
+                    "--raft", f"{ns.ip}:{RAFT_PORT}", "--grpc", self.grpc[name],
+                    "--peers", ",".join(raft),
                     "--data-dir", str(home / "data"), "--secret-file", str(secret),
                     "--applied-log", str(home / "applied.log"),
                     "--suspect-after-s", str(self.suspect_after_s),

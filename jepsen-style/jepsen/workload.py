@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from jepsen.history import History
-from raftsched.client import Client
+from raftsched.client.client import Client
 from raftsched.errors import Code, RaftschedError
 
 CALL_TIMEOUT_S = 2.0

@@ -18,11 +18,11 @@ from agent.model import (
     Reported,
     Verdict,
 )
-from raftsched import commands as c
 from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
-from raftsched.gateway import AgentGateway
-from raftsched.leader import Leader
+from raftsched.replica.gateway import AgentGateway
+from raftsched.replica.leader import Leader
+from raftsched.state import commands as c
 from tests.sim.log import SimNode
 
 

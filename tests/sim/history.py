@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from raftsched import commands as c
-from raftsched import fsm
-from raftsched.audit import LogAuditor
-from raftsched.model import State
+from raftsched.state import commands as c
+from raftsched.state import fsm
+from raftsched.state.audit import LogAuditor
+from raftsched.state.model import State
 
 
 @dataclass

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftsched import commands as c
-from raftsched import fsm, snapshot
-from raftsched.model import State
-from raftsched.raft_node import NotLeader, OutcomeUnknown
+from raftsched.replica.raft.node import NotLeader, OutcomeUnknown
+from raftsched.state import commands as c
+from raftsched.state import fsm, snapshot
+from raftsched.state.model import State
 
 MAX_APPLY_PER_STEP = 4
 """Entries a lagging follower applies in one step, at most."""

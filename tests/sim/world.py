@@ -19,13 +19,13 @@ from typing import Any
 
 from agent.model import Resources
 from agent.session import SessionError
-from raftsched import commands as c
-from raftsched import fsm, snapshot
 from raftsched.clock import ManualClock
 from raftsched.errors import Code, RaftschedError
-from raftsched.leader import Leader, LeaderConfig
-from raftsched.model import TERMINAL_JOB_STATES
-from raftsched.spec_wire import doc_to_wire
+from raftsched.replica.leader import Leader, LeaderConfig
+from raftsched.spec.wire import doc_to_wire
+from raftsched.state import commands as c
+from raftsched.state import fsm, snapshot
+from raftsched.state.model import TERMINAL_JOB_STATES
 from tests.sim.agent import SimAgent
 from tests.sim.gateway import Gateway
 from tests.sim.history import History

@@ -1,0 +1,1 @@
+"""The `raftsched` command line and its rendering."""

@@ -1,0 +1,1 @@
+"""The Python client of the scheduler: leader following, the one retry policy, the error map."""

@@ -1,0 +1,1 @@
+"""Running real processes locally: the process supervisor and the dev cluster."""

@@ -1,0 +1,753 @@
+"""A local cluster of real processes for development and the demo: `raftsched dev up|status|down`.
+
+`up` starts 3 or 5 replicas (`python -m raftsched replica`) and N agents (`python -m raftsched
+agent`) in the background, each in its own session (`start_new_session`), its output appended to
+DIR/logs/NAME.log, all on ephemeral ports of 127.0.0.1, with a fresh random cluster secret in
+DIR/secret (mode 0600, passed as --secret-file). It waits, up to a named timeout, until a replica
+says it leads and every agent's cluster is READY; on any failure it stops what it started and
+raises a `DevClusterError` carrying the tail of the log that explains it.
+
+DIR/cluster.json records every process: pid, the start time from /proc/PID/stat (field 22, clock
+ticks since boot) and addresses. `down` signals a pid only while /proc still shows that same
+start time, so it never signals a process that merely reused the pid; it stops exactly those
+processes (SIGTERM to the process group, a named wait, then SIGKILL), removes the state file and
+nothing else (logs, secret and data stay), and is idempotent. Linux only (/proc).
+
+A run's Raft and agent data go to DIR/data/RUN/NAME with a fresh RUN per `up`: a replica
+restarted on an old data dir would remember the previous run's membership and ports.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import raftsched
+from raftsched.errors import Code, RaftschedError
+
+DEV_DIR_ENV = "RAFTSCHED_DEV_DIR"
+DEFAULT_DEV_DIR = ".raftsched-dev"
+STATE_FILE_NAME = "cluster.json"
+SECRET_FILE_NAME = "secret"
+LOCK_FILE_NAME = "lock"
+LOG_DIR_NAME = "logs"
+DATA_DIR_NAME = "data"
+STATE_VERSION = 1
+REPLICA_COUNTS = (3, 5)
+DEFAULT_REPLICAS = 3
+DEFAULT_AGENTS = 2
+MAX_AGENTS = 16
+EXECUTORS = ("mock", "subprocess")
+DEFAULT_EXECUTOR = "mock"
+UP_TIMEOUT_S = 60.0
+"""How long `up` waits for a leader and then for every agent to be READY."""
+STOP_TIMEOUT_S = 10.0
+"""How long `down` waits after SIGTERM before it sends SIGKILL."""
+KILL_TIMEOUT_S = 5.0
+"""How long `down` waits after SIGKILL before it reports a process as surviving."""
+POLL_INTERVAL_S = 0.2
+PROBE_TIMEOUT_S = 1.0
+"""Deadline of one ClusterStatus call while polling."""
+CONNECT_TIMEOUT_S = 0.2
+PROGRESS_EVERY_S = 5.0
+LOG_TAIL_LINES = 30
+LOG_TAIL_BYTES = 64 * 1024
+SECRET_BYTES = 32
+MAX_PORTS = 128
+LOOPBACK = "127.0.0.1"
+PROC = Path("/proc")
+RESERVED_ENV = ("RAFTSCHED_SECRET", "RAFTSCHED_SERVERS", DEV_DIR_ENV)
+"""Not passed on to the processes: everything they need is on their command line."""
+READY = "READY"
+
+Progress = Callable[[str], None]
+
+
+class DevClusterError(RaftschedError):
+    """A dev cluster operation failed; `log_tail` holds the lines of `log` that explain it."""
+
+    def __init__(self, code: Code, message: str, *, log: str | None = None,
+                 log_tail: Sequence[str] = ()) -> None:
+        super().__init__(code, message)
+        self.log = log
+        self.log_tail = tuple(log_tail)
+
+
+# --- the shape of a dev cluster ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AgentShape:
+    cluster: str
+    capabilities: tuple[str, ...]
+    cpu: int
+    memory_mb: int
+    gpu: int
+
+
+FIRST_AGENTS = (
+    AgentShape("cpu-east", ("linux",), cpu=4, memory_mb=8192, gpu=0),
+    AgentShape("gpu-west", ("linux", "gpu"), cpu=4, memory_mb=16384, gpu=2),
+)
+
+
+def agent_shapes(count: int) -> list[AgentShape]:
+    """cpu-east, gpu-west, then agent-3, agent-4, ... (plain linux clusters)."""
+    assert 0 <= count <= MAX_AGENTS
+    return [FIRST_AGENTS[index] if index < len(FIRST_AGENTS)
+            else AgentShape(f"agent-{index + 1}", ("linux",), cpu=4, memory_mb=8192, gpu=0)
+            for index in range(count)]
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaEntry:
+    id: str
+    pid: int
+    start_time_ticks: int
+    grpc_address: str
+    raft_address: str
+    metrics_port: int
+    data_dir: str
+    log: str
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEntry:
+    cluster: str
+    pid: int
+    start_time_ticks: int
+    capabilities: tuple[str, ...]
+    cpu: int
+    memory_mb: int
+    gpu: int
+    metrics_port: int
+    data_dir: str
+    log: str
+
+
+@dataclass(slots=True)
+class ClusterState:
+    """The contents of DIR/cluster.json."""
+
+    dir: str
+    executor: str
+    secret_file: str
+    created_ms: int
+    replicas: list[ReplicaEntry] = field(default_factory=list)
+    agents: list[AgentEntry] = field(default_factory=list)
+
+    @property
+    def servers(self) -> list[str]:
+        return [replica.grpc_address for replica in self.replicas]
+
+    def processes(self) -> list[ProcessRef]:
+        return ([ProcessRef(r.id, r.pid, r.start_time_ticks, r.log) for r in self.replicas]
+                + [ProcessRef(a.cluster, a.pid, a.start_time_ticks, a.log) for a in self.agents])
+
+    def to_doc(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["version"] = STATE_VERSION
+        return doc
+
+    @classmethod
+    def from_doc(cls, doc: object) -> ClusterState:
+        """Raises ValueError naming what is wrong."""
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        if doc.get("version") != STATE_VERSION:
+            raise ValueError(f"version {doc.get('version')!r}, expected {STATE_VERSION}")
+        replicas = [ReplicaEntry(**_entry(ReplicaEntry, item)) for item in _list(doc, "replicas")]
+        agents = []
+        for item in _list(doc, "agents"):
+            values = _entry(AgentEntry, item)
+            values["capabilities"] = tuple(values["capabilities"])
+            agents.append(AgentEntry(**values))
+        directory, executor, secret_file = (_string(doc, name)
+                                            for name in ("dir", "executor", "secret_file"))
+        created_ms = doc.get("created_ms")
+        if not isinstance(created_ms, int):
+            raise ValueError("created_ms must be an integer")
+        return cls(directory, executor, secret_file, created_ms, replicas, agents)
+
+
+class ProcessRef(NamedTuple):
+    name: str
+    pid: int
+    start_time_ticks: int
+    log: str
+
+
+def _list(doc: dict[str, Any], key: str) -> list[Any]:
+    value = doc.get(key)
+    if not isinstance(value, list):
+        raise ValueError(f"{key} must be a list")
+    return value
+
+
+def _string(doc: dict[str, Any], key: str) -> str:
+    value = doc.get(key)
+    if not isinstance(value, str):
+        raise ValueError(f"{key} must be a string")
+    return value
+
+
+def _entry(kind: type[ReplicaEntry] | type[AgentEntry], item: object) -> dict[str, Any]:
+    """The fields of one recorded process; the pid and start time must be integers."""
+    names = [f.name for f in fields(kind)]
+    if not isinstance(item, dict) or set(names) - set(item):
+        raise ValueError(f"a {kind.__name__} needs the fields {', '.join(names)}")
+    for name in ("pid", "start_time_ticks"):
+        if not isinstance(item[name], int) or isinstance(item[name], bool):
+            raise ValueError(f"{name} must be an integer")
+    return {name: item[name] for name in names}
+
+
+# --- state file, secret, lock ------------------------------------------------------------------
+
+
+def default_dir() -> Path:
+    """$RAFTSCHED_DEV_DIR, else ./.raftsched-dev."""
+    return Path(os.environ.get(DEV_DIR_ENV) or DEFAULT_DEV_DIR)
+
+
+def state_path(directory: Path) -> Path:
+    return directory / STATE_FILE_NAME
+
+
+def load_state(directory: Path) -> ClusterState | None:
+    """The recorded cluster, or None when DIR/cluster.json does not exist."""
+    path = state_path(directory)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    try:
+        return ClusterState.from_doc(json.loads(text))
+    except ValueError as error:
+        raise DevClusterError(
+            Code.FAILED_PRECONDITION,
+            f"{path} is not a raftsched dev cluster state file ({error}); move it away",
+        ) from None
+
+
+def save_state(state: ClusterState) -> None:
+    """Write DIR/cluster.json atomically (temporary file, then rename)."""
+    path = state_path(Path(state.dir))
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(state.to_doc(), indent=2) + "\n", encoding="utf-8")
+    os.replace(temporary, path)
+
+
+def servers_from_state(directory: Path) -> list[str] | None:
+    state = load_state(directory)
+    return state.servers if state is not None and state.replicas else None
+
+
+def write_secret(directory: Path) -> Path:
+    """A fresh random cluster secret in DIR/secret, readable by its owner only (0600)."""
+    path = directory / SECRET_FILE_NAME
+    temporary = directory / f"{SECRET_FILE_NAME}.tmp"
+    with contextlib.suppress(FileNotFoundError):
+        temporary.unlink()
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(descriptor, "w", encoding="ascii") as file:
+        os.fchmod(file.fileno(), 0o600)
+        file.write(secrets.token_urlsafe(SECRET_BYTES))
+    os.replace(temporary, path)
+    return path
+
+
+@contextlib.contextmanager
+def exclusive(directory: Path) -> Iterator[None]:
+    """Only one `up` or `down` at a time in one directory."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / LOCK_FILE_NAME, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DevClusterError(Code.FAILED_PRECONDITION,
+                                  f"another 'raftsched dev' command is working in {directory}"
+                                  ) from None
+        yield
+
+
+# --- processes ---------------------------------------------------------------------------------
+
+
+def parse_proc_stat(text: str) -> tuple[str, int]:
+    """(state letter, start time in clock ticks since boot) from a /proc/PID/stat line. The
+    command name (field 2) is in parentheses and may itself hold spaces and parentheses."""
+    rest = text[text.rindex(")") + 2:].split()
+    return rest[0], int(rest[19])  # fields 3 and 22
+
+
+def read_proc_stat(pid: int) -> str | None:
+    try:
+        return (PROC / str(pid) / "stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+
+
+def process_start_ticks(pid: int, read: Callable[[int], str | None] = read_proc_stat
+                        ) -> int | None:
+    """The start time of live process `pid`; None when there is none (or only a zombie)."""
+    text = read(pid) if pid > 0 else None
+    if text is None:
+        return None
+    state, start_ticks = parse_proc_stat(text)
+    return None if state in ("Z", "X", "x") else start_ticks
+
+
+def is_same_process(pid: int, start_time_ticks: int,
+                    read: Callable[[int], str | None] = read_proc_stat) -> bool:
+    """Whether `pid` is still the process that started at `start_time_ticks` and is alive."""
+    return process_start_ticks(pid, read) == start_time_ticks
+
+
+def signal_process(ref: ProcessRef, sig: signal.Signals) -> bool:
+    """Send `sig` to the process group `ref` leads (started with start_new_session), only if
+    /proc still shows the recorded start time. Returns whether it was sent. (A pid cannot be
+    reused between the check and the kill unless the process exits and ~32k others start.)"""
+    if not is_same_process(ref.pid, ref.start_time_ticks):
+        return False
+    try:
+        if os.getpgid(ref.pid) == ref.pid:
+            os.killpg(ref.pid, sig)
+        else:
+            os.kill(ref.pid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@dataclass(frozen=True, slots=True)
+class StopResult:
+    name: str
+    pid: int
+    outcome: str
+    """stopped (after SIGTERM) | killed (needed SIGKILL) | not running | survived"""
+
+
+def stop_processes(refs: Sequence[ProcessRef], *, term_timeout_s: float = STOP_TIMEOUT_S,
+                   kill_timeout_s: float = KILL_TIMEOUT_S,
+                   reap: Callable[[], None] = lambda: None) -> list[StopResult]:
+    """SIGTERM every recorded process that is still itself, wait up to `term_timeout_s`, SIGKILL
+    the rest, wait up to `kill_timeout_s`. `reap` lets a parent collect its own children."""
+    outcome = {ref: "stopped" if signal_process(ref, signal.SIGTERM) else "not running"
+               for ref in refs}
+    running = [ref for ref in refs if outcome[ref] == "stopped"]
+    running = _wait_gone(running, term_timeout_s, reap)
+    for ref in running:
+        if signal_process(ref, signal.SIGKILL):
+            outcome[ref] = "killed"
+    for ref in _wait_gone(running, kill_timeout_s, reap):
+        outcome[ref] = "survived"
+    return [StopResult(ref.name, ref.pid, outcome[ref]) for ref in refs]
+
+
+def _wait_gone(refs: list[ProcessRef], timeout_s: float,
+               reap: Callable[[], None]) -> list[ProcessRef]:
+    """The processes of `refs` still alive after waiting up to `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reap()
+        refs = [ref for ref in refs if is_same_process(ref.pid, ref.start_time_ticks)]
+        if not refs or time.monotonic() >= deadline:
+            return refs
+        time.sleep(0.05)
+
+
+def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
+    """`count` distinct ports that were free on `host` a moment ago (bound to port 0 together,
+    then released; a process elsewhere could still take one before our servers bind it)."""
+    assert 0 < count <= MAX_PORTS
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(count):
+            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
+            sock.bind((host, 0))
+            ports.append(int(sock.getsockname()[1]))
+    return ports
+
+
+def port_open(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s):
+            return True
+    except OSError:
+        return False
+
+
+def log_tail(path: str | Path, lines: int = LOG_TAIL_LINES) -> list[str]:
+    """The last `lines` lines of a log file (reads at most LOG_TAIL_BYTES)."""
+    try:
+        with open(path, "rb") as file:
+            file.seek(0, os.SEEK_END)
+            file.seek(max(0, file.tell() - LOG_TAIL_BYTES))
+            data = file.read()
+    except OSError:
+        return []
+    return data.decode("utf-8", "replace").splitlines()[-lines:]
+
+
+def require_proc() -> None:
+    if not (PROC / "self" / "stat").exists():
+        raise DevClusterError(Code.FAILED_PRECONDITION,
+                              "raftsched dev needs Linux /proc (to tell a recorded process from "
+                              "a later one that reused its pid)")
+
+
+# --- commands of the processes ----------------------------------------------------------------
+
+
+def replica_command(raft_address: str, grpc_address: str, peers: Sequence[str], data_dir: Path,
+                    secret_file: Path, metrics_port: int) -> list[str]:
+    """`python -m raftsched replica ...`; `peers` are the other replicas' Raft addresses."""
+    return [sys.executable, "-m", "raftsched", "replica", "--raft", raft_address,
+            "--grpc", grpc_address, "--peers", ",".join(peers), "--data-dir", str(data_dir),
+            "--secret-file", str(secret_file), "--metrics-port", str(metrics_port)]
+
+
+def agent_command(shape: AgentShape, servers: Sequence[str], data_dir: Path, executor: str,
+                  metrics_port: int) -> list[str]:
+    return [sys.executable, "-m", "raftsched", "agent", "--cluster-id", shape.cluster,
+            "--servers", ",".join(servers), "--capabilities", ",".join(shape.capabilities),
+            "--cpu", str(shape.cpu), "--memory-mb", str(shape.memory_mb), "--gpu",
+            str(shape.gpu), "--data-dir", str(data_dir), "--executor", executor,
+            "--metrics-port", str(metrics_port)]
+
+
+def child_env() -> dict[str, str]:
+    """This environment minus RESERVED_ENV, unbuffered, with this checkout importable."""
+    env = {key: value for key, value in os.environ.items() if key not in RESERVED_ENV}
+    env["PYTHONUNBUFFERED"] = "1"
+    root = str(Path(raftsched.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def spawn_process(argv: list[str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
+    """Start `argv` in its own session, stdout and stderr appended to `log_path`."""
+    with open(log_path, "ab") as log:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+        log.write(f"--- {stamp} raftsched dev starts: {shlex.join(argv)}\n".encode())
+        log.flush()
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                stderr=subprocess.STDOUT, cwd=cwd, env=child_env(),
+                                start_new_session=True, close_fds=True)
+
+
+Spawn = Callable[[list[str], Path, Path], "subprocess.Popen[bytes]"]
+
+
+# --- asking the cluster ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterView:
+    """What one replica (the leader, when it answered) says about the cluster."""
+
+    leader: str
+    """The leader's gRPC address; "" when unknown."""
+    term: int
+    responder: str
+    clusters: dict[str, str]
+    """Compute cluster id -> status (READY SUSPECT LOST DRAINING)."""
+    from_leader: bool
+
+
+Probe = Callable[[Sequence[str]], "ClusterView | None"]
+
+
+def probe_cluster(servers: Sequence[str]) -> ClusterView | None:
+    """Ask each replica whose port accepts connections for Admin.ClusterStatus; the answer of
+    the replica that says it leads wins, else the first answer, else None."""
+    from raftsched.client.client import Client  # grpc is imported only when a cluster is asked
+
+    best: ClusterView | None = None
+    with Client(list(servers), timeout_s=PROBE_TIMEOUT_S, retry_budget_s=0) as client:
+        for address in servers:
+            if not port_open(address):
+                continue
+            try:
+                status = client.cluster_status(server=address)
+            except RaftschedError:
+                continue
+            view = ClusterView(
+                leader=status.leader, term=status.term, responder=status.responder,
+                clusters={c.cluster_id: c.status for c in status.clusters},
+                from_leader=bool(status.leader) and status.leader in (address, status.responder),
+            )
+            if view.from_leader:
+                return view
+            best = best or view
+    return best
+
+
+# --- up ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UpOptions:
+    dir: Path
+    replicas: int = DEFAULT_REPLICAS
+    agents: int = DEFAULT_AGENTS
+    executor: str = DEFAULT_EXECUTOR
+    timeout_s: float = UP_TIMEOUT_S
+
+
+def up(options: UpOptions, *, progress: Progress, spawn: Spawn = spawn_process,
+       probe: Probe = probe_cluster, clock: Callable[[], float] = time.monotonic,
+       sleep: Callable[[float], None] = time.sleep) -> tuple[ClusterState, ClusterView]:
+    """Start a dev cluster in `options.dir` and wait until it has a leader and every agent is
+    READY. On failure (or Ctrl-C) stop what was started and re-raise."""
+    assert options.replicas in REPLICA_COUNTS and 0 <= options.agents <= MAX_AGENTS
+    assert options.executor in EXECUTORS
+    require_proc()
+    directory = options.dir.resolve()
+    with exclusive(directory):
+        _refuse_if_running(directory, progress)
+        (directory / LOG_DIR_NAME).mkdir(exist_ok=True)
+        state = ClusterState(str(directory), options.executor,
+                             str(write_secret(directory)), int(time.time() * 1000))
+        starter = _Starter(state, options, spawn, probe, progress, clock, sleep)
+        try:
+            return state, starter.run()
+        except BaseException:
+            starter.abort()
+            raise
+
+
+def _refuse_if_running(directory: Path, progress: Progress) -> None:
+    previous = load_state(directory)
+    if previous is None:
+        return
+    alive = [ref for ref in previous.processes()
+             if is_same_process(ref.pid, ref.start_time_ticks)]
+    if alive:
+        names = ", ".join(f"{ref.name} (pid {ref.pid})" for ref in alive)
+        raise DevClusterError(Code.FAILED_PRECONDITION,
+                              f"a dev cluster is already running in {directory}: {names}; "
+                              f"stop it first with: raftsched dev down --dir {directory}")
+    progress(f"forgetting the earlier dev cluster recorded in {directory} (none of its "
+             f"processes is running)")
+    state_path(directory).unlink()
+
+
+class _Starter:
+    """One `up`: spawns, records, waits; `abort` undoes it."""
+
+    def __init__(self, state: ClusterState, options: UpOptions, spawn: Spawn, probe: Probe,
+                 progress: Progress, clock: Callable[[], float],
+                 sleep: Callable[[float], None]) -> None:
+        self.state, self.options = state, options
+        self.spawn, self.probe, self.progress = spawn, probe, progress
+        self.clock, self.sleep = clock, sleep
+        self.started_s = clock()
+        self.deadline_s = self.started_s + options.timeout_s
+        self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.logs: dict[str, str] = {}
+        run = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}"
+        self.run_dir = Path(state.dir) / DATA_DIR_NAME / run
+
+    def run(self) -> ClusterView:
+        count = self.options.replicas
+        ports = pick_free_ports(3 * count + self.options.agents)
+        rafts = [f"{LOOPBACK}:{port}" for port in ports[:count]]
+        grpcs = [f"{LOOPBACK}:{port}" for port in ports[count:2 * count]]
+        self.progress(f"starting {count} replicas (logs in {self.state.dir}/{LOG_DIR_NAME})")
+        for index in range(count):
+            self._start_replica(index, rafts, grpcs[index], ports[2 * count + index])
+        view = self._wait("a leader", lambda v: v is not None and v.from_leader,
+                          suspect=lambda v: "replica-1")
+        self.progress(f"{view.leader} leads (term {view.term}) after {self._elapsed_s():.1f} s")
+        shapes = agent_shapes(self.options.agents)
+        if not shapes:
+            return view
+        self.progress(f"starting {len(shapes)} agents ({self.options.executor} executor): "
+                      + ", ".join(shape.cluster for shape in shapes))
+        for index, shape in enumerate(shapes):
+            self._start_agent(shape, ports[3 * count + index])
+        names = [shape.cluster for shape in shapes]
+        view = self._wait("every agent to be READY", lambda v: _all_ready(v, names),
+                          suspect=lambda v: _first_not_ready(v, names),
+                          detail=lambda v: _readiness(v, names))
+        self.progress(f"ready after {self._elapsed_s():.1f} s")
+        return view
+
+    def _start_replica(self, index: int, rafts: list[str], grpc: str, metrics_port: int) -> None:
+        name = f"replica-{index + 1}"
+        data_dir, log = self._prepare(name)
+        peers = [raft for other, raft in enumerate(rafts) if other != index]
+        argv = replica_command(rafts[index], grpc, peers, data_dir,
+                               Path(self.state.secret_file), metrics_port)
+        pid, start = self._spawn(name, argv, log)
+        self.state.replicas.append(ReplicaEntry(name, pid, start, grpc, rafts[index],
+                                                metrics_port, str(data_dir), str(log)))
+        save_state(self.state)
+
+    def _start_agent(self, shape: AgentShape, metrics_port: int) -> None:
+        data_dir, log = self._prepare(shape.cluster)
+        argv = agent_command(shape, self.state.servers, data_dir, self.options.executor,
+                             metrics_port)
+        pid, start = self._spawn(shape.cluster, argv, log)
+        self.state.agents.append(AgentEntry(shape.cluster, pid, start, shape.capabilities,
+                                            shape.cpu, shape.memory_mb, shape.gpu, metrics_port,
+                                            str(data_dir), str(log)))
+        save_state(self.state)
+
+    def _prepare(self, name: str) -> tuple[Path, Path]:
+        data_dir = self.run_dir / name
+        data_dir.mkdir(parents=True)
+        return data_dir, Path(self.state.dir) / LOG_DIR_NAME / f"{name}.log"
+
+    def _spawn(self, name: str, argv: list[str], log: Path) -> tuple[int, int]:
+        child = self.spawn(argv, log, Path(self.state.dir))
+        self.children[name] = child
+        self.logs[name] = str(log)
+        return child.pid, process_start_ticks(child.pid) or 0
+
+    def _wait(self, what: str, done: Callable[[ClusterView | None], bool],
+              suspect: Callable[[ClusterView | None], str],
+              detail: Callable[[ClusterView | None], str] = lambda v: "") -> ClusterView:
+        self.progress(f"waiting for {what} (up to {self.options.timeout_s:g} s)")
+        last_report_s = self.clock()
+        while True:
+            self._check_children()
+            view = self.probe(self.state.servers)
+            if done(view):
+                assert view is not None
+                return view
+            now_s = self.clock()
+            if now_s >= self.deadline_s:
+                self._timed_out(what, detail(view), suspect(view))
+            if now_s - last_report_s >= PROGRESS_EVERY_S:
+                last_report_s = now_s
+                extra = detail(view)
+                self.progress(f"still waiting for {what}: {self._elapsed_s():.0f} s of "
+                              f"{self.options.timeout_s:g} s" + (f" ({extra})" if extra else ""))
+            self.sleep(POLL_INTERVAL_S)
+
+    def _check_children(self) -> None:
+        for name, child in self.children.items():
+            status = child.poll()
+            if status is not None:
+                raise DevClusterError(
+                    Code.FAILED_PRECONDITION,
+                    f"{name} (pid {child.pid}) exited with status {status} while the cluster "
+                    f"was starting; see {self.logs[name]}",
+                    log=self.logs[name], log_tail=log_tail(self.logs[name]))
+
+    def _timed_out(self, what: str, detail: str, suspect: str) -> None:
+        """Raise UNAVAILABLE with the log of `suspect`, the process most likely to say why."""
+        log = self.logs.get(suspect)
+        raise DevClusterError(
+            Code.UNAVAILABLE,
+            f"not {what} after {self.options.timeout_s:g} s "
+            f"(UP_TIMEOUT_S; give more with --timeout)" + (f": {detail}" if detail else "")
+            + f"; logs are in {self.state.dir}/{LOG_DIR_NAME}",
+            log=log, log_tail=log_tail(log) if log else ())
+
+    def _elapsed_s(self) -> float:
+        return self.clock() - self.started_s
+
+    def abort(self) -> None:
+        refs = self.state.processes()
+        if not refs:
+            return
+        self.progress(f"stopping the {len(refs)} process(es) started")
+        stop_processes(refs, reap=self._reap)
+        with contextlib.suppress(FileNotFoundError):
+            state_path(Path(self.state.dir)).unlink()
+
+    def _reap(self) -> None:
+        for child in self.children.values():
+            child.poll()
+
+
+def _all_ready(view: ClusterView | None, names: Sequence[str]) -> bool:
+    return (view is not None and view.from_leader
+            and all(view.clusters.get(name) == READY for name in names))
+
+
+def _first_not_ready(view: ClusterView | None, names: Sequence[str]) -> str:
+    clusters = view.clusters if view is not None else {}
+    return next((name for name in names if clusters.get(name) != READY), names[0])
+
+
+def _readiness(view: ClusterView | None, names: Sequence[str]) -> str:
+    if view is None:
+        return "no replica answers"
+    return ", ".join(f"{name} {view.clusters.get(name, 'not registered')}" for name in names)
+
+
+# --- status and down ---------------------------------------------------------------------------
+
+
+def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]:
+    """What `dev up` and `dev status` print with --json: {"servers", "replicas": [{"id", "pid",
+    "address", "raft_address", "leader", "alive"}], "agents": [{"cluster", "pid", "alive"}],
+    "dir"} and a few more fields."""
+    leader = view.leader if view is not None else ""
+    clusters = view.clusters if view is not None else {}
+    replicas = [{
+        "id": r.id, "pid": r.pid, "address": r.grpc_address, "raft_address": r.raft_address,
+        "leader": bool(leader) and r.grpc_address == leader,
+        "alive": is_same_process(r.pid, r.start_time_ticks),
+        "metrics_port": r.metrics_port, "data_dir": r.data_dir, "log": r.log,
+    } for r in state.replicas]
+    agents = [{
+        "cluster": a.cluster, "pid": a.pid, "alive": is_same_process(a.pid, a.start_time_ticks),
+        "capabilities": list(a.capabilities), "status": clusters.get(a.cluster, ""),
+        "cpu": a.cpu, "memory_mb": a.memory_mb, "gpu": a.gpu,
+        "metrics_port": a.metrics_port, "data_dir": a.data_dir, "log": a.log,
+    } for a in state.agents]
+    return {"servers": state.servers, "replicas": replicas, "agents": agents, "dir": state.dir,
+            "leader": leader, "executor": state.executor, "secret_file": state.secret_file}
+
+
+def status(directory: Path,
+           probe: Probe = probe_cluster) -> tuple[ClusterState, ClusterView | None]:
+    """The recorded cluster and what its live replicas say; NOT_FOUND when none is recorded."""
+    require_proc()
+    state = load_state(directory.resolve())
+    if state is None:
+        raise DevClusterError(Code.NOT_FOUND, f"no dev cluster recorded in {directory} "
+                                              f"(start one with: raftsched dev up)")
+    live = [r.grpc_address for r in state.replicas if is_same_process(r.pid, r.start_time_ticks)]
+    return state, probe(live) if live else None
+
+
+def down(directory: Path) -> list[StopResult] | None:
+    """Stop the processes recorded in DIR/cluster.json and remove that file; None when nothing
+    is recorded (already down). Raises, keeping the file, if a process survives SIGKILL."""
+    require_proc()
+    directory = directory.resolve()
+    if load_state(directory) is None:  # before `exclusive`, which would create the directory
+        return None
+    with exclusive(directory):
+        state = load_state(directory)
+        if state is None:
+            return None
+        results = stop_processes(state.processes())
+        survivors = [r for r in results if r.outcome == "survived"]
+        if survivors:
+            names = ", ".join(f"{r.name} (pid {r.pid})" for r in survivors)
+            raise DevClusterError(Code.UNAVAILABLE, f"still running after SIGKILL: {names}; "
+                                                    f"{state_path(directory)} is kept")
+        state_path(directory).unlink()
+        return results

@@ -1,0 +1,282 @@
+"""The leader's loop: placement, time, and agent health — the only place that proposes on its
+own initiative.
+
+It runs on every replica and acts only while the Raft node leads. On winning an election it first
+commits a barrier (which also announces its gRPC address) and gives every cluster a fresh
+heartbeat grace period. Then, until it loses leadership, each round it:
+- plans placements from the committed state (`placement.plan`, pure) and proposes them as one
+  ASSIGN_BATCH; the state machine re-validates every item at apply; agents learn of an
+  assignment only from committed state (see `views.deliveries`), never before it commits;
+- proposes a TICK when a timer is due (or every TICK_INTERVAL_S for retention);
+- moves clusters whose agents went quiet to SUSPECT, then LOST (soft heartbeat state lives here,
+  in memory only, like Nomad's heartbeat timers).
+Time and entropy come from the injected clock and rng, stamped into the commands.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from raftsched.clock import Clock
+from raftsched.errors import RaftschedError
+from raftsched.state import commands as c
+from raftsched.state import fsm, placement
+from raftsched.state.model import State
+
+logger = logging.getLogger("raftsched.leader")
+
+LOOP_INTERVAL_S = 0.05
+"""Longest sleep between rounds when nothing wakes the loop."""
+PROPOSE_TIMEOUT_S = 5.0
+TICK_INTERVAL_S = 1.0
+"""A TICK is proposed at least this often while leading (timers, retention)."""
+SUSPECT_AFTER_S = 5.0
+"""A READY cluster whose agent has not heartbeated this long becomes SUSPECT."""
+LOST_AFTER_S = 30.0
+"""A SUSPECT cluster silent this long (since its last heartbeat) becomes LOST."""
+PLACEMENT_BATCH = 2_000
+"""Placements proposed per ASSIGN_BATCH."""
+REDELIVER_AFTER_S = 1.0
+"""An assignment or kill directive already sent to an agent is sent again only after this long
+without the agent's answer being committed (the message or its answer may have been lost)."""
+
+
+class Node(Protocol):
+    """What the leader needs of the Raft node (raft_node.RaftNode provides it)."""
+
+    def propose(self, data: bytes, timeout_s: float) -> fsm.Outcome: ...
+    def read(self, fn: Callable[[State], Any]) -> Any: ...
+    def is_leader(self) -> bool: ...
+    def term(self) -> int: ...
+
+
+@dataclass(slots=True)
+class AgentHealth:
+    last_heartbeat_s: float
+    seq: int = 0
+    free: tuple[int, int, int] | None = None
+    incarnation: int = 0
+    sent: dict[tuple[int, int], float] = field(default_factory=dict)
+    """(fence, 0 assignment | 1 kill) -> when it was last sent to this incarnation."""
+
+
+@dataclass
+class LeaderConfig:
+    raft_address: str
+    grpc_address: str
+    suspect_after_s: float = SUSPECT_AFTER_S
+    lost_after_s: float = LOST_AFTER_S
+    tick_interval_s: float = TICK_INTERVAL_S
+    loop_interval_s: float = LOOP_INTERVAL_S
+
+
+@dataclass
+class _Term:
+    """What the loop knows of the term it leads in."""
+
+    term: int = -1
+    confirmed: bool = False
+    health: dict[str, AgentHealth] = field(default_factory=dict)
+    last_tick_s: float = 0.0
+
+
+class Leader:
+    def __init__(self, node: Node, clock: Clock, rng: random.Random, config: LeaderConfig,
+                 version: Callable[[], int] = lambda: -1) -> None:
+        """`version` moves whenever the applied state changes (service.ChangeFeed.version);
+        planning is skipped while nothing changed since a plan that placed nothing."""
+        self._node = node
+        self._version = version
+        self._idle_version: int | None = None
+        self._clock = clock
+        self._rng = rng
+        self._config = config
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._term = _Term()
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="raftsched-leader", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+
+    def wake(self) -> None:
+        """Something changed (a submit, a report): run a round now."""
+        self._wake.set()
+
+    def leading(self) -> bool:
+        """Leads and has committed its election barrier in the current term."""
+        with self._lock:
+            return self._term.confirmed and self._term.term == self._node.term() \
+                and self._node.is_leader()
+
+    # -- soft state from agents ------------------------------------------------------------------
+
+    def heartbeat(self, cluster_id: str, incarnation: int, seq: int,
+                  free: tuple[int, int, int] | None) -> bool:
+        """Record a heartbeat; False if it is older than one already seen (ignore it)."""
+        now = self._clock.monotonic_s()
+        with self._lock:
+            health = self._term.health.get(cluster_id)
+            if health is not None and (incarnation, seq) < (health.incarnation, health.seq):
+                return False
+            if health is None or health.free != free:
+                self._idle_version = None  # new room may make a waiting task placeable
+            sent = health.sent if health is not None and health.incarnation == incarnation \
+                else {}
+            self._term.health[cluster_id] = AgentHealth(now, seq, free, incarnation, sent)
+        return True
+
+    def due(self, cluster_id: str, items: list[tuple[int, int]]) -> set[tuple[int, int]]:
+        """Which of `items` ((fence, kind) pending for this cluster) to send now: those never
+        sent to this agent incarnation in this term, or sent over REDELIVER_AFTER_S ago. Marks
+        them sent. Forgets what is no longer pending, so the memory stays bounded by it."""
+        now = self._clock.monotonic_s()
+        with self._lock:
+            health = self._term.health.get(cluster_id)
+            if health is None:
+                return set(items)
+            previous = health.sent
+            health.sent = {item: previous[item] for item in items if item in previous}
+            due = {item for item in items
+                   if now - health.sent.get(item, -REDELIVER_AFTER_S) >= REDELIVER_AFTER_S}
+            for item in due:
+                health.sent[item] = now
+            return due
+
+    def registered(self, cluster_id: str, incarnation: int) -> None:
+        """A (re-)registration committed: the agent is alive now, whatever its last heartbeat
+        sequence was. Its silence timer and redelivery memory start over."""
+        now = self._clock.monotonic_s()
+        with self._lock:
+            self._term.health[cluster_id] = AgentHealth(now, 0, None, incarnation)
+            self._idle_version = None
+
+    def heartbeat_age_ms(self, cluster_id: str) -> int:
+        with self._lock:
+            health = self._term.health.get(cluster_id)
+            if health is None or not self._term.confirmed:
+                return -1
+            return round((self._clock.monotonic_s() - health.last_heartbeat_s) * 1000)
+
+    def reported_free(self) -> dict[str, tuple[int, int, int]]:
+        with self._lock:
+            return {cid: h.free for cid, h in self._term.health.items() if h.free is not None}
+
+    # -- the loop --------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self._config.loop_interval_s)
+            self._wake.clear()
+            try:
+                self._round()
+            except RaftschedError as error:  # not leader any more, or an unknown outcome
+                logger.info("event leader_round_interrupted code=%s reason=%s", error.code,
+                            error.message)
+            except Exception:
+                logger.exception("event leader_round_failed")
+
+    def _round(self) -> None:
+        if not self._node.is_leader():
+            with self._lock:
+                self._term.confirmed = False
+            return
+        term = self._node.term()
+        if term != self._term.term or not self._term.confirmed:
+            self._take_office(term)
+            return
+        self._check_health()
+        self._place()
+        self._tick_if_due()
+
+    def _take_office(self, term: int) -> None:
+        nonce = uuid.uuid4().hex
+        barrier = c.Barrier(nonce, self._clock.now_ms(), self._config.raft_address,
+                            self._config.grpc_address)
+        outcome = self._node.propose(c.encode(barrier), PROPOSE_TIMEOUT_S)
+        if not (isinstance(outcome, fsm.Applied) and outcome.result == {"nonce": nonce}):
+            return
+        now = self._clock.monotonic_s()
+        clusters = self._node.read(lambda s: list(s.clusters))
+        with self._lock:
+            # A fresh grace period for every cluster: silence under the old leader is not
+            # evidence against an agent that has not yet found us.
+            self._term = _Term(term=term, confirmed=True, last_tick_s=now,
+                               health={cid: AgentHealth(now) for cid in clusters})
+        logger.info("event leader_elected term=%d raft=%s grpc=%s clusters=%d", term,
+                    self._config.raft_address, self._config.grpc_address, len(clusters))
+
+    def _place(self) -> None:
+        # Unplaceable tasks stay in the queue; re-planning them every round would cost what is
+        # stored, not what is placed. Plan again only once something was applied (a submit, a
+        # finished attempt, a cluster change) or an agent reported new free capacity.
+        version = self._version()
+        if version == self._idle_version and version != -1:
+            return
+        free = self.reported_free()
+        items = self._node.read(lambda s: placement.plan(s, max_items=PLACEMENT_BATCH,
+                                                         reported_free=free))
+        if not items:
+            self._idle_version = version
+            return
+        self._idle_version = None
+        outcome = self._node.propose(
+            c.encode(c.AssignBatch(self._clock.now_ms(), tuple(items))), PROPOSE_TIMEOUT_S)
+        if isinstance(outcome, fsm.Applied):
+            result = outcome.result
+            logger.debug("event assigned count=%d dropped=%d", len(result["assigned"]),
+                         len(result["dropped"]))
+            if result["assigned"]:
+                self._wake.set()  # more may be placeable
+
+    def _tick_if_due(self) -> None:
+        now = self._clock.monotonic_s()
+        now_ms = self._clock.now_ms()
+        due = self._node.read(lambda s: bool(s.timers) and s.timers[0][0] <= now_ms)
+        if not due and now - self._term.last_tick_s < self._config.tick_interval_s:
+            return
+        self._term.last_tick_s = now
+        self._node.propose(c.encode(c.Tick(now_ms, self._rng.getrandbits(64))),
+                           PROPOSE_TIMEOUT_S)
+
+    def _check_health(self) -> None:
+        now = self._clock.monotonic_s()
+        statuses = self._node.read(
+            lambda s: {cid: cl.status for cid, cl in s.clusters.items()})
+        for cluster_id, status in statuses.items():
+            with self._lock:
+                health = self._term.health.setdefault(cluster_id, AgentHealth(now))
+                silent_s = now - health.last_heartbeat_s
+            wanted = self._wanted_status(status, silent_s)
+            if wanted is not None:
+                reason = f"no heartbeat for {silent_s:.1f} s"
+                self._node.propose(c.encode(c.ClusterStatusChange(
+                    cluster_id, wanted, self._clock.now_ms(), reason)), PROPOSE_TIMEOUT_S)
+                logger.info("event cluster_status cluster=%s status=%s reason=%r", cluster_id,
+                            wanted.name, reason)
+
+    def _wanted_status(self, status: c.ClusterStatus, silent_s: float) -> c.ClusterStatus | None:
+        if status == c.ClusterStatus.READY and silent_s >= self._config.suspect_after_s:
+            return c.ClusterStatus.SUSPECT
+        if status == c.ClusterStatus.SUSPECT:
+            if silent_s >= self._config.lost_after_s:
+                return c.ClusterStatus.LOST
+            if silent_s < self._config.suspect_after_s:
+                return c.ClusterStatus.READY  # it came back before it was lost
+        return None

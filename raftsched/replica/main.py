@@ -1,0 +1,189 @@
+"""`raftsched replica`: one scheduler replica — Raft node, leader loop, gRPC server. Wiring only."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from concurrent import futures
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from raftsched import limits
+from raftsched.api import raftsched_pb2 as pb
+from raftsched.api import raftsched_pb2_grpc as pb_grpc
+from raftsched.clock import ProposalClock, SystemClock, configure_skew_from_env
+from raftsched.errors import Code, RaftschedError
+from raftsched.replica import metrics
+from raftsched.replica.leader import LOST_AFTER_S, SUSPECT_AFTER_S, Leader, LeaderConfig
+from raftsched.replica.service import (
+    AdminService,
+    AgentGatewayService,
+    ChangeFeed,
+    Context,
+    SchedulerService,
+)
+
+MAX_RPC_WORKERS = 64
+"""Concurrent RPCs per replica (long polls and watches hold one each)."""
+MAX_MESSAGE_BYTES = limits.MAX_SPEC_BYTES + 1024 * 1024
+SHUTDOWN_GRACE_S = 3.0
+HEALTH_POLL_S = 0.5
+
+logger = logging.getLogger("raftsched.replica")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--raft", required=True, metavar="HOST:PORT",
+                        help="address this replica's Raft endpoint binds and peers reach")
+    parser.add_argument("--grpc", required=True, metavar="HOST:PORT",
+                        help="address of the gRPC API (clients, agents, admin)")
+    parser.add_argument("--peers", default="", metavar="RAFT_ADDR,...",
+                        help="Raft addresses of the other members (after the first start the "
+                             "member list stored in the snapshot wins)")
+    parser.add_argument("--data-dir", required=True, help="journal, snapshot and lock live here")
+    secret = parser.add_mutually_exclusive_group()
+    secret.add_argument("--secret-file", help="file holding the cluster secret (Raft frames are "
+                                              "authenticated with it); or set RAFTSCHED_SECRET")
+    secret.add_argument("--insecure-dev", action="store_true",
+                        help="run without a secret: anyone reaching the Raft port can run code; "
+                             "only for a throwaway local cluster")
+    parser.add_argument("--suspect-after-s", type=float, default=SUSPECT_AFTER_S,
+                        help="a cluster whose agent is silent this long gets no new work "
+                             f"(SUSPECT; default {SUSPECT_AFTER_S:g})")
+    parser.add_argument("--lost-after-s", type=float, default=LOST_AFTER_S,
+                        help="silent this long, its attempts are LOST and `on_lost: replace` "
+                             f"tasks run elsewhere (default {LOST_AFTER_S:g})")
+    parser.add_argument("--applied-log", metavar="FILE",
+                        help="append every applied entry (index, bytes) to FILE, for audits and "
+                             "the fault-injection harness's checker (default: off)")
+    parser.add_argument("--metrics-port", type=int, default=0,
+                        help="serve Prometheus metrics on 127.0.0.1:PORT (0: off)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+
+
+def _secret(args: argparse.Namespace) -> str | None:
+    if args.secret_file:
+        with open(args.secret_file, encoding="utf-8") as f:
+            return f.read().strip() or None
+    return os.environ.get("RAFTSCHED_SECRET") or None
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    from raftsched.replica.raft.node import (
+        RaftNode,  # the only pysyncobj importer; keep CLI start light
+    )
+
+    try:
+        secret = _secret(args)
+    except OSError as error:
+        print(f"error: cannot read --secret-file: {error.strerror}", file=sys.stderr)
+        return 2
+    try:
+        skew_s = configure_skew_from_env()
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if skew_s:
+        logger.warning("event wall_clock_skew_injected seconds=%g", skew_s)
+    if not 0 < args.suspect_after_s < args.lost_after_s:
+        print("error: need 0 < --suspect-after-s < --lost-after-s", file=sys.stderr)
+        return 2
+    peers = [p.strip() for p in args.peers.split(",") if p.strip() and p.strip() != args.raft]
+    changes = ChangeFeed()
+    try:
+        node = RaftNode(args.raft, peers, args.data_dir, secret, insecure_dev=args.insecure_dev,
+                        on_applied=changes.notify, applied_log=args.applied_log)
+    except RaftschedError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        print(f"error: cannot open --applied-log {args.applied_log}: {error.strerror}",
+              file=sys.stderr)
+        return 2
+    clock = ProposalClock(SystemClock(), node.state_time_ms)
+    leader = Leader(node, clock, random.SystemRandom(),
+                    LeaderConfig(raft_address=args.raft, grpc_address=args.grpc,
+                                 suspect_after_s=args.suspect_after_s,
+                                 lost_after_s=args.lost_after_s),
+                    version=changes.version)
+    try:
+        server = _server(Context(node, leader, clock, changes), args.grpc)
+    except RaftschedError as error:
+        node.close()
+        print(f"error: {error.message}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    metrics.serve(args.metrics_port, node, leader.leading)
+    leader.start()
+    server.start()
+    logger.info("event replica_started raft=%s grpc=%s peers=%s", args.raft, args.grpc,
+                ",".join(peers))
+    stop.wait()
+    logger.info("event replica_stopping raft=%s", args.raft)
+    server.stop(SHUTDOWN_GRACE_S).wait(SHUTDOWN_GRACE_S)
+    leader.stop()
+    node.close()
+    return 0
+
+
+def _server(ctx: Context, address: str) -> grpc.Server:
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=MAX_RPC_WORKERS, thread_name_prefix="rpc"),
+        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                 ("grpc.so_reuseport", 0)],
+    )
+    pb_grpc.add_SchedulerServicer_to_server(SchedulerService(ctx), server)
+    pb_grpc.add_AgentGatewayServicer_to_server(AgentGatewayService(ctx), server)
+    pb_grpc.add_AdminServicer_to_server(AdminService(ctx, address), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    _track_health(ctx, health_servicer)
+    names = [pb.DESCRIPTOR.services_by_name[n].full_name
+             for n in ("Scheduler", "AgentGateway", "Admin")]
+    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME],
+                                        server)
+    try:
+        bound = server.add_insecure_port(address)
+    except RuntimeError:
+        bound = 0
+    if bound == 0:
+        raise RaftschedError(Code.UNAVAILABLE, f"cannot bind the gRPC address {address}")
+    return server
+
+
+def _track_health(ctx: Context, servicer: health.HealthServicer) -> None:
+    """SERVING while this replica knows a leader (it can answer or redirect)."""
+
+    def loop() -> None:
+        while True:
+            known = ctx.node.leader_address() is not None
+            status = health_pb2.HealthCheckResponse.SERVING if known \
+                else health_pb2.HealthCheckResponse.NOT_SERVING
+            servicer.set("", status)
+            servicer.set("raftsched.v1.Scheduler", status)
+            time.sleep(HEALTH_POLL_S)
+
+    threading.Thread(target=loop, name="health", daemon=True).start()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="raftsched replica", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

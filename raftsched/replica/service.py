@@ -1,0 +1,309 @@
+"""Thin gRPC servicers: translate requests into commands or views, and errors into status codes.
+
+Writes go to the leader only: a follower answers UNAVAILABLE with the leader's gRPC address in
+the trailing metadata `raftsched-leader`. Reads that must be current go through a leader that
+has just confirmed its leadership with a committed barrier, since an isolated
+pysyncobj leader believes it leads for a while. A proposal whose outcome is unknown is answered
+DEADLINE_EXCEEDED, never as a failure: the client retries with the same idempotency key.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from raftsched.api import raftsched_pb2 as pb
+from raftsched.api import raftsched_pb2_grpc as pb_grpc
+from raftsched.client.client import LEADER_METADATA_KEY
+from raftsched.clock import Clock
+from raftsched.errors import Code, RaftschedError
+from raftsched.replica import views
+from raftsched.replica.gateway import PROPOSE_TIMEOUT_S, AgentGateway, propose
+from raftsched.replica.leader import Leader
+from raftsched.spec.job import SpecError, parse_spec_text, validate_job_doc
+from raftsched.spec.wire import to_wire
+from raftsched.state import commands as c
+from raftsched.state.model import TERMINAL_JOB_STATES, State
+
+logger = logging.getLogger("raftsched.service")
+
+READ_CONFIRM_TIMEOUT_S = 2.0
+MAX_LONG_POLL_MS = 5_000
+"""A heartbeat long-poll is held at most this long."""
+WATCH_POLL_S = 1.0
+"""A watch re-checks its job at least this often (and at every applied entry)."""
+MAX_REPORTED_SPEC_ISSUES = 20
+JOB_ID_SLUG_CHARS = 40
+
+T = TypeVar("T")
+_SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+class ChangeFeed:
+    """A version number bumped after every applied entry; waiters block until it moves."""
+
+    def __init__(self) -> None:
+        self._condition = threading.Condition()
+        self._version = 0
+
+    def notify(self, *_: object) -> None:
+        with self._condition:
+            self._version += 1
+            self._condition.notify_all()
+
+    def version(self) -> int:
+        with self._condition:
+            return self._version
+
+    def wait(self, seen: int, timeout_s: float) -> int:
+        with self._condition:
+            self._condition.wait_for(lambda: self._version != seen, timeout_s)
+            return self._version
+
+
+class Context:
+    """What the servicers share: the node, the leader loop, time, and the error plumbing."""
+
+    def __init__(self, node: Any, leader: Leader, clock: Clock, changes: ChangeFeed) -> None:
+        self.node = node
+        self.leader = leader
+        self.clock = clock
+        self.changes = changes
+        self.rng = random.SystemRandom()
+
+    def leader_grpc_address(self) -> str | None:
+        raft_leader = self.node.leader_address()
+        if raft_leader is None:
+            return None
+        address: str | None = self.node.read(lambda s: s.replica_addresses.get(raft_leader))
+        return address
+
+    def abort(self, context: grpc.ServicerContext, error: RaftschedError) -> NoReturn:
+        if error.code == Code.UNAVAILABLE:
+            hint = self.leader_grpc_address()
+            if hint:
+                context.set_trailing_metadata(((LEADER_METADATA_KEY, hint),))
+        context.abort(getattr(grpc.StatusCode, error.code.value), error.message)
+        raise AssertionError("context.abort returned")
+
+    def require_leader(self, context: grpc.ServicerContext) -> None:
+        if not self.leader.leading():
+            self.abort(context, RaftschedError(Code.UNAVAILABLE, "not the leader"))
+
+    def current_read(self, context: grpc.ServicerContext, fn: Callable[[State], T]) -> T:
+        return self.current_read_indexed(context, fn)[0]
+
+    def current_read_indexed(self, context: grpc.ServicerContext,
+                             fn: Callable[[State], T]) -> tuple[T, int]:
+        """`fn(state)` after confirming leadership, and the log index the state reflects."""
+        self.require_leader(context)
+        # One barrier per read: simple and correct; reads are not the hot path (watches confirm
+        # once, then follow applied entries).
+        if not self.node.is_leader_confirmed(READ_CONFIRM_TIMEOUT_S):
+            self.abort(context, RaftschedError(Code.UNAVAILABLE,
+                                               "could not confirm leadership for a read"))
+        try:
+            return self.node.read_indexed(fn)  # type: ignore[no-any-return]
+        except RaftschedError as error:
+            self.abort(context, error)
+
+    def propose(self, context: grpc.ServicerContext, command: c.Command) -> Any:
+        """Commit `command`; the Applied result, or abort with the matching status."""
+        try:
+            return propose(self.node, self.leader, command)
+        except RaftschedError as error:
+            self.abort(context, error)
+
+
+class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    def SubmitJob(self, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            spec = parse_spec_text(request.spec, source="spec")
+            if request.idempotency_key:
+                doc = spec.to_doc()
+                doc["idempotency_key"] = request.idempotency_key
+                spec = validate_job_doc(doc)
+        except SpecError as error:
+            self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, _issues(error)))
+        job_id = f"{_SLUG.sub('-', spec.name)[:JOB_ID_SLUG_CHARS].strip('-') or 'job'}-" \
+                 f"{self.ctx.rng.getrandbits(32):08x}"
+        result = self.ctx.propose(context, c.JobSubmit(job_id, to_wire(spec),
+                                                       self.ctx.clock.now_ms()))
+        logger.info("event job_submitted job=%s created=%s tasks=%d", result["job_id"],
+                    result["created"], len(spec.tasks))
+        return pb.SubmitJobResponse(job_id=result["job_id"], created=result["created"])
+
+    def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
+        message, index = self.ctx.current_read_indexed(
+            context, lambda s: views.job_message(views.job_of(s, request.job_id)))
+        message.applied_index = index
+        return message
+
+    def ListJobs(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self.ctx.current_read(context, lambda s: views.list_jobs(s, request))
+
+    def ListTasks(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self.ctx.current_read(context, lambda s: views.list_tasks(s, request.job_id))
+
+    def CancelJob(self, request: Any, context: grpc.ServicerContext) -> Any:
+        result = self.ctx.propose(context, c.JobCancel(request.job_id, self.ctx.clock.now_ms(),
+                                                       request.reason[:200]))
+        return pb.CancelJobResponse(cancelled=result["cancelled"], changed=result["changed"])
+
+    def GetTaskHistory(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self.ctx.current_read(
+            context, lambda s: views.task_history(s, request.job_id, request.task_id))
+
+    def ExplainTask(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self.ctx.current_read(
+            context, lambda s: views.explain_task(s, request.job_id, request.task_id))
+
+    def WatchJob(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        last: Any = None
+        seen = self.ctx.changes.version()
+        job = self.ctx.current_read(context, lambda s: views.job_of(s, request.job_id))
+        while context.is_active():
+            message = self.ctx.node.read(lambda s: _job_or_none(s, request.job_id))
+            if message is None:
+                self.ctx.abort(context, RaftschedError(Code.NOT_FOUND,
+                                                       f"job {job.id} was forgotten"))
+            if message != last:
+                yield message
+                last = message
+            if message.state in _TERMINAL_NAMES:
+                return
+            seen = self.ctx.changes.wait(seen, WATCH_POLL_S)
+            self.ctx.require_leader(context)
+
+
+_TERMINAL_NAMES = frozenset(s.name for s in TERMINAL_JOB_STATES)
+
+
+def _job_or_none(state: State, job_id: str) -> Any:
+    job = state.jobs.get(job_id)
+    return None if job is None else views.job_message(job)
+
+
+def _issues(error: SpecError) -> str:
+    shown = [issue.render() for issue in error.issues[:MAX_REPORTED_SPEC_ISSUES]]
+    more = len(error.issues) - len(shown)
+    return "; ".join(shown) + (f"; and {more} more" if more else "")
+
+
+class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
+    """gRPC around `gateway.AgentGateway` (the logic the simulation drives too)."""
+
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        self.gateway = AgentGateway(ctx.node, ctx.leader, ctx.clock, ctx.rng,
+                                    ctx.changes.wait, ctx.changes.version)
+
+    def Register(self, request: Any, context: grpc.ServicerContext) -> Any:
+        known = tuple(c.KnownAttempt(k.job_id, k.task_id, k.fence, k.running)
+                      for k in request.known)
+        capacity = request.capacity
+        try:
+            result = self.gateway.register(
+                request.cluster_id, request.incarnation, tuple(request.capabilities),
+                (capacity.cpu_milli, capacity.memory_mb, capacity.gpu), known)
+        except RaftschedError as error:
+            self.ctx.abort(context, error)
+        logger.info("event agent_registered cluster=%s incarnation=%d lost=%d kills=%d",
+                    request.cluster_id, request.incarnation, result["lost"], result["kills"])
+        return pb.RegisterResponse(term=self.ctx.node.term(), leader=_self_address(self.ctx),
+                                   lost=result["lost"], kills=result["kills"])
+
+    def Heartbeat(self, request: Any, context: grpc.ServicerContext) -> Any:
+        free = (request.free.cpu_milli, request.free.memory_mb, request.free.gpu) \
+            if request.HasField("free") else None
+        try:
+            due = self.gateway.heartbeat(request.cluster_id, request.incarnation, request.seq,
+                                         free, min(request.wait_ms, MAX_LONG_POLL_MS) / 1000,
+                                         context.is_active)
+        except RaftschedError as error:
+            self.ctx.abort(context, error)
+        return pb.HeartbeatResponse(term=due.term, reregister=due.reregister,
+                                    assignments=due.assignments, kills=due.kills)
+
+    def Report(self, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            items = tuple(_report(r) for r in request.reports)
+            verdicts = self.gateway.report(request.cluster_id, items)
+        except ValueError as error:
+            self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, str(error)))
+        except RaftschedError as error:
+            self.ctx.abort(context, error)
+        return pb.ReportResponse(term=self.ctx.node.term(), verdicts=[
+            pb.ReportVerdict(fence=fence, verdict=verdict, kind=report.kind.name)
+            for (fence, verdict), report in zip(verdicts, items, strict=True)])
+
+
+def _report(message: Any) -> c.Report:
+    try:
+        kind = c.ReportKind(message.kind)
+    except ValueError:
+        raise ValueError(f"report for fence {message.fence}: unknown kind {message.kind}") from None
+    exit_code = message.exit_code if message.HasField("exit_code") else None
+    return c.Report(kind, message.job_id, message.task_id, message.fence, exit_code,
+                    message.timed_out, message.reason[:200])
+
+
+def _self_address(ctx: Context) -> str:
+    return str(ctx.leader_grpc_address() or "")
+
+
+class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
+    def __init__(self, ctx: Context, grpc_address: str) -> None:
+        self.ctx = ctx
+        self.grpc_address = grpc_address
+
+    def ClusterStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
+        status = self.ctx.node.status()
+        leading = self.ctx.leader.leading()
+
+        def view(state: State) -> Any:
+            replicas = [pb.ReplicaInfo(raft_address=m, grpc_address=state.replica_addresses.get(
+                m, ""), leader=m == status["leader"]) for m in status["members"]]
+            clusters = [views.compute_cluster(cl, self.ctx.leader.heartbeat_age_ms(cl.id)
+                                              if leading else -1)
+                        for cl in sorted(state.clusters.values(), key=lambda x: x.id)]
+            leader_grpc = state.replica_addresses.get(status["leader"] or "", "")
+            return replicas, clusters, leader_grpc
+
+        replicas, clusters, leader_grpc = self.ctx.node.read(view)
+        return pb.ClusterStatusResponse(
+            leader=leader_grpc, term=status["term"], replicas=replicas, clusters=clusters,
+            commit_index=status["commit_index"], applied_index=status["last_applied"],
+            responder=self.grpc_address, state_digest=status["state_digest"],
+            state_index=status["state_index"])
+
+    def AddReplica(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self._change(context, request, add=True)
+
+    def RemoveReplica(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self._change(context, request, add=False)
+
+    def _change(self, context: grpc.ServicerContext, request: Any, *, add: bool) -> Any:
+        self.ctx.require_leader(context)
+        try:
+            if add:
+                self.ctx.node.add_replica(request.raft_address, PROPOSE_TIMEOUT_S * 2)
+            else:
+                self.ctx.node.remove_replica(request.raft_address, PROPOSE_TIMEOUT_S * 2)
+        except RaftschedError as error:
+            self.ctx.abort(context, error)
+        if add and request.grpc_address:
+            self.ctx.propose(context, c.Barrier(f"announce-{request.raft_address}", 0,
+                                                request.raft_address, request.grpc_address))
+        logger.info("event replica_%s raft=%s", "added" if add else "removed",
+                    request.raft_address)
+        return pb.ReplicaResponse(members=self.ctx.node.members())

@@ -1,0 +1,210 @@
+"""Read views: the replicated state rendered as API messages. Pure functions of the state; the
+service calls them under the Raft node's apply lock, so each must be short (O(what it returns)).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from raftsched import limits
+from raftsched.api import raftsched_pb2 as pb
+from raftsched.errors import Code, RaftschedError
+from raftsched.state import fsm
+from raftsched.state.model import AttemptState, Cluster, Job, State, Task, TaskState
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1_000
+MAX_DELIVERIES_PER_HEARTBEAT = 1_000
+"""Assignments or kills one heartbeat reply carries; the rest come with the next."""
+
+
+def job_of(state: State, job_id: str) -> Job:
+    job = state.jobs.get(job_id)
+    if job is None:
+        raise RaftschedError(Code.NOT_FOUND, f"job {job_id} not found")
+    return job
+
+
+def task_of(state: State, job_id: str, task_id: str) -> tuple[Job, Task]:
+    job = job_of(state, job_id)
+    index = job.index_of.get(task_id)
+    if index is None:
+        raise RaftschedError(Code.NOT_FOUND, f"task {task_id} not found in job {job_id}")
+    return job, job.tasks[index]
+
+
+def job_message(job: Job, applied_index: int = 0) -> Any:
+    counts = {TaskState(s).name: n for s, n in enumerate(job.counts) if n}
+    return pb.Job(
+        job_id=job.id, name=job.spec.name, tenant=job.spec.tenant, priority=job.spec.priority,
+        state=job.state.name, tasks=counts, total_tasks=len(job.tasks),
+        failure_policy=job.spec.failure_policy, submitted_ms=job.submitted_ms,
+        started_ms=job.started_ms or 0, finished_ms=job.finished_ms or 0, reason=job.reason,
+        applied_index=applied_index,
+    )
+
+
+def list_jobs(state: State, request: Any) -> Any:
+    """Jobs in submission order, filtered; `page_token` is the last job seq returned."""
+    limit = min(request.limit or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+    after = int(request.page_token) if request.page_token.isdigit() else 0
+    jobs = []
+    # Dicts keep insertion order, which is submission order: a page is a forward scan from the
+    # token, bounded by what it returns plus what the filters skip.
+    for job in state.jobs.values():
+        if job.seq <= after:
+            continue
+        if request.tenant and job.spec.tenant != request.tenant:
+            continue
+        if request.state and job.state.name != request.state:
+            continue
+        jobs.append(job)
+        if len(jobs) == limit:
+            break
+    token = str(jobs[-1].seq) if len(jobs) == limit else ""
+    return pb.ListJobsResponse(jobs=[job_message(j) for j in jobs], next_page_token=token)
+
+
+def task_summary(task: Task) -> Any:
+    attempt = task.current
+    summary = pb.TaskSummary(task_id=task.spec.id, state=task.state.name,
+                             attempts=len(task.attempts), reason=task.reason)
+    if attempt is not None:
+        summary.cluster = attempt.cluster_id
+        summary.fence = attempt.fence
+        if attempt.exit_code is not None:
+            summary.exit_code = attempt.exit_code
+    return summary
+
+
+def list_tasks(state: State, job_id: str) -> Any:
+    job = job_of(state, job_id)
+    return pb.ListTasksResponse(job_id=job.id, tasks=[task_summary(t) for t in job.tasks])
+
+
+def task_history(state: State, job_id: str, task_id: str) -> Any:
+    job, task = task_of(state, job_id, task_id)
+    attempts = []
+    for a in task.attempts:
+        record = pb.AttemptRecord(
+            fence=a.fence, number=a.number, cluster=a.cluster_id, state=a.state.name,
+            assigned_ms=a.assigned_ms, started_ms=a.started_ms or 0,
+            finished_ms=a.finished_ms or 0, reason=a.reason,
+        )
+        if a.exit_code is not None:
+            record.exit_code = a.exit_code
+        attempts.append(record)
+    notes = [pb.ReportNote(kind=n.kind, fence=n.fence, report=n.report, at_ms=n.at_ms,
+                           detail=n.detail) for n in task.notes]
+    return pb.TaskHistory(
+        job_id=job.id, task_id=task.spec.id, state=task.state.name, reason=task.reason,
+        attempts=attempts, notes=notes, notes_dropped=task.notes_dropped,
+        app_failures=task.app_failures, infra_failures=task.infra_failures,
+    )
+
+
+def explain_task(state: State, job_id: str, task_id: str) -> Any:
+    """Why a task is where it is; for a RUNNABLE one, what each cluster lacks right now."""
+    job, task = task_of(state, job_id, task_id)
+    verdicts = []
+    for cluster in sorted(state.clusters.values(), key=lambda c: c.id):
+        problem = fsm.placement_problem(cluster, task.spec)
+        verdicts.append(pb.ClusterVerdict(cluster=cluster.id, eligible=problem is None,
+                                          reason=problem or ""))
+    return pb.ExplainTaskResponse(state=task.state.name, summary=_summary(state, job, task),
+                                  clusters=verdicts)
+
+
+def _summary(state: State, job: Job, task: Task) -> str:
+    if task.state == TaskState.PENDING:
+        waiting = [d for d in task.spec.depends_on
+                   if job.tasks[job.index_of[d]].state != TaskState.SUCCEEDED]
+        shown = ", ".join(waiting[:10]) + (" ..." if len(waiting) > 10 else "")
+        return f"waiting for {task.remaining_deps} upstream task(s): {shown}"
+    if task.state == TaskState.RUNNABLE:
+        if not state.clusters:
+            return "runnable; no cluster is registered"
+        fits = [c.id for c in state.clusters.values()
+                if fsm.placement_problem(c, task.spec) is None]
+        if fits:
+            return f"runnable; fits now on {', '.join(sorted(fits))} — placement is imminent"
+        return "runnable; no cluster can take it now (see the reasons per cluster)"
+    if task.state == TaskState.RETRY_WAIT:
+        return f"backing off until {task.retry_at_ms} ms (attempts failed: " \
+               f"{task.app_failures} app, {task.infra_failures} infra)"
+    attempt = task.current
+    if task.state in (TaskState.ASSIGNED, TaskState.RUNNING) and attempt is not None:
+        cluster = state.clusters[attempt.cluster_id]
+        return f"{task.state.name.lower()} on {cluster.id} (fence {attempt.fence}, cluster " \
+               f"{cluster.status.name})"
+    return f"{task.state.name}: {task.reason}" if task.reason else task.state.name
+
+
+def _resources(cpu_milli: int, memory_mb: int, gpu: int) -> Any:
+    return pb.Resources(cpu_milli=cpu_milli, memory_mb=memory_mb, gpu=gpu)
+
+
+def compute_cluster(cluster: Cluster, heartbeat_age_ms: int) -> Any:
+    return pb.ComputeCluster(
+        cluster_id=cluster.id, status=cluster.status.name,
+        capacity=_resources(cluster.cpu_milli, cluster.memory_mb, cluster.gpu),
+        reserved=_resources(cluster.reserved_cpu_milli, cluster.reserved_memory_mb,
+                            cluster.reserved_gpu),
+        capabilities=sorted(cluster.capabilities), incarnation=cluster.incarnation,
+        live_attempts=len(cluster.live), pending_kills=len(cluster.kills),
+        heartbeat_age_ms=heartbeat_age_ms,
+    )
+
+
+def deliveries(state: State, cluster_id: str,
+               due: Callable[[list[tuple[int, int]]], set[tuple[int, int]]] | None = None,
+               ) -> tuple[Any, Any]:
+    """What a cluster's agent must hear now: committed attempts still ASSIGNED to it and
+    pending kill directives, as (fence, 0) and (fence, 1) items; `due` picks which of them to
+    send now (the leader's redelivery timer). At most MAX_DELIVERIES_PER_HEARTBEAT of each."""
+    cluster = state.clusters[cluster_id]
+    pending = [(fence, 0) for fence, (job_id, index) in cluster.live.items()
+               if _current_state(state, job_id, index, fence) == AttemptState.ASSIGNED]
+    pending += [(fence, 1) for fence in cluster.kills]
+    chosen = set(pending) if due is None else due(pending)
+    assignments: list[Any] = []
+    kills: list[Any] = []
+    for fence, kind in pending:
+        if (fence, kind) not in chosen:
+            continue
+        if kind == 0 and len(assignments) < MAX_DELIVERIES_PER_HEARTBEAT:
+            job_id, index = cluster.live[fence]
+            job = state.jobs[job_id]
+            task = job.tasks[index]
+            assert task.current is not None
+            assignments.append(_assignment(job, task, task.current.number, fence))
+        elif kind == 1 and len(kills) < MAX_DELIVERIES_PER_HEARTBEAT:
+            job_id, task_id = cluster.kills[fence]
+            kills.append(pb.KillDirective(job_id=job_id, task_id=task_id, fence=fence))
+    return assignments, kills
+
+
+def _current_state(state: State, job_id: str, index: int, fence: int) -> AttemptState:
+    attempt = state.jobs[job_id].tasks[index].current
+    assert attempt is not None and attempt.fence == fence
+    return attempt.state
+
+
+def _assignment(job: Job, task: Task, number: int, fence: int) -> Any:
+    spec = task.spec
+    return pb.Assignment(
+        job_id=job.id, task_id=spec.id, fence=fence, attempt=number, command=list(spec.command),
+        env=dict(spec.env), cwd=spec.cwd or "",
+        resources=_resources(spec.cpu_milli, spec.memory_mb, spec.gpu),
+        timeout_ms=spec.timeout_ms or 0, idempotency_key=idempotency_key(job, task),
+    )
+
+
+def idempotency_key(job: Job, task: Task) -> str:
+    """Stable across a task's attempts (the fence tells attempts apart): external effects keyed
+    by it happen once per task."""
+    return f"{job.id}/{task.spec.id}"
+
+
+assert MAX_DELIVERIES_PER_HEARTBEAT <= limits.MAX_BATCH_ITEMS

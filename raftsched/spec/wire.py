@@ -1,0 +1,267 @@
+"""The compact form of a validated job spec that travels in the Raft log and in snapshots.
+
+A JOB_SUBMIT carries the spec the leader validated, and every replica re-validates it at apply,
+on the Raft tick thread — so the form must be cheap to decode and to check. The user-facing
+document (`JobSpec.to_doc()`) is a map per task with nested maps; the wire form is a list per
+task with durations already in milliseconds and the job's distinct retry policies in one table:
+
+    [WIRE_VERSION, name, tenant, priority, failure_policy, idempotency_key, retry_table, tasks]
+    retry_table: [[max_attempts, backoff_ms, multiplier, backoff_max_ms, jitter, [codes]], ...]
+    task: [id, [argv], [[env_name, value], ...], cwd, cpu_milli, memory_mb, gpu, [requires],
+           cluster, [depends_on], retry_index, timeout_ms, on_lost, trigger]
+
+`validate_wire` checks every field and bound in one tight pass and then the graph. It accepts a
+wire form exactly when the full validator accepts the equivalent document (`wire_to_doc`), and
+returns an equal spec (a property test holds it to that); anything it is unsure of goes to the
+full validator, which names the issues. Equal strings (ids, dependency names, short arguments)
+are shared within a job, and equal retry policies are one object: memory per task stays small.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from typing import Any
+
+from raftsched import limits
+from raftsched.spec.dag import check_graph
+from raftsched.spec.job import (
+    _ENV_NAME,
+    _ID,
+    FAILURE_POLICIES,
+    ON_LOST_CHOICES,
+    RESERVED_ENV_PREFIX,
+    TRIGGERS,
+    JobSpec,
+    RetryPolicy,
+    SpecError,
+    SpecIssue,
+    TaskSpec,
+    validate_job_doc,
+)
+
+WIRE_VERSION = 1
+_JOB_FIELDS = 8
+_TASK_FIELDS = 14
+_RETRY_FIELDS = 6
+_EXIT_CODE_MIN, _EXIT_CODE_MAX = -255, 255
+_SHARED_STRING_CHARS = 64
+"""Arguments up to this long are shared between the tasks of a job when equal."""
+
+
+# --- JobSpec <-> wire ---------------------------------------------------------------------------
+
+
+def to_wire(spec: JobSpec) -> list[Any]:
+    table: dict[RetryPolicy, int] = {}
+    tasks = [_task_to_wire(task, table.setdefault(task.retry, len(table))) for task in spec.tasks]
+    retries = [
+        [r.max_attempts, r.backoff_ms, r.multiplier, r.backoff_max_ms, r.jitter,
+         list(r.non_retryable_exit_codes)]
+        for r in table
+    ]
+    return [WIRE_VERSION, spec.name, spec.tenant, spec.priority, spec.failure_policy,
+            spec.idempotency_key, retries, tasks]
+
+
+def _task_to_wire(t: TaskSpec, retry_index: int) -> list[Any]:
+    return [
+        t.id, list(t.command), [list(pair) for pair in t.env], t.cwd, t.cpu_milli, t.memory_mb,
+        t.gpu, list(t.requires), t.cluster, list(t.depends_on), retry_index, t.timeout_ms,
+        t.on_lost, t.trigger,
+    ]
+
+
+def doc_to_wire(doc: object) -> list[Any]:
+    """Validate a user document (SpecError if invalid) and give the wire form to propose."""
+    return to_wire(validate_job_doc(doc))
+
+
+def wire_to_doc(wire: Any) -> dict[str, Any]:
+    """The user-form document a wire form stands for (raises on a malformed wire form)."""
+    version, name, tenant, priority, policy, key, retries, tasks = wire
+    if version != WIRE_VERSION:
+        raise ValueError(f"wire version {version!r}")
+    return {
+        "name": name, "tenant": tenant, "priority": priority, "failure_policy": policy,
+        "idempotency_key": key, "tasks": [_task_doc(task, retries) for task in tasks],
+    }
+
+
+def _task_doc(task: Any, retries: Any) -> dict[str, Any]:
+    (task_id, command, env, cwd, cpu_milli, memory_mb, gpu, requires, cluster, deps,
+     retry_index, timeout_ms, on_lost, trigger) = task
+    if type(retry_index) is not int or not 0 <= retry_index < len(retries):
+        raise ValueError("retry index")
+    attempts, backoff_ms, multiplier, backoff_max_ms, jitter, codes = retries[retry_index]
+    doc = {
+        "id": task_id, "command": command, "env": {name: value for name, value in env},
+        "cwd": cwd, "resources": {"cpu": _seconds(cpu_milli), "memory_mb": memory_mb, "gpu": gpu},
+        "requires": requires, "cluster": cluster, "depends_on": deps,
+        "retry": {"max_attempts": attempts, "backoff_s": _seconds(backoff_ms),
+                  "multiplier": multiplier, "backoff_max_s": _seconds(backoff_max_ms),
+                  "jitter": jitter, "non_retryable_exit_codes": codes},
+        "timeout_s": None if timeout_ms is None else _seconds(timeout_ms),
+        "on_lost": on_lost, "trigger": trigger,
+    }
+    if len(env) != len(doc["env"]):
+        raise ValueError("repeated env name")
+    return doc
+
+
+def _seconds(milli: Any) -> Any:
+    """ms -> s for the document; a value of the wrong type stays as it is, for the validator."""
+    return milli / 1000 if type(milli) is int else milli
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+class _Refused(Exception):
+    """The fast pass is unsure; the full validator decides."""
+
+
+def validate_wire(wire: object) -> JobSpec:
+    """The JobSpec a wire form stands for; SpecError when the equivalent document is invalid."""
+    try:
+        return _Reader().job(wire)
+    except (_Refused, TypeError, ValueError, KeyError, IndexError, OverflowError):
+        pass
+    try:
+        doc = wire_to_doc(wire)
+    except (TypeError, ValueError, KeyError, IndexError):
+        raise SpecError([SpecIssue("", "malformed wire-form job spec")]) from None
+    return validate_job_doc(doc)
+
+
+def _need(condition: bool) -> None:
+    if not condition:
+        raise _Refused
+
+
+def _is_id(value: Any) -> bool:
+    return (type(value) is str and len(value) <= limits.MAX_ID_CHARS
+            and _ID.fullmatch(value) is not None)
+
+
+def _is_int(value: Any, low: int, high: int) -> bool:
+    return type(value) is int and low <= value <= high
+
+
+def _text_ok(value: Any) -> bool:
+    """A string fit for a process: no NUL, encodable as UTF-8."""
+    if type(value) is not str or "\x00" in value:
+        return False
+    if value.isascii():
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _sorted_unique(values: tuple[Any, ...]) -> bool:
+    return all(a < b for a, b in itertools.pairwise(values))
+
+
+class _Reader:
+    """One job's fast pass; holds the strings and retry policies its tasks share."""
+
+    def __init__(self) -> None:
+        self.strings: dict[str, str] = {}
+        self.retries: list[RetryPolicy] = []
+
+    def share(self, value: str) -> str:
+        if len(value) > _SHARED_STRING_CHARS:
+            return value
+        return self.strings.setdefault(value, value)
+
+    def job(self, wire: Any) -> JobSpec:
+        _need(type(wire) is list and len(wire) == _JOB_FIELDS and wire[0] == WIRE_VERSION)
+        _, name, tenant, priority, policy, key, retries, tasks = wire
+        _need(type(name) is str and 0 < len(name) <= limits.MAX_NAME_CHARS and name.isprintable())
+        _need(_is_id(tenant) and _is_int(priority, limits.PRIORITY_MIN, limits.PRIORITY_MAX))
+        _need(policy in FAILURE_POLICIES)
+        _need(key is None or (type(key) is str and key.isprintable()
+                              and 0 < len(key) <= limits.MAX_IDEMPOTENCY_KEY_CHARS))
+        _need(type(retries) is list and 0 < len(retries) <= limits.MAX_TASKS_PER_JOB)
+        self.retries = [_retry(r) for r in retries]
+        _need(type(tasks) is list and 0 < len(tasks) <= limits.MAX_TASKS_PER_JOB)
+        specs = tuple(self.task(t) for t in tasks)
+        _need(not check_graph([t.id for t in specs], [t.depends_on for t in specs]))
+        return JobSpec(name, tenant, priority, policy, key, specs)
+
+    def task(self, raw: Any) -> TaskSpec:
+        _need(type(raw) is list and len(raw) == _TASK_FIELDS)
+        (task_id, command, env, cwd, cpu_milli, memory_mb, gpu, requires, cluster, deps,
+         retry_index, timeout_ms, on_lost, trigger) = raw
+        _need(_is_id(task_id) and (cluster is None or _is_id(cluster)))
+        _need(cwd is None or (_text_ok(cwd) and cwd.startswith("/")
+                              and len(cwd) <= limits.MAX_CWD_CHARS))
+        _need(_is_int(cpu_milli, 1, limits.MAX_CPU_MILLI)
+              and _is_int(memory_mb, 0, limits.MAX_MEMORY_MB) and _is_int(gpu, 0, limits.MAX_GPU))
+        _need(timeout_ms is None or _is_int(timeout_ms, 1, limits.MAX_TIMEOUT_S * 1000))
+        _need(on_lost in ON_LOST_CHOICES and trigger in TRIGGERS)
+        _need(type(retry_index) is int and 0 <= retry_index < len(self.retries))
+        return TaskSpec(
+            self.share(task_id), self.command(command), _env(env), cwd, cpu_milli, memory_mb,
+            gpu, self.requires(requires), cluster, self.depends_on(deps),
+            self.retries[retry_index], timeout_ms, on_lost, trigger,
+        )
+
+    def command(self, value: Any) -> tuple[str, ...]:
+        _need(type(value) is list and 0 < len(value) <= limits.MAX_COMMAND_ARGS
+              and value[0] != "")
+        chars = 0
+        for arg in value:
+            _need(_text_ok(arg))
+            chars += len(arg)
+        # At most four UTF-8 bytes per character: only long commands need an exact count.
+        _need(chars * 4 <= limits.MAX_COMMAND_BYTES)
+        return tuple(self.share(arg) for arg in value)
+
+    def requires(self, value: Any) -> tuple[str, ...]:
+        _need(type(value) is list and len(value) <= limits.MAX_REQUIRES_PER_TASK)
+        requires = tuple(value)
+        _need(all(_is_id(v) for v in requires) and _sorted_unique(requires))
+        return tuple(self.share(v) for v in requires)
+
+    def depends_on(self, value: Any) -> tuple[str, ...]:
+        _need(type(value) is list and len(value) <= limits.MAX_DEPENDENCIES_PER_TASK)
+        deps = tuple(value)
+        _need(all(_is_id(v) for v in deps) and len(set(deps)) == len(deps))
+        return tuple(self.share(v) for v in deps)
+
+
+def _env(value: Any) -> tuple[tuple[str, str], ...]:
+    _need(type(value) is list and len(value) <= limits.MAX_ENV_VARS)
+    if not value:
+        return ()
+    chars = 0
+    for pair in value:
+        _need(type(pair) is list and len(pair) == 2)
+        name, text = pair
+        _need(type(name) is str and _ENV_NAME.fullmatch(name) is not None
+              and not name.startswith(RESERVED_ENV_PREFIX) and _text_ok(text))
+        chars += len(name) + len(text)
+    _need(chars * 4 <= limits.MAX_ENV_BYTES)
+    env = tuple((name, text) for name, text in value)
+    _need(_sorted_unique(tuple(name for name, _ in env)))
+    return env
+
+
+def _retry(value: Any) -> RetryPolicy:
+    _need(type(value) is list and len(value) == _RETRY_FIELDS)
+    attempts, backoff_ms, multiplier, backoff_max_ms, jitter, codes = value
+    _need(_is_int(attempts, 1, limits.MAX_ATTEMPTS_PER_TASK))
+    _need(_is_int(backoff_ms, 0, limits.MAX_BACKOFF_S * 1000)
+          and _is_int(backoff_max_ms, backoff_ms, limits.MAX_BACKOFF_S * 1000))
+    _need(type(multiplier) is float and 1.0 <= multiplier <= limits.MAX_BACKOFF_MULTIPLIER)
+    _need(type(jitter) is float and math.isfinite(jitter) and 0.0 <= jitter <= 1.0)
+    _need(type(codes) is list and len(codes) <= limits.MAX_NON_RETRYABLE_EXIT_CODES)
+    exit_codes = tuple(codes)
+    _need(all(_is_int(c, _EXIT_CODE_MIN, _EXIT_CODE_MAX) for c in exit_codes)
+          and _sorted_unique(exit_codes))
+    return RetryPolicy(attempts, backoff_ms, multiplier + 0.0, backoff_max_ms, jitter + 0.0,
+                       exit_codes)

@@ -1,0 +1,977 @@
+"""The deterministic scheduler state machine.
+
+`apply(state, entry) -> Outcome` is a pure function of the state and the entry bytes: no clock,
+no randomness, no environment, no I/O. Time and entropy arrive inside the commands. Two replicas
+fed the same log reach byte-identical snapshots (`snapshot.dump`).
+
+One `apply_<command>` handler per command tag. Handlers return `Applied` or `Rejected`; they raise
+only for bugs (assertions). Every event costs O(out-degree of the task it touches); nothing scans
+a job or the state, except the operations whose inherent cost is the job (cancel, fail_fast) and
+`check_invariants`, which tests and simulations run after each apply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from raftsched import limits
+from raftsched.errors import Code
+from raftsched.spec.job import JobSpec, SpecError, TaskSpec
+from raftsched.spec.wire import validate_wire
+from raftsched.state.commands import (
+    AssignBatch,
+    AttemptMarkLost,
+    Barrier,
+    ClusterRegister,
+    ClusterStatus,
+    ClusterStatusChange,
+    Command,
+    CommandError,
+    JobCancel,
+    JobSubmit,
+    Placement,
+    Report,
+    ReportBatch,
+    ReportKind,
+    Tick,
+    decode,
+)
+from raftsched.state.model import (
+    LIVE_ATTEMPT_STATES,
+    TERMINAL_JOB_STATES,
+    TERMINAL_TASK_STATES,
+    Attempt,
+    AttemptState,
+    Cluster,
+    IdempotencyRecord,
+    Job,
+    JobState,
+    Note,
+    ReadyQueue,
+    State,
+    Task,
+    TaskState,
+    TimerKind,
+)
+
+# Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
+_PENDING = TaskState.PENDING
+_RUNNABLE = TaskState.RUNNABLE
+_ASSIGNED = TaskState.ASSIGNED
+_RUNNING = TaskState.RUNNING
+_RETRY_WAIT = TaskState.RETRY_WAIT
+_SUCCEEDED = TaskState.SUCCEEDED
+_FAILED = TaskState.FAILED
+_SKIPPED = TaskState.SKIPPED
+_CANCELLED = TaskState.CANCELLED
+_A_ASSIGNED = AttemptState.ASSIGNED
+_A_RUNNING = AttemptState.RUNNING
+
+# --- outcomes -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    code: Code
+    reason: str
+
+
+Outcome = Applied | Rejected
+
+
+def apply(state: State, entry: bytes) -> Outcome:
+    """Apply one log entry. A malformed entry is rejected, deterministically, on every replica."""
+    try:
+        cmd = decode(entry)
+    except CommandError as exc:
+        return Rejected(Code.INVALID_ARGUMENT, str(exc))
+    return apply_command(state, cmd)
+
+
+def apply_command(state: State, cmd: Command) -> Outcome:
+    state.now_ms = max(state.now_ms, cmd.now_ms)
+    match cmd:
+        case JobSubmit():
+            return apply_job_submit(state, cmd)
+        case JobCancel():
+            return apply_job_cancel(state, cmd)
+        case ClusterRegister():
+            return apply_cluster_register(state, cmd)
+        case ClusterStatusChange():
+            return apply_cluster_status(state, cmd)
+        case AssignBatch():
+            return apply_assign_batch(state, cmd)
+        case ReportBatch():
+            return apply_report_batch(state, cmd)
+        case Tick():
+            return apply_tick(state, cmd)
+        case AttemptMarkLost():
+            return apply_attempt_mark_lost(state, cmd)
+        case Barrier():
+            return apply_barrier(state, cmd)
+    raise AssertionError(f"unhandled command {cmd!r}")
+
+
+def apply_barrier(state: State, cmd: Barrier) -> Outcome:
+    if cmd.raft_address and cmd.grpc_address:
+        known = state.replica_addresses
+        if cmd.raft_address in known or len(known) < limits.MAX_REPLICAS:
+            known[cmd.raft_address] = cmd.grpc_address
+    return Applied({"nonce": cmd.nonce})
+
+
+# --- job submit ---------------------------------------------------------------------------------
+
+
+def apply_job_submit(state: State, cmd: JobSubmit) -> Outcome:
+    try:
+        spec = validate_wire(cmd.spec)
+    except SpecError as exc:
+        return Rejected(Code.INVALID_ARGUMENT, "; ".join(i.render() for i in exc.issues))
+    # The digest only serves idempotency; hashing a 100,000-task spec is not free.
+    digest = spec.digest() if spec.idempotency_key is not None else b""
+    if spec.idempotency_key is not None:
+        record = state.idempotency.get((spec.tenant, spec.idempotency_key))
+        if record is not None:
+            if record.digest != digest:
+                return Rejected(
+                    Code.ALREADY_EXISTS,
+                    f"idempotency key {spec.idempotency_key!r} of tenant {spec.tenant!r} was used "
+                    f"for job {record.job_id} with a different spec",
+                )
+            return Applied({"job_id": record.job_id, "created": False})
+    refusal = _check_submit_bounds(state, cmd.job_id, spec)
+    if refusal is not None:
+        return refusal
+    job = _create_job(state, cmd.job_id, spec, digest, cmd.now_ms)
+    if spec.idempotency_key is not None:
+        _remember_key(state, spec.tenant, spec.idempotency_key, job.id, digest)
+    return Applied({"job_id": job.id, "created": True})
+
+
+def _check_submit_bounds(state: State, job_id: str, spec: JobSpec) -> Rejected | None:
+    if not job_id:
+        return Rejected(Code.INVALID_ARGUMENT, "job_id: must not be empty")
+    if job_id in state.jobs:
+        return Rejected(Code.ALREADY_EXISTS, f"job {job_id} already exists")
+    if state.live_jobs >= limits.MAX_LIVE_JOBS:
+        return Rejected(Code.RESOURCE_EXHAUSTED,
+                        f"{state.live_jobs} jobs are live, the bound MAX_LIVE_JOBS")
+    if state.task_count + len(spec.tasks) > limits.MAX_TASKS_IN_STATE:
+        return Rejected(Code.RESOURCE_EXHAUSTED,
+                        f"{state.task_count} tasks held; {len(spec.tasks)} more would pass "
+                        f"MAX_TASKS_IN_STATE={limits.MAX_TASKS_IN_STATE}")
+    if spec.tenant not in state.queues and len(state.queues) >= limits.MAX_TENANTS:
+        return Rejected(Code.RESOURCE_EXHAUSTED, f"MAX_TENANTS={limits.MAX_TENANTS} reached")
+    while len(state.jobs) >= limits.MAX_RETAINED_JOBS:
+        if not state.finished_jobs:
+            return Rejected(Code.RESOURCE_EXHAUSTED, "MAX_RETAINED_JOBS reached")
+        _forget_job(state, state.finished_jobs[0][1])
+    return None
+
+
+def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms: int) -> Job:
+    index_of = {t.id: i for i, t in enumerate(spec.tasks)}
+    tasks = [
+        Task(spec=t, index=i, state=_PENDING, remaining_deps=len(t.depends_on), dependents=[])
+        for i, t in enumerate(spec.tasks)
+    ]
+    for task in tasks:
+        for dep in task.spec.depends_on:
+            tasks[index_of[dep]].dependents.append(task.index)
+    counts = [0] * len(TaskState)
+    counts[_PENDING] = len(tasks)
+    job = Job(id=job_id, seq=state.next_job_seq, spec=spec, digest=digest, tasks=tasks,
+              index_of=index_of, counts=counts, state=JobState.PENDING, submitted_ms=now_ms)
+    state.next_job_seq += 1
+    state.jobs[job_id] = job
+    state.live_jobs += 1
+    state.task_count += len(tasks)
+    state.queues.setdefault(spec.tenant, ReadyQueue())
+    for task in tasks:
+        if task.remaining_deps == 0:
+            _make_runnable(state, job, task)
+    return job
+
+
+def _remember_key(state: State, tenant: str, key: str, job_id: str, digest: bytes) -> None:
+    if len(state.idempotency) >= limits.MAX_IDEMPOTENCY_KEYS:
+        _expire_oldest_key(state)
+    state.idempotency[(tenant, key)] = IdempotencyRecord(job_id, digest, state.now_ms)
+    state.idempotency_order.append((state.now_ms, tenant, key))
+
+
+def _expire_oldest_key(state: State) -> None:
+    created_ms, tenant, key = state.idempotency_order.popleft()
+    record = state.idempotency.get((tenant, key))
+    if record is not None and record.created_ms == created_ms:
+        del state.idempotency[(tenant, key)]
+
+
+# --- job cancel ---------------------------------------------------------------------------------
+
+
+def apply_job_cancel(state: State, cmd: JobCancel) -> Outcome:
+    job = state.jobs.get(cmd.job_id)
+    if job is None:
+        return Rejected(Code.NOT_FOUND, f"job {cmd.job_id} not found")
+    if job.state in TERMINAL_JOB_STATES:
+        if job.state == JobState.CANCELLED:
+            return Applied({"job_id": job.id, "cancelled": 0, "changed": False})
+        return Rejected(Code.FAILED_PRECONDITION, f"job {job.id} is already {job.state.name}")
+    job.cancel_requested = True
+    job.reason = cmd.reason or "cancelled by request"
+    cancelled = _cancel_open_tasks(state, job, f"job cancelled: {job.reason}")
+    return Applied({"job_id": job.id, "cancelled": cancelled, "changed": True})
+
+
+def _cancel_open_tasks(state: State, job: Job, reason: str) -> int:
+    cancelled = 0
+    for task in job.tasks:
+        if task.state in TERMINAL_TASK_STATES:
+            continue
+        attempt = task.current
+        if attempt is not None and attempt.state in LIVE_ATTEMPT_STATES:
+            _end_attempt(state, job, task, attempt, AttemptState.CANCELLED, reason, kill=True)
+        task.reason = reason
+        _set_state(state, job, task, _CANCELLED)
+        cancelled += 1
+    return cancelled
+
+
+# --- clusters -----------------------------------------------------------------------------------
+
+
+def apply_cluster_register(state: State, cmd: ClusterRegister) -> Outcome:
+    cluster = state.clusters.get(cmd.cluster_id)
+    if cluster is None:
+        if len(state.clusters) >= limits.MAX_CLUSTERS:
+            return Rejected(Code.RESOURCE_EXHAUSTED, f"MAX_CLUSTERS={limits.MAX_CLUSTERS} reached")
+        cluster = Cluster(
+            id=cmd.cluster_id, incarnation=cmd.incarnation,
+            capabilities=frozenset(cmd.capabilities), cpu_milli=cmd.cpu_milli,
+            memory_mb=cmd.memory_mb, gpu=cmd.gpu, status=ClusterStatus.READY,
+            status_since_ms=cmd.now_ms,
+        )
+        state.clusters[cluster.id] = cluster
+        return Applied({"cluster_id": cluster.id, "created": True, "lost": 0, "kills": 0})
+    if cmd.incarnation < cluster.incarnation:
+        return Rejected(Code.FAILED_PRECONDITION,
+                        f"cluster {cluster.id}: incarnation {cmd.incarnation} is older than "
+                        f"{cluster.incarnation}")
+    cluster.incarnation = cmd.incarnation
+    cluster.capabilities = frozenset(cmd.capabilities)
+    cluster.cpu_milli, cluster.memory_mb, cluster.gpu = cmd.cpu_milli, cmd.memory_mb, cmd.gpu
+    if cluster.status != ClusterStatus.READY:
+        cluster.status, cluster.status_since_ms = ClusterStatus.READY, cmd.now_ms
+    lost, kills = _reconcile(state, cluster, cmd)
+    _refresh_overcommit(cluster)
+    return Applied({"cluster_id": cluster.id, "created": False, "lost": lost, "kills": kills})
+
+
+def _reconcile(state: State, cluster: Cluster, cmd: ClusterRegister) -> tuple[int, int]:
+    """Match the agent's attempts with ours: current ones resume, unknown ones are lost (the
+    agent never admitted them, so nothing runs), stale ones the agent holds are killed."""
+    known = {k.fence: k for k in cmd.known}
+    lost = 0
+    for fence, (job_id, index) in list(cluster.live.items()):
+        job = state.jobs[job_id]
+        task = job.tasks[index]
+        attempt = task.current
+        assert attempt is not None and attempt.fence == fence
+        held = known.pop(fence, None)
+        if held is None:
+            _end_attempt(state, job, task, attempt, AttemptState.LOST,
+                         "agent re-registered without this attempt", kill=False)
+            _infra_failure(state, job, task, immediate=True, entropy=0)
+            lost += 1
+        elif held.running and attempt.state == _A_ASSIGNED:
+            _mark_started(state, job, task, attempt)
+    kills = 0
+    for fence, held in sorted(known.items()):
+        # Not running means finished with the result still in the agent's outbox: no kill.
+        if held.running and fence not in cluster.kills:
+            _add_kill(state, cluster, fence, held.job_id, held.task_id)
+            kills += 1
+    return lost, kills
+
+
+def _refresh_overcommit(cluster: Cluster) -> None:
+    cluster.overcommitted = not _fits(cluster, 0, 0, 0)
+
+
+def apply_cluster_status(state: State, cmd: ClusterStatusChange) -> Outcome:
+    cluster = state.clusters.get(cmd.cluster_id)
+    if cluster is None:
+        return Rejected(Code.NOT_FOUND, f"cluster {cmd.cluster_id} not registered")
+    if cluster.status == cmd.status:
+        return Applied({"cluster_id": cluster.id, "changed": False, "lost": 0})
+    cluster.status, cluster.status_since_ms = cmd.status, cmd.now_ms
+    lost = 0
+    if cmd.status == ClusterStatus.LOST:
+        lost = _lose_cluster_attempts(state, cluster, cmd.reason or "cluster lost")
+    return Applied({"cluster_id": cluster.id, "changed": True, "lost": lost})
+
+
+def _lose_cluster_attempts(state: State, cluster: Cluster, reason: str) -> int:
+    """`on_lost: replace` attempts become LOST and their tasks go back to the queue with a new
+    fence to come; `on_lost: wait` attempts stay as they are (unknown), never run twice."""
+    lost = 0
+    for _fence, (job_id, index) in sorted(cluster.live.items()):
+        job = state.jobs[job_id]
+        task = job.tasks[index]
+        if task.spec.on_lost != "replace":
+            continue
+        attempt = task.current
+        assert attempt is not None
+        _end_attempt(state, job, task, attempt, AttemptState.LOST, reason, kill=True)
+        _infra_failure(state, job, task, immediate=True, entropy=0)
+        lost += 1
+    return lost
+
+
+# --- assignment ---------------------------------------------------------------------------------
+
+
+def apply_assign_batch(state: State, cmd: AssignBatch) -> Outcome:
+    """Re-validate every placement against the committed state (Nomad's plan applier): parts
+    that no longer hold are dropped with a reason, the rest get fresh fences."""
+    assigned: list[tuple[str, str, str, int]] = []
+    dropped: list[tuple[str, str, str, str]] = []
+    for placement in cmd.items:
+        problem = _assign_one(state, placement, cmd.now_ms)
+        if isinstance(problem, int):
+            assigned.append((placement.job_id, placement.task_id, placement.cluster_id, problem))
+        else:
+            dropped.append((placement.job_id, placement.task_id, placement.cluster_id, problem))
+    return Applied({"assigned": assigned, "dropped": dropped})
+
+
+def _assign_one(state: State, placement: Placement, now_ms: int) -> int | str:
+    """The new fence, or why the placement was dropped."""
+    job = state.jobs.get(placement.job_id)
+    if job is None:
+        return "job not found"
+    index = job.index_of.get(placement.task_id)
+    if index is None:
+        return "task not found"
+    task = job.tasks[index]
+    if task.state != _RUNNABLE:
+        return f"task is {task.state.name}, not RUNNABLE"
+    cluster = state.clusters.get(placement.cluster_id)
+    if cluster is None:
+        return "cluster not registered"
+    problem = placement_problem(cluster, task.spec)
+    if problem is not None:
+        return problem
+    state.fence += 1
+    fence = state.fence
+    attempt = Attempt(fence=fence, number=len(task.attempts) + 1, cluster_id=cluster.id,
+                      state=_A_ASSIGNED, assigned_ms=now_ms)
+    task.attempts.append(attempt)
+    cluster.live[fence] = (job.id, index)
+    spec = task.spec
+    cluster.reserved_cpu_milli += spec.cpu_milli
+    cluster.reserved_memory_mb += spec.memory_mb
+    cluster.reserved_gpu += spec.gpu
+    _set_state(state, job, task, _ASSIGNED)
+    _push_timer(state, now_ms + limits.ASSIGN_TIMEOUT_MS, fence, TimerKind.ASSIGN_TIMEOUT,
+                job.id, index)
+    if job.started_ms is None:
+        job.started_ms = now_ms
+    return fence
+
+
+def placement_problem(cluster: Cluster, spec: TaskSpec) -> str | None:
+    """Why `spec` cannot be placed on `cluster` now, or None. Shared by apply and the planner."""
+    if cluster.status != ClusterStatus.READY:
+        return f"cluster {cluster.id} is {cluster.status.name}"
+    if spec.cluster is not None and spec.cluster != cluster.id:
+        return f"task is pinned to cluster {spec.cluster}"
+    if spec.requires and not cluster.capabilities.issuperset(spec.requires):
+        missing = sorted(set(spec.requires) - cluster.capabilities)
+        return f"cluster {cluster.id} lacks capabilities {missing}"
+    if not _fits(cluster, spec.cpu_milli, spec.memory_mb, spec.gpu):
+        return f"cluster {cluster.id} has no room"
+    return None
+
+
+def _fits(cluster: Cluster, cpu_milli: int, memory_mb: int, gpu: int) -> bool:
+    return (
+        cluster.reserved_cpu_milli + cpu_milli <= cluster.cpu_milli
+        and cluster.reserved_memory_mb + memory_mb <= cluster.memory_mb
+        and cluster.reserved_gpu + gpu <= cluster.gpu
+    )
+
+
+# --- reports from agents ------------------------------------------------------------------------
+
+
+def apply_report_batch(state: State, cmd: ReportBatch) -> Outcome:
+    """Each item's verdict: accepted, duplicate, late, or refused (not found / wrong cluster).
+    Every verdict is final: the agent may drop the report from its outbox once committed."""
+    verdicts: list[tuple[str, str, int, str]] = []
+    for index, report in enumerate(cmd.items):
+        verdict = _report_one(state, cmd.cluster_id, report, cmd.now_ms, cmd.entropy + index)
+        verdicts.append((report.job_id, report.task_id, report.fence, verdict))
+    return Applied({"items": verdicts})
+
+
+def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entropy: int) -> str:
+    job = state.jobs.get(report.job_id)
+    index = None if job is None else job.index_of.get(report.task_id)
+    if job is None or index is None:
+        if report.kind != ReportKind.STARTED:
+            _confirm_kill(state, cluster_id, report)
+        return "not_found"
+    task = job.tasks[index]
+    attempt = _find_attempt(task, report.fence)
+    if attempt is None:
+        return "not_found"
+    if attempt.cluster_id != cluster_id:
+        return "wrong_cluster"
+    if report.kind != ReportKind.STARTED:
+        _confirm_kill(state, cluster_id, report)  # the process is gone either way
+    current = task.attempts[-1]
+    if attempt is not current or attempt.state not in LIVE_ATTEMPT_STATES:
+        return _note_stale(task, attempt, report, now_ms)
+    if report.kind == ReportKind.STARTED:
+        if attempt.state == _A_RUNNING:
+            return _note(task, "duplicate", report, now_ms, "already RUNNING")
+        _mark_started(state, job, task, attempt)
+        return "accepted"
+    if report.kind == ReportKind.REJECTED:
+        if attempt.state == _A_RUNNING:
+            return _note(task, "late", report, now_ms, "rejection of a RUNNING attempt")
+        _end_attempt(state, job, task, attempt, AttemptState.REJECTED,
+                     report.reason or "rejected by agent admission", kill=False)
+        _infra_failure(state, job, task, immediate=False, entropy=entropy)
+        return "accepted"
+    if report.kind == ReportKind.KILLED:
+        _end_attempt(state, job, task, attempt, AttemptState.PREEMPTED,
+                     report.reason or "stopped by the agent", kill=False)
+        _infra_failure(state, job, task, immediate=True, entropy=entropy)
+        return "accepted"
+    _finish_attempt(state, job, task, attempt, report, entropy)
+    return "accepted"
+
+
+def _find_attempt(task: Task, fence: int) -> Attempt | None:
+    """Attempts are in fence order; the current one is asked about almost always."""
+    for attempt in reversed(task.attempts):
+        if attempt.fence == fence:
+            return attempt
+        if attempt.fence < fence:
+            return None
+    return None
+
+
+def _note_stale(task: Task, attempt: Attempt, report: Report, now_ms: int) -> str:
+    if attempt is task.attempts[-1] and _same_outcome(attempt, report):
+        return _note(task, "duplicate", report, now_ms, f"attempt already {attempt.state.name}")
+    detail = f"attempt {attempt.number} is {attempt.state.name}"
+    if attempt is not task.attempts[-1]:
+        detail += f"; current fence is {task.attempts[-1].fence}"
+    return _note(task, "late", report, now_ms, detail)
+
+
+def _same_outcome(attempt: Attempt, report: Report) -> bool:
+    if report.kind == ReportKind.FINISHED:
+        return attempt.state == _finished_state(report) and attempt.exit_code == report.exit_code
+    if report.kind == ReportKind.REJECTED:
+        return attempt.state == AttemptState.REJECTED
+    if report.kind == ReportKind.KILLED:
+        return attempt.state == AttemptState.PREEMPTED
+    return False
+
+
+def _note(task: Task, kind: str, report: Report, now_ms: int, detail: str) -> str:
+    if len(task.notes) < limits.MAX_NOTES_PER_TASK:
+        task.notes.append(Note(kind, report.fence, report.kind.name, now_ms, detail))
+    else:
+        task.notes_dropped += 1
+    return kind
+
+
+def _finished_state(report: Report) -> AttemptState:
+    if report.timed_out:
+        return AttemptState.TIMED_OUT
+    return AttemptState.SUCCEEDED if report.exit_code == 0 else AttemptState.FAILED
+
+
+def _finish_attempt(state: State, job: Job, task: Task, attempt: Attempt, report: Report,
+                    entropy: int) -> None:
+    if attempt.state == _A_ASSIGNED:
+        _mark_started(state, job, task, attempt)
+    outcome = _finished_state(report)
+    attempt.exit_code = report.exit_code
+    _end_attempt(state, job, task, attempt, outcome, report.reason, kill=False)
+    if outcome == AttemptState.SUCCEEDED:
+        _set_state(state, job, task, _SUCCEEDED)
+        _on_success(state, job, task)
+    else:
+        _app_failure(state, job, task, report.exit_code, entropy)
+
+
+def _mark_started(state: State, job: Job, task: Task, attempt: Attempt) -> None:
+    attempt.state = _A_RUNNING
+    attempt.started_ms = state.now_ms
+    _set_state(state, job, task, _RUNNING)
+    if task.spec.timeout_ms is not None:
+        deadline = state.now_ms + task.spec.timeout_ms + limits.RUN_TIMEOUT_GRACE_MS
+        _push_timer(state, deadline, attempt.fence, TimerKind.RUN_TIMEOUT, job.id, task.index)
+
+
+def _confirm_kill(state: State, cluster_id: str, report: Report) -> None:
+    cluster = state.clusters.get(cluster_id)
+    if cluster is not None and cluster.kills.pop(report.fence, None) is not None:
+        state.kill_count -= 1
+
+
+# --- operator: confirm an attempt dead ----------------------------------------------------------
+
+
+def apply_attempt_mark_lost(state: State, cmd: AttemptMarkLost) -> Outcome:
+    job = state.jobs.get(cmd.job_id)
+    index = None if job is None else job.index_of.get(cmd.task_id)
+    if job is None or index is None:
+        return Rejected(Code.NOT_FOUND, f"task {cmd.job_id}/{cmd.task_id} not found")
+    task = job.tasks[index]
+    attempt = task.current
+    if attempt is None or attempt.fence != cmd.fence:
+        return Rejected(Code.FAILED_PRECONDITION,
+                        f"fence {cmd.fence} is not the current attempt of {cmd.task_id}")
+    if attempt.state not in LIVE_ATTEMPT_STATES:
+        return Rejected(Code.FAILED_PRECONDITION, f"attempt is already {attempt.state.name}")
+    _end_attempt(state, job, task, attempt, AttemptState.LOST,
+                 cmd.reason or "confirmed dead by an operator", kill=True)
+    _infra_failure(state, job, task, immediate=True, entropy=0)
+    return Applied({"job_id": job.id, "task_id": task.spec.id, "fence": cmd.fence})
+
+
+# --- time ---------------------------------------------------------------------------------------
+
+
+def apply_tick(state: State, cmd: Tick) -> Outcome:
+    fired = 0
+    timers = state.timers
+    while timers and timers[0][0] <= state.now_ms and fired < limits.MAX_TIMER_EXPIRIES_PER_TICK:
+        entry = heapq.heappop(timers)
+        if _fire_timer(state, entry, cmd.entropy + fired):
+            fired += 1
+    expired_keys = _expire_keys(state)
+    forgotten = _expire_jobs(state)
+    return Applied({"fired": fired, "expired_keys": expired_keys, "forgotten_jobs": forgotten})
+
+
+def _fire_timer(state: State, entry: tuple[int, int, int, int, str], entropy: int) -> bool:
+    deadline, fence, kind, index, job_id = entry
+    job = state.jobs.get(job_id)
+    if job is None:
+        return False
+    task = job.tasks[index]
+    attempt = task.current
+    if kind == TimerKind.RETRY:
+        if task.state != _RETRY_WAIT or task.retry_at_ms != deadline:
+            return False
+        _make_runnable(state, job, task)
+        return True
+    if attempt is None or attempt.fence != fence:
+        return False
+    if kind == TimerKind.ASSIGN_TIMEOUT:
+        if attempt.state != _A_ASSIGNED or task.spec.on_lost != "replace":
+            return False
+        _end_attempt(state, job, task, attempt, AttemptState.LOST,
+                     "assignment never confirmed by the agent", kill=True)
+        _infra_failure(state, job, task, immediate=True, entropy=entropy)
+        return True
+    if attempt.state != _A_RUNNING:
+        return False
+    _end_attempt(state, job, task, attempt, AttemptState.TIMED_OUT,
+                 "no result within timeout_s", kill=True)
+    _app_failure(state, job, task, None, entropy)
+    return True
+
+
+def _expire_keys(state: State) -> int:
+    expired = 0
+    order = state.idempotency_order
+    while order and order[0][0] + limits.IDEMPOTENCY_TTL_MS <= state.now_ms:
+        _expire_oldest_key(state)
+        expired += 1
+    return expired
+
+
+def _expire_jobs(state: State) -> int:
+    forgotten = 0
+    while (state.finished_jobs
+           and state.finished_jobs[0][0] + limits.JOB_RETENTION_MS <= state.now_ms):
+        _forget_job(state, state.finished_jobs[0][1])
+        forgotten += 1
+    return forgotten
+
+
+def _forget_job(state: State, job_id: str) -> None:
+    state.finished_jobs.popleft()
+    job = state.jobs.pop(job_id)
+    assert job.state in TERMINAL_JOB_STATES
+    state.task_count -= len(job.tasks)
+    key = job.spec.idempotency_key
+    if key is not None:
+        record = state.idempotency.get((job.spec.tenant, key))
+        if record is not None and record.job_id == job_id:
+            del state.idempotency[(job.spec.tenant, key)]
+
+
+# --- task lifecycle core ------------------------------------------------------------------------
+
+
+def _set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
+    old = task.state
+    if old == new:
+        return
+    if old == _RUNNABLE:
+        state.queues[job.spec.tenant].live -= 1
+    elif old == _RETRY_WAIT:
+        task.retry_at_ms = None
+    task.state = new
+    counts = job.counts
+    counts[old] -= 1
+    counts[new] += 1
+    if job.state == JobState.PENDING and new in (_ASSIGNED, _RUNNING):
+        job.state = JobState.RUNNING
+    if new in TERMINAL_TASK_STATES:
+        _maybe_finish_job(state, job)
+
+
+def _maybe_finish_job(state: State, job: Job) -> None:
+    counts = job.counts
+    done = counts[_SUCCEEDED] + counts[_FAILED] + counts[_SKIPPED] + counts[_CANCELLED]
+    if done != len(job.tasks) or job.state in TERMINAL_JOB_STATES:
+        return
+    job.state = derive_job_state(job)
+    job.finished_ms = state.now_ms
+    state.live_jobs -= 1
+    state.finished_jobs.append((state.now_ms, job.id))
+
+
+def derive_job_state(job: Job) -> JobState:
+    """A job's state as a function of its task counts (and whether a cancel was asked)."""
+    counts = job.counts
+    total = len(job.tasks)
+    done = counts[_SUCCEEDED] + counts[_FAILED] + counts[_SKIPPED] + counts[_CANCELLED]
+    if done == total:
+        if job.cancel_requested:
+            return JobState.CANCELLED
+        return JobState.SUCCEEDED if counts[_SUCCEEDED] == total else JobState.FAILED
+    if job.started_ms is None:
+        return JobState.PENDING
+    return JobState.RUNNING
+
+
+def _end_attempt(state: State, job: Job, task: Task, attempt: Attempt, outcome: AttemptState,
+                 reason: str, *, kill: bool) -> None:
+    """Close a live attempt: release its reservation and, when the agent may still be running
+    it, record a kill directive for that cluster."""
+    assert attempt.state in LIVE_ATTEMPT_STATES and attempt is task.attempts[-1]
+    attempt.state = outcome
+    attempt.finished_ms = state.now_ms
+    attempt.reason = reason
+    cluster = state.clusters[attempt.cluster_id]
+    del cluster.live[attempt.fence]
+    spec = task.spec
+    cluster.reserved_cpu_milli -= spec.cpu_milli
+    cluster.reserved_memory_mb -= spec.memory_mb
+    cluster.reserved_gpu -= spec.gpu
+    if cluster.overcommitted:
+        _refresh_overcommit(cluster)
+    if kill:
+        _add_kill(state, cluster, attempt.fence, job.id, spec.id)
+
+
+def _add_kill(state: State, cluster: Cluster, fence: int, job_id: str, task_id: str) -> None:
+    if state.kill_count >= limits.MAX_KILL_DIRECTIVES:
+        return  # past the bound the agent's fence check still refuses the stale attempt's result
+    if fence not in cluster.kills:
+        cluster.kills[fence] = (job_id, task_id)
+        state.kill_count += 1
+
+
+def _app_failure(state: State, job: Job, task: Task, exit_code: int | None,
+                 entropy: int) -> None:
+    task.app_failures += 1
+    retry = task.spec.retry
+    if exit_code is not None and exit_code in retry.non_retryable_exit_codes:
+        _fail_task(state, job, task, f"exit code {exit_code} is non-retryable")
+    elif task.app_failures >= retry.max_attempts:
+        _fail_task(state, job, task, f"failed {task.app_failures} of max_attempts="
+                                     f"{retry.max_attempts}")
+    else:
+        exponent = task.app_failures - 1
+        delay = min(retry.backoff_ms * retry.multiplier ** exponent, retry.backoff_max_ms)
+        _wait_retry(state, job, task, _jittered(delay, retry.jitter, entropy))
+
+
+def _infra_failure(state: State, job: Job, task: Task, *, immediate: bool, entropy: int) -> None:
+    """Rejected, lost or preempted: not the task's fault, so a separate bounded budget."""
+    task.infra_failures += 1
+    if task.infra_failures > limits.MAX_INFRA_RETRIES:
+        _fail_task(state, job, task, f"infrastructure retry budget exhausted "
+                                     f"(MAX_INFRA_RETRIES={limits.MAX_INFRA_RETRIES})")
+    elif immediate:
+        _make_runnable(state, job, task)
+    else:
+        delay = min(limits.INFRA_BACKOFF_MS * 2 ** (task.infra_failures - 1),
+                    limits.INFRA_BACKOFF_MAX_MS)
+        _wait_retry(state, job, task, _jittered(delay, 0.2, entropy))
+
+
+def _wait_retry(state: State, job: Job, task: Task, delay_ms: int) -> None:
+    task.retry_at_ms = state.now_ms + delay_ms
+    _set_state(state, job, task, _RETRY_WAIT)
+    _push_timer(state, task.retry_at_ms, 0, TimerKind.RETRY, job.id, task.index)
+
+
+def _jittered(delay_ms: float, jitter: float, seed: int) -> int:
+    """delay * (1 +- jitter), the sign and size drawn from the proposer's entropy. `seed` is the
+    command's entropy plus the item's position; it is mixed here, on the rare retry path only."""
+    unit = (_mix(seed) >> 11) / float(1 << 53)
+    return max(0, round(delay_ms * (1.0 + jitter * (2.0 * unit - 1.0))))
+
+
+def _mix(seed: int) -> int:
+    """splitmix64: neighbouring seeds give unrelated, well-spread 64-bit values."""
+    z = (seed + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
+
+
+def _fail_task(state: State, job: Job, task: Task, reason: str) -> None:
+    task.reason = reason
+    _set_state(state, job, task, _FAILED)
+    policy = job.spec.failure_policy
+    if policy == "fail_fast":
+        _cancel_open_tasks(state, job, f"fail_fast: task {task.spec.id} failed")
+    else:
+        _propagate_failure(state, job, task, continue_policy=policy == "continue")
+
+
+def _on_success(state: State, job: Job, task: Task) -> None:
+    tasks = job.tasks
+    for index in task.dependents:
+        dependent = tasks[index]
+        if dependent.state != _PENDING:
+            continue  # cancelled meanwhile
+        dependent.remaining_deps -= 1
+        if dependent.remaining_deps == 0:
+            _make_runnable(state, job, dependent)
+
+
+def _propagate_failure(state: State, job: Job, failed: Task, *, continue_policy: bool) -> None:
+    """Walk downstream of a FAILED task. skip_downstream: every PENDING descendant is SKIPPED.
+    continue: `all_done` dependents count the failure as done; `all_success` ones are SKIPPED,
+    which in turn counts as done for their own dependents. Each task is visited once per
+    upstream edge: O(edges reached)."""
+    stack = [failed]
+    tasks = job.tasks
+    while stack:
+        upstream = stack.pop()
+        for index in upstream.dependents:
+            dependent = tasks[index]
+            if dependent.state != _PENDING:
+                continue
+            if continue_policy and dependent.spec.trigger == "all_done":
+                dependent.remaining_deps -= 1
+                if dependent.remaining_deps == 0:
+                    _make_runnable(state, job, dependent)
+                continue
+            dependent.reason = f"upstream task {upstream.spec.id} {upstream.state.name}"
+            _set_state(state, job, dependent, _SKIPPED)
+            stack.append(dependent)
+
+
+# --- ready queues and timers --------------------------------------------------------------------
+
+
+def _make_runnable(state: State, job: Job, task: Task) -> None:
+    """Enter the tenant's ready queue. Entries are never removed from the middle of the heap: an
+    entry whose task left RUNNABLE, or re-entered with a newer `ready_gen`, is stale and is
+    skipped; the heap is rebuilt when stale entries outnumber live ones (amortised O(1))."""
+    assert task.state != _RUNNABLE
+    queue = state.queues[job.spec.tenant]
+    task.ready_gen += 1
+    _set_state(state, job, task, _RUNNABLE)
+    queue.live += 1
+    heap = queue.heap
+    heapq.heappush(heap, (-job.spec.priority, job.seq, task.index, task.ready_gen, job.id))
+    if len(heap) > 2 * queue.live + 1024:
+        queue.heap = [e for e in heap if _ready_entry_live(state, e)]
+        heapq.heapify(queue.heap)
+
+
+def _ready_entry_live(state: State, entry: tuple[int, int, int, int, str]) -> bool:
+    job = state.jobs.get(entry[4])
+    if job is None:
+        return False
+    task = job.tasks[entry[2]]
+    return task.state == _RUNNABLE and task.ready_gen == entry[3]
+
+
+def iter_ready(state: State, tenant: str) -> Iterator[tuple[Job, Task]]:
+    """A tenant's RUNNABLE tasks in queue order (priority, then submission order), lazily, in
+    O(k log k) for the first k: a best-first walk of the heap's implicit tree, which never pops
+    or copies the heap, so placement cost grows with what it looks at, not what is stored."""
+    queue = state.queues.get(tenant)
+    if queue is None or not queue.heap:
+        return
+    heap = queue.heap
+    frontier = [(heap[0], 0)]
+    while frontier:
+        entry, position = heapq.heappop(frontier)
+        for child in (2 * position + 1, 2 * position + 2):
+            if child < len(heap):
+                heapq.heappush(frontier, (heap[child], child))
+        if _ready_entry_live(state, entry):
+            job = state.jobs[entry[4]]
+            yield job, job.tasks[entry[2]]
+
+
+def _push_timer(state: State, deadline_ms: int, fence: int, kind: TimerKind, job_id: str,
+                index: int) -> None:
+    heapq.heappush(state.timers, (deadline_ms, fence, int(kind), index, job_id))
+    if len(state.timers) > state.timers_rebuild_at:
+        state.timers = [e for e in state.timers if _timer_live(state, e)]
+        heapq.heapify(state.timers)
+        state.timers_rebuild_at = 2 * len(state.timers) + 4096
+
+
+def _timer_live(state: State, entry: tuple[int, int, int, int, str]) -> bool:
+    deadline, fence, kind, index, job_id = entry
+    job = state.jobs.get(job_id)
+    if job is None:
+        return False
+    task = job.tasks[index]
+    if kind == TimerKind.RETRY:
+        return task.state == _RETRY_WAIT and task.retry_at_ms == deadline
+    attempt = task.current
+    if attempt is None or attempt.fence != fence:
+        return False
+    wanted = _A_ASSIGNED if kind == TimerKind.ASSIGN_TIMEOUT else _A_RUNNING
+    return attempt.state == wanted
+
+
+# --- invariants ---------------------------------------------------------------------------------
+
+
+def check_invariants(state: State) -> None:
+    """Assert every invariant of the whole state. O(state): for tests and simulations."""
+    live_jobs = 0
+    task_count = 0
+    fences: set[int] = set()
+    runnable: dict[str, int] = {}
+    for job_id, job in state.jobs.items():
+        assert job.id == job_id
+        task_count += len(job.tasks)
+        _check_job(state, job, fences)
+        if job.state not in TERMINAL_JOB_STATES:
+            live_jobs += 1
+        runnable[job.spec.tenant] = runnable.get(job.spec.tenant, 0) + job.counts[_RUNNABLE]
+    assert live_jobs == state.live_jobs, (live_jobs, state.live_jobs)
+    assert task_count == state.task_count
+    assert all(f <= state.fence for f in fences)
+    for tenant, queue in state.queues.items():
+        assert queue.live == runnable.get(tenant, 0), (tenant, queue.live)
+        live_entries = sum(1 for e in queue.heap if _ready_entry_live(state, e))
+        assert live_entries == queue.live, (tenant, live_entries, queue.live)
+    for cluster in state.clusters.values():
+        _check_cluster(state, cluster)
+    assert state.kill_count == sum(len(c.kills) for c in state.clusters.values())
+    assert len(state.idempotency) <= len(state.idempotency_order)
+
+
+def _check_job(state: State, job: Job, fences: set[int]) -> None:
+    counts = [0] * len(TaskState)
+    for task in job.tasks:
+        counts[task.state] += 1
+        _check_task(state, job, task)
+        for attempt in task.attempts:
+            assert attempt.fence not in fences, f"fence {attempt.fence} used twice"
+            fences.add(attempt.fence)
+    assert counts == job.counts, (job.id, counts, job.counts)
+    expected = derive_job_state(job)
+    assert job.state == expected, (job.id, job.state, expected)
+
+
+def _check_task(state: State, job: Job, task: Task) -> None:
+    attempts = task.attempts
+    for older, newer in itertools.pairwise(attempts):
+        assert older.fence < newer.fence, "fences must strictly increase"
+        assert older.state not in LIVE_ATTEMPT_STATES, "only the current attempt may be live"
+    current = task.current
+    live = current is not None and current.state in LIVE_ATTEMPT_STATES
+    if task.state == _ASSIGNED:
+        assert live and current is not None and current.state == _A_ASSIGNED
+    elif task.state == _RUNNING:
+        assert live and current is not None and current.state == _A_RUNNING
+    else:
+        assert not live, (job.id, task.spec.id, task.state, current)
+    if live:
+        assert current is not None
+        cluster = state.clusters[current.cluster_id]
+        assert cluster.live.get(current.fence) == (job.id, task.index)
+    _check_dependencies(job, task)
+    retry = task.spec.retry
+    assert task.app_failures <= retry.max_attempts
+    assert task.infra_failures <= limits.MAX_INFRA_RETRIES + 1
+    assert len(attempts) <= retry.max_attempts + limits.MAX_INFRA_RETRIES + 1
+    assert (task.state == _RETRY_WAIT) == (task.retry_at_ms is not None)
+
+
+def _check_dependencies(job: Job, task: Task) -> None:
+    deps = [job.tasks[job.index_of[d]] for d in task.spec.depends_on]
+    all_done = task.spec.trigger == "all_done" and job.spec.failure_policy == "continue"
+    if all_done:
+        satisfied = sum(1 for d in deps if d.state in TERMINAL_TASK_STATES)
+    else:
+        satisfied = sum(1 for d in deps if d.state == _SUCCEEDED)
+    if task.state == _PENDING:
+        assert task.remaining_deps == len(deps) - satisfied > 0, (task.spec.id, satisfied)
+    elif task.state in (_RUNNABLE, _ASSIGNED, _RUNNING, _RETRY_WAIT, _SUCCEEDED):
+        assert satisfied == len(deps), f"task {task.spec.id} ran before its upstream finished"
+    if task.state == _SKIPPED:
+        assert any(d.state in (_FAILED, _SKIPPED) for d in deps)
+
+
+def _check_cluster(state: State, cluster: Cluster) -> None:
+    cpu = memory = gpu = 0
+    for fence, (job_id, index) in cluster.live.items():
+        task = state.jobs[job_id].tasks[index]
+        attempt = task.current
+        assert attempt is not None and attempt.fence == fence
+        assert attempt.cluster_id == cluster.id and attempt.state in LIVE_ATTEMPT_STATES
+        cpu += task.spec.cpu_milli
+        memory += task.spec.memory_mb
+        gpu += task.spec.gpu
+    assert (cpu, memory, gpu) == (
+        cluster.reserved_cpu_milli, cluster.reserved_memory_mb, cluster.reserved_gpu
+    ), f"cluster {cluster.id} reservations drifted"
+    if not cluster.overcommitted:
+        assert _fits(cluster, 0, 0, 0), f"cluster {cluster.id} reserved past its capacity"
+
+
+def digest_state(state: State) -> str:
+    """A short hash of the snapshot bytes: replicas compare it to prove they agree."""
+    from raftsched.state.snapshot import dump
+
+    return hashlib.sha256(dump(state)).hexdigest()[:16]

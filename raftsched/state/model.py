@@ -1,0 +1,207 @@
+"""The replicated state's data types: jobs, tasks, attempts, clusters, ready queues, timers.
+
+Plain slotted records with no behaviour beyond small derived properties; `fsm.py` owns every
+transition. Kept separate so `snapshot.py`, `placement.py` and the read side can import the
+types without the handlers.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from raftsched.spec.job import JobSpec, TaskSpec
+from raftsched.state.commands import ClusterStatus
+
+
+class TaskState(IntEnum):
+    PENDING = 0
+    RUNNABLE = 1
+    ASSIGNED = 2
+    RUNNING = 3
+    RETRY_WAIT = 4
+    SUCCEEDED = 5
+    FAILED = 6
+    SKIPPED = 7
+    CANCELLED = 8
+
+
+TERMINAL_TASK_STATES = frozenset(
+    {TaskState.SUCCEEDED, TaskState.FAILED, TaskState.SKIPPED, TaskState.CANCELLED}
+)
+
+
+class AttemptState(IntEnum):
+    ASSIGNED = 0
+    RUNNING = 1
+    SUCCEEDED = 2
+    FAILED = 3
+    REJECTED = 4
+    LOST = 5
+    TIMED_OUT = 6
+    PREEMPTED = 7
+    CANCELLED = 8
+
+
+LIVE_ATTEMPT_STATES = frozenset({AttemptState.ASSIGNED, AttemptState.RUNNING})
+
+
+class JobState(IntEnum):
+    PENDING = 0
+    RUNNING = 1
+    SUCCEEDED = 2
+    FAILED = 3
+    CANCELLED = 4
+
+
+TERMINAL_JOB_STATES = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED})
+
+
+class TimerKind(IntEnum):
+    RETRY = 0
+    """A RETRY_WAIT task's backoff ends."""
+    ASSIGN_TIMEOUT = 1
+    """An attempt was never confirmed started."""
+    RUN_TIMEOUT = 2
+    """A RUNNING attempt outlived its task's timeout (plus grace) without a report."""
+
+
+@dataclass(slots=True)
+class Attempt:
+    fence: int
+    number: int
+    """1-based position among the task's attempts."""
+    cluster_id: str
+    state: AttemptState
+    assigned_ms: int
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    exit_code: int | None = None
+    reason: str = ""
+
+    @property
+    def live(self) -> bool:
+        return self.state in LIVE_ATTEMPT_STATES
+
+
+@dataclass(slots=True)
+class Note:
+    """A report that changed nothing: `late` (not the current attempt) or `duplicate`."""
+
+    kind: str
+    fence: int
+    report: str
+    at_ms: int
+    detail: str
+
+
+@dataclass(slots=True)
+class Task:
+    spec: TaskSpec
+    index: int
+    state: TaskState
+    remaining_deps: int
+    """Upstream tasks not yet satisfying this task's trigger."""
+    dependents: list[int]
+    attempts: list[Attempt] = field(default_factory=list)
+    app_failures: int = 0
+    infra_failures: int = 0
+    ready_gen: int = 0
+    """Bumped each time the task enters a ready queue; stale queue entries carry an older one."""
+    retry_at_ms: int | None = None
+    reason: str = ""
+    """Why the task is in its state, for FAILED/SKIPPED/CANCELLED."""
+    notes: list[Note] = field(default_factory=list)
+    notes_dropped: int = 0
+
+    @property
+    def current(self) -> Attempt | None:
+        return self.attempts[-1] if self.attempts else None
+
+
+@dataclass(slots=True)
+class Job:
+    id: str
+    seq: int
+    spec: JobSpec
+    digest: bytes
+    tasks: list[Task]
+    index_of: dict[str, int]
+    counts: list[int]
+    """Tasks per TaskState, kept incrementally."""
+    state: JobState
+    submitted_ms: int
+    started_ms: int | None = None
+    finished_ms: int | None = None
+    cancel_requested: bool = False
+    reason: str = ""
+
+
+@dataclass(slots=True)
+class Cluster:
+    id: str
+    incarnation: int
+    capabilities: frozenset[str]
+    cpu_milli: int
+    memory_mb: int
+    gpu: int
+    status: ClusterStatus
+    status_since_ms: int
+    reserved_cpu_milli: int = 0
+    reserved_memory_mb: int = 0
+    reserved_gpu: int = 0
+    live: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """fence -> (job id, task index) of every live attempt placed here."""
+    kills: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """fence -> (job id, task id) the agent must stop, until it confirms."""
+    overcommitted: bool = False
+    """Set when a re-registration shrank capacity below what live attempts hold."""
+
+
+ReadyEntry = tuple[int, int, int, int, str]
+"""(-priority, job seq, task index, ready_gen, job id): heap order is priority, then submission
+order, then the task's position in its job."""
+
+TimerEntry = tuple[int, int, int, int, str]
+"""(deadline ms, fence or 0, timer kind, task index, job id)."""
+
+
+@dataclass(slots=True)
+class ReadyQueue:
+    """One tenant's RUNNABLE tasks: a heap with lazy deletion (see `fsm._ready_push`)."""
+
+    heap: list[ReadyEntry] = field(default_factory=list)
+    live: int = 0
+
+
+@dataclass(slots=True)
+class IdempotencyRecord:
+    job_id: str
+    digest: bytes
+    created_ms: int
+
+
+@dataclass(slots=True)
+class State:
+    now_ms: int = 0
+    """Highest `now_ms` seen in any command: the state machine's only notion of time."""
+    fence: int = 0
+    """Last fence issued; only grows."""
+    next_job_seq: int = 1
+    jobs: dict[str, Job] = field(default_factory=dict)
+    live_jobs: int = 0
+    task_count: int = 0
+    clusters: dict[str, Cluster] = field(default_factory=dict)
+    queues: dict[str, ReadyQueue] = field(default_factory=dict)
+    idempotency: dict[tuple[str, str], IdempotencyRecord] = field(default_factory=dict)
+    idempotency_order: deque[tuple[int, str, str]] = field(default_factory=deque)
+    """(created ms, tenant, key) in creation order, for TTL expiry."""
+    timers: list[TimerEntry] = field(default_factory=list)
+    timers_rebuild_at: int = 4096
+    """When the timer heap grows past this, stale entries are dropped (amortised O(1))."""
+    finished_jobs: deque[tuple[int, str]] = field(default_factory=deque)
+    """(finished ms, job id) in finishing order, for retention."""
+    kill_count: int = 0
+    replica_addresses: dict[str, str] = field(default_factory=dict)
+    """Raft address -> gRPC address, as announced in barriers."""

@@ -1,0 +1,109 @@
+"""Pure placement: which RUNNABLE tasks go to which cluster now.
+
+`plan(state, max_items=…)` reads the committed state and returns placements for an ASSIGN_BATCH;
+it never mutates the state, reads no clock and draws no randomness. The leader proposes what it
+returns, and the state machine re-validates every item at apply (so a plan made against a
+slightly old state is safe: stale parts are dropped, never applied).
+
+Order: tenants take turns (round-robin, one task each per turn, in tenant-name order — a
+placeholder for weighted fair share), and inside a tenant the ready queue order (priority, then
+submission order). A task that fits nowhere is skipped, not waited on, so it cannot block the
+queue behind it; the scan is bounded by `limits.MAX_PLACEMENT_SCAN`.
+
+Cluster choice: among the ready, compatible clusters with room, the one with the most free CPU
+after the tenative reservations of this plan (spreads load; ties broken by cluster id).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+from raftsched import limits
+from raftsched.spec.job import TaskSpec
+from raftsched.state.commands import ClusterStatus, Placement
+from raftsched.state.fsm import iter_ready
+from raftsched.state.model import Cluster, Job, State, Task
+
+Free = tuple[int, int, int]
+"""(cpu milli, memory MB, gpu) a cluster can still take."""
+
+
+@dataclass(slots=True)
+class _Room:
+    cluster: Cluster
+    cpu_milli: int
+    memory_mb: int
+    gpu: int
+
+    def fits(self, spec: TaskSpec) -> bool:
+        return (spec.cpu_milli <= self.cpu_milli and spec.memory_mb <= self.memory_mb
+                and spec.gpu <= self.gpu)
+
+    def take(self, spec: TaskSpec) -> None:
+        self.cpu_milli -= spec.cpu_milli
+        self.memory_mb -= spec.memory_mb
+        self.gpu -= spec.gpu
+
+
+def plan(state: State, *, max_items: int = limits.MAX_BATCH_ITEMS,
+         reported_free: Mapping[str, Free] | None = None) -> list[Placement]:
+    """Placements for up to `max_items` ready tasks. `reported_free` (the agents' last reported
+    free capacity, soft state on the leader) further limits a cluster below its committed room."""
+    rooms = _rooms(state, reported_free or {})
+    if not rooms:
+        return []
+    placements: list[Placement] = []
+    candidates = itertools.islice(_round_robin(state), limits.MAX_PLACEMENT_SCAN)
+    for job, task in candidates:
+        if len(placements) >= max_items:
+            break
+        room = _choose(rooms, task.spec)
+        if room is not None:
+            room.take(task.spec)
+            placements.append(Placement(job.id, task.spec.id, room.cluster.id))
+    return placements
+
+
+def _rooms(state: State, reported_free: Mapping[str, Free]) -> list[_Room]:
+    rooms = []
+    for cluster in sorted(state.clusters.values(), key=lambda c: c.id):
+        if cluster.status != ClusterStatus.READY:
+            continue
+        cpu = cluster.cpu_milli - cluster.reserved_cpu_milli
+        memory = cluster.memory_mb - cluster.reserved_memory_mb
+        gpu = cluster.gpu - cluster.reserved_gpu
+        if cluster.id in reported_free:
+            free_cpu, free_memory, free_gpu = reported_free[cluster.id]
+            cpu, memory, gpu = min(cpu, free_cpu), min(memory, free_memory), min(gpu, free_gpu)
+        rooms.append(_Room(cluster, cpu, memory, gpu))
+    return rooms
+
+
+def _choose(rooms: list[_Room], spec: TaskSpec) -> _Room | None:
+    best: _Room | None = None
+    for room in rooms:
+        cluster = room.cluster
+        if spec.cluster is not None and spec.cluster != cluster.id:
+            continue
+        if not room.fits(spec):
+            continue
+        if spec.requires and not cluster.capabilities.issuperset(spec.requires):
+            continue
+        if best is None or room.cpu_milli > best.cpu_milli:
+            best = room
+    return best
+
+
+def _round_robin(state: State) -> Iterator[tuple[Job, Task]]:
+    iterators = [iter_ready(state, tenant) for tenant in sorted(state.queues)
+                 if state.queues[tenant].live > 0]
+    while iterators:
+        still = []
+        for iterator in iterators:
+            item = next(iterator, None)
+            if item is not None:
+                yield item
+                still.append(iterator)
+        iterators = still

@@ -1,0 +1,158 @@
+"""`raftsched agent` (agent.main): argument errors, the data dir, and the agent as a real
+process over gRPC, killed with SIGKILL mid-task and restarted."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from agent.agent import Agent
+from agent.executor import MockExecutor
+from agent.main import add_arguments, main
+from agent.model import ReportKind
+from tests.support import paths
+from tests.support.agent import (
+    FakeSession,
+    assignment,
+    config,
+    kill_attempt_processes,
+    wait_until,
+)
+from tests.support.agent_gateway import serve
+
+PROCESS_TIMEOUT_S = 15.0
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def test_help_explains_every_option() -> None:
+    parser = argparse.ArgumentParser(prog="raftsched agent")
+    add_arguments(parser)
+    text = parser.format_help()
+    for option in ("--cluster-id", "--servers", "--capabilities", "--cpu", "--memory-mb",
+                   "--gpu", "--data-dir", "--executor", "--metrics-port"):
+        assert option in text
+    for action in parser._actions:
+        assert action.help, f"{action.option_strings} has no help"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--cluster-id", "east", "--data-dir", "d"], "no scheduler addresses"),
+    (["--cluster-id", "ea/st", "--servers", "h:1", "--data-dir", "d"], "--cluster-id"),
+    (["--cluster-id", "east", "--servers", "nohost", "--data-dir", "d"], "is not HOST:PORT"),
+    (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--cpu", "-1"], "--cpu"),
+    (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--gpu", "-2"], "--gpu"),
+    (["--cluster-id", "east", "--servers", "h:1"], "no data dir"),
+    (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--capabilities", "a b"],
+     "not a valid name"),
+])
+def test_bad_arguments_are_one_clear_error(argv: list[str], message: str,
+                                           capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("RAFTSCHED_SERVERS", raising=False)
+    monkeypatch.delenv("RAFTSCHED_AGENT_DATA_DIR", raising=False)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+def test_an_unusable_data_dir_is_a_clear_error(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    argv = ["--cluster-id", "east", "--servers", "127.0.0.1:1", "--executor", "mock"]
+    assert main([*argv, "--data-dir", str(blocker / "sub")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "Traceback" not in err
+    holder = Agent(config(tmp_path / "busy"), FakeSession(), MockExecutor())
+    try:
+        assert main([*argv, "--data-dir", str(tmp_path / "busy")]) == 1
+    finally:
+        holder.close()
+    err = capsys.readouterr().err
+    assert "in use by another agent" in err and "Traceback" not in err
+
+
+@pytest.fixture
+def subreaper() -> Iterator[None]:
+    """Orphans (a wrapper whose agent was SIGKILLed) become our children, so we can reap them."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    try:
+        yield
+    finally:
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _agent_process(address: str, data_dir: Path, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
+    process = subprocess.Popen(
+        [sys.executable, "-m", "agent", "--cluster-id", "east", "--servers", address,
+         "--data-dir", str(data_dir), "--cpu", "2", "--memory-mb", "512",
+         "--heartbeat-wait-ms", "200", *extra],
+        stdout=subprocess.DEVNULL, stderr=(data_dir.parent / "agent.log").open("ab"),
+        env={**os.environ, "PYTHONPATH": str(paths.REPO)})
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+        process.wait(PROCESS_TIMEOUT_S)
+
+
+@pytest.mark.integration
+def test_the_agent_process_survives_sigkill_and_reports_once(tmp_path: Path,
+                                                             subreaper: None) -> None:
+    session = FakeSession()
+    data_dir = tmp_path / "data"
+    gate = tmp_path / "gate"
+    attempts = data_dir / "attempts"
+    result = attempts / f"{1:020d}" / "result.json"
+    try:
+        with serve(session) as address:
+            session.assign(assignment(1, command=(
+                "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done; echo out; exit 5")))
+            with _agent_process(address, data_dir) as first:
+                wait_until(lambda: ReportKind.STARTED in session.kinds(1), "STARTED",
+                           PROCESS_TIMEOUT_S)
+                first.send_signal(signal.SIGKILL)
+                first.wait(PROCESS_TIMEOUT_S)
+            gate.touch()  # the task ends while no agent runs; its wrapper writes the result
+            wait_until(result.exists, "the orphaned wrapper's result", PROCESS_TIMEOUT_S)
+            metrics_port = _free_port()
+            with _agent_process(address, data_dir, "--metrics-port", str(metrics_port)) as second:
+                wait_until(lambda: ReportKind.FINISHED in session.kinds(1), "FINISHED",
+                           PROCESS_TIMEOUT_S)
+                with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics",
+                                            timeout=PROCESS_TIMEOUT_S) as response:
+                    metrics = response.read().decode()
+                assert 'raftsched_agent_attempts_finished_total{kind="FINISHED"} 1.0' in metrics
+                second.send_signal(signal.SIGTERM)
+                assert second.wait(PROCESS_TIMEOUT_S) == 0
+    finally:
+        kill_attempt_processes(attempts)  # also reaps the orphaned wrapper, now our child
+    finished = session.report_of(1, ReportKind.FINISHED)
+    assert finished is not None and finished.exit_code == 5
+    # STARTED may be sent twice (SIGKILL can fall between its commit and its ack: the leader
+    # dedupes); the result is sent once.
+    assert session.kinds(1).count(ReportKind.FINISHED) == 1
+    assert ReportKind.STARTED in session.kinds(1)
+    assert [r.incarnation for r in session.registrations] == [1, 2]
+    assert [(k.fence, k.running) for k in session.registrations[1].known] == [(1, False)]
+    assert (attempts / f"{1:020d}" / "stdout").read_text() == "out\n"

@@ -1,0 +1,73 @@
+"""The CLI against a real local cluster: `dev up` (mock executor) -> `submit --watch --json` ->
+`dev down`, through the real entry point (`python -m raftsched`). Skipped until the servers
+exist."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import paths
+
+pytest.importorskip("raftsched.replica.main")
+pytest.importorskip("agent.main")
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = paths.EXAMPLES
+UP_TIMEOUT_S = 60
+WATCH_TIMEOUT_S = 120
+
+
+def raftsched(dev_dir: Path, *argv: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {key: value for key, value in os.environ.items() if key != "RAFTSCHED_SERVERS"}
+    env["RAFTSCHED_DEV_DIR"] = str(dev_dir)
+    return subprocess.run([sys.executable, "-m", "raftsched", *argv], capture_output=True,
+                          text=True, timeout=timeout_s, env=env, check=False)
+
+
+def parsed(result: subprocess.CompletedProcess[str]) -> Any:
+    assert "Traceback" not in result.stderr, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_demo_runs_on_a_dev_cluster(tmp_path: Path) -> None:
+    dev_dir = tmp_path / "dev"
+    try:
+        up = raftsched(dev_dir, "dev", "up", "--dir", str(dev_dir), "--executor", "mock",
+                       "--json", timeout_s=UP_TIMEOUT_S + 30)
+        assert up.returncode == 0, up.stdout + up.stderr
+        cluster = parsed(up)
+        assert len(cluster["servers"]) == 3
+        assert sum(replica["leader"] for replica in cluster["replicas"]) == 1
+        assert {agent["cluster"] for agent in cluster["agents"]} == {"cpu-east", "gpu-west"}
+
+        submit = raftsched(dev_dir, "submit", str(EXAMPLES / "demo.yaml"), "--watch", "--json",
+                           timeout_s=WATCH_TIMEOUT_S)
+        outcome = parsed(submit)
+        assert submit.returncode == 0, outcome
+        assert outcome["created"] is True
+        assert outcome["state"] == "SUCCEEDED"
+        assert outcome["tasks"] == {"SUCCEEDED": 7}
+
+        tasks = parsed(raftsched(dev_dir, "job", "tasks", outcome["job_id"], "--json"))
+        by_id = {task["task_id"]: task for task in tasks}
+        assert by_id["train"]["cluster"] == "gpu-west"  # the only cluster with a GPU
+        assert all(task["state"] == "SUCCEEDED" and task["fence"] > 0 for task in tasks)
+        assert len({task["fence"] for task in tasks}) == len(tasks)
+
+        status = parsed(raftsched(dev_dir, "dev", "status", "--json"))
+        assert all(process["alive"] for process in status["replicas"] + status["agents"])
+    finally:
+        down = raftsched(dev_dir, "dev", "down", "--dir", str(dev_dir), "--json")
+    assert down.returncode == 0, down.stdout + down.stderr
+    stopped = parsed(down)["stopped"]
+    assert len(stopped) == 5
+    assert {process["outcome"] for process in stopped} == {"stopped"}
+    assert not (dev_dir / "cluster.json").exists()

@@ -1,0 +1,147 @@
+"""Integration: replicas and agents as real processes on 127.0.0.1; jobs run end to end."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import LocalCluster, plus_one, wait_for
+
+pytestmark = [pytest.mark.integration]
+
+DAG = """
+name: across-clusters
+tasks:
+  - {id: prep, command: [mock, sleep_ms=50]}
+  - {id: gpu-train, command: [mock, sleep_ms=100], requires: [gpu], depends_on: [prep]}
+  - {id: pinned, command: [mock, sleep_ms=100], cluster: east, depends_on: [prep]}
+  - {id: flaky, command: [mock, fail_attempts=1], depends_on: [prep],
+     retry: {max_attempts: 3, backoff_s: 0.1}}
+  - {id: join, command: [mock], depends_on: [gpu-train, pinned, flaky]}
+"""
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path, replica_flags=["--suspect-after-s", "1",
+                                                  "--lost-after-s", "3"])
+    try:
+        local.start()
+        local.add_agent("east", capabilities="linux")
+        local.add_agent("west", capabilities="linux,gpu", gpu=1)
+        local.wait_clusters_ready("east", "west")
+        yield local
+    except BaseException:
+        print(local.logs())
+        raise
+    finally:
+        local.close()
+
+
+def wait_state(cluster: LocalCluster, job_id: str, timeout_s: float = 60) -> str:
+    client = cluster.client()
+    terminal = ("SUCCEEDED", "FAILED", "CANCELLED")
+    state: str = wait_for(lambda: _terminal(client.get_job(job_id).state, terminal), timeout_s,
+                          f"job {job_id} to finish")
+    return state
+
+
+def _terminal(state: str, terminal: tuple[str, ...]) -> str | None:
+    return state if state in terminal else None
+
+
+def assert_one_accepted_completion_each(cluster: LocalCluster, job_id: str) -> dict[str, list]:
+    client = cluster.client()
+    histories = {}
+    for task in client.list_tasks(job_id).tasks:
+        history = client.task_history(job_id, task.task_id)
+        fences = [a.fence for a in history.attempts]
+        assert fences == sorted(set(fences)), f"{task.task_id}: fences {fences} not increasing"
+        succeeded = [a for a in history.attempts if a.state == "SUCCEEDED"]
+        assert len(succeeded) <= 1, f"{task.task_id}: two accepted completions"
+        assert history.attempts[-1].state in ("SUCCEEDED", "FAILED", "TIMED_OUT", "CANCELLED")
+        histories[task.task_id] = list(history.attempts)
+    return histories
+
+
+def test_dag_runs_across_two_agents_honouring_capabilities_and_pins(
+        cluster: LocalCluster) -> None:
+    client = cluster.client()
+    job_id = client.submit(DAG).job_id
+    assert wait_state(cluster, job_id) == "SUCCEEDED"
+    attempts = assert_one_accepted_completion_each(cluster, job_id)
+    assert attempts["gpu-train"][-1].cluster == "west"
+    assert attempts["pinned"][-1].cluster == "east"
+    assert [a.state for a in attempts["flaky"]] == ["FAILED", "SUCCEEDED"]
+    assert attempts["flaky"][0].fence < attempts["flaky"][1].fence
+
+
+def test_leader_kill_9_mid_job_completes_with_one_completion_per_task(
+        cluster: LocalCluster) -> None:
+    client = cluster.client(retry_budget_s=60)
+    wide = "name: wide\ntasks:\n" + "".join(
+        f"  - {{id: t{i}, command: [mock, sleep_ms=300], resources: {{cpu: 0.5}}}}\n"
+        for i in range(40))
+    acked = [client.submit(wide).job_id for _ in range(3)]
+    old = cluster.wait_leader()
+    wait_for(lambda: client.get_job(acked[0]).state == "RUNNING", 30, "the job to start")
+    cluster.replicas[old].kill()
+    wait_for(lambda: plus_one(_other(cluster.leader_index(), old)), 30, "a new leader")
+    for job_id in acked:
+        assert wait_state(cluster, job_id, timeout_s=120) == "SUCCEEDED"
+        assert_one_accepted_completion_each(cluster, job_id)
+
+
+def _other(index: int | None, old: int) -> int | None:
+    return None if index is None or index == old else index
+
+
+def test_agent_restart_mid_task_reports_the_result_once(cluster: LocalCluster) -> None:
+    cluster.add_agent("solo", capabilities="linux", executor="subprocess")
+    cluster.wait_clusters_ready("solo")
+    client = cluster.client()
+    job_id = client.submit("name: restart\ntasks:\n  - {id: slow, command: [sh, -c, 'sleep 3'], "
+                           "cluster: solo}\n").job_id
+    wait_for(lambda: _running_on(client, job_id), 30, "the task to run on solo")
+    cluster.agents["solo"].kill()  # kill -9 the agent only: the task's wrapper lives on
+    cluster.agents["solo"].start()  # same data dir: it re-adopts the attempt
+    assert wait_state(cluster, job_id) == "SUCCEEDED"
+    attempts = assert_one_accepted_completion_each(cluster, job_id)["slow"]
+    assert [a.state for a in attempts] == ["SUCCEEDED"]
+    history = client.task_history(job_id, "slow")
+    assert [n.kind for n in history.notes if n.report == "FINISHED"] == []
+
+
+def test_lost_cluster_replaces_attempt_and_rejects_the_stale_result(
+        cluster: LocalCluster) -> None:
+    client = cluster.client()
+    job_id = client.submit("name: lost\ntasks:\n  - {id: t, command: [mock, sleep_ms=4000]}\n"
+                           ).job_id
+    first = wait_for(lambda: _running_on(client, job_id), 30, "the task to start")
+    cluster.agents[first].signal(signal.SIGSTOP)  # silent beyond lost_after, not dead
+    try:
+        second = wait_for(lambda: _running_on(client, job_id, not_on=first), 30,
+                          "a replacement attempt elsewhere")
+        assert second != first
+    finally:
+        cluster.agents[first].signal(signal.SIGCONT)
+    assert wait_state(cluster, job_id) == "SUCCEEDED"
+    history = client.task_history(job_id, "t")
+    states = [(a.cluster, a.state) for a in history.attempts]
+    assert states[0] == (first, "LOST") and states[-1] == (second, "SUCCEEDED")
+    time.sleep(0)  # the stale attempt's fate is checked through the notes below
+    late = wait_for(lambda: [n for n in client.task_history(job_id, "t").notes] or None, 30,
+                    "the stale attempt's report to be recorded as late")
+    assert all(n.fence == history.attempts[0].fence for n in late)
+
+
+def _running_on(client: object, job_id: str, not_on: str | None = None) -> str | None:
+    tasks = client.list_tasks(job_id).tasks  # type: ignore[attr-defined]
+    task = tasks[0]
+    if task.state == "RUNNING" and task.cluster and task.cluster != not_on:
+        return str(task.cluster)
+    return None

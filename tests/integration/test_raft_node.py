@@ -1,0 +1,529 @@
+"""The Raft adapter (raftsched.raft_node): journal unit tests, in-process single replicas, and
+real 3-4 process clusters on 127.0.0.1 driven through tests/raft_proc.py."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftsched.errors import Code, RaftschedError
+from raftsched.replica.raft import node as raft_node
+from raftsched.replica.raft.node import (
+    JOURNAL_FILE_NAME,
+    DurableJournal,
+    NotLeader,
+    RaftNode,
+)
+from raftsched.spec.wire import doc_to_wire
+from raftsched.state import commands as c
+from raftsched.state import fsm
+from raftsched.state.fsm import Applied
+from tests.support.raft_harness import Cluster, free_ports, wait_for
+
+JOB_WIRE = doc_to_wire({"name": "n", "tasks": [{"id": "a", "command": ["true"]}]})
+SECRET = "test-cluster-secret"
+
+
+def submit(job_id: str) -> bytes:
+    return c.encode(c.JobSubmit(job_id, JOB_WIRE, 1_000))
+
+
+# --- fixtures -----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def clusters(tmp_path: Path) -> Iterator[Callable[..., Cluster]]:
+    """Builds clusters whose processes are always killed and reaped, pass or fail."""
+    made: list[Cluster] = []
+
+    def make(count: int, **kwargs: Any) -> Cluster:
+        cluster = Cluster(tmp_path / f"cluster{len(made)}", count, **kwargs)
+        made.append(cluster)
+        return cluster
+
+    try:
+        yield make
+    finally:
+        for cluster in made:
+            cluster.close()
+        for cluster in made:
+            print(cluster.logs())  # shown by pytest only when the test failed
+            assert not cluster.dead_replica_signs(), cluster.dead_replica_signs()
+
+
+@pytest.fixture
+def local_nodes(tmp_path: Path) -> Iterator[Callable[..., RaftNode]]:
+    """In-process single-replica clusters, always closed."""
+    made: list[RaftNode] = []
+
+    def make(name: str = "solo", **kwargs: Any) -> RaftNode:
+        address = f"127.0.0.1:{free_ports(1)[0]}"
+        kwargs.setdefault("secret", SECRET)
+        node = RaftNode(address, [], str(tmp_path / name), **kwargs)
+        made.append(node)
+        return node
+
+    try:
+        yield make
+    finally:
+        for node in made:
+            node.close()
+
+
+def wait_local_leader(node: RaftNode) -> None:
+    wait_for(lambda: node.is_leader_confirmed(1.0), 10.0, "the single replica to lead")
+
+
+# --- journal unit tests -------------------------------------------------------------------------
+
+
+def filled_journal(path: Path, first: int, last: int) -> DurableJournal:
+    journal = DurableJournal(str(path / JOURNAL_FILE_NAME), dump_path=str(path / "dump"))
+    for index in range(first, last + 1):
+        journal.add(b"cmd-%d" % index, index, 1)
+    journal.sync()
+    return journal
+
+
+def test_journal_survives_reopen_and_drops_a_torn_tail(tmp_path: Path) -> None:
+    journal = filled_journal(tmp_path, 1, 5)
+    journal._destroy()
+    with open(tmp_path / JOURNAL_FILE_NAME, "ab") as out:
+        out.write(struct.pack("<IIQQ", 1000, 0, 6, 1) + b"partial")  # a write cut short
+    reopened = filled_journal(tmp_path, 6, 6)
+    assert [e[1] for e in reopened[:]] == [1, 2, 3, 4, 5, 6]
+    assert reopened.stats.torn_tail_bytes > 0
+    reopened._destroy()
+
+
+def test_journal_refuses_damage_before_its_last_record(tmp_path: Path) -> None:
+    filled_journal(tmp_path, 1, 5)._destroy()
+    path = tmp_path / JOURNAL_FILE_NAME
+    data = bytearray(path.read_bytes())
+    data[30] ^= 0xFF  # inside the first record's command
+    path.write_bytes(bytes(data))
+    with pytest.raises(RaftschedError) as info:
+        DurableJournal(str(path), dump_path=str(tmp_path / "dump"))
+    assert info.value.code == Code.FAILED_PRECONDITION
+
+
+def test_journal_term_and_vote_are_written_durably(tmp_path: Path) -> None:
+    journal = filled_journal(tmp_path, 1, 1)
+    before = journal.stats.meta_syncs
+    journal.setCurrentTerm(7, "127.0.0.1:9")
+    assert journal.stats.meta_syncs == before + 1  # synchronous: before the vote is sent
+    journal._destroy()
+    reopened = DurableJournal(str(tmp_path / JOURNAL_FILE_NAME), dump_path=str(tmp_path / "d"))
+    assert (reopened.getCurrentTerm(), reopened.getVotedForNodeId()) == (7, "127.0.0.1:9")
+
+
+def test_resent_entries_are_not_rewritten_and_acked_ones_stay_on_disk(tmp_path: Path) -> None:
+    """pysyncobj truncates after prevLogIdx on every overlapping append_entries and re-adds the
+    same entries; the file must not lose (even briefly) what this replica acknowledged."""
+    journal = filled_journal(tmp_path, 1, 10)
+    path = tmp_path / JOURNAL_FILE_NAME
+    on_disk, syncs = path.read_bytes(), journal.stats.data_syncs
+    journal.deleteEntriesFrom(5)  # entries 6..10 logically gone
+    assert len(journal) == 5 and path.read_bytes() == on_disk
+    journal.add(b"cmd-6", 6, 1)
+    journal.add(b"cmd-7", 7, 1)
+    journal.sync()
+    assert path.read_bytes() == on_disk and journal.stats.data_syncs == syncs
+    assert journal.stats.readopted == 2 and journal.is_durable(7)
+    crashed = DurableJournal(str(path), dump_path=str(tmp_path / "dump"))  # no clean close
+    assert [e[1] for e in crashed[:]] == list(range(1, 11))  # acked 8..10 still there
+    crashed._destroy()
+
+    journal.add(b"other-8", 8, 2)  # a real conflict: the file is cut there
+    journal.sync()
+    assert not journal.is_durable(9) and journal.is_durable(8)
+    journal._destroy()
+    reopened = DurableJournal(str(path), dump_path=str(tmp_path / "dump"))
+    assert [e[1:] for e in reopened[:]][-2:] == [(7, 1), (8, 2)]
+    reopened._destroy()
+
+
+def test_compaction_past_a_truncated_log_never_empties_it(tmp_path: Path) -> None:
+    """Regression for "truncating already-applied log entries" (DESIGN.md §4).
+
+    pysyncobj takes a snapshot at last_applied=19 (so it will cut before index 18), then an
+    append_entries with prevLogIdx=12 truncates the log to ..12 before the compaction lands.
+    pysyncobj's FileJournal.deleteEntriesTo would then keep nothing and the replica would fail
+    on every later tick (`self.__raftLog[-1]`). Ours refuses the cut and keeps a usable log.
+    """
+    journal = filled_journal(tmp_path, 10, 20)
+    journal.deleteEntriesFrom(3)  # pysyncobj: __deleteEntriesFrom(prevLogIdx + 1 = 13)
+    journal.deleteEntriesTo(18 - 10)  # pysyncobj: __deleteEntriesTo(serializeID = 18)
+    assert [e[1] for e in journal[:]] == [10, 11, 12]
+    assert journal.stats.skipped_compactions == 1
+    journal.add(b"cmd-13", 13, 1)  # the leader re-sends what was truncated
+    journal.sync()
+    journal.deleteEntriesTo(2)  # a later, consistent compaction still works
+    assert [e[1] for e in journal[:]] == [12, 13]
+    journal._destroy()
+
+
+def test_startup_aligns_an_uncompacted_journal_to_a_newer_dump(tmp_path: Path) -> None:
+    """A crash after the dump rename but before the journal compaction must not lose entries
+    after the dump: pysyncobj would clear a journal whose first two entries differ from the
+    dump's bookkeeping."""
+    journal = filled_journal(tmp_path, 1, 30)
+    previous, last = journal[19], journal[20]
+    assert journal.align_to_dump(previous, last)
+    assert journal[0] == previous and journal[1] == last
+    assert [e[1] for e in journal[:]][-1] == 30
+    assert not journal.align_to_dump(previous, last)  # already aligned: nothing to do
+    journal._destroy()
+
+
+def bare_transport() -> raft_node._SyncingTransport:
+    """The trimming logic alone: no sockets, no SyncObj."""
+    transport = object.__new__(raft_node._SyncingTransport)
+    transport._sent = {}
+    transport.replication = raft_node.ReplicationStats()
+    transport._onMessageReceivedCallback = None
+    return transport
+
+
+def append(term: int, previous: int, first: int, last: int) -> dict[str, Any]:
+    entries = [(b"e%d" % i, i, 1 if i <= 3 else term) for i in range(first, last + 1)]
+    return {"type": "append_entries", "term": term, "commit_index": 0, "entries": entries,
+            "prevLogIdx": previous, "prevLogTerm": 1}
+
+
+def test_transport_does_not_resend_what_the_connection_carried() -> None:
+    """pysyncobj re-sends every in-flight entry after each ack; the follower then truncated and
+    re-added them ("truncating already-applied log entries"). We cut the carried prefix."""
+    transport = bare_transport()
+    first = transport._trim("f", append(2, 0, 1, 5))
+    assert [e[1] for e in first["entries"]] == [1, 2, 3, 4, 5]
+    again = transport._trim("f", append(2, 2, 3, 7))  # an ack for 2 moved nextIndex back
+    assert (again["prevLogIdx"], again["prevLogTerm"]) == (5, 2)
+    assert [e[1] for e in again["entries"]] == [6, 7]
+    heartbeat = transport._trim("f", append(2, 4, 5, 4))  # nothing new, prevLogIdx 4
+    assert (heartbeat["prevLogIdx"], heartbeat["prevLogTerm"], heartbeat["entries"]) == (7, 2, [])
+    assert transport.replication.trimmed_entries == 3
+    newer_term = transport._trim("f", append(3, 2, 3, 4))
+    assert [e[1] for e in newer_term["entries"]] == [3, 4]
+
+    transport._onMessageReceived("f", {"type": "next_node_idx", "reset": True,  # it lacks one
+                                       "success": False, "next_node_idx": 2})
+    assert [e[1] for e in transport._trim("f", append(3, 1, 2, 4))["entries"]] == [2, 3, 4]
+    transport._trim("f", {"type": "append_entries", "term": 3, "serialized": (b"", True, False)})
+    assert [e[1] for e in transport._trim("f", append(3, 1, 2, 4))["entries"]] == [2, 3, 4]
+
+
+# --- single replica, in process -----------------------------------------------------------------
+
+
+def test_refuses_to_start_without_a_secret(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    for secret in (None, ""):
+        with pytest.raises(RaftschedError) as info:
+            RaftNode(address, [], str(tmp_path / "r"), secret)
+        assert info.value.code == Code.FAILED_PRECONDITION
+        assert "secret" in info.value.message
+    dev = RaftNode(address, [], str(tmp_path / "dev"), None, insecure_dev=True)
+    dev.close()
+
+
+def test_durability_hook_is_in_force(local_nodes: Callable[..., RaftNode],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    synced_fds: list[int] = []
+    real_fdatasync = os.fdatasync
+
+    def counting_fdatasync(fd: int) -> None:
+        synced_fds.append(fd)
+        real_fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counting_fdatasync)
+    durable = local_nodes("durable")
+    wait_local_leader(durable)
+    journal = durable.journal
+    assert journal.claimed, "pysyncobj did not build its journal through our hook"
+    syncs_before, calls_before = journal.stats.data_syncs, len(synced_fds)
+    for i in range(20):
+        assert isinstance(durable.propose(submit(f"j{i}"), 5.0), Applied)
+    status = durable.status()
+    assert journal.stats.data_syncs - syncs_before >= 20
+    assert len(synced_fds) - calls_before >= 20
+    assert status["durability"]["unsynced_applies"] == 0
+    assert journal.durable_index() >= status["state_index"]
+    assert journal.last_index() == status["commit_index"]  # pysyncobj's log IS our journal
+
+    relaxed = local_nodes("relaxed", fsync=False)
+    wait_local_leader(relaxed)
+    calls_before = len(synced_fds)
+    for i in range(5):
+        relaxed.propose(submit(f"k{i}"), 5.0)
+    assert relaxed.journal.stats.data_syncs == 0
+    assert len(synced_fds) == calls_before
+
+
+def test_a_failing_apply_stops_the_replica(local_nodes: Callable[..., RaftNode],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """An FSM bug (a failed assertion) must stop the replica, not be retried on every tick
+    against a half-changed state; the leader-change callback fires on the tick thread."""
+    changes: list[bool] = []
+    node = local_nodes(on_leader_change=changes.append)
+    wait_local_leader(node)
+    assert changes == [True]
+
+    def broken_apply(state: Any, entry: bytes) -> Any:
+        raise AssertionError("invariant broken")
+
+    monkeypatch.setattr(fsm, "apply", broken_apply)  # the module raft_node calls
+    with pytest.raises(RaftschedError) as info:
+        node.propose(submit("boom"), 2.0)
+    assert info.value.code == Code.DEADLINE_EXCEEDED  # unknown: the callback never came
+    assert "invariant broken" in (node.status()["fatal"] or "")
+    with pytest.raises(RaftschedError) as info:
+        node.propose(submit("after"), 1.0)
+    assert info.value.code == Code.UNAVAILABLE
+
+
+def test_single_replica_recovers_from_dump_and_journal(tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    node = RaftNode(address, [], str(tmp_path / "r"), SECRET, compaction_min_entries=10)
+    try:
+        wait_local_leader(node)
+        for i in range(25):
+            node.propose(submit(f"j{i}"), 5.0)
+        wait_for(lambda: node.status()["log_first_index"] > 1, 10.0, "a compaction")
+        node.propose(submit("after-dump"), 5.0)
+        digest = node.status()["state_digest"]
+    finally:
+        node.close()
+    again = RaftNode(address, [], str(tmp_path / "r"), SECRET, compaction_min_entries=10)
+    try:
+        status = again.status()  # the dump is loaded before the constructor returns
+        assert status["dumps_loaded"] == 1
+        wait_local_leader(again)
+        assert again.status()["state_digest"] == digest
+        assert "after-dump" in again.read(lambda state: set(state.jobs))
+    finally:
+        again.close()
+    dump = tmp_path / "r" / raft_node.DUMP_FILE_NAME
+    dump.write_bytes(dump.read_bytes()[:-20])  # damaged: it must not start with an empty state
+    with pytest.raises(RaftschedError) as info:
+        RaftNode(address, [], str(tmp_path / "r"), SECRET)
+    assert info.value.code == Code.FAILED_PRECONDITION and "snapshot" in info.value.message
+
+
+# --- clusters of processes ----------------------------------------------------------------------
+
+
+def test_three_replicas_commit_agree_and_redirect(clusters: Callable[..., Cluster]) -> None:
+    cluster = clusters(3)
+    cluster.start()
+    leader = cluster.wait_leader()
+    for i in range(10):
+        result = leader.ok(f"submit job-{i}")
+        assert result == {"applied": {"job_id": f"job-{i}", "created": True}}
+    follower = next(r for r in cluster.replicas if r is not leader)
+    assert follower.request("submit nope") == ("notleader", leader.address)
+    assert follower.ok("confirm 1") is False
+    digest = cluster.wait_converged()
+    for replica in cluster.replicas:
+        status = replica.status()
+        assert status["state_digest"] == digest
+        assert replica.jobs() == sorted(f"job-{i}" for i in range(10))
+        durability = status["durability"]
+        assert durability["journal_claimed"] and durability["fsync"]
+        assert durability["data_syncs"] > 0 and durability["unsynced_applies"] == 0
+        assert status["members"] == sorted(cluster.addresses)
+
+
+def test_kill_all_replicas_keeps_every_acknowledged_job(clusters: Callable[..., Cluster]) -> None:
+    cluster = clusters(3)
+    cluster.start()
+    leader = cluster.wait_leader()
+    acked = [f"seq-{i}" for i in range(20) if "applied" in leader.ok(f"submit seq-{i}")]
+    batch = leader.ok("submit_many pipe- 300 20")
+    acked += batch["acked"]
+    statuses = [r.status() for r in cluster.replicas]
+    cluster.kill_all()  # every replica at once, right after the last acknowledgement
+    # A pipelined burst made followers truncate and re-add entries, applied ones included
+    # (pysyncobj re-sends in-flight entries); the transport no longer re-sends them.
+    churn = [(s["durability"]["readopted"], s["library_alarms"]) for s in statuses]
+    assert all(readopted == 0 and alarms["truncated_applied"] == 0 == alarms["tick_failures"]
+               for readopted, alarms in churn), churn
+    assert len(acked) >= 300
+    cluster.start()
+    cluster.wait_leader()
+    cluster.wait_converged()
+    for replica in cluster.replicas:
+        missing = set(acked) - set(replica.jobs())
+        assert not missing, f"{replica.address} lost acknowledged jobs {sorted(missing)[:5]}"
+
+
+def test_compaction_snapshot_install_and_restart(clusters: Callable[..., Cluster]) -> None:
+    cluster = clusters(3, extra_args=["--compaction-entries", "40"])
+    cluster.start()
+    leader = cluster.wait_leader()
+    lagging = next(r for r in cluster.replicas if r is not leader)
+    leader.ok("submit before-0")
+    cluster.wait_converged()
+    lagging_last = lagging.status()["log_last_index"]
+    lagging.kill()
+    acked = leader.ok("submit_many while-down- 200 20")["acked"]
+    assert len(acked) == 200
+    wait_for(lambda: leader.status()["log_first_index"] > lagging_last + 1, 20.0,
+             "the leader to compact past the stopped replica's log")
+    assert leader.status()["dumps_written"] >= 1
+
+    lagging.start()  # it has no dump: only a snapshot install can bring it up to date
+    cluster.wait_converged()
+    status = lagging.status()
+    assert status["dumps_loaded"] >= 1 and status["log_first_index"] > lagging_last
+    assert set(acked) <= set(lagging.jobs())
+
+    leader = cluster.wait_leader()
+    acked += leader.ok("submit_many after-dump- 20 20")["acked"]  # entries after the dump
+    digest = cluster.wait_converged()
+    cluster.kill_all()
+    cluster.start()
+    # each rebuilds its state from its own dump + journal
+    wait_for(lambda: all(r.status()["dumps_loaded"] == 1 for r in cluster.replicas), 10.0,
+             "every replica to load its dump")
+    cluster.wait_leader()
+    assert cluster.wait_converged() == digest  # barriers change no state
+    for replica in cluster.replicas:
+        assert set(acked) <= set(replica.jobs())
+
+
+def test_no_secret_or_wrong_secret_cannot_join_or_inject(clusters: Callable[..., Cluster],
+                                                         tmp_path: Path) -> None:
+    cluster = clusters(3)
+    good, wrong = cluster.replicas[:2], cluster.replicas[2]
+    wrong.secret = "not-the-cluster-secret"
+    cluster.start()
+    leader = cluster.wait_leader(good)
+    for i in range(5):
+        leader.ok(f"submit job-{i}")
+    digest = cluster.wait_converged(good)
+    term = leader.status()["term"]
+    outsider = cluster.extra(cluster.addresses, secret=None, extra_args=["--insecure-dev"])
+    outsider.start()
+
+    marker = tmp_path / "unpickled"
+    for replica in good:
+        assert_frame_rejected(replica.raft_port, EvilPickle(str(marker)))
+        assert_frame_rejected(replica.raft_port, ["add", outsider.address])
+
+    deadline = time.monotonic() + 3.0  # > 3 election timeouts and several reconnect rounds
+    while time.monotonic() < deadline:
+        for intruder in (wrong, outsider):
+            status = intruder.status()
+            assert status["leader"] is None and status["state_index"] == 0, status
+            assert intruder.request("submit injected") == ("notleader", None)
+        time.sleep(0.25)
+    assert not marker.exists(), "a frame was unpickled without the secret"
+    for replica in good:
+        status = replica.status()
+        assert status["state_digest"] == digest and status["term"] == term
+        assert status["members"] == sorted(cluster.addresses)
+    assert leader.ok("submit still-works") == {
+        "applied": {"job_id": "still-works", "created": True}}
+
+
+class EvilPickle:
+    """Unpickling this creates a file: proof that a frame was unpickled."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (open, (self.path, "w"))
+
+
+def assert_frame_rejected(port: int, message: Any) -> None:
+    """Send one unencrypted pysyncobj frame; the replica must drop the connection."""
+    data = zlib.compress(pickle.dumps(message, protocol=2), 3)
+    with socket.create_connection(("127.0.0.1", port), timeout=5.0) as s:
+        s.sendall(struct.pack("i", len(data)) + data)
+        try:
+            reply = s.recv(1024)
+        except ConnectionResetError:
+            reply = b""
+        assert reply == b"", "the replica answered an unauthenticated frame"
+
+
+def test_membership_add_and_remove_one_at_a_time(clusters: Callable[..., Cluster]) -> None:
+    cluster = clusters(3)
+    cluster.start()
+    leader = cluster.wait_leader()
+    leader.ok("submit before-join")
+    stopped, other = (r for r in cluster.replicas if r is not leader)
+    joiner = cluster.extra(cluster.addresses, secret=SECRET)
+    four = sorted([*cluster.addresses, joiner.address])
+
+    # With one follower frozen and the joiner not yet running, the 4-member configuration has
+    # no majority: the change stays in flight, and a second change must be refused.
+    stopped.signal(signal.SIGSTOP)
+    replies: list[tuple[str, Any]] = []
+    adder = threading.Thread(target=lambda: replies.append(
+        leader.request(f"add {joiner.address} 30")))
+    adder.start()
+    try:
+        wait_for(lambda: leader.status()["members"] == four, 10.0, "the add to be appended")
+        kind, detail = leader.request(f"remove {other.address} 5")
+        assert kind == "error" and detail.startswith("FAILED_PRECONDITION"), (kind, detail)
+        assert "in progress" in detail
+        joiner.start()
+    finally:
+        adder.join(60)
+        stopped.signal(signal.SIGCONT)
+    assert replies and replies[0][0] in ("ok", "unknown"), replies  # unknown: see membership
+    members_of = [*cluster.replicas, joiner]
+    wait_for(lambda: all(r.status()["members"] == four for r in members_of), 20.0,
+             "all four replicas to see four members")
+    cluster.wait_converged(members_of)
+    assert "before-join" in joiner.jobs()
+
+    leader = cluster.wait_leader(cluster.replicas)
+    kind, detail = leader.request(f"remove {leader.address} 5")
+    assert kind == "error" and "transfer" in detail, (kind, detail)
+    leader.ok(f"remove {joiner.address} 20")
+    joiner.kill()
+    wait_for(lambda: all(r.status()["members"] == sorted(cluster.addresses)
+                         for r in cluster.replicas), 20.0, "three members again")
+    new_leader = leader.ok("transfer 10")
+    assert new_leader != leader.address
+    successor = next(r for r in cluster.replicas if r.address == new_leader)
+    wait_for(lambda: successor.ok("confirm 2"), 10.0, "the new leader to commit")
+    assert successor.ok("submit after-leave") == {
+        "applied": {"job_id": "after-leave", "created": True}}
+
+
+def test_not_leader_carries_no_address_without_a_leader(tmp_path: Path) -> None:
+    """A replica whose peers are all down knows no leader: NotLeader(None)."""
+    address, peer = (f"127.0.0.1:{p}" for p in free_ports(2))
+    node = RaftNode(address, [peer], str(tmp_path / "alone"), SECRET)
+    try:
+        with pytest.raises(NotLeader) as info:
+            node.propose(submit("x"), 1.0)
+        assert info.value.leader is None and info.value.code == Code.UNAVAILABLE
+        assert node.is_leader_confirmed(0.5) is False
+    finally:
+        node.close()
+
+
+def test_harness_reports_failed_starts(clusters: Callable[..., Cluster]) -> None:
+    """raft_proc without a secret refuses to start (the CLI path of the same check)."""
+    cluster = clusters(1, secret=None)
+    replica = cluster.replicas[0]
+    replica.launch()
+    assert replica.wait_ready().startswith("error FAILED_PRECONDITION")
+    assert replica.proc is not None and replica.proc.wait(10) == 2

@@ -1,0 +1,208 @@
+"""A real local cluster for integration tests: replica and agent processes on 127.0.0.1 with
+ephemeral ports and a temp dir, killed and reaped by `close()` (always called by the fixture)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from raftsched.client.client import Client
+from raftsched.dev.cluster import pick_free_ports
+from raftsched.errors import RaftschedError
+
+T = TypeVar("T")
+START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 10.0
+POLL_S = 0.05
+SECRET = "integration-test-secret"
+
+
+def free_port() -> int:
+    return pick_free_ports(1)[0]
+
+
+def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str,
+             retry_on: tuple[type[Exception], ...] = (RaftschedError, OSError)) -> T:
+    """Poll `condition` until it returns something truthy, treating `retry_on` errors as "not
+    yet"; fail with `what` (and the last such error) once the timeout has passed."""
+    deadline = time.monotonic() + timeout_s
+    last_error: Exception | None = None
+    while True:
+        try:
+            value = condition()
+            if value:
+                return value
+        except retry_on as error:
+            last_error = error
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}"
+                                 + (f" (last error: {last_error})" if last_error else ""))
+        time.sleep(POLL_S)
+
+
+@dataclass
+class Proc:
+    name: str
+    argv: list[str]
+    log: Path
+    popen: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        assert self.popen is None or self.popen.poll() is not None
+        with open(self.log, "ab") as log:
+            self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.popen is not None and self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            assert self.popen is not None
+            self.popen.send_signal(sig)
+
+    def kill(self) -> None:
+        """kill -9 and reap."""
+        if self.popen is not None:
+            if self.popen.poll() is None:
+                self.popen.kill()
+            self.popen.wait(STOP_TIMEOUT_S)
+
+    def stop(self) -> None:
+        if self.popen is not None and self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+
+@dataclass
+class LocalCluster:
+    root: Path
+    replica_count: int = 3
+    replica_flags: list[str] = field(default_factory=list)
+    replicas: list[Proc] = field(default_factory=list)
+    agents: dict[str, Proc] = field(default_factory=dict)
+    grpc: list[str] = field(default_factory=list)
+    raft: list[str] = field(default_factory=list)
+    clients: list[Client] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        (self.root / "logs").mkdir(parents=True, exist_ok=True)
+        self.secret_file = self.root / "secret"
+        self.secret_file.write_text(SECRET)
+        self.raft = [f"127.0.0.1:{free_port()}" for _ in range(self.replica_count)]
+        self.grpc = [f"127.0.0.1:{free_port()}" for _ in range(self.replica_count)]
+        for i in range(self.replica_count):
+            argv = [sys.executable, "-m", "raftsched.replica.main", "--raft", self.raft[i],
+                    "--grpc", self.grpc[i], "--peers", ",".join(self.raft),
+                    "--data-dir", str(self.root / f"replica-{i}"),
+                    "--applied-log", str(self.applied_log(i)),
+                    "--secret-file", str(self.secret_file), *self.replica_flags]
+            self.replicas.append(Proc(f"replica-{i}", argv, self.root / "logs" / f"r{i}.log"))
+
+    # -- replicas --------------------------------------------------------------------------------
+
+    def applied_log(self, i: int) -> Path:
+        """Replica i's audit file of applied entries (`--applied-log`)."""
+        return self.root / f"replica-{i}.applied"
+
+    def start(self) -> LocalCluster:
+        for proc in self.replicas:
+            proc.start()
+        self.wait_leader()
+        return self
+
+    def client(self, **kwargs: Any) -> Client:
+        client = Client(self.grpc, **kwargs)
+        self.clients.append(client)
+        return client
+
+    def leader_index(self) -> int | None:
+        """The replica that leads, as seen by a live replica (None if none is known)."""
+        for i, proc in enumerate(self.replicas):
+            if not proc.alive():
+                continue
+            try:
+                status = self.client(retry_budget_s=1, timeout_s=1).cluster_status(self.grpc[i])
+            except RaftschedError:
+                continue
+            if status.leader in self.grpc:
+                leader = self.grpc.index(status.leader)
+                if self.replicas[leader].alive():
+                    return leader
+        return None
+
+    def wait_leader(self, timeout_s: float = START_TIMEOUT_S) -> int:
+        index = wait_for(lambda: plus_one(self.leader_index()), timeout_s, "a leader")
+        return index - 1
+
+    def spawn_joiner(self) -> tuple[Proc, str, str]:
+        """Start a replica that is not yet a member (peers: every member and itself); add it
+        with Admin.AddReplica. Returns the process and its Raft and gRPC addresses."""
+        raft, grpc = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        argv = [sys.executable, "-m", "raftsched.replica.main", "--raft", raft, "--grpc", grpc,
+                "--peers", ",".join([*self.raft, raft]),
+                "--data-dir", str(self.root / f"joiner-{raft.rsplit(':', 1)[1]}"),
+                "--secret-file", str(self.secret_file), *self.replica_flags]
+        proc = Proc(f"joiner-{raft}", argv, self.root / "logs" / f"joiner-{raft}.log")
+        proc.start()
+        self.replicas.append(proc)
+        return proc, raft, grpc
+
+    # -- agents ----------------------------------------------------------------------------------
+
+    def add_agent(self, cluster_id: str, capabilities: str = "linux", cpu: float = 4,
+                  memory_mb: int = 8192, gpu: int = 0, executor: str = "mock") -> Proc:
+        argv = [sys.executable, "-m", "agent", "--cluster-id", cluster_id,
+                "--servers", ",".join(self.grpc), "--capabilities", capabilities,
+                "--cpu", str(cpu), "--memory-mb", str(memory_mb), "--gpu", str(gpu),
+                "--data-dir", str(self.root / f"agent-{cluster_id}"), "--executor", executor]
+        proc = Proc(f"agent-{cluster_id}", argv, self.root / "logs" / f"agent-{cluster_id}.log")
+        proc.start()
+        self.agents[cluster_id] = proc
+        return proc
+
+    def wait_clusters_ready(self, *cluster_ids: str, timeout_s: float = START_TIMEOUT_S) -> None:
+        def ready() -> bool:
+            status = self.client(retry_budget_s=2).cluster_status()
+            states = {c.cluster_id: c.status for c in status.clusters}
+            return all(states.get(cid) == "READY" for cid in cluster_ids)
+        wait_for(ready, timeout_s, f"clusters {cluster_ids} READY")
+
+    # -- teardown --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+        for proc in [*self.agents.values(), *self.replicas]:
+            proc.kill()
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {p.name}\n{p.tail()}" for p in [*self.replicas,
+                                                              *self.agents.values()])
+
+
+def plus_one(index: int | None) -> int | None:
+    return None if index is None else index + 1
+
+
+def kill_process_group(proc: Proc) -> None:
+    """kill -9 a process we started and everything in its session (its task wrappers)."""
+    if proc.popen is not None and proc.popen.poll() is None:
+        os.killpg(proc.popen.pid, signal.SIGKILL)
+        proc.popen.wait(STOP_TIMEOUT_S)

@@ -1,0 +1,254 @@
+"""Real replica processes (`tests/support/raft_proc.py`) on 127.0.0.1 for the Raft tests and benchmark.
+
+Every process is started by a `ReplicaProcess` and stopped through its own Popen object (never by
+name); `Cluster.close()` kills and reaps all of them, and callers put it in a `finally`.
+Waiting is always "poll a condition until a deadline", never a bare sleep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from raftsched.dev.cluster import pick_free_ports
+from tests.support import cluster, paths
+
+REPO_ROOT = paths.REPO
+PROC_SCRIPT = REPO_ROOT / "tests" / "support" / "raft_proc.py"
+START_TIMEOUT_S = 20.0
+REQUEST_TIMEOUT_S = 60.0
+DEAD_REPLICA_SIGNS = ("failed _onTick",)
+"""Log lines that mean a replica stopped working (pysyncobj keeps the process alive)."""
+
+T = TypeVar("T")
+
+
+class HarnessError(AssertionError):
+    pass
+
+
+def free_ports(count: int) -> list[int]:
+    return pick_free_ports(count)
+
+
+def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
+    """`tests.cluster.wait_for`, also polling on while a replica answers with a HarnessError."""
+    return cluster.wait_for(condition, timeout_s, what, retry_on=(OSError, HarnessError))
+
+
+class ReplicaProcess:
+    def __init__(self, address: str, peers: list[str], data_dir: Path, secret: str | None,
+                 extra_args: Iterable[str] = ()) -> None:
+        self.address = address
+        self.peers = peers
+        self.data_dir = data_dir
+        self.secret = secret
+        self.extra_args = list(extra_args)
+        self.log_path = data_dir.parent / f"{data_dir.name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.control_port = 0
+
+    @property
+    def raft_port(self) -> int:
+        return int(self.address.rsplit(":", 1)[1])
+
+    def launch(self) -> None:
+        """Start the process; `wait_ready` reads its first line."""
+        assert self.proc is None or self.proc.poll() is not None, "already running"
+        argv = [sys.executable, str(PROC_SCRIPT), "--address", self.address,
+                "--peers", ",".join(self.peers), "--data-dir", str(self.data_dir),
+                *self.extra_args]
+        if self.secret is not None:
+            argv += ["--secret", self.secret]
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                         stderr=log, env=env, cwd=REPO_ROOT)
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> str:
+        """The first stdout line: `ready <port>` (returned, port recorded) or `error ...`."""
+        assert self.proc is not None and self.proc.stdout is not None
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
+        if not ready:
+            raise HarnessError(f"{self.address} printed nothing in {timeout_s:g} s")
+        line = self.proc.stdout.readline().decode().strip()
+        if line.startswith("ready "):
+            self.control_port = int(line.split()[1])
+        return line
+
+    def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        self.launch()
+        line = self.wait_ready(timeout_s)
+        if not line.startswith("ready "):
+            raise HarnessError(f"{self.address} failed to start: {line!r}\n{self.log_tail()}")
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill(self) -> None:
+        """kill -9 this process (ours, by its Popen) and reap it."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def signal(self, signum: signal.Signals) -> None:
+        assert self.proc is not None and self.proc.poll() is None
+        self.proc.send_signal(signum)
+
+    def request(self, line: str, timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[str, Any]:
+        """One request; returns (kind, value): ("ok", json), ("notleader", address | None),
+        ("unknown", message) or ("error", "CODE message")."""
+        with socket.create_connection(("127.0.0.1", self.control_port), timeout=timeout_s) as s:
+            s.sendall(line.encode() + b"\n")
+            reply = b""
+            while not reply.endswith(b"\n"):
+                chunk = s.recv(1 << 20)
+                if not chunk:
+                    raise HarnessError(f"{self.address} closed the control connection on {line!r}")
+                reply += chunk
+        kind, _, rest = reply.decode().strip().partition(" ")
+        if kind == "ok":
+            return kind, json.loads(rest)
+        if kind == "notleader":
+            return kind, None if rest == "-" else rest
+        return kind, rest
+
+    def ok(self, line: str, timeout_s: float = REQUEST_TIMEOUT_S) -> Any:
+        kind, value = self.request(line, timeout_s)
+        if kind != "ok":
+            raise HarnessError(f"{self.address}: {line!r} -> {kind} {value}")
+        return value
+
+    def status(self) -> dict[str, Any]:
+        value: dict[str, Any] = self.ok("status")
+        return value
+
+    def jobs(self) -> list[str]:
+        value: list[str] = self.ok("jobs")
+        return value
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+
+class Cluster:
+    def __init__(self, root: Path, count: int, secret: str | None = "test-cluster-secret",
+                 extra_args: Iterable[str] = ()) -> None:
+        self.root = root
+        self.secret = secret
+        self.extra_args = list(extra_args)
+        self.addresses = [f"127.0.0.1:{p}" for p in free_ports(count)]
+        self.replicas = [self._new_replica(a, self.addresses, secret, self.extra_args)
+                         for a in self.addresses]
+        self.extras: list[ReplicaProcess] = []
+
+    def _new_replica(self, address: str, members: list[str], secret: str | None,
+                     extra_args: Iterable[str]) -> ReplicaProcess:
+        name = "r" + address.rsplit(":", 1)[1]
+        peers = [m for m in members if m != address]
+        return ReplicaProcess(address, peers, self.root / name, secret, extra_args)
+
+    def extra(self, members: list[str], secret: str | None,
+              extra_args: Iterable[str] | None = None) -> ReplicaProcess:
+        """A replica process outside the initial member list (a joiner or an intruder) on a
+        fresh port, started by the caller; `close` reaps it with the others."""
+        address = f"127.0.0.1:{free_ports(1)[0]}"
+        args = self.extra_args if extra_args is None else extra_args
+        replica = self._new_replica(address, members, secret, args)
+        self.extras.append(replica)
+        return replica
+
+    def all_processes(self) -> list[ReplicaProcess]:
+        return [*self.replicas, *self.extras]
+
+    def start(self, replicas: list[ReplicaProcess] | None = None) -> None:
+        """Start several replicas at once (they boot in parallel)."""
+        chosen = self.replicas if replicas is None else replicas
+        for replica in chosen:
+            replica.launch()
+        for replica in chosen:
+            line = replica.wait_ready()
+            if not line.startswith("ready "):
+                raise HarnessError(f"{replica.address} failed: {line!r}\n{replica.log_tail()}")
+
+    def alive(self) -> list[ReplicaProcess]:
+        return [r for r in self.replicas if r.alive]
+
+    def find_leader(self, candidates: list[ReplicaProcess] | None = None,
+                    ) -> ReplicaProcess | None:
+        """A replica that believes it leads AND commits a barrier now."""
+        for replica in candidates or self.alive():
+            try:
+                if replica.status()["is_leader"] and replica.ok("confirm 2") is True:
+                    return replica
+            except (OSError, HarnessError):
+                continue
+        return None
+
+    def wait_leader(self, candidates: list[ReplicaProcess] | None = None,
+                    timeout_s: float = 20.0) -> ReplicaProcess:
+        return wait_for(lambda: self.find_leader(candidates), timeout_s, "a confirmed leader")
+
+    def wait_converged(self, replicas: list[ReplicaProcess] | None = None,
+                       timeout_s: float = 20.0) -> str:
+        """Poll until the replicas report the same state digest at the same state index."""
+        chosen = replicas or self.alive()
+
+        def same() -> str | None:
+            views = {(s["state_digest"], s["state_index"]) for s in map(_status, chosen)}
+            return next(iter(views))[0] if len(views) == 1 else None
+
+        return wait_for(same, timeout_s, f"{len(chosen)} replicas to agree")
+
+    def kill_all(self) -> None:
+        """kill -9 every replica, one right after the other, then reap them."""
+        for replica in self.all_processes():
+            if replica.proc is not None and replica.proc.poll() is None:
+                replica.proc.kill()
+        for replica in self.all_processes():
+            replica.kill()
+
+    def close(self) -> None:
+        for replica in self.all_processes():
+            if replica.proc is not None and replica.proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    replica.proc.send_signal(signal.SIGCONT)
+        self.kill_all()
+
+    def dead_replica_signs(self) -> list[str]:
+        found = []
+        for replica in self.all_processes():
+            for line in replica.log_text().splitlines():
+                if any(sign in line for sign in DEAD_REPLICA_SIGNS):
+                    found.append(f"{replica.address}: {line}")
+        return found
+
+    def truncations(self) -> int:
+        return sum(r.log_text().count("truncating already-applied")
+                   for r in self.all_processes())
+
+    def logs(self) -> str:
+        return "\n".join(f"--- {r.address} ({r.log_path})\n{r.log_tail(60)}"
+                         for r in self.all_processes())
+
+
+def _status(replica: ReplicaProcess) -> dict[str, Any]:
+    return replica.status()

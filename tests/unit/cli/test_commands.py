@@ -1,0 +1,783 @@
+"""The cluster-facing CLI commands against a fake client (injected through `cli.make_client`):
+arguments, human and --json output with the contract's keys, and error -> exit code mapping."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import re
+import subprocess
+import sys
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftsched.api import raftsched_pb2 as pb
+from raftsched.cli import main as cli
+from raftsched.client.client import Submitted
+from raftsched.dev import cluster as devcluster
+from raftsched.errors import Code, RaftschedError
+from tests.support import paths
+
+EXAMPLES = paths.EXAMPLES
+DEMO = str(EXAMPLES / "demo.yaml")
+DIAMOND = str(EXAMPLES / "diamond.yaml")
+PROGRESS = re.compile(r"^\[\d\d:\d\d:\d\d\] ")
+
+
+def job(state: str = "RUNNING", **tasks: int) -> Any:
+    return pb.Job(job_id="demo-1", name="demo", tenant="demo", priority=50, state=state,
+                  tasks=tasks or {"PENDING": 7}, total_tasks=7, failure_policy="skip_downstream",
+                  submitted_ms=1_000, started_ms=2_000 if state != "PENDING" else 0,
+                  finished_ms=9_000 if state in ("SUCCEEDED", "FAILED", "CANCELLED") else 0)
+
+
+TASKS = [
+    pb.TaskSummary(task_id="fetch", state="SUCCEEDED", attempts=1, cluster="cpu-east", fence=1,
+                   exit_code=0),
+    pb.TaskSummary(task_id="train", state="SUCCEEDED", attempts=2, cluster="gpu-west", fence=7,
+                   exit_code=0),
+]
+
+
+class FakeClient:
+    """Canned answers; `fail[method]` makes that method raise; `calls` records every call."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, tuple[Any, ...]]] = []
+        self.fail: dict[str, BaseException] = {}
+        self.created = True
+        self.watched: list[Any] = [job("RUNNING", PENDING=7), job("RUNNING", PENDING=7),
+                                   job("RUNNING", SUCCEEDED=3, RUNNING=4),
+                                   job("SUCCEEDED", SUCCEEDED=7)]
+        self.watch_interrupt = False
+        self.final = job("SUCCEEDED", SUCCEEDED=7)
+        self.status = pb.ClusterStatusResponse(
+            leader="127.0.0.1:5001", term=2, commit_index=40, applied_index=40,
+            responder="127.0.0.1:5001",
+            replicas=[pb.ReplicaInfo(raft_address="127.0.0.1:6001",
+                                     grpc_address="127.0.0.1:5001", leader=True),
+                      pb.ReplicaInfo(raft_address="127.0.0.1:6002")],
+            clusters=[pb.ComputeCluster(cluster_id="cpu-east", status="READY",
+                                        capabilities=["linux"],
+                                        capacity=pb.Resources(cpu_milli=4000, memory_mb=8192))])
+        self.closed = False
+
+    def _call(self, name: str, *args: Any) -> None:
+        self.calls.append((name, args))
+        if name in self.fail:
+            raise self.fail[name]
+
+    def submit(self, spec_text: str | bytes, idempotency_key: str | None = None) -> Any:
+        self._call("submit", idempotency_key)
+        assert idempotency_key is not None
+        return Submitted("demo-1", self.created, idempotency_key)
+
+    def get_job(self, job_id: str) -> Any:
+        self._call("get_job", job_id)
+        return self.final
+
+    def list_jobs(self, tenant: str = "", state: str = "", limit: int = 0,
+                  page_token: str = "") -> Any:
+        self._call("list_jobs", tenant, state, limit, page_token)
+        return pb.ListJobsResponse(jobs=[job("SUCCEEDED", SUCCEEDED=7)], next_page_token="p2")
+
+    def list_tasks(self, job_id: str) -> Any:
+        self._call("list_tasks", job_id)
+        return pb.ListTasksResponse(job_id=job_id, tasks=TASKS)
+
+    def cancel(self, job_id: str, reason: str = "") -> Any:
+        self._call("cancel", job_id, reason)
+        return pb.CancelJobResponse(cancelled=3, changed=True)
+
+    def task_history(self, job_id: str, task_id: str) -> Any:
+        self._call("task_history", job_id, task_id)
+        return pb.TaskHistory(job_id=job_id, task_id=task_id, state="SUCCEEDED", app_failures=1,
+                              attempts=[pb.AttemptRecord(fence=4, number=1, cluster="cpu-east",
+                                                         state="FAILED", exit_code=1),
+                                        pb.AttemptRecord(fence=5, number=2, cluster="cpu-east",
+                                                         state="SUCCEEDED", exit_code=0)])
+
+    def explain(self, job_id: str, task_id: str) -> Any:
+        self._call("explain", job_id, task_id)
+        return pb.ExplainTaskResponse(state="RUNNABLE", summary="waiting for a GPU", clusters=[
+            pb.ClusterVerdict(cluster="cpu-east", eligible=False, reason="lacks gpu")])
+
+    def watch(self, job_id: str) -> Iterator[Any]:
+        self._call("watch", job_id)
+        yield from self.watched
+        if self.watch_interrupt:
+            raise KeyboardInterrupt
+
+    def cluster_status(self, server: str | None = None) -> Any:
+        self._call("cluster_status", server)
+        return self.status
+
+    def add_replica(self, raft_address: str, grpc_address: str = "") -> Any:
+        self._call("add_replica", raft_address, grpc_address)
+        return pb.ReplicaResponse(members=["127.0.0.1:6001", raft_address])
+
+    def remove_replica(self, raft_address: str) -> Any:
+        self._call("remove_replica", raft_address)
+        return pb.ReplicaResponse(members=["127.0.0.1:6001"])
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Made:
+    """What make_client was asked for."""
+
+    def __init__(self) -> None:
+        self.servers: list[list[str]] = []
+        self.timeouts: list[float] = []
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Made:
+    monkeypatch.setenv(cli.SERVERS_ENV, "127.0.0.1:7001,127.0.0.1:7002")
+    monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(tmp_path / "no-dev-cluster"))
+    return Made()
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch, made: Made) -> FakeClient:
+    client = FakeClient()
+
+    def make_client(servers: list[str], timeout_s: float) -> FakeClient:
+        made.servers.append(servers)
+        made.timeouts.append(timeout_s)
+        return client
+
+    monkeypatch.setattr(cli, "make_client", make_client)
+    return client
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
+    code, out, err = run(capsys, *argv, "--json")
+    assert out.count("\n") == 1, out
+    assert "error" not in err  # with --json, errors go to stdout as JSON
+    return code, json.loads(out)
+
+
+# --- submit -------------------------------------------------------------------------------------
+
+
+def test_submit(capsys: pytest.CaptureFixture[str], fake: FakeClient, made: Made) -> None:
+    code, out, err = run(capsys, "submit", DEMO)
+    assert (code, err) == (0, "")
+    key = fake.calls[0][1][0]
+    assert key.startswith("cli-")
+    assert out.splitlines() == [f"submitted job demo-1 (new; idempotency key {key})",
+                                "follow it with: raftsched job status demo-1"]
+    assert made.servers == [["127.0.0.1:7001", "127.0.0.1:7002"]]
+    assert made.timeouts == [cli.DEFAULT_TIMEOUT_S] and fake.closed
+
+
+def test_submit_json_and_key_precedence(capsys: pytest.CaptureFixture[str],
+                                        fake: FakeClient) -> None:
+    code, document = run_json(capsys, "submit", DIAMOND)  # the spec names its own key
+    assert code == 0
+    assert document == {"job_id": "demo-1", "created": True,
+                        "idempotency_key": "diamond-demo-2026-11-30"}
+    fake.created = False
+    code, document = run_json(capsys, "submit", DIAMOND, "--idempotency-key", "mine")
+    assert (code, document["created"], document["idempotency_key"]) == (0, False, "mine")
+    assert [call[1][0] for call in fake.calls] == ["diamond-demo-2026-11-30", "mine"]
+
+
+def test_submit_existing_job_says_nothing_new_was_created(
+        capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    fake.created = False
+    code, out, _ = run(capsys, "submit", DIAMOND)
+    assert code == 0
+    assert out.splitlines()[0] == ("submitted job demo-1 (already existed: same spec and "
+                                   "idempotency key diamond-demo-2026-11-30; nothing new was "
+                                   "created)")
+
+
+BAD_SPEC = "name: broken\ntasks:\n  - id: a\n    command: [x]\n    depends_on: [ghost]\n"
+
+
+def test_submit_refuses_a_bad_spec_like_validate(
+        capsys: pytest.CaptureFixture[str], fake: FakeClient, made: Made,
+        tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(BAD_SPEC)
+    code, out, err = run(capsys, "submit", str(path))
+    assert (code, out) == (2, "")
+    assert err.splitlines() == ["error: tasks[0] (a).depends_on[0]: unknown dependency 'ghost'",
+                                "1 error(s)"]
+    code, document = run_json(capsys, "submit", str(path), "--watch")
+    assert code == 2
+    assert document["error"]["code"] == "INVALID_ARGUMENT"
+    assert document["error"]["issues"] == [
+        {"path": "tasks[0].depends_on[0]", "task": "a", "message": "unknown dependency 'ghost'"}]
+    assert made.servers == []  # refused before any connection
+
+
+def test_submit_unreadable_file(capsys: pytest.CaptureFixture[str], fake: FakeClient,
+                                tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.yaml")
+    code, _, err = run(capsys, "submit", missing)
+    assert code == 2
+    assert err == f"error: cannot read {missing}: No such file or directory\n1 error(s)\n"
+
+
+def test_submit_reads_stdin(capsys: pytest.CaptureFixture[str], fake: FakeClient,
+                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", types.SimpleNamespace(
+        buffer=types.SimpleNamespace(read=lambda size: Path(DEMO).read_bytes())))
+    assert run(capsys, "submit", "-")[0] == 0
+
+
+def test_submit_watch(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    code, out, err = run(capsys, "submit", DEMO, "--watch")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0].startswith("submitted job demo-1 (new; ")
+    progress = [line for line in lines if PROGRESS.match(line)]
+    assert [PROGRESS.sub("", line) for line in progress] == [  # the repeat is not printed
+        "RUNNING  0/7 done  (PENDING 7)",
+        "RUNNING  3/7 done  (SUCCEEDED 3, RUNNING 4)",
+        "SUCCEEDED 7/7 done  (SUCCEEDED 7)",
+    ]
+    table = lines[lines.index("") + 1:]
+    assert table[:3] == [
+        "TASK   STATE      ATTEMPTS  CLUSTER   FENCE  EXIT",
+        "fetch  SUCCEEDED         1  cpu-east      1     0",
+        "train  SUCCEEDED         2  gpu-west      7     0",
+    ]
+    assert table[-1] == "job demo-1 SUCCEEDED in 7.0s: 7/7 tasks done (SUCCEEDED 7)"
+
+
+def test_submit_watch_json(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    code, document = run_json(capsys, "submit", DEMO, "--watch")
+    assert code == 0
+    assert {"job_id", "created", "state", "tasks"} <= document.keys()
+    assert (document["state"], document["tasks"]) == ("SUCCEEDED", {"SUCCEEDED": 7})
+    assert document["task_summaries"][1] == {
+        "task_id": "train", "state": "SUCCEEDED", "attempts": 2, "cluster": "gpu-west",
+        "fence": 7, "exit_code": 0, "reason": ""}
+
+
+@pytest.mark.parametrize("state", ["FAILED", "CANCELLED"])
+def test_submit_watch_exits_1_when_the_job_did_not_succeed(
+        capsys: pytest.CaptureFixture[str], fake: FakeClient, state: str) -> None:
+    fake.watched = [job("RUNNING", RUNNING=7), job(state, SUCCEEDED=5, **{state: 2})]
+    code, out, _ = run(capsys, "submit", DEMO, "--watch")
+    assert code == 1
+    assert out.splitlines()[-1].startswith(f"job demo-1 {state} ")
+    assert run_json(capsys, "submit", DEMO, "--watch")[0] == 1
+
+
+def test_watch_that_ends_early_asks_for_the_job(capsys: pytest.CaptureFixture[str],
+                                                fake: FakeClient) -> None:
+    fake.watched = [job("RUNNING", RUNNING=7)]
+    assert run(capsys, "submit", DEMO, "--watch")[0] == 0  # get_job says SUCCEEDED
+    fake.final = job("RUNNING", RUNNING=7)
+    code, _, err = run(capsys, "submit", DEMO, "--watch")
+    assert code == 3
+    assert err.startswith("error: UNAVAILABLE: the watch of job demo-1 ended while the job is "
+                          "RUNNING; the job goes on")
+
+
+def test_ctrl_c_while_watching_leaves_the_job_running(
+        capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    fake.watched = [job("RUNNING", RUNNING=7)]
+    fake.watch_interrupt = True
+    code, _, err = run(capsys, "submit", DEMO, "--watch")
+    assert code == 130
+    assert "stopped watching; job demo-1 goes on" in err
+    code, document = run_json(capsys, "submit", DEMO, "--watch")
+    assert code == 130 and document["error"]["code"] == "INTERRUPTED"
+
+
+def test_ctrl_c_during_submit_says_the_outcome_is_unknown(
+        capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    fake.fail["submit"] = KeyboardInterrupt()
+    code, _, err = run(capsys, "submit", DEMO, "--idempotency-key", "k1")
+    assert code == 130
+    assert "may or may not have been submitted" in err and "--idempotency-key k1" in err
+
+
+@pytest.mark.parametrize("code", [Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED])
+def test_submit_with_unknown_outcome_says_how_to_retry(
+        capsys: pytest.CaptureFixture[str], fake: FakeClient, code: Code) -> None:
+    fake.fail["submit"] = RaftschedError(code, "no leader")
+    exit_code, out, err = run(capsys, "submit", DEMO, "--idempotency-key", "k1")
+    assert (exit_code, out) == (3, "")
+    assert err.count("\n") == 1
+    assert err.startswith(f"error: {code.value}: no leader; the outcome is unknown: the job "
+                          "may or may not have happened; running the same command again with "
+                          "--idempotency-key k1 is safe")
+    exit_code, document = run_json(capsys, "submit", DEMO, "--idempotency-key", "k1")
+    assert exit_code == 3
+    assert document["error"]["code"] == code.value
+    assert document["error"]["message"] == "no leader"
+    assert "--idempotency-key k1" in document["error"]["hint"]
+
+
+def test_submit_key_conflict(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    fake.fail["submit"] = RaftschedError(Code.ALREADY_EXISTS, "key k1 names another spec")
+    code, _, err = run(capsys, "submit", DEMO, "--idempotency-key", "k1")
+    assert (code, err) == (2, "error: ALREADY_EXISTS: key k1 names another spec\n")
+
+
+# --- job, task ----------------------------------------------------------------------------------
+
+
+def test_job_status(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    fake.final = job("RUNNING", SUCCEEDED=3, RUNNING=2, RUNNABLE=2)
+    code, out, _ = run(capsys, "job", "status", "demo-1")
+    assert code == 0
+    assert out.splitlines()[:3] == ["job        demo-1 (demo)",
+                                    "state      RUNNING  3/7 tasks done",
+                                    "tasks      SUCCEEDED 3, RUNNING 2, RUNNABLE 2"]
+    code, document = run_json(capsys, "job", "status", "demo-1")
+    assert code == 0
+    assert {key: document[key] for key in ("job_id", "state", "tasks")} == {
+        "job_id": "demo-1", "state": "RUNNING",
+        "tasks": {"SUCCEEDED": 3, "RUNNING": 2, "RUNNABLE": 2}}
+    assert fake.calls[-1] == ("get_job", ("demo-1",))
+
+
+def test_job_tasks(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    code, out, _ = run(capsys, "job", "tasks", "demo-1")
+    assert code == 0 and out.splitlines()[0].split() == [
+        "TASK", "STATE", "ATTEMPTS", "CLUSTER", "FENCE", "EXIT"]
+    code, document = run_json(capsys, "job", "tasks", "demo-1")
+    assert code == 0 and isinstance(document, list)
+    assert document[0] == {"task_id": "fetch", "state": "SUCCEEDED", "attempts": 1,
+                           "cluster": "cpu-east", "fence": 1, "exit_code": 0, "reason": ""}
+
+
+def test_job_list(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    code, out, _ = run(capsys, "job", "list", "--tenant", "ml", "--state", "succeeded",
+                       "--limit", "5", "--page-token", "p1")
+    assert code == 0
+    assert fake.calls[-1] == ("list_jobs", ("ml", "SUCCEEDED", 5, "p1"))
+    assert out.splitlines()[0].split() == ["JOB", "NAME", "TENANT", "STATE", "DONE", "SUBMITTED"]
+    assert out.splitlines()[-1] == "more: raftsched job list --page-token p2"
+    code, document = run_json(capsys, "job", "list")
+    assert code == 0 and fake.calls[-1] == ("list_jobs", ("", "", 0, ""))
+    assert document["next_page_token"] == "p2"
+    assert document["jobs"][0]["job_id"] == "demo-1"
+    assert document["jobs"][0]["tasks"] == {"SUCCEEDED": 7}
+
+
+@pytest.mark.parametrize("argv", [["--state", "BOGUS"], ["--limit", "0"], ["--limit", "x"]])
+def test_job_list_refuses_bad_options(capsys: pytest.CaptureFixture[str], fake: FakeClient,
+                                      argv: list[str]) -> None:
+    code, _, err = run(capsys, "job", "list", *argv)
+    assert code == 2 and "usage: raftsched job list" in err
+
+
+def test_job_cancel(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    code, out, _ = run(capsys, "job", "cancel", "demo-1", "--reason", "enough")
+    assert (code, out) == (0, "cancelled job demo-1: 3 task(s) cancelled\n")
+    assert fake.calls[-1] == ("cancel", ("demo-1", "enough"))
+    code, document = run_json(capsys, "job", "cancel", "demo-1")
+    assert (code, document) == (0, {"job_id": "demo-1", "cancelled": 3, "changed": True})
+
+
+def test_job_cancel_twice_and_with_unknown_outcome(capsys: pytest.CaptureFixture[str],
+                                                   fake: FakeClient,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(fake, "cancel", lambda job_id, reason="": pb.CancelJobResponse())
+    code, out, _ = run(capsys, "job", "cancel", "demo-1")
+    assert (code, out) == (0, "job demo-1: nothing changed (it was cancelled already)\n")
+
+    def fail(job_id: str, reason: str = "") -> Any:
+        raise RaftschedError(Code.DEADLINE_EXCEEDED, "timed out")
+
+    monkeypatch.setattr(fake, "cancel", fail)
+    code, _, err = run(capsys, "job", "cancel", "demo-1")
+    assert code == 3 and "cancelling is idempotent" in err
+
+
+def test_task_history(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    code, out, _ = run(capsys, "task", "history", "demo-1", "flaky")
+    assert code == 0
+    assert out.splitlines()[0] == ("task demo-1/flaky  SUCCEEDED  (1 application / 0 "
+                                   "infrastructure failure(s))")
+    code, document = run_json(capsys, "task", "history", "demo-1", "flaky")
+    assert code == 0
+    assert {"job_id", "task_id", "state", "attempts", "notes"} <= document.keys()
+    assert set(document["attempts"][0]) >= {"fence", "cluster", "state", "exit_code", "number",
+                                            "assigned_ms", "started_ms", "finished_ms",
+                                            "reason"}
+    assert [a["fence"] for a in document["attempts"]] == [4, 5]
+
+
+def test_task_explain(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    code, out, _ = run(capsys, "task", "explain", "demo-1", "train")
+    assert code == 0 and out.splitlines()[0] == "RUNNABLE: waiting for a GPU"
+    code, document = run_json(capsys, "task", "explain", "demo-1", "train")
+    assert code == 0
+    assert {key: document[key] for key in ("state", "summary", "clusters")} == {
+        "state": "RUNNABLE", "summary": "waiting for a GPU",
+        "clusters": [{"cluster": "cpu-east", "eligible": False, "reason": "lacks gpu"}]}
+
+
+# --- admin --------------------------------------------------------------------------------------
+
+
+def test_admin_status(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    code, out, _ = run(capsys, "admin", "status")
+    assert code == 0
+    assert out.splitlines()[0] == ("leader 127.0.0.1:5001  term 2  commit index 40  applied 40"
+                                   "  (answered by 127.0.0.1:5001)")
+    code, document = run_json(capsys, "admin", "status")
+    assert code == 0
+    assert {"leader", "term", "replicas", "clusters", "commit_index", "responder"} <= set(document)
+    assert document["replicas"][0] == {"raft_address": "127.0.0.1:6001",
+                                       "grpc_address": "127.0.0.1:5001", "leader": True}
+    assert document["clusters"][0]["cluster"] == "cpu-east"
+
+
+def test_admin_status_follows_to_the_leader_unless_told_which_server(
+        capsys: pytest.CaptureFixture[str], fake: FakeClient, made: Made) -> None:
+    fake.status.responder = "127.0.0.1:7001"
+    run(capsys, "admin", "status")
+    assert fake.calls == [("cluster_status", (None,)),
+                                             ("cluster_status", ("127.0.0.1:5001",))]
+    fake.calls.clear()
+    run(capsys, "admin", "status", "--server", "127.0.0.1:7002")
+    assert fake.calls == [("cluster_status", ("127.0.0.1:7002",))]
+    assert made.servers[-1] == ["127.0.0.1:7002"]
+
+
+def test_admin_membership(capsys: pytest.CaptureFixture[str], fake: FakeClient,
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    code, out, _ = run(capsys, "admin", "add-replica", "127.0.0.1:6003", "--grpc",
+                       "127.0.0.1:5003")
+    assert (code, out) == (0, "added 127.0.0.1:6003; members: 127.0.0.1:6001, 127.0.0.1:6003\n")
+    assert fake.calls[-1] == ("add_replica", ("127.0.0.1:6003", "127.0.0.1:5003"))
+    code, document = run_json(capsys, "admin", "remove-replica", "127.0.0.1:6003")
+    assert (code, document) == (0, {"raft_address": "127.0.0.1:6003",
+                                    "members": ["127.0.0.1:6001"]})
+    code, _, err = run(capsys, "admin", "add-replica", "nonsense")
+    assert code == 2 and "is not HOST:PORT" in err
+
+    def fail(raft_address: str) -> Any:
+        raise RaftschedError(Code.UNAVAILABLE, "no leader")
+
+    monkeypatch.setattr(fake, "remove_replica", fail)
+    code, _, err = run(capsys, "admin", "remove-replica", "127.0.0.1:6003")
+    assert code == 3 and "check the members with `raftsched admin status`" in err
+
+
+# --- errors, exit codes, servers ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("code", "exit_code"), [
+    (Code.INVALID_ARGUMENT, 2), (Code.NOT_FOUND, 2), (Code.ALREADY_EXISTS, 2),
+    (Code.FAILED_PRECONDITION, 2), (Code.RESOURCE_EXHAUSTED, 2),
+    (Code.UNAVAILABLE, 3), (Code.DEADLINE_EXCEEDED, 3),
+])
+def test_error_codes_map_to_exit_codes(capsys: pytest.CaptureFixture[str], fake: FakeClient,
+                                       code: Code, exit_code: int) -> None:
+    fake.fail["get_job"] = RaftschedError(code, "it went\nwrong")
+    result, out, err = run(capsys, "job", "status", "demo-1")
+    assert (result, out) == (exit_code, "")
+    assert err.startswith(f"error: {code.value}: it went wrong")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    result, document = run_json(capsys, "job", "status", "demo-1")
+    assert result == exit_code
+    assert document["error"]["code"] == code.value
+    assert document["error"]["message"] == "it went wrong"
+
+
+def test_reads_say_nothing_changed_when_no_replica_answers(
+        capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    fake.fail["list_tasks"] = RaftschedError(Code.UNAVAILABLE, "no replica answered")
+    _, _, err = run(capsys, "job", "tasks", "demo-1")
+    assert "this command only reads, nothing was changed" in err
+
+
+def test_a_watch_failing_after_the_submit_says_the_job_goes_on(
+        capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    fake.fail["watch"] = RaftschedError(Code.UNAVAILABLE, "stream lost")
+    code, _, err = run(capsys, "submit", DEMO, "--watch")
+    assert code == 3
+    assert err.splitlines()[-1] == ("error: UNAVAILABLE: stream lost; job demo-1 was submitted "
+                                    "and goes on; follow it with: raftsched job status demo-1")
+
+
+def test_os_errors_and_ctrl_c_never_show_a_traceback(capsys: pytest.CaptureFixture[str],
+                                                     fake: FakeClient) -> None:
+    fake.fail["get_job"] = PermissionError(13, "Permission denied", "/some/file")
+    assert run(capsys, "job", "status", "x")[0:3:2] == (
+        2, "error: FAILED_PRECONDITION: /some/file: Permission denied\n")
+    fake.fail["get_job"] = KeyboardInterrupt()
+    assert run(capsys, "job", "status", "x")[0:3:2] == (130, "\ninterrupted\n")
+
+
+def test_servers_come_from_the_flag_then_the_environment_then_the_dev_cluster(
+        capsys: pytest.CaptureFixture[str], fake: FakeClient, made: Made,
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    run(capsys, "job", "status", "x", "--servers", "10.0.0.1:1, 10.0.0.2:2", "--timeout", "4")
+    assert (made.servers[-1], made.timeouts[-1]) == (["10.0.0.1:1", "10.0.0.2:2"], 4.0)
+    run(capsys, "job", "status", "x")
+    assert made.servers[-1] == ["127.0.0.1:7001", "127.0.0.1:7002"]
+
+    monkeypatch.delenv(cli.SERVERS_ENV)
+    code, _, err = run(capsys, "job", "status", "x")
+    assert code == 2
+    assert err.startswith("error: INVALID_ARGUMENT: no scheduler addresses: pass --servers")
+
+    dev_dir = tmp_path / "dev"
+    dev_dir.mkdir()
+    monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(dev_dir))
+    state = devcluster.ClusterState(str(dev_dir), "mock", str(dev_dir / "secret"), 0)
+    state.replicas.append(devcluster.ReplicaEntry("replica-1", 1, 1, "127.0.0.1:9001",
+                                                  "127.0.0.1:9101", 0, "d", "l"))
+    devcluster.save_state(state)
+    run(capsys, "job", "status", "x")
+    assert made.servers[-1] == ["127.0.0.1:9001"]
+
+
+@pytest.mark.parametrize("argv", [["--servers", "nohost"], ["--servers", "h:99999"],
+                                  ["--servers", ","]])
+def test_bad_server_addresses(capsys: pytest.CaptureFixture[str], fake: FakeClient,
+                              argv: list[str]) -> None:
+    code, _, err = run(capsys, "job", "status", "x", *argv)
+    assert code == 2 and err.startswith("error: INVALID_ARGUMENT: --servers")
+
+
+@pytest.mark.parametrize("timeout", ["0", "-1", "abc"])
+def test_bad_timeout_is_a_usage_error(capsys: pytest.CaptureFixture[str], fake: FakeClient,
+                                      timeout: str) -> None:
+    code, _, err = run(capsys, "job", "status", "x", "--timeout", timeout)
+    assert code == 2 and "--timeout" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["submit"], ["job", "status"], ["job", "tasks"], ["job", "list"], ["job", "cancel"],
+    ["task", "history"], ["task", "explain"], ["admin", "status"], ["admin", "add-replica"],
+    ["admin", "remove-replica"], ["dev", "up"], ["dev", "status"], ["dev", "down"],
+])
+def test_every_command_help_says_what_it_prints_and_exits_with(
+        capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    code, out, _ = run(capsys, *argv, "--help")
+    assert code == 0
+    assert "output:" in out and "--json" in out and "exit status:" in out
+
+
+@pytest.mark.parametrize("argv", [["job"], ["task", "history", "j"], ["admin"], ["dev"],
+                                  ["job", "frob"]])
+def test_incomplete_commands_are_usage_errors(capsys: pytest.CaptureFixture[str],
+                                              argv: list[str]) -> None:
+    code, out, err = run(capsys, *argv)
+    assert (code, out) == (2, "")
+    assert "usage: raftsched" in err
+
+
+# --- replica and agent --------------------------------------------------------------------------
+
+
+def test_server_commands_delegate_to_the_server_modules(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[Any] = []
+
+    def run_replica(args: Any) -> int:
+        seen.append(args.raft)
+        return 0
+
+    module = types.SimpleNamespace(
+        add_arguments=lambda parser: parser.add_argument("--raft", required=True),
+        run=run_replica,
+    )
+    monkeypatch.setattr(importlib, "import_module",
+                        lambda name: module if name == "raftsched.replica.main" else None)
+    assert run(capsys, "replica", "--raft", "127.0.0.1:1")[0] == 0
+    assert seen == ["127.0.0.1:1"]
+    code, _, err = run(capsys, "replica")
+    assert code == 2 and "the following arguments are required: --raft" in err
+    code, out, _ = run(capsys, "replica", "--help")
+    assert code == 0 and "Run one scheduler replica" in out and "--raft" in out
+
+
+@pytest.mark.parametrize(("command", "module"), [("replica", "raftsched.replica.main"),
+                                                 ("agent", "agent.main")])
+def test_server_commands_without_their_module_fail_clearly(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str,
+        module: str) -> None:
+    def missing(name: str) -> Any:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+    monkeypatch.setattr(importlib, "import_module", missing)
+    code, out, err = run(capsys, command, "--x", "1")
+    assert (code, out) == (2, "")
+    assert err == (f"error: FAILED_PRECONDITION: 'raftsched {command}' is not available in this "
+                   f"installation: {module} is missing\n")
+    code, document = run_json(capsys, command)
+    assert code == 2 and document["error"]["code"] == "FAILED_PRECONDITION"
+
+
+def test_server_command_with_a_broken_dependency(capsys: pytest.CaptureFixture[str],
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(name: str) -> Any:
+        raise ModuleNotFoundError("No module named 'lmdb'", name="lmdb")
+
+    monkeypatch.setattr(importlib, "import_module", broken)
+    code, _, err = run(capsys, "agent")
+    assert code == 2
+    assert err.startswith("error: FAILED_PRECONDITION: 'raftsched agent' cannot start: No "
+                          "module named 'lmdb'; reinstall")
+
+
+def test_validate_and_start_up_import_neither_grpc_nor_the_servers() -> None:
+    code = ("import sys; from raftsched.cli import main as cli; cli.build_parser(); "
+            "bad = [m for m in ('grpc', 'pysyncobj', 'raftsched.replica.main', 'raftsched.client') "
+            "if m in sys.modules]; print(bad); sys.exit(1 if bad else 0)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+# --- dev ----------------------------------------------------------------------------------------
+
+
+def own_state(directory: Path) -> devcluster.ClusterState:
+    """A recorded cluster whose 'processes' are this test process (alive) and a dead pid."""
+    start = devcluster.process_start_ticks(os.getpid())
+    assert start is not None
+    state = devcluster.ClusterState(str(directory), "mock", str(directory / "secret"), 0)
+    state.replicas += [
+        devcluster.ReplicaEntry("replica-1", os.getpid(), start, "127.0.0.1:5001",
+                                "127.0.0.1:6001", 0, "d1", "l1"),
+        devcluster.ReplicaEntry("replica-2", os.getpid(), start + 1, "127.0.0.1:5002",
+                                "127.0.0.1:6002", 0, "d2", "l2"),
+    ]
+    state.agents.append(devcluster.AgentEntry("gpu-west", os.getpid(), start, ("linux", "gpu"),
+                                              4, 8192, 2, 0, "d3", "l3"))
+    return state
+
+
+VIEW = devcluster.ClusterView(leader="127.0.0.1:5001", term=1, responder="127.0.0.1:5001",
+                              clusters={"gpu-west": "READY"}, from_leader=True)
+
+
+def test_dev_up(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                tmp_path: Path) -> None:
+    asked: list[devcluster.UpOptions] = []
+
+    def up(options: devcluster.UpOptions, *, progress: Any) -> Any:
+        asked.append(options)
+        progress("starting")
+        return own_state(tmp_path), VIEW
+
+    monkeypatch.setattr(devcluster, "up", up)
+    code, out, err = run(capsys, "dev", "up", "--dir", str(tmp_path), "--replicas", "5",
+                         "--agents", "3", "--executor", "subprocess", "--timeout", "9")
+    assert code == 0
+    assert asked == [devcluster.UpOptions(tmp_path, 5, 3, "subprocess", 9.0)]
+    assert PROGRESS.match(err) and err.endswith("starting\n")
+    assert out.splitlines()[0] == "dev cluster up: 2 replicas, 1 agents (mock executor)"
+    assert f"stop it: raftsched dev down --dir {tmp_path}" in out
+
+    code, document = run_json(capsys, "dev", "up", "--dir", str(tmp_path))
+    assert code == 0 and asked[-1] == devcluster.UpOptions(tmp_path)
+    assert document["servers"] == ["127.0.0.1:5001", "127.0.0.1:5002"]
+    assert document["dir"] == str(tmp_path)
+    assert document["replicas"][0] == {
+        **{key: document["replicas"][0][key] for key in ("metrics_port", "data_dir", "log")},
+        "id": "replica-1", "pid": os.getpid(), "address": "127.0.0.1:5001",
+        "raft_address": "127.0.0.1:6001", "leader": True, "alive": True}
+    assert (document["replicas"][1]["alive"], document["replicas"][1]["leader"]) == (False,
+                                                                                     False)
+    assert {key: document["agents"][0][key] for key in ("cluster", "pid", "alive")} == {
+        "cluster": "gpu-west", "pid": os.getpid(), "alive": True}
+
+
+@pytest.mark.parametrize("argv", [["--replicas", "4"], ["--agents", "17"],
+                                  ["--executor", "docker"]])
+def test_dev_up_refuses_bad_options(capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
+    assert run(capsys, "dev", "up", *argv)[0] == 2
+
+
+def test_dev_up_failure_shows_the_log_tail(capsys: pytest.CaptureFixture[str],
+                                           monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    def up(options: devcluster.UpOptions, *, progress: Any) -> Any:
+        raise devcluster.DevClusterError(Code.FAILED_PRECONDITION, "replica-1 exited",
+                                         log="/d/logs/replica-1.log",
+                                         log_tail=["line 1", "error: no secret"])
+
+    monkeypatch.setattr(devcluster, "up", up)
+    code, out, err = run(capsys, "dev", "up", "--dir", str(tmp_path))
+    assert (code, out) == (2, "")
+    assert err.splitlines() == ["--- last 2 lines of /d/logs/replica-1.log", "line 1",
+                                "error: no secret", "---",
+                                "error: FAILED_PRECONDITION: replica-1 exited"]
+    code, document = run_json(capsys, "dev", "up", "--dir", str(tmp_path))
+    assert code == 2
+    assert document["error"]["log_tail"] == ["line 1", "error: no secret"]
+
+
+def test_dev_up_timeout_exits_3_without_a_read_only_hint(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    def up(options: devcluster.UpOptions, *, progress: Any) -> Any:
+        raise devcluster.DevClusterError(Code.UNAVAILABLE, "not a leader after 60 s")
+
+    monkeypatch.setattr(devcluster, "up", up)
+    code, _, err = run(capsys, "dev", "up", "--dir", str(tmp_path))
+    assert (code, err) == (3, "error: UNAVAILABLE: not a leader after 60 s\n")
+
+
+def test_dev_status(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                    tmp_path: Path) -> None:
+    monkeypatch.setattr(devcluster, "status", lambda directory: (own_state(tmp_path), VIEW))
+    code, out, _ = run(capsys, "dev", "status", "--dir", str(tmp_path))
+    assert code == 0 and out.splitlines()[0].endswith("leader: 127.0.0.1:5001")
+    assert "DEAD" in out
+    code, document = run_json(capsys, "dev", "status", "--dir", str(tmp_path))
+    assert code == 0 and {"servers", "replicas", "agents", "dir"} <= document.keys()
+
+
+def test_dev_status_and_down_without_a_cluster(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path) -> None:
+    code, _, err = run(capsys, "dev", "status", "--dir", str(tmp_path))
+    assert code == 2 and err.startswith("error: NOT_FOUND: no dev cluster recorded in")
+    code, out, _ = run(capsys, "dev", "down", "--dir", str(tmp_path))
+    assert (code, out) == (0, f"no dev cluster recorded in {tmp_path}: nothing to stop\n")
+    code, document = run_json(capsys, "dev", "down", "--dir", str(tmp_path))
+    assert (code, document) == (0, {"dir": str(tmp_path), "recorded": False, "stopped": []})
+
+
+def test_dev_down(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                  tmp_path: Path) -> None:
+    results = [devcluster.StopResult("replica-1", 10, "stopped"),
+               devcluster.StopResult("cpu-east", 11, "not running")]
+    monkeypatch.setattr(devcluster, "down", lambda directory: results)
+    code, out, _ = run(capsys, "dev", "down", "--dir", str(tmp_path))
+    assert code == 0
+    assert out.splitlines()[:3] == ["NAME       PID  OUTCOME", "replica-1   10  stopped",
+                                    "cpu-east    11  not running"]
+    code, document = run_json(capsys, "dev", "down", "--dir", str(tmp_path))
+    assert document["stopped"][1] == {"name": "cpu-east", "pid": 11, "outcome": "not running"}
+
+
+def test_dev_dir_defaults_to_the_environment(capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch,
+                                             tmp_path: Path) -> None:
+    seen: list[Path] = []
+    monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(tmp_path / "from-env"))
+    monkeypatch.setattr(devcluster, "down", lambda directory: seen.append(directory))
+    run(capsys, "dev", "down")
+    monkeypatch.delenv(devcluster.DEV_DIR_ENV)
+    run(capsys, "dev", "down")
+    assert seen == [tmp_path / "from-env", Path(devcluster.DEFAULT_DEV_DIR)]

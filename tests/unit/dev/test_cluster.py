@@ -1,0 +1,390 @@
+"""raftsched.devcluster without a cluster: the state file, process identity (pid + start time),
+stopping, ports, the secret, and `up`/`down` driven with stand-in processes (`sleep`) and a
+fake readiness probe."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from raftsched.dev import cluster as dc
+from raftsched.errors import Code
+
+SLEEPER = ["sleep", "60"]
+
+
+def sample_state(directory: Path) -> dc.ClusterState:
+    state = dc.ClusterState(str(directory), "mock", str(directory / "secret"), 1234)
+    state.replicas.append(dc.ReplicaEntry("replica-1", 100, 555, "127.0.0.1:5001",
+                                          "127.0.0.1:6001", 9001, "/d/r1", "/d/logs/r1.log"))
+    state.agents.append(dc.AgentEntry("gpu-west", 101, 556, ("linux", "gpu"), 4, 16384, 2, 9002,
+                                      "/d/a1", "/d/logs/a1.log"))
+    return state
+
+
+# --- state file ---------------------------------------------------------------------------------
+
+
+def test_state_file_round_trip(tmp_path: Path) -> None:
+    assert dc.load_state(tmp_path) is None
+    state = sample_state(tmp_path)
+    dc.save_state(state)
+    assert dc.load_state(tmp_path) == state
+    assert dc.servers_from_state(tmp_path) == ["127.0.0.1:5001"]
+    document = json.loads((tmp_path / "cluster.json").read_text())
+    assert document["version"] == dc.STATE_VERSION
+    assert document["replicas"][0]["start_time_ticks"] == 555
+    assert not (tmp_path / "cluster.json.tmp").exists()
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: d.update(version=99),
+    lambda d: d.update(replicas="nope"),
+    lambda d: d["replicas"][0].pop("pid"),
+    lambda d: d["replicas"][0].update(pid="100"),
+    lambda d: d["agents"][0].update(start_time_ticks=True),
+    lambda d: d.update(dir=None),
+    lambda d: d.update(created_ms="x"),
+])
+def test_a_damaged_state_file_is_refused_by_name(tmp_path: Path, mutate: Any) -> None:
+    document = sample_state(tmp_path).to_doc()
+    mutate(document)
+    (tmp_path / "cluster.json").write_text(json.dumps(document))
+    with pytest.raises(dc.DevClusterError) as caught:
+        dc.load_state(tmp_path)
+    assert caught.value.code is Code.FAILED_PRECONDITION
+    assert "is not a raftsched dev cluster state file" in caught.value.message
+
+
+def test_not_json_at_all(tmp_path: Path) -> None:
+    (tmp_path / "cluster.json").write_text("{")
+    with pytest.raises(dc.DevClusterError):
+        dc.load_state(tmp_path)
+
+
+# --- process identity ---------------------------------------------------------------------------
+
+
+def test_parse_proc_stat_survives_odd_command_names() -> None:
+    fields = " ".join(str(n) for n in range(3, 53)).replace("3", "S", 1)
+    state, start = dc.parse_proc_stat(f"4242 (a) (b c) {fields}")
+    assert (state, start) == ("S", 22)
+
+
+def test_process_start_ticks_of_this_process_and_of_none() -> None:
+    own = dc.process_start_ticks(os.getpid())
+    assert own is not None and own > 0
+    assert dc.is_same_process(os.getpid(), own)
+    assert not dc.is_same_process(os.getpid(), own + 1)  # the pid was "reused"
+    assert dc.process_start_ticks(0) is None
+    assert dc.process_start_ticks(2**22 + 1) is None  # above pid_max: no such process
+
+
+def test_a_zombie_counts_as_gone() -> None:
+    zombie = "77 (sh) Z " + " ".join(["0"] * 18) + " 999 0 0"
+    assert dc.process_start_ticks(77, read=lambda pid: zombie) is None
+    alive = zombie.replace(" Z ", " S ")
+    assert dc.process_start_ticks(77, read=lambda pid: alive) == 999
+
+
+@pytest.fixture
+def children() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts; killed (group and all) at the end whatever happened."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for child in started:
+        if child.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            child.wait(timeout=10)
+
+
+def start(children: list[subprocess.Popen[bytes]], argv: Sequence[str],
+          wait_for_line: bool = False) -> dc.ProcessRef:
+    """Start `argv` in its own session; with `wait_for_line`, return once it printed a line."""
+    child = subprocess.Popen(list(argv), start_new_session=True,
+                             stdout=subprocess.PIPE if wait_for_line else None)
+    children.append(child)
+    if wait_for_line:
+        assert child.stdout is not None
+        child.stdout.readline()
+    start_ticks = dc.process_start_ticks(child.pid)
+    assert start_ticks is not None
+    return dc.ProcessRef(f"pid-{child.pid}", child.pid, start_ticks, "")
+
+
+def reaper(children: list[subprocess.Popen[bytes]]) -> Any:
+    return lambda: [child.poll() for child in children]
+
+
+def test_stop_refuses_a_process_whose_start_time_differs(
+        children: list[subprocess.Popen[bytes]]) -> None:
+    ref = start(children, SLEEPER)
+    impostor = ref._replace(start_time_ticks=ref.start_time_ticks - 1)
+    assert not dc.signal_process(impostor, signal.SIGTERM)
+    results = dc.stop_processes([impostor], term_timeout_s=0.5, kill_timeout_s=0.5,
+                                reap=reaper(children))
+    assert results == [dc.StopResult(ref.name, ref.pid, "not running")]
+    assert children[0].poll() is None  # untouched
+    assert dc.is_same_process(ref.pid, ref.start_time_ticks)
+
+
+def test_stop_terminates_then_kills(children: list[subprocess.Popen[bytes]]) -> None:
+    polite = start(children, SLEEPER)
+    stubborn = start(children, ["sh", "-c", "trap '' TERM; echo ready; sleep 60"],
+                     wait_for_line=True)  # SIGTERM is ignored from here on
+    results = dc.stop_processes([polite, stubborn], term_timeout_s=0.5, kill_timeout_s=5,
+                                reap=reaper(children))
+    assert [r.outcome for r in results] == ["stopped", "killed"]
+    assert [child.poll() for child in children] == [-signal.SIGTERM, -signal.SIGKILL]
+    again = dc.stop_processes([polite, stubborn], reap=reaper(children))
+    assert [r.outcome for r in again] == ["not running", "not running"]
+
+
+# --- ports, secret, lock, commands --------------------------------------------------------------
+
+
+def test_pick_free_ports_gives_distinct_bindable_ports() -> None:
+    ports = dc.pick_free_ports(12)
+    assert len(set(ports)) == 12
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind((dc.LOOPBACK, port))
+    assert not dc.port_open(f"{dc.LOOPBACK}:{ports[0]}")
+    with socket.socket() as server:
+        server.bind((dc.LOOPBACK, 0))
+        server.listen()
+        assert dc.port_open(f"{dc.LOOPBACK}:{server.getsockname()[1]}")
+
+
+def test_secret_is_fresh_random_and_owner_only(tmp_path: Path) -> None:
+    (tmp_path / "secret").write_text("old")
+    os.chmod(tmp_path / "secret", 0o644)
+    path = dc.write_secret(tmp_path)
+    first = path.read_text()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert len(first) >= 40 and first != "old"
+    assert dc.write_secret(tmp_path).read_text() != first
+
+
+def test_only_one_dev_command_at_a_time(tmp_path: Path) -> None:
+    with (dc.exclusive(tmp_path),
+          pytest.raises(dc.DevClusterError, match="another 'raftsched dev' command"),
+          dc.exclusive(tmp_path)):
+        pass
+    with dc.exclusive(tmp_path):
+        pass
+
+
+def test_agent_shapes() -> None:
+    shapes = dc.agent_shapes(4)
+    assert [(s.cluster, s.capabilities, s.gpu) for s in shapes] == [
+        ("cpu-east", ("linux",), 0), ("gpu-west", ("linux", "gpu"), 2),
+        ("agent-3", ("linux",), 0), ("agent-4", ("linux",), 0)]
+    assert all(s.cpu >= 1 and s.memory_mb >= 1024 for s in shapes)
+    assert dc.agent_shapes(0) == []
+
+
+def test_commands_of_the_processes(tmp_path: Path) -> None:
+    replica = dc.replica_command("127.0.0.1:1", "127.0.0.1:2", ["127.0.0.1:3", "127.0.0.1:4"],
+                                 tmp_path / "r", tmp_path / "secret", 9)
+    assert replica[:4] == [sys.executable, "-m", "raftsched", "replica"]
+    assert replica[4:] == ["--raft", "127.0.0.1:1", "--grpc", "127.0.0.1:2", "--peers",
+                           "127.0.0.1:3,127.0.0.1:4", "--data-dir", str(tmp_path / "r"),
+                           "--secret-file", str(tmp_path / "secret"), "--metrics-port", "9"]
+    agent = dc.agent_command(dc.FIRST_AGENTS[1], ["127.0.0.1:2"], tmp_path / "a", "mock", 8)
+    assert agent[3:] == ["agent", "--cluster-id", "gpu-west", "--servers", "127.0.0.1:2",
+                         "--capabilities", "linux,gpu", "--cpu", "4", "--memory-mb", "16384",
+                         "--gpu", "2", "--data-dir", str(tmp_path / "a"), "--executor", "mock",
+                         "--metrics-port", "8"]
+
+
+def test_child_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAFTSCHED_SECRET", "s3cret")
+    monkeypatch.setenv("RAFTSCHED_SERVERS", "elsewhere:1")
+    monkeypatch.setenv("KEEP_ME", "1")
+    env = dc.child_env()
+    assert "RAFTSCHED_SECRET" not in env and "RAFTSCHED_SERVERS" not in env
+    assert env["KEEP_ME"] == "1" and env["PYTHONUNBUFFERED"] == "1"
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(dc.__file__).resolve().parents[2])
+
+
+def test_log_tail(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("".join(f"line {n}\n" for n in range(100)))
+    assert dc.log_tail(log, 3) == ["line 97", "line 98", "line 99"]
+    assert dc.log_tail(tmp_path / "missing.log") == []
+
+
+# --- up and down with stand-in processes --------------------------------------------------------
+
+
+class Stand:
+    """A fake cluster: `spawn` starts `sleep` (or `failing`) instead of the real argv; `probe`
+    answers from `views` (the last one repeats)."""
+
+    def __init__(self, children: list[subprocess.Popen[bytes]]) -> None:
+        self.children = children
+        self.argvs: dict[str, list[str]] = {}
+        self.failing: set[str] = set()
+        self.views: list[dc.ClusterView | None] = [None, leader_view(), ready_view()]
+        self.probes = 0
+        self.interrupt_at_probe: int | None = None
+
+    def spawn(self, argv: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
+        name = log.stem
+        self.argvs[name] = argv
+        stand_in = (["sh", "-c", f"echo {name} cannot start >&2; exit 3"]
+                    if name in self.failing else SLEEPER)
+        child = dc.spawn_process(stand_in, log, cwd)
+        self.children.append(child)
+        return child
+
+    def probe(self, servers: Sequence[str]) -> dc.ClusterView | None:
+        self.probes += 1
+        if self.probes == self.interrupt_at_probe:
+            raise KeyboardInterrupt
+        return self.views[min(self.probes - 1, len(self.views) - 1)]
+
+
+def leader_view(clusters: dict[str, str] | None = None) -> dc.ClusterView:
+    return dc.ClusterView("127.0.0.1:1", 1, "127.0.0.1:1", clusters or {}, from_leader=True)
+
+
+def ready_view() -> dc.ClusterView:
+    return leader_view({"cpu-east": "READY", "gpu-west": "READY"})
+
+
+@pytest.fixture
+def stand(children: list[subprocess.Popen[bytes]]) -> Stand:
+    return Stand(children)
+
+
+def up(stand: Stand, directory: Path, **options: Any) -> tuple[dc.ClusterState, dc.ClusterView]:
+    messages: list[str] = []
+    result = dc.up(dc.UpOptions(directory, **options), progress=messages.append,
+                   spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None)
+    assert any("waiting for a leader" in m for m in messages)
+    return result
+
+
+def test_up_records_every_process_and_down_stops_exactly_those(
+        stand: Stand, tmp_path: Path) -> None:
+    state, view = up(stand, tmp_path)
+    assert view == ready_view()
+    assert [r.id for r in state.replicas] == ["replica-1", "replica-2", "replica-3"]
+    assert [a.cluster for a in state.agents] == ["cpu-east", "gpu-west"]
+    assert dc.load_state(tmp_path) == state
+    for ref, child in zip(state.processes(), stand.children, strict=True):
+        assert ref.pid == child.pid
+        assert dc.is_same_process(ref.pid, ref.start_time_ticks)
+    addresses = [r.grpc_address for r in state.replicas] + [r.raft_address for r in
+                                                            state.replicas]
+    assert len(set(addresses)) == 6 and all(a.startswith("127.0.0.1:") for a in addresses)
+    replica_1 = stand.argvs["replica-1"]
+    peers = replica_1[replica_1.index("--peers") + 1].split(",")
+    assert peers == [r.raft_address for r in state.replicas[1:]]
+    assert replica_1[replica_1.index("--secret-file") + 1] == str(tmp_path / "secret")
+    assert stat.S_IMODE((tmp_path / "secret").stat().st_mode) == 0o600
+    gpu = stand.argvs["gpu-west"]
+    assert gpu[gpu.index("--servers") + 1] == ",".join(state.servers)
+    assert (tmp_path / "logs" / "replica-1.log").read_text().startswith("--- ")
+
+    unrelated = start(stand.children, SLEEPER)
+    results = dc.down(tmp_path)
+    assert results is not None
+    assert [(r.name, r.outcome) for r in results] == [
+        ("replica-1", "stopped"), ("replica-2", "stopped"), ("replica-3", "stopped"),
+        ("cpu-east", "stopped"), ("gpu-west", "stopped")]
+    assert dc.is_same_process(unrelated.pid, unrelated.start_time_ticks)
+    assert not (tmp_path / "cluster.json").exists()
+    assert (tmp_path / "logs" / "replica-1.log").exists() and (tmp_path / "secret").exists()
+    assert dc.down(tmp_path) is None  # idempotent
+
+
+def test_up_refuses_while_a_cluster_runs_and_forgets_a_dead_one(
+        stand: Stand, tmp_path: Path) -> None:
+    state, _ = up(stand, tmp_path, agents=0)
+    secret = (tmp_path / "secret").read_text()
+    with pytest.raises(dc.DevClusterError, match="already running") as caught:
+        up(stand, tmp_path, agents=0)
+    assert caught.value.code is Code.FAILED_PRECONDITION
+    assert (tmp_path / "secret").read_text() == secret  # the running cluster's, untouched
+    assert dc.load_state(tmp_path) == state
+    for child in stand.children:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    stand.probes = 0
+    again, _ = up(stand, tmp_path, agents=0)  # the recorded processes are all gone
+    assert [r.pid for r in again.replicas] != [r.pid for r in state.replicas]
+    dc.down(tmp_path)
+
+
+def test_up_stops_everything_when_a_process_dies_and_shows_its_log(
+        stand: Stand, tmp_path: Path) -> None:
+    stand.failing.add("replica-2")
+    stand.views = [None]
+    with pytest.raises(dc.DevClusterError) as caught:
+        up(stand, tmp_path)
+    error = caught.value
+    assert error.code is Code.FAILED_PRECONDITION
+    assert error.message.startswith("replica-2 (pid ")
+    assert error.log == str(tmp_path / "logs" / "replica-2.log")
+    assert error.log_tail[-1] == "replica-2 cannot start"
+    assert all(child.poll() is not None for child in stand.children)
+    assert not (tmp_path / "cluster.json").exists()
+
+
+def test_up_times_out_naming_what_it_waited_for(stand: Stand, tmp_path: Path) -> None:
+    stand.views = [leader_view({"cpu-east": "READY"})]  # gpu-west never registers
+    with pytest.raises(dc.DevClusterError) as caught:
+        dc.up(dc.UpOptions(tmp_path, timeout_s=0.3), progress=lambda m: None,
+              spawn=stand.spawn, probe=stand.probe)
+    error = caught.value
+    assert error.code is Code.UNAVAILABLE
+    assert error.message.startswith("not every agent to be READY after 0.3 s (UP_TIMEOUT_S")
+    assert "gpu-west not registered" in error.message
+    assert error.log == str(tmp_path / "logs" / "gpu-west.log")
+    assert all(child.poll() is not None for child in stand.children)
+
+
+def test_ctrl_c_during_up_stops_what_was_started(stand: Stand, tmp_path: Path) -> None:
+    stand.interrupt_at_probe = 2
+    with pytest.raises(KeyboardInterrupt):
+        up(stand, tmp_path)
+    assert len(stand.children) == 3
+    assert all(child.poll() is not None for child in stand.children)
+    assert not (tmp_path / "cluster.json").exists()
+
+
+def test_status_reports_processes_and_the_leader(stand: Stand, tmp_path: Path) -> None:
+    with pytest.raises(dc.DevClusterError) as caught:
+        dc.status(tmp_path)
+    assert caught.value.code is Code.NOT_FOUND
+    up(stand, tmp_path)
+    os.killpg(stand.children[1].pid, signal.SIGKILL)
+    stand.children[1].wait()
+    asked: list[Sequence[str]] = []
+
+    def probe(servers: Sequence[str]) -> dc.ClusterView:
+        asked.append(servers)
+        return ready_view()
+
+    state, view = dc.status(tmp_path, probe=probe)
+    assert asked == [[state.servers[0], state.servers[2]]]  # only live replicas are asked
+    document = dc.cluster_doc(state, view)
+    assert [r["alive"] for r in document["replicas"]] == [True, False, True]
+    assert [a["status"] for a in document["agents"]] == ["READY", "READY"]
+    results = dc.down(tmp_path)
+    assert results is not None and results[1].outcome == "not running"
