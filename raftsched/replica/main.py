@@ -79,9 +79,8 @@ def _secret(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    from raftsched.replica.raft.node import (
-        RaftNode,  # the only pysyncobj importer; keep CLI start light
-    )
+    # pysyncobj is imported only here, at start: `raftsched --help` stays light.
+    from raftsched.replica.raft.node import RaftNode
 
     try:
         secret = _secret(args)

@@ -19,12 +19,10 @@ import pytest
 
 from raftsched.errors import Code, RaftschedError
 from raftsched.replica.raft import node as raft_node
-from raftsched.replica.raft.node import (
-    JOURNAL_FILE_NAME,
-    DurableJournal,
-    NotLeader,
-    RaftNode,
-)
+from raftsched.replica.raft import transport as raft_transport
+from raftsched.replica.raft.errors import NotLeader
+from raftsched.replica.raft.journal import DurableJournal
+from raftsched.replica.raft.node import JOURNAL_FILE_NAME, RaftNode
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state import fsm
@@ -187,11 +185,11 @@ def test_startup_aligns_an_uncompacted_journal_to_a_newer_dump(tmp_path: Path) -
     journal._destroy()
 
 
-def bare_transport() -> raft_node._SyncingTransport:
+def bare_transport() -> raft_transport.SyncingTransport:
     """The trimming logic alone: no sockets, no SyncObj."""
-    transport = object.__new__(raft_node._SyncingTransport)
+    transport = object.__new__(raft_transport.SyncingTransport)
     transport._sent = {}
-    transport.replication = raft_node.ReplicationStats()
+    transport.replication = raft_transport.ReplicationStats()
     transport._onMessageReceivedCallback = None
     return transport
 

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from raftsched.replica.raft.node import NotLeader, OutcomeUnknown
+from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
 from raftsched.state import commands as c
 from raftsched.state import fsm, snapshot
 from raftsched.state.model import State

@@ -1,4 +1,4 @@
-"""Real replica processes (`tests/support/raft_proc.py`) on 127.0.0.1 for the Raft tests and benchmark.
+"""Real replica processes (`tests/support/raft_proc.py`) on 127.0.0.1 for Raft tests and benchmark.
 
 Every process is started by a `ReplicaProcess` and stopped through its own Popen object (never by
 name); `Cluster.close()` kills and reaps all of them, and callers put it in a `finally`.

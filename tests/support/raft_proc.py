@@ -1,6 +1,6 @@
 """A test helper process: runs one RaftNode and serves a line protocol on a loopback socket.
 
-    python tests/support/raft_proc.py --address 127.0.0.1:7001 --peers 127.0.0.1:7002,127.0.0.1:7003 \
+    python tests/support/raft_proc.py --address 127.0.0.1:7001 --peers 127.0.0.1:7002 \
         --data-dir /tmp/r1 --secret s3cret
 
 Prints `ready <control port>` on stdout once the replica is up (or `error <CODE> <message>` and
@@ -28,7 +28,8 @@ from collections.abc import Callable
 from typing import Any
 
 from raftsched.errors import RaftschedError
-from raftsched.replica.raft.node import NotLeader, OutcomeUnknown, RaftNode
+from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
+from raftsched.replica.raft.node import RaftNode
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state.fsm import Applied, Outcome, Rejected

@@ -22,7 +22,7 @@
 Durability points. Entries reach the journal through `DurableJournal.add` (a plain write into the
 page cache: survives kill -9). `DurableJournal.sync` makes them durable (one `fdatasync` covers
 every entry added since the last one: group commit). It runs:
-(1) in `_SyncingTransport` before any message other than a leader's append_entries leaves this
+(1) in `SyncingTransport` before any message other than a leader's append_entries leaves this
     replica — above all a follower's acks (`next_node_idx`), which it holds back until the end
     of the tick and sends after one fdatasync, so a follower never acknowledges an entry it
     could lose;
@@ -58,14 +58,14 @@ pysyncobj internals this module relies on (re-check them when changing the pinne
   were applied), then re-adds them. If a compaction (`__tryLogCompaction` ->
   `__deleteEntriesTo(serializeID)`) lands beyond the shortened log, FileJournal.deleteEntriesTo
   empties the whole log and every later tick fails on `self.__raftLog[-1]`: the replica is dead
-  (DESIGN.md §4). We avoid and contain it in four layers: `_SyncingTransport` cuts the already
+  (DESIGN.md §4). We avoid and contain it in four layers: `SyncingTransport` cuts the already
   carried prefix off re-sent append_entries (followers no longer truncate in steady state);
   `DurableJournal` truncates logically (re-added identical entries stay on disk);
   `DurableJournal.deleteEntriesTo` refuses a cut that would leave fewer than two entries (the
   dump stays valid, the older prefix stays, the next compaction retries); and a filter on
   pysyncobj's logger counts truncations and tick failures per replica
   (`status()["library_alarms"]`). The `next_node_idx` handler does not check the term, which is
-  why held-back acks never overtake another message (see `_SyncingTransport`).
+  why held-back acks never overtake another message (see `SyncingTransport`).
 - Message dicts: `type` ('append_entries', 'next_node_idx', ...), and for append_entries
   `term`, `prevLogIdx`, `prevLogTerm`, `entries` or `transmission` or `serialized`; for
   next_node_idx `reset`, `success`. pysyncobj ignores `Transport.send`'s result for these.
@@ -85,29 +85,27 @@ import fcntl
 import functools
 import logging
 import os
-import struct
 import threading
 import time
 import uuid
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import Any, TypeVar
 
-import msgpack
-import pysyncobj.syncobj as _pysyncobj_syncobj
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj.config import FAIL_REASON
-from pysyncobj.journal import Journal
 from pysyncobj.node import TCPNode
-from pysyncobj.transport import TCPTransport
 from pysyncobj.version import VERSION as _PYSYNCOBJ_VERSION
 
 from raftsched import limits
 from raftsched.errors import Code, RaftschedError
 from raftsched.replica.applied_log import AppliedLogWriter
+from raftsched.replica.raft.alarms import ALARM_FILTER, LibraryAlarms
+from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
+from raftsched.replica.raft.journal import DurableJournal, Entry, pending_journal
+from raftsched.replica.raft.transport import SyncingTransport
 from raftsched.state import fsm, snapshot
 from raftsched.state.commands import Barrier, encode
 from raftsched.state.fsm import Applied, Outcome, Rejected
@@ -165,609 +163,6 @@ _RAFT_STATE_LEADER = 2
 """pysyncobj `_RAFT_STATE.LEADER`, as passed to `onStateChanged`."""
 
 T = TypeVar("T")
-Entry = tuple[bytes, int, int]
-"""A pysyncobj log entry: (command bytes, index, term)."""
-
-
-# --- errors -------------------------------------------------------------------------------------
-
-
-class NotLeader(RaftschedError):
-    """This replica is not the leader; nothing was appended. `leader` is the last known one."""
-
-    def __init__(self, leader: str | None) -> None:
-        where = f"the leader is {leader}" if leader else "no leader is known right now"
-        super().__init__(Code.UNAVAILABLE, f"this replica is not the leader; {where}")
-        self.leader = leader
-
-
-class OutcomeUnknown(RaftschedError):
-    """The command may or may not have committed."""
-
-    def __init__(self, detail: str) -> None:
-        super().__init__(
-            Code.DEADLINE_EXCEEDED,
-            f"{detail}: the command may or may not have committed; retry with the same request id",
-        )
-
-
-# --- the journal --------------------------------------------------------------------------------
-
-_JOURNAL_MAGIC = b"RSRAFTJ\x01"
-_RECORD = struct.Struct("<IIQQ")
-"""Record header: command length, crc32 of (index, term, command), index, term."""
-_INDEX_TERM = struct.Struct("<QQ")
-
-
-@dataclass(slots=True)
-class JournalStats:
-    data_syncs: int = 0
-    """fdatasync calls on the journal file."""
-    meta_syncs: int = 0
-    """Durable writes of the term/vote/commit meta file."""
-    dir_syncs: int = 0
-    rewrites: int = 0
-    """Atomic rewrites (log compaction, alignment to a dump)."""
-    readopted: int = 0
-    """Entries pysyncobj truncated and re-added unchanged: kept on disk, not rewritten."""
-    skipped_compactions: int = 0
-    """Compactions refused because they would have emptied the log (see module docstring)."""
-    torn_tail_bytes: int = 0
-    """Bytes of an incomplete last record dropped at open (a crash during a write)."""
-
-
-class DurableJournal(Journal):  # type: ignore[misc]
-    """pysyncobj's Journal interface over an append-only file we fsync ourselves.
-
-    Called only from the tick thread (and the constructor before it starts). `add`, `clear` and
-    `deleteEntriesFrom` change the file in the page cache; `sync` makes every change durable.
-    Operations that drop a prefix of the log (`clear`, `deleteEntriesTo`) first make the dump
-    durable, since the dropped entries then live only there.
-
-    Suffix truncation is logical. pysyncobj's follower truncates everything after `prevLogIdx`
-    on every append_entries that overlaps its log, even when the leader merely re-sends entries
-    it already has (the leader's nextIndex moves back on each in-flight ack) — then re-adds them.
-    Truncating the file would open a window where entries this replica acknowledged (and that
-    may be committed) are on disk nowhere here. So truncated records stay in the file as a
-    "shadow" tail; an `add` equal to the shadow's first record adopts it without writing; the
-    first different `add` (a real conflict) cuts the file there. After a crash the shadow tail
-    reappears as log entries: a state this replica really held, which Raft tolerates (a
-    committed entry in it matches the leader's; an uncommitted one is overwritten again).
-    """
-
-    def __init__(self, path: str, *, dump_path: str, fsync: bool = True) -> None:
-        self.path = path
-        self.fsync = fsync
-        self.stats = JournalStats()
-        self.claimed = False
-        """Set when pysyncobj's createJournal handed this object to a SyncObj."""
-        self._meta_path = path + ".meta"
-        self._dump_path = dump_path
-        self._dir = os.path.dirname(os.path.abspath(path))
-        self._entries: list[Entry] = []
-        self._offsets: list[int] = []
-        self._end = len(_JOURNAL_MAGIC)
-        """Logical end: where the next record goes."""
-        self._shadow: deque[Entry] = deque()
-        """Records on disk between `_end` and `_file_end` (logically truncated)."""
-        self._file_end = self._end
-        self._synced_end = self._end
-        """Bytes [0, _synced_end) of the file as it is now are durable."""
-        self._dirty = False
-        self._meta: dict[str, Any] = self._read_meta()
-        self._meta_dirty = False
-        self._fd: int | None = self._open()
-
-    # -- pysyncobj's Journal interface --------------------------------------------------------
-
-    def add(self, command: Any, idx: int, term: int) -> None:
-        data = command.encode() if isinstance(command, str) else bytes(command)
-        if self._entries:
-            assert idx == self._entries[-1][1] + 1, f"journal gap: {self._entries[-1][1]} -> {idx}"
-        if self._shadow:
-            if self._shadow[0] == (data, idx, term):
-                self._shadow.popleft()
-                self._append(data, idx, term)
-                self.stats.readopted += 1
-                return
-            self._cut_file(self._end)
-        crc = zlib.crc32(data, zlib.crc32(_INDEX_TERM.pack(idx, term)))
-        self._write(_RECORD.pack(len(data), crc, idx, term), self._end)
-        self._write(data, self._end + _RECORD.size)
-        self._append(data, idx, term)
-        self._file_end = self._end
-        self._dirty = True
-
-    def clear(self) -> None:
-        self._make_dump_durable()
-        self._entries = []
-        self._offsets = []
-        self._cut_file(len(_JOURNAL_MAGIC))
-        self._end = len(_JOURNAL_MAGIC)
-
-    def deleteEntriesFrom(self, entryFrom: int) -> None:
-        if entryFrom >= len(self._entries):
-            return
-        self._shadow.extendleft(reversed(self._entries[entryFrom:]))
-        self._end = self._offsets[entryFrom]
-        del self._entries[entryFrom:]
-        del self._offsets[entryFrom:]
-
-    def deleteEntriesTo(self, entryTo: int) -> None:
-        if entryTo <= 0:
-            return
-        if entryTo > len(self._entries) - 2:
-            # The log was cut below the snapshot point since the snapshot was taken (see the
-            # module docstring). Compacting now would leave < 2 entries (pysyncobj's own journal
-            # would leave none and the replica would fail on every tick). Keep the older prefix;
-            # the dump stays valid and the next compaction retries.
-            self.stats.skipped_compactions += 1
-            logger.warning(
-                "event raft_compaction_skipped cut=%d entries=%d first_index=%d",
-                entryTo, len(self._entries), self.first_index(),
-            )
-            return
-        self._make_dump_durable()
-        self._rewrite(self._entries[entryTo:])
-
-    def __getitem__(self, item: Any) -> Any:
-        return self._entries[item]
-
-    def __len__(self) -> int:
-        return len(self._entries)
-
-    def _destroy(self) -> None:
-        if self._fd is None:
-            return
-        self.sync()
-        if self._meta_dirty:
-            self._write_meta()
-        os.close(self._fd)
-        self._fd = None
-
-    def setRaftCommitIndex(self, raftCommitIndex: int) -> None:
-        if self._meta.get("commit") != raftCommitIndex:
-            self._meta["commit"] = int(raftCommitIndex)
-            self._meta_dirty = True
-
-    def getRaftCommitIndex(self) -> int:
-        return int(self._meta.get("commit", 1))
-
-    def setCurrentTerm(self, term: int, votedForNodeId: Any) -> None:
-        # Raft: term and vote are durable before any message reflecting them is sent.
-        self._meta["term"] = int(term)
-        self._meta["voted_for"] = None if votedForNodeId is None else str(votedForNodeId)
-        self._write_meta()
-
-    def getCurrentTerm(self) -> int:
-        return int(self._meta.get("term", 0))
-
-    def getVotedForNodeId(self) -> str | None:
-        voted = self._meta.get("voted_for")
-        return None if voted is None else str(voted)
-
-    def onOneSecondTimer(self) -> None:
-        if self._meta_dirty:
-            self._write_meta()
-
-    # -- ours ---------------------------------------------------------------------------------
-
-    def sync(self) -> None:
-        """Make every change so far durable (one fdatasync for any number of entries)."""
-        if not self._dirty or self._fd is None:
-            return
-        if self.fsync:
-            os.fdatasync(self._fd)
-            self.stats.data_syncs += 1
-        self._dirty = False
-        self._synced_end = self._file_end
-
-    def is_durable(self, index: int) -> bool:
-        """Whether the entry at `index` is in the log and on disk."""
-        position = index - self.first_index()
-        if not 0 <= position < len(self._entries):
-            return False
-        return self._record_end(position) <= self._synced_end
-
-    def durable_index(self) -> int:
-        """The last index of the log's durable prefix (0 if none)."""
-        low, high = 0, len(self._entries)
-        while low < high:
-            middle = (low + high) // 2
-            if self._record_end(middle) <= self._synced_end:
-                low = middle + 1
-            else:
-                high = middle
-        return self._entries[low - 1][1] if low else 0
-
-    def first_index(self) -> int:
-        try:
-            return self._entries[0][1]
-        except IndexError:
-            return 0
-
-    def last_index(self) -> int:
-        try:
-            return self._entries[-1][1]
-        except IndexError:
-            return 0
-
-    def align_to_dump(self, previous: Entry, last: Entry) -> bool:
-        """Drop the entries before `previous` if the journal holds `previous, last` further on.
-
-        pysyncobj compacts the journal one tick after the dump is renamed into place; a crash in
-        between leaves a new dump with an uncompacted journal, which `__loadDumpFile` would clear
-        entirely — losing acknowledged entries that follow the dump. Returns True if it cut.
-        """
-        entries = self._entries
-        if not entries or (len(entries) >= 2 and entries[0] == previous and entries[1] == last):
-            return False
-        position = previous[1] - entries[0][1]
-        if position <= 0 or position + 1 >= len(entries):
-            return False
-        if entries[position] != previous or entries[position + 1] != last:
-            return False
-        logger.info("event raft_journal_aligned_to_dump dropped=%d first_index=%d",
-                    position, previous[1])
-        self._make_dump_durable()
-        self._rewrite(entries[position:])
-        return True
-
-    # -- files --------------------------------------------------------------------------------
-
-    def _append(self, data: bytes, idx: int, term: int) -> None:
-        self._entries.append((data, idx, term))
-        self._offsets.append(self._end)
-        self._end += _RECORD.size + len(data)
-
-    def _record_end(self, position: int) -> int:
-        return self._offsets[position] + _RECORD.size + len(self._entries[position][0])
-
-    def _open(self) -> int:
-        if not os.path.exists(self.path):
-            self._create_empty(self.path)
-        self._load()
-        fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-        size = os.fstat(fd).st_size
-        if size != self._end:
-            self.stats.torn_tail_bytes = size - self._end
-            logger.warning("event raft_journal_torn_tail path=%s dropped_bytes=%d",
-                           self.path, size - self._end)
-            os.ftruncate(fd, self._end)
-        if self.fsync:
-            # What a killed predecessor wrote may still be only in the page cache.
-            os.fsync(fd)
-        self._file_end = self._synced_end = self._end
-        return fd
-
-    def _create_empty(self, path: str) -> None:
-        with open(path, "wb") as out:
-            out.write(_JOURNAL_MAGIC)
-            out.flush()
-            if self.fsync:
-                os.fsync(out.fileno())
-        self._sync_dir()
-
-    def _load(self) -> None:
-        with open(self.path, "rb") as source:
-            size = os.fstat(source.fileno()).st_size
-            if source.read(len(_JOURNAL_MAGIC)) != _JOURNAL_MAGIC:
-                raise RaftschedError(Code.FAILED_PRECONDITION,
-                                     f"{self.path} is not a raftsched Raft journal")
-            offset = len(_JOURNAL_MAGIC)
-            while True:
-                entry = self._read_record(source, offset, size)
-                if entry is None:
-                    break
-                if self._entries and entry[1] != self._entries[-1][1] + 1:
-                    raise self._corrupt(offset, "index gap")
-                self._entries.append(entry)
-                self._offsets.append(offset)
-                offset += _RECORD.size + len(entry[0])
-        self._end = offset
-
-    def _read_record(self, source: Any, offset: int, size: int) -> Entry | None:
-        """The record at `offset`, or None at the end or at a torn last record."""
-        header = source.read(_RECORD.size)
-        if len(header) < _RECORD.size:
-            return None
-        length, crc, idx, term = _RECORD.unpack(header)
-        record_end = offset + _RECORD.size + length
-        if record_end > size:
-            return None
-        data = source.read(length)
-        if zlib.crc32(data, zlib.crc32(_INDEX_TERM.pack(idx, term))) != crc:
-            if record_end >= size:
-                return None
-            raise self._corrupt(offset, "checksum mismatch before the last record")
-        return data, idx, term
-
-    def _corrupt(self, offset: int, what: str) -> RaftschedError:
-        return RaftschedError(
-            Code.FAILED_PRECONDITION,
-            f"{self.path} is corrupt at byte {offset} ({what}); rebuild this replica from its "
-            "peers: remove it from the cluster, wipe its data dir, add it back",
-        )
-
-    def _write(self, data: bytes, offset: int) -> None:
-        assert self._fd is not None, "journal used after close"
-        view = memoryview(data)
-        while view:
-            written = os.pwrite(self._fd, view, offset)
-            view = view[written:]
-            offset += written
-
-    def _cut_file(self, offset: int) -> None:
-        """Physically truncate the file at `offset`, dropping the shadow tail."""
-        assert self._fd is not None, "journal used after close"
-        os.ftruncate(self._fd, offset)
-        self._shadow.clear()
-        self._file_end = offset
-        self._synced_end = min(self._synced_end, offset)
-        self._dirty = True
-
-    def _rewrite(self, entries: list[Entry]) -> None:
-        """Replace the file by one holding `entries` then the shadow tail, atomically
-        (tmp + fsync + rename + directory fsync)."""
-        tmp_path = self.path + ".tmp"
-        offsets: list[int] = []
-        offset = len(_JOURNAL_MAGIC)
-        with open(tmp_path, "wb") as out:
-            out.write(_JOURNAL_MAGIC)
-            for data, idx, term in [*entries, *self._shadow]:
-                crc = zlib.crc32(data, zlib.crc32(_INDEX_TERM.pack(idx, term)))
-                out.write(_RECORD.pack(len(data), crc, idx, term))
-                out.write(data)
-                offsets.append(offset)
-                offset += _RECORD.size + len(data)
-            out.flush()
-            if self.fsync:
-                os.fsync(out.fileno())
-        os.replace(tmp_path, self.path)
-        self._sync_dir()
-        if self._fd is not None:
-            os.close(self._fd)
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
-        self._entries = list(entries)
-        self._offsets = offsets[: len(entries)]
-        self._end = offsets[len(entries)] if len(offsets) > len(entries) else offset
-        self._file_end = self._synced_end = offset
-        self._dirty = False
-        self.stats.rewrites += 1
-
-    def _make_dump_durable(self) -> None:
-        """The dump was renamed into place by pysyncobj without a directory fsync."""
-        if not self.fsync:
-            return
-        if os.path.exists(self._dump_path):
-            fd = os.open(self._dump_path, os.O_RDONLY | os.O_CLOEXEC)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        self._sync_dir()
-
-    def _sync_dir(self) -> None:
-        if not self.fsync:
-            return
-        fd = os.open(self._dir, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        self.stats.dir_syncs += 1
-
-    def _read_meta(self) -> dict[str, Any]:
-        try:
-            with open(self._meta_path, "rb") as source:
-                meta = msgpack.unpackb(source.read(), raw=False)
-        except FileNotFoundError:
-            return {}
-        except ValueError as exc:
-            # Written tmp + fsync + rename, so damage is not a crash artefact. Guessing the term
-            # or vote could let this replica vote twice in one term: refuse.
-            raise RaftschedError(Code.FAILED_PRECONDITION,
-                                 f"{self._meta_path} is unreadable: {exc}") from exc
-        if not isinstance(meta, dict):
-            raise RaftschedError(Code.FAILED_PRECONDITION, f"{self._meta_path} is not a map")
-        return meta
-
-    def _write_meta(self) -> None:
-        tmp_path = self._meta_path + ".tmp"
-        with open(tmp_path, "wb") as out:
-            out.write(msgpack.packb(self._meta, use_bin_type=True))
-            out.flush()
-            if self.fsync:
-                os.fsync(out.fileno())
-        os.replace(tmp_path, self._meta_path)
-        self._sync_dir()
-        self._meta_dirty = False
-        self.stats.meta_syncs += 1
-
-
-# --- hooking the journal into SyncObj (the one monkeypatch) -------------------------------------
-
-_ORIGINAL_CREATE_JOURNAL = _pysyncobj_syncobj.createJournal
-_PENDING_JOURNALS: dict[str, DurableJournal] = {}
-_PENDING_JOURNALS_LOCK = threading.Lock()
-
-
-def _create_journal(journalFile: Any = None) -> Any:
-    with _PENDING_JOURNALS_LOCK:
-        journal = _PENDING_JOURNALS.pop(journalFile, None) if journalFile else None
-    if journal is None:
-        return _ORIGINAL_CREATE_JOURNAL(journalFile)
-    journal.claimed = True
-    return journal
-
-
-_pysyncobj_syncobj.createJournal = _create_journal
-
-
-# --- watching pysyncobj's own alarms ------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class LibraryAlarms:
-    """pysyncobj log lines that mean trouble, counted per replica (by tick thread)."""
-
-    truncated_applied: int = 0
-    """CRITICAL "truncating already-applied log entries" (see the module docstring)."""
-    tick_failures: int = 0
-    """"failed _onTick in _autoTickThread": an exception escaped a tick."""
-    dump_failures: int = 0
-    """"Failed to store full dump" / "failed to load full dump"."""
-
-
-_ALARM_PREFIXES = (
-    ("truncating already-applied", "truncated_applied"),
-    ("failed _onTick", "tick_failures"),
-    ("Failed to store full dump", "dump_failures"),
-    ("failed to load full dump", "dump_failures"),
-)
-
-
-class _AlarmFilter(logging.Filter):
-    def __init__(self) -> None:
-        super().__init__()
-        self.by_thread: dict[int, LibraryAlarms] = {}
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        alarms = self.by_thread.get(record.thread or 0)
-        if alarms is not None and isinstance(record.msg, str):
-            for prefix, counter in _ALARM_PREFIXES:
-                if record.msg.startswith(prefix):
-                    setattr(alarms, counter, getattr(alarms, counter) + 1)
-        return True
-
-
-_ALARM_FILTER = _AlarmFilter()
-logging.getLogger("pysyncobj.syncobj").addFilter(_ALARM_FILTER)
-
-
-# --- the SyncObj side ---------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class ReplicationStats:
-    trimmed_entries: int = 0
-    """Entries not re-sent because this connection already carried them in this term."""
-    tracking_resets: int = 0
-    """Times a follower's reset, failure or reconnection made us forget what it was sent."""
-    acks: int = 0
-    ack_batches: int = 0
-    """Acks sent, and flushes that sent any (one fdatasync each at most): group commit."""
-
-
-@dataclass(slots=True)
-class _Sent:
-    """The last entry sent to one follower over its current connection, in one leader term."""
-
-    term: int
-    index: int
-    index_term: int
-
-
-class _SyncingTransport(TCPTransport):  # type: ignore[misc]
-    """TCPTransport that (1) makes the journal durable before a message leaves, except a
-    leader's `append_entries` (see "Durability points" in the module docstring), with group
-    commit for follower acks, and (2) does not re-send entries a connection already carried.
-
-    (1): a follower's acks (`next_node_idx`) are held back and sent together by `flush` — one
-    fdatasync, then the acks in order — at the end of the tick, or before any other message so
-    that the order of messages on the wire is always the order pysyncobj sent them in (an ack
-    overtaken by a vote could otherwise reach a new leader as if it were about its log).
-
-    (2): pysyncobj's leader moves a follower's nextIndex back to each ack's position while later
-    entries are still in flight (`next_node_idx` handling in `SyncObj.__onMessageReceived`), so
-    every new command re-sends all in-flight entries (up to 64 KiB per message), and the follower
-    truncates and re-adds them ("truncating already-applied log entries"). Under pipelined load
-    the backlog grows until followers miss heartbeats and elections churn. A leader's log is
-    append-only within its term and TCP delivers in order, so we cut the already-sent prefix off
-    the message: `prevLogIdx/prevLogTerm` move to the last entry already sent (its term is
-    known), and the follower's own consistency check still guards the result — a follower that
-    lacks it answers `reset`, and any reset, failure, reconnection, snapshot transmission or
-    new term makes us forget what was sent, so pysyncobj's own retransmission takes over. The
-    follower's reply (`prevLogIdx + 1 + len(entries)`) is what the untrimmed message would have
-    produced, or further along when a heartbeat is re-pointed — and then true, since the
-    follower verified that entry.
-    """
-
-    def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any,
-                 journal: DurableJournal, on_tick: Callable[[], None]) -> None:
-        self._journal = journal
-        self._sent: dict[Any, _Sent] = {}
-        self._acks: list[tuple[Any, Any]] = []
-        self.replication = ReplicationStats()
-        super().__init__(syncObj, selfNode, otherNodes)
-        syncObj.addOnTickCallback(on_tick)
-
-    def send(self, node: Any, message: Any) -> bool:
-        kind = message.get("type") if isinstance(message, dict) else None
-        if kind == "next_node_idx":
-            self._acks.append((node, message))  # pysyncobj ignores send()'s result here
-            return True
-        if kind == "append_entries":
-            if self._acks:
-                self.flush()
-            return self._send_now(node, self._trim(node, message))
-        self.flush()
-        return self._send_now(node, message)
-
-    def flush(self) -> None:
-        """Make the journal durable, then send the held-back acks in order."""
-        self._journal.sync()
-        acks, self._acks = self._acks, []
-        for node, message in acks:
-            self._send_now(node, message)
-        self.replication.ack_batches += bool(acks)
-        self.replication.acks += len(acks)
-
-    def _send_now(self, node: Any, message: Any) -> bool:
-        sent = bool(super().send(node, message))
-        if not sent:
-            self._forget(node)
-        return sent
-
-    def _trim(self, node: Any, message: dict[str, Any]) -> dict[str, Any]:
-        entries = message.get("entries")
-        if "prevLogIdx" not in message or "transmission" in message or entries is None:
-            self._forget(node)  # snapshot or large-entry transmission: pysyncobj's own path
-            return message
-        term, previous = message["term"], message["prevLogIdx"]
-        sent = self._sent.get(node)
-        if sent is not None and sent.term == term and sent.index > previous:
-            skip = min(sent.index - previous, len(entries))
-            if skip == len(entries):  # nothing new: point it at the last entry already sent
-                message = {**message, "prevLogIdx": sent.index, "prevLogTerm": sent.index_term,
-                           "entries": []}
-            else:
-                message = {**message, "prevLogIdx": previous + skip,
-                           "prevLogTerm": entries[skip - 1][2], "entries": entries[skip:]}
-            self.replication.trimmed_entries += skip
-            entries = message["entries"]
-        if entries:
-            last = entries[-1]
-            self._sent[node] = _Sent(term, last[1], last[2])
-        return message
-
-    def _forget(self, node: Any) -> None:
-        if self._sent.pop(node, None) is not None:
-            self.replication.tracking_resets += 1
-
-    def _onMessageReceived(self, node: Any, message: Any) -> None:
-        if (isinstance(message, dict) and message.get("type") == "next_node_idx"
-                and (message.get("reset") or not message.get("success"))):
-            self._forget(node)
-        super()._onMessageReceived(node, message)
-
-    def _onNodeConnected(self, node: Any) -> None:
-        self._forget(node)
-        super()._onNodeConnected(node)
-
-    def _onNodeDisconnected(self, node: Any) -> None:
-        self._forget(node)
-        super()._onNodeDisconnected(node)
 
 
 class _ReplicatedLog(SyncObj):  # type: ignore[misc]
@@ -863,7 +258,7 @@ class RaftNode:
         self._alarms = LibraryAlarms()
         self._tick_thread_id: int | None = None
         self._first_tick = threading.Event()
-        self._transport: _SyncingTransport | None = None
+        self._transport: SyncingTransport | None = None
         self._dumps_written = 0
         self._dumps_loaded = 0
         self._unsynced_applies = 0
@@ -913,19 +308,14 @@ class RaftNode:
             onStateChanged=self._on_state_changed,
         )
 
-        def transport(sync_obj: Any, self_node: Any, other_nodes: Any) -> _SyncingTransport:
-            self._transport = _SyncingTransport(sync_obj, self_node, other_nodes,
+        def transport(sync_obj: Any, self_node: Any, other_nodes: Any) -> SyncingTransport:
+            self._transport = SyncingTransport(sync_obj, self_node, other_nodes,
                                                 journal=self._journal, on_tick=self._on_tick)
             return self._transport
 
-        with _PENDING_JOURNALS_LOCK:
-            _PENDING_JOURNALS[journal_path] = self._journal
-        try:
+        with pending_journal(self._journal):
             self._obj = _ReplicatedLog(self._apply_committed, self._address,
                                        self._configured_peers, conf, transport)
-        finally:
-            with _PENDING_JOURNALS_LOCK:
-                _PENDING_JOURNALS.pop(journal_path, None)
         if not self._journal.claimed:
             self._obj.destroy()
             raise RuntimeError("pysyncobj did not build its journal through createJournal: "
@@ -987,7 +377,7 @@ class RaftNode:
     def _on_tick(self) -> None:
         if self._tick_thread_id is None:
             self._tick_thread_id = threading.get_ident()
-            _ALARM_FILTER.by_thread[self._tick_thread_id] = self._alarms
+            ALARM_FILTER.by_thread[self._tick_thread_id] = self._alarms
             self._first_tick.set()
         if self._fatal is not None:
             obj = getattr(self, "_obj", None)  # a failure before the constructor returned
@@ -1327,7 +717,7 @@ class RaftNode:
             if self._applied_log is not None:
                 self._applied_log.close()
         if self._tick_thread_id is not None:
-            _ALARM_FILTER.by_thread.pop(self._tick_thread_id, None)
+            ALARM_FILTER.by_thread.pop(self._tick_thread_id, None)
         os.close(self._lock_fd)
         logger.info("event raft_closed address=%s", self._address)
 
@@ -1389,3 +779,4 @@ def _parse_extra(extra: Any) -> tuple[Entry, Entry, list[str]]:
     if previous[1] + 1 != last[1]:
         raise snapshot.SnapshotError("snapshot extra: entries are not consecutive")
     return last, previous, members
+

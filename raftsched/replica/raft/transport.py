@@ -1,0 +1,133 @@
+"""The Raft transport: pysyncobj's TCPTransport with durability before acks and no re-sends."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pysyncobj.transport import TCPTransport
+
+from raftsched.replica.raft.journal import DurableJournal
+
+
+@dataclass(slots=True)
+class ReplicationStats:
+    trimmed_entries: int = 0
+    """Entries not re-sent because this connection already carried them in this term."""
+    tracking_resets: int = 0
+    """Times a follower's reset, failure or reconnection made us forget what it was sent."""
+    acks: int = 0
+    ack_batches: int = 0
+    """Acks sent, and flushes that sent any (one fdatasync each at most): group commit."""
+
+
+@dataclass(slots=True)
+class _Sent:
+    """The last entry sent to one follower over its current connection, in one leader term."""
+
+    term: int
+    index: int
+    index_term: int
+
+
+class SyncingTransport(TCPTransport):  # type: ignore[misc]
+    """TCPTransport that (1) makes the journal durable before a message leaves, except a
+    leader's `append_entries` (see "Durability points" in the module docstring), with group
+    commit for follower acks, and (2) does not re-send entries a connection already carried.
+
+    (1): a follower's acks (`next_node_idx`) are held back and sent together by `flush` — one
+    fdatasync, then the acks in order — at the end of the tick, or before any other message so
+    that the order of messages on the wire is always the order pysyncobj sent them in (an ack
+    overtaken by a vote could otherwise reach a new leader as if it were about its log).
+
+    (2): pysyncobj's leader moves a follower's nextIndex back to each ack's position while later
+    entries are still in flight (`next_node_idx` handling in `SyncObj.__onMessageReceived`), so
+    every new command re-sends all in-flight entries (up to 64 KiB per message), and the follower
+    truncates and re-adds them ("truncating already-applied log entries"). Under pipelined load
+    the backlog grows until followers miss heartbeats and elections churn. A leader's log is
+    append-only within its term and TCP delivers in order, so we cut the already-sent prefix off
+    the message: `prevLogIdx/prevLogTerm` move to the last entry already sent (its term is
+    known), and the follower's own consistency check still guards the result — a follower that
+    lacks it answers `reset`, and any reset, failure, reconnection, snapshot transmission or
+    new term makes us forget what was sent, so pysyncobj's own retransmission takes over. The
+    follower's reply (`prevLogIdx + 1 + len(entries)`) is what the untrimmed message would have
+    produced, or further along when a heartbeat is re-pointed — and then true, since the
+    follower verified that entry.
+    """
+
+    def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any,
+                 journal: DurableJournal, on_tick: Callable[[], None]) -> None:
+        self._journal = journal
+        self._sent: dict[Any, _Sent] = {}
+        self._acks: list[tuple[Any, Any]] = []
+        self.replication = ReplicationStats()
+        super().__init__(syncObj, selfNode, otherNodes)
+        syncObj.addOnTickCallback(on_tick)
+
+    def send(self, node: Any, message: Any) -> bool:
+        kind = message.get("type") if isinstance(message, dict) else None
+        if kind == "next_node_idx":
+            self._acks.append((node, message))  # pysyncobj ignores send()'s result here
+            return True
+        if kind == "append_entries":
+            if self._acks:
+                self.flush()
+            return self._send_now(node, self._trim(node, message))
+        self.flush()
+        return self._send_now(node, message)
+
+    def flush(self) -> None:
+        """Make the journal durable, then send the held-back acks in order."""
+        self._journal.sync()
+        acks, self._acks = self._acks, []
+        for node, message in acks:
+            self._send_now(node, message)
+        self.replication.ack_batches += bool(acks)
+        self.replication.acks += len(acks)
+
+    def _send_now(self, node: Any, message: Any) -> bool:
+        sent = bool(super().send(node, message))
+        if not sent:
+            self._forget(node)
+        return sent
+
+    def _trim(self, node: Any, message: dict[str, Any]) -> dict[str, Any]:
+        entries = message.get("entries")
+        if "prevLogIdx" not in message or "transmission" in message or entries is None:
+            self._forget(node)  # snapshot or large-entry transmission: pysyncobj's own path
+            return message
+        term, previous = message["term"], message["prevLogIdx"]
+        sent = self._sent.get(node)
+        if sent is not None and sent.term == term and sent.index > previous:
+            skip = min(sent.index - previous, len(entries))
+            if skip == len(entries):  # nothing new: point it at the last entry already sent
+                message = {**message, "prevLogIdx": sent.index, "prevLogTerm": sent.index_term,
+                           "entries": []}
+            else:
+                message = {**message, "prevLogIdx": previous + skip,
+                           "prevLogTerm": entries[skip - 1][2], "entries": entries[skip:]}
+            self.replication.trimmed_entries += skip
+            entries = message["entries"]
+        if entries:
+            last = entries[-1]
+            self._sent[node] = _Sent(term, last[1], last[2])
+        return message
+
+    def _forget(self, node: Any) -> None:
+        if self._sent.pop(node, None) is not None:
+            self.replication.tracking_resets += 1
+
+    def _onMessageReceived(self, node: Any, message: Any) -> None:
+        if (isinstance(message, dict) and message.get("type") == "next_node_idx"
+                and (message.get("reset") or not message.get("success"))):
+            self._forget(node)
+        super()._onMessageReceived(node, message)
+
+    def _onNodeConnected(self, node: Any) -> None:
+        self._forget(node)
+        super()._onNodeConnected(node)
+
+    def _onNodeDisconnected(self, node: Any) -> None:
+        self._forget(node)
+        super()._onNodeDisconnected(node)
