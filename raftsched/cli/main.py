@@ -34,7 +34,8 @@ from typing import Any, Protocol, TypeAlias
 from raftsched import limits
 from raftsched.cli import render
 from raftsched.errors import Code, RaftschedError
-from raftsched.spec.job import JobSpec, SpecError, SpecIssue, load_spec_file, parse_spec_text
+from raftsched.spec.file import load_spec_file
+from raftsched.spec.job import JobSpec, SpecError, SpecIssue, parse_spec_text
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1

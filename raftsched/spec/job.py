@@ -21,7 +21,6 @@ import difflib
 import hashlib
 import json
 import math
-import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -45,7 +44,6 @@ __all__ = [
     "SpecError",
     "SpecIssue",
     "TaskSpec",
-    "load_spec_file",
     "parse_spec_text",
     "validate_job_doc",
 ]
@@ -216,17 +214,6 @@ def validate_job_doc(doc: object) -> JobSpec:
 def parse_spec_text(text: str | bytes, *, source: str = "<spec>") -> JobSpec:
     """Parse JSON (when the text is a JSON object) or else YAML, then validate it."""
     return validate_job_doc(_load_document(text, source))
-
-
-def load_spec_file(path: str | os.PathLike[str]) -> JobSpec:
-    """Read, parse and validate a spec file; an unreadable file is a SpecError too."""
-    try:
-        with open(path, "rb") as file:
-            data = file.read(limits.MAX_SPEC_BYTES + 1)
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise SpecError([SpecIssue("", f"cannot read {os.fspath(path)}: {reason}")]) from None
-    return parse_spec_text(data, source=os.fspath(path))
 
 
 # --- text -> document -----------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from raftsched import limits
+from raftsched.spec.file import load_spec_file
 from raftsched.spec.job import (
     FAILURE_POLICIES,
     JobSpec,
@@ -20,7 +21,6 @@ from raftsched.spec.job import (
     SpecError,
     SpecIssue,
     TaskSpec,
-    load_spec_file,
     parse_spec_text,
     validate_job_doc,
 )
