@@ -56,6 +56,7 @@ from agent.model import (
 from agent.outbox import Outbox
 from agent.session import Reregister, Session, SessionError
 from raftsched.clock import wall_ms
+from raftsched.protocol import ReportVerdict
 
 logger = logging.getLogger("agent")
 
@@ -560,7 +561,7 @@ class Agent:
                 self._metrics.reports_pending.set(self._outbox.count())
             self._metrics.reports_acked.inc(len(acked))
             for verdict in reported.verdicts:
-                if verdict.verdict != "accepted":
+                if verdict.verdict != ReportVerdict.ACCEPTED:
                     logger.info(event("report_verdict", fence=verdict.fence,
                                       verdict=verdict.verdict))
             if len(acked) < len(batch):

@@ -8,51 +8,40 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
+from raftsched.protocol import (
+    TERMINAL_REPORT_KINDS,
+    KnownAttempt,
+    Report,
+    ReportKey,
+    ReportKind,
+    ReportVerdict,
+    Resources,
+    task_key,
+)
 
-class ReportKind(enum.IntEnum):
-    """Numbered exactly like `AgentReport.Kind` in the proto (append-only)."""
-
-    STARTED = 1
-    REJECTED = 2
-    FINISHED = 3
-    KILLED = 4
-
-
-TERMINAL_REPORT_KINDS = frozenset({ReportKind.FINISHED, ReportKind.KILLED})
-"""A committed report of one of these kinds ends the attempt and clears its kill directive."""
-
-
-def task_key(job_id: str, task_id: str) -> str:
-    """The fence store's key of a task: `job_id/task_id` (task ids cannot contain '/')."""
-    return f"{job_id}/{task_id}"
-
-
-@dataclass(frozen=True, slots=True)
-class Resources:
-    cpu_milli: int = 0
-    memory_mb: int = 0
-    gpu: int = 0
-
-    def fits_in(self, free: Resources) -> bool:
-        return (self.cpu_milli <= free.cpu_milli and self.memory_mb <= free.memory_mb
-                and self.gpu <= free.gpu)
-
-    def plus(self, other: Resources) -> Resources:
-        return Resources(self.cpu_milli + other.cpu_milli, self.memory_mb + other.memory_mb,
-                         self.gpu + other.gpu)
-
-    def minus(self, other: Resources) -> Resources:
-        return Resources(self.cpu_milli - other.cpu_milli, self.memory_mb - other.memory_mb,
-                         self.gpu - other.gpu)
-
-    def to_dict(self) -> dict[str, int]:
-        return {"cpu_milli": self.cpu_milli, "memory_mb": self.memory_mb, "gpu": self.gpu}
-
-    @staticmethod
-    def from_dict(data: dict[str, Any]) -> Resources:
-        return Resources(int(data["cpu_milli"]), int(data["memory_mb"]), int(data["gpu"]))
+__all__ = [
+    "TERMINAL_REPORT_KINDS",
+    "Assignment",
+    "AttemptRecord",
+    "AttemptState",
+    "Beat",
+    "Completion",
+    "Directives",
+    "KillDirective",
+    "KnownAttempt",
+    "Registered",
+    "Registration",
+    "Report",
+    "ReportKey",
+    "ReportKind",
+    "ReportVerdict",
+    "Reported",
+    "Resources",
+    "Verdict",
+    "task_key",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +55,7 @@ class Assignment:
     command: tuple[str, ...]
     env: dict[str, str] = field(default_factory=dict)
     cwd: str = ""
-    resources: Resources = Resources()
+    resources: Resources = field(default_factory=Resources)
     timeout_ms: int = 0
     """0: no timeout."""
     idempotency_key: str = ""
@@ -87,50 +76,7 @@ class KillDirective:
         return task_key(self.job_id, self.task_id)
 
 
-class ReportKey(NamedTuple):
-    """A report is stored at most once per (fence, kind)."""
-
-    fence: int
-    kind: ReportKind
-
-
-@dataclass(frozen=True, slots=True)
-class Report:
-    kind: ReportKind
-    job_id: str
-    task_id: str
-    fence: int
-    exit_code: int | None = None
-    timed_out: bool = False
-    reason: str = ""
-
-    @property
-    def key(self) -> ReportKey:
-        return ReportKey(self.fence, self.kind)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": int(self.kind), "job_id": self.job_id, "task_id": self.task_id,
-                "fence": self.fence, "exit_code": self.exit_code, "timed_out": self.timed_out,
-                "reason": self.reason}
-
-    @staticmethod
-    def from_dict(data: dict[str, Any]) -> Report:
-        exit_code = data["exit_code"]
-        return Report(ReportKind(int(data["kind"])), str(data["job_id"]), str(data["task_id"]),
-                      int(data["fence"]), None if exit_code is None else int(exit_code),
-                      bool(data["timed_out"]), str(data["reason"]))
-
-
 # --- session messages ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class KnownAttempt:
-    job_id: str
-    task_id: str
-    fence: int
-    running: bool
-    """False: finished, its result still in the outbox."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,8 +120,8 @@ class Directives:
 @dataclass(frozen=True, slots=True)
 class Verdict:
     fence: int
-    verdict: str
-    """accepted, duplicate, late, not_found or wrong_cluster: every one is final."""
+    verdict: ReportVerdict
+    """Every verdict is final: the report may leave the outbox."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from agent.model import (
     Registration,
     Report,
     Reported,
+    ReportVerdict,
     Resources,
     Verdict,
 )
@@ -158,8 +159,8 @@ class GrpcSession:
         request = pb.ReportRequest(cluster_id=cluster_id, incarnation=incarnation,
                                    reports=[_report_pb(r) for r in reports])
         response = self._call("Report", request, self._report_deadline_ms, reregister=True)
-        return Reported(int(response.term),
-                        tuple(Verdict(int(v.fence), str(v.verdict)) for v in response.verdicts))
+        return Reported(int(response.term), tuple(
+            Verdict(int(v.fence), ReportVerdict(v.verdict)) for v in response.verdicts))
 
     def close(self) -> None:
         with self._lock:

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from raftsched import limits
+from raftsched.protocol import ReportVerdict
 from raftsched.spec.job import JobSpec
 from raftsched.state import commands as c
 from raftsched.state import fsm
@@ -308,7 +309,7 @@ class LogAuditor:
                       state: State) -> None:
         for report, (job_id, task_id, fence, verdict) in zip(
                 command.items, result["items"], strict=True):
-            if verdict != "accepted":
+            if verdict != ReportVerdict.ACCEPTED:
                 continue
             self._accepted(index, command.cluster_id, report, state)
             if report.kind == c.ReportKind.FINISHED and report.exit_code == 0 \

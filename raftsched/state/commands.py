@@ -19,6 +19,11 @@ import msgpack
 
 from raftsched import limits
 
+# Report items and known attempts are the protocol's own types (one copy, shared with agents).
+from raftsched.protocol import KnownAttempt as KnownAttempt
+from raftsched.protocol import Report as Report
+from raftsched.protocol import ReportKind as ReportKind
+
 
 class Tag(IntEnum):
     """Append-only: a tag keeps its number forever; retired tags are never reused."""
@@ -32,17 +37,6 @@ class Tag(IntEnum):
     TICK = 7
     ATTEMPT_MARK_LOST = 8
     BARRIER = 9
-
-
-class ReportKind(IntEnum):
-    """What an agent says about one attempt (an item of REPORT_BATCH)."""
-
-    STARTED = 1
-    REJECTED = 2
-    """Admission said no (stale fence, no capacity): infrastructure, not the task's fault."""
-    FINISHED = 3
-    KILLED = 4
-    """The agent stopped the attempt (kill directive honoured, or preempted on its own)."""
 
 
 class ClusterStatus(IntEnum):
@@ -72,16 +66,6 @@ class JobCancel:
     job_id: str
     now_ms: int
     reason: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class KnownAttempt:
-    """An attempt an agent holds when it (re-)registers."""
-
-    job_id: str
-    task_id: str
-    fence: int
-    running: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,17 +99,6 @@ class Placement:
 class AssignBatch:
     now_ms: int
     items: tuple[Placement, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Report:
-    kind: ReportKind
-    job_id: str
-    task_id: str
-    fence: int
-    exit_code: int | None = None
-    timed_out: bool = False
-    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from typing import Any
 
 from raftsched import limits
 from raftsched.errors import Code
+from raftsched.protocol import ReportVerdict
 from raftsched.spec.job import JobSpec, SpecError, TaskSpec
 from raftsched.spec.wire import validate_wire
 from raftsched.state.commands import (
@@ -420,26 +421,27 @@ def _fits(cluster: Cluster, cpu_milli: int, memory_mb: int, gpu: int) -> bool:
 def apply_report_batch(state: State, cmd: ReportBatch) -> Outcome:
     """Each item's verdict: accepted, duplicate, late, or refused (not found / wrong cluster).
     Every verdict is final: the agent may drop the report from its outbox once committed."""
-    verdicts: list[tuple[str, str, int, str]] = []
+    verdicts: list[tuple[str, str, int, ReportVerdict]] = []
     for index, report in enumerate(cmd.items):
         verdict = _report_one(state, cmd.cluster_id, report, cmd.now_ms, cmd.entropy + index)
         verdicts.append((report.job_id, report.task_id, report.fence, verdict))
     return Applied({"items": verdicts})
 
 
-def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entropy: int) -> str:
+def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entropy: int,
+                ) -> ReportVerdict:
     job = state.jobs.get(report.job_id)
     index = None if job is None else job.index_of.get(report.task_id)
     if job is None or index is None:
         if report.kind != ReportKind.STARTED:
             _confirm_kill(state, cluster_id, report)
-        return "not_found"
+        return ReportVerdict.NOT_FOUND
     task = job.tasks[index]
     attempt = _find_attempt(task, report.fence)
     if attempt is None:
-        return "not_found"
+        return ReportVerdict.NOT_FOUND
     if attempt.cluster_id != cluster_id:
-        return "wrong_cluster"
+        return ReportVerdict.WRONG_CLUSTER
     if report.kind != ReportKind.STARTED:
         _confirm_kill(state, cluster_id, report)  # the process is gone either way
     current = task.attempts[-1]
@@ -447,23 +449,23 @@ def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entr
         return _note_stale(task, attempt, report, now_ms)
     if report.kind == ReportKind.STARTED:
         if attempt.state == _A_RUNNING:
-            return _note(task, "duplicate", report, now_ms, "already RUNNING")
+            return _note(task, ReportVerdict.DUPLICATE, report, now_ms, "already RUNNING")
         _mark_started(state, job, task, attempt)
-        return "accepted"
+        return ReportVerdict.ACCEPTED
     if report.kind == ReportKind.REJECTED:
         if attempt.state == _A_RUNNING:
-            return _note(task, "late", report, now_ms, "rejection of a RUNNING attempt")
+            return _note(task, ReportVerdict.LATE, report, now_ms, "rejection of a RUNNING attempt")
         _end_attempt(state, job, task, attempt, AttemptState.REJECTED,
                      report.reason or "rejected by agent admission", kill=False)
         _infra_failure(state, job, task, immediate=False, entropy=entropy)
-        return "accepted"
+        return ReportVerdict.ACCEPTED
     if report.kind == ReportKind.KILLED:
         _end_attempt(state, job, task, attempt, AttemptState.PREEMPTED,
                      report.reason or "stopped by the agent", kill=False)
         _infra_failure(state, job, task, immediate=True, entropy=entropy)
-        return "accepted"
+        return ReportVerdict.ACCEPTED
     _finish_attempt(state, job, task, attempt, report, entropy)
-    return "accepted"
+    return ReportVerdict.ACCEPTED
 
 
 def _find_attempt(task: Task, fence: int) -> Attempt | None:
@@ -476,13 +478,14 @@ def _find_attempt(task: Task, fence: int) -> Attempt | None:
     return None
 
 
-def _note_stale(task: Task, attempt: Attempt, report: Report, now_ms: int) -> str:
+def _note_stale(task: Task, attempt: Attempt, report: Report, now_ms: int) -> ReportVerdict:
     if attempt is task.attempts[-1] and _same_outcome(attempt, report):
-        return _note(task, "duplicate", report, now_ms, f"attempt already {attempt.state.name}")
+        return _note(task, ReportVerdict.DUPLICATE, report, now_ms,
+                     f"attempt already {attempt.state.name}")
     detail = f"attempt {attempt.number} is {attempt.state.name}"
     if attempt is not task.attempts[-1]:
         detail += f"; current fence is {task.attempts[-1].fence}"
-    return _note(task, "late", report, now_ms, detail)
+    return _note(task, ReportVerdict.LATE, report, now_ms, detail)
 
 
 def _same_outcome(attempt: Attempt, report: Report) -> bool:
@@ -495,9 +498,10 @@ def _same_outcome(attempt: Attempt, report: Report) -> bool:
     return False
 
 
-def _note(task: Task, kind: str, report: Report, now_ms: int, detail: str) -> str:
+def _note(task: Task, kind: ReportVerdict, report: Report, now_ms: int,
+          detail: str) -> ReportVerdict:
     if len(task.notes) < limits.MAX_NOTES_PER_TASK:
-        task.notes.append(Note(kind, report.fence, report.kind.name, now_ms, detail))
+        task.notes.append(Note(kind.value, report.fence, report.kind.name, now_ms, detail))
     else:
         task.notes_dropped += 1
     return kind

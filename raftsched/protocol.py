@@ -1,0 +1,127 @@
+"""The vocabulary agents and replicas share: what an agent reports about an attempt, what the
+state machine answers, the attempts an agent holds, resources, and the gRPC metadata keys.
+
+A shared leaf: it imports nothing of raftsched but the limits, so the pure state machine
+(`raftsched.state`), the replica and the agent all use these very types instead of copies. The
+numbering of `ReportKind` is the proto's `AgentReport.Kind` (append-only, like the log's tags).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+LEADER_METADATA_KEY = "raftsched-leader"
+"""Trailing metadata of an UNAVAILABLE answer from a follower: the leader's gRPC address."""
+
+
+class ReportKind(enum.IntEnum):
+    """What an agent says about one attempt. Numbered exactly like `AgentReport.Kind`."""
+
+    STARTED = 1
+    REJECTED = 2
+    """Admission said no (stale fence, no capacity): infrastructure, not the task's fault."""
+    FINISHED = 3
+    KILLED = 4
+    """The agent stopped the attempt (kill directive honoured, or preempted on its own)."""
+
+
+TERMINAL_REPORT_KINDS = frozenset({ReportKind.FINISHED, ReportKind.KILLED})
+"""A committed report of one of these kinds ends the attempt and clears its kill directive."""
+
+
+class ReportVerdict(enum.StrEnum):
+    """The state machine's answer to one report. Every verdict is final: once it is committed
+    the agent may drop the report from its outbox."""
+
+    ACCEPTED = "accepted"
+    DUPLICATE = "duplicate"
+    """The same report was already applied (an identical repeat)."""
+    LATE = "late"
+    """About an attempt that is no longer current (an older fence, or already ended)."""
+    NOT_FOUND = "not_found"
+    """No such job, task or fence (forgotten, or never assigned)."""
+    WRONG_CLUSTER = "wrong_cluster"
+    """The fence belongs to an attempt on another cluster."""
+
+
+def task_key(job_id: str, task_id: str) -> str:
+    """A task's key in the agent's fence store: `job_id/task_id` (task ids cannot contain '/')."""
+    return f"{job_id}/{task_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    cpu_milli: int = 0
+    memory_mb: int = 0
+    gpu: int = 0
+
+    def fits_in(self, free: Resources) -> bool:
+        return (self.cpu_milli <= free.cpu_milli and self.memory_mb <= free.memory_mb
+                and self.gpu <= free.gpu)
+
+    def plus(self, other: Resources) -> Resources:
+        return Resources(self.cpu_milli + other.cpu_milli, self.memory_mb + other.memory_mb,
+                         self.gpu + other.gpu)
+
+    def minus(self, other: Resources) -> Resources:
+        return Resources(self.cpu_milli - other.cpu_milli, self.memory_mb - other.memory_mb,
+                         self.gpu - other.gpu)
+
+    def as_tuple(self) -> tuple[int, int, int]:
+        return self.cpu_milli, self.memory_mb, self.gpu
+
+    def to_dict(self) -> dict[str, int]:
+        return {"cpu_milli": self.cpu_milli, "memory_mb": self.memory_mb, "gpu": self.gpu}
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Resources:
+        return Resources(int(data["cpu_milli"]), int(data["memory_mb"]), int(data["gpu"]))
+
+
+class ReportKey(NamedTuple):
+    """An agent stores a report at most once per (fence, kind)."""
+
+    fence: int
+    kind: ReportKind
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    """One agent report about one attempt (an item of the log's REPORT_BATCH)."""
+
+    kind: ReportKind
+    job_id: str
+    task_id: str
+    fence: int
+    exit_code: int | None = None
+    timed_out: bool = False
+    reason: str = ""
+
+    @property
+    def key(self) -> ReportKey:
+        return ReportKey(self.fence, self.kind)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": int(self.kind), "job_id": self.job_id, "task_id": self.task_id,
+                "fence": self.fence, "exit_code": self.exit_code, "timed_out": self.timed_out,
+                "reason": self.reason}
+
+    @staticmethod
+    def from_dict(data: dict[str, Any]) -> Report:
+        exit_code = data["exit_code"]
+        return Report(ReportKind(int(data["kind"])), str(data["job_id"]), str(data["task_id"]),
+                      int(data["fence"]), None if exit_code is None else int(exit_code),
+                      bool(data["timed_out"]), str(data["reason"]))
+
+
+@dataclass(frozen=True, slots=True)
+class KnownAttempt:
+    """An attempt an agent holds when it (re-)registers."""
+
+    job_id: str
+    task_id: str
+    fence: int
+    running: bool
+    """False: finished, its result still in the agent's outbox."""
