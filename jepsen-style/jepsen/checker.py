@@ -49,8 +49,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raftsched.protocol import task_key
 from raftsched.replica.applied_log import AppliedLog, read_applied_log
-from raftsched.replica.views import idempotency_key
 from raftsched.spec.job import TaskSpec
 from raftsched.state import fsm
 from raftsched.state.audit import MAX_VIOLATIONS_PER_CHECK, LogAuditor, TaskKey, Violation
@@ -918,13 +918,8 @@ def check_ledger(lines: list[LedgerLine], run: _Replay, found: _Findings) -> Non
 
 
 def _idempotency_key(state: State, entry: LedgerLine) -> str:
-    """The key the task was given (`views.idempotency_key`), or the same format when the job is
-    no longer in the state."""
-    job = state.jobs.get(entry.job_id)
-    index = None if job is None else job.index_of.get(entry.task_id)
-    if job is None or index is None:
-        return f"{entry.job_id}/{entry.task_id}"
-    return idempotency_key(job, job.tasks[index])
+    """The key the task was given (the gateway's: `protocol.task_key` of its job and task)."""
+    return task_key(entry.job_id, entry.task_id)
 
 
 def _attempt_state(run: _Replay, line: LedgerLine) -> str | None:

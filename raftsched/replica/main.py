@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
                                  lost_after_s=args.lost_after_s),
                     version=changes.version)
     try:
-        server = _server(Context(node, leader, clock, changes), args.grpc)
+        server = _server(Context(node, leader, clock, changes, args.grpc), args.grpc)
     except RaftschedError as error:
         node.close()
         print(f"error: {error.message}", file=sys.stderr)

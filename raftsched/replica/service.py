@@ -9,6 +9,7 @@ DEADLINE_EXCEEDED, never as a failure: the client retries with the same idempote
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import re
@@ -18,9 +19,9 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
+from raftsched import rpc
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
-from raftsched.client.client import LEADER_METADATA_KEY
 from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
 from raftsched.replica import views
@@ -70,8 +71,11 @@ class ChangeFeed:
 class Context:
     """What the servicers share: the node, the leader loop, time, and the error plumbing."""
 
-    def __init__(self, node: Any, leader: Leader, clock: Clock, changes: ChangeFeed) -> None:
+    def __init__(self, node: Any, leader: Leader, clock: Clock, changes: ChangeFeed,
+                 grpc_address: str = "") -> None:
         self.node = node
+        self.grpc_address = grpc_address
+        """This replica's own gRPC address (marks its answers, see `rpc.abort`)."""
         self.leader = leader
         self.clock = clock
         self.changes = changes
@@ -85,12 +89,8 @@ class Context:
         return address
 
     def abort(self, context: grpc.ServicerContext, error: RaftschedError) -> NoReturn:
-        if error.code == Code.UNAVAILABLE:
-            hint = self.leader_grpc_address()
-            if hint:
-                context.set_trailing_metadata(((LEADER_METADATA_KEY, hint),))
-        context.abort(getattr(grpc.StatusCode, error.code.value), error.message)
-        raise AssertionError("context.abort returned")
+        hint = self.leader_grpc_address() if error.code == Code.UNAVAILABLE else None
+        rpc.abort(context, error, replica=self.grpc_address, leader_hint=hint)
 
     def require_leader(self, context: grpc.ServicerContext) -> None:
         if not self.leader.leading():
@@ -200,7 +200,8 @@ def _issues(error: SpecError) -> str:
 
 
 class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
-    """gRPC around `gateway.AgentGateway` (the logic the simulation drives too)."""
+    """gRPC around `gateway.AgentGateway` (the logic the simulation drives too); messages are
+    mapped by `raftsched.rpc`, the same mapping the agent's session uses."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -208,53 +209,33 @@ class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
                                     ctx.changes.wait, ctx.changes.version)
 
     def Register(self, request: Any, context: grpc.ServicerContext) -> Any:
-        known = tuple(c.KnownAttempt(k.job_id, k.task_id, k.fence, k.running)
-                      for k in request.known)
-        capacity = request.capacity
         try:
-            result = self.gateway.register(
-                request.cluster_id, request.incarnation, tuple(request.capabilities),
-                (capacity.cpu_milli, capacity.memory_mb, capacity.gpu), known)
+            registered = self.gateway.register(rpc.registration_from_pb(request))
         except RaftschedError as error:
             self.ctx.abort(context, error)
         logger.info("event agent_registered cluster=%s incarnation=%d lost=%d kills=%d",
-                    request.cluster_id, request.incarnation, result["lost"], result["kills"])
-        return pb.RegisterResponse(term=self.ctx.node.term(), leader=_self_address(self.ctx),
-                                   lost=result["lost"], kills=result["kills"])
+                    request.cluster_id, request.incarnation, registered.lost, registered.kills)
+        return rpc.registered_to_pb(dataclasses.replace(registered,
+                                                        leader=_self_address(self.ctx)))
 
     def Heartbeat(self, request: Any, context: grpc.ServicerContext) -> Any:
-        free = (request.free.cpu_milli, request.free.memory_mb, request.free.gpu) \
-            if request.HasField("free") else None
+        beat = rpc.beat_from_pb(request)
+        beat = dataclasses.replace(beat, wait_ms=min(beat.wait_ms, MAX_LONG_POLL_MS))
         try:
-            due = self.gateway.heartbeat(request.cluster_id, request.incarnation, request.seq,
-                                         free, min(request.wait_ms, MAX_LONG_POLL_MS) / 1000,
-                                         context.is_active)
+            directives = self.gateway.heartbeat(beat, context.is_active)
         except RaftschedError as error:
             self.ctx.abort(context, error)
-        return pb.HeartbeatResponse(term=due.term, reregister=due.reregister,
-                                    assignments=due.assignments, kills=due.kills)
+        return rpc.directives_to_pb(directives)
 
     def Report(self, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            items = tuple(_report(r) for r in request.reports)
-            verdicts = self.gateway.report(request.cluster_id, items)
+            reports = [rpc.report_from_pb(r) for r in request.reports]
+            reported = self.gateway.report(request.cluster_id, request.incarnation, reports)
         except ValueError as error:
             self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, str(error)))
         except RaftschedError as error:
             self.ctx.abort(context, error)
-        return pb.ReportResponse(term=self.ctx.node.term(), verdicts=[
-            pb.ReportVerdict(fence=fence, verdict=verdict, kind=report.kind.name)
-            for (fence, verdict), report in zip(verdicts, items, strict=True)])
-
-
-def _report(message: Any) -> c.Report:
-    try:
-        kind = c.ReportKind(message.kind)
-    except ValueError:
-        raise ValueError(f"report for fence {message.fence}: unknown kind {message.kind}") from None
-    exit_code = message.exit_code if message.HasField("exit_code") else None
-    return c.Report(kind, message.job_id, message.task_id, message.fence, exit_code,
-                    message.timed_out, message.reason[:200])
+        return rpc.reported_to_pb(reported)
 
 
 def _self_address(ctx: Context) -> str:

@@ -132,7 +132,7 @@ def test_stale_heartbeat_sequence_is_ignored() -> None:
 
 
 def test_deliveries_are_resent_only_after_the_redelivery_interval() -> None:
-    from raftsched.replica import views
+    from raftsched.replica.gateway import deliveries
     from raftsched.replica.leader import REDELIVER_AFTER_S
 
     node, clock, leader = make()
@@ -142,8 +142,7 @@ def test_deliveries_are_resent_only_after_the_redelivery_interval() -> None:
     leader.heartbeat("east", 1, 1, None)
 
     def deliver() -> list[int]:
-        assignments, _ = views.deliveries(node.state, "east",
-                                          lambda items: leader.due("east", items))
+        assignments, _ = deliveries(node.state, "east", lambda items: leader.due("east", items))
         return sorted(a.fence for a in assignments)
 
     assert deliver() == [1, 2, 3]
