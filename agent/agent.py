@@ -23,7 +23,6 @@ up.
 from __future__ import annotations
 
 import fcntl
-import logging
 import os
 import shutil
 import threading
@@ -56,9 +55,10 @@ from agent.model import (
 from agent.outbox import Outbox
 from agent.session import Reregister, Session, SessionError
 from raftsched.clock import wall_ms
+from raftsched.eventlog import EventLogger
 from raftsched.protocol import ReportVerdict
 
-logger = logging.getLogger("agent")
+log = EventLogger("agent")
 
 HEARTBEAT_WAIT_MS = 1_000
 """Long-poll wait asked of the leader (it caps it too)."""
@@ -116,15 +116,6 @@ class AgentConfig:
 def attempts_root(data_dir: Path) -> Path:
     """Where a SubprocessExecutor of an agent on `data_dir` keeps attempt dirs."""
     return data_dir / ATTEMPTS_DIR
-
-
-def event(name: str, **fields: object) -> str:
-    """A log line `event name key=value ...` (values with spaces, or empty, are quoted)."""
-    parts = ["event", name]
-    for key, value in fields.items():
-        text = str(value)
-        parts.append(f"{key}={text!r}" if (" " in text or not text) else f"{key}={text}")
-    return " ".join(parts)
 
 
 class Agent:
@@ -192,8 +183,8 @@ class Agent:
             finally:
                 self.stop()
                 reporter.join(timeout=STOP_JOIN_TIMEOUT_MS / 1000)
-        logger.info(event("agent_stopped", cluster=self._config.cluster_id,
-                          running=len(self._running), pending_reports=self.pending_reports()))
+        log.info("agent_stopped", cluster=self._config.cluster_id, running=len(self._running),
+                 pending_reports=self.pending_reports())
         if self._failure is not None:
             raise AgentError(f"agent stopped on an internal error: {self._failure!r}") \
                 from self._failure
@@ -219,8 +210,7 @@ class Agent:
         """A new incarnation; attempts an earlier agent left are watched again, and results
         written while no agent ran become reports before the registration lists them."""
         self._incarnation = self._fences.bump_incarnation()
-        logger.info(event("agent_starting", cluster=self._config.cluster_id,
-                          incarnation=self._incarnation))
+        log.info("agent_starting", cluster=self._config.cluster_id, incarnation=self._incarnation)
         self._adopt()
         self._collect()
         self._prune_attempt_dirs()
@@ -236,13 +226,12 @@ class Agent:
                     continue
                 if not self._executor.adopt(record):
                     never_started.append(record)
-                    logger.info(event("attempt_never_started", fence=record.fence,
-                                      job=record.job_id, task=record.task_id))
+                    log.info("attempt_never_started", fence=record.fence, job=record.job_id,
+                             task=record.task_id)
                     continue
                 self._running[record.fence] = record
-                logger.info(event("attempt_adopted", fence=record.fence,
-                                  job=record.job_id, task=record.task_id,
-                                  pid=record.wrapper_pid))
+                log.info("attempt_adopted", fence=record.fence, job=record.job_id,
+                         task=record.task_id, pid=record.wrapper_pid)
             if never_started:
                 self._outbox.write(
                     reports=[Report(ReportKind.REJECTED, r.job_id, r.task_id, r.fence,
@@ -258,9 +247,9 @@ class Agent:
         with self._lock:
             self._fences.raise_term(registered.term)
         self._need_register.clear()
-        logger.info(event("agent_registered", cluster=self._config.cluster_id,
-                          incarnation=self._incarnation, term=registered.term,
-                          known=len(known), lost=registered.lost, kills=registered.kills))
+        log.info("agent_registered", cluster=self._config.cluster_id, incarnation=self._incarnation,
+                 term=registered.term, known=len(known), lost=registered.lost,
+                 kills=registered.kills)
 
     # -- heartbeat thread ----------------------------------------------------------------------
 
@@ -272,7 +261,7 @@ class Agent:
         except BaseException as error:
             if self._failure is None:
                 self._failure = error
-            logger.exception(event("agent_failed", error=repr(error)))
+            log.exception("agent_failed", error=repr(error))
             self.stop()
 
     def _heartbeat_loop(self) -> None:
@@ -283,7 +272,7 @@ class Agent:
                     self._register()
                 directives = self._beat()
             except Reregister as error:
-                logger.info(event("reregister", reason=str(error)))
+                log.info("reregister", reason=str(error))
                 self._need_register.set()
                 failures += 1
                 self._pause(failures - 1)
@@ -291,8 +280,8 @@ class Agent:
             except SessionError as error:
                 failures += 1
                 self._metrics.session_errors.labels(type(error).__name__).inc()
-                logger.warning(event("heartbeat_failed", error=type(error).__name__,
-                                     detail=str(error), failures=failures))
+                log.warning("heartbeat_failed", error=type(error).__name__, detail=str(error),
+                            failures=failures)
                 self._pause(failures)
                 continue
             failures = 0
@@ -328,13 +317,11 @@ class Agent:
             stored_term = self._fences.term()
             if directives.term < stored_term:
                 self._metrics.stale_directives.inc()
-                logger.warning(event("stale_term_ignored", term=directives.term,
-                                     stored_term=stored_term,
-                                     assignments=len(directives.assignments),
-                                     kills=len(directives.kills)))
+                log.warning("stale_term_ignored", term=directives.term, stored_term=stored_term,
+                            assignments=len(directives.assignments), kills=len(directives.kills))
                 return False
             if self._fences.raise_term(directives.term):
-                logger.info(event("term_seen", term=directives.term))
+                log.info("term_seen", term=directives.term)
             self._handle_kills(directives.kills)
             self._handle_assignments(directives.assignments[:MAX_ASSIGNMENTS_PER_BEAT],
                                      directives.term)
@@ -346,13 +333,13 @@ class Agent:
         reports: list[Report] = []
         for kill in kills:
             if kill.fence < 1:
-                logger.warning(event("malformed_kill", job=kill.job_id, task=kill.task_id))
+                log.warning("malformed_kill", job=kill.job_id, task=kill.task_id)
                 continue
             if kill.fence in self._running:
                 if self._executor.kill(kill.fence) and kill.fence not in self._kills_requested:
                     self._kills_requested.add(kill.fence)
-                    logger.info(event("attempt_kill_requested", fence=kill.fence,
-                                      job=kill.job_id, task=kill.task_id))
+                    log.info("attempt_kill_requested", fence=kill.fence, job=kill.job_id,
+                             task=kill.task_id)
                 continue
             if self._outbox.attempt(kill.fence) is not None:
                 continue  # finished: its FINISHED or KILLED report settles the directive
@@ -371,7 +358,7 @@ class Agent:
             return
         pending = self._outbox.count()
         if pending >= OUTBOX_ADMISSION_PAUSE_REPORTS:
-            logger.warning(event("admission_paused", pending_reports=pending))
+            log.warning("admission_paused", pending_reports=pending)
             return
         free = self._free()
         fences: dict[str, int] = {}
@@ -379,8 +366,7 @@ class Agent:
         reports: list[Report] = []
         for assignment in assignments:
             if assignment.fence < 1:
-                logger.warning(event("malformed_assignment", job=assignment.job_id,
-                                     task=assignment.task_id))
+                log.warning("malformed_assignment", job=assignment.job_id, task=assignment.task_id)
                 continue
             key = assignment.task_key
             stored = fences.get(key) or self._fences.fence(key)
@@ -399,8 +385,8 @@ class Agent:
                     reports.append(report)
             else:
                 assert admission == Admission.STALE_FENCE, admission
-                logger.info(event("stale_fence_rejected", fence=assignment.fence,
-                                  job=assignment.job_id, task=assignment.task_id, seen=stored))
+                log.info("stale_fence_rejected", fence=assignment.fence, job=assignment.job_id,
+                         task=assignment.task_id, seen=stored)
                 reports.append(_rejected(assignment, f"stale fence {assignment.fence}: fence "
                                                      f"{stored} was seen for this task"))
         self._fences.raise_fences(fences)  # durable before anything is started or refused
@@ -453,16 +439,14 @@ class Agent:
             except ExecutorError as error:
                 failed.append(record.fence)
                 reports.append(_rejected(assignment, f"could not start: {error}"))
-                logger.error(event("attempt_start_failed", fence=record.fence,
-                                   error=str(error)))
+                log.error("attempt_start_failed", fence=record.fence, error=str(error))
                 continue
             started = record.launched(launch.wrapper_pid, launch.wrapper_start_ticks)
             launched.append(started)
             reports.append(_report(ReportKind.STARTED, started))
             self._running[started.fence] = started
-            logger.info(event("attempt_started", fence=started.fence, job=started.job_id,
-                              task=started.task_id, attempt=started.attempt,
-                              pid=started.wrapper_pid))
+            log.info("attempt_started", fence=started.fence, job=started.job_id,
+                     task=started.task_id, attempt=started.attempt, pid=started.wrapper_pid)
         self._outbox.write(records=launched, reports=reports, delete_records=failed)
         self._metrics.attempts_started.inc(len(launched))
         self._metrics.attempts_rejected.inc(len(failed))
@@ -517,16 +501,15 @@ class Agent:
                     or self._outbox.attempt(completion.fence)
                 self._kills_requested.discard(completion.fence)
                 if record is None or record.state != AttemptState.RUNNING:
-                    logger.warning(event("completion_ignored", fence=completion.fence))
+                    log.warning("completion_ignored", fence=completion.fence)
                     continue
                 report = _completion_report(record, completion)
                 records.append(record.finished())
                 reports.append(report)
                 self._metrics.attempts_finished.labels(report.kind.name).inc()
-                logger.info(event("attempt_finished", fence=record.fence,
-                                  job=record.job_id, task=record.task_id,
-                                  report=report.kind.name, exit_code=report.exit_code,
-                                  timed_out=report.timed_out, reason=report.reason))
+                log.info("attempt_finished", fence=record.fence, job=record.job_id,
+                         task=record.task_id, report=report.kind.name, exit_code=report.exit_code,
+                         timed_out=report.timed_out, reason=report.reason)
             self._outbox.write(records=records, reports=reports)
             self._metrics.attempts_running.set(len(self._running))
             self._metrics.reports_pending.set(self._outbox.count())
@@ -545,13 +528,13 @@ class Agent:
                 reported = self._session.report(self._config.cluster_id, self._incarnation,
                                                 batch)
             except Reregister as error:
-                logger.info(event("reregister", reason=str(error)))
+                log.info("reregister", reason=str(error))
                 self._need_register.set()
                 return False
             except SessionError as error:
                 self._metrics.session_errors.labels(type(error).__name__).inc()
-                logger.warning(event("report_failed", error=type(error).__name__,
-                                     detail=str(error), reports=len(batch)))
+                log.warning("report_failed", error=type(error).__name__, detail=str(error),
+                            reports=len(batch))
                 return False
             acked = _answered(batch, reported.verdicts)
             with self._lock:
@@ -562,10 +545,9 @@ class Agent:
             self._metrics.reports_acked.inc(len(acked))
             for verdict in reported.verdicts:
                 if verdict.verdict != ReportVerdict.ACCEPTED:
-                    logger.info(event("report_verdict", fence=verdict.fence,
-                                      verdict=verdict.verdict))
+                    log.info("report_verdict", fence=verdict.fence, verdict=verdict.verdict)
             if len(acked) < len(batch):
-                logger.warning(event("report_unanswered", reports=len(batch) - len(acked)))
+                log.warning("report_unanswered", reports=len(batch) - len(acked))
                 return False
             if len(batch) < self._config.report_batch_max:
                 return True

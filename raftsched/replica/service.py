@@ -10,7 +10,6 @@ DEADLINE_EXCEEDED, never as a failure: the client retries with the same idempote
 from __future__ import annotations
 
 import dataclasses
-import logging
 import random
 import re
 import threading
@@ -24,6 +23,7 @@ from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
+from raftsched.eventlog import EventLogger
 from raftsched.replica import views
 from raftsched.replica.gateway import PROPOSE_TIMEOUT_S, AgentGateway, propose
 from raftsched.replica.leader import Leader
@@ -32,7 +32,7 @@ from raftsched.spec.wire import to_wire
 from raftsched.state import commands as c
 from raftsched.state.model import TERMINAL_JOB_STATES, State
 
-logger = logging.getLogger("raftsched.service")
+log = EventLogger("raftsched.service")
 
 READ_CONFIRM_TIMEOUT_S = 2.0
 MAX_LONG_POLL_MS = 5_000
@@ -138,8 +138,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
                  f"{self.ctx.rng.getrandbits(32):08x}"
         result = self.ctx.propose(context, c.JobSubmit(job_id, to_wire(spec),
                                                        self.ctx.clock.now_ms()))
-        logger.info("event job_submitted job=%s created=%s tasks=%d", result["job_id"],
-                    result["created"], len(spec.tasks))
+        log.info("job_submitted", job=result["job_id"], created=result["created"],
+                 tasks=len(spec.tasks))
         return pb.SubmitJobResponse(job_id=result["job_id"], created=result["created"])
 
     def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -213,8 +213,8 @@ class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
             registered = self.gateway.register(rpc.registration_from_pb(request))
         except RaftschedError as error:
             self.ctx.abort(context, error)
-        logger.info("event agent_registered cluster=%s incarnation=%d lost=%d kills=%d",
-                    request.cluster_id, request.incarnation, registered.lost, registered.kills)
+        log.info("agent_registered", cluster=request.cluster_id, incarnation=request.incarnation,
+                 lost=registered.lost, kills=registered.kills)
         return rpc.registered_to_pb(dataclasses.replace(registered,
                                                         leader=_self_address(self.ctx)))
 
@@ -285,6 +285,5 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         if add and request.grpc_address:
             self.ctx.propose(context, c.Barrier(f"announce-{request.raft_address}", 0,
                                                 request.raft_address, request.grpc_address))
-        logger.info("event replica_%s raft=%s", "added" if add else "removed",
-                    request.raft_address)
+        log.info("replica_added" if add else "replica_removed", raft=request.raft_address)
         return pb.ReplicaResponse(members=self.ctx.node.members())

@@ -83,7 +83,6 @@ from __future__ import annotations
 
 import fcntl
 import functools
-import logging
 import os
 import threading
 import time
@@ -101,6 +100,7 @@ from pysyncobj.version import VERSION as _PYSYNCOBJ_VERSION
 
 from raftsched import limits
 from raftsched.errors import Code, RaftschedError
+from raftsched.eventlog import EventLogger
 from raftsched.replica.applied_log import AppliedLogWriter
 from raftsched.replica.raft.alarms import ALARM_FILTER, LibraryAlarms
 from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
@@ -111,7 +111,7 @@ from raftsched.state.commands import Barrier, encode
 from raftsched.state.fsm import Applied, Outcome, Rejected
 from raftsched.state.model import State
 
-logger = logging.getLogger(__name__)
+log = EventLogger(__name__)
 
 PYSYNCOBJ_VERSION = "0.3.17"
 """The only pysyncobj this adapter was read against (see the internals listed above)."""
@@ -242,8 +242,8 @@ class RaftNode:
                 "insecure_dev for a throwaway local cluster",
             )
         if not secret:
-            logger.warning("event raft_insecure_dev address=%s (Raft frames are unauthenticated)",
-                           self_address)
+            log.warning("raft_insecure_dev", address=self_address,
+                        detail="Raft frames are unauthenticated")
         self._address = self_address
         self._configured_peers = sorted({p for p in peers if p != self_address})
         self._on_leader_change = on_leader_change
@@ -329,14 +329,13 @@ class RaftNode:
         # The first tick loads the dump (if any): wait for it so a replica that cannot rebuild
         # its state fails here, loudly, instead of serving an empty one.
         if not self._first_tick.wait(FIRST_TICK_TIMEOUT_S):
-            logger.warning("event raft_slow_start address=%s waited_s=%g", self._address,
-                           FIRST_TICK_TIMEOUT_S)
+            log.warning("raft_slow_start", address=self._address, waited_s=FIRST_TICK_TIMEOUT_S)
         if self._fatal is not None:
             self._obj.destroy()
             raise RaftschedError(Code.FAILED_PRECONDITION,
                                  f"Raft replica {self._address} cannot start: {self._fatal}")
-        logger.info("event raft_started address=%s peers=%s data_dir=%s fsync=%s",
-                    self._address, ",".join(self._configured_peers), self._data_dir, fsync)
+        log.info("raft_started", address=self._address, peers=",".join(self._configured_peers),
+                 data_dir=self._data_dir, fsync=fsync)
 
     # -- tick thread --------------------------------------------------------------------------
 
@@ -360,8 +359,7 @@ class RaftNode:
             # (no-ops of new leaders, membership changes): marked so the audit has no gaps.
             self._applied_log.append_internal(range(previous + 1, index))
             self._applied_log.append(index, data)
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("event raft_applied index=%d outcome=%r", index, outcome)
+        log.debug("raft_applied", index=index, outcome=outcome)
         self._notify_applied(index)
         return outcome
 
@@ -372,7 +370,7 @@ class RaftNode:
         try:
             self._on_applied(index)
         except Exception:
-            logger.exception("event raft_applied_callback_failed index=%d", index)
+            log.exception("raft_applied_callback_failed", index=index)
 
     def _on_tick(self) -> None:
         if self._tick_thread_id is None:
@@ -392,20 +390,20 @@ class RaftNode:
             try:
                 task()
             except Exception:
-                logger.exception("event raft_tick_task_failed")
+                log.exception("raft_tick_task_failed")
 
     def _on_state_changed(self, old: int, new: int) -> None:
         was_leader, is_leader = old == _RAFT_STATE_LEADER, new == _RAFT_STATE_LEADER
         if was_leader == is_leader:
             return
         obj = getattr(self, "_obj", None)  # None while SyncObj.__init__ is still running
-        logger.info("event raft_leadership address=%s is_leader=%s term=%s",
-                    self._address, is_leader, None if obj is None else obj.raftCurrentTerm)
+        log.info("raft_leadership", address=self._address, is_leader=is_leader,
+                 term=None if obj is None else obj.raftCurrentTerm)
         if self._on_leader_change is not None:
             try:
                 self._on_leader_change(is_leader)
             except Exception:
-                logger.exception("event raft_leader_callback_failed")
+                log.exception("raft_leader_callback_failed")
 
     def _write_dump(self, file_name: str, data: Any) -> None:
         """pysyncobj's serializer hook: `data` is (last applied entry, the one before, nodes).
@@ -425,12 +423,11 @@ class RaftNode:
                 if self._journal.fsync:
                     os.fsync(out.fileno())
         except BaseException:
-            logger.exception("event raft_dump_write_failed file=%s", file_name)
+            log.exception("raft_dump_write_failed", file=file_name)
             raise
         self._dumps_written += 1
-        logger.info("event raft_dump_written index=%d members=%s elapsed_ms=%.1f",
-                    last_entry[1], ",".join(members),
-                    (time.monotonic() - started) * 1000)
+        log.info("raft_dump_written", index=last_entry[1], members=",".join(members),
+                 elapsed_ms=(time.monotonic() - started) * 1000)
 
     def _read_dump(self, file_name: str) -> tuple[Entry, Entry, set[Any]]:
         """pysyncobj's deserializer hook (startup and snapshot install): replaces the State."""
@@ -448,17 +445,17 @@ class RaftNode:
             self._state_index = last[1]
         self._dumps_loaded += 1
         self._notify_applied(last[1])
-        logger.info("event raft_dump_loaded index=%d members=%s", last[1], ",".join(members))
+        log.info("raft_dump_loaded", index=last[1], members=",".join(members))
         stored = sorted(m for m in members if m != self._address)
         if stored != self._configured_peers:
             # pysyncobj issue #133: the snapshot's member list replaces the configured peers.
-            logger.info("event raft_members_from_dump configured=%s stored=%s",
-                        ",".join(self._configured_peers), ",".join(stored))
+            log.info("raft_members_from_dump", configured=",".join(self._configured_peers),
+                     stored=",".join(stored))
         return last, previous, {TCPNode(m) for m in members}
 
     def _fail(self, reason: str) -> None:
         self._fatal = reason
-        logger.critical("event raft_replica_stopped address=%s reason=%s", self._address, reason)
+        log.critical("raft_replica_stopped", address=self._address, reason=reason)
         if hasattr(self, "_obj"):
             self._obj.destroy()
 
@@ -609,7 +606,7 @@ class RaftNode:
             if address in self.members():
                 raise RaftschedError(Code.ALREADY_EXISTS, f"{address} is already a member")
             self._change_membership(self._obj.addNodeToCluster, address, deadline)
-        logger.info("event raft_member_added address=%s", address)
+        log.info("raft_member_added", address=address)
 
     def remove_replica(self, address: str, timeout_s: float) -> None:
         """Remove a voting member (call on the leader; the leader cannot remove itself)."""
@@ -624,7 +621,7 @@ class RaftNode:
             if address not in self.members():
                 raise RaftschedError(Code.NOT_FOUND, f"{address} is not a member")
             self._change_membership(self._obj.removeNodeFromCluster, address, deadline)
-        logger.info("event raft_member_removed address=%s", address)
+        log.info("raft_member_removed", address=address)
 
     def transfer_leadership(self, timeout_s: float, target: str | None = None) -> str:
         """Hand leadership to `target` (or the most caught-up follower); returns the new leader.
@@ -711,7 +708,7 @@ class RaftNode:
         while self._obj.tick_thread_alive() and time.monotonic() < deadline:
             time.sleep(0.01)
         if self._obj.tick_thread_alive():
-            logger.warning("event raft_close_timeout address=%s", self._address)
+            log.warning("raft_close_timeout", address=self._address)
         else:
             self._journal._destroy()
             if self._applied_log is not None:
@@ -719,7 +716,7 @@ class RaftNode:
         if self._tick_thread_id is not None:
             ALARM_FILTER.by_thread.pop(self._tick_thread_id, None)
         os.close(self._lock_fd)
-        logger.info("event raft_closed address=%s", self._address)
+        log.info("raft_closed", address=self._address)
 
     def _check_running(self) -> None:
         if self._closed:
