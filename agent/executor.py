@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from agent import procfs, runner
+from agent import runner
 from agent.files import read_json, write_json_atomic
 from agent.model import Assignment, AttemptRecord, Completion
+from raftsched import procfs
 
 MAX_OUTPUT_BYTES = 8 * 1024 * 1024
 """Each of stdout and stderr is kept up to this size per attempt; the rest is drained and

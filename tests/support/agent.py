@@ -28,8 +28,8 @@ from agent.model import (
     Resources,
     Verdict,
 )
-from agent.procfs import is_alive
 from agent.session import Reregister, Unknown
+from raftsched.procfs import is_alive
 
 T = TypeVar("T")
 

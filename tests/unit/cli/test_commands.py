@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from raftsched import procfs
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.cli import common, servers
 from raftsched.cli import main as cli
@@ -642,7 +643,7 @@ def test_validate_and_start_up_import_neither_grpc_nor_the_servers() -> None:
 
 def own_state(directory: Path) -> devcluster.ClusterState:
     """A recorded cluster whose 'processes' are this test process (alive) and a dead pid."""
-    start = devcluster.process_start_ticks(os.getpid())
+    start = procfs.start_ticks(os.getpid())
     assert start is not None
     state = devcluster.ClusterState(str(directory), "mock", str(directory / "secret"), 0)
     state.replicas += [
