@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from agent.executor import MAX_RUNNING_ATTEMPTS, Executor, ExecutorError
+from agent.executor import Executor, ExecutorError
 from agent.fence import Admission, FenceStore, admit
 from agent.metrics import AgentMetrics
 from agent.model import (
@@ -54,6 +54,7 @@ from agent.model import (
 )
 from agent.outbox import Outbox
 from agent.session import Reregister, Session, SessionError
+from raftsched import limits
 from raftsched.clock import wall_ms
 from raftsched.eventlog import EventLogger
 from raftsched.protocol import ReportVerdict
@@ -64,30 +65,17 @@ HEARTBEAT_WAIT_MS = 1_000
 """Long-poll wait asked of the leader (it caps it too)."""
 POLL_INTERVAL_MS = 50
 """The reporter checks the executor for completions at least this often."""
-REPORT_BATCH_MAX = 2_000
-"""Reports in one Report call."""
-MAX_REPORT_BATCHES_PER_FLUSH = 20
-"""Report calls in one flush before the reporter looks at completions again."""
-MAX_ASSIGNMENTS_PER_BEAT = 1_000
-"""Assignments handled from one heartbeat answer; the rest come again with the next one."""
 RETRY_BACKOFF_INITIAL_MS = 100
 RETRY_BACKOFF_MAX_MS = 5_000
 """Capped exponential backoff between failed calls to the leader."""
-OUTBOX_ADMISSION_PAUSE_REPORTS = 50_000
-"""With this many reports unacked, assignments are left for later (they are redelivered)."""
-REPORT_REASON_MAX_CHARS = 200
 NEVER_STARTED_REASON = "the agent stopped before starting it"
 STOP_JOIN_TIMEOUT_MS = 10_000
-MAX_RETAINED_ATTEMPT_DIRS = 1_000
-"""Finished attempt dirs (with their stdout/stderr) kept for inspection; older ones go."""
 ATTEMPT_DIR_PRUNE_INTERVAL_MS = 60_000
 ACK_CROSSING_WINDOW_MS = 10_000
 """For this long after a report is acked, a directive it answered (an assignment for STARTED or
 REJECTED, a kill for FINISHED or KILLED) is taken as having crossed that commit and draws no
 second answer. Past it, a repeated directive is answered again. Longer than the server's
 long-poll cap plus a heartbeat's deadline slack."""
-MAX_REMEMBERED_ACKS = 10_000
-"""Acked reports remembered (in memory) for the crossing window."""
 
 ATTEMPTS_DIR = "attempts"
 FENCE_DIR = "fence.lmdb"
@@ -107,7 +95,7 @@ class AgentConfig:
     capabilities: tuple[str, ...] = ()
     heartbeat_wait_ms: int = HEARTBEAT_WAIT_MS
     poll_interval_ms: int = POLL_INTERVAL_MS
-    report_batch_max: int = REPORT_BATCH_MAX
+    report_batch_max: int = limits.REPORT_BATCH_MAX
     retry_backoff_initial_ms: int = RETRY_BACKOFF_INITIAL_MS
     retry_backoff_max_ms: int = RETRY_BACKOFF_MAX_MS
     ack_crossing_window_ms: int = ACK_CROSSING_WINDOW_MS
@@ -323,7 +311,7 @@ class Agent:
             if self._fences.raise_term(directives.term):
                 log.info("term_seen", term=directives.term)
             self._handle_kills(directives.kills)
-            self._handle_assignments(directives.assignments[:MAX_ASSIGNMENTS_PER_BEAT],
+            self._handle_assignments(directives.assignments[:limits.MAX_ASSIGNMENTS_PER_BEAT],
                                      directives.term)
         self._wake.set()
         return True
@@ -357,7 +345,7 @@ class Agent:
         if not assignments:
             return
         pending = self._outbox.count()
-        if pending >= OUTBOX_ADMISSION_PAUSE_REPORTS:
+        if pending >= limits.OUTBOX_ADMISSION_PAUSE_REPORTS:
             log.warning("admission_paused", pending_reports=pending)
             return
         free = self._free()
@@ -396,7 +384,7 @@ class Agent:
         """Why admission says no to a new fence, or None."""
         if not assignment.command:
             return "empty command"
-        if running >= MAX_RUNNING_ATTEMPTS:
+        if running >= limits.MAX_RUNNING_ATTEMPTS:
             return f"{running} attempts running, the most this agent runs"
         if not assignment.resources.fits_in(free):
             needed = assignment.resources
@@ -518,7 +506,7 @@ class Agent:
     def _flush(self) -> bool:
         """Sends pending reports in bounded batches; True when the outbox was drained as far as
         one flush goes, False after a failed call (the caller backs off)."""
-        for _ in range(MAX_REPORT_BATCHES_PER_FLUSH):
+        for _ in range(limits.MAX_REPORT_BATCHES_PER_FLUSH):
             if self._need_register.is_set():
                 return True  # reports wait for the (re-)registration; they stay in the outbox
             batch = self._outbox.pending(self._config.report_batch_max)
@@ -560,7 +548,7 @@ class Agent:
                 self._acked_order.append(key)
             self._acked[key] = now_s
         window_s = self._config.ack_crossing_window_ms / 1000
-        while self._acked_order and (len(self._acked_order) > MAX_REMEMBERED_ACKS or
+        while self._acked_order and (len(self._acked_order) > limits.MAX_REMEMBERED_ACKS or
                                      now_s - self._acked[self._acked_order[0]] > window_s):
             self._acked.pop(self._acked_order.popleft(), None)
 
@@ -576,7 +564,7 @@ class Agent:
         return False
 
     def _prune_attempt_dirs(self) -> None:
-        """Keeps the newest MAX_RETAINED_ATTEMPT_DIRS attempt dirs that no record needs."""
+        """Keeps the newest limits.MAX_RETAINED_ATTEMPT_DIRS attempt dirs that no record needs."""
         root = attempts_root(self._config.data_dir)
         if not root.is_dir():
             return
@@ -584,7 +572,7 @@ class Agent:
             needed = {record.fence for record in self._outbox.attempts()}
         finished = sorted(entry for entry in os.listdir(root)
                           if entry.isdigit() and int(entry) not in needed)
-        for entry in finished[:max(0, len(finished) - MAX_RETAINED_ATTEMPT_DIRS)]:
+        for entry in finished[:max(0, len(finished) - limits.MAX_RETAINED_ATTEMPT_DIRS)]:
             shutil.rmtree(root / entry, ignore_errors=True)
 
 
@@ -608,13 +596,13 @@ def _report(kind: ReportKind, record: AttemptRecord) -> Report:
 
 def _rejected(assignment: Assignment, reason: str) -> Report:
     return Report(ReportKind.REJECTED, assignment.job_id, assignment.task_id, assignment.fence,
-                  reason=reason[:REPORT_REASON_MAX_CHARS])
+                  reason=reason[:limits.MAX_REASON_CHARS])
 
 
 def _completion_report(record: AttemptRecord, completion: Completion) -> Report:
     kind = ReportKind.KILLED if completion.killed else ReportKind.FINISHED
     return Report(kind, record.job_id, record.task_id, record.fence, completion.exit_code,
-                  completion.timed_out, completion.reason[:REPORT_REASON_MAX_CHARS])
+                  completion.timed_out, completion.reason[:limits.MAX_REASON_CHARS])
 
 
 def _lock_data_dir(data_dir: Path) -> IO[str]:

@@ -22,13 +22,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
+from raftsched import limits
 from raftsched.errors import Code, CouldNotConnect, RaftschedError
 from raftsched.rpc import retryable as default_retryable
 
 T = TypeVar("T")
 
-MAX_SERVERS = 64
-"""Addresses one client or agent is configured with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +66,9 @@ class Servers:
         unique = list(dict.fromkeys(a.strip() for a in addresses if a.strip()))
         if not unique:
             raise RaftschedError(Code.INVALID_ARGUMENT, "no scheduler addresses given")
-        if len(unique) > MAX_SERVERS:
+        if len(unique) > limits.MAX_SERVERS:
             raise RaftschedError(Code.INVALID_ARGUMENT, f"{len(unique)} scheduler addresses, "
-                                                        f"over MAX_SERVERS={MAX_SERVERS}")
+                                                        f"over MAX_SERVERS={limits.MAX_SERVERS}")
         self.addresses = tuple(unique)
         self._lock = threading.Lock()
         self._target = unique[0]

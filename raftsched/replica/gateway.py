@@ -35,9 +35,7 @@ from raftsched.state import fsm
 from raftsched.state.model import AttemptState, Job, State, Task
 
 PROPOSE_TIMEOUT_S = 5.0
-MAX_DELIVERIES_PER_HEARTBEAT = 1_000
-"""Assignments or kills one heartbeat reply carries; the rest come with the next."""
-assert MAX_DELIVERIES_PER_HEARTBEAT <= limits.MAX_BATCH_ITEMS
+assert limits.MAX_DELIVERIES_PER_HEARTBEAT <= limits.MAX_BATCH_ITEMS
 
 
 def propose(node: Any, leader: Leader, command: c.Command) -> Any:
@@ -122,7 +120,7 @@ def deliveries(state: State, cluster_id: str,
                ) -> tuple[list[Assignment], list[KillDirective]]:
     """What a cluster's agent must hear now: committed attempts still ASSIGNED to it and
     pending kill directives, as (fence, 0) and (fence, 1) items; `due` picks which of them to
-    send now (the leader's redelivery timer). At most MAX_DELIVERIES_PER_HEARTBEAT of each.
+    send now (the leader's redelivery timer). At most limits.MAX_DELIVERIES_PER_HEARTBEAT of each.
     Runs under the apply lock: O(live attempts and kills of this cluster)."""
     cluster = state.clusters[cluster_id]
     pending = [(fence, 0) for fence, (job_id, index) in cluster.live.items()
@@ -134,13 +132,13 @@ def deliveries(state: State, cluster_id: str,
     for fence, kind in pending:
         if (fence, kind) not in chosen:
             continue
-        if kind == 0 and len(assignments) < MAX_DELIVERIES_PER_HEARTBEAT:
+        if kind == 0 and len(assignments) < limits.MAX_DELIVERIES_PER_HEARTBEAT:
             job_id, index = cluster.live[fence]
             job = state.jobs[job_id]
             task = job.tasks[index]
             assert task.current is not None
             assignments.append(_assignment(job, task, task.current.number, fence))
-        elif kind == 1 and len(kills) < MAX_DELIVERIES_PER_HEARTBEAT:
+        elif kind == 1 and len(kills) < limits.MAX_DELIVERIES_PER_HEARTBEAT:
             job_id, task_id = cluster.kills[fence]
             kills.append(KillDirective(job_id, task_id, fence))
     return assignments, kills

@@ -31,9 +31,6 @@ from raftsched.replica.service import (
     SchedulerService,
 )
 
-MAX_RPC_WORKERS = 64
-"""Concurrent RPCs per replica (long polls and watches hold one each)."""
-MAX_MESSAGE_BYTES = limits.MAX_SPEC_BYTES + 1024 * 1024
 SHUTDOWN_GRACE_S = 3.0
 HEALTH_POLL_S = 0.5
 
@@ -139,9 +136,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _server(ctx: Context, address: str) -> grpc.Server:
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=MAX_RPC_WORKERS, thread_name_prefix="rpc"),
-        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        futures.ThreadPoolExecutor(max_workers=limits.MAX_RPC_WORKERS, thread_name_prefix="rpc"),
+        options=[("grpc.max_receive_message_length", limits.MAX_MESSAGE_BYTES),
+                 ("grpc.max_send_message_length", limits.MAX_MESSAGE_BYTES),
                  ("grpc.so_reuseport", 0)],
     )
     pb_grpc.add_SchedulerServicer_to_server(SchedulerService(ctx), server)

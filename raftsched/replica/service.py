@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
-from raftsched import rpc
+from raftsched import limits, rpc
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import Clock
@@ -35,11 +35,8 @@ from raftsched.state.model import TERMINAL_JOB_STATES, State
 log = EventLogger("raftsched.service")
 
 READ_CONFIRM_TIMEOUT_S = 2.0
-MAX_LONG_POLL_MS = 5_000
-"""A heartbeat long-poll is held at most this long."""
 WATCH_POLL_S = 1.0
 """A watch re-checks its job at least this often (and at every applied entry)."""
-MAX_REPORTED_SPEC_ISSUES = 20
 JOB_ID_SLUG_CHARS = 40
 
 T = TypeVar("T")
@@ -156,7 +153,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
 
     def CancelJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         result = self.ctx.propose(context, c.JobCancel(request.job_id, self.ctx.clock.now_ms(),
-                                                       request.reason[:200]))
+                                                       request.reason[:limits.MAX_REASON_CHARS]))
         return pb.CancelJobResponse(cancelled=result["cancelled"], changed=result["changed"])
 
     def GetTaskHistory(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -194,7 +191,7 @@ def _job_or_none(state: State, job_id: str) -> Any:
 
 
 def _issues(error: SpecError) -> str:
-    shown = [issue.render() for issue in error.issues[:MAX_REPORTED_SPEC_ISSUES]]
+    shown = [issue.render() for issue in error.issues[:limits.MAX_REPORTED_SPEC_ISSUES]]
     more = len(error.issues) - len(shown)
     return "; ".join(shown) + (f"; and {more} more" if more else "")
 
@@ -220,7 +217,7 @@ class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
 
     def Heartbeat(self, request: Any, context: grpc.ServicerContext) -> Any:
         beat = rpc.beat_from_pb(request)
-        beat = dataclasses.replace(beat, wait_ms=min(beat.wait_ms, MAX_LONG_POLL_MS))
+        beat = dataclasses.replace(beat, wait_ms=min(beat.wait_ms, limits.MAX_LONG_POLL_MS))
         try:
             directives = self.gateway.heartbeat(beat, context.is_active)
         except RaftschedError as error:

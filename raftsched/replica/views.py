@@ -6,13 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from raftsched import limits
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.errors import Code, RaftschedError
 from raftsched.state import fsm
 from raftsched.state.model import Cluster, Job, State, Task, TaskState
-
-DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1_000
 
 
 def job_of(state: State, job_id: str) -> Job:
@@ -43,7 +41,7 @@ def job_message(job: Job, applied_index: int = 0) -> Any:
 
 def list_jobs(state: State, request: Any) -> Any:
     """Jobs in submission order, filtered; `page_token` is the last job seq returned."""
-    limit = min(request.limit or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+    limit = min(request.limit or limits.DEFAULT_PAGE_SIZE, limits.MAX_PAGE_SIZE)
     after = int(request.page_token) if request.page_token.isdigit() else 0
     jobs = []
     # Dicts keep insertion order, which is submission order: a page is a forward scan from the

@@ -136,10 +136,6 @@ LEADER_FALLBACK_TIMEOUT_S = 5.0
 BIND_RETRY_S = 0.5
 MAX_BIND_ATTEMPTS = 6
 """The Raft port must bind within about MAX_BIND_ATTEMPTS x BIND_RETRY_S or start-up fails."""
-COMMANDS_QUEUE_MAX = 20_000
-"""Submissions waiting for the tick thread; beyond it pysyncobj answers QUEUE_FULL."""
-MAX_PIPELINED_PROPOSALS = 10_000
-"""Entries one `propose_many` call may submit."""
 LOG_COMPACTION_MIN_ENTRIES = 20_000
 LOG_COMPACTION_MIN_TIME_S = 600.0
 """A snapshot is written when the log holds more entries than this, or this long after the last
@@ -296,7 +292,7 @@ class RaftNode:
             leaderFallbackTimeout=LEADER_FALLBACK_TIMEOUT_S,
             bindRetryTime=BIND_RETRY_S,
             maxBindRetries=MAX_BIND_ATTEMPTS,
-            commandsQueueSize=COMMANDS_QUEUE_MAX,
+            commandsQueueSize=limits.COMMANDS_QUEUE_MAX,
             commandsWaitLeader=False,
             dynamicMembershipChange=True,
             journalFile=journal_path,
@@ -481,10 +477,10 @@ class RaftNode:
         """
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        if len(entries) > MAX_PIPELINED_PROPOSALS:
+        if len(entries) > limits.MAX_PIPELINED_PROPOSALS:
             raise RaftschedError(Code.RESOURCE_EXHAUSTED,
                                  f"{len(entries)} entries in one call, over "
-                                 f"MAX_PIPELINED_PROPOSALS={MAX_PIPELINED_PROPOSALS}")
+                                 f"limits.MAX_PIPELINED_PROPOSALS={limits.MAX_PIPELINED_PROPOSALS}")
         for data in entries:
             if len(data) > limits.MAX_ENTRY_BYTES:
                 raise RaftschedError(Code.RESOURCE_EXHAUSTED,
