@@ -54,10 +54,11 @@ from agent.model import (
 )
 from agent.outbox import Outbox
 from agent.session import Reregister, Session, SessionError
+from agent.slots import SlotTurnaround
 from raftsched import limits
 from raftsched.clock import wall_ms
 from raftsched.eventlog import EventLogger
-from raftsched.protocol import ReportVerdict
+from raftsched.protocol import Observation, ReportVerdict
 
 log = EventLogger("agent")
 
@@ -130,6 +131,8 @@ class Agent:
             raise
         self._lock = threading.RLock()
         self._running: dict[int, AttemptRecord] = {}
+        self._slots = SlotTurnaround()
+        self._idle_counted = 0
         self._kills_requested: set[int] = set()
         self._acked: dict[ReportKey, float] = {}  # -> monotonic s of the ack
         self._acked_order: deque[ReportKey] = deque()
@@ -286,6 +289,12 @@ class Agent:
         self._metrics.heartbeat_latency_seconds.observe(time.monotonic() - started_s)
         return directives
 
+    def _observe(self) -> Observation:
+        """The free capacity now, numbered in the heartbeats' sequence."""
+        with self._lock:
+            self._seq += 1
+            return Observation(self._seq, self._free())
+
     def _pause(self, failures: int) -> None:
         if failures <= 0:
             return
@@ -301,6 +310,9 @@ class Agent:
 
     def _handle(self, directives: Directives) -> bool:
         """Acts on one heartbeat answer; False when it came from a lower term (ignored)."""
+        if directives.assignments or directives.kills:
+            log.debug("directives_received", term=directives.term,
+                      assignments=len(directives.assignments), kills=len(directives.kills))
         with self._lock:
             stored_term = self._fences.term()
             if directives.term < stored_term:
@@ -437,6 +449,10 @@ class Agent:
                      task=started.task_id, attempt=started.attempt, pid=started.wrapper_pid)
         self._outbox.write(records=launched, reports=reports, delete_records=failed)
         self._metrics.attempts_started.inc(len(launched))
+        for turnaround_s in self._slots.started(len(launched), time.monotonic()):
+            self._metrics.slot_turnaround_seconds.observe(turnaround_s)
+        self._metrics.slots_idle.inc(self._slots.idle - self._idle_counted)
+        self._idle_counted = self._slots.idle
         self._metrics.attempts_rejected.inc(len(failed))
         self._metrics.attempts_running.set(len(self._running))
         self._metrics.reports_pending.set(self._outbox.count())
@@ -499,6 +515,7 @@ class Agent:
                          task=record.task_id, report=report.kind.name, exit_code=report.exit_code,
                          timed_out=report.timed_out, reason=report.reason)
             self._outbox.write(records=records, reports=reports)
+            self._slots.freed(len(records), time.monotonic())
             self._metrics.attempts_running.set(len(self._running))
             self._metrics.reports_pending.set(self._outbox.count())
         self._wake.set()
@@ -514,7 +531,7 @@ class Agent:
                 return True
             try:
                 reported = self._session.report(self._config.cluster_id, self._incarnation,
-                                                batch)
+                                                batch, self._observe())
             except Reregister as error:
                 log.info("reregister", reason=str(error))
                 self._need_register.set()

@@ -33,10 +33,10 @@ from agent.model import (
     Reported,
 )
 from raftsched import rpc
-from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.client import retry
 from raftsched.errors import Code, RaftschedError
+from raftsched.protocol import Observation
 
 REGISTER_DEADLINE_MS = 10_000
 REPORT_DEADLINE_MS = 10_000
@@ -87,8 +87,8 @@ class Session(Protocol):
 
     def heartbeat(self, beat: Beat) -> Directives: ...
 
-    def report(self, cluster_id: str, incarnation: int,
-               reports: Sequence[Report]) -> Reported: ...
+    def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report],
+               observed: Observation | None = None) -> Reported: ...
 
 
 class GrpcSession:
@@ -133,10 +133,9 @@ class GrpcSession:
             raise Reregister(f"leader does not know incarnation {beat.incarnation}")
         return directives
 
-    def report(self, cluster_id: str, incarnation: int,
-               reports: Sequence[Report]) -> Reported:
-        request = pb.ReportRequest(cluster_id=cluster_id, incarnation=incarnation,
-                                   reports=[rpc.report_to_pb(r) for r in reports])
+    def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report],
+               observed: Observation | None = None) -> Reported:
+        request = rpc.report_request_to_pb(cluster_id, incarnation, reports, observed)
         response = self._call("Report", request, self._report_deadline_ms, reregister=True)
         try:
             return rpc.reported_from_pb(response)

@@ -148,6 +148,9 @@ OUTBOX_ADMISSION_PAUSE_REPORTS = 50_000
 MAX_RETAINED_ATTEMPT_DIRS = 1_000
 """Finished attempt dirs (with their stdout/stderr) kept for inspection; older ones go."""
 
+MAX_TRACKED_FREED_SLOTS = 10_000
+"""Freed slots remembered for the slot-turnaround figure; beyond it the oldest count as idle."""
+
 MAX_REMEMBERED_ACKS = 10_000
 """Acked reports remembered (in memory) for the crossing window."""
 

@@ -204,6 +204,16 @@ class Directives:
 
 
 @dataclass(frozen=True, slots=True)
+class Observation:
+    """An agent's free capacity as it saw it at one moment. Heartbeats and reports carry one;
+    `seq` (one counter per agent incarnation, shared by both) orders them, so the leader keeps
+    the newest."""
+
+    seq: int
+    free: Resources
+
+
+@dataclass(frozen=True, slots=True)
 class Verdict:
     fence: int
     verdict: ReportVerdict

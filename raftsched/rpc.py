@@ -17,6 +17,7 @@ How a failed call is classified on the calling side (`error_from_rpc`):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, NoReturn
 
 import grpc
@@ -31,6 +32,7 @@ from raftsched.protocol import (
     Directives,
     KillDirective,
     KnownAttempt,
+    Observation,
     Registered,
     Registration,
     Report,
@@ -245,6 +247,23 @@ def report_from_pb(message: Any) -> Report:
     exit_code = message.exit_code if message.HasField("exit_code") else None
     return Report(kind, message.job_id, message.task_id, int(message.fence), exit_code,
                   bool(message.timed_out), message.reason[:limits.MAX_REASON_CHARS])
+
+
+def report_request_to_pb(cluster_id: str, incarnation: int, reports: Sequence[Report],
+                         observed: Observation | None) -> Any:
+    message = pb.ReportRequest(cluster_id=cluster_id, incarnation=incarnation,
+                               reports=[report_to_pb(r) for r in reports])
+    if observed is not None:
+        message.free.CopyFrom(resources_to_pb(observed.free))
+        message.seq = observed.seq
+    return message
+
+
+def observation_from_pb(message: Any) -> Observation | None:
+    """A ReportRequest's capacity observation, if it carries one."""
+    if not message.HasField("free") or message.seq == 0:
+        return None
+    return Observation(int(message.seq), resources_from_pb(message.free))
 
 
 def reported_to_pb(reported: Reported) -> Any:

@@ -21,6 +21,7 @@ from raftsched.protocol import (
     Beat,
     Directives,
     KillDirective,
+    Observation,
     Registered,
     Registration,
     Report,
@@ -97,10 +98,17 @@ class AgentGateway:
                 break
         return Directives(self.node.term(), tuple(assignments), tuple(kills))
 
-    def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report]) -> Reported:
-        """Commit the reports; a final verdict for each, in order."""
+    def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report],
+               observed: Observation | None = None) -> Reported:
+        """Commit the reports; a final verdict for each, in order. The capacity the agent
+        `observed` when it sent them (after the attempts they end released theirs) is recorded
+        like a heartbeat's once they are committed, so the leader, woken by the commit, can fill
+        the freed room at once instead of at the agent's next heartbeat."""
         result = propose(self.node, self.leader, c.ReportBatch(
             cluster_id, self.clock.now_ms(), self.rng.getrandbits(64), tuple(reports)))
+        if observed is not None:
+            self.leader.heartbeat(cluster_id, incarnation, observed.seq,
+                                  observed.free.as_tuple())
         verdicts = tuple(Verdict(fence, verdict, report.kind) for (_, _, fence, verdict), report
                          in zip(result["items"], reports, strict=True))
         return Reported(self.node.term(), verdicts)

@@ -229,8 +229,10 @@ class Leader:
         if version == self._idle_version and version != -1:
             return
         free = self.reported_free()
+        started_s = self._clock.monotonic_s()
         items = self._node.read(lambda s: placement.plan(s, max_items=PLACEMENT_BATCH,
                                                          reported_free=free))
+        planned_s = self._clock.monotonic_s()
         if not items:
             self._idle_version = version
             return
@@ -239,7 +241,9 @@ class Leader:
             c.encode(c.AssignBatch(self._clock.now_ms(), tuple(items))), PROPOSE_TIMEOUT_S)
         if isinstance(outcome, fsm.Applied):
             result = outcome.result
-            log.debug("assigned", count=len(result["assigned"]), dropped=len(result["dropped"]))
+            log.debug("assigned", count=len(result["assigned"]), dropped=len(result["dropped"]),
+                      plan_ms=round((planned_s - started_s) * 1000, 2),
+                      commit_ms=round((self._clock.monotonic_s() - planned_s) * 1000, 2))
             if result["assigned"]:
                 self._wake.set()  # more may be placeable
 

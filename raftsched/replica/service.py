@@ -227,7 +227,8 @@ class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
     def Report(self, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             reports = [rpc.report_from_pb(r) for r in request.reports]
-            reported = self.gateway.report(request.cluster_id, request.incarnation, reports)
+            reported = self.gateway.report(request.cluster_id, request.incarnation, reports,
+                                           rpc.observation_from_pb(request))
         except ValueError as error:
             self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, str(error)))
         except RaftschedError as error:

@@ -11,7 +11,15 @@ from collections.abc import Sequence
 from agent import session as s
 from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
-from raftsched.protocol import Beat, Directives, Registered, Registration, Report, Reported
+from raftsched.protocol import (
+    Beat,
+    Directives,
+    Observation,
+    Registered,
+    Registration,
+    Report,
+    Reported,
+)
 from raftsched.replica.gateway import AgentGateway
 from raftsched.replica.leader import Leader
 from tests.sim.log import SimNode
@@ -52,8 +60,9 @@ class Gateway:
             raise s.Reregister(f"leader does not know incarnation {beat.incarnation}")
         return directives
 
-    def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report]) -> Reported:
+    def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report],
+               observed: Observation | None = None) -> Reported:
         try:
-            return self.core.report(cluster_id, incarnation, reports)
+            return self.core.report(cluster_id, incarnation, reports, observed)
         except RaftschedError as error:
             raise self._error(error, "Report", reregister=True) from None

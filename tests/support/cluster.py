@@ -50,6 +50,7 @@ class LocalCluster:
     root: Path
     replica_count: int = 3
     replica_flags: list[str] = field(default_factory=list)
+    agent_flags: list[str] = field(default_factory=list)
     supervisor: Supervisor = field(default_factory=Supervisor)
     replicas: list[Child] = field(default_factory=list)
     agents: dict[str, Child] = field(default_factory=dict)
@@ -128,7 +129,8 @@ class LocalCluster:
         argv = [sys.executable, "-m", "agent", "--cluster-id", cluster_id,
                 "--servers", ",".join(self.grpc), "--capabilities", capabilities,
                 "--cpu", str(cpu), "--memory-mb", str(memory_mb), "--gpu", str(gpu),
-                "--data-dir", str(self.root / f"agent-{cluster_id}"), "--executor", executor]
+                "--data-dir", str(self.root / f"agent-{cluster_id}"), "--executor", executor,
+                *self.agent_flags]
         proc = self.supervisor.start(f"agent-{cluster_id}", argv,
                                      self.root / "logs" / f"agent-{cluster_id}.log")
         self.agents[cluster_id] = proc

@@ -10,34 +10,8 @@ from raftsched.replica.leader import Leader, LeaderConfig
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state import fsm
-from raftsched.state.model import State, TaskState
-
-
-class MemoryNode:
-    """Applies proposals at once to a State; counts them by command type."""
-
-    def __init__(self) -> None:
-        self.state = State()
-        self.leader = True
-        self.current_term = 3
-        self.proposed: list[str] = []
-        self.applied = 0
-
-    def propose(self, data: bytes, timeout_s: float) -> fsm.Outcome:
-        self.proposed.append(type(c.decode(data)).__name__)
-        self.applied += 1
-        outcome = fsm.apply(self.state, data)
-        fsm.check_invariants(self.state)
-        return outcome
-
-    def read(self, fn: Any) -> Any:
-        return fn(self.state)
-
-    def is_leader(self) -> bool:
-        return self.leader
-
-    def term(self) -> int:
-        return self.current_term
+from raftsched.state.model import TaskState
+from tests.support.memory_node import MemoryNode
 
 
 def make() -> tuple[MemoryNode, ManualClock, Leader]:
