@@ -139,7 +139,7 @@ class ClusterUnderTest:
 
     # -- observing the replicas -------------------------------------------------------------
 
-    def status(self, name: str) -> Any | None:
+    def status(self, name: str, *, include_digest: bool = False) -> Any | None:
         """The replica's own ClusterStatus, or None when it does not answer promptly."""
         proc = self.replicas[name]
         if not proc.alive() or proc.paused:
@@ -147,7 +147,7 @@ class ClusterUnderTest:
         client = Client([self.grpc[name]], timeout_s=STATUS_TIMEOUT_S,
                         retry_budget_s=STATUS_TIMEOUT_S)
         try:
-            return client.cluster_status(self.grpc[name])
+            return client.cluster_status(self.grpc[name], include_digest=include_digest)
         except RaftschedError:
             return None
         finally:

@@ -414,8 +414,10 @@ class ReportResponse(_message.Message):
     def __init__(self, term: _Optional[int] = ..., verdicts: _Optional[_Iterable[_Union[ReportVerdict, _Mapping]]] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("include_digest",)
+    INCLUDE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    include_digest: bool
+    def __init__(self, include_digest: _Optional[bool] = ...) -> None: ...
 
 class ReplicaInfo(_message.Message):
     __slots__ = ("raft_address", "grpc_address", "leader")

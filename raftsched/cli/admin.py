@@ -40,9 +40,14 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
         "output:\n  the leader line, a table of replicas, a table of compute clusters\n"
         '  --json: {"leader", "term", "replicas": [{"raft_address", "grpc_address", "leader"}],'
         '\n           "clusters": [{"cluster", "status", "capabilities", "capacity", "reserved",'
-        ' ...}],\n           "commit_index", "applied_index", "responder"}')
+        ' ...}],\n           "commit_index", "applied_index", "responder", "state_index",'
+        '\n           "state_digest" (with --digest, else "")}')
     status.add_argument("--server", metavar="HOST:PORT",
                         help="ask this replica only (its view may differ from the leader's)")
+    status.add_argument("--digest", action="store_true",
+                        help="also print the replica's state digest (a hash of its whole state at "
+                             "state_index, to compare replicas; it costs the replica a pass over "
+                             "its state, so do not poll with it)")
     status.set_defaults(handler=_run_admin_status, reads_only=True)
 
     add = command_parser(
@@ -69,10 +74,10 @@ def _run_admin_status(args: argparse.Namespace) -> int:
     server = parse_addresses(args.server, "--server")[0] if args.server else None
     servers = [server] if server and not args.servers else None
     with connect(args, servers) as client:
-        status = client.cluster_status(server=server)
+        status = client.cluster_status(server=server, include_digest=args.digest)
         if server is None and status.leader and status.leader != status.responder:
             with contextlib.suppress(RaftschedError):  # the first answer will do
-                status = client.cluster_status(server=status.leader)
+                status = client.cluster_status(server=status.leader, include_digest=args.digest)
         document = render.cluster_status_doc(status)
     if args.json:
         print_json(document)

@@ -150,14 +150,15 @@ class Client:
 
     # -- admin -----------------------------------------------------------------------------------
 
-    def cluster_status(self, server: str | None = None) -> Any:
+    def cluster_status(self, server: str | None = None, *, include_digest: bool = False) -> Any:
         """Ask `server` (or each configured replica in turn until one answers): any replica can
-        say what it sees, so this does not follow the leader."""
+        say what it sees, so this does not follow the leader. `include_digest` costs the replica
+        a pass over its whole state (for audits, not for polling)."""
         last: RaftschedError | None = None
+        request = pb.ClusterStatusRequest(include_digest=include_digest)
         for address in [server] if server else self._servers.addresses:
             try:
-                return self._invoke(pb_grpc.AdminStub, "ClusterStatus",
-                                    pb.ClusterStatusRequest(), address)
+                return self._invoke(pb_grpc.AdminStub, "ClusterStatus", request, address)
             except RaftschedError as error:
                 last = error
         assert last is not None

@@ -246,7 +246,7 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         self.grpc_address = grpc_address
 
     def ClusterStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
-        status = self.ctx.node.status()
+        status = self.ctx.node.status(include_digest=request.include_digest)
         leading = self.ctx.leader.leading()
 
         def view(state: State) -> Any:

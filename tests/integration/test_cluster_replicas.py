@@ -130,7 +130,8 @@ def test_applied_logs_replay_to_every_replicas_digest_also_after_kill_9(
     target = client.submit(JOB).job_id
 
     def converged() -> list[Any] | None:
-        statuses = [cluster.client(retry_budget_s=1).cluster_status(g) for g in cluster.grpc]
+        statuses = [cluster.client(retry_budget_s=1).cluster_status(g, include_digest=True)
+                    for g in cluster.grpc]
         indices = {s.state_index for s in statuses}
         if len(indices) != 1:
             return None

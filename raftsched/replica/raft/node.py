@@ -557,11 +557,12 @@ class RaftNode:
         """The voting members in this replica's current configuration, itself included."""
         return sorted({self._address, *(str(n.id) for n in self._obj.otherNodes)})
 
-    def status(self) -> dict[str, Any]:
-        """A snapshot of this replica's view. `state_digest` dumps the state under the apply
-        lock: it costs O(state)."""
+    def status(self, include_digest: bool = False) -> dict[str, Any]:
+        """A snapshot of this replica's view. With `include_digest`, `state_digest` dumps the
+        state under the apply lock: it costs O(state) and stalls apply meanwhile, so only audits
+        and tests ask for it; otherwise it is ""."""
         with self._lock:
-            digest = fsm.digest_state(self._state)
+            digest = fsm.digest_state(self._state) if include_digest else ""
             state_index = self._state_index
         journal = self._journal
         return {

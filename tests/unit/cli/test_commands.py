@@ -115,8 +115,9 @@ class FakeClient:
         if self.watch_interrupt:
             raise KeyboardInterrupt
 
-    def cluster_status(self, server: str | None = None) -> Any:
-        self._call("cluster_status", server)
+    def cluster_status(self, server: str | None = None, *,
+                       include_digest: bool = False) -> Any:
+        self._call("cluster_status", server, include_digest)
         return self.status
 
     def add_replica(self, raft_address: str, grpc_address: str = "") -> Any:
@@ -452,12 +453,27 @@ def test_admin_status_follows_to_the_leader_unless_told_which_server(
         capsys: pytest.CaptureFixture[str], fake: FakeClient, made: Made) -> None:
     fake.status.responder = "127.0.0.1:7001"
     run(capsys, "admin", "status")
-    assert fake.calls == [("cluster_status", (None,)),
-                                             ("cluster_status", ("127.0.0.1:5001",))]
+    assert fake.calls == [("cluster_status", (None, False)),
+                          ("cluster_status", ("127.0.0.1:5001", False))]
     fake.calls.clear()
     run(capsys, "admin", "status", "--server", "127.0.0.1:7002")
-    assert fake.calls == [("cluster_status", ("127.0.0.1:7002",))]
+    assert fake.calls == [("cluster_status", ("127.0.0.1:7002", False))]
     assert made.servers[-1] == ["127.0.0.1:7002"]
+
+
+def test_admin_status_digest_only_when_asked(capsys: pytest.CaptureFixture[str],
+                                            fake: FakeClient) -> None:
+    fake.status.responder = fake.status.leader
+    fake.status.state_digest, fake.status.state_index = "", 41
+    code, out, _ = run(capsys, "admin", "status")
+    assert code == 0 and "state digest" not in out
+    assert fake.calls[-1] == ("cluster_status", (None, False))
+    fake.status.state_digest = "0123456789abcdef"
+    code, out, _ = run(capsys, "admin", "status", "--digest")
+    assert fake.calls[-1] == ("cluster_status", (None, True))
+    assert "state digest 0123456789abcdef at index 41" in out
+    code, document = run_json(capsys, "admin", "status", "--digest")
+    assert (document["state_digest"], document["state_index"]) == ("0123456789abcdef", 41)
 
 
 def test_admin_membership(capsys: pytest.CaptureFixture[str], fake: FakeClient,
