@@ -5,8 +5,8 @@ fsync; `DurableJournal` replaces it (CRC per record, `fdatasync` before this rep
 applies an entry, meta written tmp + fsync + rename + dir fsync). SyncObj builds its journal with
 the module-global `createJournal`, with no parameter for it, so this module replaces that one
 global with a dispatcher that hands out journals registered with `pending_journal` and delegates
-to the original otherwise: the one monkeypatch, done at import. See `raftsched.replica.raft.node`
-for where the journal's `sync` runs (the durability points).
+to the original otherwise, at import (`dumps.py` patches one more global the same way). See
+`raftsched.replica.raft.node` for where the journal's `sync` runs (the durability points).
 """
 
 from __future__ import annotations
@@ -422,7 +422,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
         self.stats.meta_syncs += 1
 
 
-# --- hooking the journal into SyncObj (the one monkeypatch) -------------------------------------
+# --- hooking the journal into SyncObj (a patched module global) ---------------------------------
 
 _ORIGINAL_CREATE_JOURNAL = _pysyncobj_syncobj.createJournal
 _PENDING_JOURNALS: dict[str, DurableJournal] = {}

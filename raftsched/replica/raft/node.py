@@ -39,14 +39,16 @@ checked invariant (`status()["durability"]["unsynced_applies"]` counts violation
 pysyncobj internals this module relies on (re-check them when changing the pinned version):
 - `pysyncobj/syncobj.py`: `SyncObj.__init__` builds its journal with the module-global
   `createJournal(conf.journalFile)`; there is no parameter for it, so we replace that one global
-  with a dispatcher (`_create_journal`) that returns our journal for paths a RaftNode registered
-  and delegates to the original otherwise. This is the one monkeypatch, done at import.
+  with a dispatcher (`journal._create_journal`) that returns our journal for paths a RaftNode
+  registered and delegates to the original otherwise. Likewise `SyncObj.__init__` builds its
+  serializer from the module-global `Serializer`, which `dumps.py` replaces with a subclass that
+  forks for our serializer. These two globals are the adapter's only patches, done at import.
 - `SyncObj.__tryLogCompaction` passes the serializer `(None, last_applied_entry, previous_entry,
   cluster_nodes)`; `pysyncobj/serializer.py` `Serializer.serialize` calls our serializer with
   `data[1:]` (a 3-tuple: the state element is not passed at all) and the path `fullDumpFile +
   '.tmp'`, then renames it over `fullDumpFile`; `Serializer.deserialize` returns `(None,) +
-  deserializer(fullDumpFile)`. A custom serializer disables pysyncobj's fork: it runs
-  synchronously on the tick thread.
+  deserializer(fullDumpFile)`. pysyncobj forks only for its own serializer; `dumps.py` makes it
+  fork for ours too, and `checkSerializing` reaps the child (waitpid) before the log is compacted.
 - `SyncObj.__loadDumpFile` clears the journal unless `journal[0] == data[2]` and
   `journal[1] == data[1]`; on startup we first align the journal to the dump (see
   `DurableJournal.align_to_dump`) so a crash between the dump rename and the journal compaction
@@ -102,6 +104,7 @@ from raftsched import limits
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.replica.applied_log import AppliedLogWriter
+from raftsched.replica.raft import dumps as _dumps  # noqa: F401  (installs ForkingSerializer)
 from raftsched.replica.raft.alarms import ALARM_FILTER, LibraryAlarms
 from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
 from raftsched.replica.raft.journal import DurableJournal, Entry, pending_journal
@@ -139,12 +142,19 @@ MAX_BIND_ATTEMPTS = 6
 LOG_COMPACTION_MIN_ENTRIES = 20_000
 LOG_COMPACTION_MIN_TIME_S = 600.0
 """A snapshot is written when the log holds more entries than this, or this long after the last
-one. It runs synchronously on the tick thread, so its cost is the state's dump time."""
+one. A forked child writes it (dumps.py): the tick thread pays only for the fork."""
 FIRST_TICK_TIMEOUT_S = 120.0
 """Start-up waits this long for the first tick, which loads the dump (seconds for big states)."""
 CLOSE_TIMEOUT_S = 10.0
 """How long `close` waits for the tick thread to exit."""
 TRANSFER_POLL_S = 0.02
+
+DUMP_LATCH_ENV = "RAFTSCHED_FAILPOINT_DUMP_LATCH"
+"""Fault injection: a path. The snapshot writer creates PATH.waiting, then waits until PATH exists
+(at most DUMP_LATCH_MAX_WAIT_S) before writing: a test holds a snapshot in progress as long as
+it likes and shows that nothing else waits for it. Read once when a RaftNode is built."""
+DUMP_LATCH_MAX_WAIT_S = 120.0
+DUMP_LATCH_POLL_S = 0.05
 
 JOURNAL_FILE_NAME = "raft.journal"
 DUMP_FILE_NAME = "raft.dump"
@@ -260,6 +270,7 @@ class RaftNode:
         self._unsynced_applies = 0
         self._fatal: str | None = None
         self._closed = False
+        self._dump_latch = os.environ.get(DUMP_LATCH_ENV, "")
         self._data_dir = os.path.abspath(data_dir)
         os.makedirs(self._data_dir, exist_ok=True)
         self._lock_fd = _lock_data_dir(self._data_dir)
@@ -404,26 +415,32 @@ class RaftNode:
     def _write_dump(self, file_name: str, data: Any) -> None:
         """pysyncobj's serializer hook: `data` is (last applied entry, the one before, nodes).
 
-        Runs on the tick thread, so the state cannot change under it and readers need not wait.
+        Runs in a child forked from the tick thread (`dumps.ForkingSerializer`): the state is a
+        copy-on-write image as of that tick, and the replica goes on meanwhile. So it does
+        nothing but write and fsync the file: no logging, no locks (see dumps.py);
+        `dump_finished` reports the outcome in the replica.
         """
-        started = time.monotonic()
-        try:
-            last, previous, nodes = data
-            last_entry = _entry_out(last)
-            members = sorted(str(getattr(n, "id", n)) for n in nodes)
-            extra = {"format": EXTRA_FORMAT, "last": last_entry,
-                     "previous": _entry_out(previous), "members": members}
-            with open(file_name, "wb") as out:
-                snapshot.dump_to(out, self._state, extra)
-                out.flush()
-                if self._journal.fsync:
-                    os.fsync(out.fileno())
-        except BaseException:
-            log.exception("raft_dump_write_failed", file=file_name)
-            raise
-        self._dumps_written += 1
-        log.info("raft_dump_written", index=last_entry[1], members=",".join(members),
-                 elapsed_ms=(time.monotonic() - started) * 1000)
+        if self._dump_latch:
+            _wait_for_latch(self._dump_latch)
+        last, previous, nodes = data
+        members = sorted(str(getattr(n, "id", n)) for n in nodes)
+        extra = {"format": EXTRA_FORMAT, "last": _entry_out(last),
+                 "previous": _entry_out(previous), "members": members}
+        with open(file_name, "wb") as out:
+            snapshot.dump_to(out, self._state, extra)
+            out.flush()
+            if self._journal.fsync:
+                os.fsync(out.fileno())
+
+    def dump_finished(self, ok: bool, index: int, elapsed_s: float) -> None:
+        """A snapshot at `index` was written (or failed) by the dump child; on the tick thread.
+        On success pysyncobj compacts the log up to it next."""
+        if ok:
+            self._dumps_written += 1
+            log.info("raft_dump_written", index=index, elapsed_ms=round(elapsed_s * 1000, 1))
+        else:
+            log.error("raft_dump_write_failed", index=index,
+                      elapsed_ms=round(elapsed_s * 1000, 1))
 
     def _read_dump(self, file_name: str) -> tuple[Entry, Entry, set[Any]]:
         """pysyncobj's deserializer hook (startup and snapshot install): replaces the State."""
@@ -737,6 +754,15 @@ def _check_address(address: str) -> None:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise RaftschedError(Code.INVALID_ARGUMENT, f"not a host:port address: {address!r}")
+
+
+def _wait_for_latch(path: str) -> None:
+    """The DUMP_LATCH_ENV failpoint, in the dump child: say it waits, then wait (bounded)."""
+    with open(path + ".waiting", "a", encoding="utf-8") as marker:
+        marker.write(f"{os.getpid()}\n")
+    deadline = time.monotonic() + DUMP_LATCH_MAX_WAIT_S
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(DUMP_LATCH_POLL_S)
 
 
 def _lock_data_dir(data_dir: str) -> int:
