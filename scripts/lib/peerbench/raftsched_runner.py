@@ -8,7 +8,6 @@ planned workloads through the public client, prints one result line, and stops e
 from __future__ import annotations
 
 import json
-import multiprocessing
 import queue
 import sys
 import tempfile
@@ -27,6 +26,7 @@ from .processes import Supervisor, Timeout, log, raise_on_sigterm
 from .protocol import Figures, Plan, emit, run_each
 from .raftsched_cluster import AGENT_IDS, RaftschedCluster
 from .stats import pct
+from .submitters import START_TIMEOUT_S, concurrent_rate
 from .workloads import Node
 
 NOOP_CPU = 0.001
@@ -37,8 +37,6 @@ LIST_PAGE = 1_000
 MAX_PAGES = 1_000
 JOB_POLL_S = 0.05
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
-SUBMIT_START_TIMEOUT_S = 60.0
-"""Submitting processes must be ready (imported, connected) within this."""
 
 
 def job_spec(name: str, nodes: list[Node], cpu: float) -> str:
@@ -205,33 +203,11 @@ def submit_process(args: SubmitArgs, barrier: Any, out: Any) -> None:
     clients = [Client(servers) for _ in range(threads)]
     spec = job_spec("concurrent", [Node("t", 0)], NOOP_CPU)
     clients[0].submit(spec)  # connect, find the leader
-    barrier.wait(timeout=SUBMIT_START_TIMEOUT_S)
+    barrier.wait(timeout=START_TIMEOUT_S)
     started = time.monotonic()
     with ThreadPoolExecutor(threads) as pool:
         list(pool.map(lambda c: [c.submit(spec) for _ in range(per_thread)], clients))
     out.put((started, time.monotonic(), threads * per_thread))
-
-
-def concurrent_rate(target: Callable[[Any, Any, Any], None], args: Any,
-                    timeout_s: float) -> float:
-    """Calls per second over all processes: total / (last end - first start). CLOCK_MONOTONIC is
-    one clock for every process on the machine."""
-    context = multiprocessing.get_context("spawn")  # gRPC does not survive fork
-    barrier = context.Barrier(workloads.SUBMIT_PROCESSES)
-    out = context.Queue()
-    processes = [context.Process(target=target, args=(args, barrier, out), daemon=True)
-                 for _ in range(workloads.SUBMIT_PROCESSES)]
-    for process in processes:
-        process.start()
-    try:
-        spans = [out.get(timeout=timeout_s) for _ in processes]
-    finally:
-        for process in processes:
-            process.join(timeout=5)
-            if process.is_alive():
-                process.kill()
-                process.join()
-    return sum(s[2] for s in spans) / (max(s[1] for s in spans) - min(s[0] for s in spans))
 
 
 def versions() -> dict[str, str]:
