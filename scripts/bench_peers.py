@@ -204,4 +204,9 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("\ninterrupted: every process the benchmark started has been stopped",
+              file=sys.stderr)
+        sys.exit(130)

@@ -60,7 +60,7 @@ def dag_node(dag: str, node: str, duration_ms: int, done_key: str) -> None:
     if duration_ms:
         time.sleep(duration_ms / 1000)
     redis_store = store()
-    children = redis_store.hget(f"{dag}:children", node)
+    children = str(redis_store.hget(f"{dag}:children", node) or "")
     for child in children.split(",") if children else ():
         if redis_store.hincrby(f"{dag}:waiting", child, -1) == 0:
             child_ms = int(redis_store.hget(f"{dag}:ms", child) or 0)

@@ -2,8 +2,9 @@
 `python -m peerbench.dask_runner PLAN_JSON`.
 
 A `dask scheduler` and 2 `dask worker` processes (8 threads each, no nanny) on 127.0.0.1; every
-task is `peer_tasks.sleep_ms` (time.sleep) or `peer_tasks.noop`, submitted with its upstream
-futures as arguments, so Dask orders them by the same DAG. Prints one result line.
+task is `peer_tasks.sleep_ms` (time.sleep) or `peer_tasks.noop`, and each job or DAG goes to the
+scheduler as one graph whose tasks take their upstream results as arguments, so Dask orders
+them by the same DAG. Prints one result line.
 """
 
 from __future__ import annotations
@@ -13,11 +14,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-import dask
-import distributed
 from distributed import Client, Future, wait
 
 from . import workloads
@@ -44,18 +44,21 @@ def start(supervisor: Supervisor, port: int) -> None:
 
 
 def submit_dag(client: Client, name: str, nodes: list[Node],
-               body: Callable[..., Any] = sleep_ms) -> list[Future]:
-    """One future per node, its upstream futures as arguments (unique keys per run)."""
-    futures: dict[str, Future] = {}
+               body: Callable[..., Any] = sleep_ms) -> list[Future[Any]]:
+    """The whole DAG as one graph in one call, as raftsched gets a whole job in one submit:
+    each node a task whose arguments name its upstream keys (unique keys per run)."""
     run = next(_keys)
+    key = {node.id: f"{name}-{run}-{node.id}" for node in nodes}
+    graph: dict[str, tuple[Any, ...]] = {}
     for node in nodes:
-        upstream = [futures[dep] for dep in node.deps]
-        args = (node.duration_ms, *upstream) if body is sleep_ms else tuple(upstream)
-        futures[node.id] = client.submit(body, *args, key=f"{name}-{run}-{node.id}")
-    return list(futures.values())
+        upstream = tuple(key[dep] for dep in node.deps)
+        args = (node.duration_ms, *upstream) if body is sleep_ms else upstream
+        graph[key[node.id]] = (body, *args)
+    futures: list[Future[Any]] = client.get(graph, list(graph), sync=False)
+    return futures
 
 
-def wait_all(futures: list[Future], timeout_s: float) -> float:
+def wait_all(futures: list[Future[Any]], timeout_s: float) -> float:
     """perf_counter when every future is done; raises if one failed or the wait timed out."""
     done, not_done = wait(futures, timeout=timeout_s, return_when="ALL_COMPLETED")
     finished = time.perf_counter()
@@ -115,7 +118,7 @@ class Runner:
 
 
 def versions() -> dict[str, str]:
-    return {"dask": dask.__version__, "distributed": distributed.__version__}
+    return {name: metadata.version(name) for name in ("dask", "distributed")}
 
 
 def main() -> None:

@@ -186,7 +186,7 @@ class Runner:
 
     def turnaround(self) -> Figures:
         if not self.capacity_job:
-            return {"error": "needs the capacity workload in the same run"}
+            return {"error": "needs a finished capacity run (none in this run)"}
         estimate = turnaround.from_histories(self.client, self.capacity_job,
                                              workloads.SLOTS_PER_WORKER)
         return {**self.turnaround_metric, **estimate}
