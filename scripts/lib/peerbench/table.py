@@ -106,7 +106,7 @@ def layered_section(scale: float, seed: int) -> Section:
     bound_s = sum(workloads.lower_bound_s(nodes) for nodes in dags)
     critical_s = sum(workloads.critical_path_ms(nodes) for nodes in dags) / 1000
     width = len(dags[0]) // workloads.LAYERED_LEVELS
-    title = (f"2 layered DAGs: {len(dags)} run one after another, each {workloads.LAYERED_LEVELS} "
+    title = (f"2 layered DAGs: {len(dags)}, run one after another, each {workloads.LAYERED_LEVELS} "
              f"levels x {width} tasks, {workloads.LAYERED_PARENTS} parents each, {TASK_MS_RANGE}"
              f" (seed {seed})\n  bound = sum of max(critical path, work / slots) = "
              f"{bound_s:.2f} s (critical paths alone {critical_s:.2f} s)")
@@ -219,7 +219,7 @@ def turnaround(results: Results) -> list[str]:
             f"{figures['finish_to_assigned_p99_ms']:.0f} ms",
             f"  (recorded attempt duration p50 {figures['recorded_duration_p50_ms']:.0f} ms for "
             f"{workloads.CAPACITY_TASK_MS} ms tasks)",
-*notes(HOW_TURNAROUND)]
+*notes(HOW_TURNAROUND, "    how: ")]
 
 
 def render(results: Results, scale: float, seed: int) -> str:
