@@ -56,6 +56,8 @@ RUNNER_SETUP_S = 180.0
 """Per runner, beyond its phases: starting and stopping the system under test."""
 STOP_GRACE_S = 15.0
 """A runner told to stop gets this long to stop its own children before SIGKILL of its group."""
+BUSY_LOAD_PER_CORE = 1.5
+"""This benchmark alone keeps a load average of about 1-2.5 on 2 cores; more means other work."""
 PEERS_PYTHON_ENV = "PEERBENCH_PEERS_PYTHON"
 PEERS_PROBLEM_ENV = "PEERBENCH_PEERS_PROBLEM"
 REDIS_PROBLEM_ENV = "PEERBENCH_REDIS_PROBLEM"
@@ -164,7 +166,9 @@ def print_report(args: argparse.Namespace, results: dict[str, Any], skipped: dic
             print(f"  {system}: skipped: {skipped.get(system, 'not run')}")
             continue
         versions = ", ".join(f"{k} {v}" for k, v in result.get("versions", {}).items())
-        print(f"  {system}: {result.get('setup', '?')} [{versions}]")
+        before, after = result["load_1min"]
+        print(f"  {system}: {result.get('setup', '?')} [{versions}]; load average (1 min) "
+              f"{before:.1f} before, {after:.1f} after{noisy(before, after)}")
         if "error" in result:
             print(f"  {system}: FAILED: {result['error']}")
     print("  ratio columns: raftsched / peer (times: lower is better; rates: higher is better)\n")
@@ -173,6 +177,15 @@ def print_report(args: argparse.Namespace, results: dict[str, Any], skipped: dic
               for name, figures in result.get("workloads", {}).items() if "error" in figures]
     for system, name, error in errors:
         print(f"  error: {system} {name}: {error}")
+
+
+def noisy(*loads: float) -> str:
+    """A warning when the machine was busy with more than this benchmark (a shared machine)."""
+    cores = os.cpu_count() or 1
+    if max(loads) <= cores * BUSY_LOAD_PER_CORE:
+        return ""
+    return (f" -- BUSY (above {cores * BUSY_LOAD_PER_CORE:g}): other work may be sharing these "
+            f"cores, figures are noisy")
 
 
 def raise_on_sigterm() -> None:
@@ -193,7 +206,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="raftsched-bench-peers-") as workdir:
         plan = Plan(args.workloads, args.scale, args.seed, workdir, args.phase_timeout_s)
         for system in ["raftsched", *peers]:
+            load_before = os.getloadavg()[0]
             results[system] = run_runner(system, plan)
+            results[system]["load_1min"] = [round(load_before, 2), round(os.getloadavg()[0], 2)]
     elapsed_s = time.monotonic() - started
     print_report(args, results, skipped, elapsed_s)
     if args.json:
