@@ -211,6 +211,25 @@ class _Replies:
         return self.reasons[position] is not self._NONE
 
 
+class Proposal:
+    """An entry appended by `RaftNode.submit`, not yet waited for."""
+
+    def __init__(self, node: RaftNode, replies: _Replies) -> None:
+        self._node = node
+        self._replies = replies
+
+    def outcome(self, timeout_s: float) -> Outcome:
+        """Its FSM outcome once committed; raises NotLeader (it was not appended or was lost
+        with a leadership change) or OutcomeUnknown (it may still commit)."""
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self._replies.done.wait(timeout_s)
+        result = self._node._outcome(self._replies, 0, timeout_s)
+        if isinstance(result, RaftschedError):
+            raise result
+        return result
+
+
 # --- RaftNode -----------------------------------------------------------------------------------
 
 
@@ -480,10 +499,15 @@ class RaftNode:
         Raises NotLeader (nothing appended; go to `.leader`) or OutcomeUnknown (it may still
         commit: retry with the same request id so the FSM dedupes it).
         """
-        (result,) = self.propose_many([data], timeout_s)
-        if isinstance(result, RaftschedError):
-            raise result
-        return result
+        return self.submit(data).outcome(timeout_s)
+
+    def submit(self, data: bytes) -> Proposal:
+        """Append one entry without waiting; `outcome()` of the answer waits for its commit.
+        Entries submitted one after another from one thread are applied in that order (they
+        queue in order for the tick thread), so a later proposal can build on an earlier one
+        that has not committed yet. Raises NotLeader before appending anything."""
+        replies = self._submit([data])
+        return Proposal(self, replies)
 
     def propose_many(self, entries: list[bytes], timeout_s: float,
                      ) -> list[Outcome | RaftschedError]:
@@ -497,7 +521,12 @@ class RaftNode:
         if len(entries) > limits.MAX_PIPELINED_PROPOSALS:
             raise RaftschedError(Code.RESOURCE_EXHAUSTED,
                                  f"{len(entries)} entries in one call, over "
-                                 f"limits.MAX_PIPELINED_PROPOSALS={limits.MAX_PIPELINED_PROPOSALS}")
+                                 f"MAX_PIPELINED_PROPOSALS={limits.MAX_PIPELINED_PROPOSALS}")
+        replies = self._submit(entries)
+        replies.done.wait(timeout_s)
+        return [self._outcome(replies, position, timeout_s) for position in range(len(entries))]
+
+    def _submit(self, entries: list[bytes]) -> _Replies:
         for data in entries:
             if len(data) > limits.MAX_ENTRY_BYTES:
                 raise RaftschedError(Code.RESOURCE_EXHAUSTED,
@@ -509,8 +538,7 @@ class RaftNode:
         replies = _Replies(len(entries))
         for position, data in enumerate(entries):
             self._obj.apply_entry(data, callback=functools.partial(replies.callback, position))
-        replies.done.wait(timeout_s)
-        return [self._outcome(replies, position, timeout_s) for position in range(len(entries))]
+        return replies
 
     def _outcome(self, replies: _Replies, position: int,
                  timeout_s: float) -> Outcome | RaftschedError:
