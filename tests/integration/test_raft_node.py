@@ -186,12 +186,58 @@ def test_startup_aligns_an_uncompacted_journal_to_a_newer_dump(tmp_path: Path) -
 
 
 def bare_transport() -> raft_transport.SyncingTransport:
-    """The trimming logic alone: no sockets, no SyncObj."""
+    """The trimming and merging logic alone: no sockets, no SyncObj."""
     transport = object.__new__(raft_transport.SyncingTransport)
     transport._sent = {}
+    transport._acks = []
+    transport._holding = False
+    transport._held = {}
     transport.replication = raft_transport.ReplicationStats()
     transport._onMessageReceivedCallback = None
     return transport
+
+
+class Wire:
+    """What a bare transport put on the wire, in order (no journal to sync)."""
+
+    def __init__(self, transport: raft_transport.SyncingTransport,
+                 monkeypatch: pytest.MonkeyPatch) -> None:
+        self.sent: list[tuple[str, dict[str, Any]]] = []
+        monkeypatch.setattr(transport, "_send_now",
+                            lambda node, message: self.sent.append((node, message)) or True)
+        monkeypatch.setattr(transport, "flush", lambda: None)
+
+
+def test_transport_merges_the_appends_of_one_queue_drain(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One append_entries per command and follower become one per follower (group commit);
+    a message that does not continue the held one, or any other message, sends what is held
+    first, so the order on the wire is pysyncobj's."""
+    transport = bare_transport()
+    wire = Wire(transport, monkeypatch)
+    def one(index: int) -> dict[str, Any]:
+        """What pysyncobj sends for one new entry: it follows the entry before it."""
+        return {**append(2, index - 1, index, index), "prevLogTerm": 1 if index <= 4 else 2}
+
+    transport.hold_appends()
+    for index in range(1, 5):
+        for follower in ("f", "g"):
+            assert transport.send(follower, one(index))
+    assert wire.sent == []
+    transport.send("g", {"type": "request_vote", "term": 3})  # any other message: flush first
+    assert [(n, [e[1] for e in m.get("entries", [])]) for n, m in wire.sent] == \
+        [("f", [1, 2, 3, 4]), ("g", [1, 2, 3, 4]), ("g", [])]
+    assert wire.sent[0][1]["prevLogIdx"] == 0 and transport.replication.appends_merged == 6
+    wire.sent.clear()
+    transport.hold_appends()
+    transport.send("f", one(5))
+    transport.send("f", one(10))  # a gap: not merged, the held one goes first
+    transport.send("f", one(11))
+    transport.release_appends()
+    assert [[e[1] for e in m["entries"]] for _, m in wire.sent] == [[5], [10, 11]]
+    wire.sent.clear()
+    transport.send("f", one(12))  # not holding: sent at once
+    assert len(wire.sent) == 1
 
 
 def append(term: int, previous: int, first: int, last: int) -> dict[str, Any]:

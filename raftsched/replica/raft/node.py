@@ -173,9 +173,24 @@ T = TypeVar("T")
 
 class _ReplicatedLog(SyncObj):  # type: ignore[misc]
     def __init__(self, apply: Callable[[bytes, int], Outcome], self_address: str,
-                 peers: list[str], conf: Any, transport_class: Any) -> None:
+                 peers: list[str], conf: Any, transport_class: Any,
+                 transport: Callable[[], SyncingTransport | None]) -> None:
         self._raftsched_apply = apply
+        self._raftsched_transport = transport
         super().__init__(self_address, peers, conf, transportClass=transport_class)
+
+    def _checkCommandsToApply(self) -> None:
+        # The leader drains its command queue here, sending one append_entries per command
+        # and follower; the transport merges them into one message per follower (group commit).
+        transport = self._raftsched_transport()
+        if transport is None:
+            super()._checkCommandsToApply()
+            return
+        transport.hold_appends()
+        try:
+            super()._checkCommandsToApply()
+        finally:
+            transport.release_appends()
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, data: bytes) -> Outcome:
@@ -341,7 +356,8 @@ class RaftNode:
 
         with pending_journal(self._journal):
             self._obj = _ReplicatedLog(self._apply_committed, self._address,
-                                       self._configured_peers, conf, transport)
+                                       self._configured_peers, conf, transport,
+                                       lambda: self._transport)
         if not self._journal.claimed:
             self._obj.destroy()
             raise RuntimeError("pysyncobj did not build its journal through createJournal: "

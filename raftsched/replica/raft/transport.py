@@ -20,6 +20,20 @@ class ReplicationStats:
     acks: int = 0
     ack_batches: int = 0
     """Acks sent, and flushes that sent any (one fdatasync each at most): group commit."""
+    appends_merged: int = 0
+    """append_entries messages folded into the one before them (group commit on the leader)."""
+
+
+MAX_MERGED_APPEND_BYTES = 4 * 1024 * 1024
+"""Entry bytes one merged append_entries carries at most; the next message starts a new one."""
+
+
+def _last_entry(message: dict[str, Any]) -> tuple[int, int]:
+    """(index, term) of the last entry a plain append_entries message leaves the follower at."""
+    entries = message["entries"]
+    if entries:
+        return int(entries[-1][1]), int(entries[-1][2])
+    return int(message["prevLogIdx"]), int(message["prevLogTerm"])
 
 
 @dataclass(slots=True)
@@ -41,6 +55,17 @@ class SyncingTransport(TCPTransport):  # type: ignore[misc]
     that the order of messages on the wire is always the order pysyncobj sent them in (an ack
     overtaken by a vote could otherwise reach a new leader as if it were about its log).
 
+    (3): with `appendEntriesUseBatch=False` pysyncobj's leader sends one append_entries per
+    follower for every command it takes from its queue — each pickled, encrypted and sent on its
+    own, and answered on its own. While `hold_appends()` is in force (the node wraps the leader's
+    command-queue drain in it), consecutive append_entries to one follower are merged into one
+    message carrying all their entries, and `release_appends()` sends it: N concurrent proposals
+    reach each follower as one message and come back as one ack (group commit). Merging needs
+    the next message to continue exactly where the held one ends (same term, `prevLogIdx` = its
+    last entry); anything else, and any other message, first sends what is held, so the order on
+    the wire stays the order pysyncobj sent in. A merged message is bounded by
+    MAX_MERGED_APPEND_BYTES of entry data.
+
     (2): pysyncobj's leader moves a follower's nextIndex back to each ack's position while later
     entries are still in flight (`next_node_idx` handling in `SyncObj.__onMessageReceived`), so
     every new command re-sends all in-flight entries (up to 64 KiB per message), and the follower
@@ -61,6 +86,9 @@ class SyncingTransport(TCPTransport):  # type: ignore[misc]
         self._journal = journal
         self._sent: dict[Any, _Sent] = {}
         self._acks: list[tuple[Any, Any]] = []
+        self._holding = False
+        self._held: dict[Any, tuple[dict[str, Any], int]] = {}
+        """Per follower: the append_entries held back, and its entry bytes."""
         self.replication = ReplicationStats()
         super().__init__(syncObj, selfNode, otherNodes)
         syncObj.addOnTickCallback(on_tick)
@@ -73,9 +101,52 @@ class SyncingTransport(TCPTransport):  # type: ignore[misc]
         if kind == "append_entries":
             if self._acks:
                 self.flush()
-            return self._send_now(node, self._trim(node, message))
+            message = self._trim(node, message)
+            if self._holding and self._hold(node, message):
+                return True  # pysyncobj ignores send()'s result for append_entries
+            self._release(node)
+            return self._send_now(node, message)
+        self.release_appends()
         self.flush()
         return self._send_now(node, message)
+
+    def hold_appends(self) -> None:
+        """From now until `release_appends`, merge consecutive append_entries per follower."""
+        self._holding = True
+
+    def release_appends(self) -> None:
+        """Send every held append_entries (in the order they were held) and stop holding."""
+        self._holding = False
+        for node in list(self._held):
+            self._release(node)
+
+    def _hold(self, node: Any, message: dict[str, Any]) -> bool:
+        """Merge `message` into the one held for `node`, or hold it; False if it cannot be
+        held (not a plain entries message) — the caller then sends it at once."""
+        entries = message.get("entries")
+        if entries is None or "transmission" in message or "prevLogIdx" not in message:
+            return False
+        size = sum(len(entry[0]) for entry in entries)
+        held = self._held.get(node)
+        if held is not None:
+            first, held_size = held
+            last_index, last_term = _last_entry(first)
+            if (message["term"] == first["term"] and message["prevLogIdx"] == last_index
+                    and message["prevLogTerm"] == last_term
+                    and held_size + size <= MAX_MERGED_APPEND_BYTES):
+                first["entries"] = [*first["entries"], *entries]
+                first["commit_index"] = message.get("commit_index", first.get("commit_index"))
+                self._held[node] = (first, held_size + size)
+                self.replication.appends_merged += 1
+                return True
+            self._release(node)
+        self._held[node] = ({**message, "entries": list(entries)}, size)
+        return True
+
+    def _release(self, node: Any) -> None:
+        held = self._held.pop(node, None)
+        if held is not None:
+            self._send_now(node, held[0])
 
     def flush(self) -> None:
         """Make the journal durable, then send the held-back acks in order."""
