@@ -22,8 +22,9 @@ from typing import Any
 from raftsched import limits
 from raftsched.errors import Code
 from raftsched.protocol import ReportVerdict
-from raftsched.spec.job import JobSpec, SpecError, TaskSpec
+from raftsched.spec.job import JobSpec, SpecError
 from raftsched.spec.wire import validate_wire
+from raftsched.state import feasibility
 from raftsched.state.commands import (
     AssignBatch,
     AttemptMarkLost,
@@ -308,7 +309,7 @@ def _reconcile(state: State, cluster: Cluster, cmd: ClusterRegister) -> tuple[in
 
 
 def _refresh_overcommit(cluster: Cluster) -> None:
-    cluster.overcommitted = not _fits(cluster, 0, 0, 0)
+    cluster.overcommitted = not feasibility.within_capacity(cluster)
 
 
 def apply_cluster_status(state: State, cmd: ClusterStatusChange) -> Outcome:
@@ -372,9 +373,10 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | str:
     cluster = state.clusters.get(placement.cluster_id)
     if cluster is None:
         return "cluster not registered"
-    problem = placement_problem(cluster, task.spec)
-    if problem is not None:
-        return problem
+    if feasibility.unfit_committed(task.spec, cluster) is not None:
+        infeasible = feasibility.explain_committed(task.spec, cluster)
+        assert infeasible is not None
+        return infeasible.detail
     state.fence += 1
     fence = state.fence
     attempt = Attempt(fence=fence, number=len(task.attempts) + 1, cluster_id=cluster.id,
@@ -391,28 +393,6 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | str:
     if job.started_ms is None:
         job.started_ms = now_ms
     return fence
-
-
-def placement_problem(cluster: Cluster, spec: TaskSpec) -> str | None:
-    """Why `spec` cannot be placed on `cluster` now, or None. Shared by apply and the planner."""
-    if cluster.status != ClusterStatus.READY:
-        return f"cluster {cluster.id} is {cluster.status.name}"
-    if spec.cluster is not None and spec.cluster != cluster.id:
-        return f"task is pinned to cluster {spec.cluster}"
-    if spec.requires and not cluster.capabilities.issuperset(spec.requires):
-        missing = sorted(set(spec.requires) - cluster.capabilities)
-        return f"cluster {cluster.id} lacks capabilities {missing}"
-    if not _fits(cluster, spec.cpu_milli, spec.memory_mb, spec.gpu):
-        return f"cluster {cluster.id} has no room"
-    return None
-
-
-def _fits(cluster: Cluster, cpu_milli: int, memory_mb: int, gpu: int) -> bool:
-    return (
-        cluster.reserved_cpu_milli + cpu_milli <= cluster.cpu_milli
-        and cluster.reserved_memory_mb + memory_mb <= cluster.memory_mb
-        and cluster.reserved_gpu + gpu <= cluster.gpu
-    )
 
 
 # --- reports from agents ------------------------------------------------------------------------
@@ -971,7 +951,8 @@ def _check_cluster(state: State, cluster: Cluster) -> None:
         cluster.reserved_cpu_milli, cluster.reserved_memory_mb, cluster.reserved_gpu
     ), f"cluster {cluster.id} reservations drifted"
     if not cluster.overcommitted:
-        assert _fits(cluster, 0, 0, 0), f"cluster {cluster.id} reserved past its capacity"
+        assert feasibility.within_capacity(cluster), \
+            f"cluster {cluster.id} reserved past its capacity"
 
 
 def digest_state(state: State) -> str:
