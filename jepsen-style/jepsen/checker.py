@@ -9,7 +9,7 @@ What it reads (see `jepsen.history` for the history schema):
 - `replicas/<name>/applied.log` of every replica: entries at one index must be byte-identical
   within a file and across replicas (log_agreement). Their union by index is replayed through the
   pure FSM from an empty state, fed to `raftsched.audit.LogAuditor` (fences, DAG order, retry
-  budgets, accepted reports, capacity, idempotency keys, `fsm.check_invariants`).
+  budgets, accepted reports, capacity, idempotency keys, `invariants.check_invariants`).
   pysyncobj's own entries (its initial entry, each new leader's no-op, membership changes) take
   Raft indices but never reach our apply, so no replica records them: a run of at most
   `MAX_UNRECORDED_RUN` unrecorded indices is read as such and skipped; a longer one (or one before
@@ -52,7 +52,7 @@ from typing import Any
 from raftsched.replica.applied_log import AppliedLog, read_applied_log
 from raftsched.replica.views import idempotency_key
 from raftsched.spec.job import TaskSpec
-from raftsched.state import fsm
+from raftsched.state import fsm, snapshot
 from raftsched.state.audit import MAX_VIOLATIONS_PER_CHECK, LogAuditor, TaskKey, Violation
 from raftsched.state.commands import CommandError, Tag, decode
 from raftsched.state.model import (
@@ -506,7 +506,7 @@ def _digest_points(replicas: list[_Replica], found: _Findings) -> dict[int, list
 
 def _compare_digests(index: int, replicas: list[_Replica], state: State,
                      found: _Findings) -> None:
-    digest = fsm.digest_state(state)
+    digest = snapshot.digest(state)
     for replica in replicas:
         found.count("replica_digest")
         if replica.final["state_digest"] != digest:

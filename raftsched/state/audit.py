@@ -5,7 +5,8 @@ order, with the state right after the entry was applied (the caller replays the 
 pure FSM; the seeded simulation feeds its oracle replica). It never asserts: each broken property
 becomes a `Violation`, so the jepsen-style checker can report every one and a simulation can
 assert there are none. Per-entry cost is O(entry size) (O(in-degree) per assigned task); the
-O(state) `fsm.check_invariants` runs every `INVARIANTS_EVERY_ENTRIES` entries and at `finish`.
+O(state) `invariants.check_invariants` runs every `INVARIANTS_EVERY_ENTRIES` entries and at
+`finish`.
 
 The state *after* an entry is enough for every check here: an ASSIGN_BATCH changes only the
 tasks it assigns (whose upstreams must already be terminal, so their states are what the apply
@@ -31,7 +32,7 @@ Checks (the names in `Violation.check` and `LogAuditor.checks`):
   that shrank capacity may leave a cluster `overcommitted`; no assignment may then land on it).
 - idempotency_key_unique: a (tenant, idempotency key) creates one job, unless the first job's key
   record can have gone (its TTL passed, the job was forgotten, or the key table was full).
-- fsm_invariants: `fsm.check_invariants` holds.
+- fsm_invariants: `invariants.check_invariants` holds.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from raftsched import limits
 from raftsched.protocol import ReportVerdict
 from raftsched.spec.job import JobSpec
 from raftsched.state import commands as c
-from raftsched.state import fsm
+from raftsched.state import fsm, invariants
 from raftsched.state.model import (
     LIVE_ATTEMPT_STATES,
     TERMINAL_TASK_STATES,
@@ -57,7 +58,7 @@ from raftsched.state.model import (
 )
 
 INVARIANTS_EVERY_ENTRIES = 1_000
-"""Entries between two O(state) `fsm.check_invariants` runs (and one at `finish`)."""
+"""Entries between two O(state) `invariants.check_invariants` runs (and one at `finish`)."""
 MAX_VIOLATIONS_PER_CHECK = 1_000
 """Violations kept per check; past it they are only counted (`LogAuditor.suppressed`)."""
 
@@ -160,7 +161,7 @@ class LogAuditor:
     def check_invariants(self, index: int, state: State) -> None:
         self._count("fsm_invariants")
         try:
-            fsm.check_invariants(state)
+            invariants.check_invariants(state)
         except AssertionError as error:
             detail = str(error) or repr(error)
             self._violate("fsm_invariants", f"after log index {index}: {detail}", (index,))

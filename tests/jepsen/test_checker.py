@@ -21,7 +21,7 @@ import pytest
 from raftsched import limits
 from raftsched.replica.applied_log import AppliedLogWriter
 from raftsched.state import commands as c
-from raftsched.state import fsm
+from raftsched.state import fsm, snapshot
 from raftsched.state.audit import LogAuditor
 from raftsched.state.model import Attempt, AttemptState, TaskState
 from tests.support import paths
@@ -67,7 +67,7 @@ class Run:
 
     def mark(self, name: str) -> None:
         self.sync()
-        self.marks[name] = (self.index, fsm.digest_state(self.h.state))
+        self.marks[name] = (self.index, snapshot.digest(self.h.state))
 
     def commands(self) -> int:
         """Entries for the state machine (not pysyncobj's own empty ones)."""
@@ -151,7 +151,7 @@ class Run:
     # -- the folder -------------------------------------------------------------------------------
     def final(self, lagging: str = "r2") -> None:
         self.sync()
-        index, digest = self.last_command_index(), fsm.digest_state(self.h.state)
+        index, digest = self.last_command_index(), snapshot.digest(self.h.state)
         replicas = [{"name": name, "applied_index": self.index, "state_index": index,
                      "state_digest": digest, "term": 3,
                      "applied_log": f"replicas/{name}/applied.log"} for name in ("r0", "r1")]

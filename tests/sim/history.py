@@ -21,7 +21,7 @@ from raftsched.state.model import State
 class History:
     auditor: LogAuditor = field(default_factory=lambda: LogAuditor(invariants_every=0))
     """The committed log's safety checks (raftsched.audit, shared with the jepsen-style checker);
-    the oracle already runs `fsm.check_invariants` after every commit."""
+    the oracle already runs `invariants.check_invariants` after every commit."""
     runs: dict[int, str] = field(default_factory=dict)
     """fence -> the cluster whose agent started it."""
     seen: dict[tuple[str, str, str], int] = field(default_factory=dict)

@@ -24,7 +24,7 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.replica.leader import Leader, LeaderConfig
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
-from raftsched.state import fsm, snapshot
+from raftsched.state import fsm, invariants, snapshot
 from raftsched.state.model import TERMINAL_JOB_STATES
 from tests.sim.agent import SimAgent
 from tests.sim.gateway import Gateway
@@ -384,7 +384,7 @@ class World:
             if self.checked.get(who) == (applied, installs):
                 continue
             self.checked[who] = (applied, installs)
-            fsm.check_invariants(state)
+            invariants.check_invariants(state)
             digest = hashlib.sha256(snapshot.dump(state)).hexdigest()
             expected = self.digests.setdefault(applied, digest)
             assert digest == expected, f"{who} after {applied} entries has snapshot {digest}, " \

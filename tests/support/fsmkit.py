@@ -7,7 +7,7 @@ from typing import Any
 
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
-from raftsched.state import fsm
+from raftsched.state import fsm, invariants
 from raftsched.state.model import Attempt, Job, State, Task
 
 
@@ -38,7 +38,7 @@ class Harness:
         self.log.append(entry)
         outcome = fsm.apply(self.state, entry)
         if len(self.log) % self.check_every == 0:
-            fsm.check_invariants(self.state)
+            invariants.check_invariants(self.state)
         return outcome
 
     def ok(self, cmd: c.Command) -> Any:

@@ -568,7 +568,7 @@ class RaftNode:
         """A snapshot of this replica's view. `state_digest` dumps the state under the apply
         lock: it costs O(state)."""
         with self._lock:
-            digest = fsm.digest_state(self._state)
+            digest = snapshot.digest(self._state)
             state_index = self._state_index
         journal = self._journal
         return {

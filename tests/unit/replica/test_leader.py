@@ -9,7 +9,7 @@ from raftsched.clock import ManualClock, ProposalClock
 from raftsched.replica.leader import Leader, LeaderConfig
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
-from raftsched.state import fsm
+from raftsched.state import fsm, invariants
 from raftsched.state.model import State, TaskState
 
 
@@ -27,7 +27,7 @@ class MemoryNode:
         self.proposed.append(type(c.decode(data)).__name__)
         self.applied += 1
         outcome = fsm.apply(self.state, data)
-        fsm.check_invariants(self.state)
+        invariants.check_invariants(self.state)
         return outcome
 
     def read(self, fn: Any) -> Any:

@@ -10,7 +10,7 @@ from raftsched import limits
 from raftsched.errors import Code
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
-from raftsched.state import fsm, snapshot
+from raftsched.state import fsm, invariants, snapshot
 from raftsched.state.model import AttemptState, JobState, TaskState
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
@@ -550,7 +550,7 @@ def test_long_chain_runs_strictly_in_order() -> None:
         fence = h.assign_one("chain", f"t{i}", "east")
         h.report("east", c.Report(c.ReportKind.FINISHED, "chain", f"t{i}", fence, 0))
     assert h.job("chain").state == JobState.SUCCEEDED
-    fsm.check_invariants(h.state)
+    invariants.check_invariants(h.state)
 
 
 def test_wide_fan_out_and_fan_in() -> None:
@@ -568,7 +568,7 @@ def test_wide_fan_out_and_fan_in() -> None:
     assert h.task("fan", "join").remaining_deps == 1
     h.report("east", reports[-1])
     assert h.task("fan", "join").state == TaskState.RUNNABLE
-    fsm.check_invariants(h.state)
+    invariants.check_invariants(h.state)
 
 
 @pytest.mark.parametrize(("policy", "expect"), [

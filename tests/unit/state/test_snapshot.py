@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from raftsched.state import commands as c
@@ -66,3 +68,12 @@ def test_extra_record_is_carried() -> None:
 def test_foreign_or_damaged_data_is_refused(data: bytes, fragment: str) -> None:
     with pytest.raises(snapshot.SnapshotError, match=fragment):
         snapshot.load(data)
+
+
+def test_digest_names_the_snapshot_bytes() -> None:
+    h = busy_state()
+    digest = snapshot.digest(h.state)
+    assert digest == hashlib.sha256(snapshot.dump(h.state)).hexdigest()[:16]
+    assert snapshot.digest(snapshot.load(snapshot.dump(h.state))) == digest
+    h.tick(1)
+    assert snapshot.digest(h.state) != digest
