@@ -51,7 +51,7 @@ from typing import Any
 
 from raftsched.replica.applied_log import AppliedLog, read_applied_log
 from raftsched.replica.views import idempotency_key
-from raftsched.spec.job import TaskSpec
+from raftsched.spec.job import FailurePolicy, TaskSpec, runs_when_upstream_done
 from raftsched.state import fsm, snapshot
 from raftsched.state.audit import MAX_VIOLATIONS_PER_CHECK, LogAuditor, TaskKey, Violation
 from raftsched.state.commands import CommandError, Tag, decode
@@ -830,7 +830,7 @@ class _LedgerCheck:
             return
         self._dag(entry)
 
-    def _task_spec(self, job_id: str, task_id: str) -> tuple[TaskSpec, str] | None:
+    def _task_spec(self, job_id: str, task_id: str) -> tuple[TaskSpec, FailurePolicy] | None:
         created = self.run.auditor.created.get(job_id)
         if created is None:
             return None
@@ -847,7 +847,7 @@ class _LedgerCheck:
             return
         task, policy = spec
         found.count("ledger_dag_order")
-        if task.trigger == "all_done" and policy == "continue":
+        if runs_when_upstream_done(policy, task.trigger):
             return
         missing = [d for d in task.depends_on if not self.succeeded.get((entry.job_id, d))]
         if missing:

@@ -43,7 +43,7 @@ from typing import Any
 
 from raftsched import limits
 from raftsched.protocol import ReportVerdict
-from raftsched.spec.job import JobSpec
+from raftsched.spec.job import JobSpec, runs_when_upstream_done
 from raftsched.state import commands as c
 from raftsched.state import fsm, invariants
 from raftsched.state.model import (
@@ -225,7 +225,7 @@ class LogAuditor:
 
     def _upstream(self, index: int, job: Job, task: Task, fence: int) -> None:
         self._count("dag_order")
-        all_done = task.spec.trigger == "all_done" and job.spec.failure_policy == "continue"
+        all_done = runs_when_upstream_done(job.spec.failure_policy, task.spec.trigger)
         for dep_id in task.spec.depends_on:
             dep = job.tasks[job.index_of[dep_id]]
             done = dep.state in TERMINAL_TASK_STATES if all_done \

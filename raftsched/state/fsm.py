@@ -20,7 +20,7 @@ from typing import Any
 from raftsched import limits
 from raftsched.errors import Code
 from raftsched.protocol import ReportVerdict
-from raftsched.spec.job import JobSpec, SpecError
+from raftsched.spec.job import FailurePolicy, JobSpec, OnLost, SpecError, Trigger
 from raftsched.spec.wire import validate_wire
 from raftsched.state import feasibility
 from raftsched.state.commands import (
@@ -330,7 +330,7 @@ def _lose_cluster_attempts(state: State, cluster: Cluster, reason: str) -> int:
     for _fence, (job_id, index) in sorted(cluster.live.items()):
         job = state.jobs[job_id]
         task = job.tasks[index]
-        if task.spec.on_lost != "replace":
+        if task.spec.on_lost != OnLost.REPLACE:
             continue
         attempt = task.current
         assert attempt is not None
@@ -571,7 +571,7 @@ def _fire_timer(state: State, entry: tuple[int, int, int, int, str], entropy: in
     if attempt is None or attempt.fence != fence:
         return False
     if kind == TimerKind.ASSIGN_TIMEOUT:
-        if attempt.state != _A_ASSIGNED or task.spec.on_lost != "replace":
+        if attempt.state != _A_ASSIGNED or task.spec.on_lost != OnLost.REPLACE:
             return False
         _end_attempt(state, job, task, attempt, AttemptState.LOST,
                      "assignment never confirmed by the agent", kill=True)
@@ -743,10 +743,10 @@ def _fail_task(state: State, job: Job, task: Task, reason: str) -> None:
     task.reason = reason
     _set_state(state, job, task, _FAILED)
     policy = job.spec.failure_policy
-    if policy == "fail_fast":
+    if policy == FailurePolicy.FAIL_FAST:
         _cancel_open_tasks(state, job, f"fail_fast: task {task.spec.id} failed")
     else:
-        _propagate_failure(state, job, task, continue_policy=policy == "continue")
+        _propagate_failure(state, job, task, continue_policy=policy == FailurePolicy.CONTINUE)
 
 
 def _on_success(state: State, job: Job, task: Task) -> None:
@@ -773,7 +773,7 @@ def _propagate_failure(state: State, job: Job, failed: Task, *, continue_policy:
             dependent = tasks[index]
             if dependent.state != _PENDING:
                 continue
-            if continue_policy and dependent.spec.trigger == "all_done":
+            if continue_policy and dependent.spec.trigger == Trigger.ALL_DONE:
                 dependent.remaining_deps -= 1
                 if dependent.remaining_deps == 0:
                     _make_runnable(state, job, dependent)

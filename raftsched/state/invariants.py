@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 
 from raftsched import limits
+from raftsched.spec.job import runs_when_upstream_done
 from raftsched.state import feasibility
 from raftsched.state.fsm import derive_job_state, ready_entry_live
 from raftsched.state.model import (
@@ -106,8 +107,7 @@ def _check_task(state: State, job: Job, task: Task) -> None:
 
 def _check_dependencies(job: Job, task: Task) -> None:
     deps = [job.tasks[job.index_of[d]] for d in task.spec.depends_on]
-    all_done = task.spec.trigger == "all_done" and job.spec.failure_policy == "continue"
-    if all_done:
+    if runs_when_upstream_done(job.spec.failure_policy, task.spec.trigger):
         satisfied = sum(1 for d in deps if d.state in TERMINAL_TASK_STATES)
     else:
         satisfied = sum(1 for d in deps if d.state == _SUCCEEDED)
