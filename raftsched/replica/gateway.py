@@ -20,6 +20,7 @@ from raftsched.replica.leader import Leader
 from raftsched.state import commands as c
 from raftsched.state import fsm
 from raftsched.state.model import State
+from raftsched.state.results import ClusterRegistered, ReportResult, Result
 
 PROPOSE_TIMEOUT_S = 5.0
 
@@ -33,7 +34,7 @@ class Deliveries:
     kills: list[Any]
 
 
-def propose(node: Any, leader: Leader, command: c.Command) -> Any:
+def propose(node: Any, leader: Leader, command: c.Command) -> Result:
     """Commit `command` as the leader; its Applied result, or RaftschedError."""
     if not leader.leading():
         raise RaftschedError(Code.UNAVAILABLE, "not the leader")
@@ -44,7 +45,8 @@ def propose(node: Any, leader: Leader, command: c.Command) -> Any:
     if isinstance(outcome, fsm.Rejected):
         raise RaftschedError(outcome.code, outcome.reason)
     leader.wake()
-    return outcome.result
+    result: Result = outcome.result
+    return result
 
 
 class AgentGateway:
@@ -60,9 +62,10 @@ class AgentGateway:
 
     def register(self, cluster_id: str, incarnation: int, capabilities: tuple[str, ...],
                  capacity: tuple[int, int, int], known: tuple[c.KnownAttempt, ...],
-                 ) -> dict[str, Any]:
-        result: dict[str, Any] = propose(self.node, self.leader, c.ClusterRegister(
+                 ) -> ClusterRegistered:
+        result = propose(self.node, self.leader, c.ClusterRegister(
             cluster_id, incarnation, capabilities, *capacity, self.clock.now_ms(), known))
+        assert isinstance(result, ClusterRegistered), result
         self.leader.registered(cluster_id, incarnation)
         return result
 
@@ -91,9 +94,12 @@ class AgentGateway:
 
     def report(self, cluster_id: str, items: Sequence[c.Report]) -> list[tuple[int, str]]:
         """Commit the reports; (fence, verdict) for each, in order."""
-        result = propose(self.node, self.leader, c.ReportBatch(
-            cluster_id, self.clock.now_ms(), self.rng.getrandbits(64), tuple(items)))
-        return [(fence, verdict) for _, _, fence, verdict in result["items"]]
+        batch = c.ReportBatch(cluster_id, self.clock.now_ms(), self.rng.getrandbits(64),
+                              tuple(items))
+        result = propose(self.node, self.leader, batch)
+        assert isinstance(result, ReportResult), result
+        return [(report.fence, verdict)
+                for report, verdict in zip(batch.items, result.verdicts, strict=True)]
 
 
 def _registered(state: State, cluster_id: str, incarnation: int) -> bool:

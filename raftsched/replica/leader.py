@@ -28,6 +28,7 @@ from raftsched.errors import RaftschedError
 from raftsched.state import commands as c
 from raftsched.state import fsm, placement
 from raftsched.state.model import State
+from raftsched.state.results import AssignResult, BarrierResult
 
 logger = logging.getLogger("raftsched.leader")
 
@@ -210,7 +211,7 @@ class Leader:
         barrier = c.Barrier(nonce, self._clock.now_ms(), self._config.raft_address,
                             self._config.grpc_address)
         outcome = self._node.propose(c.encode(barrier), PROPOSE_TIMEOUT_S)
-        if not (isinstance(outcome, fsm.Applied) and outcome.result == {"nonce": nonce}):
+        if not (isinstance(outcome, fsm.Applied) and outcome.result == BarrierResult(nonce)):
             return
         now = self._clock.monotonic_s()
         clusters = self._node.read(lambda s: list(s.clusters))
@@ -238,11 +239,10 @@ class Leader:
         self._idle_version = None
         outcome = self._node.propose(
             c.encode(c.AssignBatch(self._clock.now_ms(), tuple(items))), PROPOSE_TIMEOUT_S)
-        if isinstance(outcome, fsm.Applied):
-            result = outcome.result
-            logger.debug("event assigned count=%d dropped=%d", len(result["assigned"]),
-                         len(result["dropped"]))
-            if result["assigned"]:
+        if isinstance(outcome, fsm.Applied) and isinstance(result := outcome.result, AssignResult):
+            logger.debug("event assigned count=%d dropped=%d", len(result.assigned),
+                         len(result.dropped))
+            if result.assigned:
                 self._wake.set()  # more may be placeable
 
     def _tick_if_due(self) -> None:

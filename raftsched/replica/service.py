@@ -30,6 +30,7 @@ from raftsched.spec.job import SpecError, parse_spec_text, validate_job_doc
 from raftsched.spec.wire import to_wire
 from raftsched.state import commands as c
 from raftsched.state.model import TERMINAL_JOB_STATES, State
+from raftsched.state.results import JobCancelled, JobSubmitted, Result
 
 logger = logging.getLogger("raftsched.service")
 
@@ -113,7 +114,7 @@ class Context:
         except RaftschedError as error:
             self.abort(context, error)
 
-    def propose(self, context: grpc.ServicerContext, command: c.Command) -> Any:
+    def propose(self, context: grpc.ServicerContext, command: c.Command) -> Result:
         """Commit `command`; the Applied result, or abort with the matching status."""
         try:
             return propose(self.node, self.leader, command)
@@ -138,9 +139,10 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
                  f"{self.ctx.rng.getrandbits(32):08x}"
         result = self.ctx.propose(context, c.JobSubmit(job_id, to_wire(spec),
                                                        self.ctx.clock.now_ms()))
-        logger.info("event job_submitted job=%s created=%s tasks=%d", result["job_id"],
-                    result["created"], len(spec.tasks))
-        return pb.SubmitJobResponse(job_id=result["job_id"], created=result["created"])
+        assert isinstance(result, JobSubmitted), result
+        logger.info("event job_submitted job=%s created=%s tasks=%d", result.job_id,
+                    result.created, len(spec.tasks))
+        return pb.SubmitJobResponse(job_id=result.job_id, created=result.created)
 
     def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         message, index = self.ctx.current_read_indexed(
@@ -157,7 +159,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
     def CancelJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         result = self.ctx.propose(context, c.JobCancel(request.job_id, self.ctx.clock.now_ms(),
                                                        request.reason[:200]))
-        return pb.CancelJobResponse(cancelled=result["cancelled"], changed=result["changed"])
+        assert isinstance(result, JobCancelled), result
+        return pb.CancelJobResponse(cancelled=result.cancelled, changed=result.changed)
 
     def GetTaskHistory(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self.ctx.current_read(
@@ -218,9 +221,9 @@ class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
         except RaftschedError as error:
             self.ctx.abort(context, error)
         logger.info("event agent_registered cluster=%s incarnation=%d lost=%d kills=%d",
-                    request.cluster_id, request.incarnation, result["lost"], result["kills"])
+                    request.cluster_id, request.incarnation, result.lost, result.kills)
         return pb.RegisterResponse(term=self.ctx.node.term(), leader=_self_address(self.ctx),
-                                   lost=result["lost"], kills=result["kills"])
+                                   lost=result.lost, kills=result.kills)
 
     def Heartbeat(self, request: Any, context: grpc.ServicerContext) -> Any:
         free = (request.free.cpu_milli, request.free.memory_mb, request.free.gpu) \

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from raftsched import limits
 from raftsched.protocol import ReportVerdict
@@ -56,6 +55,7 @@ from raftsched.state.model import (
     Task,
     TaskState,
 )
+from raftsched.state.results import AssignResult, JobSubmitted, ReportResult
 
 INVARIANTS_EVERY_ENTRIES = 1_000
 """Entries between two O(state) `invariants.check_invariants` runs (and one at `finish`)."""
@@ -142,14 +142,14 @@ class LogAuditor:
         """One applied entry, `state` as it is right after the apply."""
         self.entries += 1
         if isinstance(outcome, fsm.Applied):
-            match command:
-                case c.AssignBatch():
-                    self._assign_batch(index, outcome.result, state)
-                case c.ReportBatch():
-                    self._report_batch(index, command, outcome.result, state)
-                case c.JobSubmit():
-                    self._job_submit(index, outcome.result, state)
-                case c.ClusterRegister():
+            match command, outcome.result:
+                case c.AssignBatch(), AssignResult() as result:
+                    self._assign_batch(index, result, state)
+                case c.ReportBatch(), ReportResult() as result:
+                    self._report_batch(index, command, result, state)
+                case c.JobSubmit(), JobSubmitted() as result:
+                    self._job_submit(index, result, state)
+                case c.ClusterRegister(), _:
                     self._capacity(index, state, (command.cluster_id,), assigning=False)
         if self.invariants_every and self.entries % self.invariants_every == 0:
             self.check_invariants(index, state)
@@ -182,9 +182,10 @@ class LogAuditor:
 
     # -- assignments ------------------------------------------------------------------------------
 
-    def _assign_batch(self, index: int, result: Any, state: State) -> None:
+    def _assign_batch(self, index: int, result: AssignResult, state: State) -> None:
         touched: dict[str, None] = {}
-        for job_id, task_id, cluster_id, fence in result["assigned"]:
+        for placement, fence in result.assigned:
+            job_id, task_id, cluster_id = placement.job_id, placement.task_id, placement.cluster_id
             touched[cluster_id] = None
             self._fence(index, job_id, task_id, cluster_id, fence)
             job = state.jobs.get(job_id)
@@ -306,16 +307,15 @@ class LogAuditor:
 
     # -- reports ----------------------------------------------------------------------------------
 
-    def _report_batch(self, index: int, command: c.ReportBatch, result: Any,
+    def _report_batch(self, index: int, command: c.ReportBatch, result: ReportResult,
                       state: State) -> None:
-        for report, (job_id, task_id, fence, verdict) in zip(
-                command.items, result["items"], strict=True):
+        for report, verdict in zip(command.items, result.verdicts, strict=True):
             if verdict != ReportVerdict.ACCEPTED:
                 continue
             self._accepted(index, command.cluster_id, report, state)
             if report.kind == c.ReportKind.FINISHED and report.exit_code == 0 \
                     and not report.timed_out:
-                self._success(index, job_id, task_id, fence, state)
+                self._success(index, report.job_id, report.task_id, report.fence, state)
 
     def _accepted(self, index: int, cluster_id: str, report: c.Report, state: State) -> None:
         self._count("report_fence_current")
@@ -358,10 +358,10 @@ class LogAuditor:
 
     # -- submissions ------------------------------------------------------------------------------
 
-    def _job_submit(self, index: int, result: Any, state: State) -> None:
-        if not result["created"]:
+    def _job_submit(self, index: int, result: JobSubmitted, state: State) -> None:
+        if not result.created:
             return
-        job_id = result["job_id"]
+        job_id = result.job_id
         job = state.jobs.get(job_id)
         if job is None:
             return  # forgotten by the same entry: impossible for a job just created

@@ -15,7 +15,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic, TypeVar
 
 from raftsched import limits
 from raftsched.errors import Code
@@ -41,6 +41,7 @@ from raftsched.state.commands import (
     Tick,
     decode,
 )
+from raftsched.state.feasibility import Unfit, unfit_committed
 from raftsched.state.model import (
     LIVE_ATTEMPT_STATES,
     TERMINAL_JOB_STATES,
@@ -57,6 +58,21 @@ from raftsched.state.model import (
     Task,
     TaskState,
     TimerKind,
+)
+from raftsched.state.results import (
+    Assigned,
+    AssignResult,
+    BarrierResult,
+    ClusterRegistered,
+    ClusterStatusChanged,
+    Dropped,
+    DropReason,
+    JobCancelled,
+    JobSubmitted,
+    MarkedLost,
+    ReportResult,
+    Result,
+    TickResult,
 )
 
 # Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
@@ -75,9 +91,15 @@ _A_RUNNING = AttemptState.RUNNING
 # --- outcomes -----------------------------------------------------------------------------------
 
 
+R = TypeVar("R", covariant=True)
+
+
 @dataclass(frozen=True, slots=True)
-class Applied:
-    result: Any = None
+class Applied(Generic[R]):
+    """The command took effect (possibly as a no-op, e.g. a repeated cancel); `result` is the
+    command's own result type (`state/results.py`)."""
+
+    result: R
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +108,7 @@ class Rejected:
     reason: str
 
 
-Outcome = Applied | Rejected
+Outcome = Applied[Result] | Rejected
 
 
 def apply(state: State, entry: bytes) -> Outcome:
@@ -122,18 +144,18 @@ def apply_command(state: State, cmd: Command) -> Outcome:
     raise AssertionError(f"unhandled command {cmd!r}")
 
 
-def apply_barrier(state: State, cmd: Barrier) -> Outcome:
+def apply_barrier(state: State, cmd: Barrier) -> Applied[BarrierResult]:
     if cmd.raft_address and cmd.grpc_address:
         known = state.replica_addresses
         if cmd.raft_address in known or len(known) < limits.MAX_REPLICAS:
             known[cmd.raft_address] = cmd.grpc_address
-    return Applied({"nonce": cmd.nonce})
+    return Applied(BarrierResult(cmd.nonce))
 
 
 # --- job submit ---------------------------------------------------------------------------------
 
 
-def apply_job_submit(state: State, cmd: JobSubmit) -> Outcome:
+def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Rejected:
     try:
         spec = validate_wire(cmd.spec)
     except SpecError as exc:
@@ -149,14 +171,14 @@ def apply_job_submit(state: State, cmd: JobSubmit) -> Outcome:
                     f"idempotency key {spec.idempotency_key!r} of tenant {spec.tenant!r} was used "
                     f"for job {record.job_id} with a different spec",
                 )
-            return Applied({"job_id": record.job_id, "created": False})
+            return Applied(JobSubmitted(record.job_id, created=False))
     refusal = _check_submit_bounds(state, cmd.job_id, spec)
     if refusal is not None:
         return refusal
     job = _create_job(state, cmd.job_id, spec, digest, cmd.now_ms)
     if spec.idempotency_key is not None:
         _remember_key(state, spec.tenant, spec.idempotency_key, job.id, digest)
-    return Applied({"job_id": job.id, "created": True})
+    return Applied(JobSubmitted(job.id, created=True))
 
 
 def _check_submit_bounds(state: State, job_id: str, spec: JobSpec) -> Rejected | None:
@@ -221,18 +243,18 @@ def _expire_oldest_key(state: State) -> None:
 # --- job cancel ---------------------------------------------------------------------------------
 
 
-def apply_job_cancel(state: State, cmd: JobCancel) -> Outcome:
+def apply_job_cancel(state: State, cmd: JobCancel) -> Applied[JobCancelled] | Rejected:
     job = state.jobs.get(cmd.job_id)
     if job is None:
         return Rejected(Code.NOT_FOUND, f"job {cmd.job_id} not found")
     if job.state in TERMINAL_JOB_STATES:
         if job.state == JobState.CANCELLED:
-            return Applied({"job_id": job.id, "cancelled": 0, "changed": False})
+            return Applied(JobCancelled(job.id, cancelled=0, changed=False))
         return Rejected(Code.FAILED_PRECONDITION, f"job {job.id} is already {job.state.name}")
     job.cancel_requested = True
     job.reason = cmd.reason or "cancelled by request"
     cancelled = _cancel_open_tasks(state, job, f"job cancelled: {job.reason}")
-    return Applied({"job_id": job.id, "cancelled": cancelled, "changed": True})
+    return Applied(JobCancelled(job.id, cancelled=cancelled, changed=True))
 
 
 def _cancel_open_tasks(state: State, job: Job, reason: str) -> int:
@@ -252,7 +274,8 @@ def _cancel_open_tasks(state: State, job: Job, reason: str) -> int:
 # --- clusters -----------------------------------------------------------------------------------
 
 
-def apply_cluster_register(state: State, cmd: ClusterRegister) -> Outcome:
+def apply_cluster_register(state: State,
+                           cmd: ClusterRegister) -> Applied[ClusterRegistered] | Rejected:
     cluster = state.clusters.get(cmd.cluster_id)
     if cluster is None:
         if len(state.clusters) >= limits.MAX_CLUSTERS:
@@ -264,7 +287,7 @@ def apply_cluster_register(state: State, cmd: ClusterRegister) -> Outcome:
             status_since_ms=cmd.now_ms,
         )
         state.clusters[cluster.id] = cluster
-        return Applied({"cluster_id": cluster.id, "created": True, "lost": 0, "kills": 0})
+        return Applied(ClusterRegistered(cluster.id, created=True, lost=0, kills=0))
     if cmd.incarnation < cluster.incarnation:
         return Rejected(Code.FAILED_PRECONDITION,
                         f"cluster {cluster.id}: incarnation {cmd.incarnation} is older than "
@@ -276,7 +299,7 @@ def apply_cluster_register(state: State, cmd: ClusterRegister) -> Outcome:
         cluster.status, cluster.status_since_ms = ClusterStatus.READY, cmd.now_ms
     lost, kills = _reconcile(state, cluster, cmd)
     _refresh_overcommit(cluster)
-    return Applied({"cluster_id": cluster.id, "created": False, "lost": lost, "kills": kills})
+    return Applied(ClusterRegistered(cluster.id, created=False, lost=lost, kills=kills))
 
 
 def _reconcile(state: State, cluster: Cluster, cmd: ClusterRegister) -> tuple[int, int]:
@@ -310,17 +333,18 @@ def _refresh_overcommit(cluster: Cluster) -> None:
     cluster.overcommitted = not feasibility.within_capacity(cluster)
 
 
-def apply_cluster_status(state: State, cmd: ClusterStatusChange) -> Outcome:
+def apply_cluster_status(state: State,
+                         cmd: ClusterStatusChange) -> Applied[ClusterStatusChanged] | Rejected:
     cluster = state.clusters.get(cmd.cluster_id)
     if cluster is None:
         return Rejected(Code.NOT_FOUND, f"cluster {cmd.cluster_id} not registered")
     if cluster.status == cmd.status:
-        return Applied({"cluster_id": cluster.id, "changed": False, "lost": 0})
+        return Applied(ClusterStatusChanged(cluster.id, changed=False, lost=0))
     cluster.status, cluster.status_since_ms = cmd.status, cmd.now_ms
     lost = 0
     if cmd.status == ClusterStatus.LOST:
         lost = _lose_cluster_attempts(state, cluster, cmd.reason or "cluster lost")
-    return Applied({"cluster_id": cluster.id, "changed": True, "lost": lost})
+    return Applied(ClusterStatusChanged(cluster.id, changed=True, lost=lost))
 
 
 def _lose_cluster_attempts(state: State, cluster: Cluster, reason: str) -> int:
@@ -343,45 +367,47 @@ def _lose_cluster_attempts(state: State, cluster: Cluster, reason: str) -> int:
 # --- assignment ---------------------------------------------------------------------------------
 
 
-def apply_assign_batch(state: State, cmd: AssignBatch) -> Outcome:
+def apply_assign_batch(state: State, cmd: AssignBatch) -> Applied[AssignResult]:
     """Re-validate every placement against the committed state (Nomad's plan applier): parts
     that no longer hold are dropped with a reason, the rest get fresh fences."""
-    assigned: list[tuple[str, str, str, int]] = []
-    dropped: list[tuple[str, str, str, str]] = []
+    assigned: list[Assigned] = []
+    dropped: list[Dropped] = []
     for placement in cmd.items:
-        problem = _assign_one(state, placement, cmd.now_ms)
-        if isinstance(problem, int):
-            assigned.append((placement.job_id, placement.task_id, placement.cluster_id, problem))
+        outcome = _assign_one(state, placement, cmd.now_ms)
+        if type(outcome) is int:
+            assigned.append((placement, outcome))
         else:
-            dropped.append((placement.job_id, placement.task_id, placement.cluster_id, problem))
-    return Applied({"assigned": assigned, "dropped": dropped})
+            assert isinstance(outcome, Dropped)
+            dropped.append(outcome)
+    return Applied(AssignResult(tuple(assigned), tuple(dropped)))
 
 
-def _assign_one(state: State, placement: Placement, now_ms: int) -> int | str:
+def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Dropped:
     """The new fence, or why the placement was dropped."""
     job = state.jobs.get(placement.job_id)
     if job is None:
-        return "job not found"
+        return _dropped(placement, DropReason.JOB_NOT_FOUND, "job not found")
     index = job.index_of.get(placement.task_id)
     if index is None:
-        return "task not found"
+        return _dropped(placement, DropReason.TASK_NOT_FOUND, "task not found")
     task = job.tasks[index]
     if task.state != _RUNNABLE:
-        return f"task is {task.state.name}, not RUNNABLE"
+        return _dropped(placement, DropReason.TASK_NOT_RUNNABLE,
+                        f"task is {task.state.name}, not RUNNABLE")
     cluster = state.clusters.get(placement.cluster_id)
     if cluster is None:
-        return "cluster not registered"
-    if feasibility.unfit_committed(task.spec, cluster) is not None:
-        infeasible = feasibility.explain_committed(task.spec, cluster)
+        return _dropped(placement, DropReason.CLUSTER_NOT_REGISTERED, "cluster not registered")
+    spec = task.spec
+    if unfit_committed(spec, cluster) is not None:
+        infeasible = feasibility.explain_committed(spec, cluster)
         assert infeasible is not None
-        return infeasible.detail
+        return _dropped(placement, infeasible.reason, infeasible.detail)
     state.fence += 1
     fence = state.fence
     attempt = Attempt(fence=fence, number=len(task.attempts) + 1, cluster_id=cluster.id,
                       state=_A_ASSIGNED, assigned_ms=now_ms)
     task.attempts.append(attempt)
     cluster.live[fence] = (job.id, index)
-    spec = task.spec
     cluster.reserved_cpu_milli += spec.cpu_milli
     cluster.reserved_memory_mb += spec.memory_mb
     cluster.reserved_gpu += spec.gpu
@@ -393,17 +419,21 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | str:
     return fence
 
 
+def _dropped(placement: Placement, reason: DropReason | Unfit, detail: str) -> Dropped:
+    return Dropped(placement, reason, detail)
+
+
 # --- reports from agents ------------------------------------------------------------------------
 
 
-def apply_report_batch(state: State, cmd: ReportBatch) -> Outcome:
+def apply_report_batch(state: State, cmd: ReportBatch) -> Applied[ReportResult]:
     """Each item's verdict: accepted, duplicate, late, or refused (not found / wrong cluster).
     Every verdict is final: the agent may drop the report from its outbox once committed."""
-    verdicts: list[tuple[str, str, int, ReportVerdict]] = []
-    for index, report in enumerate(cmd.items):
-        verdict = _report_one(state, cmd.cluster_id, report, cmd.now_ms, cmd.entropy + index)
-        verdicts.append((report.job_id, report.task_id, report.fence, verdict))
-    return Applied({"items": verdicts})
+    cluster_id, now_ms, entropy = cmd.cluster_id, cmd.now_ms, cmd.entropy
+    return Applied(ReportResult(tuple([
+        _report_one(state, cluster_id, report, now_ms, entropy + index)
+        for index, report in enumerate(cmd.items)
+    ])))
 
 
 def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entropy: int,
@@ -523,7 +553,7 @@ def _confirm_kill(state: State, cluster_id: str, report: Report) -> None:
 # --- operator: confirm an attempt dead ----------------------------------------------------------
 
 
-def apply_attempt_mark_lost(state: State, cmd: AttemptMarkLost) -> Outcome:
+def apply_attempt_mark_lost(state: State, cmd: AttemptMarkLost) -> Applied[MarkedLost] | Rejected:
     job = state.jobs.get(cmd.job_id)
     index = None if job is None else job.index_of.get(cmd.task_id)
     if job is None or index is None:
@@ -538,13 +568,13 @@ def apply_attempt_mark_lost(state: State, cmd: AttemptMarkLost) -> Outcome:
     _end_attempt(state, job, task, attempt, AttemptState.LOST,
                  cmd.reason or "confirmed dead by an operator", kill=True)
     _infra_failure(state, job, task, immediate=True, entropy=0)
-    return Applied({"job_id": job.id, "task_id": task.spec.id, "fence": cmd.fence})
+    return Applied(MarkedLost(job.id, task.spec.id, cmd.fence))
 
 
 # --- time ---------------------------------------------------------------------------------------
 
 
-def apply_tick(state: State, cmd: Tick) -> Outcome:
+def apply_tick(state: State, cmd: Tick) -> Applied[TickResult]:
     fired = 0
     timers = state.timers
     while timers and timers[0][0] <= state.now_ms and fired < limits.MAX_TIMER_EXPIRIES_PER_TICK:
@@ -553,7 +583,7 @@ def apply_tick(state: State, cmd: Tick) -> Outcome:
             fired += 1
     expired_keys = _expire_keys(state)
     forgotten = _expire_jobs(state)
-    return Applied({"fired": fired, "expired_keys": expired_keys, "forgotten_jobs": forgotten})
+    return Applied(TickResult(fired, expired_keys, forgotten))
 
 
 def _fire_timer(state: State, entry: tuple[int, int, int, int, str], entropy: int) -> bool:

@@ -52,8 +52,8 @@ class Gateway:
                 (capacity.cpu_milli, capacity.memory_mb, capacity.gpu), known)
         except RaftschedError as error:
             raise self._error(error, reregister=False) from None
-        return Registered(self.node.term(), self.node.leader_address(), result["lost"],
-                          result["kills"])
+        return Registered(self.node.term(), self.node.leader_address(), result.lost,
+                          result.kills)
 
     def heartbeat(self, beat: Beat) -> Directives:
         free = (beat.free.cpu_milli, beat.free.memory_mb, beat.free.gpu)

@@ -26,6 +26,7 @@ from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state import fsm, invariants, snapshot
 from raftsched.state.model import TERMINAL_JOB_STATES
+from raftsched.state.results import JobSubmitted
 from tests.sim.agent import SimAgent
 from tests.sim.gateway import Gateway
 from tests.sim.history import History
@@ -188,11 +189,12 @@ class World:
         self.note(f"  submit {job_id} key={key} -> {outcome!r}")
         if isinstance(outcome, fsm.Applied):
             result = outcome.result
+            assert isinstance(result, JobSubmitted), result
             if key is not None:
                 first = self.key_wires.setdefault((tenant, key), wire)
-                assert result["created"] or first == wire, \
-                    f"a different spec under key {key!r} was taken for job {result['job_id']}"
-            self.history.on_submit_acked(result["job_id"], len(self.log.entries), tenant, key)
+                assert result.created or first == wire, \
+                    f"a different spec under key {key!r} was taken for job {result.job_id}"
+            self.history.on_submit_acked(result.job_id, len(self.log.entries), tenant, key)
         elif isinstance(outcome, fsm.Rejected):
             assert outcome.code == Code.ALREADY_EXISTS and key is not None, outcome
         elif key is not None:

@@ -110,6 +110,7 @@ from raftsched.state import fsm, snapshot
 from raftsched.state.commands import Barrier, encode
 from raftsched.state.fsm import Applied, Outcome, Rejected
 from raftsched.state.model import State
+from raftsched.state.results import BarrierResult
 
 logger = logging.getLogger(__name__)
 
@@ -527,7 +528,7 @@ class RaftNode:
             outcome = self.propose(encode(Barrier(nonce, 0)), timeout_s)
         except RaftschedError:  # NotLeader, OutcomeUnknown, or stopped meanwhile
             return False
-        return isinstance(outcome, Applied) and outcome.result == {"nonce": nonce}
+        return isinstance(outcome, Applied) and outcome.result == BarrierResult(nonce)
 
     def read(self, fn: Callable[[State], T]) -> T:
         """`fn(state)` under the apply lock. Keep it short and never mutate the state.

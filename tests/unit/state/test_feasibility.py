@@ -174,4 +174,9 @@ def test_explain_view_apply_and_planner_agree(task_id: str) -> None:
     for cluster_id in sorted(h.state.clusters):
         probe = Harness(copy.deepcopy(h.state))
         result = probe.assign(("j1", task_id, cluster_id))
-        assert (len(result["assigned"]) == 1) == (cluster_id in eligible), cluster_id
+        if cluster_id in eligible:
+            assert len(result.assigned) == 1, (cluster_id, result)
+        else:
+            [dropped] = result.dropped
+            expected = unfit_committed(task.spec, h.state.clusters[cluster_id])
+            assert dropped.reason is expected and dropped.reason is not None, cluster_id
