@@ -23,7 +23,6 @@ up.
 from __future__ import annotations
 
 import fcntl
-import logging
 import os
 import shutil
 import threading
@@ -34,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from agent.executor import MAX_RUNNING_ATTEMPTS, Executor, ExecutorError
+from agent.executor import Executor, ExecutorError
 from agent.fence import Admission, FenceStore, admit
 from agent.metrics import AgentMetrics
 from agent.model import (
@@ -55,39 +54,29 @@ from agent.model import (
 )
 from agent.outbox import Outbox
 from agent.session import Reregister, Session, SessionError
+from agent.slots import SlotTurnaround
+from raftsched import limits
 from raftsched.clock import wall_ms
-from raftsched.protocol import ReportVerdict
+from raftsched.eventlog import EventLogger
+from raftsched.protocol import Observation, ReportVerdict
 
-logger = logging.getLogger("agent")
+log = EventLogger("agent")
 
 HEARTBEAT_WAIT_MS = 1_000
 """Long-poll wait asked of the leader (it caps it too)."""
 POLL_INTERVAL_MS = 50
 """The reporter checks the executor for completions at least this often."""
-REPORT_BATCH_MAX = 2_000
-"""Reports in one Report call."""
-MAX_REPORT_BATCHES_PER_FLUSH = 20
-"""Report calls in one flush before the reporter looks at completions again."""
-MAX_ASSIGNMENTS_PER_BEAT = 1_000
-"""Assignments handled from one heartbeat answer; the rest come again with the next one."""
 RETRY_BACKOFF_INITIAL_MS = 100
 RETRY_BACKOFF_MAX_MS = 5_000
 """Capped exponential backoff between failed calls to the leader."""
-OUTBOX_ADMISSION_PAUSE_REPORTS = 50_000
-"""With this many reports unacked, assignments are left for later (they are redelivered)."""
-REPORT_REASON_MAX_CHARS = 200
 NEVER_STARTED_REASON = "the agent stopped before starting it"
 STOP_JOIN_TIMEOUT_MS = 10_000
-MAX_RETAINED_ATTEMPT_DIRS = 1_000
-"""Finished attempt dirs (with their stdout/stderr) kept for inspection; older ones go."""
 ATTEMPT_DIR_PRUNE_INTERVAL_MS = 60_000
 ACK_CROSSING_WINDOW_MS = 10_000
 """For this long after a report is acked, a directive it answered (an assignment for STARTED or
 REJECTED, a kill for FINISHED or KILLED) is taken as having crossed that commit and draws no
 second answer. Past it, a repeated directive is answered again. Longer than the server's
 long-poll cap plus a heartbeat's deadline slack."""
-MAX_REMEMBERED_ACKS = 10_000
-"""Acked reports remembered (in memory) for the crossing window."""
 
 ATTEMPTS_DIR = "attempts"
 FENCE_DIR = "fence.lmdb"
@@ -107,7 +96,7 @@ class AgentConfig:
     capabilities: tuple[str, ...] = ()
     heartbeat_wait_ms: int = HEARTBEAT_WAIT_MS
     poll_interval_ms: int = POLL_INTERVAL_MS
-    report_batch_max: int = REPORT_BATCH_MAX
+    report_batch_max: int = limits.REPORT_BATCH_MAX
     retry_backoff_initial_ms: int = RETRY_BACKOFF_INITIAL_MS
     retry_backoff_max_ms: int = RETRY_BACKOFF_MAX_MS
     ack_crossing_window_ms: int = ACK_CROSSING_WINDOW_MS
@@ -116,15 +105,6 @@ class AgentConfig:
 def attempts_root(data_dir: Path) -> Path:
     """Where a SubprocessExecutor of an agent on `data_dir` keeps attempt dirs."""
     return data_dir / ATTEMPTS_DIR
-
-
-def event(name: str, **fields: object) -> str:
-    """A log line `event name key=value ...` (values with spaces, or empty, are quoted)."""
-    parts = ["event", name]
-    for key, value in fields.items():
-        text = str(value)
-        parts.append(f"{key}={text!r}" if (" " in text or not text) else f"{key}={text}")
-    return " ".join(parts)
 
 
 class Agent:
@@ -151,6 +131,8 @@ class Agent:
             raise
         self._lock = threading.RLock()
         self._running: dict[int, AttemptRecord] = {}
+        self._slots = SlotTurnaround()
+        self._idle_counted = 0
         self._kills_requested: set[int] = set()
         self._acked: dict[ReportKey, float] = {}  # -> monotonic s of the ack
         self._acked_order: deque[ReportKey] = deque()
@@ -192,8 +174,8 @@ class Agent:
             finally:
                 self.stop()
                 reporter.join(timeout=STOP_JOIN_TIMEOUT_MS / 1000)
-        logger.info(event("agent_stopped", cluster=self._config.cluster_id,
-                          running=len(self._running), pending_reports=self.pending_reports()))
+        log.info("agent_stopped", cluster=self._config.cluster_id, running=len(self._running),
+                 pending_reports=self.pending_reports())
         if self._failure is not None:
             raise AgentError(f"agent stopped on an internal error: {self._failure!r}") \
                 from self._failure
@@ -219,8 +201,7 @@ class Agent:
         """A new incarnation; attempts an earlier agent left are watched again, and results
         written while no agent ran become reports before the registration lists them."""
         self._incarnation = self._fences.bump_incarnation()
-        logger.info(event("agent_starting", cluster=self._config.cluster_id,
-                          incarnation=self._incarnation))
+        log.info("agent_starting", cluster=self._config.cluster_id, incarnation=self._incarnation)
         self._adopt()
         self._collect()
         self._prune_attempt_dirs()
@@ -236,13 +217,12 @@ class Agent:
                     continue
                 if not self._executor.adopt(record):
                     never_started.append(record)
-                    logger.info(event("attempt_never_started", fence=record.fence,
-                                      job=record.job_id, task=record.task_id))
+                    log.info("attempt_never_started", fence=record.fence, job=record.job_id,
+                             task=record.task_id)
                     continue
                 self._running[record.fence] = record
-                logger.info(event("attempt_adopted", fence=record.fence,
-                                  job=record.job_id, task=record.task_id,
-                                  pid=record.wrapper_pid))
+                log.info("attempt_adopted", fence=record.fence, job=record.job_id,
+                         task=record.task_id, pid=record.wrapper_pid)
             if never_started:
                 self._outbox.write(
                     reports=[Report(ReportKind.REJECTED, r.job_id, r.task_id, r.fence,
@@ -258,9 +238,9 @@ class Agent:
         with self._lock:
             self._fences.raise_term(registered.term)
         self._need_register.clear()
-        logger.info(event("agent_registered", cluster=self._config.cluster_id,
-                          incarnation=self._incarnation, term=registered.term,
-                          known=len(known), lost=registered.lost, kills=registered.kills))
+        log.info("agent_registered", cluster=self._config.cluster_id, incarnation=self._incarnation,
+                 term=registered.term, known=len(known), lost=registered.lost,
+                 kills=registered.kills)
 
     # -- heartbeat thread ----------------------------------------------------------------------
 
@@ -272,7 +252,7 @@ class Agent:
         except BaseException as error:
             if self._failure is None:
                 self._failure = error
-            logger.exception(event("agent_failed", error=repr(error)))
+            log.exception("agent_failed", error=repr(error))
             self.stop()
 
     def _heartbeat_loop(self) -> None:
@@ -283,7 +263,7 @@ class Agent:
                     self._register()
                 directives = self._beat()
             except Reregister as error:
-                logger.info(event("reregister", reason=str(error)))
+                log.info("reregister", reason=str(error))
                 self._need_register.set()
                 failures += 1
                 self._pause(failures - 1)
@@ -291,8 +271,8 @@ class Agent:
             except SessionError as error:
                 failures += 1
                 self._metrics.session_errors.labels(type(error).__name__).inc()
-                logger.warning(event("heartbeat_failed", error=type(error).__name__,
-                                     detail=str(error), failures=failures))
+                log.warning("heartbeat_failed", error=type(error).__name__, detail=str(error),
+                            failures=failures)
                 self._pause(failures)
                 continue
             failures = 0
@@ -309,6 +289,12 @@ class Agent:
         self._metrics.heartbeat_latency_seconds.observe(time.monotonic() - started_s)
         return directives
 
+    def _observe(self) -> Observation:
+        """The free capacity now, numbered in the heartbeats' sequence."""
+        with self._lock:
+            self._seq += 1
+            return Observation(self._seq, self._free())
+
     def _pause(self, failures: int) -> None:
         if failures <= 0:
             return
@@ -324,19 +310,20 @@ class Agent:
 
     def _handle(self, directives: Directives) -> bool:
         """Acts on one heartbeat answer; False when it came from a lower term (ignored)."""
+        if directives.assignments or directives.kills:
+            log.debug("directives_received", term=directives.term,
+                      assignments=len(directives.assignments), kills=len(directives.kills))
         with self._lock:
             stored_term = self._fences.term()
             if directives.term < stored_term:
                 self._metrics.stale_directives.inc()
-                logger.warning(event("stale_term_ignored", term=directives.term,
-                                     stored_term=stored_term,
-                                     assignments=len(directives.assignments),
-                                     kills=len(directives.kills)))
+                log.warning("stale_term_ignored", term=directives.term, stored_term=stored_term,
+                            assignments=len(directives.assignments), kills=len(directives.kills))
                 return False
             if self._fences.raise_term(directives.term):
-                logger.info(event("term_seen", term=directives.term))
+                log.info("term_seen", term=directives.term)
             self._handle_kills(directives.kills)
-            self._handle_assignments(directives.assignments[:MAX_ASSIGNMENTS_PER_BEAT],
+            self._handle_assignments(directives.assignments[:limits.MAX_ASSIGNMENTS_PER_BEAT],
                                      directives.term)
         self._wake.set()
         return True
@@ -346,13 +333,13 @@ class Agent:
         reports: list[Report] = []
         for kill in kills:
             if kill.fence < 1:
-                logger.warning(event("malformed_kill", job=kill.job_id, task=kill.task_id))
+                log.warning("malformed_kill", job=kill.job_id, task=kill.task_id)
                 continue
             if kill.fence in self._running:
                 if self._executor.kill(kill.fence) and kill.fence not in self._kills_requested:
                     self._kills_requested.add(kill.fence)
-                    logger.info(event("attempt_kill_requested", fence=kill.fence,
-                                      job=kill.job_id, task=kill.task_id))
+                    log.info("attempt_kill_requested", fence=kill.fence, job=kill.job_id,
+                             task=kill.task_id)
                 continue
             if self._outbox.attempt(kill.fence) is not None:
                 continue  # finished: its FINISHED or KILLED report settles the directive
@@ -370,8 +357,8 @@ class Agent:
         if not assignments:
             return
         pending = self._outbox.count()
-        if pending >= OUTBOX_ADMISSION_PAUSE_REPORTS:
-            logger.warning(event("admission_paused", pending_reports=pending))
+        if pending >= limits.OUTBOX_ADMISSION_PAUSE_REPORTS:
+            log.warning("admission_paused", pending_reports=pending)
             return
         free = self._free()
         fences: dict[str, int] = {}
@@ -379,8 +366,7 @@ class Agent:
         reports: list[Report] = []
         for assignment in assignments:
             if assignment.fence < 1:
-                logger.warning(event("malformed_assignment", job=assignment.job_id,
-                                     task=assignment.task_id))
+                log.warning("malformed_assignment", job=assignment.job_id, task=assignment.task_id)
                 continue
             key = assignment.task_key
             stored = fences.get(key) or self._fences.fence(key)
@@ -399,8 +385,8 @@ class Agent:
                     reports.append(report)
             else:
                 assert admission == Admission.STALE_FENCE, admission
-                logger.info(event("stale_fence_rejected", fence=assignment.fence,
-                                  job=assignment.job_id, task=assignment.task_id, seen=stored))
+                log.info("stale_fence_rejected", fence=assignment.fence, job=assignment.job_id,
+                         task=assignment.task_id, seen=stored)
                 reports.append(_rejected(assignment, f"stale fence {assignment.fence}: fence "
                                                      f"{stored} was seen for this task"))
         self._fences.raise_fences(fences)  # durable before anything is started or refused
@@ -410,7 +396,7 @@ class Agent:
         """Why admission says no to a new fence, or None."""
         if not assignment.command:
             return "empty command"
-        if running >= MAX_RUNNING_ATTEMPTS:
+        if running >= limits.MAX_RUNNING_ATTEMPTS:
             return f"{running} attempts running, the most this agent runs"
         if not assignment.resources.fits_in(free):
             needed = assignment.resources
@@ -453,18 +439,20 @@ class Agent:
             except ExecutorError as error:
                 failed.append(record.fence)
                 reports.append(_rejected(assignment, f"could not start: {error}"))
-                logger.error(event("attempt_start_failed", fence=record.fence,
-                                   error=str(error)))
+                log.error("attempt_start_failed", fence=record.fence, error=str(error))
                 continue
             started = record.launched(launch.wrapper_pid, launch.wrapper_start_ticks)
             launched.append(started)
             reports.append(_report(ReportKind.STARTED, started))
             self._running[started.fence] = started
-            logger.info(event("attempt_started", fence=started.fence, job=started.job_id,
-                              task=started.task_id, attempt=started.attempt,
-                              pid=started.wrapper_pid))
+            log.info("attempt_started", fence=started.fence, job=started.job_id,
+                     task=started.task_id, attempt=started.attempt, pid=started.wrapper_pid)
         self._outbox.write(records=launched, reports=reports, delete_records=failed)
         self._metrics.attempts_started.inc(len(launched))
+        for turnaround_s in self._slots.started(len(launched), time.monotonic()):
+            self._metrics.slot_turnaround_seconds.observe(turnaround_s)
+        self._metrics.slots_idle.inc(self._slots.idle - self._idle_counted)
+        self._idle_counted = self._slots.idle
         self._metrics.attempts_rejected.inc(len(failed))
         self._metrics.attempts_running.set(len(self._running))
         self._metrics.reports_pending.set(self._outbox.count())
@@ -517,17 +505,17 @@ class Agent:
                     or self._outbox.attempt(completion.fence)
                 self._kills_requested.discard(completion.fence)
                 if record is None or record.state != AttemptState.RUNNING:
-                    logger.warning(event("completion_ignored", fence=completion.fence))
+                    log.warning("completion_ignored", fence=completion.fence)
                     continue
                 report = _completion_report(record, completion)
                 records.append(record.finished())
                 reports.append(report)
                 self._metrics.attempts_finished.labels(report.kind.name).inc()
-                logger.info(event("attempt_finished", fence=record.fence,
-                                  job=record.job_id, task=record.task_id,
-                                  report=report.kind.name, exit_code=report.exit_code,
-                                  timed_out=report.timed_out, reason=report.reason))
+                log.info("attempt_finished", fence=record.fence, job=record.job_id,
+                         task=record.task_id, report=report.kind.name, exit_code=report.exit_code,
+                         timed_out=report.timed_out, reason=report.reason)
             self._outbox.write(records=records, reports=reports)
+            self._slots.freed(len(records), time.monotonic())
             self._metrics.attempts_running.set(len(self._running))
             self._metrics.reports_pending.set(self._outbox.count())
         self._wake.set()
@@ -535,7 +523,7 @@ class Agent:
     def _flush(self) -> bool:
         """Sends pending reports in bounded batches; True when the outbox was drained as far as
         one flush goes, False after a failed call (the caller backs off)."""
-        for _ in range(MAX_REPORT_BATCHES_PER_FLUSH):
+        for _ in range(limits.MAX_REPORT_BATCHES_PER_FLUSH):
             if self._need_register.is_set():
                 return True  # reports wait for the (re-)registration; they stay in the outbox
             batch = self._outbox.pending(self._config.report_batch_max)
@@ -543,15 +531,15 @@ class Agent:
                 return True
             try:
                 reported = self._session.report(self._config.cluster_id, self._incarnation,
-                                                batch)
+                                                batch, self._observe())
             except Reregister as error:
-                logger.info(event("reregister", reason=str(error)))
+                log.info("reregister", reason=str(error))
                 self._need_register.set()
                 return False
             except SessionError as error:
                 self._metrics.session_errors.labels(type(error).__name__).inc()
-                logger.warning(event("report_failed", error=type(error).__name__,
-                                     detail=str(error), reports=len(batch)))
+                log.warning("report_failed", error=type(error).__name__, detail=str(error),
+                            reports=len(batch))
                 return False
             acked = _answered(batch, reported.verdicts)
             with self._lock:
@@ -562,10 +550,9 @@ class Agent:
             self._metrics.reports_acked.inc(len(acked))
             for verdict in reported.verdicts:
                 if verdict.verdict != ReportVerdict.ACCEPTED:
-                    logger.info(event("report_verdict", fence=verdict.fence,
-                                      verdict=verdict.verdict))
+                    log.info("report_verdict", fence=verdict.fence, verdict=verdict.verdict)
             if len(acked) < len(batch):
-                logger.warning(event("report_unanswered", reports=len(batch) - len(acked)))
+                log.warning("report_unanswered", reports=len(batch) - len(acked))
                 return False
             if len(batch) < self._config.report_batch_max:
                 return True
@@ -578,7 +565,7 @@ class Agent:
                 self._acked_order.append(key)
             self._acked[key] = now_s
         window_s = self._config.ack_crossing_window_ms / 1000
-        while self._acked_order and (len(self._acked_order) > MAX_REMEMBERED_ACKS or
+        while self._acked_order and (len(self._acked_order) > limits.MAX_REMEMBERED_ACKS or
                                      now_s - self._acked[self._acked_order[0]] > window_s):
             self._acked.pop(self._acked_order.popleft(), None)
 
@@ -594,7 +581,7 @@ class Agent:
         return False
 
     def _prune_attempt_dirs(self) -> None:
-        """Keeps the newest MAX_RETAINED_ATTEMPT_DIRS attempt dirs that no record needs."""
+        """Keeps the newest limits.MAX_RETAINED_ATTEMPT_DIRS attempt dirs that no record needs."""
         root = attempts_root(self._config.data_dir)
         if not root.is_dir():
             return
@@ -602,7 +589,7 @@ class Agent:
             needed = {record.fence for record in self._outbox.attempts()}
         finished = sorted(entry for entry in os.listdir(root)
                           if entry.isdigit() and int(entry) not in needed)
-        for entry in finished[:max(0, len(finished) - MAX_RETAINED_ATTEMPT_DIRS)]:
+        for entry in finished[:max(0, len(finished) - limits.MAX_RETAINED_ATTEMPT_DIRS)]:
             shutil.rmtree(root / entry, ignore_errors=True)
 
 
@@ -626,13 +613,13 @@ def _report(kind: ReportKind, record: AttemptRecord) -> Report:
 
 def _rejected(assignment: Assignment, reason: str) -> Report:
     return Report(ReportKind.REJECTED, assignment.job_id, assignment.task_id, assignment.fence,
-                  reason=reason[:REPORT_REASON_MAX_CHARS])
+                  reason=reason[:limits.MAX_REASON_CHARS])
 
 
 def _completion_report(record: AttemptRecord, completion: Completion) -> Report:
     kind = ReportKind.KILLED if completion.killed else ReportKind.FINISHED
     return Report(kind, record.job_id, record.task_id, record.fence, completion.exit_code,
-                  completion.timed_out, completion.reason[:REPORT_REASON_MAX_CHARS])
+                  completion.timed_out, completion.reason[:limits.MAX_REASON_CHARS])
 
 
 def _lock_data_dir(data_dir: Path) -> IO[str]:

@@ -21,20 +21,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from agent import procfs, runner
+from agent import runner
 from agent.files import read_json, write_json_atomic
 from agent.model import Assignment, AttemptRecord, Completion
+from raftsched import limits, procfs
 
-MAX_OUTPUT_BYTES = 8 * 1024 * 1024
-"""Each of stdout and stderr is kept up to this size per attempt; the rest is drained and
-dropped."""
 KILL_GRACE_MS = 5_000
 """After SIGTERM (timeout or kill directive), the task's group gets SIGKILL this much later."""
 WRAPPER_STARTUP_GRACE_MS = 10_000
 """An adopted attempt with no trace of its wrapper is taken as vanished only this long after
 its record was written (the wrapper may be starting up)."""
-MAX_RUNNING_ATTEMPTS = 10_000
-"""Attempts one executor watches at once; start() beyond it raises ExecutorError."""
 VANISHED_EXIT_CODE = -1
 """Reported when the wrapper is gone without a result: counted as an application failure."""
 INHERITED_ENV_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER",
@@ -134,7 +130,7 @@ class SubprocessExecutor:
     """Runs each attempt through `python -m agent.runner` in a session of its own, so the
     attempt survives the agent; the attempt dir is the interface between the two."""
 
-    def __init__(self, root: Path, *, max_output_bytes: int = MAX_OUTPUT_BYTES,
+    def __init__(self, root: Path, *, max_output_bytes: int = limits.MAX_TASK_OUTPUT_BYTES,
                  kill_grace_ms: int = KILL_GRACE_MS,
                  startup_grace_ms: int = WRAPPER_STARTUP_GRACE_MS,
                  python: str = sys.executable) -> None:
@@ -154,8 +150,8 @@ class SubprocessExecutor:
     def start(self, assignment: Assignment) -> Launch:
         directory = Path(self.attempt_dir(assignment.fence))
         with self._lock:
-            if len(self._watched) >= MAX_RUNNING_ATTEMPTS:
-                raise ExecutorError(f"{MAX_RUNNING_ATTEMPTS} attempts already running")
+            if len(self._watched) >= limits.MAX_RUNNING_ATTEMPTS:
+                raise ExecutorError(f"{limits.MAX_RUNNING_ATTEMPTS} attempts already running")
             if assignment.fence in self._watched:
                 raise ExecutorError(f"fence {assignment.fence} is already running")
         try:
@@ -372,8 +368,8 @@ class MockExecutor:
         with self._condition:
             if self._closed:
                 raise ExecutorError("executor closed")
-            if len(self._pending) >= MAX_RUNNING_ATTEMPTS:
-                raise ExecutorError(f"{MAX_RUNNING_ATTEMPTS} attempts already running")
+            if len(self._pending) >= limits.MAX_RUNNING_ATTEMPTS:
+                raise ExecutorError(f"{limits.MAX_RUNNING_ATTEMPTS} attempts already running")
             if assignment.fence in self._pending:
                 raise ExecutorError(f"fence {assignment.fence} is already running")
             self.started.append(assignment.fence)

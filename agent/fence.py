@@ -4,11 +4,11 @@
 (`job_id/task_id`), the highest leader term seen, and the agent's incarnation counter. Every write
 is one transaction committed with fsync before the caller acts on it or acknowledges it.
 
-Bound: at most `MAX_FENCE_ENTRIES` task entries are kept. Past it the entries with the lowest
+Bound: at most `limits.MAX_FENCE_ENTRIES` task entries are kept. Past it the entries with the lowest
 fences are dropped and the highest dropped fence becomes a *floor*: a task with no entry is
 treated as if its stored fence were the floor. Fences only grow across the whole scheduler, so
 this errs on the side of refusing: an assignment can be wrongly refused only if it waited
-undelivered while `MAX_FENCE_ENTRIES` later fences reached this agent, far longer than the
+undelivered while `limits.MAX_FENCE_ENTRIES` later fences reached this agent, far longer than the
 scheduler's assignment timeout lets an assignment wait.
 """
 
@@ -24,9 +24,8 @@ from typing import Any
 import lmdb
 
 from agent.store import StoreError, open_environment
+from raftsched import limits
 
-MAX_FENCE_ENTRIES = 1_000_000
-"""Task entries kept before the lowest fences are folded into the floor."""
 FENCE_PRUNE_BATCH = 10_000
 """Entries dropped at once when the bound is crossed (so pruning is rare)."""
 
@@ -68,7 +67,7 @@ def admit(stored_fence: int | None, fence: int, stored_term: int, term: int) -> 
 class FenceStore:
     """Highest fence per task, highest term, incarnation counter; all synced before returning."""
 
-    def __init__(self, path: Path, *, max_entries: int = MAX_FENCE_ENTRIES,
+    def __init__(self, path: Path, *, max_entries: int = limits.MAX_FENCE_ENTRIES,
                  prune_batch: int = FENCE_PRUNE_BATCH) -> None:
         assert max_entries >= 1 and prune_batch >= 1
         self._max_entries = max_entries

@@ -10,7 +10,6 @@ stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import re
 import signal
@@ -25,7 +24,9 @@ from agent.metrics import AgentMetrics
 from agent.model import Resources
 from agent.session import GrpcSession
 from agent.store import StoreError
+from raftsched import eventlog
 from raftsched.clock import configure_skew_from_env
+from raftsched.eventlog import EventLogger
 from raftsched.limits import MAX_CAPABILITIES_PER_CLUSTER, MAX_ID_CHARS
 
 SERVERS_ENV = "RAFTSCHED_SERVERS"
@@ -38,7 +39,7 @@ MAX_HEARTBEAT_WAIT_MS = 60_000
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _ADDRESS = re.compile(r"[^\s,]+:[0-9]{1,5}")
 
-logger = logging.getLogger("agent")
+log = EventLogger("agent")
 
 
 class UsageError(Exception):
@@ -85,8 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--heartbeat-wait-ms", type=int, default=HEARTBEAT_WAIT_MS,
                         metavar="MS", help="long-poll wait of each heartbeat; the leader caps "
                                            f"it (default: {HEARTBEAT_WAIT_MS})")
-    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"),
-                        default="info", help="log threshold; logs go to stderr (default: info)")
+    parser.add_argument("--log-level", default="info", type=str.lower, choices=eventlog.LEVELS,
+                        help="log events at this level and above, as JSON lines on stderr "
+                             "(default info)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -95,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INVALID
-    _configure_logging(args.log_level)
+    eventlog.configure(args.log_level)
     stop = threading.Event()
     metrics = AgentMetrics()
     try:
@@ -182,18 +184,9 @@ def _executor(kind: str, data_dir: Path) -> Executor:
     return SubprocessExecutor(attempts_root(data_dir))
 
 
-def _configure_logging(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(message)s level=%(levelname)s ts=%(asctime)s",
-                                           datefmt="%Y-%m-%dT%H:%M:%S%z"))
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level.upper())
-
-
 def _install_signal_handlers(agent: Agent) -> None:
     def handle(number: int, _frame: FrameType | None) -> None:
-        logger.info(f"event stop_requested signal={signal.Signals(number).name}")
+        log.info("stop_requested", signal=signal.Signals(number).name)
         agent.stop()
 
     if threading.current_thread() is not threading.main_thread():

@@ -6,6 +6,9 @@ from __future__ import annotations
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
 METRICS_BIND_ADDRESS = "127.0.0.1"
+SLOT_TURNAROUND_BUCKETS_S = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
+                             0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+"""Targets: p50 <= 15 ms, p99 <= 50 ms (DESIGN.md §8)."""
 HEARTBEAT_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """Heartbeats long-poll, so their latency includes the wait when there is nothing to do."""
 
@@ -36,6 +39,14 @@ class AgentMetrics:
         self.session_errors = Counter(
             "raftsched_agent_session_errors", "Failed calls to the leader, by error.",
             ["error"], registry=self.registry)
+        self.slot_turnaround_seconds = Histogram(
+            "raftsched_agent_slot_turnaround_seconds",
+            "From an attempt's end noticed here to the next attempt started here, while work "
+            "was waiting (agent/slots.py).", buckets=SLOT_TURNAROUND_BUCKETS_S,
+            registry=self.registry)
+        self.slots_idle = Counter(
+            "raftsched_agent_slots_idle", "Freed slots that no work filled within "
+            "IDLE_AFTER_S (idle capacity, not a slow scheduler).", registry=self.registry)
         self.stale_directives = Counter(
             "raftsched_agent_stale_directives", "Heartbeat answers ignored for a lower term.",
             registry=self.registry)

@@ -1,23 +1,33 @@
-"""The values the agent's parts hand each other: directives in, reports out, attempt records.
+"""The values the agent's parts hand each other: the session's messages (`raftsched.protocol`,
+shared with the replicas) and the agent's own attempt records and completions.
 
-Transport-free on purpose: `agent.session` maps them to and from protobuf, the fake session in the
-tests builds them directly, and `agent.outbox` stores them as JSON.
+Transport-free on purpose: `raftsched.rpc` maps the protocol to and from protobuf, the fake session
+in the tests builds these values directly, and `agent.outbox` stores them as JSON.
 """
 
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
+# The protocol's values are the agent's vocabulary too (one copy, shared with the replicas).
 from raftsched.protocol import (
     TERMINAL_REPORT_KINDS,
+    Assignment,
+    Beat,
+    Directives,
+    KillDirective,
     KnownAttempt,
+    Registered,
+    Registration,
     Report,
+    Reported,
     ReportKey,
     ReportKind,
     ReportVerdict,
     Resources,
+    Verdict,
     task_key,
 )
 
@@ -42,92 +52,6 @@ __all__ = [
     "Verdict",
     "task_key",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Assignment:
-    """A committed, fenced attempt the leader asks this cluster to run."""
-
-    job_id: str
-    task_id: str
-    fence: int
-    attempt: int
-    command: tuple[str, ...]
-    env: dict[str, str] = field(default_factory=dict)
-    cwd: str = ""
-    resources: Resources = field(default_factory=Resources)
-    timeout_ms: int = 0
-    """0: no timeout."""
-    idempotency_key: str = ""
-
-    @property
-    def task_key(self) -> str:
-        return task_key(self.job_id, self.task_id)
-
-
-@dataclass(frozen=True, slots=True)
-class KillDirective:
-    job_id: str
-    task_id: str
-    fence: int
-
-    @property
-    def task_key(self) -> str:
-        return task_key(self.job_id, self.task_id)
-
-
-# --- session messages ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Registration:
-    cluster_id: str
-    incarnation: int
-    capabilities: tuple[str, ...]
-    capacity: Resources
-    known: tuple[KnownAttempt, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Registered:
-    term: int
-    leader: str
-    lost: int
-    kills: int
-
-
-@dataclass(frozen=True, slots=True)
-class Beat:
-    """One heartbeat: what the agent can still admit and what it runs."""
-
-    cluster_id: str
-    incarnation: int
-    seq: int
-    free: Resources
-    running: tuple[int, ...]
-    wait_ms: int
-
-
-@dataclass(frozen=True, slots=True)
-class Directives:
-    """A heartbeat's answer, all from committed state, stamped with the leader's term."""
-
-    term: int
-    assignments: tuple[Assignment, ...] = ()
-    kills: tuple[KillDirective, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    fence: int
-    verdict: ReportVerdict
-    """Every verdict is final: the report may leave the outbox."""
-
-
-@dataclass(frozen=True, slots=True)
-class Reported:
-    term: int
-    verdicts: tuple[Verdict, ...]
 
 
 # --- attempts -----------------------------------------------------------------------------------

@@ -22,11 +22,7 @@ import lmdb
 
 from agent.model import TERMINAL_REPORT_KINDS, AttemptRecord, AttemptState, Report, ReportKey
 from agent.store import StoreError, open_environment
-
-MAX_PENDING_REPORTS = 100_000
-"""Reports held unacked; storing one more raises OutboxFull."""
-MAX_ATTEMPT_RECORDS = 100_000
-"""Attempt records held (running, or finished with their report unacked)."""
+from raftsched import limits
 
 _REPORTS_DB = b"reports"
 _ATTEMPTS_DB = b"attempts"
@@ -96,9 +92,9 @@ class Outbox:
         """Raising inside the `with` aborts the transaction: nothing is written."""
         reports = int(txn.stat(self._reports)["entries"])
         records = int(txn.stat(self._attempts)["entries"])
-        if reports > MAX_PENDING_REPORTS or records > MAX_ATTEMPT_RECORDS:
-            raise OutboxFull(f"outbox full: {reports} reports (max {MAX_PENDING_REPORTS}), "
-                             f"{records} attempt records (max {MAX_ATTEMPT_RECORDS})")
+        if reports > limits.MAX_PENDING_REPORTS or records > limits.MAX_ATTEMPT_RECORDS:
+            raise OutboxFull(f"outbox full: {reports} reports (max {limits.MAX_PENDING_REPORTS}), "
+                             f"{records} attempt records (max {limits.MAX_ATTEMPT_RECORDS})")
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -128,7 +124,7 @@ class Outbox:
         return None if raw is None else AttemptRecord.from_dict(_decode(raw))
 
     def attempts(self) -> list[AttemptRecord]:
-        """Every attempt record, in fence order (at most MAX_ATTEMPT_RECORDS)."""
+        """Every attempt record, in fence order (at most limits.MAX_ATTEMPT_RECORDS)."""
         with self._env.begin() as txn:
             return [AttemptRecord.from_dict(_decode(value))
                     for _, value in txn.cursor(db=self._attempts)]

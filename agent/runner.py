@@ -2,7 +2,7 @@
 
 The agent starts it in a session of its own so that it outlives the agent (even `kill -9`); the
 agent then watches the attempt dir, and a restarted agent picks the attempt up again from there.
-Standard library only.
+Standard library only, besides the agent's file helpers and the shared leaf `raftsched.procfs`.
 
 In ATTEMPT_DIR the wrapper reads `spec.json` (argv, env, cwd, timeout_ms, max_output_bytes,
 kill_grace_ms) and writes:
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from agent.files import read_json, write_json_atomic
-from agent.procfs import start_ticks
+from raftsched.procfs import start_ticks
 
 SUPERVISE_MAX_SLEEP_MS = 1_000
 """The wrapper wakes when the task exits, a signal arrives or a deadline passes, and at least

@@ -1,8 +1,8 @@
-"""The error vocabulary shared by the state machine, the service and the CLI.
+"""The error vocabulary shared by the state machine, the replica, the client, the agent and the CLI.
 
 Expected failures are named `Code`s carried in values (`fsm.Rejected`, `RaftschedError`); a broken
-invariant is an `AssertionError` and is never caught. `GRPC_STATUS` is the one place that maps a
-code to its gRPC status name (DESIGN.md §6).
+invariant is an `AssertionError` and is never caught. Our codes are named after gRPC's status
+codes; `raftsched.rpc` is the one place that maps between the two (DESIGN.md §6).
 """
 
 from __future__ import annotations
@@ -17,22 +17,32 @@ class Code(StrEnum):
     FAILED_PRECONDITION = "FAILED_PRECONDITION"
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     UNAVAILABLE = "UNAVAILABLE"
-    """Not the leader, or no leader: retry elsewhere."""
+    """Not the leader, no leader, or no connection: nothing was done; retry elsewhere."""
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     """The outcome is unknown: the command may still commit. Retry with the same request id."""
-
-
-GRPC_STATUS: dict[Code, str] = {code: code.value for code in Code}
-"""Our codes are named after gRPC's; kept as a table so a divergence has one place to live."""
+    INTERNAL = "INTERNAL"
+    """A server answered with a status we do not expect (a bug or a version mismatch)."""
 
 
 class RaftschedError(Exception):
-    """An expected failure with a code and a message fit for a user."""
+    """An expected failure with a code and a message fit for a user. `leader_hint` is the
+    leader's gRPC address when a replica that is not the leader knew it."""
 
-    def __init__(self, code: Code, message: str) -> None:
+    def __init__(self, code: Code, message: str, *, leader_hint: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.leader_hint = leader_hint
 
     def __str__(self) -> str:
         return f"{self.code.value}: {self.message}"
+
+
+class CouldNotConnect(RaftschedError):
+    """No connection to `address` could be made: the request was never sent."""
+
+    def __init__(self, address: str, detail: str) -> None:
+        super().__init__(Code.UNAVAILABLE, f"could not connect to {address} ({detail}); nothing "
+                                           "was sent")
+        self.address = address
+        self.detail = detail

@@ -1,8 +1,12 @@
-"""Every bound in raftsched, named in one place.
+"""The bounds on data, named in one place: what a replica, an agent or a client accepts, holds,
+sends or keeps (sizes, counts, queue lengths, pages, batches).
 
 A value that crosses one of these bounds is refused with RESOURCE_EXHAUSTED (or, for a job spec,
-with a validation error naming the field); nothing grows silently. Units are the last part of
-each name.
+with a validation error naming the field), or waits for a later round where that is the
+documented behaviour (a batch's remainder goes in the next one); nothing grows silently. Units are
+the last part of each name. The knobs of one loop — its timeouts, periods, backoffs and retry
+counts — are named beside the loop they govern; the dev tooling and the jepsen-style harness
+keep their own bounds too.
 """
 
 from __future__ import annotations
@@ -92,3 +96,77 @@ not reported it itself."""
 # --- placement ----------------------------------------------------------------------------------
 MAX_PLACEMENT_SCAN = 50_000
 """Ready tasks one planning round looks at, placed or not."""
+
+# --- replica: the gRPC server, the agent gateway and the Raft adapter ----------------------------
+
+MAX_RPC_WORKERS = 64
+"""Concurrent RPCs per replica (long polls and watches hold one each)."""
+
+MAX_MESSAGE_BYTES = MAX_SPEC_BYTES + 1024 * 1024
+"""A gRPC message either way: the largest spec plus room for the envelope."""
+
+MAX_LONG_POLL_MS = 5_000
+"""A heartbeat long-poll is held at most this long."""
+
+MAX_REPORTED_SPEC_ISSUES = 20
+"""Spec problems named in one INVALID_ARGUMENT answer (the count of the rest follows)."""
+
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1_000
+"""Jobs in one ListJobs page."""
+
+MAX_DELIVERIES_PER_HEARTBEAT = 1_000
+"""Assignments or kills one heartbeat reply carries; the rest come with the next."""
+
+COMMANDS_QUEUE_MAX = 20_000
+"""Submissions waiting for the tick thread; beyond it pysyncobj answers QUEUE_FULL."""
+
+MAX_PIPELINED_PROPOSALS = 10_000
+"""Entries one `propose_many` call may submit."""
+
+
+# --- client -----------------------------------------------------------------------------------
+
+MAX_SERVERS = 64
+"""Addresses one client or agent is configured with."""
+
+
+# --- agent: its outbox, fences, executor and session ------------------------------------------
+
+REPORT_BATCH_MAX = 2_000
+"""Reports in one Report call."""
+
+MAX_REPORT_BATCHES_PER_FLUSH = 20
+"""Report calls in one flush before the reporter looks at completions again."""
+
+MAX_ASSIGNMENTS_PER_BEAT = 1_000
+"""Assignments handled from one heartbeat answer; the rest come again with the next one."""
+
+OUTBOX_ADMISSION_PAUSE_REPORTS = 50_000
+"""With this many reports unacked, assignments are left for later (they are redelivered)."""
+
+MAX_RETAINED_ATTEMPT_DIRS = 1_000
+"""Finished attempt dirs (with their stdout/stderr) kept for inspection; older ones go."""
+
+MAX_TRACKED_FREED_SLOTS = 10_000
+"""Freed slots remembered for the slot-turnaround figure; beyond it the oldest count as idle."""
+
+MAX_REMEMBERED_ACKS = 10_000
+"""Acked reports remembered (in memory) for the crossing window."""
+
+MAX_TASK_OUTPUT_BYTES = 8 * 1024 * 1024
+"""Each of stdout and stderr is kept up to this size per attempt; the rest is drained and
+dropped."""
+
+MAX_RUNNING_ATTEMPTS = 10_000
+"""Attempts one executor watches at once; start() beyond it raises ExecutorError."""
+
+MAX_FENCE_ENTRIES = 1_000_000
+"""Task entries kept before the lowest fences are folded into the floor."""
+
+MAX_PENDING_REPORTS = 100_000
+"""Reports held unacked; storing one more raises OutboxFull."""
+
+MAX_ATTEMPT_RECORDS = 100_000
+"""Attempt records held (running, or finished with their report unacked)."""
+

@@ -9,7 +9,7 @@ numbering of `ReportKind` is the proto's `AgentReport.Kind` (append-only, like t
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 LEADER_METADATA_KEY = "raftsched-leader"
@@ -125,3 +125,104 @@ class KnownAttempt:
     fence: int
     running: bool
     """False: finished, its result still in the agent's outbox."""
+
+
+@dataclass(frozen=True, slots=True)
+class Assignment:
+    """A committed, fenced attempt the leader asks this cluster to run."""
+
+    job_id: str
+    task_id: str
+    fence: int
+    attempt: int
+    command: tuple[str, ...]
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str = ""
+    resources: Resources = field(default_factory=Resources)
+    timeout_ms: int = 0
+    """0: no timeout."""
+    idempotency_key: str = ""
+
+    @property
+    def task_key(self) -> str:
+        return task_key(self.job_id, self.task_id)
+
+
+@dataclass(frozen=True, slots=True)
+class KillDirective:
+    job_id: str
+    task_id: str
+    fence: int
+
+    @property
+    def task_key(self) -> str:
+        return task_key(self.job_id, self.task_id)
+
+
+# --- the agent session's messages ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    cluster_id: str
+    incarnation: int
+    capabilities: tuple[str, ...]
+    capacity: Resources
+    known: tuple[KnownAttempt, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    term: int
+    leader: str
+    lost: int
+    kills: int
+
+
+@dataclass(frozen=True, slots=True)
+class Beat:
+    """One heartbeat: what the agent can still admit and what it runs."""
+
+    cluster_id: str
+    incarnation: int
+    seq: int
+    free: Resources | None
+    """None: no capacity observation in this beat (the leader keeps its last one)."""
+    running: tuple[int, ...]
+    wait_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class Directives:
+    """A heartbeat's answer, all from committed state, stamped with the leader's term.
+    `reregister`: the leader does not know this cluster incarnation (register again)."""
+
+    term: int
+    assignments: tuple[Assignment, ...] = ()
+    kills: tuple[KillDirective, ...] = ()
+    reregister: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """An agent's free capacity as it saw it at one moment. Heartbeats and reports carry one;
+    `seq` (one counter per agent incarnation, shared by both) orders them, so the leader keeps
+    the newest."""
+
+    seq: int
+    free: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    fence: int
+    verdict: ReportVerdict
+    """Every verdict is final: the report may leave the outbox."""
+    kind: ReportKind | None = None
+    """Of the report this answers (None from a replica that does not say)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    term: int
+    verdicts: tuple[Verdict, ...]

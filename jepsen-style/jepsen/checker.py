@@ -42,15 +42,15 @@ import contextlib
 import hashlib
 import json
 import math
-import re
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from raftsched.eventlog import Event, read_events
+from raftsched.protocol import task_key
 from raftsched.replica.applied_log import AppliedLog, read_applied_log
-from raftsched.replica.views import idempotency_key
 from raftsched.spec.job import FailurePolicy, TaskSpec, runs_when_upstream_done
 from raftsched.state import fsm, snapshot
 from raftsched.state.audit import MAX_VIOLATIONS_PER_CHECK, LogAuditor, TaskKey, Violation
@@ -78,7 +78,6 @@ MAX_NOTES_SHOWN = 10
 """Notes printed under the results table (all kept ones are in --json / report.json)."""
 
 _OP_TYPES = ("invoke", "ok", "fail", "info")
-_EVENT_FIELD = re.compile(r"""(\w+)=('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\S*)""")
 _TERMINAL_JOB_NAMES = frozenset(s.name for s in TERMINAL_JOB_STATES)
 _TERMINAL_TASK_NAMES = frozenset(s.name for s in TERMINAL_TASK_STATES)
 
@@ -918,13 +917,8 @@ def check_ledger(lines: list[LedgerLine], run: _Replay, found: _Findings) -> Non
 
 
 def _idempotency_key(state: State, entry: LedgerLine) -> str:
-    """The key the task was given (`views.idempotency_key`), or the same format when the job is
-    no longer in the state."""
-    job = state.jobs.get(entry.job_id)
-    index = None if job is None else job.index_of.get(entry.task_id)
-    if job is None or index is None:
-        return f"{entry.job_id}/{entry.task_id}"
-    return idempotency_key(job, job.tasks[index])
+    """The key the task was given (the gateway's: `protocol.task_key` of its job and task)."""
+    return task_key(entry.job_id, entry.task_id)
 
 
 def _attempt_state(run: _Replay, line: LedgerLine) -> str | None:
@@ -947,6 +941,7 @@ def _attempt_state(run: _Replay, line: LedgerLine) -> str | None:
 
 
 def check_agent_logs(logs_dir: Path, run: _Replay, found: _Findings) -> None:
+    """Agent starts against the committed log, read through the shared event-log parser."""
     started: dict[int, str] = {}
     try:
         paths = sorted(logs_dir.glob("agent-*.log"))
@@ -958,18 +953,15 @@ def check_agent_logs(logs_dir: Path, run: _Replay, found: _Findings) -> None:
     for path in paths:
         cluster_id = path.name[len("agent-"):-len(".log")]
         try:
-            with open(path, encoding="utf-8", errors="replace") as source:
-                for number, line in enumerate(source, 1):
-                    if "event attempt_started " in line:
-                        where = f"{path.name}:{number}"
-                        if not _agent_start(line, where, cluster_id, started, run, found):
-                            unparsed += 1
-                    elif "event stale_fence_rejected " in line:
-                        found.report.stale_fence_rejections += 1
+            for event in read_events(path, ("attempt_started", "stale_fence_rejected")):
+                if event.name == "stale_fence_rejected":
+                    found.report.stale_fence_rejections += 1
+                elif not _agent_start(event, cluster_id, started, run, found):
+                    unparsed += 1
         except OSError as error:
             raise CheckError(f"{path}: cannot read: {error}") from None
     if unparsed:
-        found.note(f"{unparsed} attempt_started lines without fence/job/task: not checked")
+        found.note(f"{unparsed} attempt_started events without fence/job/task: not checked")
 
 
 AGENT_EVENTS = ("agent_registered", "attempt_started", "attempt_adopted", "attempt_finished",
@@ -978,42 +970,26 @@ AGENT_EVENTS = ("agent_registered", "attempt_started", "attempt_adopted", "attem
 
 
 def agent_events(logs_dir: Path) -> Iterator[dict[str, Any]]:
-    """Every AGENT_EVENTS line of every logs/agent-<cluster>.log, parsed: {"cluster", "event",
-    "where" (file:line), and the line's key=value fields}. Unreadable files are skipped."""
+    """Every AGENT_EVENTS event of every logs/agent-<cluster>.log: {"cluster", "event", "where"
+    (file:line), "ts" (the agent's wall clock), and the event's fields}. Unreadable files are
+    skipped."""
     for path in sorted(logs_dir.glob("agent-*.log")):
         cluster_id = path.name[len("agent-"):-len(".log")]
         try:
-            with open(path, encoding="utf-8", errors="replace") as source:
-                for number, line in enumerate(source, 1):
-                    name = next((n for n in AGENT_EVENTS if f"event {n} " in line), None)
-                    if name is not None:
-                        fields: dict[str, Any] = _event_fields(line, name)
-                        for key, value in fields.items():
-                            if value.lstrip("-").isdigit():
-                                fields[key] = int(value)
-                        yield {"cluster": cluster_id, "event": name,
-                               "where": f"{path.name}:{number}", **fields}
+            for event in read_events(path, AGENT_EVENTS):
+                yield {**event.fields, "cluster": cluster_id, "event": event.name,
+                       "where": event.where, "ts": event.ts}
         except OSError:
             continue
 
 
-def _event_fields(line: str, name: str) -> dict[str, str]:
-    tail = line[line.index(f"event {name} ") + len(name) + 7:]
-    fields: dict[str, str] = {}
-    for match in _EVENT_FIELD.finditer(tail):
-        value = match.group(2)
-        if value[:1] in ("'", '"'):
-            value = value[1:-1]
-        fields.setdefault(match.group(1), value)
-    return fields
-
-
-def _agent_start(line: str, where: str, cluster_id: str, started: dict[int, str],
-                 run: _Replay, found: _Findings) -> bool:
-    fields = _event_fields(line, "attempt_started")
-    job_id, task_id = fields.get("job"), fields.get("task")
-    fence = _int_text(fields.get("fence"))
-    if fence is None or not job_id or not task_id:
+def _agent_start(event: Event, cluster_id: str, started: dict[int, str], run: _Replay,
+                 found: _Findings) -> bool:
+    job_id, task_id = event.fields.get("job"), event.fields.get("task")
+    fence = event.fields.get("fence")
+    where = event.where
+    if type(fence) is not int or not isinstance(job_id, str) or not isinstance(task_id, str) \
+            or not job_id or not task_id:
         return False
     keys = (f"{job_id}/{task_id}", f"fence={fence}", f"cluster={cluster_id}")
     found.count("agent_start_once")
@@ -1036,13 +1012,6 @@ def _agent_start(line: str, where: str, cluster_id: str, started: dict[int, str]
                       f"{task_id}, which {committed}",
                       indices=() if assignment is None else (assignment.index,), keys=keys)
     return True
-
-
-def _int_text(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
 
 
 # --- liveness and statistics --------------------------------------------------------------------

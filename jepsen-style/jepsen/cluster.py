@@ -1,18 +1,17 @@
 """The cluster under test: N replicas and M agents as real processes, each in its own network
 namespace (see netns.py), with their data, logs and applied logs under the results folder.
 
-Only processes started here are ever signalled. Clock skew restarts a process with
-RAFTSCHED_FAILPOINT_WALL_CLOCK_SKEW_S set (its wall clock only; monotonic clocks, which Raft
-timeouts use, are left alone). libfaketime would be the classic tool, but it breaks CPython's
-timed waits (time.sleep fails with EINVAL, condition waits hang), so replicas would die of it
-rather than run with a wrong clock.
+Every node program is a child of the harness's process supervisor (`raftsched.dev.supervisor`):
+only processes started here are ever signalled, each in its own process group. Clock skew
+restarts a process with RAFTSCHED_FAILPOINT_WALL_CLOCK_SKEW_S set (its wall clock only; monotonic
+clocks, which Raft timeouts use, are left alone). libfaketime would be the classic tool, but it
+breaks CPython's timed waits (time.sleep fails with EINVAL, condition waits hang), so replicas
+would die of it rather than run with a wrong clock.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -22,73 +21,59 @@ from typing import Any
 from jepsen.netns import Net, NodeNs
 from raftsched.client.client import Client
 from raftsched.clock import WALL_CLOCK_SKEW_ENV
+from raftsched.dev.supervisor import Child, StopResult, Supervisor, stop_all
 from raftsched.errors import RaftschedError
 
 RAFT_PORT = 7000
 GRPC_PORT = 7100
 SECRET = "jepsen-style-harness-secret"
 STOP_TIMEOUT_S = 10.0
+"""At the end of a run, how long nodes get to exit after SIGTERM before SIGKILL."""
 STATUS_TIMEOUT_S = 1.0
 POLL_S = 0.1
+
+
 @dataclass
 class NodeProc:
-    name: str
+    """A replica or an agent program inside its node's network namespace (`nsenter --net`
+    execs it, so the child's pid is the program's)."""
+
     kind: str  # "replica" | "agent"
     ns: NodeNs
-    argv: list[str]
-    log: Path
-    popen: subprocess.Popen[bytes] | None = None
-    paused: bool = False
+    child: Child
     skew_s: float = 0.0
-    starts: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.child.name
+
+    @property
+    def paused(self) -> bool:
+        return self.child.paused
 
     def start(self, skew_s: float = 0.0) -> None:
-        assert not self.alive(), f"{self.name} is running"
+        """Start the program, with its wall clock `skew_s` off (0: the true clock)."""
         env = dict(os.environ)
-        self.skew_s = skew_s
         env.pop(WALL_CLOCK_SKEW_ENV, None)
         if skew_s:
             env[WALL_CLOCK_SKEW_ENV] = f"{skew_s:g}"
-        with open(self.log, "ab") as log:
-            log.write(f"--- harness: start #{self.starts + 1} skew={skew_s:+.0f}s\n".encode())
-            log.flush()
-            self.popen = subprocess.Popen([*self.ns.enter(), *self.argv], stdout=log,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                          env=env, start_new_session=True)
-        self.starts += 1
-        self.paused = False
+        self.child.env = env
+        self.skew_s = skew_s
+        self.child.start(note=f"skew={skew_s:+.0f}s")
 
     def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
+        return self.child.alive()
 
     def kill(self) -> None:
         """kill -9 (a paused process dies too) and reap."""
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.kill()
-            self.popen.wait(STOP_TIMEOUT_S)
-        self.paused = False
+        self.child.kill()
 
     def pause(self) -> None:
-        if self.alive() and not self.paused:
-            assert self.popen is not None
-            self.popen.send_signal(signal.SIGSTOP)
-            self.paused = True
+        if not self.child.paused:
+            self.child.pause()
 
     def resume(self) -> None:
-        if self.alive() and self.paused:
-            assert self.popen is not None
-            self.popen.send_signal(signal.SIGCONT)
-        self.paused = False
-
-    def stop(self) -> None:
-        """SIGTERM, then kill -9 after STOP_TIMEOUT_S."""
-        self.resume()
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        self.child.resume()
 
 
 @dataclass
@@ -103,6 +88,7 @@ class ClusterUnderTest:
     replicas: dict[str, NodeProc] = field(default_factory=dict)
     agents: dict[str, NodeProc] = field(default_factory=dict)
     grpc: dict[str, str] = field(default_factory=dict)
+    supervisor: Supervisor = field(default_factory=Supervisor)
 
     def __post_init__(self) -> None:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
@@ -123,8 +109,8 @@ class ClusterUnderTest:
                     "--applied-log", str(home / "applied.log"),
                     "--suspect-after-s", str(self.suspect_after_s),
                     "--lost-after-s", str(self.lost_after_s)]
-            self.replicas[name] = NodeProc(name, "replica", ns, argv,
-                                           self.root / "logs" / f"replica-{name}.log")
+            self.replicas[name] = self._node(name, "replica", ns, argv,
+                                             self.root / "logs" / f"replica-{name}.log")
         for cluster_id, spec in self.agent_specs.items():
             ns = self.net.add_node(cluster_id)
             argv = [sys.executable, "-m", "agent", "--cluster-id", cluster_id,
@@ -134,8 +120,11 @@ class ClusterUnderTest:
                     "--gpu", str(spec["gpu"]),
                     "--data-dir", str(self.root / "agents" / cluster_id),
                     "--executor", "subprocess"]
-            self.agents[cluster_id] = NodeProc(cluster_id, "agent", ns, argv,
-                                               self.root / "logs" / f"agent-{cluster_id}.log")
+            self.agents[cluster_id] = self._node(cluster_id, "agent", ns, argv,
+                                                 self.root / "logs" / f"agent-{cluster_id}.log")
+
+    def _node(self, name: str, kind: str, ns: NodeNs, argv: list[str], log: Path) -> NodeProc:
+        return NodeProc(kind, ns, self.supervisor.add(name, [*ns.enter(), *argv], log))
 
     @property
     def nodes(self) -> dict[str, NodeProc]:
@@ -150,7 +139,7 @@ class ClusterUnderTest:
 
     # -- observing the replicas -------------------------------------------------------------
 
-    def status(self, name: str) -> Any | None:
+    def status(self, name: str, *, include_digest: bool = False) -> Any | None:
         """The replica's own ClusterStatus, or None when it does not answer promptly."""
         proc = self.replicas[name]
         if not proc.alive() or proc.paused:
@@ -158,7 +147,7 @@ class ClusterUnderTest:
         client = Client([self.grpc[name]], timeout_s=STATUS_TIMEOUT_S,
                         retry_budget_s=STATUS_TIMEOUT_S)
         try:
-            return client.cluster_status(self.grpc[name])
+            return client.cluster_status(self.grpc[name], include_digest=include_digest)
         except RaftschedError:
             return None
         finally:
@@ -209,10 +198,12 @@ class ClusterUnderTest:
                 touched.append(proc.name)
         return touched
 
-    def stop(self) -> None:
-        for proc in [*self.agents.values(), *self.replicas.values()]:
-            proc.stop()
+    def stop(self) -> list[StopResult]:
+        """SIGTERM the agents, then the replicas (paused ones are continued to act on it), each
+        group given STOP_TIMEOUT_S before SIGKILL."""
+        return [result for group in (self.agents, self.replicas)
+                for result in stop_all([proc.child for proc in group.values()],
+                                       term_timeout_s=STOP_TIMEOUT_S)]
 
     def kill_all(self) -> None:
-        for proc in self.nodes.values():
-            proc.kill()
+        self.supervisor.kill_all()

@@ -329,7 +329,7 @@ def _final(cluster: ClusterUnderTest, history: History) -> None:
     deadline = time.monotonic() + CONVERGE_TIMEOUT_S
     statuses: dict[str, Any] = {}
     while True:
-        statuses = {name: cluster.status(name) for name in cluster.replicas}
+        statuses = {name: cluster.status(name, include_digest=True) for name in cluster.replicas}
         indices = {s.state_index for s in statuses.values() if s is not None}
         if (len(indices) == 1 and None not in statuses.values()) \
                 or time.monotonic() > deadline:

@@ -382,14 +382,18 @@ class AgentReport(_message.Message):
     def __init__(self, kind: _Optional[_Union[AgentReport.Kind, str]] = ..., job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class ReportRequest(_message.Message):
-    __slots__ = ("cluster_id", "incarnation", "reports")
+    __slots__ = ("cluster_id", "incarnation", "reports", "free", "seq")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     REPORTS_FIELD_NUMBER: _ClassVar[int]
+    FREE_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     incarnation: int
     reports: _containers.RepeatedCompositeFieldContainer[AgentReport]
-    def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., reports: _Optional[_Iterable[_Union[AgentReport, _Mapping]]] = ...) -> None: ...
+    free: Resources
+    seq: int
+    def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., reports: _Optional[_Iterable[_Union[AgentReport, _Mapping]]] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., seq: _Optional[int] = ...) -> None: ...
 
 class ReportVerdict(_message.Message):
     __slots__ = ("fence", "verdict", "kind")
@@ -410,8 +414,10 @@ class ReportResponse(_message.Message):
     def __init__(self, term: _Optional[int] = ..., verdicts: _Optional[_Iterable[_Union[ReportVerdict, _Mapping]]] = ...) -> None: ...
 
 class ClusterStatusRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("include_digest",)
+    INCLUDE_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    include_digest: bool
+    def __init__(self, include_digest: _Optional[bool] = ...) -> None: ...
 
 class ReplicaInfo(_message.Message):
     __slots__ = ("raft_address", "grpc_address", "leader")

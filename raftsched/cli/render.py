@@ -148,7 +148,8 @@ def compute_cluster_doc(cluster: Any) -> Doc:
 
 
 def cluster_status_doc(status: Any) -> Doc:
-    """`admin status`: {"leader", "term", "replicas", "clusters", "commit_index", "responder"}."""
+    """`admin status`: {"leader", "term", "replicas", "clusters", "commit_index",
+    "applied_index", "responder", "state_index", "state_digest" ("" unless asked for)}."""
     return {
         "leader": status.leader,
         "term": status.term,
@@ -160,6 +161,7 @@ def cluster_status_doc(status: Any) -> Doc:
         "commit_index": status.commit_index,
         "applied_index": status.applied_index,
         "responder": status.responder,
+        "state_index": status.state_index,
         "state_digest": status.state_digest,
     }
 
@@ -364,8 +366,10 @@ def cluster_status_text(status: Doc) -> str:
     """`admin status`: leadership, the replicas, the compute clusters."""
     leader = status["leader"] or "unknown (no leader known to this replica)"
     lines = [f"leader {leader}  term {status['term']}  commit index {status['commit_index']}"
-             f"  applied {status['applied_index']}  (answered by {status['responder'] or '?'})",
-             ""]
+             f"  applied {status['applied_index']}  (answered by {status['responder'] or '?'})"]
+    if status.get("state_digest"):
+        lines.append(f"state digest {status['state_digest']} at index {status['state_index']}")
+    lines.append("")
     replicas = [[r["raft_address"], r["grpc_address"], "leader" if r["leader"] else "follower"]
                 for r in status["replicas"]]
     lines.append(table(["REPLICA (RAFT)", "GRPC", "ROLE"], replicas) if replicas

@@ -9,20 +9,22 @@ as a `RaftschedError` with the last code seen.
 
 from __future__ import annotations
 
-import time
+import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
-from raftsched.errors import Code, RaftschedError
+from raftsched.client import retry
+from raftsched.client.retry import RetryPolicy, Servers
+from raftsched.errors import RaftschedError
+from raftsched.rpc import CHANNEL_OPTIONS, error_from_rpc
 from raftsched.spec.job import parse_spec_text
 
-LEADER_METADATA_KEY = "raftsched-leader"
 DEFAULT_CALL_TIMEOUT_S = 10.0
 """Deadline of one RPC attempt."""
 DEFAULT_RETRY_BUDGET_S = 30.0
@@ -33,13 +35,11 @@ BACKOFF_MIN_S = 0.05
 BACKOFF_MAX_S = 0.2
 """Retries during an election come this often at the least; elections take ~0.5-1 s here."""
 WATCH_RECONNECTS = 100
-"""A watch re-opens its stream after a leader change at most this many times."""
+"""A watch re-opens its stream after a leader change at most this many times in a row."""
 TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 
-T = TypeVar("T")
-
-_CODES = {status.name: Code(status.name) for status in grpc.StatusCode
-          if status.name in Code.__members__}
+OnRetry = Callable[[RaftschedError, float], None]
+"""Told of each failed try that will be retried (the error, the wait before the next try)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,74 +49,50 @@ class Submitted:
     idempotency_key: str
 
 
-def error_from_rpc(error: grpc.RpcError) -> RaftschedError:
-    """One place that maps a gRPC failure to our error type."""
-    status = error.code() if hasattr(error, "code") else grpc.StatusCode.UNKNOWN
-    details = error.details() if hasattr(error, "details") else str(error)
-    code = _CODES.get(status.name, Code.UNAVAILABLE)
-    return RaftschedError(code, details or status.name)
-
-
-def leader_hint(error: grpc.RpcError) -> str | None:
-    metadata = error.trailing_metadata() if hasattr(error, "trailing_metadata") else None
-    for key, value in metadata or ():
-        if key == LEADER_METADATA_KEY and value:
-            return str(value)
-    return None
-
-
 class Client:
+    """Thread-safe: one channel per replica, shared by every call."""
+
     def __init__(self, servers: Sequence[str], *, timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
-                 retry_budget_s: float = DEFAULT_RETRY_BUDGET_S) -> None:
-        if not servers:
-            raise RaftschedError(Code.INVALID_ARGUMENT, "no scheduler addresses given")
-        self._servers = list(dict.fromkeys(servers))
+                 retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
+                 on_retry: OnRetry | None = None) -> None:
+        self._servers = Servers(servers)
         self._timeout_s = timeout_s
-        self._retry_budget_s = retry_budget_s
+        self._policy = RetryPolicy(budget_s=retry_budget_s, max_attempts=MAX_CALL_ATTEMPTS,
+                                   backoff_initial_s=BACKOFF_MIN_S, backoff_max_s=BACKOFF_MAX_S)
+        self._watch_policy = RetryPolicy(budget_s=retry_budget_s, max_attempts=WATCH_RECONNECTS,
+                                         backoff_initial_s=BACKOFF_MIN_S,
+                                         backoff_max_s=BACKOFF_MAX_S)
+        self._on_retry = on_retry
+        self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
-        self._preferred = self._servers[0]
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        return self._servers.addresses
 
     # -- plumbing --------------------------------------------------------------------------------
 
     def _channel(self, address: str) -> grpc.Channel:
-        channel = self._channels.get(address)
-        if channel is None:
-            channel = grpc.insecure_channel(address)
-            self._channels[address] = channel
-        return channel
+        with self._lock:
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                self._channels[address] = channel
+            return channel
 
-    def _call(self, stub_type: Callable[[grpc.Channel], Any], method: str, request: Any,
-              *, server: str | None = None) -> Any:
-        """Call `method` on the leader (or on `server` only), retrying what is retryable."""
-        deadline = time.monotonic() + self._retry_budget_s
-        backoff = BACKOFF_MIN_S
-        address = server or self._preferred
-        last: RaftschedError | None = None
-        for attempt in range(MAX_CALL_ATTEMPTS):
-            stub = stub_type(self._channel(address))
-            try:
-                result = getattr(stub, method)(request, timeout=self._timeout_s)
-                if server is None:
-                    self._preferred = address
-                return result
-            except grpc.RpcError as error:
-                last = error_from_rpc(error)
-                if last.code not in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED) or server:
-                    raise last from None
-                hint = leader_hint(error)
-            if time.monotonic() + backoff > deadline:
-                break
-            if hint and hint != address:
-                address = hint  # a redirect: go at once
-                continue
-            address = self._servers[(self._servers.index(address) + 1) % len(self._servers)
-                                    if address in self._servers else attempt % len(self._servers)]
-            time.sleep(backoff)
-            backoff = min(backoff * 2, BACKOFF_MAX_S)
-        assert last is not None
-        raise RaftschedError(last.code, f"{last.message} (gave up after retrying "
-                                        f"{self._retry_budget_s:g} s across "
-                                        f"{', '.join(self._servers)})")
+    def _invoke(self, stub_type: Callable[[grpc.Channel], Any], method: str, request: Any,
+                address: str) -> Any:
+        stub = stub_type(self._channel(address))
+        try:
+            return getattr(stub, method)(request, timeout=self._timeout_s)
+        except grpc.RpcError as error:
+            raise error_from_rpc(error, address) from None
+
+    def _call(self, stub_type: Callable[[grpc.Channel], Any], method: str, request: Any) -> Any:
+        """Call `method` on the leader, retrying what is retryable (`retry.Attempts`)."""
+        return retry.call(self._servers, self._policy,
+                          lambda address: self._invoke(stub_type, method, request, address),
+                          on_retry=self._on_retry)
 
     def _scheduler(self, method: str, request: Any) -> Any:
         return self._call(pb_grpc.SchedulerStub, method, request)
@@ -157,39 +133,32 @@ class Client:
 
     def watch(self, job_id: str) -> Iterator[Any]:
         """Yield the job each time it changes, until it is terminal. After a leader change the
-        stream is re-opened on the new leader (at most WATCH_RECONNECTS times)."""
-        address = self._preferred
-        for attempt in range(WATCH_RECONNECTS):
+        stream is re-opened on the new leader (`WATCH_RECONNECTS` times in a row at most)."""
+        attempts = retry.Attempts(self._servers, self._watch_policy, on_retry=self._on_retry)
+        request = pb.WatchJobRequest(job_id=job_id)
+        for address in attempts:
             stub = pb_grpc.SchedulerStub(self._channel(address))
             try:
-                for job in stub.WatchJob(pb.WatchJobRequest(job_id=job_id)):
+                for job in stub.WatchJob(request):
+                    attempts.progressed()
                     yield job
                     if job.state in TERMINAL_JOB_STATES:
                         return
                 return
             except grpc.RpcError as error:
-                failure = error_from_rpc(error)
-                if failure.code not in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED):
-                    raise failure from None
-                hint = leader_hint(error)
-            if hint and hint != address:
-                address = hint
-                continue
-            address = self._servers[attempt % len(self._servers)]
-            time.sleep(min(BACKOFF_MIN_S * 2 ** attempt, BACKOFF_MAX_S))
-        raise RaftschedError(Code.UNAVAILABLE, f"watch of {job_id} lost its stream "
-                                               f"{WATCH_RECONNECTS} times")
+                attempts.failed(error_from_rpc(error, address), address)
 
     # -- admin -----------------------------------------------------------------------------------
 
-    def cluster_status(self, server: str | None = None) -> Any:
-        """Ask `server` (or whichever replica answers first): any replica can say what it sees."""
-        targets = [server] if server else self._servers
+    def cluster_status(self, server: str | None = None, *, include_digest: bool = False) -> Any:
+        """Ask `server` (or each configured replica in turn until one answers): any replica can
+        say what it sees, so this does not follow the leader. `include_digest` costs the replica
+        a pass over its whole state (for audits, not for polling)."""
         last: RaftschedError | None = None
-        for address in targets:
+        request = pb.ClusterStatusRequest(include_digest=include_digest)
+        for address in [server] if server else self._servers.addresses:
             try:
-                return self._call(pb_grpc.AdminStub, "ClusterStatus", pb.ClusterStatusRequest(),
-                                  server=address)
+                return self._invoke(pb_grpc.AdminStub, "ClusterStatus", request, address)
             except RaftschedError as error:
                 last = error
         assert last is not None
@@ -204,9 +173,10 @@ class Client:
                           pb.ReplicaRequest(raft_address=raft_address))
 
     def close(self) -> None:
-        for channel in self._channels.values():
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for channel in channels:
             channel.close()
-        self._channels.clear()
 
     def __enter__(self) -> Client:
         return self

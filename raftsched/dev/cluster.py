@@ -1,17 +1,19 @@
 """A local cluster of real processes for development and the demo: `raftsched dev up|status|down`.
 
 `up` starts 3 or 5 replicas (`python -m raftsched replica`) and N agents (`python -m raftsched
-agent`) in the background, each in its own session (`start_new_session`), its output appended to
-DIR/logs/NAME.log, all on ephemeral ports of 127.0.0.1, with a fresh random cluster secret in
-DIR/secret (mode 0600, passed as --secret-file). It waits, up to a named timeout, until a replica
-says it leads and every agent's cluster is READY; on any failure it stops what it started and
-raises a `DevClusterError` carrying the tail of the log that explains it.
+agent`) in the background through the process supervisor (`raftsched.dev.supervisor`): each in
+its own session, its output appended to DIR/logs/NAME.log, all on ephemeral ports of 127.0.0.1,
+with a fresh random cluster secret in DIR/secret (mode 0600, passed as --secret-file). It waits,
+up to a named timeout, until a replica says it leads and every agent's cluster is READY; on any
+failure it stops what it started and raises a `DevClusterError` carrying the tail of the log
+that explains it.
 
-DIR/cluster.json records every process: pid, the start time from /proc/PID/stat (field 22, clock
-ticks since boot) and addresses. `down` signals a pid only while /proc still shows that same
+DIR/cluster.json records every process: its identity (pid and start time from /proc, see
+`supervisor.Identity`) and addresses. `down` signals a pid only while /proc still shows that same
 start time, so it never signals a process that merely reused the pid; it stops exactly those
-processes (SIGTERM to the process group, a named wait, then SIGKILL), removes the state file and
-nothing else (logs, secret and data stay), and is idempotent. Linux only (/proc).
+processes (`supervisor.stop_all`: SIGTERM to the process group, a named wait, then SIGKILL),
+removes the state file and nothing else (logs, secret and data stay), and is idempotent. Linux
+only (/proc).
 
 A run's Raft and agent data go to DIR/data/RUN/NAME with a fresh RUN per `up`: a replica
 restarted on an old data dir would remember the previous run's membership and ports.
@@ -24,18 +26,25 @@ import fcntl
 import json
 import os
 import secrets
-import shlex
-import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import raftsched
+from raftsched import procfs
+from raftsched.dev.supervisor import (
+    Child,
+    Identity,
+    Recorded,
+    StopOutcome,
+    StopResult,
+    log_tail,
+    stop_all,
+)
 from raftsched.errors import Code, RaftschedError
 
 DEV_DIR_ENV = "RAFTSCHED_DEV_DIR"
@@ -53,22 +62,16 @@ MAX_AGENTS = 16
 EXECUTORS = ("mock", "subprocess")
 DEFAULT_EXECUTOR = "mock"
 UP_TIMEOUT_S = 60.0
-"""How long `up` waits for a leader and then for every agent to be READY."""
-STOP_TIMEOUT_S = 10.0
-"""How long `down` waits after SIGTERM before it sends SIGKILL."""
-KILL_TIMEOUT_S = 5.0
-"""How long `down` waits after SIGKILL before it reports a process as surviving."""
+"""How long `up` waits for a leader and then for every agent to be READY. (How long `down` waits
+for processes to exit: `supervisor.TERM_TIMEOUT_S` and `KILL_TIMEOUT_S`.)"""
 POLL_INTERVAL_S = 0.2
 PROBE_TIMEOUT_S = 1.0
 """Deadline of one ClusterStatus call while polling."""
 CONNECT_TIMEOUT_S = 0.2
 PROGRESS_EVERY_S = 5.0
-LOG_TAIL_LINES = 30
-LOG_TAIL_BYTES = 64 * 1024
 SECRET_BYTES = 32
 MAX_PORTS = 128
 LOOPBACK = "127.0.0.1"
-PROC = Path("/proc")
 RESERVED_ENV = ("RAFTSCHED_SECRET", "RAFTSCHED_SERVERS", DEV_DIR_ENV)
 """Not passed on to the processes: everything they need is on their command line."""
 READY = "READY"
@@ -153,9 +156,10 @@ class ClusterState:
     def servers(self) -> list[str]:
         return [replica.grpc_address for replica in self.replicas]
 
-    def processes(self) -> list[ProcessRef]:
-        return ([ProcessRef(r.id, r.pid, r.start_time_ticks, r.log) for r in self.replicas]
-                + [ProcessRef(a.cluster, a.pid, a.start_time_ticks, a.log) for a in self.agents])
+    def processes(self) -> list[Recorded]:
+        return ([Recorded(r.id, Identity(r.pid, r.start_time_ticks)) for r in self.replicas]
+                + [Recorded(a.cluster, Identity(a.pid, a.start_time_ticks))
+                   for a in self.agents])
 
     def to_doc(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -183,13 +187,6 @@ class ClusterState:
         return cls(directory, executor, secret_file, created_ms, replicas, agents)
 
 
-class ProcessRef(NamedTuple):
-    name: str
-    pid: int
-    start_time_ticks: int
-    log: str
-
-
 def _list(doc: dict[str, Any], key: str) -> list[Any]:
     value = doc.get(key)
     if not isinstance(value, list):
@@ -205,13 +202,11 @@ def _string(doc: dict[str, Any], key: str) -> str:
 
 
 def _entry(kind: type[ReplicaEntry] | type[AgentEntry], item: object) -> dict[str, Any]:
-    """The fields of one recorded process; the pid and start time must be integers."""
+    """The fields of one recorded process; its identity (pid, start time) must be integers."""
     names = [f.name for f in fields(kind)]
     if not isinstance(item, dict) or set(names) - set(item):
         raise ValueError(f"a {kind.__name__} needs the fields {', '.join(names)}")
-    for name in ("pid", "start_time_ticks"):
-        if not isinstance(item[name], int) or isinstance(item[name], bool):
-            raise ValueError(f"{name} must be an integer")
+    Identity.from_doc(item)
     return {name: item[name] for name in names}
 
 
@@ -287,89 +282,6 @@ def exclusive(directory: Path) -> Iterator[None]:
 # --- processes ---------------------------------------------------------------------------------
 
 
-def parse_proc_stat(text: str) -> tuple[str, int]:
-    """(state letter, start time in clock ticks since boot) from a /proc/PID/stat line. The
-    command name (field 2) is in parentheses and may itself hold spaces and parentheses."""
-    rest = text[text.rindex(")") + 2:].split()
-    return rest[0], int(rest[19])  # fields 3 and 22
-
-
-def read_proc_stat(pid: int) -> str | None:
-    try:
-        return (PROC / str(pid) / "stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-
-
-def process_start_ticks(pid: int, read: Callable[[int], str | None] = read_proc_stat
-                        ) -> int | None:
-    """The start time of live process `pid`; None when there is none (or only a zombie)."""
-    text = read(pid) if pid > 0 else None
-    if text is None:
-        return None
-    state, start_ticks = parse_proc_stat(text)
-    return None if state in ("Z", "X", "x") else start_ticks
-
-
-def is_same_process(pid: int, start_time_ticks: int,
-                    read: Callable[[int], str | None] = read_proc_stat) -> bool:
-    """Whether `pid` is still the process that started at `start_time_ticks` and is alive."""
-    return process_start_ticks(pid, read) == start_time_ticks
-
-
-def signal_process(ref: ProcessRef, sig: signal.Signals) -> bool:
-    """Send `sig` to the process group `ref` leads (started with start_new_session), only if
-    /proc still shows the recorded start time. Returns whether it was sent. (A pid cannot be
-    reused between the check and the kill unless the process exits and ~32k others start.)"""
-    if not is_same_process(ref.pid, ref.start_time_ticks):
-        return False
-    try:
-        if os.getpgid(ref.pid) == ref.pid:
-            os.killpg(ref.pid, sig)
-        else:
-            os.kill(ref.pid, sig)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-@dataclass(frozen=True, slots=True)
-class StopResult:
-    name: str
-    pid: int
-    outcome: str
-    """stopped (after SIGTERM) | killed (needed SIGKILL) | not running | survived"""
-
-
-def stop_processes(refs: Sequence[ProcessRef], *, term_timeout_s: float = STOP_TIMEOUT_S,
-                   kill_timeout_s: float = KILL_TIMEOUT_S,
-                   reap: Callable[[], None] = lambda: None) -> list[StopResult]:
-    """SIGTERM every recorded process that is still itself, wait up to `term_timeout_s`, SIGKILL
-    the rest, wait up to `kill_timeout_s`. `reap` lets a parent collect its own children."""
-    outcome = {ref: "stopped" if signal_process(ref, signal.SIGTERM) else "not running"
-               for ref in refs}
-    running = [ref for ref in refs if outcome[ref] == "stopped"]
-    running = _wait_gone(running, term_timeout_s, reap)
-    for ref in running:
-        if signal_process(ref, signal.SIGKILL):
-            outcome[ref] = "killed"
-    for ref in _wait_gone(running, kill_timeout_s, reap):
-        outcome[ref] = "survived"
-    return [StopResult(ref.name, ref.pid, outcome[ref]) for ref in refs]
-
-
-def _wait_gone(refs: list[ProcessRef], timeout_s: float,
-               reap: Callable[[], None]) -> list[ProcessRef]:
-    """The processes of `refs` still alive after waiting up to `timeout_s`."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        reap()
-        refs = [ref for ref in refs if is_same_process(ref.pid, ref.start_time_ticks)]
-        if not refs or time.monotonic() >= deadline:
-            return refs
-        time.sleep(0.05)
-
-
 def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
     """`count` distinct ports that were free on `host` a moment ago (bound to port 0 together,
     then released; a process elsewhere could still take one before our servers bind it)."""
@@ -392,20 +304,8 @@ def port_open(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
         return False
 
 
-def log_tail(path: str | Path, lines: int = LOG_TAIL_LINES) -> list[str]:
-    """The last `lines` lines of a log file (reads at most LOG_TAIL_BYTES)."""
-    try:
-        with open(path, "rb") as file:
-            file.seek(0, os.SEEK_END)
-            file.seek(max(0, file.tell() - LOG_TAIL_BYTES))
-            data = file.read()
-    except OSError:
-        return []
-    return data.decode("utf-8", "replace").splitlines()[-lines:]
-
-
 def require_proc() -> None:
-    if not (PROC / "self" / "stat").exists():
+    if not procfs.available():
         raise DevClusterError(Code.FAILED_PRECONDITION,
                               "raftsched dev needs Linux /proc (to tell a recorded process from "
                               "a later one that reused its pid)")
@@ -440,18 +340,14 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def spawn_process(argv: list[str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
-    """Start `argv` in its own session, stdout and stderr appended to `log_path`."""
-    with open(log_path, "ab") as log:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        log.write(f"--- {stamp} raftsched dev starts: {shlex.join(argv)}\n".encode())
-        log.flush()
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, cwd=cwd, env=child_env(),
-                                start_new_session=True, close_fds=True)
+def spawn_process(name: str, argv: list[str], log_path: Path, cwd: Path) -> Child:
+    """Start `argv` through the supervisor: its own session, output appended to `log_path`."""
+    child = Child(name, argv, log_path, env=child_env(), cwd=cwd)
+    child.start(note="raftsched dev")
+    return child
 
 
-Spawn = Callable[[list[str], Path, Path], "subprocess.Popen[bytes]"]
+Spawn = Callable[[str, list[str], Path, Path], Child]
 
 
 # --- asking the cluster ------------------------------------------------------------------------
@@ -536,10 +432,9 @@ def _refuse_if_running(directory: Path, progress: Progress) -> None:
     previous = load_state(directory)
     if previous is None:
         return
-    alive = [ref for ref in previous.processes()
-             if is_same_process(ref.pid, ref.start_time_ticks)]
+    alive = [process for process in previous.processes() if process.alive()]
     if alive:
-        names = ", ".join(f"{ref.name} (pid {ref.pid})" for ref in alive)
+        names = ", ".join(f"{process.name} (pid {process.pid})" for process in alive)
         raise DevClusterError(Code.FAILED_PRECONDITION,
                               f"a dev cluster is already running in {directory}: {names}; "
                               f"stop it first with: raftsched dev down --dir {directory}")
@@ -559,7 +454,7 @@ class _Starter:
         self.clock, self.sleep = clock, sleep
         self.started_s = clock()
         self.deadline_s = self.started_s + options.timeout_s
-        self.children: dict[str, subprocess.Popen[bytes]] = {}
+        self.children: dict[str, Child] = {}
         self.logs: dict[str, str] = {}
         run = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}"
         self.run_dir = Path(state.dir) / DATA_DIR_NAME / run
@@ -615,11 +510,12 @@ class _Starter:
         data_dir.mkdir(parents=True)
         return data_dir, Path(self.state.dir) / LOG_DIR_NAME / f"{name}.log"
 
-    def _spawn(self, name: str, argv: list[str], log: Path) -> tuple[int, int]:
-        child = self.spawn(argv, log, Path(self.state.dir))
+    def _spawn(self, name: str, argv: list[str], log: Path) -> Identity:
+        child = self.spawn(name, argv, log, Path(self.state.dir))
         self.children[name] = child
         self.logs[name] = str(log)
-        return child.pid, process_start_ticks(child.pid) or 0
+        assert child.identity is not None
+        return child.identity
 
     def _wait(self, what: str, done: Callable[[ClusterView | None], bool],
               suspect: Callable[[ClusterView | None], str],
@@ -666,17 +562,13 @@ class _Starter:
         return self.clock() - self.started_s
 
     def abort(self) -> None:
-        refs = self.state.processes()
-        if not refs:
+        children = list(self.children.values())
+        if not children:
             return
-        self.progress(f"stopping the {len(refs)} process(es) started")
-        stop_processes(refs, reap=self._reap)
+        self.progress(f"stopping the {len(children)} process(es) started")
+        stop_all(children)
         with contextlib.suppress(FileNotFoundError):
             state_path(Path(self.state.dir)).unlink()
-
-    def _reap(self) -> None:
-        for child in self.children.values():
-            child.poll()
 
 
 def _all_ready(view: ClusterView | None, names: Sequence[str]) -> bool:
@@ -707,11 +599,12 @@ def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]
     replicas = [{
         "id": r.id, "pid": r.pid, "address": r.grpc_address, "raft_address": r.raft_address,
         "leader": bool(leader) and r.grpc_address == leader,
-        "alive": is_same_process(r.pid, r.start_time_ticks),
+        "alive": Identity(r.pid, r.start_time_ticks).is_running(),
         "metrics_port": r.metrics_port, "data_dir": r.data_dir, "log": r.log,
     } for r in state.replicas]
     agents = [{
-        "cluster": a.cluster, "pid": a.pid, "alive": is_same_process(a.pid, a.start_time_ticks),
+        "cluster": a.cluster, "pid": a.pid,
+        "alive": Identity(a.pid, a.start_time_ticks).is_running(),
         "capabilities": list(a.capabilities), "status": clusters.get(a.cluster, ""),
         "cpu": a.cpu, "memory_mb": a.memory_mb, "gpu": a.gpu,
         "metrics_port": a.metrics_port, "data_dir": a.data_dir, "log": a.log,
@@ -728,7 +621,8 @@ def status(directory: Path,
     if state is None:
         raise DevClusterError(Code.NOT_FOUND, f"no dev cluster recorded in {directory} "
                                               f"(start one with: raftsched dev up)")
-    live = [r.grpc_address for r in state.replicas if is_same_process(r.pid, r.start_time_ticks)]
+    live = [r.grpc_address for r in state.replicas
+            if Identity(r.pid, r.start_time_ticks).is_running()]
     return state, probe(live) if live else None
 
 
@@ -743,8 +637,8 @@ def down(directory: Path) -> list[StopResult] | None:
         state = load_state(directory)
         if state is None:
             return None
-        results = stop_processes(state.processes())
-        survivors = [r for r in results if r.outcome == "survived"]
+        results = stop_all(state.processes())
+        survivors = [r for r in results if r.outcome is StopOutcome.SURVIVED]
         if survivors:
             names = ", ".join(f"{r.name} (pid {r.pid})" for r in survivors)
             raise DevClusterError(Code.UNAVAILABLE, f"still running after SIGKILL: {names}; "

@@ -18,9 +18,9 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from raftsched import limits
+
 _HEADER = struct.Struct("<QI")
-MAX_ENTRY_BYTES = 1 << 30
-"""A length above this is corruption, not an entry."""
 
 
 class AppliedLogWriter:
@@ -61,7 +61,7 @@ def iter_records(data: bytes) -> Iterator[tuple[int, bytes]]:
     while offset + _HEADER.size <= len(data):
         index, length = _HEADER.unpack_from(data, offset)
         end = offset + _HEADER.size + length
-        if length > MAX_ENTRY_BYTES or end > len(data):
+        if length > limits.MAX_ENTRY_BYTES or end > len(data):  # corruption, not an entry
             return
         yield index, data[offset + _HEADER.size:end]
         offset = end

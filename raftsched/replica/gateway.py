@@ -1,37 +1,43 @@
-"""The agent session's logic on the leader, without a transport.
+"""The agent session's logic on the leader, without a transport: it takes and returns the
+protocol's values (`raftsched.protocol`), never protobuf.
 
-`service.AgentGatewayService` puts gRPC around it; the seeded simulation (tests/sim) calls it
-directly, so both exercise the same checks, commands and deliveries. Expected failures are
-raised as `RaftschedError` (UNAVAILABLE when not leading, DEADLINE_EXCEEDED when a proposal's
-outcome is unknown, the state machine's code when it refuses).
+`service.AgentGatewayService` puts gRPC around it (mapping with `raftsched.rpc`); the seeded
+simulation (tests/sim) calls it directly, so both exercise the same checks, commands and
+deliveries. Expected failures are raised as `RaftschedError` (UNAVAILABLE when not leading,
+DEADLINE_EXCEEDED when a proposal's outcome is unknown, the state machine's code when it refuses).
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from raftsched import limits
 from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
-from raftsched.replica import views
+from raftsched.protocol import (
+    Assignment,
+    Beat,
+    Directives,
+    KillDirective,
+    Observation,
+    Registered,
+    Registration,
+    Report,
+    Reported,
+    Resources,
+    Verdict,
+    task_key,
+)
 from raftsched.replica.leader import Leader
 from raftsched.state import commands as c
 from raftsched.state import fsm
-from raftsched.state.model import State
+from raftsched.state.model import AttemptState, Job, State, Task
 from raftsched.state.results import ClusterRegistered, ReportResult, Result
 
 PROPOSE_TIMEOUT_S = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class Deliveries:
-    term: int
-    reregister: bool
-    assignments: list[Any]
-    """pb.Assignment messages (views.deliveries)."""
-    kills: list[Any]
+assert limits.MAX_DELIVERIES_PER_HEARTBEAT <= limits.MAX_BATCH_ITEMS
 
 
 def propose(node: Any, leader: Leader, command: c.Command) -> Result:
@@ -60,29 +66,32 @@ class AgentGateway:
         self._wait = changes_wait
         self._version = changes_version
 
-    def register(self, cluster_id: str, incarnation: int, capabilities: tuple[str, ...],
-                 capacity: tuple[int, int, int], known: tuple[c.KnownAttempt, ...],
-                 ) -> ClusterRegistered:
+    def register(self, registration: Registration) -> Registered:
+        """Reconcile the agent's attempts with ours (`leader` of the answer is left empty for
+        the transport to fill in)."""
+        capacity = registration.capacity
         result = propose(self.node, self.leader, c.ClusterRegister(
-            cluster_id, incarnation, capabilities, *capacity, self.clock.now_ms(), known))
+            registration.cluster_id, registration.incarnation, registration.capabilities,
+            capacity.cpu_milli, capacity.memory_mb, capacity.gpu, self.clock.now_ms(),
+            registration.known))
         assert isinstance(result, ClusterRegistered), result
-        self.leader.registered(cluster_id, incarnation)
-        return result
+        self.leader.registered(registration.cluster_id, registration.incarnation)
+        return Registered(self.node.term(), "", result.lost, result.kills)
 
-    def heartbeat(self, cluster_id: str, incarnation: int, seq: int,
-                  free: tuple[int, int, int] | None, wait_s: float = 0.0,
-                  active: Callable[[], bool] = lambda: True) -> Deliveries:
-        """Record the heartbeat, then answer with what is due for this agent; with `wait_s`
-        (a long poll) wait for something to become due, up to that long."""
+    def heartbeat(self, beat: Beat, active: Callable[[], bool] = lambda: True) -> Directives:
+        """Record the heartbeat, then answer with what is due for this agent; with
+        `beat.wait_ms` (a long poll) wait for something to become due, up to that long."""
         if not self.leader.leading():
             raise RaftschedError(Code.UNAVAILABLE, "not the leader")
+        cluster_id, incarnation = beat.cluster_id, beat.incarnation
         if not self.node.read(lambda s: _registered(s, cluster_id, incarnation)):
-            return Deliveries(self.node.term(), True, [], [])
-        self.leader.heartbeat(cluster_id, incarnation, seq, free)
-        deadline = self.clock.monotonic_s() + wait_s
+            return Directives(self.node.term(), reregister=True)
+        free = beat.free.as_tuple() if beat.free is not None else None
+        self.leader.heartbeat(cluster_id, incarnation, beat.seq, free)
+        deadline = self.clock.monotonic_s() + beat.wait_ms / 1000
         seen = self._version() if self._version is not None else 0
         while True:
-            assignments, kills = self.node.read(lambda s: views.deliveries(
+            assignments, kills = self.node.read(lambda s: deliveries(
                 s, cluster_id, lambda items: self.leader.due(cluster_id, items)))
             left = deadline - self.clock.monotonic_s()
             if assignments or kills or left <= 0 or self._wait is None or not active():
@@ -90,19 +99,76 @@ class AgentGateway:
             seen = self._wait(seen, left)
             if not self.leader.leading():
                 break
-        return Deliveries(self.node.term(), False, assignments, kills)
+        return Directives(self.node.term(), tuple(assignments), tuple(kills))
 
-    def report(self, cluster_id: str, items: Sequence[c.Report]) -> list[tuple[int, str]]:
-        """Commit the reports; (fence, verdict) for each, in order."""
-        batch = c.ReportBatch(cluster_id, self.clock.now_ms(), self.rng.getrandbits(64),
-                              tuple(items))
-        result = propose(self.node, self.leader, batch)
+    def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report],
+               observed: Observation | None = None) -> Reported:
+        """Commit the reports; a final verdict for each, in order. The capacity the agent
+        `observed` when it sent them (after the attempts they end released theirs) is recorded
+        like a heartbeat's once they are committed, so the leader, woken by the commit, can fill
+        the freed room at once instead of at the agent's next heartbeat."""
+        result = propose(self.node, self.leader, c.ReportBatch(
+            cluster_id, self.clock.now_ms(), self.rng.getrandbits(64), tuple(reports)))
         assert isinstance(result, ReportResult), result
-        return [(report.fence, verdict)
-                for report, verdict in zip(batch.items, result.verdicts, strict=True)]
+        if observed is not None:
+            self.leader.heartbeat(cluster_id, incarnation, observed.seq,
+                                  observed.free.as_tuple())
+        verdicts = tuple(Verdict(report.fence, verdict, report.kind)
+                         for report, verdict in zip(reports, result.verdicts, strict=True))
+        return Reported(self.node.term(), verdicts)
 
 
 def _registered(state: State, cluster_id: str, incarnation: int) -> bool:
     cluster = state.clusters.get(cluster_id)
     return (cluster is not None and cluster.incarnation == incarnation
             and cluster.status != c.ClusterStatus.LOST)
+
+
+# --- what an agent must hear now ------------------------------------------------------------------
+
+
+def deliveries(state: State, cluster_id: str,
+               due: Callable[[list[tuple[int, int]]], set[tuple[int, int]]] | None = None,
+               ) -> tuple[list[Assignment], list[KillDirective]]:
+    """What a cluster's agent must hear now: committed attempts still ASSIGNED to it and
+    pending kill directives, as (fence, 0) and (fence, 1) items; `due` picks which of them to
+    send now (the leader's redelivery timer). At most limits.MAX_DELIVERIES_PER_HEARTBEAT of each.
+    Runs under the apply lock: O(live attempts and kills of this cluster)."""
+    cluster = state.clusters[cluster_id]
+    pending = [(fence, 0) for fence, (job_id, index) in cluster.live.items()
+               if _current_state(state, job_id, index, fence) == AttemptState.ASSIGNED]
+    pending += [(fence, 1) for fence in cluster.kills]
+    chosen = set(pending) if due is None else due(pending)
+    assignments: list[Assignment] = []
+    kills: list[KillDirective] = []
+    for fence, kind in pending:
+        if (fence, kind) not in chosen:
+            continue
+        if kind == 0 and len(assignments) < limits.MAX_DELIVERIES_PER_HEARTBEAT:
+            job_id, index = cluster.live[fence]
+            job = state.jobs[job_id]
+            task = job.tasks[index]
+            assert task.current is not None
+            assignments.append(_assignment(job, task, task.current.number, fence))
+        elif kind == 1 and len(kills) < limits.MAX_DELIVERIES_PER_HEARTBEAT:
+            job_id, task_id = cluster.kills[fence]
+            kills.append(KillDirective(job_id, task_id, fence))
+    return assignments, kills
+
+
+def _current_state(state: State, job_id: str, index: int, fence: int) -> AttemptState:
+    attempt = state.jobs[job_id].tasks[index].current
+    assert attempt is not None and attempt.fence == fence
+    return attempt.state
+
+
+def _assignment(job: Job, task: Task, number: int, fence: int) -> Assignment:
+    spec = task.spec
+    return Assignment(
+        job_id=job.id, task_id=spec.id, fence=fence, attempt=number, command=tuple(spec.command),
+        env=dict(spec.env), cwd=spec.cwd or "",
+        resources=Resources(spec.cpu_milli, spec.memory_mb, spec.gpu),
+        # Stable across a task's attempts (the fence tells attempts apart): external effects
+        # keyed by it happen once per task.
+        timeout_ms=spec.timeout_ms or 0, idempotency_key=task_key(job.id, spec.id),
+    )

@@ -15,7 +15,6 @@ Time and entropy come from the injected clock and rng, stamped into the commands
 
 from __future__ import annotations
 
-import logging
 import random
 import threading
 import uuid
@@ -25,12 +24,13 @@ from typing import Any, Protocol
 
 from raftsched.clock import Clock
 from raftsched.errors import RaftschedError
+from raftsched.eventlog import EventLogger
 from raftsched.state import commands as c
 from raftsched.state import fsm, placement
 from raftsched.state.model import State
 from raftsched.state.results import AssignResult, BarrierResult
 
-logger = logging.getLogger("raftsched.leader")
+log = EventLogger("raftsched.leader")
 
 LOOP_INTERVAL_S = 0.05
 """Longest sleep between rounds when nothing wakes the loop."""
@@ -188,10 +188,9 @@ class Leader:
             try:
                 self._round()
             except RaftschedError as error:  # not leader any more, or an unknown outcome
-                logger.info("event leader_round_interrupted code=%s reason=%s", error.code,
-                            error.message)
+                log.info("leader_round_interrupted", code=error.code, reason=error.message)
             except Exception:
-                logger.exception("event leader_round_failed")
+                log.exception("leader_round_failed")
 
     def _round(self) -> None:
         if not self._node.is_leader():
@@ -220,8 +219,8 @@ class Leader:
             # evidence against an agent that has not yet found us.
             self._term = _Term(term=term, confirmed=True, last_tick_s=now,
                                health={cid: AgentHealth(now) for cid in clusters})
-        logger.info("event leader_elected term=%d raft=%s grpc=%s clusters=%d", term,
-                    self._config.raft_address, self._config.grpc_address, len(clusters))
+        log.info("leader_elected", term=term, raft=self._config.raft_address,
+                 grpc=self._config.grpc_address, clusters=len(clusters))
 
     def _place(self) -> None:
         # Unplaceable tasks stay in the queue; re-planning them every round would cost what is
@@ -231,8 +230,10 @@ class Leader:
         if version == self._idle_version and version != -1:
             return
         free = self.reported_free()
+        started_s = self._clock.monotonic_s()
         items = self._node.read(lambda s: placement.plan(s, max_items=PLACEMENT_BATCH,
                                                          reported_free=free))
+        planned_s = self._clock.monotonic_s()
         if not items:
             self._idle_version = version
             return
@@ -240,8 +241,9 @@ class Leader:
         outcome = self._node.propose(
             c.encode(c.AssignBatch(self._clock.now_ms(), tuple(items))), PROPOSE_TIMEOUT_S)
         if isinstance(outcome, fsm.Applied) and isinstance(result := outcome.result, AssignResult):
-            logger.debug("event assigned count=%d dropped=%d", len(result.assigned),
-                         len(result.dropped))
+            log.debug("assigned", count=len(result.assigned), dropped=len(result.dropped),
+                      plan_ms=round((planned_s - started_s) * 1000, 2),
+                      commit_ms=round((self._clock.monotonic_s() - planned_s) * 1000, 2))
             if result.assigned:
                 self._wake.set()  # more may be placeable
 
@@ -268,8 +270,7 @@ class Leader:
                 reason = f"no heartbeat for {silent_s:.1f} s"
                 self._node.propose(c.encode(c.ClusterStatusChange(
                     cluster_id, wanted, self._clock.now_ms(), reason)), PROPOSE_TIMEOUT_S)
-                logger.info("event cluster_status cluster=%s status=%s reason=%r", cluster_id,
-                            wanted.name, reason)
+                log.info("cluster_status", cluster=cluster_id, status=wanted.name, reason=reason)
 
     def _wanted_status(self, status: c.ClusterStatus, silent_s: float) -> c.ClusterStatus | None:
         if status == c.ClusterStatus.READY and silent_s >= self._config.suspect_after_s:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import random
 import signal
@@ -16,11 +15,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from raftsched import limits
+from raftsched import eventlog, limits
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import ProposalClock, SystemClock, configure_skew_from_env
 from raftsched.errors import Code, RaftschedError
+from raftsched.eventlog import EventLogger
 from raftsched.replica import metrics
 from raftsched.replica.leader import LOST_AFTER_S, SUSPECT_AFTER_S, Leader, LeaderConfig
 from raftsched.replica.service import (
@@ -31,13 +31,10 @@ from raftsched.replica.service import (
     SchedulerService,
 )
 
-MAX_RPC_WORKERS = 64
-"""Concurrent RPCs per replica (long polls and watches hold one each)."""
-MAX_MESSAGE_BYTES = limits.MAX_SPEC_BYTES + 1024 * 1024
 SHUTDOWN_GRACE_S = 3.0
 HEALTH_POLL_S = 0.5
 
-logger = logging.getLogger("raftsched.replica")
+log = EventLogger("raftsched.replica")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -66,7 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "the fault-injection harness's checker (default: off)")
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on 127.0.0.1:PORT (0: off)")
-    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING"])
+    parser.add_argument("--log-level", default="info", type=str.lower, choices=eventlog.LEVELS,
+                        help="log events at this level and above, as JSON lines on stderr "
+                             "(default info)")
 
 
 def _secret(args: argparse.Namespace) -> str | None:
@@ -77,8 +76,7 @@ def _secret(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    eventlog.configure(args.log_level)
     # pysyncobj is imported only here, at start: `raftsched --help` stays light.
     from raftsched.replica.raft.node import RaftNode
 
@@ -93,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if skew_s:
-        logger.warning("event wall_clock_skew_injected seconds=%g", skew_s)
+        log.warning("wall_clock_skew_injected", seconds=skew_s)
     if not 0 < args.suspect_after_s < args.lost_after_s:
         print("error: need 0 < --suspect-after-s < --lost-after-s", file=sys.stderr)
         return 2
@@ -116,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
                                  lost_after_s=args.lost_after_s),
                     version=changes.version)
     try:
-        server = _server(Context(node, leader, clock, changes), args.grpc)
+        server = _server(Context(node, leader, clock, changes, args.grpc), args.grpc)
     except RaftschedError as error:
         node.close()
         print(f"error: {error.message}", file=sys.stderr)
@@ -127,10 +125,9 @@ def run(args: argparse.Namespace) -> int:
     metrics.serve(args.metrics_port, node, leader.leading)
     leader.start()
     server.start()
-    logger.info("event replica_started raft=%s grpc=%s peers=%s", args.raft, args.grpc,
-                ",".join(peers))
+    log.info("replica_started", raft=args.raft, grpc=args.grpc, peers=",".join(peers))
     stop.wait()
-    logger.info("event replica_stopping raft=%s", args.raft)
+    log.info("replica_stopping", raft=args.raft)
     server.stop(SHUTDOWN_GRACE_S).wait(SHUTDOWN_GRACE_S)
     leader.stop()
     node.close()
@@ -139,9 +136,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _server(ctx: Context, address: str) -> grpc.Server:
     server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=MAX_RPC_WORKERS, thread_name_prefix="rpc"),
-        options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        futures.ThreadPoolExecutor(max_workers=limits.MAX_RPC_WORKERS, thread_name_prefix="rpc"),
+        options=[("grpc.max_receive_message_length", limits.MAX_MESSAGE_BYTES),
+                 ("grpc.max_send_message_length", limits.MAX_MESSAGE_BYTES),
                  ("grpc.so_reuseport", 0)],
     )
     pb_grpc.add_SchedulerServicer_to_server(SchedulerService(ctx), server)

@@ -9,7 +9,7 @@ DEADLINE_EXCEEDED, never as a failure: the client retries with the same idempote
 
 from __future__ import annotations
 
-import logging
+import dataclasses
 import random
 import re
 import threading
@@ -18,11 +18,12 @@ from typing import Any, NoReturn, TypeVar
 
 import grpc
 
+from raftsched import limits, rpc
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
-from raftsched.client.client import LEADER_METADATA_KEY
 from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
+from raftsched.eventlog import EventLogger
 from raftsched.replica import views
 from raftsched.replica.gateway import PROPOSE_TIMEOUT_S, AgentGateway, propose
 from raftsched.replica.leader import Leader
@@ -32,14 +33,11 @@ from raftsched.state import commands as c
 from raftsched.state.model import TERMINAL_JOB_STATES, State
 from raftsched.state.results import JobCancelled, JobSubmitted, Result
 
-logger = logging.getLogger("raftsched.service")
+log = EventLogger("raftsched.service")
 
 READ_CONFIRM_TIMEOUT_S = 2.0
-MAX_LONG_POLL_MS = 5_000
-"""A heartbeat long-poll is held at most this long."""
 WATCH_POLL_S = 1.0
 """A watch re-checks its job at least this often (and at every applied entry)."""
-MAX_REPORTED_SPEC_ISSUES = 20
 JOB_ID_SLUG_CHARS = 40
 
 T = TypeVar("T")
@@ -71,8 +69,11 @@ class ChangeFeed:
 class Context:
     """What the servicers share: the node, the leader loop, time, and the error plumbing."""
 
-    def __init__(self, node: Any, leader: Leader, clock: Clock, changes: ChangeFeed) -> None:
+    def __init__(self, node: Any, leader: Leader, clock: Clock, changes: ChangeFeed,
+                 grpc_address: str = "") -> None:
         self.node = node
+        self.grpc_address = grpc_address
+        """This replica's own gRPC address (marks its answers, see `rpc.abort`)."""
         self.leader = leader
         self.clock = clock
         self.changes = changes
@@ -86,12 +87,8 @@ class Context:
         return address
 
     def abort(self, context: grpc.ServicerContext, error: RaftschedError) -> NoReturn:
-        if error.code == Code.UNAVAILABLE:
-            hint = self.leader_grpc_address()
-            if hint:
-                context.set_trailing_metadata(((LEADER_METADATA_KEY, hint),))
-        context.abort(getattr(grpc.StatusCode, error.code.value), error.message)
-        raise AssertionError("context.abort returned")
+        hint = self.leader_grpc_address() if error.code == Code.UNAVAILABLE else None
+        rpc.abort(context, error, replica=self.grpc_address, leader_hint=hint)
 
     def require_leader(self, context: grpc.ServicerContext) -> None:
         if not self.leader.leading():
@@ -140,8 +137,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         result = self.ctx.propose(context, c.JobSubmit(job_id, to_wire(spec),
                                                        self.ctx.clock.now_ms()))
         assert isinstance(result, JobSubmitted), result
-        logger.info("event job_submitted job=%s created=%s tasks=%d", result.job_id,
-                    result.created, len(spec.tasks))
+        log.info("job_submitted", job=result.job_id, created=result.created,
+                 tasks=len(spec.tasks))
         return pb.SubmitJobResponse(job_id=result.job_id, created=result.created)
 
     def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -158,7 +155,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
 
     def CancelJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         result = self.ctx.propose(context, c.JobCancel(request.job_id, self.ctx.clock.now_ms(),
-                                                       request.reason[:200]))
+                                                       request.reason[:limits.MAX_REASON_CHARS]))
         assert isinstance(result, JobCancelled), result
         return pb.CancelJobResponse(cancelled=result.cancelled, changed=result.changed)
 
@@ -197,13 +194,14 @@ def _job_or_none(state: State, job_id: str) -> Any:
 
 
 def _issues(error: SpecError) -> str:
-    shown = [issue.render() for issue in error.issues[:MAX_REPORTED_SPEC_ISSUES]]
+    shown = [issue.render() for issue in error.issues[:limits.MAX_REPORTED_SPEC_ISSUES]]
     more = len(error.issues) - len(shown)
     return "; ".join(shown) + (f"; and {more} more" if more else "")
 
 
 class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
-    """gRPC around `gateway.AgentGateway` (the logic the simulation drives too)."""
+    """gRPC around `gateway.AgentGateway` (the logic the simulation drives too); messages are
+    mapped by `raftsched.rpc`, the same mapping the agent's session uses."""
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -211,53 +209,34 @@ class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
                                     ctx.changes.wait, ctx.changes.version)
 
     def Register(self, request: Any, context: grpc.ServicerContext) -> Any:
-        known = tuple(c.KnownAttempt(k.job_id, k.task_id, k.fence, k.running)
-                      for k in request.known)
-        capacity = request.capacity
         try:
-            result = self.gateway.register(
-                request.cluster_id, request.incarnation, tuple(request.capabilities),
-                (capacity.cpu_milli, capacity.memory_mb, capacity.gpu), known)
+            registered = self.gateway.register(rpc.registration_from_pb(request))
         except RaftschedError as error:
             self.ctx.abort(context, error)
-        logger.info("event agent_registered cluster=%s incarnation=%d lost=%d kills=%d",
-                    request.cluster_id, request.incarnation, result.lost, result.kills)
-        return pb.RegisterResponse(term=self.ctx.node.term(), leader=_self_address(self.ctx),
-                                   lost=result.lost, kills=result.kills)
+        log.info("agent_registered", cluster=request.cluster_id, incarnation=request.incarnation,
+                 lost=registered.lost, kills=registered.kills)
+        return rpc.registered_to_pb(dataclasses.replace(registered,
+                                                        leader=_self_address(self.ctx)))
 
     def Heartbeat(self, request: Any, context: grpc.ServicerContext) -> Any:
-        free = (request.free.cpu_milli, request.free.memory_mb, request.free.gpu) \
-            if request.HasField("free") else None
+        beat = rpc.beat_from_pb(request)
+        beat = dataclasses.replace(beat, wait_ms=min(beat.wait_ms, limits.MAX_LONG_POLL_MS))
         try:
-            due = self.gateway.heartbeat(request.cluster_id, request.incarnation, request.seq,
-                                         free, min(request.wait_ms, MAX_LONG_POLL_MS) / 1000,
-                                         context.is_active)
+            directives = self.gateway.heartbeat(beat, context.is_active)
         except RaftschedError as error:
             self.ctx.abort(context, error)
-        return pb.HeartbeatResponse(term=due.term, reregister=due.reregister,
-                                    assignments=due.assignments, kills=due.kills)
+        return rpc.directives_to_pb(directives)
 
     def Report(self, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            items = tuple(_report(r) for r in request.reports)
-            verdicts = self.gateway.report(request.cluster_id, items)
+            reports = [rpc.report_from_pb(r) for r in request.reports]
+            reported = self.gateway.report(request.cluster_id, request.incarnation, reports,
+                                           rpc.observation_from_pb(request))
         except ValueError as error:
             self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, str(error)))
         except RaftschedError as error:
             self.ctx.abort(context, error)
-        return pb.ReportResponse(term=self.ctx.node.term(), verdicts=[
-            pb.ReportVerdict(fence=fence, verdict=verdict, kind=report.kind.name)
-            for (fence, verdict), report in zip(verdicts, items, strict=True)])
-
-
-def _report(message: Any) -> c.Report:
-    try:
-        kind = c.ReportKind(message.kind)
-    except ValueError:
-        raise ValueError(f"report for fence {message.fence}: unknown kind {message.kind}") from None
-    exit_code = message.exit_code if message.HasField("exit_code") else None
-    return c.Report(kind, message.job_id, message.task_id, message.fence, exit_code,
-                    message.timed_out, message.reason[:200])
+        return rpc.reported_to_pb(reported)
 
 
 def _self_address(ctx: Context) -> str:
@@ -270,7 +249,7 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         self.grpc_address = grpc_address
 
     def ClusterStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
-        status = self.ctx.node.status()
+        status = self.ctx.node.status(include_digest=request.include_digest)
         leading = self.ctx.leader.leading()
 
         def view(state: State) -> Any:
@@ -307,6 +286,5 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         if add and request.grpc_address:
             self.ctx.propose(context, c.Barrier(f"announce-{request.raft_address}", 0,
                                                 request.raft_address, request.grpc_address))
-        logger.info("event replica_%s raft=%s", "added" if add else "removed",
-                    request.raft_address)
+        log.info("replica_added" if add else "replica_removed", raft=request.raft_address)
         return pb.ReplicaResponse(members=self.ctx.node.members())

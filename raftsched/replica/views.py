@@ -4,19 +4,13 @@ service calls them under the Raft node's apply lock, so each must be short (O(wh
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from raftsched import limits
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.errors import Code, RaftschedError
 from raftsched.state import feasibility
-from raftsched.state.model import AttemptState, Cluster, Job, State, Task, TaskState
-
-DEFAULT_PAGE_SIZE = 100
-MAX_PAGE_SIZE = 1_000
-MAX_DELIVERIES_PER_HEARTBEAT = 1_000
-"""Assignments or kills one heartbeat reply carries; the rest come with the next."""
+from raftsched.state.model import Cluster, Job, State, Task, TaskState
 
 
 def job_of(state: State, job_id: str) -> Job:
@@ -47,7 +41,7 @@ def job_message(job: Job, applied_index: int = 0) -> Any:
 
 def list_jobs(state: State, request: Any) -> Any:
     """Jobs in submission order, filtered; `page_token` is the last job seq returned."""
-    limit = min(request.limit or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
+    limit = min(request.limit or limits.DEFAULT_PAGE_SIZE, limits.MAX_PAGE_SIZE)
     after = int(request.page_token) if request.page_token.isdigit() else 0
     jobs = []
     # Dicts keep insertion order, which is submission order: a page is a forward scan from the
@@ -155,56 +149,3 @@ def compute_cluster(cluster: Cluster, heartbeat_age_ms: int) -> Any:
         live_attempts=len(cluster.live), pending_kills=len(cluster.kills),
         heartbeat_age_ms=heartbeat_age_ms,
     )
-
-
-def deliveries(state: State, cluster_id: str,
-               due: Callable[[list[tuple[int, int]]], set[tuple[int, int]]] | None = None,
-               ) -> tuple[Any, Any]:
-    """What a cluster's agent must hear now: committed attempts still ASSIGNED to it and
-    pending kill directives, as (fence, 0) and (fence, 1) items; `due` picks which of them to
-    send now (the leader's redelivery timer). At most MAX_DELIVERIES_PER_HEARTBEAT of each."""
-    cluster = state.clusters[cluster_id]
-    pending = [(fence, 0) for fence, (job_id, index) in cluster.live.items()
-               if _current_state(state, job_id, index, fence) == AttemptState.ASSIGNED]
-    pending += [(fence, 1) for fence in cluster.kills]
-    chosen = set(pending) if due is None else due(pending)
-    assignments: list[Any] = []
-    kills: list[Any] = []
-    for fence, kind in pending:
-        if (fence, kind) not in chosen:
-            continue
-        if kind == 0 and len(assignments) < MAX_DELIVERIES_PER_HEARTBEAT:
-            job_id, index = cluster.live[fence]
-            job = state.jobs[job_id]
-            task = job.tasks[index]
-            assert task.current is not None
-            assignments.append(_assignment(job, task, task.current.number, fence))
-        elif kind == 1 and len(kills) < MAX_DELIVERIES_PER_HEARTBEAT:
-            job_id, task_id = cluster.kills[fence]
-            kills.append(pb.KillDirective(job_id=job_id, task_id=task_id, fence=fence))
-    return assignments, kills
-
-
-def _current_state(state: State, job_id: str, index: int, fence: int) -> AttemptState:
-    attempt = state.jobs[job_id].tasks[index].current
-    assert attempt is not None and attempt.fence == fence
-    return attempt.state
-
-
-def _assignment(job: Job, task: Task, number: int, fence: int) -> Any:
-    spec = task.spec
-    return pb.Assignment(
-        job_id=job.id, task_id=spec.id, fence=fence, attempt=number, command=list(spec.command),
-        env=dict(spec.env), cwd=spec.cwd or "",
-        resources=_resources(spec.cpu_milli, spec.memory_mb, spec.gpu),
-        timeout_ms=spec.timeout_ms or 0, idempotency_key=idempotency_key(job, task),
-    )
-
-
-def idempotency_key(job: Job, task: Task) -> str:
-    """Stable across a task's attempts (the fence tells attempts apart): external effects keyed
-    by it happen once per task."""
-    return f"{job.id}/{task.spec.id}"
-
-
-assert MAX_DELIVERIES_PER_HEARTBEAT <= limits.MAX_BATCH_ITEMS

@@ -3,15 +3,20 @@
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 VENV="${RAFTSCHED_VENV:-$ROOT/.venv}"
 
+# Probe quietly: a pyenv shim exists for every version pyenv knows and prints a "command not
+# found" block for a version that is not selected; that is a "no", not something to show.
 find_python() {
+    local candidate
     for candidate in python3.13 python3.12 python3.11 python3; do
         if command -v "$candidate" >/dev/null 2>&1 &&
-            "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+            "$candidate" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
+                >/dev/null 2>&1; then
             echo "$candidate"
             return 0
         fi
     done
-    echo "error: raftsched needs Python >= 3.11 (none found on PATH)" >&2
+    echo "error: raftsched needs Python >= 3.11 (none found on PATH; tried python3.13," \
+        "python3.12, python3.11, python3)" >&2
     return 1
 }
 

@@ -300,7 +300,7 @@ def test_single_replica_recovers_from_dump_and_journal(tmp_path: Path) -> None:
             node.propose(submit(f"j{i}"), 5.0)
         wait_for(lambda: node.status()["log_first_index"] > 1, 10.0, "a compaction")
         node.propose(submit("after-dump"), 5.0)
-        digest = node.status()["state_digest"]
+        digest = node.status(include_digest=True)["state_digest"]
     finally:
         node.close()
     again = RaftNode(address, [], str(tmp_path / "r"), SECRET, compaction_min_entries=10)
@@ -308,7 +308,7 @@ def test_single_replica_recovers_from_dump_and_journal(tmp_path: Path) -> None:
         status = again.status()  # the dump is loaded before the constructor returns
         assert status["dumps_loaded"] == 1
         wait_local_leader(again)
-        assert again.status()["state_digest"] == digest
+        assert again.status(include_digest=True)["state_digest"] == digest
         assert "after-dump" in again.read(lambda state: set(state.jobs))
     finally:
         again.close()
@@ -364,6 +364,34 @@ def test_kill_all_replicas_keeps_every_acknowledged_job(clusters: Callable[..., 
     for replica in cluster.replicas:
         missing = set(acked) - set(replica.jobs())
         assert not missing, f"{replica.address} lost acknowledged jobs {sorted(missing)[:5]}"
+
+
+def test_a_snapshot_in_progress_stalls_neither_commits_nor_leadership(
+        clusters: Callable[..., Cluster], monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    """Snapshots are written by a forked child. The failpoint holds every replica's snapshot
+    in progress until the test releases it: meanwhile entries commit and nobody loses
+    leadership. A snapshot written on the tick thread would hold everything up with it."""
+    latch = tmp_path / "release-dumps"
+    monkeypatch.setenv(raft_node.DUMP_LATCH_ENV, str(latch))
+    cluster = clusters(3, extra_args=["--compaction-entries", "30"])
+    cluster.start()
+    leader = cluster.wait_leader()
+    term = leader.status()["term"]
+    acked = leader.ok("submit_many before-dump- 40 20")["acked"]
+    waiting = Path(str(latch) + ".waiting")
+    wait_for(lambda: waiting.exists() and len(waiting.read_text().split()) >= 3, 30.0,
+             "every replica's snapshot to start (and wait at the latch)")
+    acked += leader.ok("submit_many during-dump- 40 20")["acked"]
+    assert len(acked) == 80
+    statuses = [r.status() for r in cluster.replicas]
+    assert [s["dumps_written"] for s in statuses] == [0, 0, 0]  # all still in progress
+    assert [s["term"] for s in statuses] == [term] * 3 and cluster.wait_leader() is leader
+    latch.touch()
+    wait_for(lambda: all(r.status()["dumps_written"] >= 1 for r in cluster.replicas), 30.0,
+             "every replica to finish its snapshot")
+    digest = cluster.wait_converged()
+    assert digest and all(set(acked) <= set(r.jobs()) for r in cluster.replicas)
 
 
 def test_compaction_snapshot_install_and_restart(clusters: Callable[..., Cluster]) -> None:

@@ -1,6 +1,7 @@
-"""The agent gateway of one simulated replica: the real `raftsched.gateway.AgentGateway` (what
-the gRPC service wraps), answering with the agent session's values and errors so the simulated
-agent handles exactly what the real one would."""
+"""The agent gateway of one simulated replica: the real `raftsched.replica.gateway.AgentGateway`
+(what the gRPC service wraps), speaking the protocol's values like the real one, with its errors
+turned into the agent session's errors by the session's own rule, so the simulated agent handles
+exactly what the real one would."""
 
 from __future__ import annotations
 
@@ -8,27 +9,25 @@ import random
 from collections.abc import Sequence
 
 from agent import session as s
-from agent.model import (
+from raftsched.clock import Clock
+from raftsched.errors import Code, RaftschedError
+from raftsched.protocol import (
     Beat,
     Directives,
-    KillDirective,
+    Observation,
     Registered,
     Registration,
     Report,
     Reported,
-    Verdict,
 )
-from raftsched.clock import Clock
-from raftsched.errors import Code, RaftschedError
 from raftsched.replica.gateway import AgentGateway
 from raftsched.replica.leader import Leader
-from raftsched.state import commands as c
 from tests.sim.log import SimNode
 
 
 class Gateway:
-    """`raftsched.gateway.AgentGateway` (the code the gRPC service wraps), answering in the
-    agent session's values and errors."""
+    """`AgentGateway` on one simulated replica, answering what `agent.session.GrpcSession`
+    would return or raise."""
 
     def __init__(self, node: SimNode, leader: Leader, clock: Clock, rng: random.Random) -> None:
         self.node = node
@@ -39,53 +38,31 @@ class Gateway:
     def replica_index(self) -> int:
         return self.node.replica.index
 
-    def _error(self, error: RaftschedError, *, reregister: bool) -> s.SessionError:
-        return _session_error(error, self.node.leader_address(), reregister)
+    def _error(self, error: RaftschedError, method: str, *, reregister: bool) -> s.SessionError:
+        if error.code == Code.UNAVAILABLE:  # the service adds the leader's address
+            error.leader_hint = self.node.leader_address()
+        return s.session_error(error, method, reregister)
 
     def register(self, registration: Registration) -> Registered:
-        known = tuple(c.KnownAttempt(k.job_id, k.task_id, k.fence, k.running)
-                      for k in registration.known)
-        capacity = registration.capacity
         try:
-            result = self.core.register(
-                registration.cluster_id, registration.incarnation, registration.capabilities,
-                (capacity.cpu_milli, capacity.memory_mb, capacity.gpu), known)
+            registered = self.core.register(registration)
         except RaftschedError as error:
-            raise self._error(error, reregister=False) from None
-        return Registered(self.node.term(), self.node.leader_address(), result.lost,
-                          result.kills)
+            raise self._error(error, "Register", reregister=False) from None
+        return Registered(registered.term, self.node.leader_address(), registered.lost,
+                          registered.kills)
 
     def heartbeat(self, beat: Beat) -> Directives:
-        free = (beat.free.cpu_milli, beat.free.memory_mb, beat.free.gpu)
         try:
-            due = self.core.heartbeat(beat.cluster_id, beat.incarnation, beat.seq, free)
+            directives = self.core.heartbeat(beat)
         except RaftschedError as error:
-            raise self._error(error, reregister=False) from None
-        if due.reregister:
+            raise self._error(error, "Heartbeat", reregister=True) from None
+        if directives.reregister:
             raise s.Reregister(f"leader does not know incarnation {beat.incarnation}")
-        return Directives(due.term, tuple(s.assignment_from_pb(a) for a in due.assignments),
-                          tuple(KillDirective(k.job_id, k.task_id, int(k.fence))
-                                for k in due.kills))
+        return directives
 
-    def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report]) -> Reported:
-        items = tuple(c.Report(c.ReportKind(int(r.kind)), r.job_id, r.task_id, r.fence,
-                               r.exit_code, r.timed_out, r.reason[:200]) for r in reports)
+    def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report],
+               observed: Observation | None = None) -> Reported:
         try:
-            verdicts = self.core.report(cluster_id, items)
+            return self.core.report(cluster_id, incarnation, reports, observed)
         except RaftschedError as error:
-            raise self._error(error, reregister=True) from None
-        return Reported(self.node.term(),
-                        tuple(Verdict(fence, verdict) for fence, verdict in verdicts))
-
-
-def _session_error(error: RaftschedError, leader: str, reregister: bool) -> s.SessionError:
-    """What `agent.session.GrpcSession._classify` makes of the status the service answers."""
-    if error.code == Code.UNAVAILABLE:
-        return s.NotLeader(error.message, leader)
-    if error.code == Code.DEADLINE_EXCEEDED:
-        return s.Unknown(error.message)
-    if error.code == Code.FAILED_PRECONDITION and reregister:
-        return s.Reregister(error.message)
-    return s.Refused(error.code.value, error.message)
-
-
+            raise self._error(error, "Report", reregister=True) from None

@@ -28,8 +28,9 @@ from agent.model import (
     Resources,
     Verdict,
 )
-from agent.procfs import is_alive
 from agent.session import Reregister, Unknown
+from raftsched.procfs import is_alive
+from raftsched.protocol import Observation, ReportVerdict
 
 T = TypeVar("T")
 
@@ -81,6 +82,10 @@ class FakeSession:
         self.reports: list[Report] = []
         """Every report committed, in order (a resend appears again)."""
         self.report_calls = 0
+        self.observations: list[Observation | None] = []
+        """The capacity observation each Report call carried."""
+        self.report_call_kinds: list[list[ReportKind]] = []
+        """The kinds of the reports each Report call carried."""
         self.fail_reports = 0
         """The next N Report calls fail with Unknown before committing anything."""
         self.lose_report_answers = 0
@@ -115,10 +120,12 @@ class FakeSession:
             return Directives(self.term, tuple(self.assigned.values()),
                               tuple(self.kills.values()))
 
-    def report(self, cluster_id: str, incarnation: int,
-               reports: Sequence[Report]) -> Reported:
+    def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report],
+               observed: Observation | None = None) -> Reported:
         with self.condition:
             self.report_calls += 1
+            self.observations.append(observed)
+            self.report_call_kinds.append([r.kind for r in reports])
             if self.fail_reports > 0:
                 self.fail_reports -= 1
                 raise Unknown("injected: outcome unknown")
@@ -131,7 +138,8 @@ class FakeSession:
             if self.lose_report_answers > 0:
                 self.lose_report_answers -= 1
                 raise Unknown("injected: committed, answer lost")
-            return Reported(self.term, tuple(Verdict(r.fence, "accepted") for r in reports))
+            return Reported(self.term, tuple(Verdict(r.fence, ReportVerdict.ACCEPTED)
+                                             for r in reports))
 
     def _commit(self, report: Report) -> None:
         self.reports.append(report)

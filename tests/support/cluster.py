@@ -1,11 +1,9 @@
 """A real local cluster for integration tests: replica and agent processes on 127.0.0.1 with
-ephemeral ports and a temp dir, killed and reaped by `close()` (always called by the fixture)."""
+ephemeral ports and a temp dir, started through the process supervisor (`raftsched.dev.supervisor`)
+and killed and reaped by `close()` (always called by the fixture)."""
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -15,11 +13,11 @@ from typing import Any, TypeVar
 
 from raftsched.client.client import Client
 from raftsched.dev.cluster import pick_free_ports
+from raftsched.dev.supervisor import Child, Supervisor
 from raftsched.errors import RaftschedError
 
 T = TypeVar("T")
 START_TIMEOUT_S = 30.0
-STOP_TIMEOUT_S = 10.0
 POLL_S = 0.05
 SECRET = "integration-test-secret"
 
@@ -48,55 +46,14 @@ def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str,
 
 
 @dataclass
-class Proc:
-    name: str
-    argv: list[str]
-    log: Path
-    popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        assert self.popen is None or self.popen.poll() is not None
-        with open(self.log, "ab") as log:
-            self.popen = subprocess.Popen(self.argv, stdout=log, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True)
-
-    def alive(self) -> bool:
-        return self.popen is not None and self.popen.poll() is None
-
-    def signal(self, sig: int) -> None:
-        if self.alive():
-            assert self.popen is not None
-            self.popen.send_signal(sig)
-
-    def kill(self) -> None:
-        """kill -9 and reap."""
-        if self.popen is not None:
-            if self.popen.poll() is None:
-                self.popen.kill()
-            self.popen.wait(STOP_TIMEOUT_S)
-
-    def stop(self) -> None:
-        if self.popen is not None and self.popen.poll() is None:
-            self.popen.terminate()
-            try:
-                self.popen.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def tail(self, lines: int = 30) -> str:
-        try:
-            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-
-@dataclass
 class LocalCluster:
     root: Path
     replica_count: int = 3
     replica_flags: list[str] = field(default_factory=list)
-    replicas: list[Proc] = field(default_factory=list)
-    agents: dict[str, Proc] = field(default_factory=dict)
+    agent_flags: list[str] = field(default_factory=list)
+    supervisor: Supervisor = field(default_factory=Supervisor)
+    replicas: list[Child] = field(default_factory=list)
+    agents: dict[str, Child] = field(default_factory=dict)
     grpc: list[str] = field(default_factory=list)
     raft: list[str] = field(default_factory=list)
     clients: list[Client] = field(default_factory=list)
@@ -113,7 +70,8 @@ class LocalCluster:
                     "--data-dir", str(self.root / f"replica-{i}"),
                     "--applied-log", str(self.applied_log(i)),
                     "--secret-file", str(self.secret_file), *self.replica_flags]
-            self.replicas.append(Proc(f"replica-{i}", argv, self.root / "logs" / f"r{i}.log"))
+            self.replicas.append(self.supervisor.add(f"replica-{i}", argv,
+                                                     self.root / "logs" / f"r{i}.log"))
 
     # -- replicas --------------------------------------------------------------------------------
 
@@ -151,7 +109,7 @@ class LocalCluster:
         index = wait_for(lambda: plus_one(self.leader_index()), timeout_s, "a leader")
         return index - 1
 
-    def spawn_joiner(self) -> tuple[Proc, str, str]:
+    def spawn_joiner(self) -> tuple[Child, str, str]:
         """Start a replica that is not yet a member (peers: every member and itself); add it
         with Admin.AddReplica. Returns the process and its Raft and gRPC addresses."""
         raft, grpc = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
@@ -159,21 +117,22 @@ class LocalCluster:
                 "--peers", ",".join([*self.raft, raft]),
                 "--data-dir", str(self.root / f"joiner-{raft.rsplit(':', 1)[1]}"),
                 "--secret-file", str(self.secret_file), *self.replica_flags]
-        proc = Proc(f"joiner-{raft}", argv, self.root / "logs" / f"joiner-{raft}.log")
-        proc.start()
+        proc = self.supervisor.start(f"joiner-{raft}", argv,
+                                     self.root / "logs" / f"joiner-{raft}.log")
         self.replicas.append(proc)
         return proc, raft, grpc
 
     # -- agents ----------------------------------------------------------------------------------
 
     def add_agent(self, cluster_id: str, capabilities: str = "linux", cpu: float = 4,
-                  memory_mb: int = 8192, gpu: int = 0, executor: str = "mock") -> Proc:
+                  memory_mb: int = 8192, gpu: int = 0, executor: str = "mock") -> Child:
         argv = [sys.executable, "-m", "agent", "--cluster-id", cluster_id,
                 "--servers", ",".join(self.grpc), "--capabilities", capabilities,
                 "--cpu", str(cpu), "--memory-mb", str(memory_mb), "--gpu", str(gpu),
-                "--data-dir", str(self.root / f"agent-{cluster_id}"), "--executor", executor]
-        proc = Proc(f"agent-{cluster_id}", argv, self.root / "logs" / f"agent-{cluster_id}.log")
-        proc.start()
+                "--data-dir", str(self.root / f"agent-{cluster_id}"), "--executor", executor,
+                *self.agent_flags]
+        proc = self.supervisor.start(f"agent-{cluster_id}", argv,
+                                     self.root / "logs" / f"agent-{cluster_id}.log")
         self.agents[cluster_id] = proc
         return proc
 
@@ -189,20 +148,12 @@ class LocalCluster:
     def close(self) -> None:
         for client in self.clients:
             client.close()
-        for proc in [*self.agents.values(), *self.replicas]:
-            proc.kill()
+        self.supervisor.close()
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.tail()}" for p in [*self.replicas,
-                                                              *self.agents.values()])
+        return "\n".join(f"--- {child.name}\n" + "\n".join(child.log_tail())
+                         for child in self.supervisor.children)
 
 
 def plus_one(index: int | None) -> int | None:
     return None if index is None else index + 1
-
-
-def kill_process_group(proc: Proc) -> None:
-    """kill -9 a process we started and everything in its session (its task wrappers)."""
-    if proc.popen is not None and proc.popen.poll() is None:
-        os.killpg(proc.popen.pid, signal.SIGKILL)
-        proc.popen.wait(STOP_TIMEOUT_S)

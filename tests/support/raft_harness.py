@@ -1,31 +1,33 @@
 """Real replica processes (`tests/support/raft_proc.py`) on 127.0.0.1 for Raft tests and benchmark.
 
-Every process is started by a `ReplicaProcess` and stopped through its own Popen object (never by
-name); `Cluster.close()` kills and reaps all of them, and callers put it in a `finally`.
-Waiting is always "poll a condition until a deadline", never a bare sleep.
+Every process is a child of the cluster's process supervisor (`raftsched.dev.supervisor`), which
+signals only what it started, never by name; `Cluster.close()` kills and reaps all of them, and
+callers put it in a `finally`. A replica's stdout and stderr go to its log, where `wait_ready`
+looks for its first protocol line. Waiting is always "poll a condition until a deadline", never a
+bare sleep.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import select
 import signal
 import socket
-import subprocess
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from raftsched.dev.cluster import pick_free_ports
+from raftsched.dev.supervisor import Supervisor
 from tests.support import cluster, paths
 
 REPO_ROOT = paths.REPO
 PROC_SCRIPT = REPO_ROOT / "tests" / "support" / "raft_proc.py"
 START_TIMEOUT_S = 20.0
 REQUEST_TIMEOUT_S = 60.0
+READY_PREFIXES = ("ready ", "error ")
+"""raft_proc's first protocol line: `ready <control port>` or `error <CODE> <message>`."""
 DEAD_REPLICA_SIGNS = ("failed _onTick",)
 """Log lines that mean a replica stopped working (pysyncobj keeps the process alive)."""
 
@@ -47,14 +49,15 @@ def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> 
 
 class ReplicaProcess:
     def __init__(self, address: str, peers: list[str], data_dir: Path, secret: str | None,
-                 extra_args: Iterable[str] = ()) -> None:
+                 extra_args: Iterable[str] = (), *, supervisor: Supervisor) -> None:
         self.address = address
         self.peers = peers
         self.data_dir = data_dir
         self.secret = secret
         self.extra_args = list(extra_args)
         self.log_path = data_dir.parent / f"{data_dir.name}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
+        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
+        self.proc = supervisor.add(data_dir.name, [], self.log_path, env=env, cwd=REPO_ROOT)
         self.control_port = 0
 
     @property
@@ -62,26 +65,25 @@ class ReplicaProcess:
         return int(self.address.rsplit(":", 1)[1])
 
     def launch(self) -> None:
-        """Start the process; `wait_ready` reads its first line."""
-        assert self.proc is None or self.proc.poll() is not None, "already running"
+        """Start the process (with the secret and arguments it has now); `wait_ready` reads
+        its first protocol line."""
+        assert not self.proc.alive(), "already running"
         argv = [sys.executable, str(PROC_SCRIPT), "--address", self.address,
                 "--peers", ",".join(self.peers), "--data-dir", str(self.data_dir),
                 *self.extra_args]
         if self.secret is not None:
             argv += ["--secret", self.secret]
-        env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                         stderr=log, env=env, cwd=REPO_ROOT)
+        self.proc.argv = argv
+        self.proc.start()
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> str:
-        """The first stdout line: `ready <port>` (returned, port recorded) or `error ...`."""
-        assert self.proc is not None and self.proc.stdout is not None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout_s)
-        if not ready:
-            raise HarnessError(f"{self.address} printed nothing in {timeout_s:g} s")
-        line = self.proc.stdout.readline().decode().strip()
+        """The first protocol line: `ready <port>` (returned, port recorded) or `error ...`."""
+        line = self.proc.wait_for_line(READY_PREFIXES, timeout_s)
+        if line is None:
+            status = self.proc.poll()
+            how = f"exited with {status}" if status is not None else f"ran {timeout_s:g} s"
+            raise HarnessError(f"{self.address} {how} without saying ready or error\n"
+                               f"{self.log_tail()}")
         if line.startswith("ready "):
             self.control_port = int(line.split()[1])
         return line
@@ -94,21 +96,15 @@ class ReplicaProcess:
 
     @property
     def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
+        return self.proc.alive()
 
     def kill(self) -> None:
-        """kill -9 this process (ours, by its Popen) and reap it."""
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        if self.proc.stdout is not None:
-            self.proc.stdout.close()
+        """kill -9 this process (its whole process group) and reap it."""
+        self.proc.kill()
 
     def signal(self, signum: signal.Signals) -> None:
-        assert self.proc is not None and self.proc.poll() is None
-        self.proc.send_signal(signum)
+        sent = self.proc.signal(signum)
+        assert sent, f"{self.address} is not running"
 
     def request(self, line: str, timeout_s: float = REQUEST_TIMEOUT_S) -> tuple[str, Any]:
         """One request; returns (kind, value): ("ok", json), ("notleader", address | None),
@@ -155,6 +151,7 @@ class Cluster:
         self.root = root
         self.secret = secret
         self.extra_args = list(extra_args)
+        self.supervisor = Supervisor()
         self.addresses = [f"127.0.0.1:{p}" for p in free_ports(count)]
         self.replicas = [self._new_replica(a, self.addresses, secret, self.extra_args)
                          for a in self.addresses]
@@ -164,7 +161,8 @@ class Cluster:
                      extra_args: Iterable[str]) -> ReplicaProcess:
         name = "r" + address.rsplit(":", 1)[1]
         peers = [m for m in members if m != address]
-        return ReplicaProcess(address, peers, self.root / name, secret, extra_args)
+        return ReplicaProcess(address, peers, self.root / name, secret, extra_args,
+                              supervisor=self.supervisor)
 
     def extra(self, members: list[str], secret: str | None,
               extra_args: Iterable[str] | None = None) -> ReplicaProcess:
@@ -219,19 +217,11 @@ class Cluster:
         return wait_for(same, timeout_s, f"{len(chosen)} replicas to agree")
 
     def kill_all(self) -> None:
-        """kill -9 every replica, one right after the other, then reap them."""
-        for replica in self.all_processes():
-            if replica.proc is not None and replica.proc.poll() is None:
-                replica.proc.kill()
-        for replica in self.all_processes():
-            replica.kill()
+        """kill -9 every replica (paused ones too), one right after the other, then reap them."""
+        self.supervisor.kill_all()
 
     def close(self) -> None:
-        for replica in self.all_processes():
-            if replica.proc is not None and replica.proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    replica.proc.send_signal(signal.SIGCONT)
-        self.kill_all()
+        self.supervisor.close()
 
     def dead_replica_signs(self) -> list[str]:
         found = []

@@ -102,7 +102,7 @@ class Replica:
         return "ok " + json.dumps(self.node.is_leader_confirmed(timeout_s))
 
     def status(self, args: list[str]) -> str:
-        return "ok " + json.dumps(self.node.status())
+        return "ok " + json.dumps(self.node.status(include_digest=True))
 
     def digest(self, args: list[str]) -> str:
         return "ok " + json.dumps(self.node.status()["state_digest"])

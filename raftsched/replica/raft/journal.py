@@ -5,13 +5,12 @@ fsync; `DurableJournal` replaces it (CRC per record, `fdatasync` before this rep
 applies an entry, meta written tmp + fsync + rename + dir fsync). SyncObj builds its journal with
 the module-global `createJournal`, with no parameter for it, so this module replaces that one
 global with a dispatcher that hands out journals registered with `pending_journal` and delegates
-to the original otherwise: the one monkeypatch, done at import. See `raftsched.replica.raft.node`
-for where the journal's `sync` runs (the durability points).
+to the original otherwise, at import (`dumps.py` patches one more global the same way). See
+`raftsched.replica.raft.node` for where the journal's `sync` runs (the durability points).
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import struct
 import threading
@@ -27,8 +26,9 @@ import pysyncobj.syncobj as _pysyncobj_syncobj
 from pysyncobj.journal import Journal
 
 from raftsched.errors import Code, RaftschedError
+from raftsched.eventlog import EventLogger
 
-logger = logging.getLogger("raftsched.replica.raft")
+log = EventLogger("raftsched.replica.raft")
 
 Entry = tuple[bytes, int, int]
 """A pysyncobj log entry: (command bytes, index, term)."""
@@ -143,10 +143,8 @@ class DurableJournal(Journal):  # type: ignore[misc]
             # would leave none and the replica would fail on every tick). Keep the older prefix;
             # the dump stays valid and the next compaction retries.
             self.stats.skipped_compactions += 1
-            logger.warning(
-                "event raft_compaction_skipped cut=%d entries=%d first_index=%d",
-                entryTo, len(self._entries), self.first_index(),
-            )
+            log.warning("raft_compaction_skipped", cut=entryTo, entries=len(self._entries),
+                        first_index=self.first_index())
             return
         self._make_dump_durable()
         self._rewrite(self._entries[entryTo:])
@@ -248,8 +246,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
             return False
         if entries[position] != previous or entries[position + 1] != last:
             return False
-        logger.info("event raft_journal_aligned_to_dump dropped=%d first_index=%d",
-                    position, previous[1])
+        log.info("raft_journal_aligned_to_dump", dropped=position, first_index=previous[1])
         self._make_dump_durable()
         self._rewrite(entries[position:])
         return True
@@ -272,8 +269,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
         size = os.fstat(fd).st_size
         if size != self._end:
             self.stats.torn_tail_bytes = size - self._end
-            logger.warning("event raft_journal_torn_tail path=%s dropped_bytes=%d",
-                           self.path, size - self._end)
+            log.warning("raft_journal_torn_tail", path=self.path, dropped_bytes=size - self._end)
             os.ftruncate(fd, self._end)
         if self.fsync:
             # What a killed predecessor wrote may still be only in the page cache.
@@ -426,7 +422,7 @@ class DurableJournal(Journal):  # type: ignore[misc]
         self.stats.meta_syncs += 1
 
 
-# --- hooking the journal into SyncObj (the one monkeypatch) -------------------------------------
+# --- hooking the journal into SyncObj (a patched module global) ---------------------------------
 
 _ORIGINAL_CREATE_JOURNAL = _pysyncobj_syncobj.createJournal
 _PENDING_JOURNALS: dict[str, DurableJournal] = {}

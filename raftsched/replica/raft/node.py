@@ -39,14 +39,16 @@ checked invariant (`status()["durability"]["unsynced_applies"]` counts violation
 pysyncobj internals this module relies on (re-check them when changing the pinned version):
 - `pysyncobj/syncobj.py`: `SyncObj.__init__` builds its journal with the module-global
   `createJournal(conf.journalFile)`; there is no parameter for it, so we replace that one global
-  with a dispatcher (`_create_journal`) that returns our journal for paths a RaftNode registered
-  and delegates to the original otherwise. This is the one monkeypatch, done at import.
+  with a dispatcher (`journal._create_journal`) that returns our journal for paths a RaftNode
+  registered and delegates to the original otherwise. Likewise `SyncObj.__init__` builds its
+  serializer from the module-global `Serializer`, which `dumps.py` replaces with a subclass that
+  forks for our serializer. These two globals are the adapter's only patches, done at import.
 - `SyncObj.__tryLogCompaction` passes the serializer `(None, last_applied_entry, previous_entry,
   cluster_nodes)`; `pysyncobj/serializer.py` `Serializer.serialize` calls our serializer with
   `data[1:]` (a 3-tuple: the state element is not passed at all) and the path `fullDumpFile +
   '.tmp'`, then renames it over `fullDumpFile`; `Serializer.deserialize` returns `(None,) +
-  deserializer(fullDumpFile)`. A custom serializer disables pysyncobj's fork: it runs
-  synchronously on the tick thread.
+  deserializer(fullDumpFile)`. pysyncobj forks only for its own serializer; `dumps.py` makes it
+  fork for ours too, and `checkSerializing` reaps the child (waitpid) before the log is compacted.
 - `SyncObj.__loadDumpFile` clears the journal unless `journal[0] == data[2]` and
   `journal[1] == data[1]`; on startup we first align the journal to the dump (see
   `DurableJournal.align_to_dump`) so a crash between the dump rename and the journal compaction
@@ -83,7 +85,6 @@ from __future__ import annotations
 
 import fcntl
 import functools
-import logging
 import os
 import threading
 import time
@@ -101,7 +102,9 @@ from pysyncobj.version import VERSION as _PYSYNCOBJ_VERSION
 
 from raftsched import limits
 from raftsched.errors import Code, RaftschedError
+from raftsched.eventlog import EventLogger
 from raftsched.replica.applied_log import AppliedLogWriter
+from raftsched.replica.raft import dumps as _dumps  # noqa: F401  (installs ForkingSerializer)
 from raftsched.replica.raft.alarms import ALARM_FILTER, LibraryAlarms
 from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
 from raftsched.replica.raft.journal import DurableJournal, Entry, pending_journal
@@ -112,7 +115,7 @@ from raftsched.state.fsm import Applied, Outcome, Rejected
 from raftsched.state.model import State
 from raftsched.state.results import BarrierResult
 
-logger = logging.getLogger(__name__)
+log = EventLogger(__name__)
 
 PYSYNCOBJ_VERSION = "0.3.17"
 """The only pysyncobj this adapter was read against (see the internals listed above)."""
@@ -137,19 +140,22 @@ LEADER_FALLBACK_TIMEOUT_S = 5.0
 BIND_RETRY_S = 0.5
 MAX_BIND_ATTEMPTS = 6
 """The Raft port must bind within about MAX_BIND_ATTEMPTS x BIND_RETRY_S or start-up fails."""
-COMMANDS_QUEUE_MAX = 20_000
-"""Submissions waiting for the tick thread; beyond it pysyncobj answers QUEUE_FULL."""
-MAX_PIPELINED_PROPOSALS = 10_000
-"""Entries one `propose_many` call may submit."""
 LOG_COMPACTION_MIN_ENTRIES = 20_000
 LOG_COMPACTION_MIN_TIME_S = 600.0
 """A snapshot is written when the log holds more entries than this, or this long after the last
-one. It runs synchronously on the tick thread, so its cost is the state's dump time."""
+one. A forked child writes it (dumps.py): the tick thread pays only for the fork."""
 FIRST_TICK_TIMEOUT_S = 120.0
 """Start-up waits this long for the first tick, which loads the dump (seconds for big states)."""
 CLOSE_TIMEOUT_S = 10.0
 """How long `close` waits for the tick thread to exit."""
 TRANSFER_POLL_S = 0.02
+
+DUMP_LATCH_ENV = "RAFTSCHED_FAILPOINT_DUMP_LATCH"
+"""Fault injection: a path. The snapshot writer creates PATH.waiting, then waits until PATH exists
+(at most DUMP_LATCH_MAX_WAIT_S) before writing: a test holds a snapshot in progress as long as
+it likes and shows that nothing else waits for it. Read once when a RaftNode is built."""
+DUMP_LATCH_MAX_WAIT_S = 120.0
+DUMP_LATCH_POLL_S = 0.05
 
 JOURNAL_FILE_NAME = "raft.journal"
 DUMP_FILE_NAME = "raft.dump"
@@ -206,6 +212,25 @@ class _Replies:
         return self.reasons[position] is not self._NONE
 
 
+class Proposal:
+    """An entry appended by `RaftNode.submit`, not yet waited for."""
+
+    def __init__(self, node: RaftNode, replies: _Replies) -> None:
+        self._node = node
+        self._replies = replies
+
+    def outcome(self, timeout_s: float) -> Outcome:
+        """Its FSM outcome once committed; raises NotLeader (it was not appended or was lost
+        with a leadership change) or OutcomeUnknown (it may still commit)."""
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        self._replies.done.wait(timeout_s)
+        result = self._node._outcome(self._replies, 0, timeout_s)
+        if isinstance(result, RaftschedError):
+            raise result
+        return result
+
+
 # --- RaftNode -----------------------------------------------------------------------------------
 
 
@@ -243,8 +268,8 @@ class RaftNode:
                 "insecure_dev for a throwaway local cluster",
             )
         if not secret:
-            logger.warning("event raft_insecure_dev address=%s (Raft frames are unauthenticated)",
-                           self_address)
+            log.warning("raft_insecure_dev", address=self_address,
+                        detail="Raft frames are unauthenticated")
         self._address = self_address
         self._configured_peers = sorted({p for p in peers if p != self_address})
         self._on_leader_change = on_leader_change
@@ -265,6 +290,7 @@ class RaftNode:
         self._unsynced_applies = 0
         self._fatal: str | None = None
         self._closed = False
+        self._dump_latch = os.environ.get(DUMP_LATCH_ENV, "")
         self._data_dir = os.path.abspath(data_dir)
         os.makedirs(self._data_dir, exist_ok=True)
         self._lock_fd = _lock_data_dir(self._data_dir)
@@ -297,7 +323,7 @@ class RaftNode:
             leaderFallbackTimeout=LEADER_FALLBACK_TIMEOUT_S,
             bindRetryTime=BIND_RETRY_S,
             maxBindRetries=MAX_BIND_ATTEMPTS,
-            commandsQueueSize=COMMANDS_QUEUE_MAX,
+            commandsQueueSize=limits.COMMANDS_QUEUE_MAX,
             commandsWaitLeader=False,
             dynamicMembershipChange=True,
             journalFile=journal_path,
@@ -330,14 +356,13 @@ class RaftNode:
         # The first tick loads the dump (if any): wait for it so a replica that cannot rebuild
         # its state fails here, loudly, instead of serving an empty one.
         if not self._first_tick.wait(FIRST_TICK_TIMEOUT_S):
-            logger.warning("event raft_slow_start address=%s waited_s=%g", self._address,
-                           FIRST_TICK_TIMEOUT_S)
+            log.warning("raft_slow_start", address=self._address, waited_s=FIRST_TICK_TIMEOUT_S)
         if self._fatal is not None:
             self._obj.destroy()
             raise RaftschedError(Code.FAILED_PRECONDITION,
                                  f"Raft replica {self._address} cannot start: {self._fatal}")
-        logger.info("event raft_started address=%s peers=%s data_dir=%s fsync=%s",
-                    self._address, ",".join(self._configured_peers), self._data_dir, fsync)
+        log.info("raft_started", address=self._address, peers=",".join(self._configured_peers),
+                 data_dir=self._data_dir, fsync=fsync)
 
     # -- tick thread --------------------------------------------------------------------------
 
@@ -361,8 +386,7 @@ class RaftNode:
             # (no-ops of new leaders, membership changes): marked so the audit has no gaps.
             self._applied_log.append_internal(range(previous + 1, index))
             self._applied_log.append(index, data)
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug("event raft_applied index=%d outcome=%r", index, outcome)
+        log.debug("raft_applied", index=index, outcome=outcome)
         self._notify_applied(index)
         return outcome
 
@@ -373,7 +397,7 @@ class RaftNode:
         try:
             self._on_applied(index)
         except Exception:
-            logger.exception("event raft_applied_callback_failed index=%d", index)
+            log.exception("raft_applied_callback_failed", index=index)
 
     def _on_tick(self) -> None:
         if self._tick_thread_id is None:
@@ -393,45 +417,50 @@ class RaftNode:
             try:
                 task()
             except Exception:
-                logger.exception("event raft_tick_task_failed")
+                log.exception("raft_tick_task_failed")
 
     def _on_state_changed(self, old: int, new: int) -> None:
         was_leader, is_leader = old == _RAFT_STATE_LEADER, new == _RAFT_STATE_LEADER
         if was_leader == is_leader:
             return
         obj = getattr(self, "_obj", None)  # None while SyncObj.__init__ is still running
-        logger.info("event raft_leadership address=%s is_leader=%s term=%s",
-                    self._address, is_leader, None if obj is None else obj.raftCurrentTerm)
+        log.info("raft_leadership", address=self._address, is_leader=is_leader,
+                 term=None if obj is None else obj.raftCurrentTerm)
         if self._on_leader_change is not None:
             try:
                 self._on_leader_change(is_leader)
             except Exception:
-                logger.exception("event raft_leader_callback_failed")
+                log.exception("raft_leader_callback_failed")
 
     def _write_dump(self, file_name: str, data: Any) -> None:
         """pysyncobj's serializer hook: `data` is (last applied entry, the one before, nodes).
 
-        Runs on the tick thread, so the state cannot change under it and readers need not wait.
+        Runs in a child forked from the tick thread (`dumps.ForkingSerializer`): the state is a
+        copy-on-write image as of that tick, and the replica goes on meanwhile. So it does
+        nothing but write and fsync the file: no logging, no locks (see dumps.py);
+        `dump_finished` reports the outcome in the replica.
         """
-        started = time.monotonic()
-        try:
-            last, previous, nodes = data
-            last_entry = _entry_out(last)
-            members = sorted(str(getattr(n, "id", n)) for n in nodes)
-            extra = {"format": EXTRA_FORMAT, "last": last_entry,
-                     "previous": _entry_out(previous), "members": members}
-            with open(file_name, "wb") as out:
-                snapshot.dump_to(out, self._state, extra)
-                out.flush()
-                if self._journal.fsync:
-                    os.fsync(out.fileno())
-        except BaseException:
-            logger.exception("event raft_dump_write_failed file=%s", file_name)
-            raise
-        self._dumps_written += 1
-        logger.info("event raft_dump_written index=%d members=%s elapsed_ms=%.1f",
-                    last_entry[1], ",".join(members),
-                    (time.monotonic() - started) * 1000)
+        if self._dump_latch:
+            _wait_for_latch(self._dump_latch)
+        last, previous, nodes = data
+        members = sorted(str(getattr(n, "id", n)) for n in nodes)
+        extra = {"format": EXTRA_FORMAT, "last": _entry_out(last),
+                 "previous": _entry_out(previous), "members": members}
+        with open(file_name, "wb") as out:
+            snapshot.dump_to(out, self._state, extra)
+            out.flush()
+            if self._journal.fsync:
+                os.fsync(out.fileno())
+
+    def dump_finished(self, ok: bool, index: int, elapsed_s: float) -> None:
+        """A snapshot at `index` was written (or failed) by the dump child; on the tick thread.
+        On success pysyncobj compacts the log up to it next."""
+        if ok:
+            self._dumps_written += 1
+            log.info("raft_dump_written", index=index, elapsed_ms=round(elapsed_s * 1000, 1))
+        else:
+            log.error("raft_dump_write_failed", index=index,
+                      elapsed_ms=round(elapsed_s * 1000, 1))
 
     def _read_dump(self, file_name: str) -> tuple[Entry, Entry, set[Any]]:
         """pysyncobj's deserializer hook (startup and snapshot install): replaces the State."""
@@ -449,17 +478,17 @@ class RaftNode:
             self._state_index = last[1]
         self._dumps_loaded += 1
         self._notify_applied(last[1])
-        logger.info("event raft_dump_loaded index=%d members=%s", last[1], ",".join(members))
+        log.info("raft_dump_loaded", index=last[1], members=",".join(members))
         stored = sorted(m for m in members if m != self._address)
         if stored != self._configured_peers:
             # pysyncobj issue #133: the snapshot's member list replaces the configured peers.
-            logger.info("event raft_members_from_dump configured=%s stored=%s",
-                        ",".join(self._configured_peers), ",".join(stored))
+            log.info("raft_members_from_dump", configured=",".join(self._configured_peers),
+                     stored=",".join(stored))
         return last, previous, {TCPNode(m) for m in members}
 
     def _fail(self, reason: str) -> None:
         self._fatal = reason
-        logger.critical("event raft_replica_stopped address=%s reason=%s", self._address, reason)
+        log.critical("raft_replica_stopped", address=self._address, reason=reason)
         if hasattr(self, "_obj"):
             self._obj.destroy()
 
@@ -471,10 +500,15 @@ class RaftNode:
         Raises NotLeader (nothing appended; go to `.leader`) or OutcomeUnknown (it may still
         commit: retry with the same request id so the FSM dedupes it).
         """
-        (result,) = self.propose_many([data], timeout_s)
-        if isinstance(result, RaftschedError):
-            raise result
-        return result
+        return self.submit(data).outcome(timeout_s)
+
+    def submit(self, data: bytes) -> Proposal:
+        """Append one entry without waiting; `outcome()` of the answer waits for its commit.
+        Entries submitted one after another from one thread are applied in that order (they
+        queue in order for the tick thread), so a later proposal can build on an earlier one
+        that has not committed yet. Raises NotLeader before appending anything."""
+        replies = self._submit([data])
+        return Proposal(self, replies)
 
     def propose_many(self, entries: list[bytes], timeout_s: float,
                      ) -> list[Outcome | RaftschedError]:
@@ -485,10 +519,15 @@ class RaftNode:
         """
         if timeout_s <= 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
-        if len(entries) > MAX_PIPELINED_PROPOSALS:
+        if len(entries) > limits.MAX_PIPELINED_PROPOSALS:
             raise RaftschedError(Code.RESOURCE_EXHAUSTED,
                                  f"{len(entries)} entries in one call, over "
-                                 f"MAX_PIPELINED_PROPOSALS={MAX_PIPELINED_PROPOSALS}")
+                                 f"MAX_PIPELINED_PROPOSALS={limits.MAX_PIPELINED_PROPOSALS}")
+        replies = self._submit(entries)
+        replies.done.wait(timeout_s)
+        return [self._outcome(replies, position, timeout_s) for position in range(len(entries))]
+
+    def _submit(self, entries: list[bytes]) -> _Replies:
         for data in entries:
             if len(data) > limits.MAX_ENTRY_BYTES:
                 raise RaftschedError(Code.RESOURCE_EXHAUSTED,
@@ -500,8 +539,7 @@ class RaftNode:
         replies = _Replies(len(entries))
         for position, data in enumerate(entries):
             self._obj.apply_entry(data, callback=functools.partial(replies.callback, position))
-        replies.done.wait(timeout_s)
-        return [self._outcome(replies, position, timeout_s) for position in range(len(entries))]
+        return replies
 
     def _outcome(self, replies: _Replies, position: int,
                  timeout_s: float) -> Outcome | RaftschedError:
@@ -565,11 +603,12 @@ class RaftNode:
         """The voting members in this replica's current configuration, itself included."""
         return sorted({self._address, *(str(n.id) for n in self._obj.otherNodes)})
 
-    def status(self) -> dict[str, Any]:
-        """A snapshot of this replica's view. `state_digest` dumps the state under the apply
-        lock: it costs O(state)."""
+    def status(self, include_digest: bool = False) -> dict[str, Any]:
+        """A snapshot of this replica's view. With `include_digest`, `state_digest` dumps the
+        state under the apply lock: it costs O(state) and stalls apply meanwhile, so only audits
+        and tests ask for it; otherwise it is ""."""
         with self._lock:
-            digest = snapshot.digest(self._state)
+            digest = snapshot.digest(self._state) if include_digest else ""
             state_index = self._state_index
         journal = self._journal
         return {
@@ -610,7 +649,7 @@ class RaftNode:
             if address in self.members():
                 raise RaftschedError(Code.ALREADY_EXISTS, f"{address} is already a member")
             self._change_membership(self._obj.addNodeToCluster, address, deadline)
-        logger.info("event raft_member_added address=%s", address)
+        log.info("raft_member_added", address=address)
 
     def remove_replica(self, address: str, timeout_s: float) -> None:
         """Remove a voting member (call on the leader; the leader cannot remove itself)."""
@@ -625,7 +664,7 @@ class RaftNode:
             if address not in self.members():
                 raise RaftschedError(Code.NOT_FOUND, f"{address} is not a member")
             self._change_membership(self._obj.removeNodeFromCluster, address, deadline)
-        logger.info("event raft_member_removed address=%s", address)
+        log.info("raft_member_removed", address=address)
 
     def transfer_leadership(self, timeout_s: float, target: str | None = None) -> str:
         """Hand leadership to `target` (or the most caught-up follower); returns the new leader.
@@ -712,7 +751,7 @@ class RaftNode:
         while self._obj.tick_thread_alive() and time.monotonic() < deadline:
             time.sleep(0.01)
         if self._obj.tick_thread_alive():
-            logger.warning("event raft_close_timeout address=%s", self._address)
+            log.warning("raft_close_timeout", address=self._address)
         else:
             self._journal._destroy()
             if self._applied_log is not None:
@@ -720,7 +759,7 @@ class RaftNode:
         if self._tick_thread_id is not None:
             ALARM_FILTER.by_thread.pop(self._tick_thread_id, None)
         os.close(self._lock_fd)
-        logger.info("event raft_closed address=%s", self._address)
+        log.info("raft_closed", address=self._address)
 
     def _check_running(self) -> None:
         if self._closed:
@@ -744,6 +783,15 @@ def _check_address(address: str) -> None:
     host, _, port = address.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise RaftschedError(Code.INVALID_ARGUMENT, f"not a host:port address: {address!r}")
+
+
+def _wait_for_latch(path: str) -> None:
+    """The DUMP_LATCH_ENV failpoint, in the dump child: say it waits, then wait (bounded)."""
+    with open(path + ".waiting", "a", encoding="utf-8") as marker:
+        marker.write(f"{os.getpid()}\n")
+    deadline = time.monotonic() + DUMP_LATCH_MAX_WAIT_S
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(DUMP_LATCH_POLL_S)
 
 
 def _lock_data_dir(data_dir: str) -> int:

@@ -317,3 +317,22 @@ def test_an_attempt_recorded_but_never_launched_is_rejected_after_a_restart(
     assert [k.fence for k in session.registrations[0].known] == []
     rejected = session.report_of(5, REJECTED)
     assert rejected is not None and rejected.reason == NEVER_STARTED_REASON
+
+
+def test_a_finished_report_carries_the_capacity_it_freed(tmp_path: Path,
+                                                         executor: MockExecutor) -> None:
+    """The leader can refill the slot when the report commits, not at the next heartbeat."""
+    session = FakeSession()
+    with running_agent(config(tmp_path), session, executor) as agent:
+        session.assign(assignment(1, command=("mock", "sleep_ms=50"),
+                                  resources=Resources(1500, 100, 0)))
+        _wait_kinds(session, 1, FINISHED)
+        wait_until(lambda: agent.pending_reports() == 0, "the outbox to drain")
+    calls = [(o, kinds) for o, kinds in zip(session.observations, session.report_call_kinds,
+                                            strict=True)]
+    observed = next(o for o, kinds in calls if FINISHED in kinds)
+    assert observed is not None and observed.free == Resources(4000, 4096, 1)
+    started_with = next(o for o, kinds in calls if STARTED in kinds)
+    assert started_with is not None and started_with.free == Resources(2500, 3996, 1)
+    sequence = [o.seq for o, _ in calls if o is not None] + [b.seq for b in session.beats]
+    assert len(set(sequence)) == len(sequence)  # one counter for heartbeats and reports

@@ -24,7 +24,7 @@ from agent.executor import (
 )
 from agent.files import read_json, write_json_atomic
 from agent.model import AttemptRecord, AttemptState, Completion, Resources
-from agent.procfs import is_alive, start_ticks
+from raftsched.procfs import is_alive, start_ticks
 from tests.support.agent import assignment, kill_attempt_processes, wait_until
 
 CAP_BYTES = 1_000

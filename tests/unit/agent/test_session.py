@@ -14,7 +14,6 @@ import pytest
 
 from agent.model import Beat, Registration, Report, ReportKind, Resources
 from agent.session import (
-    LEADER_METADATA_KEY,
     GrpcSession,
     Refused,
     Reregister,
@@ -23,6 +22,7 @@ from agent.session import (
 )
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
+from raftsched.protocol import LEADER_METADATA_KEY
 from tests.support.agent import assignment
 
 SERVER_WORKERS = 4
@@ -100,11 +100,6 @@ def _closed_port() -> str:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return f"127.0.0.1:{probe.getsockname()[1]}"
-
-
-def test_the_leader_key_is_the_clients() -> None:
-    from raftsched.client.client import LEADER_METADATA_KEY as CLIENT_KEY
-    assert LEADER_METADATA_KEY == CLIENT_KEY
 
 
 def test_follows_the_leader_hint_and_stays_with_the_leader(

@@ -3,7 +3,7 @@ arguments, human and --json output with the contract's keys, and error -> exit c
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
 import json
 import os
 import re
@@ -16,7 +16,9 @@ from typing import Any
 
 import pytest
 
+from raftsched import procfs
 from raftsched.api import raftsched_pb2 as pb
+from raftsched.cli import common, servers
 from raftsched.cli import main as cli
 from raftsched.client.client import Submitted
 from raftsched.dev import cluster as devcluster
@@ -113,8 +115,9 @@ class FakeClient:
         if self.watch_interrupt:
             raise KeyboardInterrupt
 
-    def cluster_status(self, server: str | None = None) -> Any:
-        self._call("cluster_status", server)
+    def cluster_status(self, server: str | None = None, *,
+                       include_digest: bool = False) -> Any:
+        self._call("cluster_status", server, include_digest)
         return self.status
 
     def add_replica(self, raft_address: str, grpc_address: str = "") -> Any:
@@ -139,7 +142,7 @@ class Made:
 
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Made:
-    monkeypatch.setenv(cli.SERVERS_ENV, "127.0.0.1:7001,127.0.0.1:7002")
+    monkeypatch.setenv(common.SERVERS_ENV, "127.0.0.1:7001,127.0.0.1:7002")
     monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(tmp_path / "no-dev-cluster"))
     return Made()
 
@@ -153,7 +156,7 @@ def fake(monkeypatch: pytest.MonkeyPatch, made: Made) -> FakeClient:
         made.timeouts.append(timeout_s)
         return client
 
-    monkeypatch.setattr(cli, "make_client", make_client)
+    monkeypatch.setattr(common, "make_client", make_client)
     return client
 
 
@@ -181,7 +184,7 @@ def test_submit(capsys: pytest.CaptureFixture[str], fake: FakeClient, made: Made
     assert out.splitlines() == [f"submitted job demo-1 (new; idempotency key {key})",
                                 "follow it with: raftsched job status demo-1"]
     assert made.servers == [["127.0.0.1:7001", "127.0.0.1:7002"]]
-    assert made.timeouts == [cli.DEFAULT_TIMEOUT_S] and fake.closed
+    assert made.timeouts == [common.DEFAULT_TIMEOUT_S] and fake.closed
 
 
 def test_submit_json_and_key_precedence(capsys: pytest.CaptureFixture[str],
@@ -450,12 +453,27 @@ def test_admin_status_follows_to_the_leader_unless_told_which_server(
         capsys: pytest.CaptureFixture[str], fake: FakeClient, made: Made) -> None:
     fake.status.responder = "127.0.0.1:7001"
     run(capsys, "admin", "status")
-    assert fake.calls == [("cluster_status", (None,)),
-                                             ("cluster_status", ("127.0.0.1:5001",))]
+    assert fake.calls == [("cluster_status", (None, False)),
+                          ("cluster_status", ("127.0.0.1:5001", False))]
     fake.calls.clear()
     run(capsys, "admin", "status", "--server", "127.0.0.1:7002")
-    assert fake.calls == [("cluster_status", ("127.0.0.1:7002",))]
+    assert fake.calls == [("cluster_status", ("127.0.0.1:7002", False))]
     assert made.servers[-1] == ["127.0.0.1:7002"]
+
+
+def test_admin_status_digest_only_when_asked(capsys: pytest.CaptureFixture[str],
+                                            fake: FakeClient) -> None:
+    fake.status.responder = fake.status.leader
+    fake.status.state_digest, fake.status.state_index = "", 41
+    code, out, _ = run(capsys, "admin", "status")
+    assert code == 0 and "state digest" not in out
+    assert fake.calls[-1] == ("cluster_status", (None, False))
+    fake.status.state_digest = "0123456789abcdef"
+    code, out, _ = run(capsys, "admin", "status", "--digest")
+    assert fake.calls[-1] == ("cluster_status", (None, True))
+    assert "state digest 0123456789abcdef at index 41" in out
+    code, document = run_json(capsys, "admin", "status", "--digest")
+    assert (document["state_digest"], document["state_index"]) == ("0123456789abcdef", 41)
 
 
 def test_admin_membership(capsys: pytest.CaptureFixture[str], fake: FakeClient,
@@ -532,7 +550,7 @@ def test_servers_come_from_the_flag_then_the_environment_then_the_dev_cluster(
     run(capsys, "job", "status", "x")
     assert made.servers[-1] == ["127.0.0.1:7001", "127.0.0.1:7002"]
 
-    monkeypatch.delenv(cli.SERVERS_ENV)
+    monkeypatch.delenv(common.SERVERS_ENV)
     code, _, err = run(capsys, "job", "status", "x")
     assert code == 2
     assert err.startswith("error: INVALID_ARGUMENT: no scheduler addresses: pass --servers")
@@ -599,8 +617,9 @@ def test_server_commands_delegate_to_the_server_modules(
         add_arguments=lambda parser: parser.add_argument("--raft", required=True),
         run=run_replica,
     )
-    monkeypatch.setattr(importlib, "import_module",
-                        lambda name: module if name == "raftsched.replica.main" else None)
+    replica = servers.SERVERS["replica"]
+    monkeypatch.setitem(servers.SERVERS, "replica", dataclasses.replace(replica,
+                                                                         load=lambda: module))
     assert run(capsys, "replica", "--raft", "127.0.0.1:1")[0] == 0
     assert seen == ["127.0.0.1:1"]
     code, _, err = run(capsys, "replica")
@@ -609,33 +628,21 @@ def test_server_commands_delegate_to_the_server_modules(
     assert code == 0 and "Run one scheduler replica" in out and "--raft" in out
 
 
-@pytest.mark.parametrize(("command", "module"), [("replica", "raftsched.replica.main"),
-                                                 ("agent", "agent.main")])
-def test_server_commands_without_their_module_fail_clearly(
-        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str,
-        module: str) -> None:
-    def missing(name: str) -> Any:
-        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
-
-    monkeypatch.setattr(importlib, "import_module", missing)
-    code, out, err = run(capsys, command, "--x", "1")
-    assert (code, out) == (2, "")
-    assert err == (f"error: FAILED_PRECONDITION: 'raftsched {command}' is not available in this "
-                   f"installation: {module} is missing\n")
-    code, document = run_json(capsys, command)
-    assert code == 2 and document["error"]["code"] == "FAILED_PRECONDITION"
-
-
+@pytest.mark.parametrize("command", ["replica", "agent"])
 def test_server_command_with_a_broken_dependency(capsys: pytest.CaptureFixture[str],
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(name: str) -> Any:
+                                                 monkeypatch: pytest.MonkeyPatch,
+                                                 command: str) -> None:
+    def broken() -> Any:
         raise ModuleNotFoundError("No module named 'lmdb'", name="lmdb")
 
-    monkeypatch.setattr(importlib, "import_module", broken)
-    code, _, err = run(capsys, "agent")
-    assert code == 2
-    assert err.startswith("error: FAILED_PRECONDITION: 'raftsched agent' cannot start: No "
+    server = servers.SERVERS[command]
+    monkeypatch.setitem(servers.SERVERS, command, dataclasses.replace(server, load=broken))
+    code, out, err = run(capsys, command, "--x", "1")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"error: FAILED_PRECONDITION: 'raftsched {command}' cannot start: No "
                           "module named 'lmdb'; reinstall")
+    code, document = run_json(capsys, command)
+    assert code == 2 and document["error"]["code"] == "FAILED_PRECONDITION"
 
 
 def test_validate_and_start_up_import_neither_grpc_nor_the_servers() -> None:
@@ -652,7 +659,7 @@ def test_validate_and_start_up_import_neither_grpc_nor_the_servers() -> None:
 
 def own_state(directory: Path) -> devcluster.ClusterState:
     """A recorded cluster whose 'processes' are this test process (alive) and a dead pid."""
-    start = devcluster.process_start_ticks(os.getpid())
+    start = procfs.start_ticks(os.getpid())
     assert start is not None
     state = devcluster.ClusterState(str(directory), "mock", str(directory / "secret"), 0)
     state.replicas += [
@@ -781,3 +788,25 @@ def test_dev_dir_defaults_to_the_environment(capsys: pytest.CaptureFixture[str],
     monkeypatch.delenv(devcluster.DEV_DIR_ENV)
     run(capsys, "dev", "down")
     assert seen == [tmp_path / "from-env", Path(devcluster.DEFAULT_DEV_DIR)]
+
+
+# --- retry notices ------------------------------------------------------------------------------
+
+
+def test_a_retrying_command_says_why_at_most_every_few_seconds(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    now = [100.0]
+    notices = common.RetryNotices(30.0, clock=lambda: now[0])
+    refused = RaftschedError(Code.UNAVAILABLE, "could not connect to h:1 (connection refused)")
+    for step_s in (0.0, 1.0, 1.0, common.RETRY_NOTICE_EVERY_S, 1.0):
+        now[0] += step_s
+        notices(refused, 0.1)
+    out, err = capsys.readouterr()
+    assert out == ""  # stdout (and --json) untouched
+    lines = err.splitlines()
+    assert lines == [
+        "waiting: could not connect to h:1 (connection refused); retrying for up to 30 s more "
+        "(--timeout; Ctrl-C stops)",
+        "waiting: could not connect to h:1 (connection refused); retrying for up to 23 s more "
+        "(--timeout; Ctrl-C stops)",
+    ]

@@ -1,16 +1,14 @@
-"""raftsched.devcluster without a cluster: the state file, process identity (pid + start time),
-stopping, ports, the secret, and `up`/`down` driven with stand-in processes (`sleep`) and a
-fake readiness probe."""
+"""raftsched.dev.cluster without a cluster: the state file, ports, the secret, and `up`/`down`
+driven with stand-in processes (`sleep`) and a fake readiness probe. Starting, identifying and
+stopping processes is the supervisor's (test_supervisor.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import socket
 import stat
-import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 import pytest
 
 from raftsched.dev import cluster as dc
+from raftsched.dev import supervisor as sv
 from raftsched.errors import Code
 
 SLEEPER = ["sleep", "60"]
@@ -73,83 +72,30 @@ def test_not_json_at_all(tmp_path: Path) -> None:
         dc.load_state(tmp_path)
 
 
-# --- process identity ---------------------------------------------------------------------------
-
-
-def test_parse_proc_stat_survives_odd_command_names() -> None:
-    fields = " ".join(str(n) for n in range(3, 53)).replace("3", "S", 1)
-    state, start = dc.parse_proc_stat(f"4242 (a) (b c) {fields}")
-    assert (state, start) == ("S", 22)
-
-
-def test_process_start_ticks_of_this_process_and_of_none() -> None:
-    own = dc.process_start_ticks(os.getpid())
-    assert own is not None and own > 0
-    assert dc.is_same_process(os.getpid(), own)
-    assert not dc.is_same_process(os.getpid(), own + 1)  # the pid was "reused"
-    assert dc.process_start_ticks(0) is None
-    assert dc.process_start_ticks(2**22 + 1) is None  # above pid_max: no such process
-
-
-def test_a_zombie_counts_as_gone() -> None:
-    zombie = "77 (sh) Z " + " ".join(["0"] * 18) + " 999 0 0"
-    assert dc.process_start_ticks(77, read=lambda pid: zombie) is None
-    alive = zombie.replace(" Z ", " S ")
-    assert dc.process_start_ticks(77, read=lambda pid: alive) == 999
+# --- processes ----------------------------------------------------------------------------------
 
 
 @pytest.fixture
-def children() -> Iterator[list[subprocess.Popen[bytes]]]:
-    """Processes a test starts; killed (group and all) at the end whatever happened."""
-    started: list[subprocess.Popen[bytes]] = []
+def children() -> Iterator[list[sv.Child]]:
+    """Processes a test starts; killed (group and all) and reaped at the end whatever happened."""
+    started: list[sv.Child] = []
     yield started
     for child in started:
-        if child.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)
-            child.wait(timeout=10)
+        child.kill()
 
 
-def start(children: list[subprocess.Popen[bytes]], argv: Sequence[str],
-          wait_for_line: bool = False) -> dc.ProcessRef:
-    """Start `argv` in its own session; with `wait_for_line`, return once it printed a line."""
-    child = subprocess.Popen(list(argv), start_new_session=True,
-                             stdout=subprocess.PIPE if wait_for_line else None)
+def start(children: list[sv.Child], argv: Sequence[str], tmp_path: Path) -> sv.Recorded:
+    """A process that is no part of any dev cluster."""
+    child = sv.Child("unrelated", argv, tmp_path / "unrelated.log")
+    child.start()
     children.append(child)
-    if wait_for_line:
-        assert child.stdout is not None
-        child.stdout.readline()
-    start_ticks = dc.process_start_ticks(child.pid)
-    assert start_ticks is not None
-    return dc.ProcessRef(f"pid-{child.pid}", child.pid, start_ticks, "")
+    return child.recorded()
 
 
-def reaper(children: list[subprocess.Popen[bytes]]) -> Any:
-    return lambda: [child.poll() for child in children]
-
-
-def test_stop_refuses_a_process_whose_start_time_differs(
-        children: list[subprocess.Popen[bytes]]) -> None:
-    ref = start(children, SLEEPER)
-    impostor = ref._replace(start_time_ticks=ref.start_time_ticks - 1)
-    assert not dc.signal_process(impostor, signal.SIGTERM)
-    results = dc.stop_processes([impostor], term_timeout_s=0.5, kill_timeout_s=0.5,
-                                reap=reaper(children))
-    assert results == [dc.StopResult(ref.name, ref.pid, "not running")]
-    assert children[0].poll() is None  # untouched
-    assert dc.is_same_process(ref.pid, ref.start_time_ticks)
-
-
-def test_stop_terminates_then_kills(children: list[subprocess.Popen[bytes]]) -> None:
-    polite = start(children, SLEEPER)
-    stubborn = start(children, ["sh", "-c", "trap '' TERM; echo ready; sleep 60"],
-                     wait_for_line=True)  # SIGTERM is ignored from here on
-    results = dc.stop_processes([polite, stubborn], term_timeout_s=0.5, kill_timeout_s=5,
-                                reap=reaper(children))
-    assert [r.outcome for r in results] == ["stopped", "killed"]
-    assert [child.poll() for child in children] == [-signal.SIGTERM, -signal.SIGKILL]
-    again = dc.stop_processes([polite, stubborn], reap=reaper(children))
-    assert [r.outcome for r in again] == ["not running", "not running"]
+def test_recorded_processes_are_the_state_files_identities(tmp_path: Path) -> None:
+    assert sample_state(tmp_path).processes() == [
+        sv.Recorded("replica-1", sv.Identity(100, 555)),
+        sv.Recorded("gpu-west", sv.Identity(101, 556))]
 
 
 # --- ports, secret, lock, commands --------------------------------------------------------------
@@ -220,13 +166,6 @@ def test_child_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(dc.__file__).resolve().parents[2])
 
 
-def test_log_tail(tmp_path: Path) -> None:
-    log = tmp_path / "x.log"
-    log.write_text("".join(f"line {n}\n" for n in range(100)))
-    assert dc.log_tail(log, 3) == ["line 97", "line 98", "line 99"]
-    assert dc.log_tail(tmp_path / "missing.log") == []
-
-
 # --- up and down with stand-in processes --------------------------------------------------------
 
 
@@ -234,7 +173,7 @@ class Stand:
     """A fake cluster: `spawn` starts `sleep` (or `failing`) instead of the real argv; `probe`
     answers from `views` (the last one repeats)."""
 
-    def __init__(self, children: list[subprocess.Popen[bytes]]) -> None:
+    def __init__(self, children: list[sv.Child]) -> None:
         self.children = children
         self.argvs: dict[str, list[str]] = {}
         self.failing: set[str] = set()
@@ -242,12 +181,12 @@ class Stand:
         self.probes = 0
         self.interrupt_at_probe: int | None = None
 
-    def spawn(self, argv: list[str], log: Path, cwd: Path) -> subprocess.Popen[bytes]:
-        name = log.stem
+    def spawn(self, name: str, argv: list[str], log: Path, cwd: Path) -> sv.Child:
+        assert log.stem == name
         self.argvs[name] = argv
         stand_in = (["sh", "-c", f"echo {name} cannot start >&2; exit 3"]
                     if name in self.failing else SLEEPER)
-        child = dc.spawn_process(stand_in, log, cwd)
+        child = dc.spawn_process(name, stand_in, log, cwd)
         self.children.append(child)
         return child
 
@@ -267,7 +206,7 @@ def ready_view() -> dc.ClusterView:
 
 
 @pytest.fixture
-def stand(children: list[subprocess.Popen[bytes]]) -> Stand:
+def stand(children: list[sv.Child]) -> Stand:
     return Stand(children)
 
 
@@ -286,9 +225,8 @@ def test_up_records_every_process_and_down_stops_exactly_those(
     assert [r.id for r in state.replicas] == ["replica-1", "replica-2", "replica-3"]
     assert [a.cluster for a in state.agents] == ["cpu-east", "gpu-west"]
     assert dc.load_state(tmp_path) == state
-    for ref, child in zip(state.processes(), stand.children, strict=True):
-        assert ref.pid == child.pid
-        assert dc.is_same_process(ref.pid, ref.start_time_ticks)
+    for process, child in zip(state.processes(), stand.children, strict=True):
+        assert process == child.recorded() and process.alive()
     addresses = [r.grpc_address for r in state.replicas] + [r.raft_address for r in
                                                             state.replicas]
     assert len(set(addresses)) == 6 and all(a.startswith("127.0.0.1:") for a in addresses)
@@ -299,15 +237,17 @@ def test_up_records_every_process_and_down_stops_exactly_those(
     assert stat.S_IMODE((tmp_path / "secret").stat().st_mode) == 0o600
     gpu = stand.argvs["gpu-west"]
     assert gpu[gpu.index("--servers") + 1] == ",".join(state.servers)
-    assert (tmp_path / "logs" / "replica-1.log").read_text().startswith("--- ")
+    header = (tmp_path / "logs" / "replica-1.log").read_text().splitlines()[0]
+    assert header.startswith("--- ") and "replica-1 (raftsched dev): sleep 60" in header
 
-    unrelated = start(stand.children, SLEEPER)
+    unrelated = start(stand.children, SLEEPER, tmp_path)
     results = dc.down(tmp_path)
     assert results is not None
     assert [(r.name, r.outcome) for r in results] == [
         ("replica-1", "stopped"), ("replica-2", "stopped"), ("replica-3", "stopped"),
         ("cpu-east", "stopped"), ("gpu-west", "stopped")]
-    assert dc.is_same_process(unrelated.pid, unrelated.start_time_ticks)
+    assert unrelated.alive()
+    assert [child.poll() for child in stand.children[:-1]] == [-signal.SIGTERM] * 5
     assert not (tmp_path / "cluster.json").exists()
     assert (tmp_path / "logs" / "replica-1.log").exists() and (tmp_path / "secret").exists()
     assert dc.down(tmp_path) is None  # idempotent
@@ -323,8 +263,7 @@ def test_up_refuses_while_a_cluster_runs_and_forgets_a_dead_one(
     assert (tmp_path / "secret").read_text() == secret  # the running cluster's, untouched
     assert dc.load_state(tmp_path) == state
     for child in stand.children:
-        os.killpg(child.pid, signal.SIGKILL)
-        child.wait()
+        child.kill()
     stand.probes = 0
     again, _ = up(stand, tmp_path, agents=0)  # the recorded processes are all gone
     assert [r.pid for r in again.replicas] != [r.pid for r in state.replicas]
@@ -373,8 +312,7 @@ def test_status_reports_processes_and_the_leader(stand: Stand, tmp_path: Path) -
         dc.status(tmp_path)
     assert caught.value.code is Code.NOT_FOUND
     up(stand, tmp_path)
-    os.killpg(stand.children[1].pid, signal.SIGKILL)
-    stand.children[1].wait()
+    stand.children[1].kill()
     asked: list[Sequence[str]] = []
 
     def probe(servers: Sequence[str]) -> dc.ClusterView:
@@ -387,4 +325,4 @@ def test_status_reports_processes_and_the_leader(stand: Stand, tmp_path: Path) -
     assert [r["alive"] for r in document["replicas"]] == [True, False, True]
     assert [a["status"] for a in document["agents"]] == ["READY", "READY"]
     results = dc.down(tmp_path)
-    assert results is not None and results[1].outcome == "not running"
+    assert results is not None and results[1].outcome is sv.StopOutcome.NOT_RUNNING

@@ -10,36 +10,10 @@ from raftsched.protocol import ReportVerdict
 from raftsched.replica.leader import Leader, LeaderConfig
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
-from raftsched.state import fsm, invariants
-from raftsched.state.model import State, TaskState
+from raftsched.state import fsm
+from raftsched.state.model import TaskState
 from raftsched.state.results import ReportResult
-
-
-class MemoryNode:
-    """Applies proposals at once to a State; counts them by command type."""
-
-    def __init__(self) -> None:
-        self.state = State()
-        self.leader = True
-        self.current_term = 3
-        self.proposed: list[str] = []
-        self.applied = 0
-
-    def propose(self, data: bytes, timeout_s: float) -> fsm.Outcome:
-        self.proposed.append(type(c.decode(data)).__name__)
-        self.applied += 1
-        outcome = fsm.apply(self.state, data)
-        invariants.check_invariants(self.state)
-        return outcome
-
-    def read(self, fn: Any) -> Any:
-        return fn(self.state)
-
-    def is_leader(self) -> bool:
-        return self.leader
-
-    def term(self) -> int:
-        return self.current_term
+from tests.support.memory_node import MemoryNode
 
 
 def make() -> tuple[MemoryNode, ManualClock, Leader]:
@@ -134,7 +108,7 @@ def test_stale_heartbeat_sequence_is_ignored() -> None:
 
 
 def test_deliveries_are_resent_only_after_the_redelivery_interval() -> None:
-    from raftsched.replica import views
+    from raftsched.replica.gateway import deliveries
     from raftsched.replica.leader import REDELIVER_AFTER_S
 
     node, clock, leader = make()
@@ -144,8 +118,7 @@ def test_deliveries_are_resent_only_after_the_redelivery_interval() -> None:
     leader.heartbeat("east", 1, 1, None)
 
     def deliver() -> list[int]:
-        assignments, _ = views.deliveries(node.state, "east",
-                                          lambda items: leader.due("east", items))
+        assignments, _ = deliveries(node.state, "east", lambda items: leader.due("east", items))
         return sorted(a.fence for a in assignments)
 
     assert deliver() == [1, 2, 3]

@@ -1,0 +1,117 @@
+"""`raftsched admin status|add-replica|remove-replica`."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from raftsched.cli import render
+from raftsched.cli.common import (
+    CONNECTION,
+    EXIT_OK,
+    ClientLike,
+    Subparsers,
+    command_parser,
+    connect,
+    parse_addresses,
+    print_json,
+    unknown_outcome,
+)
+from raftsched.errors import RaftschedError
+
+# --- admin ----------------------------------------------------------------------------------------
+
+
+def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> None:
+    admin = commands.add_parser(
+        "admin", help="replicas, leadership, compute clusters, membership",
+        description="Operate the scheduler: raftsched admin status|add-replica|remove-replica.")
+    sub = admin.add_subparsers(title="admin commands", metavar="COMMAND", required=True)
+    parents = [common, CONNECTION]
+
+    status = command_parser(
+        sub, "status", parents, "who leads, the replicas and the compute clusters",
+        "Ask one replica what it sees (--server; else the leader, found through the first "
+        "replica that answers): the leader and "
+        "term, the Raft members, the commit index, and every compute cluster with its status, "
+        "capacity and what is reserved on it.",
+        "output:\n  the leader line, a table of replicas, a table of compute clusters\n"
+        '  --json: {"leader", "term", "replicas": [{"raft_address", "grpc_address", "leader"}],'
+        '\n           "clusters": [{"cluster", "status", "capabilities", "capacity", "reserved",'
+        ' ...}],\n           "commit_index", "applied_index", "responder", "state_index",'
+        '\n           "state_digest" (with --digest, else "")}')
+    status.add_argument("--server", metavar="HOST:PORT",
+                        help="ask this replica only (its view may differ from the leader's)")
+    status.add_argument("--digest", action="store_true",
+                        help="also print the replica's state digest (a hash of its whole state at "
+                             "state_index, to compare replicas; it costs the replica a pass over "
+                             "its state, so do not poll with it)")
+    status.set_defaults(handler=_run_admin_status, reads_only=True)
+
+    add = command_parser(
+        sub, "add-replica", parents, "add a replica to the Raft cluster",
+        "Add a replica (already started with --peers naming the current members) to the Raft "
+        "membership. One change at a time.",
+        'output:\n  "added RAFT_ADDR; members: ..."\n  --json: {"raft_address", "members": [...]}')
+    add.add_argument("raft_address", metavar="RAFT_ADDR", help="the new replica's Raft address")
+    add.add_argument("--grpc", default="", metavar="GRPC_ADDR",
+                     help="the new replica's gRPC address (for redirects and status)")
+    add.set_defaults(handler=_run_admin_add)
+
+    remove = command_parser(
+        sub, "remove-replica", parents, "remove a replica from the Raft cluster",
+        "Remove a replica from the Raft membership. The leader cannot remove itself: it hands "
+        "leadership over first.",
+        'output:\n  "removed RAFT_ADDR; members: ..."\n  --json: {"raft_address", "members": '
+        '[...]}')
+    remove.add_argument("raft_address", metavar="RAFT_ADDR")
+    remove.set_defaults(handler=_run_admin_remove)
+
+
+def _run_admin_status(args: argparse.Namespace) -> int:
+    server = parse_addresses(args.server, "--server")[0] if args.server else None
+    servers = [server] if server and not args.servers else None
+    with connect(args, servers) as client:
+        status = client.cluster_status(server=server, include_digest=args.digest)
+        if server is None and status.leader and status.leader != status.responder:
+            with contextlib.suppress(RaftschedError):  # the first answer will do
+                status = client.cluster_status(server=status.leader, include_digest=args.digest)
+        document = render.cluster_status_doc(status)
+    if args.json:
+        print_json(document)
+    else:
+        print(render.cluster_status_text(document))
+    return EXIT_OK
+
+
+def _run_admin_add(args: argparse.Namespace) -> int:
+    parse_addresses(args.raft_address, "RAFT_ADDR")
+    if args.grpc:
+        parse_addresses(args.grpc, "--grpc")
+    return _change_membership(args, "added", lambda client: client.add_replica(
+        args.raft_address, args.grpc))
+
+
+def _run_admin_remove(args: argparse.Namespace) -> int:
+    parse_addresses(args.raft_address, "RAFT_ADDR")
+    return _change_membership(args, "removed",
+                              lambda client: client.remove_replica(args.raft_address))
+
+
+def _change_membership(args: argparse.Namespace, verb: str,
+                       change: Callable[[ClientLike], Any]) -> int:
+    with connect(args) as client:
+        try:
+            reply = change(client)
+        except RaftschedError as error:
+            raise unknown_outcome(error, "the membership change",
+                                   "check the members with `raftsched admin status` before "
+                                   "retrying") from None
+    members = list(reply.members)
+    if args.json:
+        print_json({"raft_address": args.raft_address, "members": members})
+    else:
+        print(f"{verb} {args.raft_address}; members: {', '.join(members)}")
+    return EXIT_OK

@@ -1,0 +1,141 @@
+"""`raftsched dev up|status|down`: a local cluster of real processes."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from raftsched.cli import render
+from raftsched.cli.common import EXIT_OK, Subparsers, command_parser, positive_seconds, print_json
+
+# --- dev ------------------------------------------------------------------------------------------
+
+_DEV_JSON = (
+    '  --json: {"servers": [gRPC addresses], "replicas": [{"id", "pid", "address", '
+    '"raft_address",\n           "leader", "alive"}], "agents": [{"cluster", "pid", "alive", '
+    '"status"}], "dir", ...}')
+
+
+def register_dev(commands: Subparsers, common: argparse.ArgumentParser) -> None:
+    dev = commands.add_parser(
+        "dev", help="a local cluster of real processes (up, status, down)",
+        description="Run a local cluster of real replica and agent processes on 127.0.0.1: "
+        "raftsched dev up|status|down. Its state is DIR/cluster.json; while it exists, the other "
+        "commands use its servers by default.")
+    sub = dev.add_subparsers(title="dev commands", metavar="COMMAND", required=True)
+    directory = argparse.ArgumentParser(add_help=False)
+    directory.add_argument("--dir", type=Path, default=None, metavar="DIR",
+                           help="the cluster's directory (default: $RAFTSCHED_DEV_DIR, else "
+                           "./.raftsched-dev)")
+    _register_dev_up(sub, [common, directory])
+
+    status = command_parser(
+        sub, "status", [common, directory], "which dev cluster processes are alive, who leads",
+        "Show each process recorded in DIR/cluster.json as alive or dead (by pid and start "
+        "time), which replica leads, and each agent's cluster status.",
+        "output:\n  tables of replicas and agents; exit 0 while a cluster is recorded, 2 if "
+        f"none is\n{_DEV_JSON}")
+    status.set_defaults(handler=_run_dev_status)
+
+    down = command_parser(
+        sub, "down", [common, directory], "stop the dev cluster's processes",
+        "Stop exactly the processes recorded in DIR/cluster.json: each is signalled only if its "
+        "pid still has the recorded start time (SIGTERM, then SIGKILL after "
+        "STOP_TIMEOUT_S). Removes the state file and nothing else: logs, secret and data stay. "
+        "Running it again is harmless.",
+        "output:\n  a table NAME PID OUTCOME (stopped, killed, not running), or that nothing "
+        'was recorded\n  --json: {"dir", "recorded": true|false, "stopped": [{"name", "pid", '
+        '"outcome"}]}')
+    down.set_defaults(handler=_run_dev_down)
+
+
+def _register_dev_up(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
+    from raftsched.dev import cluster as dc
+
+    up = command_parser(
+        sub, "up", parents, "start replicas and agents locally and wait until ready",
+        f"Start {dc.DEFAULT_REPLICAS} (or 5) replicas and {dc.DEFAULT_AGENTS} agents as "
+        "background processes on ephemeral 127.0.0.1 ports, with a fresh cluster secret in "
+        "DIR/secret (0600) and logs in DIR/logs; wait until a replica leads and every agent's "
+        "cluster is READY. Agents: cpu-east [linux], gpu-west [linux, gpu] (2 GPUs), then "
+        "agent-3, ... [linux]. On failure, stop what was started and show the failing log.",
+        "output:\n  progress lines on stderr, then tables of replicas (pid, gRPC and Raft "
+        "address, role)\n  and agents; exit 0 when ready, 2 if a process exits while starting "
+        f"or a cluster\n  already runs in DIR, 3 on timeout\n{_DEV_JSON}")
+    up.add_argument("--replicas", type=int, choices=dc.REPLICA_COUNTS,
+                    default=dc.DEFAULT_REPLICAS)
+    up.add_argument("--agents", type=int, choices=range(dc.MAX_AGENTS + 1),
+                    default=dc.DEFAULT_AGENTS, metavar=f"0..{dc.MAX_AGENTS}",
+                    help=f"agents to start (default {dc.DEFAULT_AGENTS})")
+    up.add_argument("--executor", choices=dc.EXECUTORS, default=dc.DEFAULT_EXECUTOR,
+                    help="mock: tasks succeed without running; subprocess: run the commands "
+                    f"(default {dc.DEFAULT_EXECUTOR})")
+    up.add_argument("--timeout", type=positive_seconds, default=dc.UP_TIMEOUT_S,
+                    metavar="SECONDS",
+                    help=f"wait this long for readiness (UP_TIMEOUT_S, default "
+                    f"{dc.UP_TIMEOUT_S:g})")
+    up.set_defaults(handler=_run_dev_up)
+
+
+def _dev_dir(args: argparse.Namespace) -> Path:
+    from raftsched.dev import cluster as devcluster
+
+    directory: Path | None = args.dir
+    return directory if directory is not None else devcluster.default_dir()
+
+
+def _progress(message: str) -> None:
+    print(f"[{datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
+
+
+def _run_dev_up(args: argparse.Namespace) -> int:
+    from raftsched.dev import cluster as devcluster
+
+    options = devcluster.UpOptions(_dev_dir(args), args.replicas, args.agents, args.executor,
+                                   args.timeout)
+    state, view = devcluster.up(options, progress=_progress)
+    document = devcluster.cluster_doc(state, view)
+    if args.json:
+        print_json(document)
+        return EXIT_OK
+    print(f"dev cluster up: {len(state.replicas)} replicas, {len(state.agents)} agents "
+          f"({state.executor} executor)\n")
+    print(render.dev_cluster_text(document))
+    print(f"\nuse it:  export RAFTSCHED_DEV_DIR={state.dir}   (or RAFTSCHED_SERVERS="
+          f"{','.join(state.servers)})")
+    print(f"stop it: raftsched dev down --dir {state.dir}")
+    return EXIT_OK
+
+
+def _run_dev_status(args: argparse.Namespace) -> int:
+    from raftsched.dev import cluster as devcluster
+
+    state, view = devcluster.status(_dev_dir(args))
+    document = devcluster.cluster_doc(state, view)
+    if args.json:
+        print_json(document)
+        return EXIT_OK
+    leader = document["leader"] or "none known (no live replica answered)"
+    print(f"dev cluster in {state.dir}; leader: {leader}\n")
+    print(render.dev_cluster_text(document))
+    return EXIT_OK
+
+
+def _run_dev_down(args: argparse.Namespace) -> int:
+    from raftsched.dev import cluster as devcluster
+
+    directory = _dev_dir(args)
+    results = devcluster.down(directory)
+    stopped = [{"name": r.name, "pid": r.pid, "outcome": r.outcome} for r in results or []]
+    if args.json:
+        print_json({"dir": str(directory.resolve()), "recorded": results is not None,
+                     "stopped": stopped})
+    elif results is None:
+        print(f"no dev cluster recorded in {directory}: nothing to stop")
+    else:
+        print(render.table(["NAME", "PID", "OUTCOME"],
+                           [[s["name"], s["pid"], s["outcome"]] for s in stopped], right=[1]))
+        print(f"\nstopped; logs kept in {directory.resolve() / devcluster.LOG_DIR_NAME}")
+    return EXIT_OK

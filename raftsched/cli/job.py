@@ -1,0 +1,127 @@
+"""`raftsched job status|tasks|list|cancel`."""
+
+from __future__ import annotations
+
+import argparse
+
+from raftsched.cli import render
+from raftsched.cli.common import (
+    CONNECTION,
+    EXIT_OK,
+    JOB_STATES,
+    Subparsers,
+    command_parser,
+    connect,
+    now_ms,
+    positive_int,
+    print_json,
+    unknown_outcome,
+)
+from raftsched.errors import RaftschedError
+
+# --- job ------------------------------------------------------------------------------------------
+
+_JOB_HELP = "Inspect, list and cancel jobs: raftsched job status|tasks|list|cancel."
+
+
+def register_job(commands: Subparsers, common: argparse.ArgumentParser) -> None:
+    job = commands.add_parser("job", help="inspect, list and cancel jobs", description=_JOB_HELP)
+    sub = job.add_subparsers(title="job commands", metavar="COMMAND", required=True)
+    parents = [common, CONNECTION]
+
+    status = command_parser(
+        sub, "status", parents, "a job's state and task counts",
+        "Show one job: its state, how many tasks are in each state, its tenant, priority and "
+        "times.",
+        'output:\n  one "field  value" line each (job, state, tasks, tenant, times, reason)\n'
+        '  --json: {"job_id", "state", "tasks": {STATE: count}, "name", "tenant", "priority",\n'
+        '           "total_tasks", "submitted_ms", "started_ms", "finished_ms", "reason", ...}')
+    status.add_argument("job_id", metavar="JOB")
+    status.set_defaults(handler=_run_job_status, reads_only=True)
+
+    tasks = command_parser(
+        sub, "tasks", parents, "every task of a job with its attempt and cluster",
+        "List every task of a job: its state, attempts so far, and the cluster, fence and exit "
+        "code of its current attempt.",
+        "output:\n  a table TASK STATE ATTEMPTS CLUSTER FENCE EXIT (REASON when any)\n"
+        '  --json: a list of {"task_id", "state", "attempts", "cluster", "fence",\n'
+        '           "exit_code" (null if none), "reason"}')
+    tasks.add_argument("job_id", metavar="JOB")
+    tasks.set_defaults(handler=_run_job_tasks, reads_only=True)
+
+    listing = command_parser(
+        sub, "list", parents, "list jobs, a page at a time",
+        "List jobs, optionally only one tenant's or those in one state, one page at a time.",
+        "output:\n  a table JOB NAME TENANT STATE DONE SUBMITTED, then the command for the next "
+        "page if any\n"
+        '  --json: {"jobs": [job status objects], "next_page_token": TOKEN or ""}')
+    listing.add_argument("--tenant", default="", help="only this tenant's jobs")
+    listing.add_argument("--state", default="", type=str.upper, choices=JOB_STATES,
+                         help="only jobs in this state")
+    listing.add_argument("--limit", type=positive_int, default=0, metavar="N",
+                         help="at most N jobs (default: the server's page size)")
+    listing.add_argument("--page-token", default="", metavar="TOKEN",
+                         help="the next page, from a previous listing")
+    listing.set_defaults(handler=_run_job_list, reads_only=True)
+
+    cancel = command_parser(
+        sub, "cancel", parents, "cancel a job's unfinished tasks",
+        "Cancel a job: tasks not yet finished become CANCELLED and running attempts are told to "
+        "stop. Cancelling is idempotent: a second cancel changes nothing.",
+        'output:\n  "cancelled job JOB: N task(s) cancelled", or that nothing changed\n'
+        '  --json: {"job_id", "cancelled": N, "changed": true|false}')
+    cancel.add_argument("job_id", metavar="JOB")
+    cancel.add_argument("--reason", default="", help="recorded with the cancellation")
+    cancel.set_defaults(handler=_run_job_cancel)
+
+
+def _run_job_status(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        document = render.job_doc(client.get_job(args.job_id))
+    if args.json:
+        print_json(document)
+    else:
+        print(render.job_text(document, now_ms=now_ms()))
+    return EXIT_OK
+
+
+def _run_job_tasks(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        tasks = [render.task_doc(task) for task in client.list_tasks(args.job_id).tasks]
+    if args.json:
+        print_json(tasks)
+    else:
+        print(render.tasks_table(tasks))
+    return EXIT_OK
+
+
+def _run_job_list(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        page = client.list_jobs(tenant=args.tenant, state=args.state, limit=args.limit,
+                                page_token=args.page_token)
+    jobs = [render.job_doc(job) for job in page.jobs]
+    if args.json:
+        print_json({"jobs": jobs, "next_page_token": page.next_page_token})
+        return EXIT_OK
+    print(render.jobs_table(jobs, now_ms=now_ms()))
+    if page.next_page_token:
+        print(f"\nmore: raftsched job list --page-token {page.next_page_token}")
+    return EXIT_OK
+
+
+def _run_job_cancel(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        try:
+            reply = client.cancel(args.job_id, reason=args.reason)
+        except RaftschedError as error:
+            raise unknown_outcome(error, "the cancellation",
+                                   "cancelling is idempotent: running the same command again "
+                                   "is safe") from None
+    document = {"job_id": args.job_id, "cancelled": reply.cancelled, "changed": reply.changed}
+    if args.json:
+        print_json(document)
+    elif reply.changed:
+        print(f"cancelled job {args.job_id}: {reply.cancelled} task(s) cancelled")
+    else:
+        print(f"job {args.job_id}: nothing changed (it was cancelled already)")
+    return EXIT_OK

@@ -1,0 +1,190 @@
+"""`raftsched submit FILE [--watch]`: validate locally, submit with an idempotency key, follow."""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from datetime import datetime
+from typing import Any
+
+from raftsched import limits
+from raftsched.cli import render
+from raftsched.cli.common import (
+    CONNECTION,
+    EXIT_INVALID,
+    EXIT_JOB_FAILED,
+    EXIT_OK,
+    ClientLike,
+    CommandError,
+    Interrupted,
+    Subparsers,
+    command_parser,
+    connect,
+    print_issues,
+    print_json,
+    read_stdin,
+    report_error,
+    unknown_outcome,
+)
+from raftsched.errors import Code, RaftschedError
+from raftsched.spec.job import JobSpec, SpecError, SpecIssue, parse_spec_text
+
+# --- submit ---------------------------------------------------------------------------------------
+
+_SUBMIT_HELP = """\
+Validate a job spec locally (exactly like `raftsched validate`), then submit it to the
+scheduler. Every submission carries an idempotency key (--idempotency-key, else the spec's
+idempotency_key, else a fresh one): sending the same spec again with the same key returns the
+same job instead of creating a second one, so a submit whose outcome is unknown is safe to
+repeat. With --watch, follow the job until it finishes."""
+
+_SUBMIT_OUTPUT = """\
+output:
+  stdout "submitted job JOB_ID (new; idempotency key K)", or "(already existed: ...)" when the
+  key was seen with this same spec. A spec with problems: the `validate` error lines, exit 2.
+  --watch: a progress line per change, e.g.
+    [12:00:01] RUNNING  3/7 done  (SUCCEEDED 3, RUNNING 2, RUNNABLE 2)
+  then the table TASK STATE ATTEMPTS CLUSTER FENCE EXIT (REASON), then the outcome line;
+  exit 0 if the job SUCCEEDED, 1 if it ended FAILED or CANCELLED. Ctrl-C stops watching
+  (exit 130), not the job.
+  --json: {"job_id", "created", "idempotency_key"}; with --watch also "state", "tasks"
+  ({STATE: count} of the final job) and "task_summaries" (the `job tasks` list).
+  A bad spec with --json: {"error": {"code": "INVALID_ARGUMENT", "message", "issues":
+  [{"path", "task", "message"}]}}."""
+
+
+def register_submit(commands: Subparsers, common: argparse.ArgumentParser) -> None:
+    parser = command_parser(commands, "submit", [common, CONNECTION],
+                             "submit a job spec file (optionally watch it run)",
+                             _SUBMIT_HELP, _SUBMIT_OUTPUT)
+    parser.add_argument("file", metavar="FILE", help="job spec (YAML or JSON); '-' reads stdin")
+    parser.add_argument("--watch", action="store_true",
+                        help="show progress until the job finishes, then every task's outcome")
+    parser.add_argument("--idempotency-key", metavar="KEY",
+                        help="overrides the spec's idempotency_key")
+    parser.set_defaults(handler=_run_submit)
+
+
+def _run_submit(args: argparse.Namespace) -> int:
+    try:
+        text = _read_spec_text(args.file)
+        spec = parse_spec_text(text, source="<stdin>" if args.file == "-" else args.file)
+    except SpecError as error:
+        return _spec_refused(args, error)
+    key = _idempotency_key(args.idempotency_key, spec)
+    with connect(args) as client:
+        submitted = _submit(client, text, key, args.file)
+        document: dict[str, Any] = {"job_id": submitted.job_id, "created": submitted.created,
+                                    "idempotency_key": key}
+        if not args.json:
+            print(_submitted_line(submitted.job_id, submitted.created, key), flush=True)
+        if not args.watch:
+            if args.json:
+                print_json(document)
+            else:
+                print(f"follow it with: raftsched job status {submitted.job_id}")
+            return EXIT_OK
+        try:
+            final = _watch(args, client, submitted.job_id)
+            tasks = [render.task_doc(task) for task in client.list_tasks(submitted.job_id).tasks]
+        except CommandError:
+            raise
+        except RaftschedError as error:
+            raise CommandError(error.code, error.message,
+                               hint=f"job {submitted.job_id} was submitted and goes on; follow "
+                               f"it with: raftsched job status {submitted.job_id}") from None
+    return _print_watched(args, document, final, tasks)
+
+
+def _read_spec_text(file: str) -> bytes | str:
+    """The spec's bytes, read like `validate` reads them (an unreadable file is a SpecError)."""
+    if file == "-":
+        try:
+            return read_stdin()
+        except OSError as error:
+            raise SpecError([SpecIssue("", f"cannot read stdin: {error}")]) from None
+    try:
+        with open(file, "rb") as handle:
+            return handle.read(limits.MAX_SPEC_BYTES + 1)
+    except OSError as error:
+        reason = error.strerror or str(error)
+        raise SpecError([SpecIssue("", f"cannot read {file}: {reason}")]) from None
+
+
+def _spec_refused(args: argparse.Namespace, error: SpecError) -> int:
+    if not args.json:
+        print_issues(error.issues)
+        return EXIT_INVALID
+    issues = [{"path": i.path, "task": i.task, "message": i.message} for i in error.issues]
+    return report_error(args, CommandError(Code.INVALID_ARGUMENT, str(error),
+                                           details={"issues": issues}))
+
+
+def _idempotency_key(flag: str | None, spec: JobSpec) -> str:
+    key = flag or spec.idempotency_key or f"cli-{uuid.uuid4().hex}"
+    if len(key) > limits.MAX_IDEMPOTENCY_KEY_CHARS:
+        raise CommandError(Code.INVALID_ARGUMENT, f"--idempotency-key: at most "
+                                                  f"{limits.MAX_IDEMPOTENCY_KEY_CHARS} characters")
+    return key
+
+
+def _submit(client: ClientLike, text: bytes | str, key: str, file: str) -> Any:
+    retry = (f"running the same command again with --idempotency-key {key} is safe: the "
+             "scheduler then returns the job instead of creating a second one")
+    try:
+        return client.submit(text, idempotency_key=key)
+    except RaftschedError as error:
+        raise unknown_outcome(error, "the job", retry) from None
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted: job {file} may or may not have been submitted; "
+                          f"{retry}") from None
+
+
+def _submitted_line(job_id: str, created: bool, key: str) -> str:
+    if created:
+        return f"submitted job {job_id} (new; idempotency key {key})"
+    return (f"submitted job {job_id} (already existed: same spec and idempotency key {key}; "
+            f"nothing new was created)")
+
+
+def _watch(args: argparse.Namespace, client: ClientLike, job_id: str) -> dict[str, Any]:
+    """Follow the job until it is terminal, printing a progress line per change (not with
+    --json). Returns the final job document."""
+    last: dict[str, Any] | None = None
+    try:
+        for job in client.watch(job_id):
+            document = render.job_doc(job)
+            if not args.json and (last is None or (document["state"], document["tasks"])
+                                  != (last["state"], last["tasks"])):
+                print(render.progress_line(document, datetime.now()), flush=True)
+            last = document
+        if last is None or last["state"] not in render.TERMINAL_JOB_STATES:
+            last = render.job_doc(client.get_job(job_id))
+    except KeyboardInterrupt:
+        raise Interrupted(f"stopped watching; job {job_id} goes on (raftsched job status "
+                          f"{job_id}; stop it with: raftsched job cancel {job_id})") from None
+    if last["state"] not in render.TERMINAL_JOB_STATES:
+        raise CommandError(Code.UNAVAILABLE, f"the watch of job {job_id} ended while the job "
+                           f"is {last['state']}",
+                           hint=f"the job goes on; follow it with: raftsched job status {job_id}")
+    return last
+
+
+def _print_watched(args: argparse.Namespace, document: dict[str, Any], final: dict[str, Any],
+                   tasks: list[dict[str, Any]]) -> int:
+    code = EXIT_OK if final["state"] == "SUCCEEDED" else EXIT_JOB_FAILED
+    if args.json:
+        print_json({**document, "state": final["state"], "tasks": final["tasks"],
+                     "task_summaries": tasks, "reason": final["reason"]})
+        return code
+    done, total = render.done_and_total(final)
+    took = ""
+    if final["started_ms"] and final["finished_ms"]:
+        took = f" in {render.format_duration_ms(final['finished_ms'] - final['started_ms'])}"
+    print()
+    print(render.tasks_table(tasks))
+    print()
+    print(f"job {final['job_id']} {final['state']}{took}: {done}/{total} tasks done "
+          f"({render.state_counts_text(final['tasks'])})"
+          + (f"; {final['reason']}" if final["reason"] else ""))
+    return code

@@ -1,0 +1,37 @@
+"""An in-memory Raft node for leader and gateway tests: the real FSM applies each proposal at
+once (no Raft), with the invariants checked after every apply."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raftsched.state import commands as c
+from raftsched.state import fsm, invariants
+from raftsched.state.model import State
+
+
+class MemoryNode:
+    """Applies proposals at once to a State; counts them by command type."""
+
+    def __init__(self) -> None:
+        self.state = State()
+        self.leader = True
+        self.current_term = 3
+        self.proposed: list[str] = []
+        self.applied = 0
+
+    def propose(self, data: bytes, timeout_s: float) -> fsm.Outcome:
+        self.proposed.append(type(c.decode(data)).__name__)
+        self.applied += 1
+        outcome = fsm.apply(self.state, data)
+        invariants.check_invariants(self.state)
+        return outcome
+
+    def read(self, fn: Any) -> Any:
+        return fn(self.state)
+
+    def is_leader(self) -> bool:
+        return self.leader
+
+    def term(self) -> int:
+        return self.current_term

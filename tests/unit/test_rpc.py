@@ -1,0 +1,114 @@
+"""The one gRPC error map (raftsched.rpc), against a real gRPC server on 127.0.0.1."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+
+from raftsched import rpc
+from raftsched.api import raftsched_pb2 as pb
+from raftsched.api import raftsched_pb2_grpc as pb_grpc
+from raftsched.errors import Code, CouldNotConnect, RaftschedError
+
+REPLICA = "127.0.0.1:9"
+HANDLER_WAIT_S = 10.0
+
+
+class Scripted(pb_grpc.SchedulerServicer):  # type: ignore[misc]
+    """GetJob answers with the error queued in `errors`; ListJobs never answers in time."""
+
+    def __init__(self) -> None:
+        self.errors: list[tuple[RaftschedError, str | None]] = []
+        self.release = threading.Event()
+
+    def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
+        error, hint = self.errors.pop(0)
+        rpc.abort(context, error, replica=REPLICA, leader_hint=hint)
+
+    def ListJobs(self, request: Any, context: grpc.ServicerContext) -> Any:
+        self.release.wait(HANDLER_WAIT_S)
+        return pb.ListJobsResponse()
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[str, Scripted]]:
+    servicer = Scripted()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_SchedulerServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        yield f"127.0.0.1:{port}", servicer
+    finally:
+        servicer.release.set()
+        server.stop(grace=None)
+
+
+def _call(address: str, method: str, request: Any, timeout_s: float = 5.0) -> RaftschedError:
+    with grpc.insecure_channel(address, options=rpc.CHANNEL_OPTIONS) as channel:
+        stub = pb_grpc.SchedulerStub(channel)
+        try:
+            getattr(stub, method)(request, timeout=timeout_s)
+        except grpc.RpcError as error:
+            return rpc.error_from_rpc(error, address)
+    raise AssertionError("the call succeeded")
+
+
+def test_not_the_leader_carries_the_leaders_address(served: tuple[str, Scripted]) -> None:
+    address, servicer = served
+    servicer.errors.append((RaftschedError(Code.UNAVAILABLE, "not the leader"), "10.0.0.2:8000"))
+    error = _call(address, "GetJob", pb.GetJobRequest(job_id="j"))
+    assert error.code == Code.UNAVAILABLE and not isinstance(error, CouldNotConnect)
+    assert error.leader_hint == "10.0.0.2:8000"
+    assert rpc.retryable(error)
+
+
+@pytest.mark.parametrize("code", [Code.INVALID_ARGUMENT, Code.NOT_FOUND, Code.ALREADY_EXISTS,
+                                  Code.FAILED_PRECONDITION, Code.RESOURCE_EXHAUSTED])
+def test_refusals_keep_their_code_and_message(served: tuple[str, Scripted], code: Code) -> None:
+    address, servicer = served
+    servicer.errors.append((RaftschedError(code, "job x: the reason"), "ignored"))
+    error = _call(address, "GetJob", pb.GetJobRequest(job_id="j"))
+    assert (error.code, error.message, error.leader_hint) == (code, "job x: the reason", None)
+    assert not rpc.retryable(error)
+
+
+def test_a_replicas_unknown_outcome_stays_unknown(served: tuple[str, Scripted]) -> None:
+    address, servicer = served
+    servicer.errors.append((RaftschedError(Code.DEADLINE_EXCEEDED, "may have committed"), None))
+    error = _call(address, "GetJob", pb.GetJobRequest(job_id="j"))
+    assert (error.code, error.message) == (Code.DEADLINE_EXCEEDED, "may have committed")
+
+
+def test_no_answer_in_time_is_an_unknown_outcome(served: tuple[str, Scripted]) -> None:
+    address, _ = served
+    error = _call(address, "ListJobs", pb.ListJobsRequest(), timeout_s=0.2)
+    assert error.code == Code.DEADLINE_EXCEEDED and "no answer in time" in error.message
+
+
+def test_an_unexpected_status_is_internal_and_final(served: tuple[str, Scripted]) -> None:
+    address, _ = served
+    error = _call(address, "CancelJob", pb.CancelJobRequest(job_id="j"))  # not implemented
+    assert error.code == Code.INTERNAL and "UNIMPLEMENTED" in error.message
+    assert not rpc.retryable(error)
+
+
+def test_a_closed_port_could_not_connect_and_nothing_was_sent() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    error = _call(address, "GetJob", pb.GetJobRequest(job_id="j"))
+    assert isinstance(error, CouldNotConnect) and error.code == Code.UNAVAILABLE
+    assert error.address == address and "nothing was sent" in error.message
+    assert rpc.retryable(error)
+
+
+@pytest.mark.parametrize("code", list(Code))
+def test_every_code_has_a_grpc_status(code: Code) -> None:
+    assert rpc.status_code(code).name == code.value
