@@ -25,6 +25,7 @@ from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state import fsm, placement
 from raftsched.state.model import TERMINAL_JOB_STATES, State
+from raftsched.state.results import AssignResult, Result
 
 
 def layered_dag(tasks: int, width: int, seed: int) -> list[Any]:
@@ -67,7 +68,7 @@ class Runner:
         self.plan_s = 0.0
         self.entries = 0
 
-    def apply(self, cmd: c.Command) -> Any:
+    def apply(self, cmd: c.Command) -> Result:
         entry = c.encode(cmd)
         t0 = time.perf_counter()
         c.decode(entry)
@@ -97,15 +98,16 @@ class Runner:
             self.plan_s += time.perf_counter() - t0
             assert items, "nothing placeable but the job is not done"
             result = self.apply(c.AssignBatch(self.now, items))
+            assert isinstance(result, AssignResult), result
             by_cluster: dict[str, list[tuple[str, str, int]]] = {}
-            for job_ref, task_ref, cluster, fence in result["assigned"]:
-                by_cluster.setdefault(cluster, []).append((job_ref, task_ref, fence))
+            for p, fence in result.assigned:
+                by_cluster.setdefault(p.cluster_id, []).append((p.job_id, p.task_id, fence))
             for kind in (c.ReportKind.STARTED, c.ReportKind.FINISHED):
                 for cluster, attempts in by_cluster.items():
                     reports = tuple(c.Report(kind, j, t, f, 0 if kind == c.ReportKind.FINISHED
                                              else None) for j, t, f in attempts)
                     self.apply(c.ReportBatch(cluster, self.now, self.now, reports))
-            done += len(result["assigned"])
+            done += len(result.assigned)
         return done
 
 

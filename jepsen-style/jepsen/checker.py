@@ -9,7 +9,7 @@ What it reads (see `jepsen.history` for the history schema):
 - `replicas/<name>/applied.log` of every replica: entries at one index must be byte-identical
   within a file and across replicas (log_agreement). Their union by index is replayed through the
   pure FSM from an empty state, fed to `raftsched.audit.LogAuditor` (fences, DAG order, retry
-  budgets, accepted reports, capacity, idempotency keys, `fsm.check_invariants`).
+  budgets, accepted reports, capacity, idempotency keys, `invariants.check_invariants`).
   pysyncobj's own entries (its initial entry, each new leader's no-op, membership changes) take
   Raft indices but never reach our apply, so no replica records them: a run of at most
   `MAX_UNRECORDED_RUN` unrecorded indices is read as such and skipped; a longer one (or one before
@@ -51,8 +51,8 @@ from typing import Any
 from raftsched.eventlog import Event, read_events
 from raftsched.protocol import task_key
 from raftsched.replica.applied_log import AppliedLog, read_applied_log
-from raftsched.spec.job import TaskSpec
-from raftsched.state import fsm
+from raftsched.spec.job import FailurePolicy, TaskSpec, runs_when_upstream_done
+from raftsched.state import fsm, snapshot
 from raftsched.state.audit import MAX_VIOLATIONS_PER_CHECK, LogAuditor, TaskKey, Violation
 from raftsched.state.commands import CommandError, Tag, decode
 from raftsched.state.model import (
@@ -505,7 +505,7 @@ def _digest_points(replicas: list[_Replica], found: _Findings) -> dict[int, list
 
 def _compare_digests(index: int, replicas: list[_Replica], state: State,
                      found: _Findings) -> None:
-    digest = fsm.digest_state(state)
+    digest = snapshot.digest(state)
     for replica in replicas:
         found.count("replica_digest")
         if replica.final["state_digest"] != digest:
@@ -829,7 +829,7 @@ class _LedgerCheck:
             return
         self._dag(entry)
 
-    def _task_spec(self, job_id: str, task_id: str) -> tuple[TaskSpec, str] | None:
+    def _task_spec(self, job_id: str, task_id: str) -> tuple[TaskSpec, FailurePolicy] | None:
         created = self.run.auditor.created.get(job_id)
         if created is None:
             return None
@@ -846,7 +846,7 @@ class _LedgerCheck:
             return
         task, policy = spec
         found.count("ledger_dag_order")
-        if task.trigger == "all_done" and policy == "continue":
+        if runs_when_upstream_done(policy, task.trigger):
             return
         missing = [d for d in task.depends_on if not self.succeeded.get((entry.job_id, d))]
         if missing:

@@ -34,12 +34,13 @@ from raftsched.replica.leader import Leader
 from raftsched.state import commands as c
 from raftsched.state import fsm
 from raftsched.state.model import AttemptState, Job, State, Task
+from raftsched.state.results import ClusterRegistered, ReportResult, Result
 
 PROPOSE_TIMEOUT_S = 5.0
 assert limits.MAX_DELIVERIES_PER_HEARTBEAT <= limits.MAX_BATCH_ITEMS
 
 
-def propose(node: Any, leader: Leader, command: c.Command) -> Any:
+def propose(node: Any, leader: Leader, command: c.Command) -> Result:
     """Commit `command` as the leader; its Applied result, or RaftschedError."""
     if not leader.leading():
         raise RaftschedError(Code.UNAVAILABLE, "not the leader")
@@ -50,7 +51,8 @@ def propose(node: Any, leader: Leader, command: c.Command) -> Any:
     if isinstance(outcome, fsm.Rejected):
         raise RaftschedError(outcome.code, outcome.reason)
     leader.wake()
-    return outcome.result
+    result: Result = outcome.result
+    return result
 
 
 class AgentGateway:
@@ -72,8 +74,9 @@ class AgentGateway:
             registration.cluster_id, registration.incarnation, registration.capabilities,
             capacity.cpu_milli, capacity.memory_mb, capacity.gpu, self.clock.now_ms(),
             registration.known))
+        assert isinstance(result, ClusterRegistered), result
         self.leader.registered(registration.cluster_id, registration.incarnation)
-        return Registered(self.node.term(), "", int(result["lost"]), int(result["kills"]))
+        return Registered(self.node.term(), "", result.lost, result.kills)
 
     def heartbeat(self, beat: Beat, active: Callable[[], bool] = lambda: True) -> Directives:
         """Record the heartbeat, then answer with what is due for this agent; with
@@ -106,11 +109,12 @@ class AgentGateway:
         the freed room at once instead of at the agent's next heartbeat."""
         result = propose(self.node, self.leader, c.ReportBatch(
             cluster_id, self.clock.now_ms(), self.rng.getrandbits(64), tuple(reports)))
+        assert isinstance(result, ReportResult), result
         if observed is not None:
             self.leader.heartbeat(cluster_id, incarnation, observed.seq,
                                   observed.free.as_tuple())
-        verdicts = tuple(Verdict(fence, verdict, report.kind) for (_, _, fence, verdict), report
-                         in zip(result["items"], reports, strict=True))
+        verdicts = tuple(Verdict(report.fence, verdict, report.kind)
+                         for report, verdict in zip(reports, result.verdicts, strict=True))
         return Reported(self.node.term(), verdicts)
 
 

@@ -28,6 +28,7 @@ from raftsched.eventlog import EventLogger
 from raftsched.state import commands as c
 from raftsched.state import fsm, placement
 from raftsched.state.model import State
+from raftsched.state.results import AssignResult, BarrierResult
 
 log = EventLogger("raftsched.leader")
 
@@ -209,7 +210,7 @@ class Leader:
         barrier = c.Barrier(nonce, self._clock.now_ms(), self._config.raft_address,
                             self._config.grpc_address)
         outcome = self._node.propose(c.encode(barrier), PROPOSE_TIMEOUT_S)
-        if not (isinstance(outcome, fsm.Applied) and outcome.result == {"nonce": nonce}):
+        if not (isinstance(outcome, fsm.Applied) and outcome.result == BarrierResult(nonce)):
             return
         now = self._clock.monotonic_s()
         clusters = self._node.read(lambda s: list(s.clusters))
@@ -239,12 +240,11 @@ class Leader:
         self._idle_version = None
         outcome = self._node.propose(
             c.encode(c.AssignBatch(self._clock.now_ms(), tuple(items))), PROPOSE_TIMEOUT_S)
-        if isinstance(outcome, fsm.Applied):
-            result = outcome.result
-            log.debug("assigned", count=len(result["assigned"]), dropped=len(result["dropped"]),
+        if isinstance(outcome, fsm.Applied) and isinstance(result := outcome.result, AssignResult):
+            log.debug("assigned", count=len(result.assigned), dropped=len(result.dropped),
                       plan_ms=round((planned_s - started_s) * 1000, 2),
                       commit_ms=round((self._clock.monotonic_s() - planned_s) * 1000, 2))
-            if result["assigned"]:
+            if result.assigned:
                 self._wake.set()  # more may be placeable
 
     def _tick_if_due(self) -> None:

@@ -31,6 +31,7 @@ from raftsched.spec.job import SpecError, parse_spec_text, validate_job_doc
 from raftsched.spec.wire import to_wire
 from raftsched.state import commands as c
 from raftsched.state.model import TERMINAL_JOB_STATES, State
+from raftsched.state.results import JobCancelled, JobSubmitted, Result
 
 log = EventLogger("raftsched.service")
 
@@ -110,7 +111,7 @@ class Context:
         except RaftschedError as error:
             self.abort(context, error)
 
-    def propose(self, context: grpc.ServicerContext, command: c.Command) -> Any:
+    def propose(self, context: grpc.ServicerContext, command: c.Command) -> Result:
         """Commit `command`; the Applied result, or abort with the matching status."""
         try:
             return propose(self.node, self.leader, command)
@@ -135,9 +136,10 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
                  f"{self.ctx.rng.getrandbits(32):08x}"
         result = self.ctx.propose(context, c.JobSubmit(job_id, to_wire(spec),
                                                        self.ctx.clock.now_ms()))
-        log.info("job_submitted", job=result["job_id"], created=result["created"],
+        assert isinstance(result, JobSubmitted), result
+        log.info("job_submitted", job=result.job_id, created=result.created,
                  tasks=len(spec.tasks))
-        return pb.SubmitJobResponse(job_id=result["job_id"], created=result["created"])
+        return pb.SubmitJobResponse(job_id=result.job_id, created=result.created)
 
     def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         message, index = self.ctx.current_read_indexed(
@@ -154,7 +156,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
     def CancelJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         result = self.ctx.propose(context, c.JobCancel(request.job_id, self.ctx.clock.now_ms(),
                                                        request.reason[:limits.MAX_REASON_CHARS]))
-        return pb.CancelJobResponse(cancelled=result["cancelled"], changed=result["changed"])
+        assert isinstance(result, JobCancelled), result
+        return pb.CancelJobResponse(cancelled=result.cancelled, changed=result.changed)
 
     def GetTaskHistory(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self.ctx.current_read(

@@ -9,7 +9,7 @@ from typing import Any
 from raftsched import limits
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.errors import Code, RaftschedError
-from raftsched.state import fsm
+from raftsched.state import feasibility
 from raftsched.state.model import Cluster, Job, State, Task, TaskState
 
 
@@ -103,9 +103,9 @@ def explain_task(state: State, job_id: str, task_id: str) -> Any:
     job, task = task_of(state, job_id, task_id)
     verdicts = []
     for cluster in sorted(state.clusters.values(), key=lambda c: c.id):
-        problem = fsm.placement_problem(cluster, task.spec)
-        verdicts.append(pb.ClusterVerdict(cluster=cluster.id, eligible=problem is None,
-                                          reason=problem or ""))
+        infeasible = feasibility.explain_committed(task.spec, cluster)
+        verdicts.append(pb.ClusterVerdict(cluster=cluster.id, eligible=infeasible is None,
+                                          reason="" if infeasible is None else infeasible.detail))
     return pb.ExplainTaskResponse(state=task.state.name, summary=_summary(state, job, task),
                                   clusters=verdicts)
 
@@ -120,7 +120,7 @@ def _summary(state: State, job: Job, task: Task) -> str:
         if not state.clusters:
             return "runnable; no cluster is registered"
         fits = [c.id for c in state.clusters.values()
-                if fsm.placement_problem(c, task.spec) is None]
+                if feasibility.unfit_committed(task.spec, c) is None]
         if fits:
             return f"runnable; fits now on {', '.join(sorted(fits))} — placement is imminent"
         return "runnable; no cluster can take it now (see the reasons per cluster)"

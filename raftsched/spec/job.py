@@ -18,6 +18,7 @@ Choices worth knowing:
 from __future__ import annotations
 
 import difflib
+import enum
 import hashlib
 import json
 import math
@@ -36,21 +37,19 @@ from raftsched.spec.dag import check_graph
 from raftsched.spec.issue import SpecIssue, show
 
 __all__ = [
-    "FAILURE_POLICIES",
-    "ON_LOST_CHOICES",
-    "TRIGGERS",
+    "FailurePolicy",
     "JobSpec",
+    "OnLost",
     "RetryPolicy",
     "SpecError",
     "SpecIssue",
     "TaskSpec",
+    "Trigger",
     "parse_spec_text",
+    "runs_when_upstream_done",
     "validate_job_doc",
 ]
 
-FAILURE_POLICIES: Final = ("fail_fast", "skip_downstream", "continue")
-ON_LOST_CHOICES: Final = ("replace", "wait")
-TRIGGERS: Final = ("all_success", "all_done")
 RESERVED_ENV_PREFIX: Final = "RAFTSCHED_"
 
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -72,6 +71,7 @@ _EXIT_CODE_MIN: Final = -255
 _EXIT_CODE_MAX: Final = 255
 
 _T = TypeVar("_T")
+_E = TypeVar("_E", bound=enum.StrEnum)
 
 
 class _Missing:
@@ -82,6 +82,45 @@ _MISSING: Final = _Missing()
 
 
 # --- the validated spec ---------------------------------------------------------------------------
+
+
+class FailurePolicy(enum.StrEnum):
+    """What a job does when one of its tasks fails for good (DESIGN.md §2)."""
+
+    FAIL_FAST = "fail_fast"
+    """Cancel every open task of the job."""
+    SKIP_DOWNSTREAM = "skip_downstream"
+    """Dependents become SKIPPED; independent branches go on (the default)."""
+    CONTINUE = "continue"
+    """Like skip_downstream, except that `trigger: all_done` tasks run anyway."""
+
+
+class OnLost(enum.StrEnum):
+    """What happens to a task's attempt when its cluster is lost."""
+
+    REPLACE = "replace"
+    """The attempt becomes LOST and the task gets a new attempt (a new fence) elsewhere."""
+    WAIT = "wait"
+    """Never run twice: wait for the cluster to come back or an operator to mark it lost."""
+
+
+class Trigger(enum.StrEnum):
+    """When a task's upstream tasks let it run."""
+
+    ALL_SUCCESS = "all_success"
+    ALL_DONE = "all_done"
+    """Every upstream task is terminal, whatever its outcome (under `failure_policy: continue`)."""
+
+
+def runs_when_upstream_done(policy: FailurePolicy, trigger: Trigger) -> bool:
+    """Whether a task becomes runnable once its upstream tasks are terminal, whatever their
+    outcome (`trigger: all_done` in a `failure_policy: continue` job), rather than only once
+    they all succeeded."""
+    return trigger == Trigger.ALL_DONE and policy == FailurePolicy.CONTINUE
+
+
+# The spec holds enum members; every serialized form (the document, the wire form, snapshots,
+# the digest) holds their plain string values, so those bytes do not depend on the enums.
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,8 +161,8 @@ class TaskSpec:
     depends_on: tuple[str, ...]
     retry: RetryPolicy
     timeout_ms: int | None
-    on_lost: str
-    trigger: str
+    on_lost: OnLost
+    trigger: Trigger
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -143,8 +182,8 @@ class TaskSpec:
         }
         if self.timeout_ms is not None:
             doc["timeout_s"] = self.timeout_ms / 1000
-        doc["on_lost"] = self.on_lost
-        doc["trigger"] = self.trigger
+        doc["on_lost"] = self.on_lost.value
+        doc["trigger"] = self.trigger.value
         return doc
 
 
@@ -155,7 +194,7 @@ class JobSpec:
     name: str
     tenant: str
     priority: int
-    failure_policy: str
+    failure_policy: FailurePolicy
     idempotency_key: str | None
     tasks: tuple[TaskSpec, ...]
 
@@ -168,7 +207,7 @@ class JobSpec:
             "name": self.name,
             "tenant": self.tenant,
             "priority": self.priority,
-            "failure_policy": self.failure_policy,
+            "failure_policy": self.failure_policy.value,
             "idempotency_key": self.idempotency_key,
             "tasks": [task.to_doc() for task in self.tasks],
         }
@@ -203,7 +242,7 @@ def validate_job_doc(doc: object) -> JobSpec:
     tenant = _identifier(scope, "tenant", limits.DEFAULT_TENANT)
     priority = _integer(scope, "priority", limits.PRIORITY_MIN, limits.PRIORITY_MAX,
                         limits.DEFAULT_PRIORITY)
-    policy = _choice(scope, "failure_policy", FAILURE_POLICIES, "skip_downstream")
+    policy = _choice(scope, "failure_policy", FailurePolicy, FailurePolicy.SKIP_DOWNSTREAM)
     key = _idempotency_key(scope)
     tasks = _tasks(scope)
     if scope.sink.issues:
@@ -443,13 +482,16 @@ def _text_problem(value: str) -> str | None:
 # --- typed field readers: each reports its own issues and returns None on error -----------------
 
 
-def _choice(scope: _Scope, key: str, choices: tuple[str, ...], default: str) -> str | None:
+def _choice(scope: _Scope, key: str, choices: type[_E], default: _E) -> _E | None:
+    """The enum member whose value the field holds (`default` when absent)."""
     value = scope.get(key)
     if value is _MISSING:
         return default
-    if isinstance(value, str) and value in choices:
-        return value
-    names = ", ".join(repr(choice) for choice in choices)
+    if isinstance(value, str):
+        for choice in choices:
+            if choice.value == value:
+                return choice
+    names = ", ".join(repr(choice.value) for choice in choices)
     scope.fail(key, f"must be one of {names}, got {show(value)}")
     return None
 
@@ -634,8 +676,8 @@ def _task_spec(scope: _Scope, task_id: str | None, deps: tuple[str, ...]) -> Tas
     cluster = _identifier(scope, "cluster", None)
     retry = _retry(scope)
     timeout_ms = _milliseconds(scope, "timeout_s", _timeout_s(scope))
-    on_lost = _choice(scope, "on_lost", ON_LOST_CHOICES, "replace")
-    trigger = _choice(scope, "trigger", TRIGGERS, "all_success")
+    on_lost = _choice(scope, "on_lost", OnLost, OnLost.REPLACE)
+    trigger = _choice(scope, "trigger", Trigger, Trigger.ALL_SUCCESS)
     if len(scope.sink.issues) > before or task_id is None:
         return None
     return TaskSpec(

@@ -19,24 +19,25 @@ are shared within a job, and equal retry policies are one object: memory per tas
 
 from __future__ import annotations
 
+import enum
 import itertools
 import math
-from typing import Any
+from typing import Any, TypeVar
 
 from raftsched import limits
 from raftsched.spec.dag import check_graph
 from raftsched.spec.job import (
     _ENV_NAME,
     _ID,
-    FAILURE_POLICIES,
-    ON_LOST_CHOICES,
     RESERVED_ENV_PREFIX,
-    TRIGGERS,
+    FailurePolicy,
     JobSpec,
+    OnLost,
     RetryPolicy,
     SpecError,
     SpecIssue,
     TaskSpec,
+    Trigger,
     validate_job_doc,
 )
 
@@ -47,6 +48,11 @@ _RETRY_FIELDS = 6
 _EXIT_CODE_MIN, _EXIT_CODE_MAX = -255, 255
 _SHARED_STRING_CHARS = 64
 """Arguments up to this long are shared between the tasks of a job when equal."""
+_E = TypeVar("_E", bound=enum.StrEnum)
+_FAILURE_POLICIES = {member.value: member for member in FailurePolicy}
+_ON_LOST = {member.value: member for member in OnLost}
+_TRIGGERS = {member.value: member for member in Trigger}
+"""Wire value -> enum member (the wire form and snapshots hold the plain strings)."""
 
 
 # --- JobSpec <-> wire ---------------------------------------------------------------------------
@@ -60,7 +66,7 @@ def to_wire(spec: JobSpec) -> list[Any]:
          list(r.non_retryable_exit_codes)]
         for r in table
     ]
-    return [WIRE_VERSION, spec.name, spec.tenant, spec.priority, spec.failure_policy,
+    return [WIRE_VERSION, spec.name, spec.tenant, spec.priority, spec.failure_policy.value,
             spec.idempotency_key, retries, tasks]
 
 
@@ -68,7 +74,7 @@ def _task_to_wire(t: TaskSpec, retry_index: int) -> list[Any]:
     return [
         t.id, list(t.command), [list(pair) for pair in t.env], t.cwd, t.cpu_milli, t.memory_mb,
         t.gpu, list(t.requires), t.cluster, list(t.depends_on), retry_index, t.timeout_ms,
-        t.on_lost, t.trigger,
+        t.on_lost.value, t.trigger.value,
     ]
 
 
@@ -139,6 +145,15 @@ def _need(condition: bool) -> None:
         raise _Refused
 
 
+def _member(members: dict[str, _E], value: Any) -> _E:
+    """The enum member a wire string stands for (an unhashable value raises TypeError, which
+    sends the spec to the full validator like any other refusal)."""
+    member = members.get(value)
+    if member is None:
+        raise _Refused
+    return member
+
+
 def _is_id(value: Any) -> bool:
     return (type(value) is str and len(value) <= limits.MAX_ID_CHARS
             and _ID.fullmatch(value) is not None)
@@ -182,7 +197,7 @@ class _Reader:
         _, name, tenant, priority, policy, key, retries, tasks = wire
         _need(type(name) is str and 0 < len(name) <= limits.MAX_NAME_CHARS and name.isprintable())
         _need(_is_id(tenant) and _is_int(priority, limits.PRIORITY_MIN, limits.PRIORITY_MAX))
-        _need(policy in FAILURE_POLICIES)
+        policy = _member(_FAILURE_POLICIES, policy)
         _need(key is None or (type(key) is str and key.isprintable()
                               and 0 < len(key) <= limits.MAX_IDEMPOTENCY_KEY_CHARS))
         _need(type(retries) is list and 0 < len(retries) <= limits.MAX_TASKS_PER_JOB)
@@ -202,7 +217,7 @@ class _Reader:
         _need(_is_int(cpu_milli, 1, limits.MAX_CPU_MILLI)
               and _is_int(memory_mb, 0, limits.MAX_MEMORY_MB) and _is_int(gpu, 0, limits.MAX_GPU))
         _need(timeout_ms is None or _is_int(timeout_ms, 1, limits.MAX_TIMEOUT_S * 1000))
-        _need(on_lost in ON_LOST_CHOICES and trigger in TRIGGERS)
+        on_lost, trigger = _member(_ON_LOST, on_lost), _member(_TRIGGERS, trigger)
         _need(type(retry_index) is int and 0 <= retry_index < len(self.retries))
         return TaskSpec(
             self.share(task_id), self.command(command), _env(env), cwd, cpu_milli, memory_mb,

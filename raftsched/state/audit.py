@@ -5,7 +5,8 @@ order, with the state right after the entry was applied (the caller replays the 
 pure FSM; the seeded simulation feeds its oracle replica). It never asserts: each broken property
 becomes a `Violation`, so the jepsen-style checker can report every one and a simulation can
 assert there are none. Per-entry cost is O(entry size) (O(in-degree) per assigned task); the
-O(state) `fsm.check_invariants` runs every `INVARIANTS_EVERY_ENTRIES` entries and at `finish`.
+O(state) `invariants.check_invariants` runs every `INVARIANTS_EVERY_ENTRIES` entries and at
+`finish`.
 
 The state *after* an entry is enough for every check here: an ASSIGN_BATCH changes only the
 tasks it assigns (whose upstreams must already be terminal, so their states are what the apply
@@ -31,20 +32,19 @@ Checks (the names in `Violation.check` and `LogAuditor.checks`):
   that shrank capacity may leave a cluster `overcommitted`; no assignment may then land on it).
 - idempotency_key_unique: a (tenant, idempotency key) creates one job, unless the first job's key
   record can have gone (its TTL passed, the job was forgotten, or the key table was full).
-- fsm_invariants: `fsm.check_invariants` holds.
+- fsm_invariants: `invariants.check_invariants` holds.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from raftsched import limits
 from raftsched.protocol import ReportVerdict
-from raftsched.spec.job import JobSpec
+from raftsched.spec.job import JobSpec, runs_when_upstream_done
 from raftsched.state import commands as c
-from raftsched.state import fsm
+from raftsched.state import fsm, invariants
 from raftsched.state.model import (
     LIVE_ATTEMPT_STATES,
     TERMINAL_TASK_STATES,
@@ -55,9 +55,10 @@ from raftsched.state.model import (
     Task,
     TaskState,
 )
+from raftsched.state.results import AssignResult, JobSubmitted, ReportResult
 
 INVARIANTS_EVERY_ENTRIES = 1_000
-"""Entries between two O(state) `fsm.check_invariants` runs (and one at `finish`)."""
+"""Entries between two O(state) `invariants.check_invariants` runs (and one at `finish`)."""
 MAX_VIOLATIONS_PER_CHECK = 1_000
 """Violations kept per check; past it they are only counted (`LogAuditor.suppressed`)."""
 
@@ -141,14 +142,14 @@ class LogAuditor:
         """One applied entry, `state` as it is right after the apply."""
         self.entries += 1
         if isinstance(outcome, fsm.Applied):
-            match command:
-                case c.AssignBatch():
-                    self._assign_batch(index, outcome.result, state)
-                case c.ReportBatch():
-                    self._report_batch(index, command, outcome.result, state)
-                case c.JobSubmit():
-                    self._job_submit(index, outcome.result, state)
-                case c.ClusterRegister():
+            match command, outcome.result:
+                case c.AssignBatch(), AssignResult() as result:
+                    self._assign_batch(index, result, state)
+                case c.ReportBatch(), ReportResult() as result:
+                    self._report_batch(index, command, result, state)
+                case c.JobSubmit(), JobSubmitted() as result:
+                    self._job_submit(index, result, state)
+                case c.ClusterRegister(), _:
                     self._capacity(index, state, (command.cluster_id,), assigning=False)
         if self.invariants_every and self.entries % self.invariants_every == 0:
             self.check_invariants(index, state)
@@ -160,7 +161,7 @@ class LogAuditor:
     def check_invariants(self, index: int, state: State) -> None:
         self._count("fsm_invariants")
         try:
-            fsm.check_invariants(state)
+            invariants.check_invariants(state)
         except AssertionError as error:
             detail = str(error) or repr(error)
             self._violate("fsm_invariants", f"after log index {index}: {detail}", (index,))
@@ -181,9 +182,10 @@ class LogAuditor:
 
     # -- assignments ------------------------------------------------------------------------------
 
-    def _assign_batch(self, index: int, result: Any, state: State) -> None:
+    def _assign_batch(self, index: int, result: AssignResult, state: State) -> None:
         touched: dict[str, None] = {}
-        for job_id, task_id, cluster_id, fence in result["assigned"]:
+        for placement, fence in result.assigned:
+            job_id, task_id, cluster_id = placement.job_id, placement.task_id, placement.cluster_id
             touched[cluster_id] = None
             self._fence(index, job_id, task_id, cluster_id, fence)
             job = state.jobs.get(job_id)
@@ -224,7 +226,7 @@ class LogAuditor:
 
     def _upstream(self, index: int, job: Job, task: Task, fence: int) -> None:
         self._count("dag_order")
-        all_done = task.spec.trigger == "all_done" and job.spec.failure_policy == "continue"
+        all_done = runs_when_upstream_done(job.spec.failure_policy, task.spec.trigger)
         for dep_id in task.spec.depends_on:
             dep = job.tasks[job.index_of[dep_id]]
             done = dep.state in TERMINAL_TASK_STATES if all_done \
@@ -305,16 +307,15 @@ class LogAuditor:
 
     # -- reports ----------------------------------------------------------------------------------
 
-    def _report_batch(self, index: int, command: c.ReportBatch, result: Any,
+    def _report_batch(self, index: int, command: c.ReportBatch, result: ReportResult,
                       state: State) -> None:
-        for report, (job_id, task_id, fence, verdict) in zip(
-                command.items, result["items"], strict=True):
+        for report, verdict in zip(command.items, result.verdicts, strict=True):
             if verdict != ReportVerdict.ACCEPTED:
                 continue
             self._accepted(index, command.cluster_id, report, state)
             if report.kind == c.ReportKind.FINISHED and report.exit_code == 0 \
                     and not report.timed_out:
-                self._success(index, job_id, task_id, fence, state)
+                self._success(index, report.job_id, report.task_id, report.fence, state)
 
     def _accepted(self, index: int, cluster_id: str, report: c.Report, state: State) -> None:
         self._count("report_fence_current")
@@ -357,10 +358,10 @@ class LogAuditor:
 
     # -- submissions ------------------------------------------------------------------------------
 
-    def _job_submit(self, index: int, result: Any, state: State) -> None:
-        if not result["created"]:
+    def _job_submit(self, index: int, result: JobSubmitted, state: State) -> None:
+        if not result.created:
             return
-        job_id = result["job_id"]
+        job_id = result.job_id
         job = state.jobs.get(job_id)
         if job is None:
             return  # forgotten by the same entry: impossible for a job just created

@@ -307,8 +307,10 @@ def _is_u64(value: Any) -> bool:
 
 def _decode_placement(value: Any) -> Placement:
     # Fast path: batches carry thousands of items. The checked path below finds the message.
-    if type(value) is list and len(value) == 3 and all(_is_id(v) for v in value):
-        return Placement(value[0], value[1], value[2])
+    if type(value) is list and len(value) == 3:
+        job_id, task_id, cluster_id = value
+        if _is_id(job_id) and _is_id(task_id) and _is_id(cluster_id):
+            return Placement(job_id, task_id, cluster_id)
     job_id, task_id, cluster_id = _fields(value, 3, "ASSIGN_BATCH.items[]")
     return Placement(
         _str(job_id, "job_id"), _str(task_id, "task_id"), _str(cluster_id, "cluster_id")
@@ -317,9 +319,7 @@ def _decode_placement(value: Any) -> Placement:
 
 def _decode_assign(p: Any) -> AssignBatch:
     now_ms, items = _fields(p, 2, "ASSIGN_BATCH")
-    placements = tuple(
-        _decode_placement(i) for i in _list(items, "items", limits.MAX_BATCH_ITEMS)
-    )
+    placements = tuple(map(_decode_placement, _list(items, "items", limits.MAX_BATCH_ITEMS)))
     return AssignBatch(_int(now_ms, "now_ms"), placements)
 
 
@@ -352,7 +352,7 @@ def _decode_report(value: Any) -> Report:
 
 def _decode_reports(p: Any) -> ReportBatch:
     cid, now_ms, entropy, items = _fields(p, 4, "REPORT_BATCH")
-    reports = tuple(_decode_report(i) for i in _list(items, "items", limits.MAX_BATCH_ITEMS))
+    reports = tuple(map(_decode_report, _list(items, "items", limits.MAX_BATCH_ITEMS)))
     return ReportBatch(_str(cid, "cluster_id"), _int(now_ms, "now_ms"),
                        _int(entropy, "entropy"), reports)
 

@@ -7,23 +7,22 @@ fed the same log reach byte-identical snapshots (`snapshot.dump`).
 One `apply_<command>` handler per command tag. Handlers return `Applied` or `Rejected`; they raise
 only for bugs (assertions). Every event costs O(out-degree of the task it touches); nothing scans
 a job or the state, except the operations whose inherent cost is the job (cancel, fail_fast) and
-`check_invariants`, which tests and simulations run after each apply.
+`invariants.check_invariants`, which tests and simulations run after each apply.
 """
 
 from __future__ import annotations
 
-import hashlib
 import heapq
-import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Generic, TypeVar
 
 from raftsched import limits
 from raftsched.errors import Code
 from raftsched.protocol import ReportVerdict
-from raftsched.spec.job import JobSpec, SpecError, TaskSpec
+from raftsched.spec.job import FailurePolicy, JobSpec, OnLost, SpecError, Trigger
 from raftsched.spec.wire import validate_wire
+from raftsched.state import feasibility
 from raftsched.state.commands import (
     AssignBatch,
     AttemptMarkLost,
@@ -42,6 +41,7 @@ from raftsched.state.commands import (
     Tick,
     decode,
 )
+from raftsched.state.feasibility import Unfit, unfit_committed
 from raftsched.state.model import (
     LIVE_ATTEMPT_STATES,
     TERMINAL_JOB_STATES,
@@ -58,6 +58,21 @@ from raftsched.state.model import (
     Task,
     TaskState,
     TimerKind,
+)
+from raftsched.state.results import (
+    Assigned,
+    AssignResult,
+    BarrierResult,
+    ClusterRegistered,
+    ClusterStatusChanged,
+    Dropped,
+    DropReason,
+    JobCancelled,
+    JobSubmitted,
+    MarkedLost,
+    ReportResult,
+    Result,
+    TickResult,
 )
 
 # Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
@@ -76,9 +91,15 @@ _A_RUNNING = AttemptState.RUNNING
 # --- outcomes -----------------------------------------------------------------------------------
 
 
+R = TypeVar("R", covariant=True)
+
+
 @dataclass(frozen=True, slots=True)
-class Applied:
-    result: Any = None
+class Applied(Generic[R]):
+    """The command took effect (possibly as a no-op, e.g. a repeated cancel); `result` is the
+    command's own result type (`state/results.py`)."""
+
+    result: R
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +108,7 @@ class Rejected:
     reason: str
 
 
-Outcome = Applied | Rejected
+Outcome = Applied[Result] | Rejected
 
 
 def apply(state: State, entry: bytes) -> Outcome:
@@ -123,18 +144,18 @@ def apply_command(state: State, cmd: Command) -> Outcome:
     raise AssertionError(f"unhandled command {cmd!r}")
 
 
-def apply_barrier(state: State, cmd: Barrier) -> Outcome:
+def apply_barrier(state: State, cmd: Barrier) -> Applied[BarrierResult]:
     if cmd.raft_address and cmd.grpc_address:
         known = state.replica_addresses
         if cmd.raft_address in known or len(known) < limits.MAX_REPLICAS:
             known[cmd.raft_address] = cmd.grpc_address
-    return Applied({"nonce": cmd.nonce})
+    return Applied(BarrierResult(cmd.nonce))
 
 
 # --- job submit ---------------------------------------------------------------------------------
 
 
-def apply_job_submit(state: State, cmd: JobSubmit) -> Outcome:
+def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Rejected:
     try:
         spec = validate_wire(cmd.spec)
     except SpecError as exc:
@@ -150,14 +171,14 @@ def apply_job_submit(state: State, cmd: JobSubmit) -> Outcome:
                     f"idempotency key {spec.idempotency_key!r} of tenant {spec.tenant!r} was used "
                     f"for job {record.job_id} with a different spec",
                 )
-            return Applied({"job_id": record.job_id, "created": False})
+            return Applied(JobSubmitted(record.job_id, created=False))
     refusal = _check_submit_bounds(state, cmd.job_id, spec)
     if refusal is not None:
         return refusal
     job = _create_job(state, cmd.job_id, spec, digest, cmd.now_ms)
     if spec.idempotency_key is not None:
         _remember_key(state, spec.tenant, spec.idempotency_key, job.id, digest)
-    return Applied({"job_id": job.id, "created": True})
+    return Applied(JobSubmitted(job.id, created=True))
 
 
 def _check_submit_bounds(state: State, job_id: str, spec: JobSpec) -> Rejected | None:
@@ -222,18 +243,18 @@ def _expire_oldest_key(state: State) -> None:
 # --- job cancel ---------------------------------------------------------------------------------
 
 
-def apply_job_cancel(state: State, cmd: JobCancel) -> Outcome:
+def apply_job_cancel(state: State, cmd: JobCancel) -> Applied[JobCancelled] | Rejected:
     job = state.jobs.get(cmd.job_id)
     if job is None:
         return Rejected(Code.NOT_FOUND, f"job {cmd.job_id} not found")
     if job.state in TERMINAL_JOB_STATES:
         if job.state == JobState.CANCELLED:
-            return Applied({"job_id": job.id, "cancelled": 0, "changed": False})
+            return Applied(JobCancelled(job.id, cancelled=0, changed=False))
         return Rejected(Code.FAILED_PRECONDITION, f"job {job.id} is already {job.state.name}")
     job.cancel_requested = True
     job.reason = cmd.reason or "cancelled by request"
     cancelled = _cancel_open_tasks(state, job, f"job cancelled: {job.reason}")
-    return Applied({"job_id": job.id, "cancelled": cancelled, "changed": True})
+    return Applied(JobCancelled(job.id, cancelled=cancelled, changed=True))
 
 
 def _cancel_open_tasks(state: State, job: Job, reason: str) -> int:
@@ -253,7 +274,8 @@ def _cancel_open_tasks(state: State, job: Job, reason: str) -> int:
 # --- clusters -----------------------------------------------------------------------------------
 
 
-def apply_cluster_register(state: State, cmd: ClusterRegister) -> Outcome:
+def apply_cluster_register(state: State,
+                           cmd: ClusterRegister) -> Applied[ClusterRegistered] | Rejected:
     cluster = state.clusters.get(cmd.cluster_id)
     if cluster is None:
         if len(state.clusters) >= limits.MAX_CLUSTERS:
@@ -265,7 +287,7 @@ def apply_cluster_register(state: State, cmd: ClusterRegister) -> Outcome:
             status_since_ms=cmd.now_ms,
         )
         state.clusters[cluster.id] = cluster
-        return Applied({"cluster_id": cluster.id, "created": True, "lost": 0, "kills": 0})
+        return Applied(ClusterRegistered(cluster.id, created=True, lost=0, kills=0))
     if cmd.incarnation < cluster.incarnation:
         return Rejected(Code.FAILED_PRECONDITION,
                         f"cluster {cluster.id}: incarnation {cmd.incarnation} is older than "
@@ -277,7 +299,7 @@ def apply_cluster_register(state: State, cmd: ClusterRegister) -> Outcome:
         cluster.status, cluster.status_since_ms = ClusterStatus.READY, cmd.now_ms
     lost, kills = _reconcile(state, cluster, cmd)
     _refresh_overcommit(cluster)
-    return Applied({"cluster_id": cluster.id, "created": False, "lost": lost, "kills": kills})
+    return Applied(ClusterRegistered(cluster.id, created=False, lost=lost, kills=kills))
 
 
 def _reconcile(state: State, cluster: Cluster, cmd: ClusterRegister) -> tuple[int, int]:
@@ -308,20 +330,21 @@ def _reconcile(state: State, cluster: Cluster, cmd: ClusterRegister) -> tuple[in
 
 
 def _refresh_overcommit(cluster: Cluster) -> None:
-    cluster.overcommitted = not _fits(cluster, 0, 0, 0)
+    cluster.overcommitted = not feasibility.within_capacity(cluster)
 
 
-def apply_cluster_status(state: State, cmd: ClusterStatusChange) -> Outcome:
+def apply_cluster_status(state: State,
+                         cmd: ClusterStatusChange) -> Applied[ClusterStatusChanged] | Rejected:
     cluster = state.clusters.get(cmd.cluster_id)
     if cluster is None:
         return Rejected(Code.NOT_FOUND, f"cluster {cmd.cluster_id} not registered")
     if cluster.status == cmd.status:
-        return Applied({"cluster_id": cluster.id, "changed": False, "lost": 0})
+        return Applied(ClusterStatusChanged(cluster.id, changed=False, lost=0))
     cluster.status, cluster.status_since_ms = cmd.status, cmd.now_ms
     lost = 0
     if cmd.status == ClusterStatus.LOST:
         lost = _lose_cluster_attempts(state, cluster, cmd.reason or "cluster lost")
-    return Applied({"cluster_id": cluster.id, "changed": True, "lost": lost})
+    return Applied(ClusterStatusChanged(cluster.id, changed=True, lost=lost))
 
 
 def _lose_cluster_attempts(state: State, cluster: Cluster, reason: str) -> int:
@@ -331,7 +354,7 @@ def _lose_cluster_attempts(state: State, cluster: Cluster, reason: str) -> int:
     for _fence, (job_id, index) in sorted(cluster.live.items()):
         job = state.jobs[job_id]
         task = job.tasks[index]
-        if task.spec.on_lost != "replace":
+        if task.spec.on_lost != OnLost.REPLACE:
             continue
         attempt = task.current
         assert attempt is not None
@@ -344,44 +367,47 @@ def _lose_cluster_attempts(state: State, cluster: Cluster, reason: str) -> int:
 # --- assignment ---------------------------------------------------------------------------------
 
 
-def apply_assign_batch(state: State, cmd: AssignBatch) -> Outcome:
+def apply_assign_batch(state: State, cmd: AssignBatch) -> Applied[AssignResult]:
     """Re-validate every placement against the committed state (Nomad's plan applier): parts
     that no longer hold are dropped with a reason, the rest get fresh fences."""
-    assigned: list[tuple[str, str, str, int]] = []
-    dropped: list[tuple[str, str, str, str]] = []
+    assigned: list[Assigned] = []
+    dropped: list[Dropped] = []
     for placement in cmd.items:
-        problem = _assign_one(state, placement, cmd.now_ms)
-        if isinstance(problem, int):
-            assigned.append((placement.job_id, placement.task_id, placement.cluster_id, problem))
+        outcome = _assign_one(state, placement, cmd.now_ms)
+        if type(outcome) is int:
+            assigned.append((placement, outcome))
         else:
-            dropped.append((placement.job_id, placement.task_id, placement.cluster_id, problem))
-    return Applied({"assigned": assigned, "dropped": dropped})
+            assert isinstance(outcome, Dropped)
+            dropped.append(outcome)
+    return Applied(AssignResult(tuple(assigned), tuple(dropped)))
 
 
-def _assign_one(state: State, placement: Placement, now_ms: int) -> int | str:
+def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Dropped:
     """The new fence, or why the placement was dropped."""
     job = state.jobs.get(placement.job_id)
     if job is None:
-        return "job not found"
+        return _dropped(placement, DropReason.JOB_NOT_FOUND, "job not found")
     index = job.index_of.get(placement.task_id)
     if index is None:
-        return "task not found"
+        return _dropped(placement, DropReason.TASK_NOT_FOUND, "task not found")
     task = job.tasks[index]
     if task.state != _RUNNABLE:
-        return f"task is {task.state.name}, not RUNNABLE"
+        return _dropped(placement, DropReason.TASK_NOT_RUNNABLE,
+                        f"task is {task.state.name}, not RUNNABLE")
     cluster = state.clusters.get(placement.cluster_id)
     if cluster is None:
-        return "cluster not registered"
-    problem = placement_problem(cluster, task.spec)
-    if problem is not None:
-        return problem
+        return _dropped(placement, DropReason.CLUSTER_NOT_REGISTERED, "cluster not registered")
+    spec = task.spec
+    if unfit_committed(spec, cluster) is not None:
+        infeasible = feasibility.explain_committed(spec, cluster)
+        assert infeasible is not None
+        return _dropped(placement, infeasible.reason, infeasible.detail)
     state.fence += 1
     fence = state.fence
     attempt = Attempt(fence=fence, number=len(task.attempts) + 1, cluster_id=cluster.id,
                       state=_A_ASSIGNED, assigned_ms=now_ms)
     task.attempts.append(attempt)
     cluster.live[fence] = (job.id, index)
-    spec = task.spec
     cluster.reserved_cpu_milli += spec.cpu_milli
     cluster.reserved_memory_mb += spec.memory_mb
     cluster.reserved_gpu += spec.gpu
@@ -393,39 +419,21 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | str:
     return fence
 
 
-def placement_problem(cluster: Cluster, spec: TaskSpec) -> str | None:
-    """Why `spec` cannot be placed on `cluster` now, or None. Shared by apply and the planner."""
-    if cluster.status != ClusterStatus.READY:
-        return f"cluster {cluster.id} is {cluster.status.name}"
-    if spec.cluster is not None and spec.cluster != cluster.id:
-        return f"task is pinned to cluster {spec.cluster}"
-    if spec.requires and not cluster.capabilities.issuperset(spec.requires):
-        missing = sorted(set(spec.requires) - cluster.capabilities)
-        return f"cluster {cluster.id} lacks capabilities {missing}"
-    if not _fits(cluster, spec.cpu_milli, spec.memory_mb, spec.gpu):
-        return f"cluster {cluster.id} has no room"
-    return None
-
-
-def _fits(cluster: Cluster, cpu_milli: int, memory_mb: int, gpu: int) -> bool:
-    return (
-        cluster.reserved_cpu_milli + cpu_milli <= cluster.cpu_milli
-        and cluster.reserved_memory_mb + memory_mb <= cluster.memory_mb
-        and cluster.reserved_gpu + gpu <= cluster.gpu
-    )
+def _dropped(placement: Placement, reason: DropReason | Unfit, detail: str) -> Dropped:
+    return Dropped(placement, reason, detail)
 
 
 # --- reports from agents ------------------------------------------------------------------------
 
 
-def apply_report_batch(state: State, cmd: ReportBatch) -> Outcome:
+def apply_report_batch(state: State, cmd: ReportBatch) -> Applied[ReportResult]:
     """Each item's verdict: accepted, duplicate, late, or refused (not found / wrong cluster).
     Every verdict is final: the agent may drop the report from its outbox once committed."""
-    verdicts: list[tuple[str, str, int, ReportVerdict]] = []
-    for index, report in enumerate(cmd.items):
-        verdict = _report_one(state, cmd.cluster_id, report, cmd.now_ms, cmd.entropy + index)
-        verdicts.append((report.job_id, report.task_id, report.fence, verdict))
-    return Applied({"items": verdicts})
+    cluster_id, now_ms, entropy = cmd.cluster_id, cmd.now_ms, cmd.entropy
+    return Applied(ReportResult(tuple([
+        _report_one(state, cluster_id, report, now_ms, entropy + index)
+        for index, report in enumerate(cmd.items)
+    ])))
 
 
 def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entropy: int,
@@ -545,7 +553,7 @@ def _confirm_kill(state: State, cluster_id: str, report: Report) -> None:
 # --- operator: confirm an attempt dead ----------------------------------------------------------
 
 
-def apply_attempt_mark_lost(state: State, cmd: AttemptMarkLost) -> Outcome:
+def apply_attempt_mark_lost(state: State, cmd: AttemptMarkLost) -> Applied[MarkedLost] | Rejected:
     job = state.jobs.get(cmd.job_id)
     index = None if job is None else job.index_of.get(cmd.task_id)
     if job is None or index is None:
@@ -560,13 +568,13 @@ def apply_attempt_mark_lost(state: State, cmd: AttemptMarkLost) -> Outcome:
     _end_attempt(state, job, task, attempt, AttemptState.LOST,
                  cmd.reason or "confirmed dead by an operator", kill=True)
     _infra_failure(state, job, task, immediate=True, entropy=0)
-    return Applied({"job_id": job.id, "task_id": task.spec.id, "fence": cmd.fence})
+    return Applied(MarkedLost(job.id, task.spec.id, cmd.fence))
 
 
 # --- time ---------------------------------------------------------------------------------------
 
 
-def apply_tick(state: State, cmd: Tick) -> Outcome:
+def apply_tick(state: State, cmd: Tick) -> Applied[TickResult]:
     fired = 0
     timers = state.timers
     while timers and timers[0][0] <= state.now_ms and fired < limits.MAX_TIMER_EXPIRIES_PER_TICK:
@@ -575,7 +583,7 @@ def apply_tick(state: State, cmd: Tick) -> Outcome:
             fired += 1
     expired_keys = _expire_keys(state)
     forgotten = _expire_jobs(state)
-    return Applied({"fired": fired, "expired_keys": expired_keys, "forgotten_jobs": forgotten})
+    return Applied(TickResult(fired, expired_keys, forgotten))
 
 
 def _fire_timer(state: State, entry: tuple[int, int, int, int, str], entropy: int) -> bool:
@@ -593,7 +601,7 @@ def _fire_timer(state: State, entry: tuple[int, int, int, int, str], entropy: in
     if attempt is None or attempt.fence != fence:
         return False
     if kind == TimerKind.ASSIGN_TIMEOUT:
-        if attempt.state != _A_ASSIGNED or task.spec.on_lost != "replace":
+        if attempt.state != _A_ASSIGNED or task.spec.on_lost != OnLost.REPLACE:
             return False
         _end_attempt(state, job, task, attempt, AttemptState.LOST,
                      "assignment never confirmed by the agent", kill=True)
@@ -765,10 +773,10 @@ def _fail_task(state: State, job: Job, task: Task, reason: str) -> None:
     task.reason = reason
     _set_state(state, job, task, _FAILED)
     policy = job.spec.failure_policy
-    if policy == "fail_fast":
+    if policy == FailurePolicy.FAIL_FAST:
         _cancel_open_tasks(state, job, f"fail_fast: task {task.spec.id} failed")
     else:
-        _propagate_failure(state, job, task, continue_policy=policy == "continue")
+        _propagate_failure(state, job, task, continue_policy=policy == FailurePolicy.CONTINUE)
 
 
 def _on_success(state: State, job: Job, task: Task) -> None:
@@ -795,7 +803,7 @@ def _propagate_failure(state: State, job: Job, failed: Task, *, continue_policy:
             dependent = tasks[index]
             if dependent.state != _PENDING:
                 continue
-            if continue_policy and dependent.spec.trigger == "all_done":
+            if continue_policy and dependent.spec.trigger == Trigger.ALL_DONE:
                 dependent.remaining_deps -= 1
                 if dependent.remaining_deps == 0:
                     _make_runnable(state, job, dependent)
@@ -820,11 +828,12 @@ def _make_runnable(state: State, job: Job, task: Task) -> None:
     heap = queue.heap
     heapq.heappush(heap, (-job.spec.priority, job.seq, task.index, task.ready_gen, job.id))
     if len(heap) > 2 * queue.live + 1024:
-        queue.heap = [e for e in heap if _ready_entry_live(state, e)]
+        queue.heap = [e for e in heap if ready_entry_live(state, e)]
         heapq.heapify(queue.heap)
 
 
-def _ready_entry_live(state: State, entry: tuple[int, int, int, int, str]) -> bool:
+def ready_entry_live(state: State, entry: tuple[int, int, int, int, str]) -> bool:
+    """Whether a ready-queue entry stands for a task still RUNNABLE in that very generation."""
     job = state.jobs.get(entry[4])
     if job is None:
         return False
@@ -846,7 +855,7 @@ def iter_ready(state: State, tenant: str) -> Iterator[tuple[Job, Task]]:
         for child in (2 * position + 1, 2 * position + 2):
             if child < len(heap):
                 heapq.heappush(frontier, (heap[child], child))
-        if _ready_entry_live(state, entry):
+        if ready_entry_live(state, entry):
             job = state.jobs[entry[4]]
             yield job, job.tasks[entry[2]]
 
@@ -873,109 +882,3 @@ def _timer_live(state: State, entry: tuple[int, int, int, int, str]) -> bool:
         return False
     wanted = _A_ASSIGNED if kind == TimerKind.ASSIGN_TIMEOUT else _A_RUNNING
     return attempt.state == wanted
-
-
-# --- invariants ---------------------------------------------------------------------------------
-
-
-def check_invariants(state: State) -> None:
-    """Assert every invariant of the whole state. O(state): for tests and simulations."""
-    live_jobs = 0
-    task_count = 0
-    fences: set[int] = set()
-    runnable: dict[str, int] = {}
-    for job_id, job in state.jobs.items():
-        assert job.id == job_id
-        task_count += len(job.tasks)
-        _check_job(state, job, fences)
-        if job.state not in TERMINAL_JOB_STATES:
-            live_jobs += 1
-        runnable[job.spec.tenant] = runnable.get(job.spec.tenant, 0) + job.counts[_RUNNABLE]
-    assert live_jobs == state.live_jobs, (live_jobs, state.live_jobs)
-    assert task_count == state.task_count
-    assert all(f <= state.fence for f in fences)
-    for tenant, queue in state.queues.items():
-        assert queue.live == runnable.get(tenant, 0), (tenant, queue.live)
-        live_entries = sum(1 for e in queue.heap if _ready_entry_live(state, e))
-        assert live_entries == queue.live, (tenant, live_entries, queue.live)
-    for cluster in state.clusters.values():
-        _check_cluster(state, cluster)
-    assert state.kill_count == sum(len(c.kills) for c in state.clusters.values())
-    assert len(state.idempotency) <= len(state.idempotency_order)
-
-
-def _check_job(state: State, job: Job, fences: set[int]) -> None:
-    counts = [0] * len(TaskState)
-    for task in job.tasks:
-        counts[task.state] += 1
-        _check_task(state, job, task)
-        for attempt in task.attempts:
-            assert attempt.fence not in fences, f"fence {attempt.fence} used twice"
-            fences.add(attempt.fence)
-    assert counts == job.counts, (job.id, counts, job.counts)
-    expected = derive_job_state(job)
-    assert job.state == expected, (job.id, job.state, expected)
-
-
-def _check_task(state: State, job: Job, task: Task) -> None:
-    attempts = task.attempts
-    for older, newer in itertools.pairwise(attempts):
-        assert older.fence < newer.fence, "fences must strictly increase"
-        assert older.state not in LIVE_ATTEMPT_STATES, "only the current attempt may be live"
-    current = task.current
-    live = current is not None and current.state in LIVE_ATTEMPT_STATES
-    if task.state == _ASSIGNED:
-        assert live and current is not None and current.state == _A_ASSIGNED
-    elif task.state == _RUNNING:
-        assert live and current is not None and current.state == _A_RUNNING
-    else:
-        assert not live, (job.id, task.spec.id, task.state, current)
-    if live:
-        assert current is not None
-        cluster = state.clusters[current.cluster_id]
-        assert cluster.live.get(current.fence) == (job.id, task.index)
-    _check_dependencies(job, task)
-    retry = task.spec.retry
-    assert task.app_failures <= retry.max_attempts
-    assert task.infra_failures <= limits.MAX_INFRA_RETRIES + 1
-    assert len(attempts) <= retry.max_attempts + limits.MAX_INFRA_RETRIES + 1
-    assert (task.state == _RETRY_WAIT) == (task.retry_at_ms is not None)
-
-
-def _check_dependencies(job: Job, task: Task) -> None:
-    deps = [job.tasks[job.index_of[d]] for d in task.spec.depends_on]
-    all_done = task.spec.trigger == "all_done" and job.spec.failure_policy == "continue"
-    if all_done:
-        satisfied = sum(1 for d in deps if d.state in TERMINAL_TASK_STATES)
-    else:
-        satisfied = sum(1 for d in deps if d.state == _SUCCEEDED)
-    if task.state == _PENDING:
-        assert task.remaining_deps == len(deps) - satisfied > 0, (task.spec.id, satisfied)
-    elif task.state in (_RUNNABLE, _ASSIGNED, _RUNNING, _RETRY_WAIT, _SUCCEEDED):
-        assert satisfied == len(deps), f"task {task.spec.id} ran before its upstream finished"
-    if task.state == _SKIPPED:
-        assert any(d.state in (_FAILED, _SKIPPED) for d in deps)
-
-
-def _check_cluster(state: State, cluster: Cluster) -> None:
-    cpu = memory = gpu = 0
-    for fence, (job_id, index) in cluster.live.items():
-        task = state.jobs[job_id].tasks[index]
-        attempt = task.current
-        assert attempt is not None and attempt.fence == fence
-        assert attempt.cluster_id == cluster.id and attempt.state in LIVE_ATTEMPT_STATES
-        cpu += task.spec.cpu_milli
-        memory += task.spec.memory_mb
-        gpu += task.spec.gpu
-    assert (cpu, memory, gpu) == (
-        cluster.reserved_cpu_milli, cluster.reserved_memory_mb, cluster.reserved_gpu
-    ), f"cluster {cluster.id} reservations drifted"
-    if not cluster.overcommitted:
-        assert _fits(cluster, 0, 0, 0), f"cluster {cluster.id} reserved past its capacity"
-
-
-def digest_state(state: State) -> str:
-    """A short hash of the snapshot bytes: replicas compare it to prove they agree."""
-    from raftsched.state.snapshot import dump
-
-    return hashlib.sha256(dump(state)).hexdigest()[:16]

@@ -10,8 +10,9 @@ placeholder for weighted fair share), and inside a tenant the ready queue order 
 submission order). A task that fits nowhere is skipped, not waited on, so it cannot block the
 queue behind it; the scan is bounded by `limits.MAX_PLACEMENT_SCAN`.
 
-Cluster choice: among the ready, compatible clusters with room, the one with the most free CPU
-after the tenative reservations of this plan (spreads load; ties broken by cluster id).
+Cluster choice: among the clusters the task fits (`feasibility.unfit`, the rule apply
+re-validates with), the one with the most free CPU after the tentative reservations of this plan
+(spreads load; ties go to the first cluster id).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from dataclasses import dataclass
 from raftsched import limits
 from raftsched.spec.job import TaskSpec
 from raftsched.state.commands import ClusterStatus, Placement
+from raftsched.state.feasibility import unfit
 from raftsched.state.fsm import iter_ready
 from raftsched.state.model import Cluster, Job, State, Task
 
@@ -32,14 +34,13 @@ Free = tuple[int, int, int]
 
 @dataclass(slots=True)
 class _Room:
+    """A cluster's room as this plan sees it: committed, capped by the agent's reported free
+    capacity, minus what the plan already put there."""
+
     cluster: Cluster
     cpu_milli: int
     memory_mb: int
     gpu: int
-
-    def fits(self, spec: TaskSpec) -> bool:
-        return (spec.cpu_milli <= self.cpu_milli and spec.memory_mb <= self.memory_mb
-                and spec.gpu <= self.gpu)
 
     def take(self, spec: TaskSpec) -> None:
         self.cpu_milli -= spec.cpu_milli
@@ -82,16 +83,12 @@ def _rooms(state: State, reported_free: Mapping[str, Free]) -> list[_Room]:
 
 
 def _choose(rooms: list[_Room], spec: TaskSpec) -> _Room | None:
+    """The room with the most free cpu among those the task fits (`feasibility.unfit`)."""
     best: _Room | None = None
     for room in rooms:
-        cluster = room.cluster
-        if spec.cluster is not None and spec.cluster != cluster.id:
-            continue
-        if not room.fits(spec):
-            continue
-        if spec.requires and not cluster.capabilities.issuperset(spec.requires):
-            continue
-        if best is None or room.cpu_milli > best.cpu_milli:
+        if best is not None and room.cpu_milli <= best.cpu_milli:
+            continue  # cannot win: skip the rule
+        if unfit(spec, room.cluster, room.cpu_milli, room.memory_mb, room.gpu) is None:
             best = room
     return best
 

@@ -10,6 +10,7 @@ one that never was.
 
 from __future__ import annotations
 
+import hashlib
 import io
 from collections import deque
 from typing import IO, Any
@@ -97,6 +98,11 @@ def _task_record(t: Task) -> list[Any]:
         [[a.fence, a.number, a.cluster_id, int(a.state), a.assigned_ms, a.started_ms,
           a.finished_ms, a.exit_code, a.reason] for a in t.attempts],
     ]
+
+
+def digest(state: State) -> str:
+    """A short hash of the snapshot bytes: replicas compare it to prove they agree."""
+    return hashlib.sha256(dump(state)).hexdigest()[:16]
 
 
 # --- load ---------------------------------------------------------------------------------------

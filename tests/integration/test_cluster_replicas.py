@@ -11,7 +11,7 @@ import pytest
 
 from raftsched.errors import Code, RaftschedError
 from raftsched.replica.applied_log import read_applied_log
-from raftsched.state import fsm
+from raftsched.state import fsm, snapshot
 from raftsched.state.model import State
 from tests.support.cluster import LocalCluster, plus_one, wait_for
 
@@ -153,7 +153,7 @@ def test_applied_logs_replay_to_every_replicas_digest_also_after_kill_9(
             if index <= status.state_index and logs[i].entries[index]:
                 fsm.apply(state, logs[i].entries[index])
         assert target in state.jobs
-        assert fsm.digest_state(state) == status.state_digest
+        assert snapshot.digest(state) == status.state_digest
 
 
 def applied_jobs(cluster: LocalCluster, replica: int) -> int:

@@ -20,11 +20,17 @@ from typing import Any
 import pytest
 
 from raftsched import eventlog, limits
+from raftsched.protocol import ReportVerdict
 from raftsched.replica.applied_log import AppliedLogWriter
 from raftsched.state import commands as c
-from raftsched.state import fsm
+from raftsched.state import fsm, snapshot
 from raftsched.state.audit import LogAuditor
 from raftsched.state.model import Attempt, AttemptState, TaskState
+from raftsched.state.results import (
+    AssignResult,
+    JobSubmitted,
+    ReportResult,
+)
 from tests.support import paths
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
@@ -68,7 +74,7 @@ class Run:
 
     def mark(self, name: str) -> None:
         self.sync()
-        self.marks[name] = (self.index, fsm.digest_state(self.h.state))
+        self.marks[name] = (self.index, snapshot.digest(self.h.state))
 
     def commands(self) -> int:
         """Entries for the state machine (not pysyncobj's own empty ones)."""
@@ -104,13 +110,15 @@ class Run:
             self.record(process, "fail", "submit",
                         {"key": key, "error": "INVALID_ARGUMENT", "message": "bad"}, op)
             return
-        result = self.h.ok(c.JobSubmit(job_id, _wire(tasks, tenant, key), self.h.now_ms))
+        result = self.h.expect(c.JobSubmit(job_id, _wire(tasks, tenant, key), self.h.now_ms),
+                               JobSubmitted)
         self.sync()
         if reply == "info":
             self.record(process, "info", "submit",
                         {"key": key, "error": "DEADLINE_EXCEEDED", "message": "timeout"}, op)
         else:
-            self.record(process, "ok", "submit", {"key": key, **result}, op)
+            self.record(process, "ok", "submit",
+                        {"key": key, "job_id": result.job_id, "created": result.created}, op)
 
     def view(self, job_id: str) -> dict[str, Any]:
         self.sync()
@@ -151,7 +159,7 @@ class Run:
     # -- the folder -------------------------------------------------------------------------------
     def final(self, lagging: str = "r2") -> None:
         self.sync()
-        index, digest = self.last_command_index(), fsm.digest_state(self.h.state)
+        index, digest = self.last_command_index(), snapshot.digest(self.h.state)
         replicas = [{"name": name, "applied_index": self.index, "state_index": index,
                      "state_digest": digest, "term": 3,
                      "applied_log": f"replicas/{name}/applied.log"} for name in ("r0", "r1")]
@@ -583,6 +591,12 @@ def test_auditor_finds_nothing_in_a_real_log() -> None:
                                    "success_once", "report_fence_current", "fsm_invariants"}
 
 
+def _one_assigned(job_id: str, task_id: str, cluster_id: str,
+                  fence: int) -> fsm.Applied[AssignResult]:
+    """The result of an ASSIGN_BATCH that gave one placement this fence."""
+    return fsm.Applied(AssignResult(((c.Placement(job_id, task_id, cluster_id), fence),), ()))
+
+
 def test_auditor_an_accepted_report_of_an_old_fence() -> None:
     h = _harness()
     old = h.run_task("east", "j", "r", exit_code=1)
@@ -591,7 +605,7 @@ def test_auditor_an_accepted_report_of_an_old_fence() -> None:
     auditor = _audited(h)
     report = c.Report(c.ReportKind.FINISHED, "j", "r", old, 0)
     batch = c.ReportBatch("east", h.now_ms, 1, (report,))
-    auditor.observe(99, batch, fsm.Applied({"items": [("j", "r", old, "accepted")]}), h.state)
+    auditor.observe(99, batch, fsm.Applied(ReportResult((ReportVerdict.ACCEPTED,))), h.state)
     assert {v.check for v in auditor.violations} == {"report_fence_current", "success_once"}
     assert "the task's current fence is" in auditor.violations[0].message
 
@@ -602,7 +616,7 @@ def test_auditor_a_second_accepted_success() -> None:
     auditor = _audited(h)
     report = c.Report(c.ReportKind.FINISHED, "j", "a", fence, 0)
     batch = c.ReportBatch("east", h.now_ms, 1, (report,))
-    auditor.observe(99, batch, fsm.Applied({"items": [("j", "a", fence, "accepted")]}), h.state)
+    auditor.observe(99, batch, fsm.Applied(ReportResult((ReportVerdict.ACCEPTED,))), h.state)
     assert {v.check for v in auditor.violations} == {"success_once"}
     assert "a second accepted success" in auditor.violations[0].message
 
@@ -614,8 +628,7 @@ def test_auditor_an_assignment_before_the_upstream_succeeded() -> None:
     auditor = _audited(h, leave=1)
     h.task("j", "a").state = TaskState.RUNNING  # as if b had been placed too early
     auditor.observe(len(h.log), c.decode(h.log[-1]),
-                    fsm.Applied({"assigned": [("j", "b", "east", fence)], "dropped": []}),
-                    h.state)
+                    _one_assigned("j", "b", "east", fence), h.state)
     assert {v.check for v in auditor.violations} == {"dag_order"}
     assert "while upstream a is RUNNING" in auditor.violations[0].message
 
@@ -625,8 +638,7 @@ def test_auditor_a_fence_committed_twice() -> None:
     fence = h.assign_one("j", "a", "east")
     auditor = _audited(h)
     batch = c.AssignBatch(h.now_ms, (c.Placement("j", "r", "east"),))
-    auditor.observe(99, batch, fsm.Applied({"assigned": [("j", "r", "east", fence)],
-                                            "dropped": []}), h.state)
+    auditor.observe(99, batch, _one_assigned("j", "r", "east", fence), h.state)
     found = {v.check for v in auditor.violations}
     assert "fence_unique" in found and found <= {"fence_unique", "fence_order"}
 
@@ -642,8 +654,7 @@ def test_auditor_an_attempt_past_the_retry_budget() -> None:
     h.state.fence += 1
     task.attempts.append(Attempt(h.state.fence, 3, "east", AttemptState.ASSIGNED, h.now_ms))
     batch = c.AssignBatch(h.now_ms, (c.Placement("j", "r", "east"),))
-    auditor.observe(99, batch, fsm.Applied({"assigned": [("j", "r", "east", h.state.fence)],
-                                            "dropped": []}), h.state)
+    auditor.observe(99, batch, _one_assigned("j", "r", "east", h.state.fence), h.state)
     assert {v.check for v in auditor.violations} == {"retry_bounds"}
     assert "2 application failures reached max_attempts=2" in auditor.violations[0].message
 
@@ -667,8 +678,7 @@ def test_auditor_reservations_past_capacity() -> None:
     auditor = _audited(h, leave=1)
     h.state.clusters["east"].reserved_cpu_milli = 2_001
     auditor.observe(len(h.log), c.decode(h.log[-1]),
-                    fsm.Applied({"assigned": [("j", "a", "east", fence)], "dropped": []}),
-                    h.state)
+                    _one_assigned("j", "a", "east", fence), h.state)
     assert {v.check for v in auditor.violations} == {"capacity"}
     assert "cpu_milli 2001/2000" in auditor.violations[0].message
 
@@ -681,7 +691,7 @@ def test_auditor_two_jobs_created_for_one_key() -> None:
     job = h.job("j2")
     job.spec = dataclasses.replace(job.spec, idempotency_key="k")
     submit = c.decode(h.log[-1])
-    auditor.observe(99, submit, fsm.Applied({"job_id": "j2", "created": True}), h.state)
+    auditor.observe(99, submit, fsm.Applied(JobSubmitted("j2", created=True)), h.state)
     assert {v.check for v in auditor.violations} == {"idempotency_key_unique"}
     assert "created job j1 at log index 1" in auditor.violations[0].message
 

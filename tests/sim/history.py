@@ -15,13 +15,14 @@ from raftsched.state import commands as c
 from raftsched.state import fsm
 from raftsched.state.audit import LogAuditor
 from raftsched.state.model import State
+from raftsched.state.results import AssignResult, ClusterStatusChanged, ReportResult
 
 
 @dataclass
 class History:
     auditor: LogAuditor = field(default_factory=lambda: LogAuditor(invariants_every=0))
     """The committed log's safety checks (raftsched.audit, shared with the jepsen-style checker);
-    the oracle already runs `fsm.check_invariants` after every commit."""
+    the oracle already runs `invariants.check_invariants` after every commit."""
     runs: dict[int, str] = field(default_factory=dict)
     """fence -> the cluster whose agent started it."""
     seen: dict[tuple[str, str, str], int] = field(default_factory=dict)
@@ -45,13 +46,15 @@ class History:
         if not isinstance(outcome, fsm.Applied):
             self.count(f"rejected_{type(command).__name__}")
             return
-        if isinstance(command, c.ClusterStatusChange) and outcome.result["changed"]:
+        result = outcome.result
+        if isinstance(result, ClusterStatusChanged) and result.changed:
+            assert isinstance(command, c.ClusterStatusChange)
             self.count(f"cluster_{command.status.name}")
-            self.count("attempts_lost", outcome.result["lost"])
-        elif isinstance(command, c.AssignBatch) and outcome.result["assigned"]:
-            self.count("assigned", len(outcome.result["assigned"]))
-        elif isinstance(command, c.ReportBatch):
-            for _, _, _, verdict in outcome.result["items"]:
+            self.count("attempts_lost", result.lost)
+        elif isinstance(result, AssignResult) and result.assigned:
+            self.count("assigned", len(result.assigned))
+        elif isinstance(result, ReportResult):
+            for verdict in result.verdicts:
                 self.count(f"verdict_{verdict}")
 
     # -- agents -----------------------------------------------------------------------------------

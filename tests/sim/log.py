@@ -23,7 +23,7 @@ from typing import Any
 
 from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
 from raftsched.state import commands as c
-from raftsched.state import fsm, snapshot
+from raftsched.state import fsm, invariants, snapshot
 from raftsched.state.model import State
 
 MAX_APPLY_PER_STEP = 4
@@ -82,7 +82,7 @@ class SimLog:
         index = len(self.entries)
         outcome = fsm.apply(self.oracle, data)
         self.outcomes.append(outcome)
-        fsm.check_invariants(self.oracle)
+        invariants.check_invariants(self.oracle)
         command = c.decode(data)
         for observer in self.observers:
             observer(index, command, outcome, self.oracle)

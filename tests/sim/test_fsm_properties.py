@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from raftsched.state import fsm, snapshot
+from raftsched.state import fsm, invariants, snapshot
 from raftsched.state.model import State
 from tests.support.fsmgen import DataChooser, RandomChooser, next_command, setup
 from tests.support.fsmkit import Harness
@@ -36,7 +36,7 @@ def assert_deterministic(h: Harness, split: int) -> None:
     assert snapshot.dump(replay(h.log[split:], restored)) == final, "snapshot + rest diverged"
     loaded = snapshot.load(final)
     assert loaded == h.state
-    fsm.check_invariants(loaded)
+    invariants.check_invariants(loaded)
 
 
 class FsmMachine(RuleBasedStateMachine):

@@ -24,8 +24,9 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.replica.leader import Leader, LeaderConfig
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
-from raftsched.state import fsm, snapshot
+from raftsched.state import fsm, invariants, snapshot
 from raftsched.state.model import TERMINAL_JOB_STATES
+from raftsched.state.results import JobSubmitted
 from tests.sim.agent import SimAgent
 from tests.sim.gateway import Gateway
 from tests.sim.history import History
@@ -188,11 +189,12 @@ class World:
         self.note(f"  submit {job_id} key={key} -> {outcome!r}")
         if isinstance(outcome, fsm.Applied):
             result = outcome.result
+            assert isinstance(result, JobSubmitted), result
             if key is not None:
                 first = self.key_wires.setdefault((tenant, key), wire)
-                assert result["created"] or first == wire, \
-                    f"a different spec under key {key!r} was taken for job {result['job_id']}"
-            self.history.on_submit_acked(result["job_id"], len(self.log.entries), tenant, key)
+                assert result.created or first == wire, \
+                    f"a different spec under key {key!r} was taken for job {result.job_id}"
+            self.history.on_submit_acked(result.job_id, len(self.log.entries), tenant, key)
         elif isinstance(outcome, fsm.Rejected):
             assert outcome.code == Code.ALREADY_EXISTS and key is not None, outcome
         elif key is not None:
@@ -384,7 +386,7 @@ class World:
             if self.checked.get(who) == (applied, installs):
                 continue
             self.checked[who] = (applied, installs)
-            fsm.check_invariants(state)
+            invariants.check_invariants(state)
             digest = hashlib.sha256(snapshot.dump(state)).hexdigest()
             expected = self.digests.setdefault(applied, digest)
             assert digest == expected, f"{who} after {applied} entries has snapshot {digest}, " \

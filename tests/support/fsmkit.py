@@ -3,12 +3,16 @@ encode/decode path, and checks every invariant after each apply."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
+from raftsched.protocol import ReportVerdict
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
-from raftsched.state import fsm
+from raftsched.state import fsm, invariants
 from raftsched.state.model import Attempt, Job, State, Task
+from raftsched.state.results import AssignResult, ReportResult, Result, TickResult
+
+R = TypeVar("R")
 
 
 def task_doc(task_id: str, deps: list[str] | None = None, **fields: Any) -> dict[str, Any]:
@@ -38,13 +42,19 @@ class Harness:
         self.log.append(entry)
         outcome = fsm.apply(self.state, entry)
         if len(self.log) % self.check_every == 0:
-            fsm.check_invariants(self.state)
+            invariants.check_invariants(self.state)
         return outcome
 
-    def ok(self, cmd: c.Command) -> Any:
+    def ok(self, cmd: c.Command) -> Result:
         outcome = self.run(cmd)
         assert isinstance(outcome, fsm.Applied), outcome
         return outcome.result
+
+    def expect(self, cmd: c.Command, kind: type[R]) -> R:
+        """Apply `cmd`; it must be applied with a result of type `kind`."""
+        result = self.ok(cmd)
+        assert isinstance(result, kind), result
+        return result
 
     def _entropy(self) -> int:
         self.entropy += 1
@@ -63,45 +73,45 @@ class Harness:
     def status(self, cluster_id: str, status: c.ClusterStatus) -> fsm.Outcome:
         return self.run(c.ClusterStatusChange(cluster_id, status, self.now_ms, "test"))
 
-    def assign(self, *items: tuple[str, str, str]) -> dict[str, Any]:
+    def assign(self, *items: tuple[str, str, str]) -> AssignResult:
         placements = tuple(c.Placement(*item) for item in items)
-        result: dict[str, Any] = self.ok(c.AssignBatch(self.now_ms, placements))
-        return result
+        return self.expect(c.AssignBatch(self.now_ms, placements), AssignResult)
 
     def assign_one(self, job_id: str, task_id: str, cluster_id: str) -> int:
         result = self.assign((job_id, task_id, cluster_id))
-        assert len(result["assigned"]) == 1, result
-        fence: int = result["assigned"][0][3]
+        [(_, fence)] = result.assigned
         return fence
 
-    def report(self, cluster_id: str, *reports: c.Report) -> list[str]:
-        result = self.ok(c.ReportBatch(cluster_id, self.now_ms, self._entropy(), reports))
-        return [verdict for _, _, _, verdict in result["items"]]
+    def report(self, cluster_id: str, *reports: c.Report) -> list[ReportVerdict]:
+        result = self.expect(c.ReportBatch(cluster_id, self.now_ms, self._entropy(), reports),
+                             ReportResult)
+        return list(result.verdicts)
 
-    def started(self, cluster_id: str, job_id: str, task_id: str, fence: int) -> str:
+    def started(self, cluster_id: str, job_id: str, task_id: str, fence: int) -> ReportVerdict:
         return self.report(cluster_id, c.Report(c.ReportKind.STARTED, job_id, task_id, fence))[0]
 
     def finished(self, cluster_id: str, job_id: str, task_id: str, fence: int,
-                 exit_code: int = 0, timed_out: bool = False) -> str:
+                 exit_code: int = 0, timed_out: bool = False) -> ReportVerdict:
         report = c.Report(c.ReportKind.FINISHED, job_id, task_id, fence, exit_code, timed_out)
         return self.report(cluster_id, report)[0]
 
-    def rejected(self, cluster_id: str, job_id: str, task_id: str, fence: int) -> str:
+    def rejected(self, cluster_id: str, job_id: str, task_id: str,
+                 fence: int) -> ReportVerdict:
         report = c.Report(c.ReportKind.REJECTED, job_id, task_id, fence, reason="no room")
         return self.report(cluster_id, report)[0]
 
-    def tick(self, advance_ms: int = 0) -> dict[str, Any]:
+    def tick(self, advance_ms: int = 0) -> TickResult:
         self.now_ms += advance_ms
-        result: dict[str, Any] = self.ok(c.Tick(self.now_ms, self._entropy()))
-        return result
+        return self.expect(c.Tick(self.now_ms, self._entropy()), TickResult)
 
     def cancel(self, job_id: str) -> fsm.Outcome:
         return self.run(c.JobCancel(job_id, self.now_ms, "test"))
 
     def run_task(self, cluster_id: str, job_id: str, task_id: str, exit_code: int = 0) -> int:
         fence = self.assign_one(job_id, task_id, cluster_id)
-        assert self.started(cluster_id, job_id, task_id, fence) == "accepted"
-        assert self.finished(cluster_id, job_id, task_id, fence, exit_code) == "accepted"
+        assert self.started(cluster_id, job_id, task_id, fence) == ReportVerdict.ACCEPTED
+        assert self.finished(cluster_id, job_id, task_id, fence, exit_code) \
+            == ReportVerdict.ACCEPTED
         return fence
 
     # -- reads -----------------------------------------------------------------------------------

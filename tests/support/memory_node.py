@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from raftsched.state import commands as c
-from raftsched.state import fsm
+from raftsched.state import fsm, invariants
 from raftsched.state.model import State
 
 
@@ -24,7 +24,7 @@ class MemoryNode:
         self.proposed.append(type(c.decode(data)).__name__)
         self.applied += 1
         outcome = fsm.apply(self.state, data)
-        fsm.check_invariants(self.state)
+        invariants.check_invariants(self.state)
         return outcome
 
     def read(self, fn: Any) -> Any:

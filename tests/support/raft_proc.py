@@ -17,6 +17,7 @@ one line: `ok <json>`, `notleader <address or ->`, `unknown <message>` or `error
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -45,7 +46,7 @@ def submit_entry(job_id: str) -> bytes:
 
 def outcome_json(outcome: Outcome) -> dict[str, Any]:
     if isinstance(outcome, Applied):
-        return {"applied": outcome.result}
+        return {"applied": dataclasses.asdict(outcome.result)}
     return {"rejected": outcome.code.value, "reason": outcome.reason}
 
 

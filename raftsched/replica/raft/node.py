@@ -113,6 +113,7 @@ from raftsched.state import fsm, snapshot
 from raftsched.state.commands import Barrier, encode
 from raftsched.state.fsm import Applied, Outcome, Rejected
 from raftsched.state.model import State
+from raftsched.state.results import BarrierResult
 
 log = EventLogger(__name__)
 
@@ -581,7 +582,7 @@ class RaftNode:
             outcome = self.propose(encode(Barrier(nonce, 0)), timeout_s)
         except RaftschedError:  # NotLeader, OutcomeUnknown, or stopped meanwhile
             return False
-        return isinstance(outcome, Applied) and outcome.result == {"nonce": nonce}
+        return isinstance(outcome, Applied) and outcome.result == BarrierResult(nonce)
 
     def read(self, fn: Callable[[State], T]) -> T:
         """`fn(state)` under the apply lock. Keep it short and never mutate the state.
@@ -623,7 +624,7 @@ class RaftNode:
         state under the apply lock: it costs O(state) and stalls apply meanwhile, so only audits
         and tests ask for it; otherwise it is ""."""
         with self._lock:
-            digest = fsm.digest_state(self._state) if include_digest else ""
+            digest = snapshot.digest(self._state) if include_digest else ""
             state_index = self._state_index
         journal = self._journal
         return {

@@ -6,11 +6,13 @@ import random
 from typing import Any
 
 from raftsched.clock import ManualClock, ProposalClock
+from raftsched.protocol import ReportVerdict
 from raftsched.replica.leader import Leader, LeaderConfig
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state import fsm
 from raftsched.state.model import TaskState
+from raftsched.state.results import ReportResult
 from tests.support.memory_node import MemoryNode
 
 
@@ -162,7 +164,8 @@ def current_fence(node: MemoryNode) -> int:
 
 def report(node: MemoryNode, clock: Any, item: c.Report) -> None:
     outcome = node.propose(c.encode(c.ReportBatch("east", clock.now_ms(), 1, (item,))), 1)
-    assert isinstance(outcome, fsm.Applied) and outcome.result["items"][0][3] == "accepted"
+    assert isinstance(outcome, fsm.Applied) and isinstance(outcome.result, ReportResult)
+    assert outcome.result.verdicts == (ReportVerdict.ACCEPTED,)
 
 
 def test_a_leader_whose_clock_is_ahead_does_not_time_out_running_attempts_early() -> None:

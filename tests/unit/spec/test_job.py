@@ -15,13 +15,16 @@ from hypothesis import strategies as st
 from raftsched import limits
 from raftsched.spec.file import load_spec_file
 from raftsched.spec.job import (
-    FAILURE_POLICIES,
+    FailurePolicy,
     JobSpec,
+    OnLost,
     RetryPolicy,
     SpecError,
     SpecIssue,
     TaskSpec,
+    Trigger,
     parse_spec_text,
+    runs_when_upstream_done,
     validate_job_doc,
 )
 from tests.support import paths
@@ -295,7 +298,7 @@ def test_defaults_are_filled() -> None:
         name="j",
         tenant=limits.DEFAULT_TENANT,
         priority=limits.DEFAULT_PRIORITY,
-        failure_policy="skip_downstream",
+        failure_policy=FailurePolicy.SKIP_DOWNSTREAM,
         idempotency_key=None,
         tasks=(
             TaskSpec(
@@ -318,11 +321,35 @@ def test_defaults_are_filled() -> None:
                     non_retryable_exit_codes=(),
                 ),
                 timeout_ms=None,
-                on_lost="replace",
-                trigger="all_success",
+                on_lost=OnLost.REPLACE,
+                trigger=Trigger.ALL_SUCCESS,
             ),
         ),
     )
+
+
+@pytest.mark.parametrize(("policy", "on_lost", "trigger"), [
+    (FailurePolicy.FAIL_FAST, OnLost.WAIT, Trigger.ALL_DONE),
+    (FailurePolicy.SKIP_DOWNSTREAM, OnLost.REPLACE, Trigger.ALL_SUCCESS),
+    (FailurePolicy.CONTINUE, OnLost.WAIT, Trigger.ALL_DONE),
+])
+def test_policies_are_enum_members_and_documents_hold_strings(
+        policy: FailurePolicy, on_lost: OnLost, trigger: Trigger) -> None:
+    spec = validate_job_doc(job(task(on_lost=on_lost.value, trigger=trigger.value),
+                                failure_policy=policy.value))
+    assert type(spec.failure_policy) is FailurePolicy and spec.failure_policy is policy
+    assert type(spec.tasks[0].on_lost) is OnLost and spec.tasks[0].on_lost is on_lost
+    assert type(spec.tasks[0].trigger) is Trigger and spec.tasks[0].trigger is trigger
+    doc = spec.to_doc()
+    assert type(doc["failure_policy"]) is str and doc["failure_policy"] == policy.value
+    assert type(doc["tasks"][0]["on_lost"]) is str and type(doc["tasks"][0]["trigger"]) is str
+    assert validate_job_doc(doc) == spec
+
+
+def test_runs_when_upstream_done_only_for_all_done_under_continue() -> None:
+    table = {(p, t): runs_when_upstream_done(p, t) for p in FailurePolicy for t in Trigger}
+    assert [key for key, runs in table.items() if runs] == [
+        (FailurePolicy.CONTINUE, Trigger.ALL_DONE)]
 
 
 def test_empty_nested_mappings_take_defaults() -> None:
@@ -556,8 +583,8 @@ def task_docs(draw: st.DrawFn, task_id: str, earlier: list[str]) -> dict[str, An
         maybe(draw, doc, "depends_on", st.lists(st.sampled_from(earlier), unique=True))
     maybe(draw, doc, "retry", retry_docs())
     maybe(draw, doc, "timeout_s", st.floats(0.001, limits.MAX_TIMEOUT_S) | st.none())
-    maybe(draw, doc, "on_lost", st.sampled_from(["replace", "wait"]))
-    maybe(draw, doc, "trigger", st.sampled_from(["all_success", "all_done"]))
+    maybe(draw, doc, "on_lost", st.sampled_from([m.value for m in OnLost]))
+    maybe(draw, doc, "trigger", st.sampled_from([m.value for m in Trigger]))
     return doc
 
 
@@ -570,7 +597,7 @@ def job_docs(draw: st.DrawFn) -> dict[str, Any]:
     }
     maybe(draw, doc, "tenant", ids)
     maybe(draw, doc, "priority", st.integers(limits.PRIORITY_MIN, limits.PRIORITY_MAX))
-    maybe(draw, doc, "failure_policy", st.sampled_from(FAILURE_POLICIES))
+    maybe(draw, doc, "failure_policy", st.sampled_from([m.value for m in FailurePolicy]))
     maybe(draw, doc, "idempotency_key", printable | st.none())
     return doc
 

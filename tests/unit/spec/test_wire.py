@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from raftsched import limits
 from raftsched.spec import wire as spec_wire
-from raftsched.spec.job import SpecError, validate_job_doc
+from raftsched.spec.job import FailurePolicy, OnLost, SpecError, Trigger, validate_job_doc
 from tests.unit.spec.test_job import job_docs, json_values
 
 
@@ -28,7 +28,9 @@ def outcome(fn: Any, value: object) -> object:
 def test_valid_specs_round_trip_through_the_fast_path(doc: dict[str, Any]) -> None:
     spec = validate_job_doc(doc)
     wire = msgpack.unpackb(msgpack.packb(spec_wire.to_wire(spec)))
-    assert spec_wire._Reader().job(wire) == spec  # the fast pass itself accepts it
+    fast = spec_wire._Reader().job(wire)  # the fast pass itself accepts it
+    assert fast == spec and type(fast.failure_policy) is FailurePolicy
+    assert all(type(t.on_lost) is OnLost and type(t.trigger) is Trigger for t in fast.tasks)
     assert validate_job_doc(spec_wire.wire_to_doc(wire)) == spec
 
 
@@ -68,6 +70,19 @@ def test_fast_and_full_validation_agree_on_any_mutation(doc: dict[str, Any],
         assert isinstance(result, tuple) and result[0] == "refused"
         return
     assert outcome(spec_wire.validate_wire, wire) == outcome(validate_job_doc, equivalent)
+
+
+def test_policies_travel_as_plain_strings_and_come_back_as_enum_members() -> None:
+    doc = {"name": "n", "failure_policy": "continue",
+           "tasks": [{"id": "a", "command": ["true"], "on_lost": "wait", "trigger": "all_done"}]}
+    wire = spec_wire.doc_to_wire(doc)
+    assert [type(v) for v in (wire[4], wire[7][0][12], wire[7][0][13])] == [str, str, str]
+    assert (wire[4], wire[7][0][12], wire[7][0][13]) == ("continue", "wait", "all_done")
+    spec = spec_wire.validate_wire(msgpack.unpackb(msgpack.packb(wire)))
+    assert spec.failure_policy is FailurePolicy.CONTINUE
+    assert (spec.tasks[0].on_lost, spec.tasks[0].trigger) == (OnLost.WAIT, Trigger.ALL_DONE)
+    assert type(spec.tasks[0].on_lost) is OnLost and type(spec.tasks[0].trigger) is Trigger
+    assert spec_wire.to_wire(spec) == wire
 
 
 def test_equal_strings_and_policies_are_shared() -> None:

@@ -8,10 +8,23 @@ import pytest
 
 from raftsched import limits
 from raftsched.errors import Code
+from raftsched.protocol import ReportVerdict
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
-from raftsched.state import fsm, snapshot
+from raftsched.state import fsm, invariants, snapshot
+from raftsched.state.feasibility import Unfit
 from raftsched.state.model import AttemptState, JobState, TaskState
+from raftsched.state.results import (
+    BarrierResult,
+    ClusterRegistered,
+    ClusterStatusChanged,
+    DropReason,
+    JobCancelled,
+    JobSubmitted,
+    MarkedLost,
+    ReportResult,
+    TickResult,
+)
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
 DIAMOND = [task_doc("a"), task_doc("b", ["a"]), task_doc("c", ["a"]), task_doc("d", ["b", "c"])]
@@ -35,8 +48,8 @@ def h() -> Harness:
 
 
 def test_submit_creates_job_with_roots_runnable(h: Harness) -> None:
-    assert h.ok(c.JobSubmit("j1", doc_to_wire(job_doc(DIAMOND)), h.now_ms)) == {
-        "job_id": "j1", "created": True}
+    assert h.ok(c.JobSubmit("j1", doc_to_wire(job_doc(DIAMOND)), h.now_ms)) == JobSubmitted(
+        "j1", created=True)
     assert h.states("j1") == {"a": "RUNNABLE", "b": "PENDING", "c": "PENDING", "d": "PENDING"}
     job = h.job("j1")
     assert job.state == JobState.PENDING
@@ -78,9 +91,8 @@ def test_duplicate_job_id_is_rejected(h: Harness) -> None:
 
 def test_idempotent_submit_same_key_same_spec_returns_same_job(h: Harness) -> None:
     doc = job_doc(DIAMOND, idempotency_key="k1")
-    assert h.ok(c.JobSubmit("j1", doc_to_wire(doc), h.now_ms)) == {"job_id": "j1", "created": True}
-    assert h.ok(c.JobSubmit("j2", doc_to_wire(doc), h.now_ms)) == {"job_id": "j1",
-                                                                    "created": False}
+    assert h.ok(c.JobSubmit("j1", doc_to_wire(doc), h.now_ms)) == JobSubmitted("j1", True)
+    assert h.ok(c.JobSubmit("j2", doc_to_wire(doc), h.now_ms)) == JobSubmitted("j1", False)
     assert list(h.state.jobs) == ["j1"]
 
 
@@ -93,16 +105,14 @@ def test_idempotent_submit_same_key_other_spec_conflicts(h: Harness) -> None:
 def test_idempotency_keys_are_scoped_per_tenant(h: Harness) -> None:
     h.submit("j1", job_doc(DIAMOND, idempotency_key="k1", tenant="t1"))
     result = h.submit("j2", job_doc(DIAMOND, idempotency_key="k1", tenant="t2"))
-    assert isinstance(result, fsm.Applied)
-    result = result.result
-    assert result == {"job_id": "j2", "created": True}
+    assert result == fsm.Applied(JobSubmitted("j2", created=True))
 
 
 def test_idempotency_key_expires_after_ttl(h: Harness) -> None:
     doc = job_doc(DIAMOND, idempotency_key="k1")
     h.submit("j1", doc)
-    assert h.tick(limits.IDEMPOTENCY_TTL_MS)["expired_keys"] == 1
-    assert h.ok(c.JobSubmit("j2", doc_to_wire(doc), h.now_ms))["created"] is True
+    assert h.tick(limits.IDEMPOTENCY_TTL_MS).expired_keys == 1
+    assert h.expect(c.JobSubmit("j2", doc_to_wire(doc), h.now_ms), JobSubmitted).created is True
 
 
 def test_live_job_bound_is_resource_exhausted(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -118,7 +128,7 @@ def test_assign_issues_strictly_growing_fences_and_reserves(h: Harness) -> None:
     h.submit("j1", job_doc([task_doc("a", resources={"cpu": 2, "memory_mb": 100}),
                             task_doc("b", resources={"cpu": 1, "memory_mb": 50})]))
     result = h.assign(("j1", "a", "east"), ("j1", "b", "east"))
-    fences = [item[3] for item in result["assigned"]]
+    fences = [fence for _, fence in result.assigned]
     assert fences == [1, 2] and h.state.fence == 2
     east = h.state.clusters["east"]
     assert (east.reserved_cpu_milli, east.reserved_memory_mb) == (3000, 150)
@@ -126,18 +136,19 @@ def test_assign_issues_strictly_growing_fences_and_reserves(h: Harness) -> None:
     assert h.job("j1").state == JobState.RUNNING
 
 
-@pytest.mark.parametrize(("setup", "item", "reason"), [
-    ("none", ("nope", "a", "east"), "job not found"),
-    ("none", ("j1", "nope", "east"), "task not found"),
-    ("none", ("j1", "a", "nowhere"), "cluster not registered"),
-    ("none", ("j1", "b", "east"), "PENDING"),
-    ("suspect", ("j1", "a", "east"), "SUSPECT"),
-    ("none", ("j1", "g", "east"), "lacks capabilities ['gpu']"),
-    ("none", ("j1", "p", "east"), "pinned to cluster west"),
-    ("none", ("j1", "big", "east"), "no room"),
+@pytest.mark.parametrize(("setup", "item", "reason", "detail"), [
+    ("none", ("nope", "a", "east"), DropReason.JOB_NOT_FOUND, "job not found"),
+    ("none", ("j1", "nope", "east"), DropReason.TASK_NOT_FOUND, "task not found"),
+    ("none", ("j1", "a", "nowhere"), DropReason.CLUSTER_NOT_REGISTERED,
+     "cluster not registered"),
+    ("none", ("j1", "b", "east"), DropReason.TASK_NOT_RUNNABLE, "PENDING"),
+    ("suspect", ("j1", "a", "east"), Unfit.CLUSTER_NOT_READY, "SUSPECT"),
+    ("none", ("j1", "g", "east"), Unfit.MISSING_CAPABILITIES, "lacks capabilities ['gpu']"),
+    ("none", ("j1", "p", "east"), Unfit.PINNED_ELSEWHERE, "pinned to cluster west"),
+    ("none", ("j1", "big", "east"), Unfit.NO_ROOM, "no room: cpu_milli 64000 > 8000 free"),
 ])
 def test_assign_drops_what_no_longer_holds(h: Harness, setup: str, item: tuple[str, str, str],
-                                           reason: str) -> None:
+                                           reason: DropReason | Unfit, detail: str) -> None:
     h.submit("j1", job_doc([
         task_doc("a"), task_doc("b", ["a"]), task_doc("g", requires=["gpu"]),
         task_doc("p", cluster="west"), task_doc("big", resources={"cpu": 64}),
@@ -146,23 +157,26 @@ def test_assign_drops_what_no_longer_holds(h: Harness, setup: str, item: tuple[s
         h.status("east", c.ClusterStatus.SUSPECT)
     before = snapshot.dump(h.state)
     result = h.assign(item)
-    assert result["assigned"] == []
-    assert reason in result["dropped"][0][3]
+    assert result.assigned == ()
+    [dropped] = result.dropped
+    assert dropped.placement == c.Placement(*item)
+    assert dropped.reason is reason and detail in dropped.detail
     assert snapshot.dump(h.state) == before
 
 
 def test_assign_same_task_twice_in_one_batch_keeps_the_first(h: Harness) -> None:
     h.submit("j1", job_doc([task_doc("a")]))
     result = h.assign(("j1", "a", "east"), ("j1", "a", "west"))
-    assert [i[2] for i in result["assigned"]] == ["east"]
-    assert "ASSIGNED" in result["dropped"][0][3]
+    assert [p.cluster_id for p, _ in result.assigned] == ["east"]
+    assert result.dropped[0].reason is DropReason.TASK_NOT_RUNNABLE
+    assert "ASSIGNED" in result.dropped[0].detail
 
 
 def test_assign_within_one_batch_respects_capacity(h: Harness) -> None:
     h.submit("j1", job_doc([task_doc(f"t{i}", resources={"cpu": 3}) for i in range(4)]))
     result = h.assign(*[("j1", f"t{i}", "east") for i in range(4)])
-    assert len(result["assigned"]) == 2  # 8 cpu / 3 each
-    assert all("no room" in d[3] for d in result["dropped"])
+    assert len(result.assigned) == 2  # 8 cpu / 3 each
+    assert [d.reason for d in result.dropped] == [Unfit.NO_ROOM, Unfit.NO_ROOM]
 
 
 # --- reports ------------------------------------------------------------------------------------
@@ -328,7 +342,7 @@ def test_run_timeout_fires_on_tick_and_records_kill(h: Harness) -> None:
     h.started("east", "j1", "a", fence)
     h.tick(10_000 + limits.RUN_TIMEOUT_GRACE_MS - 1)
     assert h.task("j1", "a").state == TaskState.RUNNING
-    assert h.tick(1)["fired"] == 1
+    assert h.tick(1).fired == 1
     assert h.task("j1", "a").attempts[-1].state == AttemptState.TIMED_OUT
     assert h.task("j1", "a").state == TaskState.FAILED
     assert fence in h.state.clusters["east"].kills
@@ -359,7 +373,7 @@ def test_lost_cluster_replaces_or_waits_per_task(h: Harness) -> None:
     h.status("east", c.ClusterStatus.SUSPECT)
     assert h.states("j1") == {"r": "RUNNING", "w": "RUNNING"}
     assert h.status("east", c.ClusterStatus.LOST) == fsm.Applied(
-        {"cluster_id": "east", "changed": True, "lost": 1})
+        ClusterStatusChanged("east", changed=True, lost=1))
     assert h.states("j1") == {"r": "RUNNABLE", "w": "RUNNING"}
     assert h.task("j1", "r").infra_failures == 1 and h.task("j1", "r").app_failures == 0
     # the wait task's result still counts when the cluster comes back
@@ -373,7 +387,7 @@ def test_operator_mark_lost_replaces_a_waiting_attempt(h: Harness) -> None:
     fence = h.assign_one("j1", "w", "east")
     h.status("east", c.ClusterStatus.LOST)
     outcome = h.run(c.AttemptMarkLost("j1", "w", fence, h.now_ms, "host burned"))
-    assert isinstance(outcome, fsm.Applied)
+    assert outcome == fsm.Applied(MarkedLost("j1", "w", fence))
     assert h.states("j1") == {"w": "RUNNABLE"}
     assert fence in h.state.clusters["east"].kills
     rejected(h.run(c.AttemptMarkLost("j1", "w", fence, h.now_ms)), Code.FAILED_PRECONDITION,
@@ -391,7 +405,7 @@ def test_reregister_reconciles_attempts(h: Harness) -> None:
     known = (c.KnownAttempt("j1", "a", fa, True), c.KnownAttempt("j1", "b", fb, False),
              c.KnownAttempt("old", "z", 999, True))
     result = h.ok(c.ClusterRegister("east", 2, ("linux",), 8000, 16384, 0, h.now_ms, known))
-    assert result == {"cluster_id": "east", "created": False, "lost": 1, "kills": 1}
+    assert result == ClusterRegistered("east", created=False, lost=1, kills=1)
     assert h.states("j1") == {"a": "RUNNING", "b": "ASSIGNED", "c": "RUNNABLE"}
     assert 999 in h.state.clusters["east"].kills
 
@@ -465,13 +479,13 @@ def test_cancel_job_cancels_open_tasks_and_records_kills(h: Harness) -> None:
     fb = h.assign_one("j1", "b", "east")
     h.started("east", "j1", "b", fb)
     outcome = h.cancel("j1")
-    assert outcome == fsm.Applied({"job_id": "j1", "cancelled": 3, "changed": True})
+    assert outcome == fsm.Applied(JobCancelled("j1", cancelled=3, changed=True))
     assert h.states("j1") == {"a": "SUCCEEDED", "b": "CANCELLED", "c": "CANCELLED",
                               "d": "CANCELLED"}
     assert h.job("j1").state == JobState.CANCELLED
     assert h.state.clusters["east"].kills == {fb: ("j1", "b")}
     assert h.state.clusters["east"].reserved_cpu_milli == 0
-    assert h.cancel("j1") == fsm.Applied({"job_id": "j1", "cancelled": 0, "changed": False})
+    assert h.cancel("j1") == fsm.Applied(JobCancelled("j1", cancelled=0, changed=False))
     verdict = h.report("east", c.Report(c.ReportKind.KILLED, "j1", "b", fb))
     assert verdict == ["late"] and h.state.clusters["east"].kills == {}
 
@@ -488,7 +502,7 @@ def test_cancel_during_retry_wait(h: Harness) -> None:
     h.run_task("east", "j1", "a", exit_code=1)
     h.cancel("j1")
     assert h.task("j1", "a").retry_at_ms is None
-    assert h.tick(10**6)["fired"] == 0
+    assert h.tick(10**6).fired == 0
 
 
 # --- queues, retention, malformed entries -------------------------------------------------------
@@ -510,7 +524,7 @@ def test_finished_jobs_are_forgotten_after_retention(h: Harness) -> None:
     h.run_task("east", "j1", "a")
     h.tick(limits.JOB_RETENTION_MS - 1)
     assert "j1" in h.state.jobs
-    assert h.tick(1)["forgotten_jobs"] == 1
+    assert h.tick(1).forgotten_jobs == 1
     assert "j1" not in h.state.jobs and h.state.task_count == 0
 
 
@@ -550,7 +564,7 @@ def test_long_chain_runs_strictly_in_order() -> None:
         fence = h.assign_one("chain", f"t{i}", "east")
         h.report("east", c.Report(c.ReportKind.FINISHED, "chain", f"t{i}", fence, 0))
     assert h.job("chain").state == JobState.SUCCEEDED
-    fsm.check_invariants(h.state)
+    invariants.check_invariants(h.state)
 
 
 def test_wide_fan_out_and_fan_in() -> None:
@@ -562,13 +576,14 @@ def test_wide_fan_out_and_fan_in() -> None:
     h.run_task("east", "fan", "root")
     assert h.job("fan").counts[TaskState.RUNNABLE] == width
     result = h.assign(*[("fan", f"w{i}", "east") for i in range(width)])
-    reports = [c.Report(c.ReportKind.FINISHED, "fan", t, f, 0) for _, t, _, f in result["assigned"]]
+    reports = [c.Report(c.ReportKind.FINISHED, "fan", p.task_id, fence, 0)
+               for p, fence in result.assigned]
     h.report("east", *reports[:-1])
     assert h.task("fan", "join").state == TaskState.PENDING
     assert h.task("fan", "join").remaining_deps == 1
     h.report("east", reports[-1])
     assert h.task("fan", "join").state == TaskState.RUNNABLE
-    fsm.check_invariants(h.state)
+    invariants.check_invariants(h.state)
 
 
 @pytest.mark.parametrize(("policy", "expect"), [
@@ -586,7 +601,8 @@ def test_diamond_under_every_failure_policy(h: Harness, policy: str,
 
 
 def test_barriers_record_replica_addresses_within_a_bound(h: Harness) -> None:
-    h.ok(c.Barrier("n1", h.now_ms, "10.0.0.1:7001", "10.0.0.1:8001"))
+    assert h.ok(c.Barrier("n1", h.now_ms, "10.0.0.1:7001", "10.0.0.1:8001")) \
+        == BarrierResult("n1")
     h.ok(c.Barrier("n2", h.now_ms))
     assert h.state.replica_addresses == {"10.0.0.1:7001": "10.0.0.1:8001"}
     for i in range(limits.MAX_REPLICAS + 3):
@@ -594,3 +610,35 @@ def test_barriers_record_replica_addresses_within_a_bound(h: Harness) -> None:
     assert len(h.state.replica_addresses) == limits.MAX_REPLICAS
     h.ok(c.Barrier("n3", h.now_ms, "10.0.0.1:7001", "10.0.0.1:9001"))
     assert h.state.replica_addresses["10.0.0.1:7001"] == "10.0.0.1:9001"
+
+
+def test_a_report_batch_answers_one_verdict_per_report_in_order(h: Harness) -> None:
+    h.submit("j1", job_doc([task_doc("a"), task_doc("b")]))
+    fa = h.assign_one("j1", "a", "east")
+    fb = h.assign_one("j1", "b", "east")
+    batch = c.ReportBatch("east", h.now_ms, 7, (
+        c.Report(c.ReportKind.STARTED, "j1", "a", fa),
+        c.Report(c.ReportKind.STARTED, "j1", "a", fa),
+        c.Report(c.ReportKind.STARTED, "j1", "b", fb + 1),
+        c.Report(c.ReportKind.FINISHED, "j1", "b", fb, 0),
+        c.Report(c.ReportKind.STARTED, "j1", "b", fb),
+    ))
+    V = ReportVerdict
+    assert h.expect(batch, ReportResult) == ReportResult(
+        (V.ACCEPTED, V.DUPLICATE, V.NOT_FOUND, V.ACCEPTED, V.LATE))
+    assert h.report("west", c.Report(c.ReportKind.STARTED, "j1", "a", fa)) == [V.WRONG_CLUSTER]
+
+
+def test_results_are_values_and_stay_out_of_the_snapshot(h: Harness) -> None:
+    """Equal results from equal applies (replicas compare them), hashable, immutable, and the
+    state's bytes do not depend on what apply returned."""
+    twin = Harness(snapshot.load(snapshot.dump(h.state)))
+    twin.now_ms = h.now_ms
+    for harness in (h, twin):
+        harness.submit("j1", job_doc([task_doc("a")]))
+    first = h.assign(("j1", "a", "east"))
+    assert twin.assign(("j1", "a", "east")) == first and hash(first) == hash(first)
+    with pytest.raises(AttributeError):
+        first.assigned = ()  # type: ignore[misc]
+    assert snapshot.dump(h.state) == snapshot.dump(twin.state)
+    assert h.tick(0) == TickResult(fired=0, expired_keys=0, forgotten_jobs=0)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from raftsched.state import commands as c
@@ -66,3 +68,25 @@ def test_extra_record_is_carried() -> None:
 def test_foreign_or_damaged_data_is_refused(data: bytes, fragment: str) -> None:
     with pytest.raises(snapshot.SnapshotError, match=fragment):
         snapshot.load(data)
+
+
+def test_digest_names_the_snapshot_bytes() -> None:
+    h = busy_state()
+    digest = snapshot.digest(h.state)
+    assert digest == hashlib.sha256(snapshot.dump(h.state)).hexdigest()[:16]
+    assert snapshot.digest(snapshot.load(snapshot.dump(h.state))) == digest
+    h.tick(1)
+    assert snapshot.digest(h.state) != digest
+
+
+PINNED_BUSY_SNAPSHOT_SHA256 = "fead73c0208f2849ea8274303e1ca62cece8f8ca17eaf33ece243ce0902414f1"
+PINNED_J1_SPEC_DIGEST = "2dc75c554dce7cb6b1a98299472ddbce80bc06c12e86b8c4022dae22118e76aa"
+
+
+def test_snapshot_and_spec_digest_bytes_are_pinned() -> None:
+    """The bytes of a snapshot (FORMAT_VERSION 1) and of a spec's idempotency digest never
+    change under a refactoring: replicas of different builds must agree byte for byte. A change
+    here is a format change: bump FORMAT_VERSION (or the spec's digest) on purpose."""
+    h = busy_state()
+    assert hashlib.sha256(snapshot.dump(h.state)).hexdigest() == PINNED_BUSY_SNAPSHOT_SHA256
+    assert h.job("j1").spec.digest().hex() == PINNED_J1_SPEC_DIGEST

@@ -1,0 +1,103 @@
+"""The one feasibility rule: can this task go on this cluster, given the room it has free?
+
+A task fits a cluster when the cluster is READY, the task is not pinned to another cluster, the
+cluster advertises every capability the task requires, and the task's cpu, memory and gpu each
+fit in the cluster's free room. The same rule serves three callers, so they cannot disagree:
+- `fsm.apply_assign_batch` re-validates each placement against the committed reservations;
+- `placement.plan` asks it for every candidate and cluster, against the plan's tentative room
+  (the committed room, capped by the agents' reported free capacity, minus what this plan has
+  already placed there);
+- the read views (`task explain`) show, per cluster, why a task does not fit right now.
+
+`unfit` is the rule itself. It builds nothing: it answers an `Unfit` member or None, so the
+planner's hot loop allocates nothing whether the task fits or not. `explain` adds the human text
+naming what is missing, built only when someone reads it (a dropped placement, `task explain`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+from raftsched.spec.job import TaskSpec
+from raftsched.state.commands import ClusterStatus
+from raftsched.state.model import Cluster
+
+_READY = ClusterStatus.READY
+
+
+class Unfit(enum.Enum):
+    """Why a task does not fit a cluster: the first rule broken, in this order."""
+
+    CLUSTER_NOT_READY = "cluster_not_ready"
+    PINNED_ELSEWHERE = "pinned_elsewhere"
+    MISSING_CAPABILITIES = "missing_capabilities"
+    NO_ROOM = "no_room"
+    """Some of cpu, memory or gpu exceeds the free room; `explain` names which."""
+
+
+@dataclass(frozen=True, slots=True)
+class Infeasible:
+    reason: Unfit
+    detail: str
+    """For people: what is missing, e.g. `cluster east has no room: cpu_milli 4000 > 1500 free`."""
+
+
+def unfit(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_mb: int,
+          free_gpu: int) -> Unfit | None:
+    """The rule: why `spec` cannot go on `cluster` with this much room free, or None."""
+    if cluster.status != _READY:
+        return Unfit.CLUSTER_NOT_READY
+    if spec.cluster is not None and spec.cluster != cluster.id:
+        return Unfit.PINNED_ELSEWHERE
+    if spec.requires and not cluster.capabilities.issuperset(spec.requires):
+        return Unfit.MISSING_CAPABILITIES
+    if (spec.cpu_milli > free_cpu_milli or spec.memory_mb > free_memory_mb
+            or spec.gpu > free_gpu):
+        return Unfit.NO_ROOM
+    return None
+
+
+def unfit_committed(spec: TaskSpec, cluster: Cluster) -> Unfit | None:
+    """The rule against the committed reservations (what apply re-validates)."""
+    return unfit(spec, cluster, cluster.cpu_milli - cluster.reserved_cpu_milli,
+                 cluster.memory_mb - cluster.reserved_memory_mb,
+                 cluster.gpu - cluster.reserved_gpu)
+
+
+def explain(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_mb: int,
+            free_gpu: int) -> Infeasible | None:
+    """`unfit` with the text naming what is missing; None when the task fits."""
+    reason = unfit(spec, cluster, free_cpu_milli, free_memory_mb, free_gpu)
+    if reason is None:
+        return None
+    if reason is Unfit.CLUSTER_NOT_READY:
+        detail = f"cluster {cluster.id} is {cluster.status.name}"
+    elif reason is Unfit.PINNED_ELSEWHERE:
+        detail = f"task is pinned to cluster {spec.cluster}"
+    elif reason is Unfit.MISSING_CAPABILITIES:
+        missing = sorted(set(spec.requires) - cluster.capabilities)
+        detail = f"cluster {cluster.id} lacks capabilities {missing}"
+    else:
+        short = [f"{name} {needed} > {free} free" for name, needed, free in (
+            ("cpu_milli", spec.cpu_milli, free_cpu_milli),
+            ("memory_mb", spec.memory_mb, free_memory_mb),
+            ("gpu", spec.gpu, free_gpu),
+        ) if needed > free]
+        detail = f"cluster {cluster.id} has no room: {', '.join(short)}"
+    return Infeasible(reason, detail)
+
+
+def explain_committed(spec: TaskSpec, cluster: Cluster) -> Infeasible | None:
+    """`explain` against the committed reservations."""
+    return explain(spec, cluster, cluster.cpu_milli - cluster.reserved_cpu_milli,
+                   cluster.memory_mb - cluster.reserved_memory_mb,
+                   cluster.gpu - cluster.reserved_gpu)
+
+
+def within_capacity(cluster: Cluster) -> bool:
+    """The committed reservations fit the cluster's capacity (false only after a
+    re-registration shrank a cluster below what its live attempts hold: `overcommitted`)."""
+    return (cluster.reserved_cpu_milli <= cluster.cpu_milli
+            and cluster.reserved_memory_mb <= cluster.memory_mb
+            and cluster.reserved_gpu <= cluster.gpu)

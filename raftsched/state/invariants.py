@@ -1,0 +1,137 @@
+"""Every invariant of the whole state, asserted: `check_invariants(state)`.
+
+O(state), so it is for tests, simulations and the log auditor (every so many entries), never
+for a replica's apply path. Checks: counters (live jobs, tasks, per-state task counts, ready
+queue sizes, kill directives) match what they count; a job's state is the one its tasks derive;
+fences are unique and grow along each task's attempts; only a task's current attempt may be
+live, and exactly when the task is ASSIGNED or RUNNING, registered on its cluster; dependencies
+were satisfied before a task became runnable; each cluster's reservations are the sum of its
+live attempts and fit its capacity unless it is marked overcommitted.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+from raftsched import limits
+from raftsched.spec.job import runs_when_upstream_done
+from raftsched.state import feasibility
+from raftsched.state.fsm import derive_job_state, ready_entry_live
+from raftsched.state.model import (
+    LIVE_ATTEMPT_STATES,
+    TERMINAL_JOB_STATES,
+    TERMINAL_TASK_STATES,
+    AttemptState,
+    Cluster,
+    Job,
+    State,
+    Task,
+    TaskState,
+)
+
+_PENDING = TaskState.PENDING
+_RUNNABLE = TaskState.RUNNABLE
+_ASSIGNED = TaskState.ASSIGNED
+_RUNNING = TaskState.RUNNING
+_RETRY_WAIT = TaskState.RETRY_WAIT
+_SUCCEEDED = TaskState.SUCCEEDED
+_FAILED = TaskState.FAILED
+_SKIPPED = TaskState.SKIPPED
+_A_ASSIGNED = AttemptState.ASSIGNED
+_A_RUNNING = AttemptState.RUNNING
+
+
+def check_invariants(state: State) -> None:
+    """Assert every invariant of the whole state. O(state): for tests and simulations."""
+    live_jobs = 0
+    task_count = 0
+    fences: set[int] = set()
+    runnable: dict[str, int] = {}
+    for job_id, job in state.jobs.items():
+        assert job.id == job_id
+        task_count += len(job.tasks)
+        _check_job(state, job, fences)
+        if job.state not in TERMINAL_JOB_STATES:
+            live_jobs += 1
+        runnable[job.spec.tenant] = runnable.get(job.spec.tenant, 0) + job.counts[_RUNNABLE]
+    assert live_jobs == state.live_jobs, (live_jobs, state.live_jobs)
+    assert task_count == state.task_count
+    assert all(f <= state.fence for f in fences)
+    for tenant, queue in state.queues.items():
+        assert queue.live == runnable.get(tenant, 0), (tenant, queue.live)
+        live_entries = sum(1 for e in queue.heap if ready_entry_live(state, e))
+        assert live_entries == queue.live, (tenant, live_entries, queue.live)
+    for cluster in state.clusters.values():
+        _check_cluster(state, cluster)
+    assert state.kill_count == sum(len(c.kills) for c in state.clusters.values())
+    assert len(state.idempotency) <= len(state.idempotency_order)
+
+
+def _check_job(state: State, job: Job, fences: set[int]) -> None:
+    counts = [0] * len(TaskState)
+    for task in job.tasks:
+        counts[task.state] += 1
+        _check_task(state, job, task)
+        for attempt in task.attempts:
+            assert attempt.fence not in fences, f"fence {attempt.fence} used twice"
+            fences.add(attempt.fence)
+    assert counts == job.counts, (job.id, counts, job.counts)
+    expected = derive_job_state(job)
+    assert job.state == expected, (job.id, job.state, expected)
+
+
+def _check_task(state: State, job: Job, task: Task) -> None:
+    attempts = task.attempts
+    for older, newer in itertools.pairwise(attempts):
+        assert older.fence < newer.fence, "fences must strictly increase"
+        assert older.state not in LIVE_ATTEMPT_STATES, "only the current attempt may be live"
+    current = task.current
+    live = current is not None and current.state in LIVE_ATTEMPT_STATES
+    if task.state == _ASSIGNED:
+        assert live and current is not None and current.state == _A_ASSIGNED
+    elif task.state == _RUNNING:
+        assert live and current is not None and current.state == _A_RUNNING
+    else:
+        assert not live, (job.id, task.spec.id, task.state, current)
+    if live:
+        assert current is not None
+        cluster = state.clusters[current.cluster_id]
+        assert cluster.live.get(current.fence) == (job.id, task.index)
+    _check_dependencies(job, task)
+    retry = task.spec.retry
+    assert task.app_failures <= retry.max_attempts
+    assert task.infra_failures <= limits.MAX_INFRA_RETRIES + 1
+    assert len(attempts) <= retry.max_attempts + limits.MAX_INFRA_RETRIES + 1
+    assert (task.state == _RETRY_WAIT) == (task.retry_at_ms is not None)
+
+
+def _check_dependencies(job: Job, task: Task) -> None:
+    deps = [job.tasks[job.index_of[d]] for d in task.spec.depends_on]
+    if runs_when_upstream_done(job.spec.failure_policy, task.spec.trigger):
+        satisfied = sum(1 for d in deps if d.state in TERMINAL_TASK_STATES)
+    else:
+        satisfied = sum(1 for d in deps if d.state == _SUCCEEDED)
+    if task.state == _PENDING:
+        assert task.remaining_deps == len(deps) - satisfied > 0, (task.spec.id, satisfied)
+    elif task.state in (_RUNNABLE, _ASSIGNED, _RUNNING, _RETRY_WAIT, _SUCCEEDED):
+        assert satisfied == len(deps), f"task {task.spec.id} ran before its upstream finished"
+    if task.state == _SKIPPED:
+        assert any(d.state in (_FAILED, _SKIPPED) for d in deps)
+
+
+def _check_cluster(state: State, cluster: Cluster) -> None:
+    cpu = memory = gpu = 0
+    for fence, (job_id, index) in cluster.live.items():
+        task = state.jobs[job_id].tasks[index]
+        attempt = task.current
+        assert attempt is not None and attempt.fence == fence
+        assert attempt.cluster_id == cluster.id and attempt.state in LIVE_ATTEMPT_STATES
+        cpu += task.spec.cpu_milli
+        memory += task.spec.memory_mb
+        gpu += task.spec.gpu
+    assert (cpu, memory, gpu) == (
+        cluster.reserved_cpu_milli, cluster.reserved_memory_mb, cluster.reserved_gpu
+    ), f"cluster {cluster.id} reservations drifted"
+    if not cluster.overcommitted:
+        assert feasibility.within_capacity(cluster), \
+            f"cluster {cluster.id} reserved past its capacity"

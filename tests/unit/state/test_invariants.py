@@ -1,0 +1,82 @@
+"""`invariants.check_invariants` holds on a state the FSM built, and catches each kind of
+corruption it is meant to: one table row per invariant, each breaking a busy state one way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from raftsched.state import invariants
+from raftsched.state.model import AttemptState, State, TaskState
+from tests.support.fsmkit import Harness, job_doc, task_doc
+
+
+def busy() -> Harness:
+    h = Harness()
+    h.register("east")
+    h.register("west", caps=("linux", "gpu"), gpu=1)
+    h.submit("j1", job_doc([task_doc("a"), task_doc("b", ["a"]), task_doc("c", ["a"]),
+                            task_doc("d", ["b"])]))
+    h.run_task("east", "j1", "a")
+    fence = h.assign_one("j1", "b", "west")
+    h.started("west", "j1", "b", fence)
+    return h
+
+
+def _drift_reservation(s: State) -> None:
+    s.clusters["west"].reserved_cpu_milli += 1
+
+
+def _reuse_fence(s: State) -> None:
+    job = s.jobs["j1"]
+    b = job.tasks[job.index_of["b"]]
+    a = job.tasks[job.index_of["a"]]
+    assert b.current is not None and a.current is not None
+    b.current.fence = a.current.fence
+
+
+def _end_live_attempt(s: State) -> None:
+    job = s.jobs["j1"]
+    attempt = job.tasks[job.index_of["b"]].current
+    assert attempt is not None
+    attempt.state = AttemptState.FAILED
+
+
+def _ready_too_early(s: State) -> None:
+    job = s.jobs["j1"]
+    d = job.tasks[job.index_of["d"]]
+    job.counts[d.state] -= 1
+    d.state = TaskState.SUCCEEDED
+    job.counts[d.state] += 1
+
+
+CORRUPTIONS: list[tuple[str, Callable[[State], None], str]] = [
+    ("live-jobs", lambda s: setattr(s, "live_jobs", s.live_jobs + 1), ""),
+    ("task-count", lambda s: setattr(s, "task_count", s.task_count - 1), ""),
+    ("counts", lambda s: s.jobs["j1"].counts.__setitem__(TaskState.PENDING, 9), "j1"),
+    ("queue-live", lambda s: setattr(s.queues["default"], "live", 5), "default"),
+    ("reservations", _drift_reservation, "reservations drifted"),
+    ("over-capacity", lambda s: setattr(s.clusters["west"], "cpu_milli", 0), "capacity"),
+    ("fence-reuse", _reuse_fence, ""),
+    ("fence-counter", lambda s: setattr(s, "fence", 0), ""),
+    ("live-attempt-of-ended-task", _end_live_attempt, ""),
+    ("ran-before-upstream", _ready_too_early, "before its upstream"),
+    ("kill-count", lambda s: setattr(s, "kill_count", 3), ""),
+]
+
+
+def test_a_state_built_by_the_fsm_holds() -> None:
+    invariants.check_invariants(busy().state)
+    invariants.check_invariants(State())
+
+
+@pytest.mark.parametrize(("name", "corrupt", "fragment"), CORRUPTIONS,
+                         ids=[row[0] for row in CORRUPTIONS])
+def test_each_corruption_is_caught(name: str, corrupt: Callable[[State], None],
+                                   fragment: str) -> None:
+    h = busy()
+    corrupt(h.state)
+    with pytest.raises(AssertionError) as caught:
+        invariants.check_invariants(h.state)
+    assert fragment in str(caught.value), (name, str(caught.value))
