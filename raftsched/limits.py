@@ -34,6 +34,8 @@ MAX_BACKOFF_S = 24 * 3600
 MAX_BACKOFF_MULTIPLIER = 10.0
 MAX_TIMEOUT_S = 30 * 24 * 3600
 MAX_NON_RETRYABLE_EXIT_CODES = 256
+MIN_CPU_MILLI = 1
+"""Every task asks for some cpu (at least 0.001): a cluster with less free can take no task."""
 MAX_CPU_MILLI = 1_000_000 * 1000
 MAX_MEMORY_MB = 1024 * 1024 * 1024
 MAX_GPU = 1_000_000

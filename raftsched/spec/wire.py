@@ -214,7 +214,7 @@ class _Reader:
         _need(_is_id(task_id) and (cluster is None or _is_id(cluster)))
         _need(cwd is None or (_text_ok(cwd) and cwd.startswith("/")
                               and len(cwd) <= limits.MAX_CWD_CHARS))
-        _need(_is_int(cpu_milli, 1, limits.MAX_CPU_MILLI)
+        _need(_is_int(cpu_milli, limits.MIN_CPU_MILLI, limits.MAX_CPU_MILLI)
               and _is_int(memory_mb, 0, limits.MAX_MEMORY_MB) and _is_int(gpu, 0, limits.MAX_GPU))
         _need(timeout_ms is None or _is_int(timeout_ms, 1, limits.MAX_TIMEOUT_S * 1000))
         on_lost, trigger = _member(_ON_LOST, on_lost), _member(_TRIGGERS, trigger)

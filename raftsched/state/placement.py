@@ -8,7 +8,11 @@ slightly old state is safe: stale parts are dropped, never applied).
 Order: tenants take turns (round-robin, one task each per turn, in tenant-name order — a
 placeholder for weighted fair share), and inside a tenant the ready queue order (priority, then
 submission order). A task that fits nowhere is skipped, not waited on, so it cannot block the
-queue behind it; the scan is bounded by `limits.MAX_PLACEMENT_SCAN`.
+queue behind it; the scan is bounded by `limits.MAX_PLACEMENT_SCAN`. Planning costs what it
+places, not what waits: it stops as soon as no cluster has the cpu any task needs
+(`limits.MIN_CPU_MILLI`), and a task shape (resources, capabilities, pin) that fitted nowhere is
+not tried again in the same plan (rooms only shrink during a plan). So a long queue in front of
+full clusters costs a few steps per plan, not a walk of the queue.
 
 Cluster choice: among the clusters the task fits (`feasibility.unfit`, the rule apply
 re-validates with), the one with the most free CPU after the tentative reservations of this plan
@@ -56,15 +60,31 @@ def plan(state: State, *, max_items: int = limits.MAX_BATCH_ITEMS,
     if not rooms:
         return []
     placements: list[Placement] = []
+    unplaceable: set[_Shape] = set()
+    open_rooms = sum(1 for room in rooms if room.cpu_milli >= limits.MIN_CPU_MILLI)
     candidates = itertools.islice(_round_robin(state), limits.MAX_PLACEMENT_SCAN)
-    for job, task in candidates:
-        if len(placements) >= max_items:
+    while len(placements) < max_items and open_rooms > 0:
+        candidate = next(candidates, None)
+        if candidate is None:
             break
-        room = _choose(rooms, task.spec)
-        if room is not None:
-            room.take(task.spec)
-            placements.append(Placement(job.id, task.spec.id, room.cluster.id))
+        job, task = candidate
+        spec = task.spec
+        shape = (spec.cpu_milli, spec.memory_mb, spec.gpu, spec.requires, spec.cluster)
+        if shape in unplaceable:
+            continue
+        room = _choose(rooms, spec)
+        if room is None:
+            unplaceable.add(shape)
+            continue
+        room.take(spec)
+        if room.cpu_milli < limits.MIN_CPU_MILLI:
+            open_rooms -= 1  # it had room for this task, so it was open before
+        placements.append(Placement(job.id, spec.id, room.cluster.id))
     return placements
+
+
+_Shape = tuple[int, int, int, tuple[str, ...], str | None]
+"""What decides where a task fits: cpu, memory, gpu, required capabilities, pin."""
 
 
 def _rooms(state: State, reported_free: Mapping[str, Free]) -> list[_Room]:

@@ -163,3 +163,49 @@ def test_everything_planned_is_applied(h: Harness) -> None:
     result = h.expect(c.AssignBatch(h.now_ms, tuple(items)), AssignResult)
     assert result.dropped == () and [p for p, _ in result.assigned] == items
 
+
+
+def counting_candidates(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many ready tasks the next plans look at (one count per plan)."""
+    counts: list[int] = []
+    real = placement._round_robin
+
+    def counted(state: Any) -> Any:
+        counts.append(0)
+        for item in real(state):
+            counts[-1] += 1
+            yield item
+
+    monkeypatch.setattr(placement, "_round_robin", counted)
+    return counts
+
+
+def test_planning_costs_what_it_places_not_what_waits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full clusters in front of a long queue: a plan stops once no cluster has any cpu left."""
+    h = Harness()
+    h.register("east", cpu=2, memory_mb=65_536)
+    h.submit("j", job_doc([small(f"t{i}") for i in range(500)]))
+    looked = counting_candidates(monkeypatch)
+    assert len(planned(h)) == 2
+    assert looked == [2]  # the third candidate is never taken
+    h.assign(*[(p.job_id, p.task_id, p.cluster_id) for p in placement.plan(h.state)])
+    plans = len(looked)
+    assert planned(h) == [] and len(looked) == plans  # nothing free: the walk never starts
+
+
+def test_a_shape_that_fitted_nowhere_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    h = Harness()
+    h.register("east", cpu=64, memory_mb=65_536)
+    h.submit("gpus", job_doc([small(f"g{i}", requires=["gpu"]) for i in range(300)],
+                             priority=90))
+    h.submit("cpus", job_doc([small(f"c{i}") for i in range(3)], priority=10))
+    tried: list[str] = []
+    real = placement._choose
+
+    def choose(rooms: Any, spec: Any) -> Any:
+        tried.append(spec.id)
+        return real(rooms, spec)
+
+    monkeypatch.setattr(placement, "_choose", choose)
+    assert [task for _, task, _ in planned(h)] == ["c0", "c1", "c2"]  # no head-of-line block
+    assert tried == ["g0", "c0", "c1", "c2"]
