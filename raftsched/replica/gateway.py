@@ -26,6 +26,7 @@ from raftsched.protocol import (
     Registration,
     Report,
     Reported,
+    ReportKind,
     Resources,
     Verdict,
     task_key,
@@ -33,21 +34,27 @@ from raftsched.protocol import (
 from raftsched.replica.leader import Leader
 from raftsched.state import commands as c
 from raftsched.state import fsm
-from raftsched.state.model import AttemptState, Job, State, Task
+from raftsched.state.model import AttemptState, Job, State, Task, TaskState
 from raftsched.state.results import ClusterRegistered, ReportResult, Result
 
 PROPOSE_TIMEOUT_S = 5.0
 assert limits.MAX_DELIVERIES_PER_HEARTBEAT <= limits.MAX_BATCH_ITEMS
 
 
-def propose(node: Any, leader: Leader, command: c.Command) -> Result:
-    """Commit `command` as the leader; its Applied result, or RaftschedError."""
+def propose(node: Any, leader: Leader, command: c.Command,
+            appended: Callable[[], None] | None = None) -> Result:
+    """Commit `command` as the leader; its Applied result, or RaftschedError. `appended` runs
+    once the entry is in the log, before its commit is waited for: whatever is proposed from
+    then on applies after it."""
     if not leader.leading():
         raise RaftschedError(Code.UNAVAILABLE, "not the leader")
     try:
-        outcome = node.propose(c.encode(command), PROPOSE_TIMEOUT_S)
+        pending = node.submit(c.encode(command))
     except c.CommandError as error:
         raise RaftschedError(Code.RESOURCE_EXHAUSTED, str(error)) from None
+    if appended is not None:
+        appended()
+    outcome = pending.outcome(PROPOSE_TIMEOUT_S)
     if isinstance(outcome, fsm.Rejected):
         raise RaftschedError(outcome.code, outcome.reason)
     leader.wake()
@@ -103,19 +110,48 @@ class AgentGateway:
 
     def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report],
                observed: Observation | None = None) -> Reported:
-        """Commit the reports; a final verdict for each, in order. The capacity the agent
-        `observed` when it sent them (after the attempts they end released theirs) is recorded
-        like a heartbeat's once they are committed, so the leader, woken by the commit, can fill
-        the freed room at once instead of at the agent's next heartbeat."""
-        result = propose(self.node, self.leader, c.ReportBatch(
-            cluster_id, self.clock.now_ms(), self.rng.getrandbits(64), tuple(reports)))
-        assert isinstance(result, ReportResult), result
+        """Commit the reports; a final verdict for each, in order.
+
+        The freed slot is refilled in the same round of commits (DESIGN.md §8): the capacity
+        the agent `observed` when it sent them (after the attempts they end released theirs) is
+        recorded like a heartbeat's, and once the reports are in the log the leader is told the
+        room they will release (`Leader.releasing`), so its next ASSIGN_BATCH follows them in
+        the log instead of waiting for their commit. Apply re-validates it after them."""
         if observed is not None:
             self.leader.heartbeat(cluster_id, incarnation, observed.seq,
                                   observed.free.as_tuple())
+        freed = self.node.read(lambda s: _releases(s, cluster_id, reports))
+        try:
+            result = propose(self.node, self.leader, c.ReportBatch(
+                cluster_id, self.clock.now_ms(), self.rng.getrandbits(64), tuple(reports)),
+                appended=lambda: self.leader.releasing(cluster_id, freed))
+        finally:
+            self.leader.released(cluster_id, freed)
+        assert isinstance(result, ReportResult), result
         verdicts = tuple(Verdict(report.fence, verdict, report.kind)
                          for report, verdict in zip(reports, result.verdicts, strict=True))
         return Reported(self.node.term(), verdicts)
+
+
+def _releases(state: State, cluster_id: str, reports: Sequence[Report],
+              ) -> dict[int, tuple[int, int, int]]:
+    """fence -> resources of the live attempts on this cluster that these reports end."""
+    cluster = state.clusters.get(cluster_id)
+    if cluster is None:
+        return {}
+    freed = {}
+    for report in reports:
+        if report.kind == ReportKind.STARTED or report.fence not in cluster.live:
+            continue
+        job_id, index = cluster.live[report.fence]
+        task = state.jobs[job_id].tasks[index]
+        if (job_id, task.spec.id) != (report.job_id, report.task_id):
+            continue
+        if report.kind == ReportKind.REJECTED and task.state != TaskState.ASSIGNED:
+            continue  # a rejection of a running attempt is late: it releases nothing
+        spec = task.spec
+        freed[report.fence] = (spec.cpu_milli, spec.memory_mb, spec.gpu)
+    return freed
 
 
 def _registered(state: State, cluster_id: str, incarnation: int) -> bool:

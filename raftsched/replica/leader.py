@@ -18,7 +18,7 @@ from __future__ import annotations
 import random
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -28,6 +28,7 @@ from raftsched.eventlog import EventLogger
 from raftsched.state import commands as c
 from raftsched.state import fsm, placement
 from raftsched.state.model import State
+from raftsched.state.placement import Free
 from raftsched.state.results import AssignResult, BarrierResult
 
 log = EventLogger("raftsched.leader")
@@ -48,10 +49,17 @@ REDELIVER_AFTER_S = 1.0
 without the agent's answer being committed (the message or its answer may have been lost)."""
 
 
+class Pending(Protocol):
+    """An entry appended to the log, not yet waited for (raft_node.Proposal)."""
+
+    def outcome(self, timeout_s: float) -> fsm.Outcome: ...
+
+
 class Node(Protocol):
     """What the leader needs of the Raft node (raft_node.RaftNode provides it)."""
 
     def propose(self, data: bytes, timeout_s: float) -> fsm.Outcome: ...
+    def submit(self, data: bytes) -> Pending: ...
     def read(self, fn: Callable[[State], Any]) -> Any: ...
     def is_leader(self) -> bool: ...
     def term(self) -> int: ...
@@ -85,6 +93,9 @@ class _Term:
     confirmed: bool = False
     health: dict[str, AgentHealth] = field(default_factory=dict)
     last_tick_s: float = 0.0
+    releasing: dict[str, dict[int, Free]] = field(default_factory=dict)
+    """cluster -> fence -> resources that reports proposed but not yet committed will release
+    (see `releasing`)."""
 
 
 class Leader:
@@ -179,6 +190,33 @@ class Leader:
         with self._lock:
             return {cid: h.free for cid, h in self._term.health.items() if h.free is not None}
 
+    def releasing(self, cluster_id: str, freed: dict[int, Free]) -> None:
+        """Reports ending these attempts (fence -> their resources) were just appended to the
+        log and will commit before anything proposed from now on: plan as if their room were
+        free already, so the next ASSIGN_BATCH rides in the same round of commits instead of
+        waiting for theirs (apply re-validates it, after them). Wakes the loop."""
+        if not freed:
+            return
+        with self._lock:
+            self._term.releasing.setdefault(cluster_id, {}).update(freed)
+            self._idle_version = None
+        self._wake.set()
+
+    def released(self, cluster_id: str, fences: Iterable[int]) -> None:
+        """Those reports' outcome is known (committed or not): the state tells from now on."""
+        with self._lock:
+            pending = self._term.releasing.get(cluster_id)
+            if pending is None:
+                return
+            for fence in fences:
+                pending.pop(fence, None)
+            if not pending:
+                del self._term.releasing[cluster_id]
+
+    def _releasing(self) -> dict[str, dict[int, Free]]:
+        with self._lock:
+            return {cid: dict(fences) for cid, fences in self._term.releasing.items()}
+
     # -- the loop --------------------------------------------------------------------------------
 
     def _run(self) -> None:
@@ -230,9 +268,11 @@ class Leader:
         if version == self._idle_version and version != -1:
             return
         free = self.reported_free()
+        releasing = self._releasing()
         started_s = self._clock.monotonic_s()
         items = self._node.read(lambda s: placement.plan(s, max_items=PLACEMENT_BATCH,
-                                                         reported_free=free))
+                                                         reported_free=free,
+                                                         releasing=releasing))
         planned_s = self._clock.monotonic_s()
         if not items:
             self._idle_version = version

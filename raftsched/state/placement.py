@@ -53,10 +53,13 @@ class _Room:
 
 
 def plan(state: State, *, max_items: int = limits.MAX_BATCH_ITEMS,
-         reported_free: Mapping[str, Free] | None = None) -> list[Placement]:
+         reported_free: Mapping[str, Free] | None = None,
+         releasing: Mapping[str, Mapping[int, Free]] | None = None) -> list[Placement]:
     """Placements for up to `max_items` ready tasks. `reported_free` (the agents' last reported
-    free capacity, soft state on the leader) further limits a cluster below its committed room."""
-    rooms = _rooms(state, reported_free or {})
+    free capacity, soft state on the leader) further limits a cluster below its committed room.
+    `releasing` (cluster -> fence -> resources) is room that reports already in the log will
+    free when they apply: counted while its attempt is still live in `state`, never twice."""
+    rooms = _rooms(state, reported_free or {}, releasing or {})
     if not rooms:
         return []
     placements: list[Placement] = []
@@ -87,7 +90,8 @@ _Shape = tuple[int, int, int, tuple[str, ...], str | None]
 """What decides where a task fits: cpu, memory, gpu, required capabilities, pin."""
 
 
-def _rooms(state: State, reported_free: Mapping[str, Free]) -> list[_Room]:
+def _rooms(state: State, reported_free: Mapping[str, Free],
+           releasing: Mapping[str, Mapping[int, Free]]) -> list[_Room]:
     rooms = []
     for cluster in sorted(state.clusters.values(), key=lambda c: c.id):
         if cluster.status != ClusterStatus.READY:
@@ -95,6 +99,9 @@ def _rooms(state: State, reported_free: Mapping[str, Free]) -> list[_Room]:
         cpu = cluster.cpu_milli - cluster.reserved_cpu_milli
         memory = cluster.memory_mb - cluster.reserved_memory_mb
         gpu = cluster.gpu - cluster.reserved_gpu
+        for fence, (free_cpu, free_memory, free_gpu) in releasing.get(cluster.id, {}).items():
+            if fence in cluster.live:  # its release is not applied yet
+                cpu, memory, gpu = cpu + free_cpu, memory + free_memory, gpu + free_gpu
         if cluster.id in reported_free:
             free_cpu, free_memory, free_gpu = reported_free[cluster.id]
             cpu, memory, gpu = min(cpu, free_cpu), min(memory, free_memory), min(gpu, free_gpu)

@@ -160,6 +160,15 @@ class SimLog:
         return SimNode(self, self.replicas[index])
 
 
+class SimProposal:
+    def __init__(self, node: SimNode, data: bytes) -> None:
+        self._node = node
+        self._data = data
+
+    def outcome(self, timeout_s: float) -> fsm.Outcome:
+        return self._node.propose(self._data, timeout_s)
+
+
 class SimNode:
     """What `raftsched.leader.Leader` needs of a Raft node, on one simulated replica."""
 
@@ -178,6 +187,12 @@ class SimNode:
 
     def read(self, fn: Callable[[State], Any]) -> Any:
         return fn(self.replica.state)
+
+    def submit(self, data: bytes) -> SimProposal:
+        """Committed (or lost) when its outcome is asked for, as the gateway does at once."""
+        if not self.is_leader():
+            raise NotLeader(self.leader_address())
+        return SimProposal(self, data)
 
     def propose(self, data: bytes, timeout_s: float) -> fsm.Outcome:
         assert timeout_s > 0

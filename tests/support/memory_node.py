@@ -10,6 +10,16 @@ from raftsched.state import fsm, invariants
 from raftsched.state.model import State
 
 
+class Done:
+    """A proposal whose outcome is already known."""
+
+    def __init__(self, outcome: fsm.Outcome) -> None:
+        self._outcome = outcome
+
+    def outcome(self, timeout_s: float) -> fsm.Outcome:
+        return self._outcome
+
+
 class MemoryNode:
     """Applies proposals at once to a State; counts them by command type."""
 
@@ -26,6 +36,10 @@ class MemoryNode:
         outcome = fsm.apply(self.state, data)
         invariants.check_invariants(self.state)
         return outcome
+
+    def submit(self, data: bytes) -> Done:
+        """Applied at once, like `propose`."""
+        return Done(self.propose(data, 1.0))
 
     def read(self, fn: Any) -> Any:
         return fn(self.state)

@@ -4,6 +4,7 @@ path of the scheduling loop (DESIGN.md §8) and what a heartbeat delivers."""
 from __future__ import annotations
 
 import random
+from typing import Any
 
 from raftsched.clock import ManualClock
 from raftsched.protocol import (
@@ -101,3 +102,65 @@ def test_an_unknown_incarnation_is_told_to_register_again() -> None:
     _, _, gateway = setup(tasks=1)
     directives = gateway.heartbeat(Beat("east", 2, 1, Resources(), (), 0))
     assert directives.reregister and directives.assignments == ()
+
+
+class DeferredNode(MemoryNode):
+    """Entries wait in the log until an outcome is asked for; then everything appended up to
+    it applies, in order. `before_wait` runs first: the leader plans while a report is still
+    uncommitted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queued: list[bytes] = []
+        self.before_wait: list[Any] = []
+        self.outcomes: dict[int, Any] = {}
+
+    def submit(self, data: bytes) -> Any:
+        self.queued.append(data)
+        position = self.applied + len(self.queued)
+        node = self
+
+        class Pending:
+            def outcome(self, timeout_s: float) -> Any:
+                while node.before_wait:
+                    node.before_wait.pop(0)()
+                return node.apply_through(position)
+
+        return Pending()
+
+    def propose(self, data: bytes, timeout_s: float) -> Any:
+        if not self.queued:
+            return super().propose(data, timeout_s)
+        return self.submit(data).outcome(timeout_s)
+
+    def apply_through(self, position: int) -> Any:
+        while self.applied < position:
+            index = self.applied + 1
+            self.outcomes[index] = MemoryNode.propose(self, self.queued.pop(0), 1.0)
+        return self.outcomes[position]
+
+
+def test_the_next_assignment_rides_behind_the_report_in_the_log() -> None:
+    """The leader plans as soon as the report is appended: its ASSIGN_BATCH is proposed before
+    the report commits, applies right after it, and fills the slot the report frees."""
+    node = DeferredNode()
+    clock = ManualClock()
+    leader = Leader(node, clock, random.Random(7),
+                    LeaderConfig("127.0.0.1:1", "127.0.0.1:2", suspect_after_s=5,
+                                 lost_after_s=30, tick_interval_s=1),
+                    version=lambda: node.applied)
+    gateway = AgentGateway(node, leader, clock, random.Random(8))
+    leader._round()
+    gateway.register(Registration("east", 1, ("linux",), Resources(SLOTS * 1000, 1024, 0), ()))
+    doc = {"name": "j", "tasks": [{"id": f"t{i}", "command": ["true"],
+                                   "resources": {"cpu": 1, "memory_mb": 1}} for i in range(5)]}
+    node.propose(c.encode(c.JobSubmit("j", doc_to_wire(doc), 0)), 1)
+    fences = running_all_slots(node, leader, gateway)
+    proposed = len(node.proposed)
+    node.before_wait.append(leader._round)  # the leader's loop, woken by `releasing`
+    finished = Report(ReportKind.FINISHED, "j", "t0", fences[0], exit_code=0)
+    gateway.report("east", 1, [finished], Observation(3, Resources(1000, 1024, 0)))
+    assert node.proposed[proposed:] == ["ReportBatch", "AssignBatch"]
+    job = node.state.jobs["j"]
+    assert job.counts[TaskState.ASSIGNED] == 1 and job.counts[TaskState.SUCCEEDED] == 1
+    assert leader._releasing() == {}  # forgotten once the report's outcome is known

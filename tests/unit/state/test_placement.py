@@ -209,3 +209,16 @@ def test_a_shape_that_fitted_nowhere_is_not_tried_again(monkeypatch: pytest.Monk
     monkeypatch.setattr(placement, "_choose", choose)
     assert [task for _, task, _ in planned(h)] == ["c0", "c1", "c2"]  # no head-of-line block
     assert tried == ["g0", "c0", "c1", "c2"]
+
+
+def test_room_that_reports_in_the_log_will_release_is_planned_once() -> None:
+    h = Harness()
+    h.register("east", cpu=2, memory_mb=65_536)
+    h.submit("j", job_doc([small(f"t{i}") for i in range(4)]))
+    fences = [h.assign_one("j", f"t{i}", "east") for i in range(2)]
+    assert planned(h) == []  # full
+    releasing = {"east": {fences[0]: (1000, 64, 0)}}
+    assert planned(h, releasing=releasing) == [("j", "t2", "east")]
+    h.started("east", "j", "t0", fences[0])
+    h.finished("east", "j", "t0", fences[0], 0)  # the release applied: counted by the state
+    assert planned(h, releasing=releasing) == [("j", "t2", "east")]  # once, not twice
