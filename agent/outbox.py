@@ -6,13 +6,21 @@ Two lmdb tables in one environment, every write one synced transaction:
 - attempt records, keyed by fence: what a restarted agent needs to find its attempts again.
 
 An attempt record lives from just before its process is started until the FINISHED or KILLED
-report for it is acked; `ack()` removes both in the same transaction.
+report for it is acked; the ack removes both in the same transaction.
+
+Acks are written lazily: `ack()` only marks the reports (they stop being pending at once) and
+their deletion rides in the next synced write, or in a write of its own once
+limits.MAX_LAZY_ACKS are waiting, or at `close()`. Nothing needs an ack to be durable: after a
+crash an acked report is simply sent again, and the leader's verdict for it is final and
+idempotent (a duplicate changes nothing). This takes one synced transaction off every report's
+round trip.
 """
 
 from __future__ import annotations
 
 import json
 import struct
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +51,11 @@ class Outbox:
         except lmdb.Error as error:
             self._env.close()
             raise StoreError(f"cannot open the outbox at {path}: {error}") from error
+        self._lock = threading.Lock()
+        self._acked: set[ReportKey] = set()
+        """Acked reports whose deletion is not written yet (see the module docstring)."""
+        self._ended: set[int] = set()
+        """Fences whose FINISHED/KILLED report is in `_acked`: their record is gone, logically."""
 
     # -- writes (each one synced transaction) --------------------------------------------------
 
@@ -53,7 +66,10 @@ class Outbox:
         if not reports and not records and not delete_records:
             return 0
         added = 0
+        with self._lock:
+            acked = set(self._acked)
         with self._env.begin(write=True) as txn:
+            self._delete_acked(txn, acked)
             for fence in delete_records:
                 txn.delete(_FENCE_KEY.pack(fence), db=self._attempts)
             for record in records:
@@ -66,22 +82,50 @@ class Outbox:
                            db=self._reports, overwrite=False):
                     added += 1
             self._check_bounds(txn)
+        self._forget_acked(acked)
         return added
 
     def put(self, reports: Sequence[Report]) -> int:
         return self.write(reports=reports)
 
     def ack(self, keys: Iterable[ReportKey]) -> int:
-        """Drops the acked reports; an acked FINISHED or KILLED report also ends its attempt
-        record. Returns how many reports were dropped."""
+        """Drops the acked reports at once for every reader; an acked FINISHED or KILLED report
+        also ends its attempt record. Written lazily (module docstring). Returns how many were
+        pending."""
         dropped = 0
-        with self._env.begin(write=True) as txn:
+        with self._lock, self._env.begin() as txn:
             for key in keys:
-                if txn.delete(_report_key(key), db=self._reports):
-                    dropped += 1
+                if key in self._acked or txn.get(_report_key(key), db=self._reports) is None:
+                    continue
+                self._acked.add(key)
+                dropped += 1
                 if key.kind in TERMINAL_REPORT_KINDS:
-                    self._end_record(txn, key.fence)
+                    self._ended.add(key.fence)
+            overdue = len(self._acked) >= limits.MAX_LAZY_ACKS
+        if overdue:
+            self.write_acks()
         return dropped
+
+    def write_acks(self) -> None:
+        """Write the lazily kept acks now (one synced transaction)."""
+        with self._lock:
+            acked = set(self._acked)
+        if not acked:
+            return
+        with self._env.begin(write=True) as txn:
+            self._delete_acked(txn, acked)
+        self._forget_acked(acked)
+
+    def _delete_acked(self, txn: Any, acked: set[ReportKey]) -> None:
+        for key in acked:
+            txn.delete(_report_key(key), db=self._reports)
+            if key.kind in TERMINAL_REPORT_KINDS:
+                self._end_record(txn, key.fence)
+
+    def _forget_acked(self, acked: set[ReportKey]) -> None:
+        with self._lock:
+            self._acked -= acked
+            self._ended -= {key.fence for key in acked if key.kind in TERMINAL_REPORT_KINDS}
 
     def _end_record(self, txn: Any, fence: int) -> None:
         raw = txn.get(_FENCE_KEY.pack(fence), db=self._attempts)
@@ -102,36 +146,47 @@ class Outbox:
         """Up to `limit` unacked reports, in (fence, kind) order."""
         assert limit >= 1
         reports: list[Report] = []
-        with self._env.begin() as txn:
-            cursor = txn.cursor(db=self._reports)
-            for _, value in cursor:
-                reports.append(Report.from_dict(_decode(value)))
+        with self._lock, self._env.begin() as txn:
+            for _, value in txn.cursor(db=self._reports):
+                report = Report.from_dict(_decode(value))
+                if report.key in self._acked:
+                    continue
+                reports.append(report)
                 if len(reports) >= limit:
                     break
         return reports
 
     def has(self, key: ReportKey) -> bool:
-        with self._env.begin() as txn:
-            return txn.get(_report_key(key), db=self._reports) is not None
+        with self._lock, self._env.begin() as txn:
+            return key not in self._acked and \
+                txn.get(_report_key(key), db=self._reports) is not None
 
     def count(self) -> int:
-        with self._env.begin() as txn:
-            return int(txn.stat(self._reports)["entries"])
+        with self._lock, self._env.begin() as txn:
+            return int(txn.stat(self._reports)["entries"]) - len(self._acked)
 
     def attempt(self, fence: int) -> AttemptRecord | None:
-        with self._env.begin() as txn:
+        with self._lock, self._env.begin() as txn:
             raw = txn.get(_FENCE_KEY.pack(fence), db=self._attempts)
-        return None if raw is None else AttemptRecord.from_dict(_decode(raw))
+            record = None if raw is None else AttemptRecord.from_dict(_decode(raw))
+            ended = fence in self._ended
+        if record is not None and ended and record.state == AttemptState.FINISHED:
+            return None
+        return record
 
     def attempts(self) -> list[AttemptRecord]:
         """Every attempt record, in fence order (at most limits.MAX_ATTEMPT_RECORDS)."""
-        with self._env.begin() as txn:
-            return [AttemptRecord.from_dict(_decode(value))
-                    for _, value in txn.cursor(db=self._attempts)]
+        with self._lock, self._env.begin() as txn:
+            records = [AttemptRecord.from_dict(_decode(value))
+                       for _, value in txn.cursor(db=self._attempts)]
+            ended = set(self._ended)
+        return [r for r in records
+                if not (r.fence in ended and r.state == AttemptState.FINISHED)]
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def close(self) -> None:
+        self.write_acks()
         self._env.close()
 
     def __enter__(self) -> Outbox:

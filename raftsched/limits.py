@@ -166,6 +166,9 @@ MAX_RUNNING_ATTEMPTS = 10_000
 MAX_FENCE_ENTRIES = 1_000_000
 """Task entries kept before the lowest fences are folded into the floor."""
 
+MAX_LAZY_ACKS = 2_000
+"""Acked reports whose deletion waits for the next synced outbox write (agent/outbox.py)."""
+
 MAX_PENDING_REPORTS = 100_000
 """Reports held unacked; storing one more raises OutboxFull."""
 

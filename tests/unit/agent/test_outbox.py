@@ -3,10 +3,13 @@ records live until their terminal report is acked."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from agent.model import AttemptRecord, AttemptState, Report, ReportKey, ReportKind, Resources
 from agent.outbox import Outbox
+from tests.support import paths
 
 
 def _report(fence: int, kind: ReportKind, reason: str = "") -> Report:
@@ -67,3 +70,34 @@ def test_attempt_records_survive_and_end_with_their_terminal_ack(tmp_path: Path)
         assert outbox.count() == 0
         outbox.write(delete_records=[6])
         assert outbox.attempts() == []
+
+
+CRASHING_CHILD = """
+import os, sys
+from pathlib import Path
+from agent.model import Report, ReportKey, ReportKind
+from agent.outbox import Outbox
+outbox = Outbox(Path(sys.argv[1]))
+outbox.put([Report(ReportKind.STARTED, "job", "t1", 1), Report(ReportKind.STARTED, "job", "t2", 2),
+            Report(ReportKind.STARTED, "job", "t3", 3)])
+outbox.ack([ReportKey(1, ReportKind.STARTED)])                 # lazy: not written
+assert [r.fence for r in outbox.pending(10)] == [2, 3] and outbox.count() == 2
+outbox.ack([ReportKey(2, ReportKind.STARTED)])
+outbox.put([Report(ReportKind.FINISHED, "job", "t3", 3, 0)])    # carries both deletions
+outbox.ack([ReportKey(3, ReportKind.STARTED)])                 # lazy again
+os._exit(0)                                                    # no close(): a crash
+"""
+
+
+def test_acks_are_written_lazily_and_a_crash_only_resends(tmp_path: Path) -> None:
+    """An ack needs no sync of its own: the next synced write carries it. After a crash the
+    reports whose ack was not written yet are pending again (sent again: a duplicate verdict
+    changes nothing), and nothing else is lost."""
+    subprocess.run([sys.executable, "-c", CRASHING_CHILD, str(tmp_path / "o")], check=True,
+                   timeout=60, cwd=paths.REPO)
+    with Outbox(tmp_path / "o") as outbox:
+        assert [(r.fence, r.kind) for r in outbox.pending(10)] == [
+            (3, ReportKind.STARTED), (3, ReportKind.FINISHED)]
+        outbox.ack([ReportKey(3, ReportKind.STARTED)])
+    with Outbox(tmp_path / "o") as outbox:  # close() wrote it
+        assert [(r.fence, r.kind) for r in outbox.pending(10)] == [(3, ReportKind.FINISHED)]
