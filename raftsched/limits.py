@@ -75,6 +75,8 @@ MAX_RETAINED_JOBS = 200_000
 JOB_RETENTION_MS = 7 * 24 * 3600 * 1000
 """Finished jobs are dropped by TICK this long after they finish."""
 MAX_TASKS_IN_STATE = 2_000_000
+MAX_SNAPSHOT_BYTES = 4 * 1024 * 1024 * 1024
+"""Largest snapshot file a replica reads (2,000,000 tasks with history take a few hundred MB)."""
 MAX_CLUSTERS = 1_024
 MAX_CAPABILITIES_PER_CLUSTER = 256
 MAX_TENANTS = 10_000

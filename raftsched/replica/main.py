@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from concurrent import futures
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -61,11 +62,38 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--applied-log", metavar="FILE",
                         help="append every applied entry (index, bytes) to FILE, for audits and "
                              "the fault-injection harness's checker (default: off)")
+    parser.add_argument("--snapshot-entries", type=_positive_int, default=None, metavar="N",
+                        help="write a snapshot (and compact the log) once the log holds more "
+                             "than N entries (default 20000); a forked child writes it, so the "
+                             "replica keeps serving meanwhile")
+    parser.add_argument("--snapshot-interval-s", type=_positive_float, default=None,
+                        metavar="SECONDS",
+                        help="... or once this long has passed since the last one (default 600)")
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on 127.0.0.1:PORT (0: off)")
     parser.add_argument("--log-level", default="info", type=str.lower, choices=eventlog.LEVELS,
                         help="log events at this level and above, as JSON lines on stderr "
                              "(default info)")
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
 
 
 def _secret(args: argparse.Namespace) -> str | None:
@@ -98,8 +126,13 @@ def run(args: argparse.Namespace) -> int:
     peers = [p.strip() for p in args.peers.split(",") if p.strip() and p.strip() != args.raft]
     changes = ChangeFeed()
     try:
+        tuning: dict[str, Any] = {}
+        if args.snapshot_entries is not None:
+            tuning["compaction_min_entries"] = args.snapshot_entries
+        if args.snapshot_interval_s is not None:
+            tuning["compaction_min_time_s"] = args.snapshot_interval_s
         node = RaftNode(args.raft, peers, args.data_dir, secret, insecure_dev=args.insecure_dev,
-                        on_applied=changes.notify, applied_log=args.applied_log)
+                        on_applied=changes.notify, applied_log=args.applied_log, **tuning)
     except RaftschedError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 2

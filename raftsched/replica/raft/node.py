@@ -85,6 +85,7 @@ from __future__ import annotations
 
 import fcntl
 import functools
+import gc
 import os
 import threading
 import time
@@ -149,6 +150,10 @@ FIRST_TICK_TIMEOUT_S = 120.0
 CLOSE_TIMEOUT_S = 10.0
 """How long `close` waits for the tick thread to exit."""
 TRANSFER_POLL_S = 0.02
+
+GC_FREEZE_ENTRY_BYTES = 1024 * 1024
+"""An entry this large (a job of thousands of tasks) is applied with the cyclic GC quiet and its
+objects frozen afterwards (`_quiet_gc`)."""
 
 DUMP_LATCH_ENV = "RAFTSCHED_FAILPOINT_DUMP_LATCH"
 """Fault injection: a path. The snapshot writer creates PATH.waiting, then waits until PATH exists
@@ -388,7 +393,7 @@ class RaftNode:
             if self._journal.fsync and not self._journal.is_durable(index):
                 self._unsynced_applies += 1
         try:
-            with self._lock:
+            with self._lock, _quiet_gc(len(data) >= GC_FREEZE_ENTRY_BYTES):
                 previous = self._state_index
                 outcome = fsm.apply(self._state, data)
                 self._state_index = index
@@ -481,7 +486,7 @@ class RaftNode:
     def _read_dump(self, file_name: str) -> tuple[Entry, Entry, set[Any]]:
         """pysyncobj's deserializer hook (startup and snapshot install): replaces the State."""
         try:
-            with open(file_name, "rb") as source:
+            with open(file_name, "rb") as source, _quiet_gc(True):
                 state, extra = snapshot.load_with_extra(source)
             last, previous, members = _parse_extra(extra)
             self._journal.align_to_dump(previous, last)
@@ -808,6 +813,30 @@ def _wait_for_latch(path: str) -> None:
     deadline = time.monotonic() + DUMP_LATCH_MAX_WAIT_S
     while not os.path.exists(path) and time.monotonic() < deadline:
         time.sleep(DUMP_LATCH_POLL_S)
+
+
+@contextmanager
+def _quiet_gc(big: bool) -> Iterator[None]:
+    """Around building a large part of the state (a snapshot load, a big JOB_SUBMIT): no cyclic
+    GC while it runs, then its objects move to the permanent generation (`gc.freeze`).
+
+    The state is millions of long-lived, acyclic objects (freed by reference counting, which
+    freezing does not stop). Left in the collected generations, every full collection walks all
+    of them — seconds on the tick thread at a million tasks, long enough to lose leadership —
+    and collections triggered while a big entry is built run again and again as it grows. The
+    young generations are collected first, so no young cyclic garbage is frozen."""
+    if not big:
+        yield
+        return
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.collect(1)
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def _lock_data_dir(data_dir: str) -> int:

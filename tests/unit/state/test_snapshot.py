@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 
 import pytest
 
@@ -55,15 +56,49 @@ def test_restored_replica_keeps_agreeing() -> None:
 
 def test_extra_record_is_carried() -> None:
     state, extra = snapshot.load_with_extra(
-        __import__("io").BytesIO(snapshot.dump(State(), extra=[1, "raft", None]))
+        io.BytesIO(snapshot.dump(State(), extra=[1, "raft", None]))
     )
     assert extra == [1, "raft", None] and state == State()
+
+
+def as_format_1(data: bytes) -> bytes:
+    """Format 2 bytes as format 1 wrote them: the same records, no checksum."""
+    head = len(snapshot.MAGIC)
+    return data[:head] + (1).to_bytes(2, "big") + data[head + 2:-4]
+
+
+def test_a_format_1_snapshot_still_loads_through_the_validating_path(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    h = busy_state()
+    validated: list[str] = []
+    real = snapshot.validate_wire
+
+    def validate(wire: object) -> object:
+        validated.append(str(wire)[:20])
+        return real(wire)
+
+    monkeypatch.setattr(snapshot, "validate_wire", validate)
+    state, extra = snapshot.load_with_extra(
+        io.BytesIO(as_format_1(snapshot.dump(h.state, extra={"k": [1, 2]}))))
+    assert state == h.state and extra == {"k": [1, 2]} and len(validated) == 2
+    validated.clear()
+    assert snapshot.load(snapshot.dump(h.state)) == h.state and validated == []  # format 2
+
+
+def test_a_damaged_byte_anywhere_is_caught_by_the_checksum() -> None:
+    data = bytearray(snapshot.dump(busy_state().state))
+    for position in range(len(snapshot.MAGIC) + 2, len(data), max(1, len(data) // 40)):
+        damaged = bytearray(data)
+        damaged[position] ^= 0x10
+        with pytest.raises(snapshot.SnapshotError, match="checksum"):
+            snapshot.load(bytes(damaged))
 
 
 @pytest.mark.parametrize(("data", "fragment"), [
     (b"PICKLE", "bad magic"),
     (snapshot.MAGIC + (99).to_bytes(2, "big"), "format 99"),
     (snapshot.dump(State())[:-3], "corrupt"),
+    (as_format_1(snapshot.dump(State()))[:-3], "corrupt"),
 ])
 def test_foreign_or_damaged_data_is_refused(data: bytes, fragment: str) -> None:
     with pytest.raises(snapshot.SnapshotError, match=fragment):
@@ -79,12 +114,13 @@ def test_digest_names_the_snapshot_bytes() -> None:
     assert snapshot.digest(h.state) != digest
 
 
-PINNED_BUSY_SNAPSHOT_SHA256 = "fead73c0208f2849ea8274303e1ca62cece8f8ca17eaf33ece243ce0902414f1"
+PINNED_BUSY_SNAPSHOT_SHA256 = "9654d2d8687c37eecf48578db7b1b7e477d8ed0f66bef1606d849f14ff2a89f9"
+"""Format 2 (format 1 was fead73c0...: the same records, without the checksum trailer)."""
 PINNED_J1_SPEC_DIGEST = "2dc75c554dce7cb6b1a98299472ddbce80bc06c12e86b8c4022dae22118e76aa"
 
 
 def test_snapshot_and_spec_digest_bytes_are_pinned() -> None:
-    """The bytes of a snapshot (FORMAT_VERSION 1) and of a spec's idempotency digest never
+    """The bytes of a snapshot (FORMAT_VERSION 2) and of a spec's idempotency digest never
     change under a refactoring: replicas of different builds must agree byte for byte. A change
     here is a format change: bump FORMAT_VERSION (or the spec's digest) on purpose."""
     h = busy_state()
