@@ -122,6 +122,9 @@ MAX_PAGE_SIZE = 1_000
 MAX_DELIVERIES_PER_HEARTBEAT = 1_000
 """Assignments or kills one heartbeat reply carries; the rest come with the next."""
 
+MAX_APPLY_BACKLOG = 10_000
+"""Committed entries waiting for the applier thread; past it Raft's tick waits for room."""
+
 COMMANDS_QUEUE_MAX = 20_000
 """Submissions waiting for the tick thread; beyond it pysyncobj answers QUEUE_FULL."""
 

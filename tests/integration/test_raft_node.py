@@ -412,6 +412,36 @@ def test_kill_all_replicas_keeps_every_acknowledged_job(clusters: Callable[..., 
         assert not missing, f"{replica.address} lost acknowledged jobs {sorted(missing)[:5]}"
 
 
+def test_applying_is_off_the_raft_thread(clusters: Callable[..., Cluster],
+                                         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Entries are applied by a thread of their own: with every replica's applier held at a
+    latch, entries still commit and nobody loses leadership (a long apply — a job of many
+    thousands of tasks — no longer silences a replica for an election timeout); released, the
+    applier catches up and the proposals' outcomes arrive."""
+    latch = tmp_path / "release-applies"
+    monkeypatch.setenv(raft_node.APPLY_LATCH_ENV, str(latch))
+    cluster = clusters(3)
+    cluster.start()
+    # No leader can confirm itself (its barrier is not applied): ask pysyncobj who leads.
+    leader = wait_for(lambda: next((r for r in cluster.replicas if r.status()["is_leader"]),
+                                   None), 30.0, "a leader")
+    term = leader.status()["term"]
+    held = leader.ok("submit_many held- 20 2")
+    assert held["acked"] == [] and held["unknown"] == 20  # committed, not applied: no outcome
+    wait_for(lambda: all(r.status()["commit_index"] >= leader.status()["commit_index"]
+                         for r in cluster.replicas), 30.0, "every replica to learn the commits")
+    statuses = [r.status() for r in cluster.replicas]
+    assert all(s["commit_index"] > s["state_index"] for s in statuses)
+    assert [s["term"] for s in statuses] == [term] * 3 and statuses[
+        cluster.replicas.index(leader)]["is_leader"]
+    assert Path(str(latch) + ".waiting").exists()
+    latch.touch()
+    assert cluster.wait_leader() is leader
+    digest = cluster.wait_converged()
+    assert digest and all({f"held-{i}" for i in range(20)} <= set(r.jobs())
+                          for r in cluster.replicas)
+
+
 def test_a_snapshot_in_progress_stalls_neither_commits_nor_leadership(
         clusters: Callable[..., Cluster], monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:

@@ -32,6 +32,7 @@ from pysyncobj.serializer import Serializer
 
 
 class DumpOwner(Protocol):
+    def ready_to_dump(self) -> bool: ...
     def dump_finished(self, ok: bool, index: int, elapsed_s: float) -> None: ...
 
 
@@ -52,6 +53,8 @@ class ForkingSerializer(Serializer):  # type: ignore[misc]
 
     def serialize(self, data: Any, id: Any) -> None:
         # data: (None, last applied entry, the entry before it, cluster nodes)
+        if self._owner is not None and not self._owner.ready_to_dump():
+            return  # not now: pysyncobj sees no dump in progress and asks again next tick
         self._started_s = time.monotonic()
         self._index = int(data[1][1])
         super().serialize(data, id)

@@ -2,8 +2,10 @@
 
 `RaftNode` runs one replica. Everything about the log except consensus is ours (DESIGN.md §2, §4):
 
-- **One replicated method** taking `bytes`: it runs `fsm.apply(state, entry)` on the tick thread
-  under `self._lock`; readers on other threads take the same lock (`read`, `status`).
+- **One replicated method** taking `bytes`: on the tick thread it only hands the entry to the
+  applier (applier.py), whose own thread runs `fsm.apply(state, entry)` in log order under
+  `self._lock` — so a long apply never silences Raft; readers take the same lock (`read`,
+  `status`); proposers get the outcome when the applier has it.
 - **Durability.** pysyncobj's FileJournal is an mmap never msynced and its term/vote/commit meta
   is written without fsync. We give SyncObj our own `DurableJournal` (append-only file, CRC per
   record, `fdatasync` before this replica acks or applies an entry; term/vote written tmp + fsync
@@ -76,9 +78,10 @@ pysyncobj internals this module relies on (re-check them when changing the pinne
   `otherNodes`; `_isLeader`, `_getLeader`, `transferLeadership`, `addNodeToCluster`,
   `removeNodeFromCluster`, `forceLogCompaction`, `destroy`, `tick_thread_alive`, `waitBinded`.
 
-Threads: pysyncobj's one tick thread runs polling, elections, replication, apply, the serializer
-and every callback. Never block in them. SyncObj's tick thread stops when the thread that built
-it exits: construct RaftNode on a long-lived thread (the main thread).
+Threads: pysyncobj's one tick thread runs polling, elections, replication, the serializer (a
+fork) and every callback; never block in them. The applier thread applies entries. SyncObj's
+tick thread stops when the thread that built it exits: construct RaftNode on a long-lived thread
+(the main thread).
 """
 
 from __future__ import annotations
@@ -107,6 +110,7 @@ from raftsched.eventlog import EventLogger
 from raftsched.replica.applied_log import AppliedLogWriter
 from raftsched.replica.raft import dumps as _dumps  # noqa: F401  (installs ForkingSerializer)
 from raftsched.replica.raft.alarms import ALARM_FILTER, LibraryAlarms
+from raftsched.replica.raft.applier import Applier, PendingApply
 from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
 from raftsched.replica.raft.journal import DurableJournal, Entry, pending_journal
 from raftsched.replica.raft.transport import SyncingTransport
@@ -151,6 +155,8 @@ CLOSE_TIMEOUT_S = 10.0
 """How long `close` waits for the tick thread to exit."""
 TRANSFER_POLL_S = 0.02
 
+DUMP_NICENESS = 10
+"""The snapshot writer (a forked child) runs this much nicer than the replica."""
 GC_FREEZE_ENTRY_BYTES = 1024 * 1024
 """An entry this large (a job of thousands of tasks) is applied with the cyclic GC quiet and its
 objects frozen afterwards (`_quiet_gc`)."""
@@ -159,6 +165,9 @@ DUMP_LATCH_ENV = "RAFTSCHED_FAILPOINT_DUMP_LATCH"
 """Fault injection: a path. The snapshot writer creates PATH.waiting, then waits until PATH exists
 (at most DUMP_LATCH_MAX_WAIT_S) before writing: a test holds a snapshot in progress as long as
 it likes and shows that nothing else waits for it. Read once when a RaftNode is built."""
+APPLY_LATCH_ENV = "RAFTSCHED_FAILPOINT_APPLY_LATCH"
+"""Fault injection: a path. The applier creates PATH.waiting, then applies nothing until PATH
+exists (at most DUMP_LATCH_MAX_WAIT_S): a test holds applies back and shows Raft goes on."""
 DUMP_LATCH_MAX_WAIT_S = 120.0
 DUMP_LATCH_POLL_S = 0.05
 
@@ -178,7 +187,7 @@ T = TypeVar("T")
 
 
 class _ReplicatedLog(SyncObj):  # type: ignore[misc]
-    def __init__(self, apply: Callable[[bytes, int], Outcome], self_address: str,
+    def __init__(self, apply: Callable[[bytes, int], PendingApply], self_address: str,
                  peers: list[str], conf: Any, transport_class: Any,
                  transport: Callable[[], SyncingTransport | None]) -> None:
         self._raftsched_apply = apply
@@ -199,7 +208,7 @@ class _ReplicatedLog(SyncObj):  # type: ignore[misc]
             transport.release_appends()
 
     @replicated  # type: ignore[untyped-decorator]
-    def apply_entry(self, data: bytes) -> Outcome:
+    def apply_entry(self, data: bytes) -> PendingApply:
         # Inside a replicated method raftLastApplied + 1 is the index being applied.
         return self._raftsched_apply(data, int(self.raftLastApplied) + 1)
 
@@ -219,6 +228,14 @@ class _Replies:
             self.done.set()
 
     def callback(self, position: int, result: Any, reason: Any) -> None:
+        """pysyncobj's callback (tick thread). A committed entry's result is the applier's
+        PendingApply: the position is answered once that entry is applied."""
+        if isinstance(result, PendingApply):
+            result.when_done(lambda outcome: self._record(position, outcome, reason))
+            return
+        self._record(position, result, reason)
+
+    def _record(self, position: int, result: Any, reason: Any) -> None:
         with self._lock:
             if self.reasons[position] is not self._NONE:
                 return
@@ -262,7 +279,7 @@ class RaftNode:
     then added with `add_replica` on the leader. Once a snapshot exists, the member list stored
     in it overrides `peers` on restart (pysyncobj issue #133): membership is replicated state.
 
-    Callbacks run on pysyncobj's tick thread and must only signal, never block:
+    Callbacks must only signal, never block (they run on the tick or the applier thread):
     `on_leader_change(is_leader)` when pysyncobj's own belief flips (confirm with
     `is_leader_confirmed` before acting), `on_applied(index)` after each FSM entry is applied or
     a snapshot is loaded.
@@ -296,6 +313,7 @@ class RaftNode:
         self._on_applied = on_applied
         self._applied_log = AppliedLogWriter(applied_log) if applied_log else None
         self._lock = threading.Lock()
+        self._applier = Applier(self._apply_now, f"raft-apply-{self_address}")
         self._state = State()
         self._state_index = 0
         self._membership_lock = threading.Lock()
@@ -311,6 +329,7 @@ class RaftNode:
         self._fatal: str | None = None
         self._closed = False
         self._dump_latch = os.environ.get(DUMP_LATCH_ENV, "")
+        self._apply_latch = os.environ.get(APPLY_LATCH_ENV, "")
         self._data_dir = os.path.abspath(data_dir)
         os.makedirs(self._data_dir, exist_ok=True)
         self._lock_fd = _lock_data_dir(self._data_dir)
@@ -387,11 +406,26 @@ class RaftNode:
 
     # -- tick thread --------------------------------------------------------------------------
 
-    def _apply_committed(self, data: bytes, index: int) -> Outcome:
+    def ready_to_dump(self) -> bool:
+        """A snapshot may be written now (dumps.ForkingSerializer asks, on the tick thread):
+        the applier has applied every entry handed over, so the state is exactly as of the
+        entry pysyncobj will record in the snapshot."""
+        return self._applier.idle()
+
+    def _apply_committed(self, data: bytes, index: int) -> PendingApply:
+        """The replicated method's body, on the tick thread: make the entry durable here, then
+        hand it to the applier (applier.py); pysyncobj passes the PendingApply to the
+        proposer's callback."""
         if not self._journal.is_durable(index):
             self._journal.sync()
             if self._journal.fsync and not self._journal.is_durable(index):
                 self._unsynced_applies += 1
+        return self._applier.submit(index, data)
+
+    def _apply_now(self, data: bytes, index: int) -> Outcome:
+        """Apply one committed entry, on the applier thread, in log order."""
+        if self._apply_latch and not os.path.exists(self._apply_latch):
+            _wait_for_latch(self._apply_latch)
         try:
             with self._lock, _quiet_gc(len(data) >= GC_FREEZE_ENTRY_BYTES):
                 previous = self._state_index
@@ -412,7 +446,8 @@ class RaftNode:
         return outcome
 
     def _notify_applied(self, index: int) -> None:
-        """`on_applied(index)` runs on the tick thread: it must only signal, never block."""
+        """`on_applied(index)` runs on the applier thread (or the tick thread, for a snapshot
+        load): it must only signal, never block."""
         if self._on_applied is None:
             return
         try:
@@ -461,6 +496,7 @@ class RaftNode:
         nothing but write and fsync the file: no logging, no locks (see dumps.py);
         `dump_finished` reports the outcome in the replica.
         """
+        os.nice(DUMP_NICENESS)  # this child only: the replica itself keeps the CPU first
         if self._dump_latch:
             _wait_for_latch(self._dump_latch)
         last, previous, nodes = data
@@ -485,6 +521,7 @@ class RaftNode:
 
     def _read_dump(self, file_name: str) -> tuple[Entry, Entry, set[Any]]:
         """pysyncobj's deserializer hook (startup and snapshot install): replaces the State."""
+        self._applier.discard()  # superseded: pysyncobj hands over the entries after it again
         try:
             with open(file_name, "rb") as source, _quiet_gc(True):
                 state, extra = snapshot.load_with_extra(source)
@@ -570,6 +607,8 @@ class RaftNode:
         if reason == FAIL_REASON.SUCCESS:
             if isinstance(result, Applied | Rejected):
                 return result
+            if result is None:
+                return OutcomeUnknown("committed, but a snapshot install or a stop came first")
             return OutcomeUnknown(f"committed entry returned {result!r}, not an outcome")
         if reason in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER):
             return NotLeader(self.leader_address())
@@ -653,6 +692,7 @@ class RaftNode:
                 **asdict(journal.stats),
             },
             "replication": asdict(self._transport.replication) if self._transport else {},
+            "apply_backlog": self._applier.backlog,
             "dumps_written": self._dumps_written,
             "dumps_loaded": self._dumps_loaded,
             "library_alarms": asdict(self._alarms),
@@ -774,6 +814,7 @@ class RaftNode:
         if self._obj.tick_thread_alive():
             log.warning("raft_close_timeout", address=self._address)
         else:
+            self._applier.stop()
             self._journal._destroy()
             if self._applied_log is not None:
                 self._applied_log.close()
