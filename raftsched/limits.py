@@ -112,6 +112,10 @@ MAX_MESSAGE_BYTES = MAX_SPEC_BYTES + 1024 * 1024
 MAX_LONG_POLL_MS = 5_000
 """A heartbeat long-poll is held at most this long."""
 
+LARGE_SPEC_BYTES = 256 * 1024
+MAX_CONCURRENT_LARGE_SPECS = 1
+"""Specs of LARGE_SPEC_BYTES or more one replica parses at once (the rest wait their turn)."""
+
 MAX_REPORTED_SPEC_ISSUES = 20
 """Spec problems named in one INVALID_ARGUMENT answer (the count of the rest follows)."""
 

@@ -9,6 +9,7 @@ DEADLINE_EXCEEDED, never as a failure: the client retries with the same idempote
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import random
 import re
@@ -27,7 +28,7 @@ from raftsched.eventlog import EventLogger
 from raftsched.replica import views
 from raftsched.replica.gateway import PROPOSE_TIMEOUT_S, AgentGateway, propose
 from raftsched.replica.leader import Leader
-from raftsched.spec.job import SpecError, parse_spec_text, validate_job_doc
+from raftsched.spec.job import SpecError, parse_spec_text, with_idempotency_key
 from raftsched.spec.wire import to_wire
 from raftsched.state import commands as c
 from raftsched.state.model import TERMINAL_JOB_STATES, State
@@ -36,6 +37,8 @@ from raftsched.state.results import JobCancelled, JobSubmitted, Result
 log = EventLogger("raftsched.service")
 
 READ_CONFIRM_TIMEOUT_S = 2.0
+LARGE_SPEC_WAIT_S = 30.0
+"""A large spec waits this long at most for its turn to be parsed."""
 WATCH_POLL_S = 1.0
 """A watch re-checks its job at least this often (and at every applied entry)."""
 JOB_ID_SLUG_CHARS = 40
@@ -122,18 +125,38 @@ class Context:
 class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self._large_specs = threading.BoundedSemaphore(limits.MAX_CONCURRENT_LARGE_SPECS)
+
+    @contextlib.contextmanager
+    def _parsing(self, context: grpc.ServicerContext, size: int) -> Iterator[None]:
+        """Parse at most MAX_CONCURRENT_LARGE_SPECS large specs at once: parsing is pure Python
+        holding the interpreter lock, and several at once starve the replica's Raft thread
+        (heartbeats late, elections). Waiting for a turn is bounded; past it RESOURCE_EXHAUSTED
+        says when to retry."""
+        if size < limits.LARGE_SPEC_BYTES:
+            yield
+            return
+        if not self._large_specs.acquire(timeout=LARGE_SPEC_WAIT_S):
+            self.ctx.abort(context, RaftschedError(
+                Code.RESOURCE_EXHAUSTED,
+                f"{limits.MAX_CONCURRENT_LARGE_SPECS} large job specs (over "
+                f"{limits.LARGE_SPEC_BYTES} bytes) are being parsed; retry in a few seconds"))
+        try:
+            yield
+        finally:
+            self._large_specs.release()
 
     def SubmitJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            spec = parse_spec_text(request.spec, source="spec")
+            with self._parsing(context, len(request.spec)):
+                spec = parse_spec_text(request.spec, source="spec")
             if request.idempotency_key:
-                doc = spec.to_doc()
-                doc["idempotency_key"] = request.idempotency_key
-                spec = validate_job_doc(doc)
+                spec = with_idempotency_key(spec, request.idempotency_key)
         except SpecError as error:
             self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, _issues(error)))
+        # 64 random bits: unique among millions of jobs of one name (32 bits were not).
         job_id = f"{_SLUG.sub('-', spec.name)[:JOB_ID_SLUG_CHARS].strip('-') or 'job'}-" \
-                 f"{self.ctx.rng.getrandbits(32):08x}"
+                 f"{self.ctx.rng.getrandbits(64):016x}"
         result = self.ctx.propose(context, c.JobSubmit(job_id, to_wire(spec),
                                                        self.ctx.clock.now_ms()))
         assert isinstance(result, JobSubmitted), result

@@ -48,6 +48,7 @@ __all__ = [
     "parse_spec_text",
     "runs_when_upstream_done",
     "validate_job_doc",
+    "with_idempotency_key",
 ]
 
 RESERVED_ENV_PREFIX: Final = "RAFTSCHED_"
@@ -248,6 +249,16 @@ def validate_job_doc(doc: object) -> JobSpec:
     if scope.sink.issues:
         raise SpecError(scope.sink.issues)
     return JobSpec(_req(name), _req(tenant), _req(priority), _req(policy), key, _req(tasks))
+
+
+def with_idempotency_key(spec: JobSpec, key: str) -> JobSpec:
+    """`spec` with its idempotency key set to `key` (checked like the document's own field),
+    without validating the rest again. Raises SpecError naming `idempotency_key`."""
+    scope = _Scope(_Sink(), "", None, {"idempotency_key": key})
+    checked = _idempotency_key(scope)
+    if scope.sink.issues:
+        raise SpecError(scope.sink.issues)
+    return replace(spec, idempotency_key=checked)
 
 
 def parse_spec_text(text: str | bytes, *, source: str = "<spec>") -> JobSpec:

@@ -652,3 +652,17 @@ def test_any_text_gives_a_spec_or_a_spec_error(text: str) -> None:
         parse_spec_text(text)
     except SpecError as error:
         assert error.issues
+
+
+def test_an_idempotency_key_is_set_without_validating_the_spec_again() -> None:
+    from raftsched.spec.job import with_idempotency_key
+
+    spec = parse_spec_text(DIAMOND_YAML)
+    keyed = with_idempotency_key(spec, "nightly-2026-12-01")
+    doc = spec.to_doc()
+    doc["idempotency_key"] = "nightly-2026-12-01"
+    assert keyed == validate_job_doc(doc)
+    for bad, fragment in (("", "non-empty"), ("x" * 257, "at most 256"), ("a\nb", "printable")):
+        with pytest.raises(SpecError, match=fragment) as caught:
+            with_idempotency_key(spec, bad)
+        assert caught.value.issues[0].path == "idempotency_key"
