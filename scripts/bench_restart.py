@@ -1,10 +1,12 @@
 """scripts/bench cluster --restart-tasks N: a large state through snapshots and a restart.
 
 3 replicas on 127.0.0.1 snapshot often (--snapshot-entries) while N tasks (jobs of 10,000,
-JSON) are submitted and a probe submits one small job after another. Reported:
+JSON) are submitted; then a probe submits one small job after another while every replica
+writes snapshots of the full state. Reported:
+  - how long building the state took, and the leader changes during it;
   - each replica's snapshot writes (the forked child's time, from the replicas' event logs);
-  - whether writing them held anything up: the probe's submit latency (p50/p99/max) over the
-    whole phase and the term before and after (a leader change would show);
+  - whether writing them held anything up: the probe's submit latency (p50/p99/max) while every
+    replica wrote one, and the term before and after (a leader change would show);
   - a follower kill -9'd and restarted: the time from its start to serving — answering with
     the state the leader had committed before the kill — and the snapshot load it logged.
 Every wait is bounded; the cluster is always torn down.
@@ -96,10 +98,7 @@ def run(total_tasks: int) -> list[str]:
 
 def _phases(cluster: LocalCluster, total_tasks: int) -> list[str]:
     client = cluster.client(retry_budget_s=SUBMIT_TIMEOUT_S, timeout_s=SUBMIT_TIMEOUT_S)
-    term_before = client.cluster_status().term
-    probe = Probe(cluster.client(retry_budget_s=SUBMIT_TIMEOUT_S))
-    prober = threading.Thread(target=probe.run, daemon=True)
-    prober.start()
+    term_start = client.cluster_status().term
     started = time.perf_counter()
     jobs = max(1, total_tasks // JOB_TASKS)
     spec = wide_job("big", min(JOB_TASKS, total_tasks))
@@ -108,7 +107,12 @@ def _phases(cluster: LocalCluster, total_tasks: int) -> list[str]:
     with ThreadPoolExecutor(SUBMITTERS) as pool:
         list(pool.map(lambda i: clients[i % SUBMITTERS].submit(spec), range(jobs)))
     submitted_s = time.perf_counter() - started
-    # Let every replica write a snapshot of the full state while the probe goes on.
+    term_built = client.cluster_status().term
+    # Every replica writes a snapshot of the full state while the probe goes on.
+    probe = Probe(cluster.client(retry_budget_s=SUBMIT_TIMEOUT_S))
+    prober = threading.Thread(target=probe.run, daemon=True)
+    prober.start()
+    term_before = term_built
     marks = {i: len(dumps_written(cluster, i)) for i in range(3)}
     wait_for(lambda: all(len(dumps_written(cluster, i)) > marks[i] for i in range(3)),
              PHASE_TIMEOUT_S, "every replica to snapshot the full state")
@@ -116,8 +120,9 @@ def _phases(cluster: LocalCluster, total_tasks: int) -> list[str]:
     prober.join(SUBMIT_TIMEOUT_S)
     term_after = client.cluster_status().term
     lines = [
-        f"  submitting the jobs took {submitted_s:.1f} s "
-        f"({total_tasks / submitted_s:,.0f} tasks/s, parsed and validated twice)",
+        f"  submitting the jobs ({SUBMITTERS} clients) took {submitted_s:.1f} s "
+        f"({total_tasks / submitted_s:,.0f} tasks/s, parsed and validated twice); term "
+        f"{term_start} -> {term_built}",
         "  snapshot writes (forked child), per replica, ms: " + "; ".join(
             f"r{i} " + ", ".join(f"{ms:.0f}" for ms in dumps_written(cluster, i)[-3:])
             for i in range(3)),

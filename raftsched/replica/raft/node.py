@@ -155,11 +155,13 @@ CLOSE_TIMEOUT_S = 10.0
 """How long `close` waits for the tick thread to exit."""
 TRANSFER_POLL_S = 0.02
 
-DUMP_NICENESS = 10
+DUMP_NICENESS = 19
 """The snapshot writer (a forked child) runs this much nicer than the replica."""
-GC_FREEZE_ENTRY_BYTES = 1024 * 1024
-"""An entry this large (a job of thousands of tasks) is applied with the cyclic GC quiet and its
-objects frozen afterwards (`_quiet_gc`)."""
+GC_FREEZE_ENTRY_BYTES = 64 * 1024
+"""An entry this large (a job of a thousand tasks or more) is applied with the cyclic GC quiet
+and its objects frozen afterwards (`_quiet_gc`). Measured with 4 clients submitting 40 jobs of
+10,000 tasks: frozen from 1 MiB up, 18 leader changes (full collections walking the growing
+state); from 64 KiB up, none."""
 
 DUMP_LATCH_ENV = "RAFTSCHED_FAILPOINT_DUMP_LATCH"
 """Fault injection: a path. The snapshot writer creates PATH.waiting, then waits until PATH exists
