@@ -1,4 +1,8 @@
-"""Prometheus metrics of a replica, read from its state when scraped (no background thread)."""
+"""Prometheus metrics of a replica, read from its state when scraped (no background thread).
+
+A scrape reads counters the state machine keeps on every transition (`live_task_counts`,
+`live_jobs`, ...) and one entry per compute cluster: O(clusters) under the apply lock, never a
+walk of the jobs."""
 
 from __future__ import annotations
 
@@ -19,11 +23,7 @@ class ReplicaCollector(Collector):
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         def counts(state: State) -> tuple[int, int, list[int], dict[str, int], int]:
-            tasks = [0] * len(TaskState)
-            for job in state.jobs.values():
-                if job.state.name in ("PENDING", "RUNNING"):
-                    for s, n in enumerate(job.counts):
-                        tasks[s] += n
+            tasks = list(state.live_task_counts)
             clusters: dict[str, int] = {}
             for cluster in state.clusters.values():
                 clusters[cluster.status.name] = clusters.get(cluster.status.name, 0) + 1

@@ -219,6 +219,7 @@ def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms:
     state.jobs[job_id] = job
     state.live_jobs += 1
     state.task_count += len(tasks)
+    state.live_task_counts[_PENDING] += len(tasks)
     state.queues.setdefault(spec.tenant, ReadyQueue())
     for task in tasks:
         if task.remaining_deps == 0:
@@ -660,6 +661,9 @@ def _set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
     counts = job.counts
     counts[old] -= 1
     counts[new] += 1
+    live = state.live_task_counts  # the job is live: a terminal job's tasks never move
+    live[old] -= 1
+    live[new] += 1
     if job.state == JobState.PENDING and new in (_ASSIGNED, _RUNNING):
         job.state = JobState.RUNNING
     if new in TERMINAL_TASK_STATES:
@@ -674,6 +678,9 @@ def _maybe_finish_job(state: State, job: Job) -> None:
     job.state = derive_job_state(job)
     job.finished_ms = state.now_ms
     state.live_jobs -= 1
+    live = state.live_task_counts
+    for task_state, count in enumerate(counts):
+        live[task_state] -= count
     state.finished_jobs.append((state.now_ms, job.id))
 
 

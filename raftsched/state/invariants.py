@@ -47,14 +47,17 @@ def check_invariants(state: State) -> None:
     task_count = 0
     fences: set[int] = set()
     runnable: dict[str, int] = {}
+    live_tasks = [0] * len(state.live_task_counts)
     for job_id, job in state.jobs.items():
         assert job.id == job_id
         task_count += len(job.tasks)
         _check_job(state, job, fences)
         if job.state not in TERMINAL_JOB_STATES:
             live_jobs += 1
+            live_tasks = [a + b for a, b in zip(live_tasks, job.counts, strict=True)]
         runnable[job.spec.tenant] = runnable.get(job.spec.tenant, 0) + job.counts[_RUNNABLE]
     assert live_jobs == state.live_jobs, (live_jobs, state.live_jobs)
+    assert live_tasks == state.live_task_counts, (live_tasks, state.live_task_counts)
     assert task_count == state.task_count
     assert all(f <= state.fence for f in fences)
     for tenant, queue in state.queues.items():

@@ -205,3 +205,6 @@ class State:
     kill_count: int = 0
     replica_addresses: dict[str, str] = field(default_factory=dict)
     """Raft address -> gRPC address, as announced in barriers."""
+    live_task_counts: list[int] = field(default_factory=lambda: [0] * len(TaskState))
+    """Tasks of jobs not yet terminal, by state: kept on every transition so that gauges read
+    it in O(1). Derived (not in snapshots: recomputed when one is loaded)."""

@@ -28,6 +28,7 @@ from raftsched.spec.job import SpecError
 from raftsched.spec.wire import from_trusted_wire, to_wire, validate_wire
 from raftsched.state.commands import ClusterStatus
 from raftsched.state.model import (
+    TERMINAL_JOB_STATES,
     Attempt,
     AttemptState,
     Cluster,
@@ -191,6 +192,10 @@ def _read_records(unpacker: msgpack.Unpacker, trusted: bool) -> tuple[State, Any
     state.idempotency_order = deque(tuple(e) for e in next(unpacker))
     state.timers = [tuple(e) for e in next(unpacker)]
     state.finished_jobs = deque(tuple(e) for e in next(unpacker))
+    for job in state.jobs.values():
+        if job.state not in TERMINAL_JOB_STATES:
+            for task_state, count in enumerate(job.counts):
+                state.live_task_counts[task_state] += count
     extra = _lists(next(unpacker))
     return state, extra
 
