@@ -5,6 +5,8 @@
   end-to-end tasks/s for no-op tasks (one wide job; many jobs of 10);
   ready -> assigned latency p50/p99 (from the committed attempt history);
   failover: kill -9 of the leader -> next accepted submit, over several trials;
+  with --restart-tasks N: snapshots of N tasks written under load (did anything wait, did the
+  leader change) and a follower's kill -9 -> serving time (scripts/bench_restart.py);
 and, as the ceiling in the same run, raw pysyncobj commit rates (tests/support/raft_bench.py) when
 available. Every phase is bounded in time; the cluster is always torn down.
 """
@@ -176,6 +178,10 @@ def main() -> None:
     parser.add_argument("--sequential", type=int, default=200)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--failovers", type=int, default=5)
+    parser.add_argument("--restart-tasks", type=int, default=0, metavar="N",
+                        help="also: build a state of N tasks with snapshots under load, then "
+                             "kill -9 and restart a follower (scripts/bench_restart.py; about "
+                             "4 minutes at 1,000,000; default 0: skip)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="raftsched-bench-") as tmp:
         cluster = LocalCluster(Path(tmp))
@@ -187,6 +193,11 @@ def main() -> None:
         finally:
             cluster.close()
     print(raw_ceiling())
+    if args.restart_tasks:
+        import bench_restart
+
+        for line in bench_restart.run(args.restart_tasks):
+            print(line, flush=True)
 
 
 def run(cluster: LocalCluster, args: Any) -> None:

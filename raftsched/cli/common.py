@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeAlias
 
 from raftsched import limits
 from raftsched.errors import Code, RaftschedError
+from raftsched.options import positive_seconds
 from raftsched.spec.job import SpecIssue
 
 EXIT_OK = 0
@@ -199,26 +200,6 @@ def _connection_options() -> argparse.ArgumentParser:
         f"(default {DEFAULT_TIMEOUT_S:g})",
     )
     return options
-
-
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not 0 < value <= 24 * 3600:
-        raise argparse.ArgumentTypeError(f"must be > 0 and at most 86400 seconds, got {text}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def resolve_servers(flag: str | None) -> list[str]:

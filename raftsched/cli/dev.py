@@ -8,7 +8,8 @@ from datetime import datetime
 from pathlib import Path
 
 from raftsched.cli import render
-from raftsched.cli.common import EXIT_OK, Subparsers, command_parser, positive_seconds, print_json
+from raftsched.cli.common import EXIT_OK, Subparsers, command_parser, print_json
+from raftsched.options import positive_seconds
 
 # --- dev ------------------------------------------------------------------------------------------
 

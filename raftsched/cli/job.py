@@ -13,11 +13,11 @@ from raftsched.cli.common import (
     command_parser,
     connect,
     now_ms,
-    positive_int,
     print_json,
     unknown_outcome,
 )
 from raftsched.errors import RaftschedError
+from raftsched.options import positive_int
 
 # --- job ------------------------------------------------------------------------------------------
 

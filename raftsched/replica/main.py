@@ -22,6 +22,7 @@ from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import ProposalClock, SystemClock, configure_skew_from_env
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
+from raftsched.options import positive_int, positive_seconds
 from raftsched.replica import metrics
 from raftsched.replica.leader import LOST_AFTER_S, SUSPECT_AFTER_S, Leader, LeaderConfig
 from raftsched.replica.service import (
@@ -67,11 +68,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--applied-log", metavar="FILE",
                         help="append every applied entry (index, bytes) to FILE, for audits and "
                              "the fault-injection harness's checker (default: off)")
-    parser.add_argument("--snapshot-entries", type=_positive_int, default=None, metavar="N",
+    parser.add_argument("--snapshot-entries", type=positive_int, default=None, metavar="N",
                         help="write a snapshot (and compact the log) once the log holds more "
                              "than N entries (default 20000); a forked child writes it, so the "
                              "replica keeps serving meanwhile")
-    parser.add_argument("--snapshot-interval-s", type=_positive_float, default=None,
+    parser.add_argument("--snapshot-interval-s", type=positive_seconds, default=None,
                         metavar="SECONDS",
                         help="... or once this long has passed since the last one (default 600)")
     parser.add_argument("--metrics-port", type=int, default=0,
@@ -79,26 +80,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info", type=str.lower, choices=eventlog.LEVELS,
                         help="log events at this level and above, as JSON lines on stderr "
                              "(default info)")
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
 
 
 def _secret(args: argparse.Namespace) -> str | None:

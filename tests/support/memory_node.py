@@ -3,8 +3,11 @@ once (no Raft), with the invariants checked after every apply."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
+from raftsched.clock import ManualClock
+from raftsched.replica.leader import Leader, LeaderConfig
 from raftsched.state import commands as c
 from raftsched.state import fsm, invariants
 from raftsched.state.model import State
@@ -49,3 +52,11 @@ class MemoryNode:
 
     def term(self) -> int:
         return self.current_term
+
+
+def make_leader(node: MemoryNode, clock: ManualClock) -> Leader:
+    """The real leader loop over `node`, planning whenever something was applied."""
+    return Leader(node, clock, random.Random(7),
+                  LeaderConfig("127.0.0.1:1", "127.0.0.1:2", suspect_after_s=5,
+                               lost_after_s=30, tick_interval_s=1),
+                  version=lambda: node.applied)

@@ -17,11 +17,11 @@ from raftsched.protocol import (
     Resources,
 )
 from raftsched.replica.gateway import AgentGateway, deliveries
-from raftsched.replica.leader import Leader, LeaderConfig
+from raftsched.replica.leader import Leader
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state.model import TaskState
-from tests.support.memory_node import MemoryNode
+from tests.support.memory_node import MemoryNode, make_leader
 
 SLOTS = 2
 
@@ -30,10 +30,7 @@ def setup(tasks: int) -> tuple[MemoryNode, Leader, AgentGateway]:
     """A leader in office, one cluster with SLOTS cpu, a job of `tasks` one-cpu tasks."""
     node = MemoryNode()
     clock = ManualClock()
-    leader = Leader(node, clock, random.Random(7),
-                    LeaderConfig("127.0.0.1:1", "127.0.0.1:2", suspect_after_s=5,
-                                 lost_after_s=30, tick_interval_s=1),
-                    version=lambda: node.applied)
+    leader = make_leader(node, clock)
     gateway = AgentGateway(node, leader, clock, random.Random(8))
     leader._round()  # takes office
     gateway.register(Registration("east", 1, ("linux",), Resources(SLOTS * 1000, 1024, 0), ()))
@@ -145,10 +142,7 @@ def test_the_next_assignment_rides_behind_the_report_in_the_log() -> None:
     the report commits, applies right after it, and fills the slot the report frees."""
     node = DeferredNode()
     clock = ManualClock()
-    leader = Leader(node, clock, random.Random(7),
-                    LeaderConfig("127.0.0.1:1", "127.0.0.1:2", suspect_after_s=5,
-                                 lost_after_s=30, tick_interval_s=1),
-                    version=lambda: node.applied)
+    leader = make_leader(node, clock)
     gateway = AgentGateway(node, leader, clock, random.Random(8))
     leader._round()
     gateway.register(Registration("east", 1, ("linux",), Resources(SLOTS * 1000, 1024, 0), ()))

@@ -13,16 +13,13 @@ from raftsched.state import commands as c
 from raftsched.state import fsm
 from raftsched.state.model import TaskState
 from raftsched.state.results import ReportResult
-from tests.support.memory_node import MemoryNode
+from tests.support.memory_node import MemoryNode, make_leader
 
 
 def make() -> tuple[MemoryNode, ManualClock, Leader]:
     node = MemoryNode()
     clock = ManualClock()
-    leader = Leader(node, clock, random.Random(7),
-                    LeaderConfig("127.0.0.1:1", "127.0.0.1:2", suspect_after_s=5,
-                                 lost_after_s=30, tick_interval_s=1),
-                    version=lambda: node.applied)
+    leader = make_leader(node, clock)
     node.propose(c.encode(c.ClusterRegister("east", 1, ("linux",), 4000, 4096, 0, 0)), 1)
     return node, clock, leader
 
