@@ -148,7 +148,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
 
     def SubmitJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         try:
-            with self._parsing(context, len(request.spec)):
+            with self._parsing(context, _utf8_size(request.spec)):
                 spec = parse_spec_text(request.spec, source="spec")
             if request.idempotency_key:
                 spec = with_idempotency_key(spec, request.idempotency_key)
@@ -209,6 +209,13 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
 
 
 _TERMINAL_NAMES = frozenset(s.name for s in TERMINAL_JOB_STATES)
+
+
+def _utf8_size(text: str) -> int:
+    """The bytes `text` takes in UTF-8 (encoded only when it could matter: up to 4 per char)."""
+    if len(text) * 4 < limits.LARGE_SPEC_BYTES:
+        return len(text)
+    return len(text.encode("utf-8", errors="surrogatepass"))
 
 
 def _job_or_none(state: State, job_id: str) -> Any:

@@ -1,0 +1,393 @@
+"""The read views (raftsched.replica.views): states built with the real state machine
+(tests/support/fsmkit.py), rendered as API messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from raftsched import limits
+from raftsched.api import raftsched_pb2 as pb
+from raftsched.errors import Code, RaftschedError
+from raftsched.protocol import ReportVerdict
+from raftsched.replica import views
+from raftsched.state import commands as c
+from raftsched.state import feasibility
+from tests.support.fsmkit import Harness, job_doc, task_doc
+
+RETRY_ONCE = {"max_attempts": 2, "backoff_s": 1, "jitter": 0}
+"""One retry after exactly 1000 ms: no jitter, so the backoff deadline is known."""
+
+
+def submitted(*job_ids: str, tasks: int = 1, **fields: Any) -> Harness:
+    h = Harness()
+    for job_id in job_ids:
+        h.submit(job_id, job_doc([task_doc(f"t{i}") for i in range(tasks)], **fields))
+    return h
+
+
+def page(h: Harness, **request: Any) -> tuple[list[str], str]:
+    response = views.list_jobs(h.state, pb.ListJobsRequest(**request))
+    return [j.job_id for j in response.jobs], response.next_page_token
+
+
+# --- job_of / task_of ---------------------------------------------------------------------------
+
+
+def test_job_of_an_unknown_id_is_not_found_naming_it() -> None:
+    h = submitted("j1")
+    with pytest.raises(RaftschedError) as caught:
+        views.job_of(h.state, "nope")
+    assert caught.value.code == Code.NOT_FOUND and "nope" in caught.value.message
+
+
+def test_task_of_an_unknown_task_is_not_found_naming_task_and_job() -> None:
+    h = submitted("j1")
+    with pytest.raises(RaftschedError) as caught:
+        views.task_of(h.state, "j1", "ghost")
+    assert caught.value.code == Code.NOT_FOUND
+    assert "ghost" in caught.value.message and "j1" in caught.value.message
+
+
+def test_task_of_an_unknown_job_is_not_found_naming_the_job() -> None:
+    with pytest.raises(RaftschedError) as caught:
+        views.task_of(Harness().state, "nope", "t0")
+    assert caught.value.code == Code.NOT_FOUND and "nope" in caught.value.message
+
+
+def test_task_of_finds_the_task_by_id() -> None:
+    h = submitted("j1", tasks=3)
+    job, task = views.task_of(h.state, "j1", "t2")
+    assert job.id == "j1" and task.spec.id == "t2"
+
+
+# --- job_message --------------------------------------------------------------------------------
+
+
+def test_job_message_counts_tasks_by_state_name_and_leaves_empty_states_out() -> None:
+    h = Harness()
+    h.register("east")
+    h.submit("j1", job_doc([task_doc("a"), task_doc("b", ["a"]), task_doc("c"),
+                            task_doc("d", ["b"])], tenant="acme", priority=70))
+    h.now_ms = 2_000
+    h.run_task("east", "j1", "a")
+    h.assign_one("j1", "c", "east")
+    message = views.job_message(h.job("j1"), applied_index=42)
+    assert dict(message.tasks) == {"SUCCEEDED": 1, "RUNNABLE": 1, "ASSIGNED": 1, "PENDING": 1}
+    assert message.total_tasks == 4 and message.state == "RUNNING"
+    assert (message.job_id, message.name, message.tenant, message.priority) == \
+        ("j1", "test-job", "acme", 70)
+    assert message.failure_policy == "skip_downstream" and message.applied_index == 42
+    assert (message.submitted_ms, message.started_ms, message.finished_ms) == (1_000, 2_000, 0)
+
+
+def test_job_message_of_a_cancelled_job_has_its_reason_and_finish_time() -> None:
+    h = submitted("j1", tasks=2)
+    h.now_ms = 5_000
+    h.cancel("j1")
+    message = views.job_message(h.job("j1"))
+    assert message.state == "CANCELLED" and message.reason == "test"
+    assert dict(message.tasks) == {"CANCELLED": 2}
+    assert message.finished_ms == 5_000 and message.started_ms == 0
+
+
+# --- list_jobs ----------------------------------------------------------------------------------
+
+
+def test_list_jobs_answers_in_submission_order() -> None:
+    h = submitted("zz", "aa", "mm")
+    assert page(h) == (["zz", "aa", "mm"], "")
+
+
+def test_list_jobs_filters_by_tenant_and_by_state() -> None:
+    h = Harness()
+    for job_id, tenant in (("j1", "a"), ("j2", "b"), ("j3", "a"), ("j4", "b")):
+        h.submit(job_id, job_doc([task_doc("t")], tenant=tenant))
+    h.cancel("j3")
+    h.cancel("j4")
+    assert page(h, tenant="a")[0] == ["j1", "j3"]
+    assert page(h, state="CANCELLED")[0] == ["j3", "j4"]
+    assert page(h, tenant="b", state="PENDING")[0] == ["j2"]
+    assert page(h, tenant="nobody")[0] == []
+
+
+def test_list_jobs_pages_follow_one_another_with_a_token_only_for_full_pages() -> None:
+    h = submitted("j1", "j2", "j3", "j4", "j5")
+    first, token = page(h, limit=2)
+    assert first == ["j1", "j2"] and token
+    second, token = page(h, limit=2, page_token=token)
+    assert second == ["j3", "j4"] and token
+    third, token = page(h, limit=2, page_token=token)
+    assert third == ["j5"] and token == ""
+
+
+def test_list_jobs_paging_with_a_filter_continues_after_the_last_match() -> None:
+    h = Harness()
+    for i in range(6):
+        h.submit(f"j{i}", job_doc([task_doc("t")], tenant="a" if i % 2 else "b"))
+    seen: list[str] = []
+    token = ""
+    for _ in range(10):
+        jobs, token = page(h, tenant="a", limit=1, page_token=token)
+        seen += jobs
+        if not token:
+            break
+    assert seen == ["j1", "j3", "j5"]
+
+
+def test_list_jobs_default_page_size_and_cap() -> None:
+    count = limits.MAX_PAGE_SIZE + 5
+    h = Harness(check_every=count)
+    for i in range(count):
+        h.submit(f"j{i}", job_doc([task_doc("t")]))
+    default, token = page(h)
+    assert len(default) == limits.DEFAULT_PAGE_SIZE and token
+    capped, token = page(h, limit=limits.MAX_PAGE_SIZE * 10)
+    assert len(capped) == limits.MAX_PAGE_SIZE
+    rest, token = page(h, limit=limits.MAX_PAGE_SIZE, page_token=token)
+    assert rest == [f"j{i}" for i in range(limits.MAX_PAGE_SIZE, count)] and token == ""
+
+
+@pytest.mark.xfail(strict=True, reason="views.list_jobs: a negative limit is not clamped, so "
+                                       "the page is unbounded (every job is returned)")
+def test_list_jobs_a_negative_limit_still_answers_a_bounded_page() -> None:
+    h = submitted(*(f"j{i}" for i in range(limits.DEFAULT_PAGE_SIZE + 1)))
+    jobs, _ = page(h, limit=-1)
+    assert len(jobs) <= limits.DEFAULT_PAGE_SIZE
+
+
+@pytest.mark.xfail(strict=True, raises=ValueError,
+                   reason="views.list_jobs: str.isdigit() accepts '²', which int() refuses")
+def test_list_jobs_a_malformed_page_token_is_not_a_crash() -> None:
+    h = submitted("j1")
+    assert page(h, page_token="²") == (["j1"], "")
+
+
+# --- list_tasks ---------------------------------------------------------------------------------
+
+
+def test_list_tasks_summarises_each_task_in_spec_order() -> None:
+    h = Harness()
+    h.register("east")
+    h.submit("j1", job_doc([task_doc("a"), task_doc("b", ["a"]), task_doc("c")]))
+    fence = h.run_task("east", "j1", "a", exit_code=0)
+    running = h.assign_one("j1", "c", "east")
+    h.started("east", "j1", "c", running)
+    response = views.list_tasks(h.state, "j1")
+    assert response.job_id == "j1"
+    a, b, c_ = response.tasks
+    assert (a.task_id, a.state, a.attempts, a.cluster, a.fence) == ("a", "SUCCEEDED", 1, "east",
+                                                                   fence)
+    assert a.HasField("exit_code") and a.exit_code == 0
+    assert (b.task_id, b.state, b.attempts, b.cluster, b.fence) == ("b", "RUNNABLE", 0, "", 0)
+    assert not b.HasField("exit_code")
+    assert (c_.state, c_.fence) == ("RUNNING", running) and not c_.HasField("exit_code")
+
+
+def test_list_tasks_of_an_unknown_job_is_not_found() -> None:
+    with pytest.raises(RaftschedError) as caught:
+        views.list_tasks(Harness().state, "nope")
+    assert caught.value.code == Code.NOT_FOUND
+
+
+# --- task_history -------------------------------------------------------------------------------
+
+
+def retried(h: Harness) -> tuple[int, int]:
+    """Task t of job j fails with exit code 3, then succeeds on its second attempt."""
+    h.register("east")
+    h.submit("j", job_doc([task_doc("t", retry=RETRY_ONCE)]))
+    first = h.run_task("east", "j", "t", exit_code=3)
+    h.tick(1_000)
+    second = h.run_task("east", "j", "t", exit_code=0)
+    return first, second
+
+
+def test_task_history_lists_every_attempt_with_fence_cluster_state_and_exit_code() -> None:
+    h = Harness()
+    first, second = retried(h)
+    history = views.task_history(h.state, "j", "t")
+    assert (history.job_id, history.task_id, history.state) == ("j", "t", "SUCCEEDED")
+    assert [(a.fence, a.number, a.cluster, a.state, a.exit_code) for a in history.attempts] == \
+        [(first, 1, "east", "FAILED", 3), (second, 2, "east", "SUCCEEDED", 0)]
+    assert history.app_failures == 1 and history.infra_failures == 0
+    assert all(a.finished_ms >= a.started_ms >= a.assigned_ms for a in history.attempts)
+
+
+def test_task_history_an_attempt_not_finished_has_no_exit_code() -> None:
+    h = Harness()
+    h.register("east")
+    h.submit("j", job_doc([task_doc("t")]))
+    h.assign_one("j", "t", "east")
+    [attempt] = views.task_history(h.state, "j", "t").attempts
+    assert attempt.state == "ASSIGNED" and not attempt.HasField("exit_code")
+    assert attempt.started_ms == 0 and attempt.finished_ms == 0
+
+
+def test_task_history_notes_late_and_duplicate_reports() -> None:
+    h = Harness()
+    first, second = retried(h)
+    assert h.finished("east", "j", "t", first, exit_code=3) == ReportVerdict.LATE
+    assert h.finished("east", "j", "t", second, exit_code=0) == ReportVerdict.DUPLICATE
+    notes = views.task_history(h.state, "j", "t").notes
+    assert [(n.kind, n.fence, n.report) for n in notes] == \
+        [("late", first, "FINISHED"), ("duplicate", second, "FINISHED")]
+    assert f"current fence is {second}" in notes[0].detail
+    assert "SUCCEEDED" in notes[1].detail
+
+
+def test_task_history_of_an_unknown_task_is_not_found() -> None:
+    with pytest.raises(RaftschedError) as caught:
+        views.task_history(submitted("j").state, "j", "ghost")
+    assert caught.value.code == Code.NOT_FOUND and "ghost" in caught.value.message
+
+
+# --- explain_task -------------------------------------------------------------------------------
+
+
+def explained(h: Harness, task_id: str = "t") -> tuple[str, dict[str, tuple[bool, str]]]:
+    response = views.explain_task(h.state, "j", task_id)
+    return response.summary, {v.cluster: (v.eligible, v.reason) for v in response.clusters}
+
+
+def test_explain_task_gives_each_cluster_the_feasibility_rules_reason() -> None:
+    h = Harness()
+    h.register("west", caps=("linux",), cpu=2)
+    h.register("east", caps=("linux", "gpu"), cpu=8)
+    h.register("down", caps=("linux", "gpu"), cpu=8)
+    h.register("tiny", caps=("linux", "gpu"), cpu=1)
+    h.status("down", c.ClusterStatus.SUSPECT)
+    h.submit("j", job_doc([task_doc("t", requires=["gpu"], resources={"cpu": 4})]))
+    response = views.explain_task(h.state, "j", "t")
+    assert [v.cluster for v in response.clusters] == ["down", "east", "tiny", "west"]
+    _, verdicts = explained(h)
+    assert verdicts == {
+        "down": (False, "cluster down is SUSPECT"),
+        "east": (True, ""),
+        "tiny": (False, "cluster tiny has no room: cpu_milli 4000 > 1000 free"),
+        "west": (False, "cluster west lacks capabilities ['gpu']"),
+    }
+    spec = h.task("j", "t").spec
+    for name, (_, reason) in verdicts.items():
+        infeasible = feasibility.explain_committed(spec, h.state.clusters[name])
+        assert reason == ("" if infeasible is None else infeasible.detail)
+
+
+def test_explain_task_a_pinned_task_is_eligible_only_on_its_cluster() -> None:
+    h = Harness()
+    h.register("east")
+    h.register("west")
+    h.submit("j", job_doc([task_doc("t", cluster="west")]))
+    summary, verdicts = explained(h)
+    assert verdicts == {"east": (False, "task is pinned to cluster west"), "west": (True, "")}
+    assert summary == "runnable; fits now on west — placement is imminent"
+
+
+def test_explain_task_pending_summary_names_the_upstream_tasks_not_yet_succeeded() -> None:
+    h = Harness()
+    h.register("east")
+    h.submit("j", job_doc([task_doc("a"), task_doc("b"), task_doc("t", ["a", "b"])]))
+    h.run_task("east", "j", "a")
+    summary, _ = explained(h)
+    assert summary == "waiting for 1 upstream task(s): b"
+
+
+def test_explain_task_pending_summary_shows_ten_upstream_tasks_at_most() -> None:
+    h = Harness()
+    upstream = [f"u{i:02}" for i in range(12)]
+    h.submit("j", job_doc([task_doc(u) for u in upstream] + [task_doc("t", upstream)]))
+    summary, _ = explained(h)
+    assert summary == f"waiting for 12 upstream task(s): {', '.join(upstream[:10])} ..."
+
+
+def test_explain_task_runnable_summary_without_any_cluster() -> None:
+    summary, verdicts = explained(submitted("j", tasks=1), "t0")
+    assert summary == "runnable; no cluster is registered" and verdicts == {}
+
+
+def test_explain_task_runnable_summary_when_no_cluster_fits() -> None:
+    h = Harness()
+    h.register("east", cpu=1)
+    h.submit("j", job_doc([task_doc("t", resources={"cpu": 2})]))
+    summary, verdicts = explained(h)
+    assert summary == "runnable; no cluster can take it now (see the reasons per cluster)"
+    assert verdicts["east"][0] is False
+
+
+def test_explain_task_runnable_summary_names_every_cluster_it_fits_sorted() -> None:
+    h = Harness()
+    h.register("west")
+    h.register("east")
+    h.submit("j", job_doc([task_doc("t")]))
+    summary, _ = explained(h)
+    assert summary == "runnable; fits now on east, west — placement is imminent"
+
+
+def test_explain_task_retry_wait_summary_says_until_when_and_why() -> None:
+    h = Harness()
+    h.register("east")
+    h.submit("j", job_doc([task_doc("t", retry=RETRY_ONCE)]))
+    h.run_task("east", "j", "t", exit_code=1)
+    task = h.task("j", "t")
+    assert task.state.name == "RETRY_WAIT"
+    summary, _ = explained(h)
+    assert summary == f"backing off until {h.now_ms + 1_000} ms (attempts failed: 1 app, 0 infra)"
+    assert task.retry_at_ms == h.now_ms + 1_000
+
+
+def test_explain_task_assigned_and_running_summaries_name_cluster_fence_and_status() -> None:
+    h = Harness()
+    h.register("east")
+    h.submit("j", job_doc([task_doc("t")]))
+    fence = h.assign_one("j", "t", "east")
+    assert explained(h)[0] == f"assigned on east (fence {fence}, cluster READY)"
+    h.started("east", "j", "t", fence)
+    h.status("east", c.ClusterStatus.SUSPECT)
+    response = views.explain_task(h.state, "j", "t")
+    assert response.state == "RUNNING"
+    assert response.summary == f"running on east (fence {fence}, cluster SUSPECT)"
+
+
+def test_explain_task_terminal_summary_is_the_state_and_its_reason() -> None:
+    h = Harness()
+    h.register("east")
+    h.submit("j", job_doc([task_doc("t"), task_doc("ok")]))
+    h.run_task("east", "j", "t", exit_code=1)
+    h.run_task("east", "j", "ok")
+    assert explained(h)[0] == "FAILED: failed 1 of max_attempts=1"
+    assert explained(h, "ok")[0] == "SUCCEEDED"
+
+
+# --- compute_cluster ----------------------------------------------------------------------------
+
+
+def test_compute_cluster_renders_capacity_reservations_and_pending_work() -> None:
+    h = Harness()
+    h.register("east", caps=("linux", "gpu", "avx"), cpu=8, memory_mb=4_096, gpu=2,
+               incarnation=3)
+    h.submit("j", job_doc([task_doc("a", resources={"cpu": 2, "memory_mb": 512, "gpu": 1}),
+                           task_doc("b")]))
+    h.assign_one("j", "a", "east")
+    h.started("east", "j", "a", h.assign_one("j", "b", "east"))
+    message = views.compute_cluster(h.state.clusters["east"], heartbeat_age_ms=1_234)
+    assert (message.cluster_id, message.status, message.incarnation) == ("east", "READY", 3)
+    assert (message.capacity.cpu_milli, message.capacity.memory_mb, message.capacity.gpu) == \
+        (8_000, 4_096, 2)
+    assert (message.reserved.cpu_milli, message.reserved.memory_mb, message.reserved.gpu) == \
+        (3_000, 640, 1)
+    assert list(message.capabilities) == ["avx", "gpu", "linux"]
+    assert (message.live_attempts, message.pending_kills) == (2, 0)
+    assert message.heartbeat_age_ms == 1_234
+
+
+def test_compute_cluster_counts_the_kills_a_cancel_leaves_behind() -> None:
+    h = Harness()
+    h.register("east")
+    h.submit("j", job_doc([task_doc("a"), task_doc("b")]))
+    h.assign_one("j", "a", "east")
+    h.assign_one("j", "b", "east")
+    h.cancel("j")
+    message = views.compute_cluster(h.state.clusters["east"], heartbeat_age_ms=-1)
+    assert (message.live_attempts, message.pending_kills) == (0, 2)
+    assert message.reserved.cpu_milli == 0 and message.heartbeat_age_ms == -1
