@@ -145,6 +145,15 @@ LEADER_FALLBACK_TIMEOUT_S = 5.0
 BIND_RETRY_S = 0.5
 MAX_BIND_ATTEMPTS = 6
 """The Raft port must bind within about MAX_BIND_ATTEMPTS x BIND_RETRY_S or start-up fails."""
+APPEND_BATCH_BYTES = 2 * limits.MAX_ENTRY_BYTES + 64 * 1024
+"""pysyncobj's appendEntriesBatchSizeBytes, set above the largest log entry there can be: a
+proposal of MAX_ENTRY_BYTES, pickled with protocol 2 by `@replicated` (bytes over 0x7f become
+two), plus the call's framing. pysyncobj sends an entry over this size in chunks and marks the
+last chunk by the entry's length rather than by the (larger) pickle it cuts up, so followers
+unpickled truncated data, failed their tick and left the connection's other messages until the
+next heartbeat - 0.8 s for a 640 KB job, and a stream of them stalled commits for good. Above
+every entry, that path never runs (`ReplicationStats.chunked_appends` would count it). The cost:
+a follower catching up gets its backlog in messages of up to this size."""
 LOG_COMPACTION_MIN_ENTRIES = 20_000
 LOG_COMPACTION_MIN_TIME_S = 600.0
 """A snapshot is written when the log holds more entries than this, or this long after the last
@@ -356,6 +365,7 @@ class RaftNode:
             password=secret,
             bindAddress=self._address,
             appendEntriesUseBatch=False,
+            appendEntriesBatchSizeBytes=APPEND_BATCH_BYTES,
             appendEntriesPeriod=APPEND_ENTRIES_PERIOD_S,
             raftMinTimeout=RAFT_MIN_TIMEOUT_S,
             raftMaxTimeout=RAFT_MAX_TIMEOUT_S,

@@ -22,6 +22,9 @@ class ReplicationStats:
     """Acks sent, and flushes that sent any (one fdatasync each at most): group commit."""
     appends_merged: int = 0
     """append_entries messages folded into the one before them (group commit on the leader)."""
+    chunked_appends: int = 0
+    """Chunks of pysyncobj's large-entry transmission sent: its last-chunk marker is wrong, so
+    node.APPEND_BATCH_BYTES keeps every entry below the size that takes that path (0 expected)."""
 
 
 MAX_MERGED_APPEND_BYTES = 4 * 1024 * 1024
@@ -99,6 +102,7 @@ class SyncingTransport(TCPTransport):  # type: ignore[misc]
             self._acks.append((node, message))  # pysyncobj ignores send()'s result here
             return True
         if kind == "append_entries":
+            self.replication.chunked_appends += "transmission" in message
             if self._acks:
                 self.flush()
             message = self._trim(node, message)
