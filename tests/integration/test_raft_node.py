@@ -366,6 +366,43 @@ def test_single_replica_recovers_from_dump_and_journal(tmp_path: Path) -> None:
     assert info.value.code == Code.FAILED_PRECONDITION and "snapshot" in info.value.message
 
 
+def test_entries_are_pickled_with_protocol_5_and_protocol_2_journals_still_load(
+        tmp_path: Path) -> None:
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    node = RaftNode(address, [], str(tmp_path / "new"), SECRET)
+    try:
+        wait_local_leader(node)
+        node.propose(submit("j"), 5.0)
+    finally:
+        node.close()
+    written = DurableJournal(str(tmp_path / "new" / JOURNAL_FILE_NAME),
+                             dump_path=str(tmp_path / "new" / raft_node.DUMP_FILE_NAME))
+    entries = [written[i] for i in range(len(written))]
+    commit, term = written.getRaftCommitIndex(), written.getCurrentTerm()
+    written._destroy()
+    pickled = [data for data, _, _ in entries if len(data) > 1]  # not the leaders' no-ops
+    assert pickled and all(data[1:3] == pickle.PROTO + bytes([raft_node.PICKLE_PROTOCOL])
+                           for data in pickled), [data[:3] for data in pickled]
+    # The same log as a replica before this change wrote it: every entry in protocol 2.
+    (tmp_path / "old").mkdir()
+    old = DurableJournal(str(tmp_path / "old" / JOURNAL_FILE_NAME),
+                         dump_path=str(tmp_path / "old" / raft_node.DUMP_FILE_NAME))
+    for data, index, entry_term in entries:
+        if len(data) > 1:
+            data = data[:1] + pickle.dumps(pickle.loads(data[1:]), 2)
+        old.add(data, index, entry_term)
+    old.setCurrentTerm(term, None)
+    old.setRaftCommitIndex(commit)
+    old.sync()
+    old._destroy()
+    again = RaftNode(address, [], str(tmp_path / "old"), SECRET)
+    try:
+        wait_local_leader(again)
+        assert "j" in again.read(lambda state: set(state.jobs))
+    finally:
+        again.close()
+
+
 # --- clusters of processes ----------------------------------------------------------------------
 
 

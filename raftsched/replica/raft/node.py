@@ -100,6 +100,7 @@ from dataclasses import asdict
 from typing import Any, TypeVar
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
+from pysyncobj import pickle as _pysyncobj_pickle
 from pysyncobj.config import FAIL_REASON
 from pysyncobj.node import TCPNode
 from pysyncobj.version import VERSION as _PYSYNCOBJ_VERSION
@@ -129,6 +130,15 @@ if _PYSYNCOBJ_VERSION != PYSYNCOBJ_VERSION:
         f"raftsched.raft_node needs pysyncobj=={PYSYNCOBJ_VERSION}, found {_PYSYNCOBJ_VERSION}"
     )
 
+PICKLE_PROTOCOL = 5
+"""pysyncobj pickles every entry (`@replicated`) and every message with protocol 2, which
+stores bytes as text (`_codecs.encode(str, "latin1")`: each byte over 0x7f becomes two, and
+both ends go through a str). Our entries are msgpack, about a quarter such bytes: for a 500 KB
+job, protocol 2 gave a 639 KB entry and took 14 ms to send and 5 ms to receive; protocol 5,
+509 KB and 1.4 / 0.35 ms. Any Python 3 reads every protocol, so journals written before, and
+replicas not yet upgraded, still read and are read."""
+setattr(_pysyncobj_pickle, "__protocol", PICKLE_PROTOCOL)  # a module global, not name-mangled
+
 # --- tuning (loopback / small clusters; see DESIGN.md §4) ----------------------------------------
 RAFT_MIN_TIMEOUT_S = 0.4
 RAFT_MAX_TIMEOUT_S = 1.0
@@ -147,13 +157,14 @@ MAX_BIND_ATTEMPTS = 6
 """The Raft port must bind within about MAX_BIND_ATTEMPTS x BIND_RETRY_S or start-up fails."""
 APPEND_BATCH_BYTES = 2 * limits.MAX_ENTRY_BYTES + 64 * 1024
 """pysyncobj's appendEntriesBatchSizeBytes, set above the largest log entry there can be: a
-proposal of MAX_ENTRY_BYTES, pickled with protocol 2 by `@replicated` (bytes over 0x7f become
-two), plus the call's framing. pysyncobj sends an entry over this size in chunks and marks the
-last chunk by the entry's length rather than by the (larger) pickle it cuts up, so followers
-unpickled truncated data, failed their tick and left the connection's other messages until the
-next heartbeat - 0.8 s for a 640 KB job, and a stream of them stalled commits for good. Above
-every entry, that path never runs (`ReplicationStats.chunked_appends` would count it). The cost:
-a follower catching up gets its backlog in messages of up to this size."""
+proposal of MAX_ENTRY_BYTES pickled by `@replicated` with its call's framing (twice that under
+pysyncobj's own protocol 2, which PICKLE_PROTOCOL replaces; the margin stays). pysyncobj sends
+an entry over this size in chunks and marks the last chunk by the entry's length rather than by
+the (larger) pickle it cuts up, so followers unpickled truncated data, failed their tick and
+left the connection's other messages until the next heartbeat - 0.8 s for a 640 KB job, and a
+stream of them stalled commits for good. Above every entry, that path never runs
+(`ReplicationStats.chunked_appends` would count it). The cost: a follower catching up gets its
+backlog in messages of up to this size."""
 LOG_COMPACTION_MIN_ENTRIES = 20_000
 LOG_COMPACTION_MIN_TIME_S = 600.0
 """A snapshot is written when the log holds more entries than this, or this long after the last
