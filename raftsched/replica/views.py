@@ -4,8 +4,6 @@ service calls them under the Raft node's apply lock, so each must be short (O(wh
 
 from __future__ import annotations
 
-from typing import Any
-
 from raftsched import limits
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.errors import Code, RaftschedError
@@ -28,7 +26,7 @@ def task_of(state: State, job_id: str, task_id: str) -> tuple[Job, Task]:
     return job, job.tasks[index]
 
 
-def job_message(job: Job, applied_index: int = 0) -> Any:
+def job_message(job: Job, applied_index: int = 0) -> pb.Job:
     counts = {TaskState(s).name: n for s, n in enumerate(job.counts) if n}
     return pb.Job(
         job_id=job.id, name=job.spec.name, tenant=job.spec.tenant, priority=job.spec.priority,
@@ -39,7 +37,7 @@ def job_message(job: Job, applied_index: int = 0) -> Any:
     )
 
 
-def list_jobs(state: State, request: Any) -> Any:
+def list_jobs(state: State, request: pb.ListJobsRequest) -> pb.ListJobsResponse:
     """Jobs in submission order, filtered; `page_token` is the last job seq returned."""
     limit = min(request.limit or limits.DEFAULT_PAGE_SIZE, limits.MAX_PAGE_SIZE)
     after = int(request.page_token) if request.page_token.isdigit() else 0
@@ -60,7 +58,7 @@ def list_jobs(state: State, request: Any) -> Any:
     return pb.ListJobsResponse(jobs=[job_message(j) for j in jobs], next_page_token=token)
 
 
-def task_summary(task: Task) -> Any:
+def task_summary(task: Task) -> pb.TaskSummary:
     attempt = task.current
     summary = pb.TaskSummary(task_id=task.spec.id, state=task.state.name,
                              attempts=len(task.attempts), reason=task.reason)
@@ -72,12 +70,12 @@ def task_summary(task: Task) -> Any:
     return summary
 
 
-def list_tasks(state: State, job_id: str) -> Any:
+def list_tasks(state: State, job_id: str) -> pb.ListTasksResponse:
     job = job_of(state, job_id)
     return pb.ListTasksResponse(job_id=job.id, tasks=[task_summary(t) for t in job.tasks])
 
 
-def task_history(state: State, job_id: str, task_id: str) -> Any:
+def task_history(state: State, job_id: str, task_id: str) -> pb.TaskHistory:
     job, task = task_of(state, job_id, task_id)
     attempts = []
     for a in task.attempts:
@@ -98,7 +96,7 @@ def task_history(state: State, job_id: str, task_id: str) -> Any:
     )
 
 
-def explain_task(state: State, job_id: str, task_id: str) -> Any:
+def explain_task(state: State, job_id: str, task_id: str) -> pb.ExplainTaskResponse:
     """Why a task is where it is; for a RUNNABLE one, what each cluster lacks right now."""
     job, task = task_of(state, job_id, task_id)
     verdicts = []
@@ -135,11 +133,11 @@ def _summary(state: State, job: Job, task: Task) -> str:
     return f"{task.state.name}: {task.reason}" if task.reason else task.state.name
 
 
-def _resources(cpu_milli: int, memory_mb: int, gpu: int) -> Any:
+def _resources(cpu_milli: int, memory_mb: int, gpu: int) -> pb.Resources:
     return pb.Resources(cpu_milli=cpu_milli, memory_mb=memory_mb, gpu=gpu)
 
 
-def compute_cluster(cluster: Cluster, heartbeat_age_ms: int) -> Any:
+def compute_cluster(cluster: Cluster, heartbeat_age_ms: int) -> pb.ComputeCluster:
     return pb.ComputeCluster(
         cluster_id=cluster.id, status=cluster.status.name,
         capacity=_resources(cluster.cpu_milli, cluster.memory_mb, cluster.gpu),
