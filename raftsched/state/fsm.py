@@ -88,6 +88,11 @@ _CANCELLED = TaskState.CANCELLED
 _A_ASSIGNED = AttemptState.ASSIGNED
 _A_RUNNING = AttemptState.RUNNING
 
+STALE_READY_SLACK = 1024
+"""A tenant's ready-queue heap is rebuilt without its stale entries once they outnumber its live
+ones by this many (`_tidy`). Part of the replicated state's shape: change it and replicas on
+either side of the change hold equal queues with different heaps (and snapshot digests)."""
+
 # --- outcomes -----------------------------------------------------------------------------------
 
 
@@ -653,11 +658,13 @@ def _set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
     old = task.state
     if old == new:
         return
-    if old == _RUNNABLE:
-        state.queues[job.spec.tenant].live -= 1
-    elif old == _RETRY_WAIT:
+    if old == _RETRY_WAIT:
         task.retry_at_ms = None
     task.state = new
+    if old == _RUNNABLE:
+        queue = state.queues[job.spec.tenant]
+        queue.live -= 1
+        _tidy(state, queue)
     counts = job.counts
     counts[old] -= 1
     counts[new] += 1
@@ -826,7 +833,7 @@ def _propagate_failure(state: State, job: Job, failed: Task, *, continue_policy:
 def _make_runnable(state: State, job: Job, task: Task) -> None:
     """Enter the tenant's ready queue. Entries are never removed from the middle of the heap: an
     entry whose task left RUNNABLE, or re-entered with a newer `ready_gen`, is stale and is
-    skipped; the heap is rebuilt when stale entries outnumber live ones (amortised O(1))."""
+    skipped, and `_tidy` drops stale entries."""
     assert task.state != _RUNNABLE
     queue = state.queues[job.spec.tenant]
     task.ready_gen += 1
@@ -834,7 +841,19 @@ def _make_runnable(state: State, job: Job, task: Task) -> None:
     queue.live += 1
     heap = queue.heap
     heapq.heappush(heap, (-job.spec.priority, job.seq, task.index, task.ready_gen, job.id))
-    if len(heap) > 2 * queue.live + 1024:
+    _tidy(state, queue)
+
+
+def _tidy(state: State, queue: ReadyQueue) -> None:
+    """Keep a ready queue's stale entries from costing every planning round: drop those at its
+    head (a task placed from the front of the queue: the common case, O(log n) each), and rebuild
+    the heap once stale entries outnumber live ones by STALE_READY_SLACK (amortised O(1)). A
+    walk (`iter_ready`) passes every stale entry ahead of the live ones it yields: without this,
+    a 10,000-task job whose tasks were all placed was walked whole by every later round."""
+    heap = queue.heap
+    while heap and not ready_entry_live(state, heap[0]):
+        heapq.heappop(heap)
+    if len(heap) > 2 * queue.live + STALE_READY_SLACK:
         queue.heap = [e for e in heap if ready_entry_live(state, e)]
         heapq.heapify(queue.heap)
 

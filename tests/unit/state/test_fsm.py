@@ -519,6 +519,33 @@ def test_ready_order_is_priority_then_submission(h: Harness) -> None:
     assert order == [("high", "a"), ("low", "a"), ("low", "b")]
 
 
+def test_placed_tasks_leave_no_stale_entries_for_planning_to_walk() -> None:
+    """Every planning round walks the ready heap past its stale entries: a job whose tasks were
+    all placed must not leave them behind (they were walked whole by every later round)."""
+    h = _big_harness()
+    n = 3_000
+    h.submit("wide", job_doc([task_doc(f"t{i}") for i in range(n)]))
+    for first in range(0, n, 500):
+        h.assign(*[("wide", f"t{i}", "east") for i in range(first, first + 500)])
+    queue = h.state.queues["default"]
+    assert queue.live == 0 and queue.heap == []
+
+
+def test_stale_entries_behind_a_blocked_head_are_rebuilt_away() -> None:
+    """Tasks placed from behind a head that cannot be placed (it needs a gpu) are not at the
+    heap's top; once they outnumber the live entries by STALE_READY_SLACK the heap is rebuilt."""
+    h = _big_harness()
+    h.submit("blocked", job_doc([task_doc("g", resources={"gpu": 1})], priority=90))
+    n = 2 * fsm.STALE_READY_SLACK
+    h.submit("wide", job_doc([task_doc(f"t{i}") for i in range(n)]))
+    for first in range(0, n, 512):
+        h.assign(*[("wide", f"t{i}", "east") for i in range(first, first + 512)])
+    queue = h.state.queues["default"]
+    assert queue.live == 1
+    assert len(queue.heap) <= 2 * queue.live + fsm.STALE_READY_SLACK
+    assert [(j.id, t.spec.id) for j, t in fsm.iter_ready(h.state, "default")] == [("blocked", "g")]
+
+
 def test_finished_jobs_are_forgotten_after_retention(h: Harness) -> None:
     h.submit("j1", job_doc([task_doc("a")], idempotency_key="k"))
     h.run_task("east", "j1", "a")
