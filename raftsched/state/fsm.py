@@ -13,7 +13,7 @@ a job or the state, except the operations whose inherent cost is the job (cancel
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -54,10 +54,13 @@ from raftsched.state.model import (
     JobState,
     Note,
     ReadyQueue,
+    ShapeQueue,
     State,
     Task,
+    TaskShape,
     TaskState,
     TimerKind,
+    shape_of,
 )
 from raftsched.state.results import (
     Assigned,
@@ -89,9 +92,8 @@ _A_ASSIGNED = AttemptState.ASSIGNED
 _A_RUNNING = AttemptState.RUNNING
 
 STALE_READY_SLACK = 1024
-"""A tenant's ready-queue heap is rebuilt without its stale entries once they outnumber its live
-ones by this many (`_tidy`). Part of the replicated state's shape: change it and replicas on
-either side of the change hold equal queues with different heaps (and snapshot digests)."""
+"""A ready-queue heap is rebuilt without its stale entries once they outnumber its live ones by
+this many (`_tidy`). Snapshots hold only live entries, so this shapes no replicated bytes."""
 
 # --- outcomes -----------------------------------------------------------------------------------
 
@@ -664,7 +666,10 @@ def _set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
     if old == _RUNNABLE:
         queue = state.queues[job.spec.tenant]
         queue.live -= 1
-        _tidy(state, queue)
+        shape = shape_of(task.spec)
+        shape_queue = queue.shapes[shape]
+        shape_queue.live -= 1
+        _tidy(state, queue, shape, shape_queue)
     counts = job.counts
     counts[old] -= 1
     counts[new] += 1
@@ -831,31 +836,40 @@ def _propagate_failure(state: State, job: Job, failed: Task, *, continue_policy:
 
 
 def _make_runnable(state: State, job: Job, task: Task) -> None:
-    """Enter the tenant's ready queue. Entries are never removed from the middle of the heap: an
-    entry whose task left RUNNABLE, or re-entered with a newer `ready_gen`, is stale and is
-    skipped, and `_tidy` drops stale entries."""
+    """Enter the tenant's ready queue for the task's shape. Entries are never removed from the
+    middle of a heap: an entry whose task left RUNNABLE, or re-entered with a newer `ready_gen`,
+    is stale and is skipped, and `_tidy` drops stale entries."""
     assert task.state != _RUNNABLE
     queue = state.queues[job.spec.tenant]
     task.ready_gen += 1
     _set_state(state, job, task, _RUNNABLE)
+    shape = shape_of(task.spec)
+    shape_queue = queue.shapes.get(shape)
+    if shape_queue is None:
+        shape_queue = queue.shapes[shape] = ShapeQueue()
     queue.live += 1
-    heap = queue.heap
-    heapq.heappush(heap, (-job.spec.priority, job.seq, task.index, task.ready_gen, job.id))
-    _tidy(state, queue)
+    shape_queue.live += 1
+    heapq.heappush(shape_queue.heap,
+                   (-job.spec.priority, job.seq, task.index, task.ready_gen, job.id))
+    _tidy(state, queue, shape, shape_queue)
 
 
-def _tidy(state: State, queue: ReadyQueue) -> None:
-    """Keep a ready queue's stale entries from costing every planning round: drop those at its
-    head (a task placed from the front of the queue: the common case, O(log n) each), and rebuild
-    the heap once stale entries outnumber live ones by STALE_READY_SLACK (amortised O(1)). A
-    walk (`iter_ready`) passes every stale entry ahead of the live ones it yields: without this,
-    a 10,000-task job whose tasks were all placed was walked whole by every later round."""
-    heap = queue.heap
+def _tidy(state: State, queue: ReadyQueue, shape: TaskShape, shape_queue: ShapeQueue) -> None:
+    """Keep stale entries from costing every planning round: drop those at the heap's head (a
+    task placed from the front of the queue: the common case, O(log n) each), rebuild the heap
+    once stale entries outnumber live ones by STALE_READY_SLACK (amortised O(1)), and forget a
+    shape with no live task. A walk (`iter_ready`) passes every stale entry ahead of the live
+    ones it yields: without this, a placed 10,000-task job was walked whole by every later
+    round."""
+    heap = shape_queue.heap
     while heap and not ready_entry_live(state, heap[0]):
         heapq.heappop(heap)
-    if len(heap) > 2 * queue.live + STALE_READY_SLACK:
-        queue.heap = [e for e in heap if ready_entry_live(state, e)]
-        heapq.heapify(queue.heap)
+    if not shape_queue.live:
+        assert not heap, "a shape without live tasks holds only stale entries"
+        del queue.shapes[shape]
+    elif len(heap) > 2 * shape_queue.live + STALE_READY_SLACK:
+        shape_queue.heap = [e for e in heap if ready_entry_live(state, e)]
+        heapq.heapify(shape_queue.heap)
 
 
 def ready_entry_live(state: State, entry: tuple[int, int, int, int, str]) -> bool:
@@ -867,20 +881,28 @@ def ready_entry_live(state: State, entry: tuple[int, int, int, int, str]) -> boo
     return task.state == _RUNNABLE and task.ready_gen == entry[3]
 
 
-def iter_ready(state: State, tenant: str) -> Iterator[tuple[Job, Task]]:
+def iter_ready(state: State, tenant: str,
+               skip: Container[TaskShape] = ()) -> Iterator[tuple[Job, Task]]:
     """A tenant's RUNNABLE tasks in queue order (priority, then submission order), lazily, in
-    O(k log k) for the first k: a best-first walk of the heap's implicit tree, which never pops
-    or copies the heap, so placement cost grows with what it looks at, not what is stored."""
+    O(k log k) for the first k: a best-first walk of the implicit trees of the tenant's heaps
+    (one per shape) at once, which never pops or copies a heap, so placement cost grows with
+    what it looks at, not what is stored. A shape in `skip` is passed over whole, also when the
+    caller adds it during the walk (the planner does, once a task of that shape fit nowhere)."""
     queue = state.queues.get(tenant)
-    if queue is None or not queue.heap:
+    if queue is None:
         return
-    heap = queue.heap
-    frontier = [(heap[0], 0)]
+    heaps = [(shape, shape_queue.heap) for shape, shape_queue in queue.shapes.items()]
+    frontier = [(heap[0], which, 0) for which, (shape, heap) in enumerate(heaps)
+                if heap and shape not in skip]
+    heapq.heapify(frontier)  # entries are unique: `which` never decides an order
     while frontier:
-        entry, position = heapq.heappop(frontier)
+        entry, which, position = heapq.heappop(frontier)
+        shape, heap = heaps[which]
+        if shape in skip:
+            continue
         for child in (2 * position + 1, 2 * position + 2):
             if child < len(heap):
-                heapq.heappush(frontier, (heap[child], child))
+                heapq.heappush(frontier, (heap[child], which, child))
         if ready_entry_live(state, entry):
             job = state.jobs[entry[4]]
             yield job, job.tasks[entry[2]]

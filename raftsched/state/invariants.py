@@ -27,6 +27,7 @@ from raftsched.state.model import (
     State,
     Task,
     TaskState,
+    shape_of,
 )
 
 _PENDING = TaskState.PENDING
@@ -62,8 +63,11 @@ def check_invariants(state: State) -> None:
     assert all(f <= state.fence for f in fences)
     for tenant, queue in state.queues.items():
         assert queue.live == runnable.get(tenant, 0), (tenant, queue.live)
-        live_entries = sum(1 for e in queue.heap if ready_entry_live(state, e))
-        assert live_entries == queue.live, (tenant, live_entries, queue.live)
+        assert queue.live == sum(q.live for q in queue.shapes.values()), tenant
+        for shape, shape_queue in queue.shapes.items():
+            live = [e for e in shape_queue.heap if ready_entry_live(state, e)]
+            assert len(live) == shape_queue.live > 0, (tenant, shape, len(live))
+            assert all(shape_of(state.jobs[e[4]].tasks[e[2]].spec) == shape for e in live), shape
     for cluster in state.clusters.values():
         _check_cluster(state, cluster)
     assert state.kill_count == sum(len(c.kills) for c in state.clusters.values())

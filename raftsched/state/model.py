@@ -167,11 +167,32 @@ TimerEntry = tuple[int, int, int, int, str]
 """(deadline ms, fence or 0, timer kind, task index, job id)."""
 
 
+TaskShape = tuple[int, int, int, tuple[str, ...], str | None]
+"""What decides where a task fits (`feasibility.unfit`): cpu milli, memory MB, gpu, required
+capabilities, pinned cluster. Tasks of one shape fit the same clusters and room."""
+
+
+def shape_of(spec: TaskSpec) -> TaskShape:
+    return (spec.cpu_milli, spec.memory_mb, spec.gpu, spec.requires, spec.cluster)
+
+
 @dataclass(slots=True)
-class ReadyQueue:
-    """One tenant's RUNNABLE tasks: a heap with lazy deletion (see `fsm._ready_push`)."""
+class ShapeQueue:
+    """The RUNNABLE tasks of one tenant and one shape: a heap with lazy deletion."""
 
     heap: list[ReadyEntry] = field(default_factory=list)
+    live: int = 0
+
+
+@dataclass(slots=True)
+class ReadyQueue:
+    """One tenant's RUNNABLE tasks, a heap per task shape (see `fsm._make_runnable`). Planning
+    merges the heaps in queue order and drops a shape as soon as one of its tasks fits nowhere,
+    so a backlog of tasks that cannot be placed (a capability no cluster has, more gpu than any
+    cluster has free) costs a planning round one look, not a walk of the backlog. A shape
+    with no live task has no entry."""
+
+    shapes: dict[TaskShape, ShapeQueue] = field(default_factory=dict)
     live: int = 0
 
 

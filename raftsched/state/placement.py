@@ -10,9 +10,10 @@ placeholder for weighted fair share), and inside a tenant the ready queue order 
 submission order). A task that fits nowhere is skipped, not waited on, so it cannot block the
 queue behind it; the scan is bounded by `limits.MAX_PLACEMENT_SCAN`. Planning costs what it
 places, not what waits: it stops as soon as no cluster has the cpu any task needs
-(`limits.MIN_CPU_MILLI`), and a task shape (resources, capabilities, pin) that fitted nowhere is
-not tried again in the same plan (rooms only shrink during a plan). So a long queue in front of
-full clusters costs a few steps per plan, not a walk of the queue.
+(`limits.MIN_CPU_MILLI`), and once a task of some shape (resources, capabilities, pin) fitted
+nowhere, the rest of that shape's queue is passed over whole (rooms only shrink during a plan;
+the ready queues are kept per shape, `model.ReadyQueue`). So a long queue in front of full
+clusters, or a backlog no cluster can take, costs a few steps per plan, not a walk of the queue.
 
 Cluster choice: among the clusters the task fits (`feasibility.unfit`, the rule apply
 re-validates with), the one with the most free CPU after the tentative reservations of this plan
@@ -30,7 +31,7 @@ from raftsched.spec.job import TaskSpec
 from raftsched.state.commands import ClusterStatus, Placement
 from raftsched.state.feasibility import unfit
 from raftsched.state.fsm import iter_ready
-from raftsched.state.model import Cluster, Job, State, Task
+from raftsched.state.model import Cluster, Job, State, Task, TaskShape, shape_of
 
 Free = tuple[int, int, int]
 """(cpu milli, memory MB, gpu) a cluster can still take."""
@@ -63,31 +64,26 @@ def plan(state: State, *, max_items: int = limits.MAX_BATCH_ITEMS,
     if not rooms:
         return []
     placements: list[Placement] = []
-    unplaceable: set[_Shape] = set()
+    unplaceable: set[TaskShape] = set()
+    """Shapes that fit nowhere in this plan's rooms (which only shrink as it places): the walk
+    passes over the rest of each such shape's queue without looking at it."""
     open_rooms = sum(1 for room in rooms if room.cpu_milli >= limits.MIN_CPU_MILLI)
-    candidates = itertools.islice(_round_robin(state), limits.MAX_PLACEMENT_SCAN)
+    candidates = itertools.islice(_round_robin(state, unplaceable), limits.MAX_PLACEMENT_SCAN)
     while len(placements) < max_items and open_rooms > 0:
         candidate = next(candidates, None)
         if candidate is None:
             break
         job, task = candidate
         spec = task.spec
-        shape = (spec.cpu_milli, spec.memory_mb, spec.gpu, spec.requires, spec.cluster)
-        if shape in unplaceable:
-            continue
         room = _choose(rooms, spec)
         if room is None:
-            unplaceable.add(shape)
+            unplaceable.add(shape_of(spec))
             continue
         room.take(spec)
         if room.cpu_milli < limits.MIN_CPU_MILLI:
             open_rooms -= 1  # it had room for this task, so it was open before
         placements.append(Placement(job.id, spec.id, room.cluster.id))
     return placements
-
-
-_Shape = tuple[int, int, int, tuple[str, ...], str | None]
-"""What decides where a task fits: cpu, memory, gpu, required capabilities, pin."""
 
 
 def _rooms(state: State, reported_free: Mapping[str, Free],
@@ -120,8 +116,8 @@ def _choose(rooms: list[_Room], spec: TaskSpec) -> _Room | None:
     return best
 
 
-def _round_robin(state: State) -> Iterator[tuple[Job, Task]]:
-    iterators = [iter_ready(state, tenant) for tenant in sorted(state.queues)
+def _round_robin(state: State, skip: set[TaskShape]) -> Iterator[tuple[Job, Task]]:
+    iterators = [iter_ready(state, tenant, skip) for tenant in sorted(state.queues)
                  if state.queues[tenant].live > 0]
     while iterators:
         still = []

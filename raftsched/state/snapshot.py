@@ -16,6 +16,7 @@ seconds, not a minute. Format 1 (no checksum) is still read, re-validating every
 from __future__ import annotations
 
 import hashlib
+import heapq
 import io
 import zlib
 from collections import deque
@@ -27,6 +28,7 @@ from raftsched import limits
 from raftsched.spec.job import SpecError
 from raftsched.spec.wire import from_trusted_wire, to_wire, validate_wire
 from raftsched.state.commands import ClusterStatus
+from raftsched.state.fsm import ready_entry_live
 from raftsched.state.model import (
     TERMINAL_JOB_STATES,
     Attempt,
@@ -36,10 +38,13 @@ from raftsched.state.model import (
     Job,
     JobState,
     Note,
+    ReadyEntry,
     ReadyQueue,
+    ShapeQueue,
     State,
     Task,
     TaskState,
+    shape_of,
 )
 
 MAGIC = b"RSFSM\x00"
@@ -88,7 +93,7 @@ def dump_to(target: IO[bytes], state: State, extra: Any = None) -> None:
     out.write(packer.pack([_cluster_record(c) for c in state.clusters.values()]))
     for job in state.jobs.values():
         out.write(packer.pack(_job_record(job)))
-    out.write(packer.pack([[t, q.live, q.heap] for t, q in state.queues.items()]))
+    out.write(packer.pack([[t, q.live, _live_entries(state, q)] for t, q in state.queues.items()]))
     out.write(packer.pack([
         [tenant, key, r.job_id, r.digest, r.created_ms]
         for (tenant, key), r in state.idempotency.items()
@@ -125,6 +130,34 @@ def _task_record(t: Task) -> list[Any]:
         [[a.fence, a.number, a.cluster_id, int(a.state), a.assigned_ms, a.started_ms,
           a.finished_ms, a.exit_code, a.reason] for a in t.attempts],
     ]
+
+
+def _live_entries(state: State, queue: ReadyQueue) -> list[ReadyEntry]:
+    """A ready queue as snapshots hold it: its live entries, sorted (which is a heap), whatever
+    stale entries and heap layout the replica that wrote it had (those depend on when it last
+    tidied, or whether it restarted from a snapshot), so replicas in one state write one byte
+    string."""
+    return sorted(e for q in queue.shapes.values() for e in q.heap if ready_entry_live(state, e))
+
+
+def _queue_from(state: State, entries: Any, live: int) -> ReadyQueue:
+    """A ready queue back from its entries: split by shape (each part stays sorted, so a heap).
+    Snapshots written before queues were split may hold stale entries and any heap layout: those
+    are dropped and each part heapified, which leaves a sorted one as it is."""
+    queue = ReadyQueue(live=live)
+    for raw in entries:
+        entry: ReadyEntry = tuple(raw)
+        if not ready_entry_live(state, entry):
+            continue
+        shape = shape_of(state.jobs[entry[4]].tasks[entry[2]].spec)
+        shape_queue = queue.shapes.get(shape)
+        if shape_queue is None:
+            shape_queue = queue.shapes[shape] = ShapeQueue()
+        shape_queue.heap.append(entry)
+        shape_queue.live += 1
+    for shape_queue in queue.shapes.values():
+        heapq.heapify(shape_queue.heap)
+    return queue
 
 
 def digest(state: State) -> str:
@@ -185,8 +218,8 @@ def _read_records(unpacker: msgpack.Unpacker, trusted: bool) -> tuple[State, Any
     for _ in range(meta[7]):
         job = _job_from(next(unpacker), trusted)
         state.jobs[job.id] = job
-    for tenant, live, heap in next(unpacker):
-        state.queues[tenant] = ReadyQueue([tuple(e) for e in heap], live)
+    for tenant, live, entries in next(unpacker):
+        state.queues[tenant] = _queue_from(state, entries, live)
     for tenant, key, job_id, digest, created_ms in next(unpacker):
         state.idempotency[(tenant, key)] = IdempotencyRecord(job_id, digest, created_ms)
     state.idempotency_order = deque(tuple(e) for e in next(unpacker))

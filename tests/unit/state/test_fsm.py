@@ -528,7 +528,7 @@ def test_placed_tasks_leave_no_stale_entries_for_planning_to_walk() -> None:
     for first in range(0, n, 500):
         h.assign(*[("wide", f"t{i}", "east") for i in range(first, first + 500)])
     queue = h.state.queues["default"]
-    assert queue.live == 0 and queue.heap == []
+    assert queue.live == 0 and queue.shapes == {}
 
 
 def test_stale_entries_behind_a_blocked_head_are_rebuilt_away() -> None:
@@ -542,7 +542,7 @@ def test_stale_entries_behind_a_blocked_head_are_rebuilt_away() -> None:
         h.assign(*[("wide", f"t{i}", "east") for i in range(first, first + 512)])
     queue = h.state.queues["default"]
     assert queue.live == 1
-    assert len(queue.heap) <= 2 * queue.live + fsm.STALE_READY_SLACK
+    assert sum(len(q.heap) for q in queue.shapes.values()) <= 2 * queue.live + fsm.STALE_READY_SLACK
     assert [(j.id, t.spec.id) for j, t in fsm.iter_ready(h.state, "default")] == [("blocked", "g")]
 
 

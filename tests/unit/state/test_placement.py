@@ -118,8 +118,9 @@ def test_the_scan_is_bounded_by_max_placement_scan(h: Harness,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "MAX_PLACEMENT_SCAN", 4)
     h.submit("j", job_doc([small("a"), small("b"), task_doc("huge", resources={"cpu": 65}),
-                           task_doc("huge2", resources={"cpu": 65}), small("c"), small("d")]))
-    # Four candidates looked at (a, b, huge, huge2): c and d are left for the next plan.
+                           task_doc("huge2", resources={"cpu": 66}), small("c"), small("d")]))
+    # Four candidates looked at (a, b, huge, huge2: two shapes that fit nowhere): c and d are
+    # left for the next plan.
     assert [task for _, task, _ in planned(h)] == ["a", "b"]
 
 
@@ -170,9 +171,9 @@ def counting_candidates(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     counts: list[int] = []
     real = placement._round_robin
 
-    def counted(state: Any) -> Any:
+    def counted(state: Any, skip: Any) -> Any:
         counts.append(0)
-        for item in real(state):
+        for item in real(state, skip):
             counts[-1] += 1
             yield item
 
@@ -207,8 +208,25 @@ def test_a_shape_that_fitted_nowhere_is_not_tried_again(monkeypatch: pytest.Monk
         return real(rooms, spec)
 
     monkeypatch.setattr(placement, "_choose", choose)
+    looked = counting_candidates(monkeypatch)
     assert [task for _, task, _ in planned(h)] == ["c0", "c1", "c2"]  # no head-of-line block
     assert tried == ["g0", "c0", "c1", "c2"]
+    assert looked == [4]  # the other 299 gpu tasks are passed over whole, not walked
+
+
+def test_a_blocked_shape_is_passed_over_in_every_tenant_and_priority() -> None:
+    """Shapes interleaved across tenants and priorities: queue order holds among the rest."""
+    h = Harness()
+    h.register("east", cpu=64, memory_mb=65_536)
+    for tenant in ("a", "b"):
+        h.submit(f"{tenant}-hi", job_doc([small(f"{tenant}g{i}", requires=["gpu"])
+                                          if i % 2 else small(f"{tenant}c{i}")
+                                          for i in range(6)], tenant=tenant, priority=90))
+        h.submit(f"{tenant}-lo", job_doc([small(f"{tenant}l{i}") for i in range(2)],
+                                         tenant=tenant, priority=10))
+    # ag1 fits nowhere and uses tenant a's second turn; from then on no gpu task is looked at.
+    assert [task for _, task, _ in planned(h)] == [
+        "ac0", "bc0", "bc2", "ac2", "bc4", "ac4", "bl0", "al0", "bl1", "al1"]
 
 
 def test_room_that_reports_in_the_log_will_release_is_planned_once() -> None:

@@ -10,7 +10,7 @@ import pytest
 from raftsched.state import commands as c
 from raftsched.state import snapshot
 from raftsched.state.model import State
-from tests.support.fsmkit import Harness, job_doc, task_doc
+from tests.support.fsmkit import Harness, assert_same_state, job_doc, task_doc
 
 
 def busy_state() -> Harness:
@@ -39,7 +39,7 @@ def test_busy_state_round_trips_with_identical_bytes() -> None:
     h = busy_state()
     data = snapshot.dump(h.state)
     loaded = snapshot.load(data)
-    assert loaded == h.state
+    assert_same_state(loaded, h.state)
     assert snapshot.dump(loaded) == data
 
 
@@ -80,9 +80,11 @@ def test_a_format_1_snapshot_still_loads_through_the_validating_path(
     monkeypatch.setattr(snapshot, "validate_wire", validate)
     state, extra = snapshot.load_with_extra(
         io.BytesIO(as_format_1(snapshot.dump(h.state, extra={"k": [1, 2]}))))
-    assert state == h.state and extra == {"k": [1, 2]} and len(validated) == 2
+    assert_same_state(state, h.state)
+    assert extra == {"k": [1, 2]} and len(validated) == 2
     validated.clear()
-    assert snapshot.load(snapshot.dump(h.state)) == h.state and validated == []  # format 2
+    assert_same_state(snapshot.load(snapshot.dump(h.state)), h.state)
+    assert validated == []  # format 2
 
 
 def test_a_damaged_byte_anywhere_is_caught_by_the_checksum() -> None:
