@@ -99,7 +99,7 @@ class AgentGateway:
         seen = self._version() if self._version is not None else 0
         while True:
             assignments, kills = self.node.read(lambda s: deliveries(
-                s, cluster_id, lambda items: self.leader.due(cluster_id, items)))
+                s, cluster_id, lambda items, bound: self.leader.due(cluster_id, items, bound)))
             left = deadline - self.clock.monotonic_s()
             if assignments or kills or left <= 0 or self._wait is None or not active():
                 break
@@ -164,29 +164,31 @@ def _registered(state: State, cluster_id: str, incarnation: int) -> bool:
 
 
 def deliveries(state: State, cluster_id: str,
-               due: Callable[[list[tuple[int, int]]], set[tuple[int, int]]] | None = None,
+               due: Callable[[list[tuple[int, int]], int], set[tuple[int, int]]] | None = None,
                ) -> tuple[list[Assignment], list[KillDirective]]:
     """What a cluster's agent must hear now: committed attempts still ASSIGNED to it and
     pending kill directives, as (fence, 0) and (fence, 1) items; `due` picks which of them to
-    send now (the leader's redelivery timer). At most limits.MAX_DELIVERIES_PER_HEARTBEAT of each.
+    send now (the leader's redelivery timer), given the bound: at most
+    limits.MAX_DELIVERIES_PER_HEARTBEAT of each kind, in the order they were committed.
     Runs under the apply lock: O(live attempts and kills of this cluster)."""
     cluster = state.clusters[cluster_id]
     pending = [(fence, 0) for fence, (job_id, index) in cluster.live.items()
                if _current_state(state, job_id, index, fence) == AttemptState.ASSIGNED]
     pending += [(fence, 1) for fence in cluster.kills]
-    chosen = set(pending) if due is None else due(pending)
+    bound = limits.MAX_DELIVERIES_PER_HEARTBEAT
+    chosen = set(pending) if due is None else due(pending, bound)
     assignments: list[Assignment] = []
     kills: list[KillDirective] = []
     for fence, kind in pending:
         if (fence, kind) not in chosen:
             continue
-        if kind == 0 and len(assignments) < limits.MAX_DELIVERIES_PER_HEARTBEAT:
+        if kind == 0 and len(assignments) < bound:
             job_id, index = cluster.live[fence]
             job = state.jobs[job_id]
             task = job.tasks[index]
             assert task.current is not None
             assignments.append(_assignment(job, task, task.current.number, fence))
-        elif kind == 1 and len(kills) < limits.MAX_DELIVERIES_PER_HEARTBEAT:
+        elif kind == 1 and len(kills) < bound:
             job_id, task_id = cluster.kills[fence]
             kills.append(KillDirective(job_id, task_id, fence))
     return assignments, kills

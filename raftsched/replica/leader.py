@@ -154,21 +154,30 @@ class Leader:
             self._term.health[cluster_id] = AgentHealth(now, seq, free, incarnation, sent)
         return True
 
-    def due(self, cluster_id: str, items: list[tuple[int, int]]) -> set[tuple[int, int]]:
-        """Which of `items` ((fence, kind) pending for this cluster) to send now: those never
-        sent to this agent incarnation in this term, or sent over REDELIVER_AFTER_S ago. Marks
-        them sent. Forgets what is no longer pending, so the memory stays bounded by it."""
+    def due(self, cluster_id: str, items: list[tuple[int, int]],
+            limit: int) -> set[tuple[int, int]]:
+        """Which of `items` ((fence, 0 assignment | 1 kill) pending for this cluster, in order)
+        to send now: those never sent to this agent incarnation in this term, or sent over
+        REDELIVER_AFTER_S ago, at most `limit` of each kind. Marks only those sent: an item left
+        out by the limit goes with the next heartbeat, not after the redelivery interval (it
+        did, and a cluster given 2,000 assignments idled ~0.8 s after running the first 1,000).
+        Forgets what is no longer pending, so the memory stays bounded by it."""
         now = self._clock.monotonic_s()
         with self._lock:
             health = self._term.health.get(cluster_id)
-            if health is None:
-                return set(items)
-            previous = health.sent
-            health.sent = {item: previous[item] for item in items if item in previous}
-            due = {item for item in items
-                   if now - health.sent.get(item, -REDELIVER_AFTER_S) >= REDELIVER_AFTER_S}
-            for item in due:
-                health.sent[item] = now
+            previous = {} if health is None else health.sent
+            sent = {item: previous[item] for item in items if item in previous}
+            due: set[tuple[int, int]] = set()
+            taken = [0, 0]
+            for item in items:
+                kind = item[1]
+                if taken[kind] < limit \
+                        and now - sent.get(item, -REDELIVER_AFTER_S) >= REDELIVER_AFTER_S:
+                    due.add(item)
+                    taken[kind] += 1
+                    sent[item] = now
+            if health is not None:
+                health.sent = sent
             return due
 
     def registered(self, cluster_id: str, incarnation: int) -> None:

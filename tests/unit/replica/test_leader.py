@@ -115,7 +115,8 @@ def test_deliveries_are_resent_only_after_the_redelivery_interval() -> None:
     leader.heartbeat("east", 1, 1, None)
 
     def deliver() -> list[int]:
-        assignments, _ = deliveries(node.state, "east", lambda items: leader.due("east", items))
+        assignments, _ = deliveries(node.state, "east",
+                                    lambda items, bound: leader.due("east", items, bound))
         return sorted(a.fence for a in assignments)
 
     assert deliver() == [1, 2, 3]
@@ -127,6 +128,30 @@ def test_deliveries_are_resent_only_after_the_redelivery_interval() -> None:
     assert deliver() == [1, 2, 3, 4]  # unanswered: sent again (the message may have been lost)
     leader.heartbeat("east", 2, 1, None)  # a new incarnation has heard nothing yet
     assert deliver() == [1, 2, 3, 4]
+
+
+def test_assignments_past_one_heartbeats_bound_go_with_the_next_heartbeat(
+        monkeypatch: Any) -> None:
+    """Only what a reply carries counts as sent: the rest is due at once, not after the
+    redelivery interval (a cluster given twice the bound idled ~0.8 s after running half)."""
+    from raftsched import limits
+    from raftsched.replica.gateway import deliveries
+
+    monkeypatch.setattr(limits, "MAX_DELIVERIES_PER_HEARTBEAT", 2)
+    node, _, leader = make()
+    submit(node, "j1", 4)  # east has room for 4 (1 cpu each)
+    leader._round()
+    leader._round()
+    leader.heartbeat("east", 1, 1, None)
+
+    def deliver() -> list[int]:
+        assignments, _ = deliveries(node.state, "east",
+                                    lambda items, bound: leader.due("east", items, bound))
+        return sorted(a.fence for a in assignments)
+
+    assert deliver() == [1, 2]
+    assert deliver() == [3, 4]  # the clock has not moved: no redelivery interval passed
+    assert deliver() == []
 
 
 def skewed(skew_s: float) -> tuple[MemoryNode, ManualClock, Leader, int]:
