@@ -53,7 +53,10 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
     add = command_parser(
         sub, "add-replica", parents, "add a replica to the Raft cluster",
         "Add a replica (already started with --peers naming the current members) to the Raft "
-        "membership. One change at a time.",
+        "membership. One change at a time, and only a safe one: refused while any current "
+        "member is not live or when nothing listens at RAFT_ADDR; the new replica must then "
+        "catch up within 30 s or it is removed again (the command waits for that, up to a "
+        "minute).",
         'output:\n  "added RAFT_ADDR; members: ..."\n  --json: {"raft_address", "members": [...]}')
     add.add_argument("raft_address", metavar="RAFT_ADDR", help="the new replica's Raft address")
     add.add_argument("--grpc", default="", metavar="GRPC_ADDR",
@@ -63,7 +66,8 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
     remove = command_parser(
         sub, "remove-replica", parents, "remove a replica from the Raft cluster",
         "Remove a replica from the Raft membership. The leader cannot remove itself: it hands "
-        "leadership over first.",
+        "leadership over first. Refused when the live members left would not be a majority "
+        "of the new membership (remove the dead replica, not a live one).",
         'output:\n  "removed RAFT_ADDR; members: ..."\n  --json: {"raft_address", "members": '
         '[...]}')
     remove.add_argument("raft_address", metavar="RAFT_ADDR")

@@ -27,6 +27,9 @@ from raftsched.spec.job import parse_spec_text
 
 DEFAULT_CALL_TIMEOUT_S = 10.0
 """Deadline of one RPC attempt."""
+MEMBERSHIP_CALL_TIMEOUT_S = 60.0
+"""Deadline of one AddReplica/RemoveReplica attempt: the leader waits up to 30 s for a new member
+to catch up, then may remove it again (replica/raft/membership.JOIN_CATCH_UP_TIMEOUT_S)."""
 DEFAULT_RETRY_BUDGET_S = 30.0
 """How long a call keeps retrying through elections and redirects."""
 MAX_CALL_ATTEMPTS = 200
@@ -81,18 +84,22 @@ class Client:
             return channel
 
     def _invoke(self, stub_type: Callable[[grpc.Channel], Any], method: str, request: Any,
-                address: str) -> Any:
+                address: str, timeout_s: float | None = None) -> Any:
         stub = stub_type(self._channel(address))
         try:
-            return getattr(stub, method)(request, timeout=self._timeout_s)
+            return getattr(stub, method)(
+                request, timeout=self._timeout_s if timeout_s is None else timeout_s)
         except grpc.RpcError as error:
             raise error_from_rpc(error, address) from None
 
-    def _call(self, stub_type: Callable[[grpc.Channel], Any], method: str, request: Any) -> Any:
-        """Call `method` on the leader, retrying what is retryable (`retry.Attempts`)."""
-        return retry.call(self._servers, self._policy,
-                          lambda address: self._invoke(stub_type, method, request, address),
-                          on_retry=self._on_retry)
+    def _call(self, stub_type: Callable[[grpc.Channel], Any], method: str, request: Any,
+              timeout_s: float | None = None) -> Any:
+        """Call `method` on the leader, retrying what is retryable (`retry.Attempts`); each try
+        gets `timeout_s` (default: the client's call timeout)."""
+        return retry.call(
+            self._servers, self._policy,
+            lambda address: self._invoke(stub_type, method, request, address, timeout_s),
+            on_retry=self._on_retry)
 
     def _scheduler(self, method: str, request: Any) -> Any:
         return self._call(pb_grpc.SchedulerStub, method, request)
@@ -165,12 +172,14 @@ class Client:
         raise last
 
     def add_replica(self, raft_address: str, grpc_address: str = "") -> Any:
+        """Waits (up to MEMBERSHIP_CALL_TIMEOUT_S) while the leader checks that every member is
+        live, adds the replica and waits for it to catch up (or removes it again)."""
         request = pb.ReplicaRequest(raft_address=raft_address, grpc_address=grpc_address)
-        return self._call(pb_grpc.AdminStub, "AddReplica", request)
+        return self._call(pb_grpc.AdminStub, "AddReplica", request, MEMBERSHIP_CALL_TIMEOUT_S)
 
     def remove_replica(self, raft_address: str) -> Any:
         return self._call(pb_grpc.AdminStub, "RemoveReplica",
-                          pb.ReplicaRequest(raft_address=raft_address))
+                          pb.ReplicaRequest(raft_address=raft_address), MEMBERSHIP_CALL_TIMEOUT_S)
 
     def close(self) -> None:
         with self._lock:

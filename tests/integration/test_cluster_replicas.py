@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,6 +111,57 @@ def test_add_and_remove_a_replica_through_the_admin_api(cluster: LocalCluster) -
     assert raft not in members and len(members) == 3
     proc.kill()
     assert client.submit(JOB).created
+
+
+def test_membership_cannot_be_talked_into_losing_its_majority(cluster: LocalCluster) -> None:
+    """The probe that left a cluster without a leader for good: AddReplica of unreachable and
+    malformed addresses. Every one is refused, the members stay three, writes go on."""
+    client = cluster.client()
+    before = sorted(r.raft_address for r in client.cluster_status().replicas)
+    for bad in ("../../etc:1", "\x00:1", "h" * 300 + ":1", "host:0", "host:99999", "a b:1",
+                ":1", "127.0.0.1", "host:\u0661"):
+        with pytest.raises(RaftschedError) as refused:
+            client.add_replica(bad)
+        assert refused.value.code == Code.INVALID_ARGUMENT, (bad, refused.value)
+    for _ in range(3):
+        with socket.create_server(("127.0.0.1", 0)) as closed:
+            nobody = f"127.0.0.1:{closed.getsockname()[1]}"
+        with pytest.raises(RaftschedError) as refused:
+            client.add_replica(nobody)
+        assert refused.value.code == Code.FAILED_PRECONDITION
+        assert "nothing accepted connections" in str(refused.value)
+    status = client.cluster_status()
+    assert sorted(r.raft_address for r in status.replicas) == before and status.leader
+    assert client.submit(JOB).created
+
+
+def test_a_dead_replica_is_replaced_and_a_live_one_is_not_removed_instead(
+        cluster: LocalCluster) -> None:
+    """README, "Replacing a dead replica": remove the dead member (a live majority remains),
+    then add a fresh replica started with the current members as its peers. Removing a live
+    member instead would leave one live replica of two: refused."""
+    client = cluster.client()
+    before = client.submit(JOB).job_id
+    leader = cluster.wait_leader()
+    dead, live = (i for i in range(3) if i != leader)
+    cluster.replicas[dead].kill()
+    with pytest.raises(RaftschedError) as refused:
+        client.remove_replica(cluster.raft[live])
+    assert refused.value.code == Code.FAILED_PRECONDITION and "majority" in str(refused.value)
+    with pytest.raises(RaftschedError) as refused:
+        client.add_replica("127.0.0.1:1")  # any add waits until the dead member is removed
+    assert refused.value.code == Code.FAILED_PRECONDITION
+    assert cluster.raft[dead] in str(refused.value)
+    members = list(client.remove_replica(cluster.raft[dead]).members)
+    assert sorted(members) == sorted(cluster.raft[i] for i in (leader, live))
+    proc, raft, grpc = cluster.spawn_joiner()
+    members = list(client.add_replica(raft, grpc).members)
+    assert raft in members and len(members) == 3
+    after = client.submit(JOB).job_id
+    wait_for(lambda: cluster.client(retry_budget_s=1).cluster_status(grpc).applied_index
+             >= client.cluster_status().commit_index - 2, 30, "the new replica to catch up")
+    for job_id in (before, after):
+        assert client.get_job(job_id).job_id == job_id
 
 
 def test_applied_logs_replay_to_every_replicas_digest_also_after_kill_9(

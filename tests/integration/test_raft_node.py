@@ -636,32 +636,62 @@ def assert_frame_rejected(port: int, message: Any) -> None:
         assert reply == b"", "the replica answered an unauthenticated frame"
 
 
-def test_membership_add_and_remove_one_at_a_time(clusters: Callable[..., Cluster]) -> None:
+def test_membership_changes_one_at_a_time_and_never_without_a_live_majority(
+        clusters: Callable[..., Cluster]) -> None:
     cluster = clusters(3)
     cluster.start()
     leader = cluster.wait_leader()
     leader.ok("submit before-join")
     stopped, other = (r for r in cluster.replicas if r is not leader)
-    joiner = cluster.extra(cluster.addresses, secret=SECRET)
-    four = sorted([*cluster.addresses, joiner.address])
+    three = sorted(cluster.addresses)
 
-    # With one follower frozen and the joiner not yet running, the 4-member configuration has
-    # no majority: the change stays in flight, and a second change must be refused.
+    # Something listens at the address but never speaks Raft: the add commits, the newcomer
+    # never catches up, and the leader removes it again. Meanwhile a second change is refused.
+    with socket.create_server(("127.0.0.1", 0)) as fake:
+        fake_address = f"127.0.0.1:{fake.getsockname()[1]}"
+        replies: list[tuple[str, Any]] = []
+        adder = threading.Thread(target=lambda: replies.append(
+            leader.request(f"add {fake_address} 5 1.5")))
+        adder.start()
+        try:
+            wait_for(lambda: fake_address in leader.status()["members"], 10.0,
+                     "the add to be appended")
+            kind, detail = leader.request(f"remove {other.address} 5")
+            assert kind == "error" and detail.startswith("FAILED_PRECONDITION"), (kind, detail)
+            assert "in progress" in detail
+        finally:
+            adder.join(60)
+    assert replies and replies[0][0] == "error" and "did not catch up" in replies[0][1], replies
+    assert "removed again" in replies[0][1]
+    wait_for(lambda: all(r.status()["members"] == three for r in cluster.replicas), 20.0,
+             "three members again")
+
+    # Nothing listens: refused before anything is proposed.
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        nobody = f"127.0.0.1:{closed.getsockname()[1]}"
+    kind, detail = leader.request(f"add {nobody} 5")
+    assert kind == "error" and "nothing accepted connections" in detail, (kind, detail)
+
+    # A frozen follower: no add (the new majority would need the newcomer), and no removal of
+    # the other live follower (one live member of two left); removing the frozen one is fine.
+    joiner = cluster.extra(cluster.addresses, secret=SECRET)
+    joiner.start()
     stopped.signal(signal.SIGSTOP)
-    replies: list[tuple[str, Any]] = []
-    adder = threading.Thread(target=lambda: replies.append(
-        leader.request(f"add {joiner.address} 30")))
-    adder.start()
     try:
-        wait_for(lambda: leader.status()["members"] == four, 10.0, "the add to be appended")
+        kind, detail = leader.request(f"add {joiner.address} 5")
+        assert kind == "error" and stopped.address in detail and "live" in detail, detail
         kind, detail = leader.request(f"remove {other.address} 5")
-        assert kind == "error" and detail.startswith("FAILED_PRECONDITION"), (kind, detail)
-        assert "in progress" in detail
-        joiner.start()
+        assert kind == "error" and "majority" in detail, (kind, detail)
+        assert leader.status()["members"] == three
     finally:
-        adder.join(60)
         stopped.signal(signal.SIGCONT)
-    assert replies and replies[0][0] in ("ok", "unknown"), replies  # unknown: see membership
+    cluster.wait_converged(cluster.replicas)
+
+    # Every member live again: the add goes through, and the newcomer has caught up when it
+    # returns.
+    leader = cluster.wait_leader(cluster.replicas)
+    leader.ok(f"add {joiner.address} 10")
+    four = sorted([*cluster.addresses, joiner.address])
     members_of = [*cluster.replicas, joiner]
     wait_for(lambda: all(r.status()["members"] == four for r in members_of), 20.0,
              "all four replicas to see four members")
@@ -673,8 +703,8 @@ def test_membership_add_and_remove_one_at_a_time(clusters: Callable[..., Cluster
     assert kind == "error" and "transfer" in detail, (kind, detail)
     leader.ok(f"remove {joiner.address} 20")
     joiner.kill()
-    wait_for(lambda: all(r.status()["members"] == sorted(cluster.addresses)
-                         for r in cluster.replicas), 20.0, "three members again")
+    wait_for(lambda: all(r.status()["members"] == three for r in cluster.replicas), 20.0,
+             "three members again")
     new_leader = leader.ok("transfer 10")
     assert new_leader != leader.address
     successor = next(r for r in cluster.replicas if r.address == new_leader)

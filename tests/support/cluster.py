@@ -4,6 +4,7 @@ and killed and reaped by `close()` (always called by the fixture)."""
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -120,6 +121,7 @@ class LocalCluster:
         proc = self.supervisor.start(f"joiner-{raft}", argv,
                                      self.root / "logs" / f"joiner-{raft}.log")
         self.replicas.append(proc)
+        wait_for(lambda: _accepts(raft), START_TIMEOUT_S, f"the joiner to listen on {raft}")
         return proc, raft, grpc
 
     # -- agents ----------------------------------------------------------------------------------
@@ -153,6 +155,15 @@ class LocalCluster:
     def logs(self) -> str:
         return "\n".join(f"--- {child.name}\n" + "\n".join(child.log_tail())
                          for child in self.supervisor.children)
+
+
+def _accepts(address: str) -> bool:
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=1.0):
+            return True
+    except OSError:
+        return False
 
 
 def plus_one(index: int | None) -> int | None:

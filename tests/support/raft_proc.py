@@ -10,7 +10,7 @@ one line: `ok <json>`, `notleader <address or ->`, `unknown <message>` or `error
     propose <hex> [timeout_s]          submit <job id> [timeout_s]
     submit_many <prefix> <n> [timeout_s]   -> ok {"acked": [...], "unknown": n, "notleader": n}
     confirm [timeout_s]    status    digest    jobs    compact
-    add <address> [timeout_s]    remove <address> [timeout_s]    transfer [timeout_s]
+    add <address> [timeout_s [catch_up_s]]    remove <address> [timeout_s]    transfer [timeout_s]
     bench_seq <n>    bench_pipe <n>    quit
 """
 
@@ -115,7 +115,8 @@ class Replica:
         return "ok null"
 
     def add(self, args: list[str]) -> str:
-        self.node.add_replica(args[0], float(args[1]) if len(args) > 1 else DEFAULT_TIMEOUT_S)
+        self.node.add_replica(args[0], float(args[1]) if len(args) > 1 else DEFAULT_TIMEOUT_S,
+                              *(float(a) for a in args[2:3]))
         return "ok null"
 
     def remove(self, args: list[str]) -> str:

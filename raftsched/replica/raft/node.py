@@ -90,6 +90,7 @@ import fcntl
 import functools
 import gc
 import os
+import socket
 import threading
 import time
 import uuid
@@ -110,6 +111,7 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.replica.applied_log import AppliedLogWriter
 from raftsched.replica.raft import dumps as _dumps  # noqa: F401  (installs ForkingSerializer)
+from raftsched.replica.raft import membership
 from raftsched.replica.raft.alarms import ALARM_FILTER, LibraryAlarms
 from raftsched.replica.raft.applier import Applier, PendingApply
 from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
@@ -174,6 +176,8 @@ FIRST_TICK_TIMEOUT_S = 120.0
 CLOSE_TIMEOUT_S = 10.0
 """How long `close` waits for the tick thread to exit."""
 TRANSFER_POLL_S = 0.02
+MEMBERSHIP_POLL_S = 0.05
+"""How often a membership check looks again at the followers' progress."""
 
 DUMP_NICENESS = 19
 """The snapshot writer (a forked child) runs this much nicer than the replica."""
@@ -315,9 +319,9 @@ class RaftNode:
                  compaction_min_entries: int = LOG_COMPACTION_MIN_ENTRIES,
                  compaction_min_time_s: float = LOG_COMPACTION_MIN_TIME_S,
                  applied_log: str | None = None) -> None:
-        _check_address(self_address)
+        membership.check_address(self_address)
         for peer in peers:
-            _check_address(peer)
+            membership.check_address(peer)
         if not secret and not insecure_dev:
             raise RaftschedError(
                 Code.FAILED_PRECONDITION,
@@ -725,19 +729,38 @@ class RaftNode:
 
     # -- membership ---------------------------------------------------------------------------
 
-    def add_replica(self, address: str, timeout_s: float) -> None:
+    def add_replica(self, address: str, timeout_s: float,
+                    catch_up_s: float = membership.JOIN_CATCH_UP_TIMEOUT_S) -> None:
         """Add a voting member (call on the leader). Start the new replica with every current
-        member as its peers. One membership change at a time."""
-        _check_address(address)
+        member as its peers. One membership change at a time, and only one that cannot leave
+        the configuration without a live majority (`membership`): every current member live,
+        the address reachable, and the newcomer caught up within `catch_up_s` (or it is removed
+        again and FAILED_PRECONDITION says why). `timeout_s` bounds each proposal."""
+        membership.check_address(address)
         with self._membership_change(f"add {address}", timeout_s) as deadline:
-            if address in self.members():
-                raise RaftschedError(Code.ALREADY_EXISTS, f"{address} is already a member")
+            members = self.members()
+            membership.check_add(members, self._lagging(members), address)
+            _probe(address, min(membership.JOIN_PROBE_TIMEOUT_S,
+                                max(0.1, deadline - time.monotonic())))
+            since = int(self._obj.raftCommitIndex)
             self._change_membership(self._obj.addNodeToCluster, address, deadline)
-        log.info("raft_member_added", address=address)
+            log.info("raft_member_added", address=address)
+            if not self._caught_up(address, since, catch_up_s):
+                self._change_membership(self._obj.removeNodeFromCluster, address,
+                                        time.monotonic() + timeout_s)
+                log.warning("raft_member_rolled_back", address=address)
+                raise RaftschedError(
+                    Code.FAILED_PRECONDITION,
+                    f"{address} was added but did not catch up within "
+                    f"{catch_up_s:g} s (not a replica of this cluster, "
+                    "a different secret, or not started with every current member as its "
+                    "peers?); it was removed again",
+                )
 
     def remove_replica(self, address: str, timeout_s: float) -> None:
-        """Remove a voting member (call on the leader; the leader cannot remove itself)."""
-        _check_address(address)
+        """Remove a voting member (call on the leader; the leader cannot remove itself), unless
+        the live members left would not be a majority of the new configuration."""
+        membership.check_address(address)
         with self._membership_change(f"remove {address}", timeout_s) as deadline:
             if address == self._address:
                 raise RaftschedError(
@@ -745,10 +768,58 @@ class RaftNode:
                     f"{address} is the leader and cannot remove itself: call "
                     "transfer_leadership() here, then remove it on the new leader",
                 )
-            if address not in self.members():
-                raise RaftschedError(Code.NOT_FOUND, f"{address} is not a member")
+            members = self.members()
+            membership.check_remove(members, self._lagging(members), address)
             self._change_membership(self._obj.removeNodeFromCluster, address, deadline)
         log.info("raft_member_removed", address=address)
+
+    def _match_indexes(self, timeout_s: float) -> dict[str, int]:
+        """The leader's match index of each connected follower (pysyncobj's getStatus, read on
+        the tick thread that owns those maps). A disconnected follower is left out."""
+        result: dict[str, int] = {}
+        done = threading.Event()
+
+        def gather() -> None:
+            try:
+                status = self._obj.getStatus()
+                for key, value in status.items():
+                    if key.startswith("match_idx_server_"):
+                        node = key[len("match_idx_server_"):]
+                        if status.get(f"partner_node_status_server_{node}") == 2:
+                            result[node] = int(value)
+            finally:
+                done.set()
+
+        self._tick_tasks.append(gather)
+        if not done.wait(timeout_s):
+            raise OutcomeUnknown(f"the tick thread did not answer within {timeout_s:g} s")
+        return result
+
+    def _lagging(self, members: list[str]) -> set[str]:
+        """Members (never this leader) that have not acknowledged the entry committed last,
+        waiting up to MEMBER_ACK_TIMEOUT_S for them. The caller just committed a barrier
+        (`_membership_change`), so a live follower has it or gets it with the next heartbeat."""
+        target = int(self._obj.raftCommitIndex)
+        others = [m for m in members if m != self._address]
+        deadline = time.monotonic() + membership.MEMBER_ACK_TIMEOUT_S
+        while True:
+            matched = self._match_indexes(membership.MEMBER_ACK_TIMEOUT_S)
+            lagging = {m for m in others if matched.get(m, -1) < target}
+            if not lagging or time.monotonic() >= deadline:
+                return lagging
+            time.sleep(MEMBERSHIP_POLL_S)
+
+    def _caught_up(self, address: str, since: int, timeout_s: float) -> bool:
+        """Whether the new member acknowledged every entry committed before it was added,
+        within `timeout_s` (so it can serve as one of a majority)."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._match_indexes(timeout_s).get(address, -1) >= since:
+                return True
+            if not self._obj._isLeader():
+                raise NotLeader(self.leader_address())
+            time.sleep(MEMBERSHIP_POLL_S)
+        return False
 
     def transfer_leadership(self, timeout_s: float, target: str | None = None) -> str:
         """Hand leadership to `target` (or the most caught-up follower); returns the new leader.
@@ -864,10 +935,28 @@ class RaftNode:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _check_address(address: str) -> None:
+def _probe(address: str, timeout_s: float) -> None:
+    """Refuse (FAILED_PRECONDITION) an address where nothing accepts a TCP connection within
+    `timeout_s` (tried again every MEMBERSHIP_POLL_S: a replica just started may not listen
+    yet)."""
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise RaftschedError(Code.INVALID_ARGUMENT, f"not a host:port address: {address!r}")
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)),
+                                          timeout=max(0.05, left)):
+                return
+        except OSError as error:
+            if time.monotonic() + MEMBERSHIP_POLL_S < deadline:
+                time.sleep(MEMBERSHIP_POLL_S)
+                continue
+            raise RaftschedError(
+                Code.FAILED_PRECONDITION,
+                f"cannot add {address}: nothing accepted connections there within "
+                f"{timeout_s:g} s ({error.strerror or type(error).__name__}); start the new "
+                "replica first, with every current member as its peers",
+            ) from None
 
 
 def _wait_for_latch(path: str) -> None:

@@ -1,0 +1,64 @@
+"""The rules a membership change must pass (replica/raft/membership.py), without a cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftsched.errors import Code, RaftschedError
+from raftsched.replica.raft import membership
+
+GOOD = ["127.0.0.1:7000", "localhost:1", "replica-2.sched.example.com:65535", "[::1]:7000",
+        "10.0.0.12:4321", "a:1"]
+BAD = ["../../etc:1", "\x00:1", "h" * 300 + ":1", "host:0", "host:65536", "host:", ":1",
+       "host", "a b:1", "host:\u0661", "h\u00e9st:1", "-host:1", "host-:1", "a..b:1",
+       "1.2.3.999:1", "[127.0.0.1]:1", "[::1:1", "host:+1", "host:1 "]
+
+
+@pytest.mark.parametrize("address", GOOD)
+def test_plain_host_port_addresses_are_accepted(address: str) -> None:
+    membership.check_address(address)
+
+
+@pytest.mark.parametrize("address", BAD)
+def test_anything_else_is_refused_as_invalid_argument(address: str) -> None:
+    with pytest.raises(RaftschedError) as refused:
+        membership.check_address(address)
+    assert refused.value.code == Code.INVALID_ARGUMENT
+    assert len(str(refused.value)) < 300  # a long address is cut in the message
+
+
+THREE = ["a:1", "b:1", "c:1"]
+
+
+def test_an_add_needs_every_member_live() -> None:
+    membership.check_add(THREE, set(), "d:1")
+    with pytest.raises(RaftschedError) as refused:
+        membership.check_add(THREE, {"c:1"}, "d:1")
+    assert refused.value.code == Code.FAILED_PRECONDITION and "c:1" in str(refused.value)
+    with pytest.raises(RaftschedError) as refused:
+        membership.check_add(THREE, set(), "b:1")
+    assert refused.value.code == Code.ALREADY_EXISTS
+
+
+@pytest.mark.parametrize(("members", "lagging", "address", "allowed"), [
+    (THREE, set(), "b:1", True),
+    (THREE, {"c:1"}, "c:1", True),        # remove the dead one: a, b live of 2
+    (THREE, {"c:1"}, "b:1", False),       # a live, c dead: 1 of 2 is no majority
+    (["a:1", "b:1", "c:1", "d:1", "e:1"], {"d:1", "e:1"}, "c:1", False),  # 2 of 4 live
+    (["a:1", "b:1", "c:1", "d:1", "e:1"], {"e:1"}, "d:1", True),         # 3 of 4 live
+    (["a:1", "b:1"], {"b:1"}, "b:1", True),  # down to the leader alone
+])
+def test_a_removal_must_leave_a_live_majority(members: list[str], lagging: set[str],
+                                              address: str, allowed: bool) -> None:
+    if allowed:
+        membership.check_remove(members, lagging, address)
+        return
+    with pytest.raises(RaftschedError) as refused:
+        membership.check_remove(members, lagging, address)
+    assert refused.value.code == Code.FAILED_PRECONDITION and "majority" in str(refused.value)
+
+
+def test_removing_a_non_member_is_not_found() -> None:
+    with pytest.raises(RaftschedError) as refused:
+        membership.check_remove(THREE, set(), "z:1")
+    assert refused.value.code == Code.NOT_FOUND
