@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import heapq
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -45,8 +46,30 @@ MOCK_IDLE_WAIT_MS = 1_000
 """The mock's timer thread re-checks at least this often (start and close also wake it)."""
 
 
+WORK_DIR = "work"
+"""In each attempt dir: the one directory the task owns, and its default cwd and HOME."""
+TRAVERSE_ONLY = 0o711
+"""Directories between the agent's data dir and a task's work dir, when tasks run as another
+user: the task may pass through them to its own work dir but list or read nothing in them."""
+
+
 class ExecutorError(Exception):
     """An attempt could not be started; nothing of it runs."""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskUser:
+    """The unprivileged account tasks run as (`raftsched agent --task-user`)."""
+
+    name: str
+    uid: int
+    gid: int
+
+    @classmethod
+    def resolve(cls, user: str) -> TaskUser:
+        """By name or numeric uid; KeyError if the system has no such account."""
+        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
+        return cls(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,9 +156,12 @@ class SubprocessExecutor:
     def __init__(self, root: Path, *, max_output_bytes: int = limits.MAX_TASK_OUTPUT_BYTES,
                  kill_grace_ms: int = KILL_GRACE_MS,
                  startup_grace_ms: int = WRAPPER_STARTUP_GRACE_MS,
-                 python: str = sys.executable) -> None:
+                 python: str = sys.executable, task_user: TaskUser | None = None) -> None:
+        """`task_user`: run every task as this account (the wrapper stays the agent's, so a
+        task can neither signal it nor write its result); None: as the agent's own user."""
         assert max_output_bytes >= 0 and kill_grace_ms >= 0 and startup_grace_ms >= 0
         self._root = root
+        self._task_user = task_user
         self._max_output_bytes = max_output_bytes
         self._kill_grace_ms = kill_grace_ms
         self._startup_grace_ms = startup_grace_ms
@@ -143,6 +169,9 @@ class SubprocessExecutor:
         self._lock = threading.Lock()
         self._watched: dict[int, _Watched] = {}
         root.mkdir(parents=True, exist_ok=True)
+        if task_user is not None:
+            for directory in (root.parent, root):
+                directory.chmod(TRAVERSE_ONLY)
 
     def attempt_dir(self, fence: int) -> str:
         return str(self._root / f"{fence:0{ATTEMPT_DIR_DIGITS}d}")
@@ -156,11 +185,20 @@ class SubprocessExecutor:
                 raise ExecutorError(f"fence {assignment.fence} is already running")
         try:
             directory.mkdir(parents=True, exist_ok=False)
+            work = directory / WORK_DIR
+            work.mkdir(mode=0o700)
+            env = task_env(assignment, dict(os.environ))
+            user = self._task_user
+            if user is not None:
+                directory.chmod(TRAVERSE_ONLY)
+                os.chown(work, user.uid, user.gid)
+                env.update(HOME=str(work), USER=user.name, LOGNAME=user.name)
             write_json_atomic(directory / runner.SPEC_FILE, {
-                "argv": list(assignment.command), "env": task_env(assignment, dict(os.environ)),
-                "cwd": assignment.cwd, "timeout_ms": assignment.timeout_ms,
+                "argv": list(assignment.command), "env": env,
+                "cwd": assignment.cwd or str(work), "timeout_ms": assignment.timeout_ms,
                 "max_output_bytes": self._max_output_bytes,
-                "kill_grace_ms": self._kill_grace_ms})
+                "kill_grace_ms": self._kill_grace_ms,
+                "user": None if user is None else [user.uid, user.gid]})
             with (directory / "wrapper.log").open("ab") as log:
                 process = subprocess.Popen(
                     [self._python, "-m", "agent.runner", str(directory)], cwd=directory,

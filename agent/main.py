@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 
 from agent.agent import HEARTBEAT_WAIT_MS, Agent, AgentConfig, AgentError, attempts_root
-from agent.executor import Executor, MockExecutor, SubprocessExecutor
+from agent.executor import Executor, MockExecutor, SubprocessExecutor, TaskUser
 from agent.metrics import AgentMetrics
 from agent.model import Resources
 from agent.session import GrpcSession
@@ -36,6 +36,10 @@ EXIT_FAILURE = 1
 EXIT_INVALID = 2
 MAX_METRICS_PORT = 65_535
 MAX_HEARTBEAT_WAIT_MS = 60_000
+DEFAULT_ROOT_TASK_USER = "nobody"
+"""Tasks of an agent running as root run as this account unless --task-user says otherwise."""
+PRIVATE_UMASK = 0o077
+"""Everything the agent creates (lmdb stores, attempt records, task output) is its own alone."""
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _ADDRESS = re.compile(r"[^\s,]+:[0-9]{1,5}")
 
@@ -81,6 +85,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="subprocess: run each task's command for real (default); mock: "
                              "pretend, for tests and benchmarks (argv 'mock sleep_ms=N exit=K "
                              "fail_attempts=M')")
+    parser.add_argument("--task-user", default=None, metavar="USER",
+                        help="run tasks as this account (name or uid; subprocess executor). "
+                             "Switching users needs root. Default: "
+                             f"'{DEFAULT_ROOT_TASK_USER}' when the agent runs as root, else the "
+                             "agent's own user; '' (empty) runs tasks as the agent's own user "
+                             "even as root (tasks can then read the agent's data dir)")
     parser.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
                         help="serve Prometheus metrics on 127.0.0.1:PORT (default: 0, off)")
     parser.add_argument("--heartbeat-wait-ms", type=int, default=HEARTBEAT_WAIT_MS,
@@ -100,8 +110,15 @@ def run(args: argparse.Namespace) -> int:
     eventlog.configure(args.log_level)
     stop = threading.Event()
     metrics = AgentMetrics()
+    os.umask(PRIVATE_UMASK)
     try:
-        executor = _executor(args.executor, config.data_dir)
+        task_user = _task_user(args.task_user) if args.executor == "subprocess" else None
+        if task_user is not None:
+            _make_private(config.data_dir)
+        executor = _executor(args.executor, config.data_dir, task_user)
+    except UsageError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INVALID
     except OSError as error:
         print(f"error: cannot use data dir {config.data_dir}: {error}", file=sys.stderr)
         return EXIT_FAILURE
@@ -178,10 +195,38 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
                        heartbeat_wait_ms=int(args.heartbeat_wait_ms)), servers
 
 
-def _executor(kind: str, data_dir: Path) -> Executor:
+def _task_user(option: str | None) -> TaskUser | None:
+    """The account tasks run as; None: the agent's own."""
+    root = os.geteuid() == 0
+    name = (DEFAULT_ROOT_TASK_USER if root else "") if option is None else option.strip()
+    if not name:
+        return None
+    try:
+        user = TaskUser.resolve(name)
+    except (KeyError, ValueError, OverflowError):
+        raise UsageError(f"--task-user {name!r}: no such user on this machine") from None
+    if user.uid == os.geteuid():
+        return None
+    if not root:
+        raise UsageError(f"--task-user {name!r}: running tasks as another user needs the agent "
+                         "to run as root (or pass --task-user '' to run them as yourself)")
+    return user
+
+
+def _make_private(data_dir: Path) -> None:
+    """What a data dir made by an older agent (umask 022) holds directly (lmdb stores, the lock
+    file) becomes the agent's alone; attempt dirs are handled by the executor."""
+    if not data_dir.is_dir():
+        return
+    for child in data_dir.iterdir():
+        if child.name != attempts_root(data_dir).name and not child.is_symlink():
+            child.chmod(child.stat().st_mode & 0o700)
+
+
+def _executor(kind: str, data_dir: Path, task_user: TaskUser | None) -> Executor:
     if kind == "mock":
         return MockExecutor()
-    return SubprocessExecutor(attempts_root(data_dir))
+    return SubprocessExecutor(attempts_root(data_dir), task_user=task_user)
 
 
 def _install_signal_handlers(agent: Agent) -> None:

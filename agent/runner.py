@@ -5,7 +5,7 @@ agent then watches the attempt dir, and a restarted agent picks the attempt up a
 Standard library only, besides the agent's file helpers and the shared leaf `raftsched.procfs`.
 
 In ATTEMPT_DIR the wrapper reads `spec.json` (argv, env, cwd, timeout_ms, max_output_bytes,
-kill_grace_ms) and writes:
+kill_grace_ms, user: [uid, gid] or null) and writes:
 - `wrapper.json` {pid, start_ticks} first, so a restarted agent can find it;
 - `task.json` {pid, start_ticks} once the task runs (the task leads a process group of its own);
 - `stdout`, `stderr`: the task's output, each capped at max_output_bytes; the pipes are drained to
@@ -18,6 +18,10 @@ could not be started gets exit code 127 (not found) or 126 (any other OS error),
 one ended by signal N gets 128+N. When the wrapper dies the task is SIGKILLed by the kernel
 (PR_SET_PDEATHSIG), so a task never outlives the one process that can report its result; when
 the task's leader exits, whatever is left of its process group is SIGKILLed.
+
+With `user` set, the wrapper (the agent's user, typically root) starts the task as that uid and
+gid with no supplementary groups: the task cannot signal the wrapper, write any file of the
+attempt dir but its own `work/`, or read the wrapper's /proc/PID/environ.
 """
 
 from __future__ import annotations
@@ -140,11 +144,15 @@ def _exited(pid: int) -> bool:
 
 def _spawn(spec: dict[str, Any], attempt_dir: Path) -> subprocess.Popen[bytes] | dict[str, Any]:
     cwd = spec.get("cwd") or str(attempt_dir)
+    user = spec.get("user")
+    identity: dict[str, Any] = {} if not user else {
+        "user": int(user[0]), "group": int(user[1]), "extra_groups": []}
     try:
         return subprocess.Popen(
             list(spec["argv"]), env=dict(spec["env"]), cwd=cwd, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            close_fds=True, preexec_fn=_die_with_wrapper)  # safe: no other thread exists yet
+            close_fds=True, preexec_fn=_die_with_wrapper,  # safe: no other thread exists yet
+            **identity)
     except FileNotFoundError as error:
         return _result(EXIT_NOT_FOUND, reason=f"cannot start: {error}")
     except OSError as error:

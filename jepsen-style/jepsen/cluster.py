@@ -119,7 +119,10 @@ class ClusterUnderTest:
                     "--cpu", str(spec["cpu"]), "--memory-mb", str(spec["memory_mb"]),
                     "--gpu", str(spec["gpu"]),
                     "--data-dir", str(self.root / "agents" / cluster_id),
-                    "--executor", "subprocess"]
+                    "--executor", "subprocess",
+                    # The workload's tasks append to one ledger file the checker reads: they
+                    # run as the harness's own user, not the agent's default task user.
+                    "--task-user", ""]
             self.agents[cluster_id] = self._node(cluster_id, "agent", ns, argv,
                                                  self.root / "logs" / f"agent-{cluster_id}.log")
 

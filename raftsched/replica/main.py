@@ -40,6 +40,9 @@ GIL_SWITCH_INTERVAL_S = 0.001
 behind a thread parsing a large spec, at 5 ms a turn, its heartbeats came late enough to cost
 elections (20 concurrent 10,000-task submits: 5 leader changes at 5 ms, 1 at 1 ms)."""
 HEALTH_POLL_S = 0.5
+PRIVATE_UMASK = 0o077
+"""The journal, snapshots and applied log hold every job's spec (env included): files a replica
+creates are readable by its own user only (the journal was 0644)."""
 
 log = EventLogger("raftsched.replica")
 
@@ -91,6 +94,7 @@ def _secret(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     eventlog.configure(args.log_level)
+    os.umask(PRIVATE_UMASK)
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     # pysyncobj is imported only here, at start: `raftsched --help` stays light.
     from raftsched.replica.raft.node import RaftNode

@@ -105,7 +105,9 @@ def _agent_process(address: str, data_dir: Path, *extra: str) -> Iterator[subpro
     process = subprocess.Popen(
         [sys.executable, "-m", "agent", "--cluster-id", "east", "--servers", address,
          "--data-dir", str(data_dir), "--cpu", "2", "--memory-mb", "512",
-         "--heartbeat-wait-ms", "200", *extra],
+         "--heartbeat-wait-ms", "200",
+         "--task-user", "",  # tasks wait on a file in pytest's root-only tmp dir
+         *extra],
         stdout=subprocess.DEVNULL, stderr=(data_dir.parent / "agent.log").open("ab"),
         env={**os.environ, "PYTHONPATH": str(paths.REPO)})
     try:

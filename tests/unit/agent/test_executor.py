@@ -105,14 +105,14 @@ def test_the_task_gets_the_fence_variables_and_a_filtered_env(
     assert "AGENT_TEST_SECRET" not in env
 
 
-def test_cwd_is_the_assignments_or_else_the_attempt_dir(executor: SubprocessExecutor,
-                                                       root: Path, tmp_path: Path) -> None:
+def test_cwd_is_the_assignments_or_else_the_attempts_work_dir(executor: SubprocessExecutor,
+                                                              root: Path, tmp_path: Path) -> None:
     workdir = tmp_path / "work"
     workdir.mkdir()
     assert _run(executor, 1, "pwd", cwd=str(workdir)).exit_code == 0
     assert _run(executor, 2, "pwd").exit_code == 0
     assert (root / f"{1:020d}" / "stdout").read_text().strip() == str(workdir)
-    assert (root / f"{2:020d}" / "stdout").read_text().strip() == str(root / f"{2:020d}")
+    assert (root / f"{2:020d}" / "stdout").read_text().strip() == str(root / f"{2:020d}" / "work")
 
 
 def test_timeout_terminates_the_task(executor: SubprocessExecutor) -> None:

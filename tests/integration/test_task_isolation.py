@@ -1,0 +1,86 @@
+"""Integration: a hostile task on a real cluster (3 replicas, an agent running as root with the
+subprocess executor) tries what a task once could — read the agent's stores, another attempt's
+spec (env secrets included), the Raft journal and the wrapper's environment; forge its own
+result; kill its wrapper — and is refused each time. Needs root (as CI runs)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import LocalCluster, wait_for
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(os.geteuid() != 0, reason="SKIPPED LOUDLY: task isolation switches "
+                       "users, which needs the agent to run as root (CI runs as root)"),
+]
+
+PROBES = {
+    "list the agent's data dir": "ls ../../..",
+    "read the fence store": "cat ../../../fence.lmdb/data.mdb",
+    "read the outbox": "cat ../../../outbox.lmdb/data.mdb",
+    "read its own attempt's spec": "cat ../spec.json",
+    "read another attempt's spec": 'cat "$OTHER_SPEC"',
+    "read the raft journal": 'cat "$JOURNAL"',
+    "read the wrapper's environment": 'cat "/proc/$PPID/environ"',
+    "forge its result": "echo '{\"exit_code\": 0}' > ../result.json",
+    "kill its wrapper": 'kill -9 "$PPID"',
+}
+"""What the task tries: each must fail (the shell prints DENIED)."""
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    local = LocalCluster(tmp_path)
+    try:
+        yield local.start()
+    except BaseException:
+        print(local.logs())
+        raise
+    finally:
+        local.close()
+
+
+def _fence(cluster: LocalCluster, job_id: str) -> int:
+    return int(cluster.client().list_tasks(job_id).tasks[0].fence)
+
+
+def test_a_task_cannot_touch_the_agent_other_attempts_or_its_own_result(
+        cluster: LocalCluster, tmp_path: Path) -> None:
+    cluster.add_agent("iso", executor="subprocess")
+    cluster.wait_clusters_ready("iso")
+    client = cluster.client()
+    secret_job = client.submit(
+        "name: secret\ntasks:\n  - {id: t, command: [sh, -c, 'true'], "
+        "env: {API_TOKEN: hunter2}}\n").job_id
+    wait_for(lambda: client.get_job(secret_job).state == "SUCCEEDED" or None, 60,
+             "the job with a secret to finish")
+    attempts = tmp_path / "agent-iso" / "attempts"
+    other_spec = attempts / f"{_fence(cluster, secret_job):020d}" / "spec.json"
+    assert "hunter2" in other_spec.read_text()  # the file is there: only access is refused
+
+    journal = tmp_path / "replica-0" / "raft.journal"
+    assert journal.exists() and journal.stat().st_mode & 0o077 == 0, oct(journal.stat().st_mode)
+    script = "\n".join(
+        f'if {command} >/dev/null 2>&1; then echo "ALLOWED {name}"; '
+        f'else echo "DENIED {name}"; fi' for name, command in PROBES.items())
+    script += "\nid -u\nexit 3\n"
+    spec = {"name": "hostile", "tasks": [{
+        "id": "t", "command": ["sh", "-c", script],
+        "env": {"OTHER_SPEC": str(other_spec), "JOURNAL": str(journal)}}]}
+    job_id = client.submit(json.dumps(spec)).job_id
+    wait_for(lambda: client.get_job(job_id).state in ("FAILED", "SUCCEEDED") or None, 60,
+             "the hostile job to end")
+    task = client.list_tasks(job_id).tasks[0]
+    output = (attempts / f"{task.fence:020d}" / "stdout").read_text().splitlines()
+    assert [line for line in output if line.startswith("ALLOWED")] == [], output
+    assert len([line for line in output if line.startswith("DENIED")]) == len(PROBES), output
+    assert output[-1] != "0", "the task ran as root"
+    # Its real exit code, not a forged success; and its wrapper lived to report it.
+    assert client.get_job(job_id).state == "FAILED"
+    assert task.exit_code == 3, task
