@@ -73,3 +73,16 @@ def is_alive(pid: int, expected_start_ticks: int | None, read: StatReader = read
 def available() -> bool:
     """Whether this machine has a Linux /proc to read identities from."""
     return (PROC_ROOT / "self" / "stat").exists()
+
+
+def resident_bytes(pid: int) -> int | None:
+    """The resident set size of `pid` in bytes (`VmRSS` in /proc/PID/status, given in kB), or
+    None when there is no such process or it has no memory left (a zombie)."""
+    try:
+        text = (PROC_ROOT / str(pid) / "status").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return None

@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pysyncobj.poller import POLL_EVENT_TYPE
+from pysyncobj.tcp_connection import CONNECTION_STATE
 
-from raftsched import limits
+from raftsched import limits, procfs
 from raftsched.errors import Code, RaftschedError
 from raftsched.replica.raft import node as raft_node
 from raftsched.replica.raft import transport as raft_transport
@@ -688,9 +690,14 @@ def test_membership_changes_one_at_a_time_and_never_without_a_live_majority(
     cluster.wait_converged(cluster.replicas)
 
     # Every member live again: the add goes through, and the newcomer has caught up when it
-    # returns.
-    leader = cluster.wait_leader(cluster.replicas)
-    leader.ok(f"add {joiner.address} 10")
+    # returns. The resumed follower may call an election first: add on whoever leads then.
+    def add_joiner() -> bool | None:
+        kind, detail = cluster.wait_leader(cluster.replicas).request(f"add {joiner.address} 10")
+        if kind in ("notleader", "unknown"):
+            return None
+        assert kind == "ok" or str(detail).startswith("ALREADY_EXISTS"), (kind, detail)
+        return True
+    wait_for(add_joiner, 60.0, "the joiner to be added")
     four = sorted([*cluster.addresses, joiner.address])
     members_of = [*cluster.replicas, joiner]
     wait_for(lambda: all(r.status()["members"] == four for r in members_of), 20.0,
@@ -733,3 +740,128 @@ def test_harness_reports_failed_starts(clusters: Callable[..., Cluster]) -> None
     replica.launch()
     assert replica.wait_ready().startswith("error FAILED_PRECONDITION")
     assert replica.proc is not None and replica.proc.wait(10) == 2
+
+
+# --- frame bounds (transport.BoundedTcpConnection) -----------------------------------------------
+
+JUNK_BYTES = 64 * 1024 * 1024
+"""What a probe streams after its frame header (the size of the probe that cost 14.7 s of CPU
+and +126 MB before frames were bounded)."""
+REFUSAL_DEADLINE_S = 5.0
+RSS_SLACK_BYTES = 16 * 1024 * 1024
+"""A probed replica's RSS may grow this much (normal churn); unbounded, it grew by the junk."""
+
+
+class FakePoller:
+    """pysyncobj's poller interface, driven by hand."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[int, Callable[[int, int], None]] = {}
+
+    def subscribe(self, fd: int, callback: Callable[[int, int], None], events: int) -> None:
+        self.callbacks[fd] = callback
+
+    def unsubscribe(self, fd: int) -> None:
+        self.callbacks.pop(fd, None)
+
+
+def plain_frame(message: Any) -> bytes:
+    data = zlib.compress(pickle.dumps(message), 3)
+    return struct.pack("i", len(data)) + data
+
+
+def test_a_bounded_connection_checks_every_header_before_anything_is_parsed() -> None:
+    """Frames read in one go are all checked before pysyncobj parses any of them, also behind
+    good ones, and also across reads and parses; a bad one drops the connection at once."""
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)  # as pysyncobj's sockets are
+    poller, received, refused = FakePoller(), [], []
+    conn = raft_transport.BoundedTcpConnection(poller=poller, socket=ours, timeout=60.0,
+                                               onMessageReceived=received.append)
+    conn.max_frame_bytes, conn.on_refused = 1_000, lambda: refused.append(1)
+    fd = ours.fileno()
+
+    def deliver(data: bytes) -> None:
+        theirs.sendall(data)
+        poller.callbacks[fd](fd, POLL_EVENT_TYPE.READ)
+
+    second = plain_frame("two")
+    deliver(plain_frame("one") + second[:6])  # the second frame arrives in two parts
+    deliver(second[6:])
+    assert received == ["one", "two"] and not refused
+    deliver(plain_frame("three") + struct.pack("i", 1_001) + b"x" * 10)
+    assert refused == [1] and conn.state == CONNECTION_STATE.DISCONNECTED
+    assert received == ["one", "two"], "nothing is parsed from a refused read"
+    theirs.close()
+
+
+@pytest.mark.parametrize("length", [raft_transport.MAX_HANDSHAKE_BYTES + 1, -1])
+def test_before_the_secret_is_proved_a_frame_is_bounded_by_the_handshake(length: int) -> None:
+    ours, theirs = socket.socketpair()
+    ours.setblocking(False)  # as pysyncobj's sockets are
+    poller, refused = FakePoller(), []
+    conn = raft_transport.BoundedTcpConnection(poller=poller, socket=ours, timeout=60.0)
+    conn.encryptor, conn.on_refused = object(), lambda: refused.append(1)  # secret unproved
+    theirs.sendall(struct.pack("i", length))  # the header alone is enough to refuse
+    poller.callbacks[ours.fileno()](ours.fileno(), POLL_EVENT_TYPE.READ)
+    assert refused == [1] and conn.state == CONNECTION_STATE.DISCONNECTED
+    theirs.close()
+
+
+def test_the_frame_bound_is_above_any_frame_a_replica_sends() -> None:
+    batch = raft_node.APPEND_BATCH_BYTES
+    bound = raft_transport.max_frame_bytes(batch, 2**16)
+    assert 2 * batch * 4 // 3 < bound < raft_transport.FRAME_LENGTH_LIMIT
+
+
+def stream_after_header(port: int, length: int) -> tuple[int, float]:
+    """Send a frame header declaring `length`, then up to JUNK_BYTES, until the replica drops
+    the connection; (junk bytes sent, seconds taken). Fails if it is not dropped within
+    REFUSAL_DEADLINE_S."""
+    chunk, sent = bytes(1 << 20), 0
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=REFUSAL_DEADLINE_S) as s:
+        try:
+            s.sendall(struct.pack("i", length))
+            while sent < JUNK_BYTES and time.monotonic() - started < REFUSAL_DEADLINE_S:
+                sent += s.send(chunk)
+            if s.recv(1) == b"":
+                return sent, time.monotonic() - started
+        except (ConnectionResetError, BrokenPipeError):
+            return sent, time.monotonic() - started
+        except TimeoutError:
+            pass
+    raise AssertionError(f"a frame declaring {length} bytes was not refused within "
+                         f"{REFUSAL_DEADLINE_S:g} s ({sent} junk bytes taken)")
+
+
+@pytest.mark.parametrize("secret", [SECRET, None], ids=["secret", "insecure-dev"])
+def test_a_huge_or_negative_frame_length_is_refused_before_buffering(
+        clusters: Callable[..., Cluster], secret: str | None) -> None:
+    """Without the secret, a frame declaring 2**31-1 (or -1) bytes and 64 MiB behind it: the
+    follower drops the connection at once, its memory does not grow by the junk, and the
+    cluster keeps its leader and term and commits. Before the secret is proved the bound is
+    MAX_HANDSHAKE_BYTES; in insecure dev mode (no secret to prove) it is max_frame_bytes."""
+    cluster = clusters(3, secret=secret, extra_args=[] if secret else ["--insecure-dev"])
+    cluster.start()
+    leader = cluster.wait_leader()
+    leader.ok("submit before-probe")
+    follower = next(r for r in cluster.replicas if r is not leader)
+    term = leader.status()["term"]
+    rss_before = procfs.resident_bytes(follower.proc.pid)
+    assert rss_before is not None
+
+    for length in (2**31 - 1, -1):
+        sent, elapsed_s = stream_after_header(follower.raft_port, length)
+        assert sent < JUNK_BYTES and elapsed_s < REFUSAL_DEADLINE_S, (length, sent, elapsed_s)
+
+    rss_after = procfs.resident_bytes(follower.proc.pid)
+    assert rss_after is not None and rss_after - rss_before < RSS_SLACK_BYTES, \
+        (rss_before, rss_after)
+    assert follower.status()["replication"]["refused_frames"] == 2
+    assert leader.ok("submit after-probe") == {
+        "applied": {"job_id": "after-probe", "created": True}}
+    for replica in cluster.replicas:
+        status = replica.status()
+        assert status["term"] == term, "an election happened"
+        assert status["leader"] == leader.address

@@ -44,7 +44,9 @@ pysyncobj internals this module relies on (re-check them when changing the pinne
   with a dispatcher (`journal._create_journal`) that returns our journal for paths a RaftNode
   registered and delegates to the original otherwise. Likewise `SyncObj.__init__` builds its
   serializer from the module-global `Serializer`, which `dumps.py` replaces with a subclass that
-  forks for our serializer. These two globals are the adapter's only patches, done at import.
+  forks for our serializer; and `transport.py` replaces `TcpConnection` in `pysyncobj.tcp_server`
+  and `pysyncobj.transport` (the two places that build connections) with one that bounds frame
+  sizes before buffering them. These globals are the adapter's only patches, done at import.
 - `SyncObj.__tryLogCompaction` passes the serializer `(None, last_applied_entry, previous_entry,
   cluster_nodes)`; `pysyncobj/serializer.py` `Serializer.serialize` calls our serializer with
   `data[1:]` (a 3-tuple: the state element is not passed at all) and the path `fullDumpFile +

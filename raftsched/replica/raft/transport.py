@@ -1,11 +1,25 @@
-"""The Raft transport: pysyncobj's TCPTransport with durability before acks and no re-sends."""
+"""The Raft transport: pysyncobj's TCPTransport with durability before acks, no re-sends, and
+frame sizes bounded before they are buffered.
+
+pysyncobj frames every message as a 4-byte native `int` length and that many bytes; its
+`TcpConnection` appends whatever arrives to one buffer until the declared length is there, so a
+peer (anyone who reaches the port: no secret is needed to send a length) could make a replica
+buffer 2 GiB, or declare a negative length. `BoundedTcpConnection` checks every length as soon as
+its header arrives; this module installs it at import in place of pysyncobj's `TcpConnection` (the
+module globals of `pysyncobj.tcp_server` and `pysyncobj.transport`, the two places that build
+connections), and `SyncingTransport` gives every connection its bound.
+"""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import pysyncobj.tcp_server as _pysyncobj_tcp_server
+import pysyncobj.transport as _pysyncobj_transport
+from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
 from raftsched.replica.raft.journal import DurableJournal
@@ -25,10 +39,112 @@ class ReplicationStats:
     chunked_appends: int = 0
     """Chunks of pysyncobj's large-entry transmission sent: its last-chunk marker is wrong, so
     node.APPEND_BATCH_BYTES keeps every entry below the size that takes that path (0 expected)."""
+    refused_frames: int = 0
+    """Connections dropped because a frame's declared length was negative or over its bound
+    (`BoundedTcpConnection`), before the frame's body was buffered."""
 
 
 MAX_MERGED_APPEND_BYTES = 4 * 1024 * 1024
 """Entry bytes one merged append_entries carries at most; the next message starts a new one."""
+
+MAX_HANDSHAKE_BYTES = 4 * 1024
+"""Bytes a connection may hold before its peer has proved the cluster secret. With a secret,
+the first frame on an incoming connection is the peer's session key (32 random bytes, pickled,
+compressed and Fernet-encrypted: 168 bytes on the wire with the header), and the peer sends
+nothing more until we answer; a frame that decrypts proves the secret. Without a secret
+(insecure dev mode) nothing is ever proved and only `max_frame_bytes` applies."""
+
+FRAME_BYTES_PER_PAYLOAD_BYTE = 3
+"""On-wire bytes per byte of payload (entry data, chunk data) in a frame, with room to spare:
+pickling a list of entries adds at most about 24 bytes per entry (19 measured for a 1-byte no-op
+entry at 40-bit indices), no more than the entry itself (our smallest command, a Barrier, is 30
+bytes as an entry), so at most x2; zlib adds at most 0.1%; Fernet adds base64 (x4/3) and 73
+bytes. 2 x 1.001 x 4/3 = 2.67."""
+FRAME_OVERHEAD_BYTES = 64 * 1024
+"""On-wire bytes in a frame besides its payload's: the message dict, the session key, Fernet's
+header and MAC, and the odd no-op entries (one per term) smaller than their pickling."""
+
+
+def max_frame_bytes(append_batch_bytes: int, snapshot_chunk_bytes: int) -> int:
+    """The largest frame a replica sends, given pysyncobj's `appendEntriesBatchSizeBytes`
+    (node.APPEND_BATCH_BYTES, itself above the largest entry, 2 x limits.MAX_ENTRY_BYTES plus a
+    margin) and `logCompactionBatchSize` (the snapshot transmission chunk). An append_entries
+    carries entries until their data reaches append_batch_bytes, the last one included: less
+    than twice that (`SyncObj.__getEntries`); a merged one at most that or
+    MAX_MERGED_APPEND_BYTES (`SyncingTransport._hold`); a chunk of pysyncobj's large-entry
+    transmission, append_batch_bytes; a snapshot chunk, snapshot_chunk_bytes. Every other
+    message (votes, acks, the handshake, admin commands) is a few hundred bytes."""
+    payload_bytes = max(2 * append_batch_bytes, MAX_MERGED_APPEND_BYTES, snapshot_chunk_bytes)
+    return FRAME_BYTES_PER_PAYLOAD_BYTE * payload_bytes + FRAME_OVERHEAD_BYTES
+
+
+_FRAME_HEADER = struct.Struct("i")
+"""pysyncobj's frame header: the frame's length as a native signed int (`TcpConnection.send`)."""
+FRAME_LENGTH_LIMIT = 2**31 - 1
+"""The largest length the header can declare."""
+
+
+class BoundedTcpConnection(TcpConnection):  # type: ignore[misc]
+    """pysyncobj's TcpConnection that drops the connection, at once, when a frame declares a
+    negative length or one over `max_frame_bytes`, or when a connection that has not proved the
+    secret holds more than MAX_HANDSHAKE_BYTES.
+
+    pysyncobj reads (`__processRead`, one recv of recvBufferSize each) until the socket has
+    nothing more, and only then parses the buffer frame by frame (`__processParseMessage`). We
+    check after every recv, walking every header that has arrived (`_next_header`: where the next
+    one starts, kept in step with the buffer as frames are parsed off its front), so at most one
+    recv beyond a bad header is ever buffered. The connection's transport sets `max_frame_bytes`
+    and `on_refused` (`SyncingTransport._bound`)."""
+
+    max_frame_bytes = FRAME_LENGTH_LIMIT
+    on_refused: Callable[[], None] | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._next_header = 0
+        super().__init__(*args, **kwargs)
+
+    def connect(self, host: Any, port: Any) -> Any:
+        self._next_header = 0  # pysyncobj empties the buffer
+        return super().connect(host, port)
+
+    def disconnect(self) -> None:
+        self._next_header = 0  # pysyncobj empties the buffer
+        super().disconnect()
+
+    def _TcpConnection__processRead(self) -> bool:
+        more = bool(super()._TcpConnection__processRead())
+        if more and not self._within_bounds():
+            on_refused = self.on_refused
+            self.disconnect()
+            if on_refused is not None:
+                on_refused()
+            return False
+        return more
+
+    def _TcpConnection__processParseMessage(self) -> Any:
+        before = len(self._TcpConnection__readBuffer)
+        message = super()._TcpConnection__processParseMessage()
+        parsed = before - len(self._TcpConnection__readBuffer)
+        self._next_header = max(0, self._next_header - parsed)
+        return message
+
+    def _within_bounds(self) -> bool:
+        buffer = self._TcpConnection__readBuffer
+        limit = self.max_frame_bytes
+        if self.encryptor is not None and self.recvRandKey is None:  # the secret is unproved
+            if len(buffer) > MAX_HANDSHAKE_BYTES:
+                return False
+            limit = MAX_HANDSHAKE_BYTES
+        while self._next_header + _FRAME_HEADER.size <= len(buffer):
+            (length,) = _FRAME_HEADER.unpack_from(buffer, self._next_header)
+            if not 0 <= length <= limit:
+                return False
+            self._next_header += _FRAME_HEADER.size + length
+        return True
+
+
+_pysyncobj_tcp_server.TcpConnection = BoundedTcpConnection  # incoming connections
+_pysyncobj_transport.TcpConnection = BoundedTcpConnection  # outgoing ones (TCPTransport.addNode)
 
 
 def _last_entry(message: dict[str, Any]) -> tuple[int, int]:
@@ -82,10 +198,18 @@ class SyncingTransport(TCPTransport):  # type: ignore[misc]
     follower's reply (`prevLogIdx + 1 + len(entries)`) is what the untrimmed message would have
     produced, or further along when a heartbeat is re-pointed — and then true, since the
     follower verified that entry.
+
+    (4): every connection, incoming or outgoing, is a `BoundedTcpConnection` given
+    `max_frame_bytes` (derived from the conf pysyncobj sends with); refusals are counted in
+    `replication.refused_frames`.
     """
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any,
                  journal: DurableJournal, on_tick: Callable[[], None]) -> None:
+        self.max_frame_bytes = max_frame_bytes(syncObj.conf.appendEntriesBatchSizeBytes,
+                                               syncObj.conf.logCompactionBatchSize)
+        """The bound on every frame this replica receives (`BoundedTcpConnection`)."""
+        assert self.max_frame_bytes < FRAME_LENGTH_LIMIT, "no frame would ever be refused"
         self._journal = journal
         self._sent: dict[Any, _Sent] = {}
         self._acks: list[tuple[Any, Any]] = []
@@ -202,6 +326,25 @@ class SyncingTransport(TCPTransport):  # type: ignore[misc]
     def _onNodeConnected(self, node: Any) -> None:
         self._forget(node)
         super()._onNodeConnected(node)
+
+    def addNode(self, node: Any) -> None:
+        super().addNode(node)
+        conn = self._connections.get(node)  # only for nodes this replica connects to
+        if conn is not None:
+            self._bound(conn)
+
+    def _onNewIncomingConnection(self, conn: Any) -> None:
+        self._bound(conn)
+        super()._onNewIncomingConnection(conn)
+
+    def _bound(self, conn: Any) -> None:
+        assert isinstance(conn, BoundedTcpConnection), \
+            "pysyncobj built a connection of its own: the adapter no longer matches the library"
+        conn.max_frame_bytes = self.max_frame_bytes
+        conn.on_refused = self._count_refused
+
+    def _count_refused(self) -> None:
+        self.replication.refused_frames += 1
 
     def _onNodeDisconnected(self, node: Any) -> None:
         self._forget(node)
