@@ -18,14 +18,18 @@ import threading
 from pathlib import Path
 from types import FrameType
 
+from cryptography import x509
+from cryptography.x509.oid import NameOID
+
 from agent.agent import HEARTBEAT_WAIT_MS, Agent, AgentConfig, AgentError, attempts_root
 from agent.executor import Executor, MockExecutor, SubprocessExecutor, TaskUser
 from agent.metrics import AgentMetrics
 from agent.model import Resources
 from agent.session import GrpcSession
 from agent.store import StoreError
-from raftsched import eventlog
+from raftsched import eventlog, tls
 from raftsched.clock import configure_skew_from_env
+from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.limits import MAX_CAPABILITIES_PER_CLUSTER, MAX_ID_CHARS
 
@@ -85,6 +89,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="subprocess: run each task's command for real (default); mock: "
                              "pretend, for tests and benchmarks (argv 'mock sleep_ms=N exit=K "
                              "fail_attempts=M')")
+    parser.add_argument("--tls-ca", metavar="PEM",
+                        help=f"the cluster's CA (or ${tls.CA_ENV}); required unless --insecure-dev")
+    parser.add_argument("--tls-cert", metavar="PEM",
+                        help="this agent's certificate, issued for 'raftsched-agent:CLUSTER_ID' "
+                             f"(or ${tls.CERT_ENV})")
+    parser.add_argument("--tls-key", metavar="PEM", help=f"its private key (or ${tls.KEY_ENV})")
+    parser.add_argument("--insecure-dev", action="store_true",
+                        help="talk to replicas run with --insecure-dev: plaintext, no identity; "
+                             "only for a throwaway local cluster")
     parser.add_argument("--task-user", default=None, metavar="USER",
                         help="run tasks as this account (name or uid; subprocess executor). "
                              "Switching users needs root. Default: "
@@ -104,13 +117,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         config, servers = _config(args)
+        tls_files = _tls(args, config.cluster_id)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INVALID
     eventlog.configure(args.log_level)
+    previous_umask = os.umask(PRIVATE_UMASK)
+    try:
+        return _run(args, config, servers, tls_files)
+    finally:
+        os.umask(previous_umask)  # `run` is also called in-process (tests, embedding programs)
+
+
+def _run(args: argparse.Namespace, config: AgentConfig, servers: list[str],
+         tls_files: tls.TlsFiles | None) -> int:
     stop = threading.Event()
     metrics = AgentMetrics()
-    os.umask(PRIVATE_UMASK)
     try:
         task_user = _task_user(args.task_user) if args.executor == "subprocess" else None
         if task_user is not None:
@@ -122,7 +144,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as error:
         print(f"error: cannot use data dir {config.data_dir}: {error}", file=sys.stderr)
         return EXIT_FAILURE
-    session = GrpcSession(servers, stop=stop)
+    session = GrpcSession(servers, stop=stop, tls_files=tls_files)
     try:
         agent = Agent(config, session, executor, metrics=metrics, stop=stop)
     except (AgentError, StoreError, OSError) as error:
@@ -193,6 +215,34 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
     capacity = Resources(round(args.cpu * 1000), int(args.memory_mb), int(args.gpu))
     return AgentConfig(cluster_id, Path(args.data_dir), capacity, capabilities,
                        heartbeat_wait_ms=int(args.heartbeat_wait_ms)), servers
+
+
+def _tls(args: argparse.Namespace, cluster_id: str) -> tls.TlsFiles | None:
+    """The agent's certificate files, checked to name this cluster; None with --insecure-dev."""
+    try:
+        files = tls.files_from(args.tls_ca, args.tls_cert, args.tls_key)
+        if files is None:
+            if args.insecure_dev:
+                return None
+            raise UsageError("replicas are reached over mutual TLS only: pass --tls-ca, "
+                             "--tls-cert and --tls-key (a certificate issued for "
+                             f"'{tls.agent_name(cluster_id)}'), or --insecure-dev for a "
+                             "plaintext throwaway cluster")
+        if args.insecure_dev:
+            raise UsageError("--insecure-dev and TLS files exclude each other")
+        _, cert, _ = files.load()
+    except RaftschedError as error:
+        raise UsageError(error.message) from None
+    try:
+        names = x509.load_pem_x509_certificate(cert).subject.get_attributes_for_oid(
+            NameOID.COMMON_NAME)
+    except ValueError as error:
+        raise UsageError(f"--tls-cert {files.cert}: {error}") from None
+    named = str(names[0].value) if names else ""
+    if named != tls.agent_name(cluster_id):
+        raise UsageError(f"--tls-cert {files.cert} is issued for {named!r}, not "
+                         f"{tls.agent_name(cluster_id)!r}: replicas would refuse every call")
+    return files
 
 
 def _task_user(option: str | None) -> TaskUser | None:

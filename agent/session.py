@@ -32,7 +32,7 @@ from agent.model import (
     Report,
     Reported,
 )
-from raftsched import rpc
+from raftsched import rpc, tls
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.client import retry
 from raftsched.errors import Code, RaftschedError
@@ -98,7 +98,11 @@ class GrpcSession:
                  backoff_max_ms: int = BACKOFF_MAX_MS,
                  register_deadline_ms: int = REGISTER_DEADLINE_MS,
                  report_deadline_ms: int = REPORT_DEADLINE_MS,
-                 rng: random.Random | None = None) -> None:
+                 rng: random.Random | None = None,
+                 tls_files: tls.TlsFiles | None = None) -> None:
+        """`tls_files`: this agent's certificate (it names its cluster) and the cluster's CA;
+        None: plaintext (--insecure-dev)."""
+        self._tls = tls_files
         try:
             self._servers = retry.Servers(servers)
         except RaftschedError as error:
@@ -186,7 +190,7 @@ class GrpcSession:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = grpc.insecure_channel(address, options=rpc.CHANNEL_OPTIONS)
+                channel = tls.open_channel(address, self._tls, rpc.CHANNEL_OPTIONS)
                 self._channels[address] = channel
             return channel
 

@@ -20,6 +20,10 @@ class Code(StrEnum):
     """Not the leader, no leader, or no connection: nothing was done; retry elsewhere."""
     DEADLINE_EXCEEDED = "DEADLINE_EXCEEDED"
     """The outcome is unknown: the command may still commit. Retry with the same request id."""
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    """No client certificate (the replica serves mutual TLS only)."""
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+    """The caller's certificate does not allow this call (`raftsched.replica.identity`)."""
     INTERNAL = "INTERNAL"
     """A server answered with a status we do not expect (a bug or a version mismatch)."""
 

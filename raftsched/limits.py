@@ -43,6 +43,15 @@ PRIORITY_MIN = 0
 PRIORITY_MAX = 100
 MAX_REPORTED_CYCLES = 10
 """Dependency cycles named in one validation report; the rest are only counted."""
+MAX_SPEC_EXPANDED_CHARS = MAX_SPEC_BYTES
+"""A YAML spec's document with every alias (and merge key) expanded, measured as the characters
+of its scalars plus one per node, is at most this large: no bigger than the largest spec written
+out. Measured on the parsed nodes, before any value is built ("billion laughs")."""
+MAX_SPEC_ALIAS_CHARS = 1024 * 1024
+MAX_SPEC_ALIAS_RATIO = 10
+"""What aliases may repeat, in that measure: MAX_SPEC_ALIAS_CHARS, or MAX_SPEC_ALIAS_RATIO times
+what the spec writes out once, whichever is more. It keeps a spec's text a fair measure of its
+cost (69 KB of aliases once became a 12 MB log entry)."""
 
 # --- defaults of a task spec --------------------------------------------------------------------
 DEFAULT_CPU = 1.0
@@ -106,6 +115,15 @@ MAX_PLACEMENT_SCAN = 50_000
 MAX_RPC_WORKERS = 64
 """Concurrent RPCs per replica (long polls and watches hold one each)."""
 
+MAX_STREAMS = MAX_RPC_WORKERS // 4
+"""Long-lived server streams (WatchJob, reflection) one replica holds open at once, each on an
+RPC worker for its whole life: the other three quarters of the workers are always left to
+heartbeats, reports and submits. Past it a new stream is RESOURCE_EXHAUSTED (retry later)."""
+
+MAX_STREAMS_PER_HOST = MAX_STREAMS // 2
+"""Of MAX_STREAMS, what one client host (the peer address without its port) may hold, so one
+client cannot take them all. Past it a new stream from that host is RESOURCE_EXHAUSTED."""
+
 MAX_MESSAGE_BYTES = MAX_SPEC_BYTES + 1024 * 1024
 """A gRPC message either way: the largest spec plus room for the envelope."""
 
@@ -122,6 +140,10 @@ MAX_REPORTED_SPEC_ISSUES = 20
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1_000
 """Jobs in one ListJobs page."""
+
+MAX_PAGE_TOKEN_CHARS = 20
+"""A ListJobs page token: the decimal seq of a job (any 64-bit seq fits); a longer or
+non-decimal token is INVALID_ARGUMENT."""
 
 MAX_DELIVERIES_PER_HEARTBEAT = 1_000
 """Assignments or kills one heartbeat reply carries; the rest come with the next."""

@@ -1,6 +1,7 @@
 """The gRPC edge shared by the client, the agent and the replica: the one error map (our codes to
-gRPC status codes and back), the metadata a replica attaches, the channel options, and the one
-mapping of the agent session's messages (`raftsched.protocol`) to and from protobuf.
+gRPC status codes and back), the metadata a replica attaches, the channel options, the guard that
+answers an undecodable request INVALID_ARGUMENT (`RequestGuard`), and the one mapping of the agent
+session's messages (`raftsched.protocol`) to and from protobuf.
 
 A shared leaf: it imports grpc and the error vocabulary, nothing of the client, the replica or the
 agent, so all three map failures the same way.
@@ -9,7 +10,10 @@ How a failed call is classified on the calling side (`error_from_rpc`):
 - the replica answered with one of our codes: that code (a refusal is final; UNAVAILABLE means
   "not the leader", with the leader's address in `leader_hint` when the replica knows it);
 - no connection could be made: `CouldNotConnect` (UNAVAILABLE; nothing was sent, so nothing
-  happened — a fact the CLI tells apart from an unknown outcome);
+  happened — a fact the CLI tells apart from an unknown outcome); `HandshakeFailed` when the TLS
+  handshake was refused by either side;
+- the replica refused the caller's certificate (UNAUTHENTICATED, PERMISSION_DENIED):
+  `AccessDenied` with that code (not retried);
 - the call was sent but no answer came (deadline, connection lost mid-call): DEADLINE_EXCEEDED,
   the outcome is unknown — retrying with the same request id is safe;
 - any other gRPC status (INTERNAL, UNIMPLEMENTED, ...): INTERNAL, not retried.
@@ -17,10 +21,14 @@ How a failed call is classified on the calling side (`error_from_rpc`):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, NoReturn
 
 import grpc
+from google.protobuf import any_pb2  # type: ignore[import-untyped]
+from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
+from google.rpc import error_details_pb2, status_pb2  # type: ignore[import-untyped]
+from grpc_status import rpc_status  # type: ignore[import-untyped]
 
 from raftsched import limits
 from raftsched.api import raftsched_pb2 as pb
@@ -58,6 +66,12 @@ CHANNEL_OPTIONS = (
 _CONNECT_FAILURE_MARKERS = ("failed to connect", "connection refused", "dns resolution failed",
                             "name resolution", "no route to host", "network is unreachable")
 """Lower-case fragments of gRPC core's UNAVAILABLE details when no connection could be made."""
+_HANDSHAKE_FAILURE_MARKERS = ("handshake failed", "ssl_error", "verification check failed")
+"""... when this side refused the TLS handshake (server certificate not signed by our CA, not
+valid for the address dialled, or a server that does not speak TLS)."""
+_CLOSED_MARKER = "socket closed"
+"""... when the server closed the connection before it answered anything: how a mutual-TLS
+server refuses a client certificate, or a plaintext client."""
 
 _OUR_CODES = {code.value: code for code in Code}
 _RETRYABLE = frozenset({Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED})
@@ -69,16 +83,129 @@ def status_code(code: Code) -> grpc.StatusCode:
     return status
 
 
+FieldViolation = tuple[str, str]
+"""(field, description): one field of a request and what is wrong with it."""
+
+
 def abort(context: grpc.ServicerContext, error: RaftschedError, *, replica: str,
-          leader_hint: str | None = None) -> NoReturn:
+          leader_hint: str | None = None, violations: Sequence[FieldViolation] = ()) -> NoReturn:
     """End an RPC with `error`'s status, marked as answered by `replica` (its gRPC address), with
-    the leader's address for a not-the-leader answer."""
-    metadata = [(REPLICA_METADATA_KEY, replica)]
+    the leader's address for a not-the-leader answer. `violations` go with the status as a
+    google.rpc.BadRequest detail (trailing metadata `grpc-status-details-bin`, the standard
+    rich error model), so clients in any language can read the problem field by field."""
+    metadata: list[tuple[str, str | bytes]] = [(REPLICA_METADATA_KEY, replica)]
     if error.code == Code.UNAVAILABLE and leader_hint:
         metadata.append((LEADER_METADATA_KEY, leader_hint))
+    if violations:
+        metadata.extend(_bad_request_status(error, violations).trailing_metadata)
     context.set_trailing_metadata(tuple(metadata))
     context.abort(status_code(error.code), error.message)
     raise AssertionError("context.abort returned")
+
+
+def _bad_request_status(error: RaftschedError, violations: Sequence[FieldViolation]) -> Any:
+    """A grpc.Status for `error` whose details hold one google.rpc.BadRequest."""
+    bad_request = error_details_pb2.BadRequest(field_violations=[
+        error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
+        for field, description in violations])
+    detail = any_pb2.Any()
+    detail.Pack(bad_request)
+    return rpc_status.to_status(status_pb2.Status(
+        code=status_code(error.code).value[0], message=error.message, details=[detail]))
+
+
+def field_violations(error: grpc.RpcError) -> list[FieldViolation]:
+    """The google.rpc.BadRequest field violations a failed call carries (none: [])."""
+    try:
+        status = rpc_status.from_call(error)
+    except ValueError:  # details that contradict the call's own status: not ours to trust
+        return []
+    violations: list[FieldViolation] = []
+    for detail in status.details if status is not None else ():
+        bad_request = error_details_pb2.BadRequest()
+        if detail.Unpack(bad_request):
+            violations += [(v.field, v.description) for v in bad_request.field_violations]
+    return violations
+
+
+class RequestGuard(grpc.ServerInterceptor):  # type: ignore[misc]
+    """A server interceptor: a request that does not decode as its method's message is answered
+    INVALID_ARGUMENT "request is not a valid <message>", marked as answered by `replica`, for
+    every method of `services` (so a method added to one is covered without a change here).
+
+    Without it gRPC answers INTERNAL "Exception deserializing request!" and logs a traceback:
+    a protobuf decode error is raised inside gRPC's own deserialization, out of any servicer's
+    reach. The guard's deserializer turns that error into a marker value instead, and the
+    servicer method, wrapped, aborts on the marker before the servicer sees anything. Methods
+    of other services (health, reflection) pass through unchanged."""
+
+    def __init__(self, services: Iterable[Any], *, replica: str) -> None:
+        """`services`: protobuf ServiceDescriptors, e.g. `pb.DESCRIPTOR.services_by_name[...]`."""
+        self._input_names = {f"/{service.full_name}/{method.name}": method.input_type.full_name
+                             for service in services for method in service.methods}
+        self._replica = replica
+        self._guarded: dict[str, tuple[Any, Any]] = {}
+        """method -> (gRPC's handler, the guarded one): wrapped once, not per call. Filled from
+        several threads without a lock: a race at worst wraps the same handler twice."""
+
+    def intercept_service(self, continuation: Callable[[Any], Any],
+                          handler_call_details: Any) -> Any:
+        handler = continuation(handler_call_details)
+        method: str = handler_call_details.method
+        message_name = self._input_names.get(method)
+        if handler is None or message_name is None or handler.request_deserializer is None:
+            return handler
+        cached = self._guarded.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
+        refusal = RaftschedError(Code.INVALID_ARGUMENT, f"request is not a valid {message_name}")
+        guarded = _guarded_handler(handler, refusal, self._replica)
+        self._guarded[method] = (handler, guarded)
+        return guarded
+
+
+_UNDECODABLE = object()
+"""What a guarded deserializer returns for bytes that are not a valid message."""
+
+_HANDLER_FACTORIES = {
+    (False, False): ("unary_unary", grpc.unary_unary_rpc_method_handler),
+    (False, True): ("unary_stream", grpc.unary_stream_rpc_method_handler),
+    (True, False): ("stream_unary", grpc.stream_unary_rpc_method_handler),
+    (True, True): ("stream_stream", grpc.stream_stream_rpc_method_handler),
+}
+"""(request streaming, response streaming) -> the handler's behaviour field and its factory."""
+
+
+def _guarded_handler(handler: Any, refusal: RaftschedError, replica: str) -> Any:
+    """`handler` with a deserializer that cannot raise and a behaviour that aborts with
+    `refusal` on a request that did not decode."""
+    deserialize: Callable[[bytes], Any] = handler.request_deserializer
+    field, factory = _HANDLER_FACTORIES[(bool(handler.request_streaming),
+                                         bool(handler.response_streaming))]
+    behavior: Callable[[Any, grpc.ServicerContext], Any] = getattr(handler, field)
+
+    def decode(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except DecodeError:
+            return _UNDECODABLE
+
+    def checked(request: Any, context: grpc.ServicerContext) -> Any:
+        if request is _UNDECODABLE:
+            abort(context, refusal, replica=replica)
+        return behavior(request, context)
+
+    def checked_stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+        def decoded() -> Iterator[Any]:
+            for request in requests:
+                if request is _UNDECODABLE:
+                    abort(context, refusal, replica=replica)
+                yield request
+        return behavior(decoded(), context)
+
+    return factory(checked_stream if handler.request_streaming else checked,
+                   request_deserializer=decode,
+                   response_serializer=handler.response_serializer)
 
 
 def error_from_rpc(error: grpc.RpcError, address: str) -> RaftschedError:
@@ -87,6 +214,8 @@ def error_from_rpc(error: grpc.RpcError, address: str) -> RaftschedError:
     details = _details(error) or status.name
     metadata = _trailing(error)
     answered = REPLICA_METADATA_KEY in metadata
+    if status in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return AccessDenied(address, status.name, details)
     code = _OUR_CODES.get(status.name)
     if code is not None and code != Code.UNAVAILABLE and code != Code.DEADLINE_EXCEEDED:
         return RaftschedError(code, details)
@@ -95,7 +224,7 @@ def error_from_rpc(error: grpc.RpcError, address: str) -> RaftschedError:
             return RaftschedError(Code.UNAVAILABLE, f"{address}: {details}",
                                   leader_hint=metadata.get(LEADER_METADATA_KEY) or None)
         if _is_connect_failure(details):
-            return CouldNotConnect(address, _connect_reason(details))
+            return _connect_failure(address, details)
         return RaftschedError(Code.DEADLINE_EXCEEDED,
                               f"{address}: connection lost before an answer ({details})")
     if status == grpc.StatusCode.DEADLINE_EXCEEDED and answered:
@@ -103,6 +232,28 @@ def error_from_rpc(error: grpc.RpcError, address: str) -> RaftschedError:
     if status in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
         return RaftschedError(Code.DEADLINE_EXCEEDED, f"{address}: no answer in time ({details})")
     return RaftschedError(Code.INTERNAL, f"{address} answered {status.name}: {details}")
+
+
+class HandshakeFailed(CouldNotConnect):
+    """No TLS session with `address` could be set up, so nothing was sent. `server_closed`: the
+    server hung up during the handshake (it refused this client's certificate, or this client
+    spoke plaintext to a mutual-TLS server); otherwise this side refused the server (its
+    certificate is not signed by our CA or not valid for `address`, or it does not speak TLS).
+    Retryable like any CouldNotConnect: another replica may hold a good certificate."""
+
+    def __init__(self, address: str, detail: str, *, server_closed: bool) -> None:
+        super().__init__(address, detail)
+        self.server_closed = server_closed
+
+
+class AccessDenied(RaftschedError):
+    """A replica refused the caller: UNAUTHENTICATED (no client certificate) or PERMISSION_DENIED
+    (the certificate's name may not make this call, `raftsched.replica.identity`): the code of
+    the same name, final, not retried."""
+
+    def __init__(self, address: str, status: str, details: str) -> None:
+        super().__init__(Code(status), f"{address} answered {status}: {details}")
+        self.status = status
 
 
 def retryable(error: RaftschedError) -> bool:
@@ -116,6 +267,31 @@ def _connect_reason(details: str) -> str:
     Connection refused"."""
     reason = details.rsplit(": ", 1)[-1].strip()
     return (reason or details).lower()
+
+
+def _connect_failure(address: str, details: str) -> CouldNotConnect:
+    lowered = details.lower()
+    if any(marker in lowered for marker in _HANDSHAKE_FAILURE_MARKERS):
+        return HandshakeFailed(address, _handshake_reason(details), server_closed=False)
+    if lowered.rstrip(". ").endswith(_CLOSED_MARKER):
+        return HandshakeFailed(address, "the server closed the connection during the handshake",
+                               server_closed=True)
+    return CouldNotConnect(address, _connect_reason(details))
+
+
+def _handshake_reason(details: str) -> str:
+    """"TLS handshake failed: certificate signature failure (BAD_SIGNATURE)" out of gRPC core's
+    "... Tls handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: error:1a000064:ECDSA
+    routines:OPENSSL_internal:BAD_SIGNATURE: certificate signature failure: OK", and
+    "TLS handshake failed: Hostname Verification Check failed" out of "... Custom verification
+    check failed with error: UNAUTHENTICATED: Hostname Verification Check failed."."""
+    text = details.strip().removesuffix(": OK").rstrip(". ")
+    clauses = [clause.strip() for clause in text.split(": ")]
+    reason = clauses[-1]
+    library = clauses[-2] if len(clauses) > 1 else ""  # "error:1a000064:...:BAD_SIGNATURE"
+    if library.startswith("error:"):
+        reason = f"{reason} ({library.rpartition(':')[2]})"
+    return f"TLS handshake failed: {reason}"
 
 
 def _is_connect_failure(details: str) -> bool:

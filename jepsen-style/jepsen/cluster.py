@@ -1,6 +1,10 @@
 """The cluster under test: N replicas and M agents as real processes, each in its own network
 namespace (see netns.py), with their data, logs and applied logs under the results folder.
 
+The gRPC API is mutual TLS, as in production: a throwaway CA in RESULTS/tls (`raftsched.dev.pki`)
+signs one replica certificate naming every replica's IP, one certificate per agent
+(raftsched-agent:CLUSTER) and one for the harness's clients (raftsched-user:jepsen).
+
 Every node program is a child of the harness's process supervisor (`raftsched.dev.supervisor`):
 only processes started here are ever signalled, each in its own process group. Clock skew
 restarts a process with RAFTSCHED_FAILPOINT_WALL_CLOCK_SKEW_S set (its wall clock only; monotonic
@@ -21,12 +25,16 @@ from typing import Any
 from jepsen.netns import Net, NodeNs
 from raftsched.client.client import Client
 from raftsched.clock import WALL_CLOCK_SKEW_ENV
+from raftsched.dev import pki
 from raftsched.dev.supervisor import Child, StopResult, Supervisor, stop_all
 from raftsched.errors import RaftschedError
+from raftsched.tls import TlsFiles
 
 RAFT_PORT = 7000
 GRPC_PORT = 7100
 SECRET = "jepsen-style-harness-secret"
+USER_NAME = "jepsen"
+"""The harness's clients present raftsched-user:jepsen."""
 STOP_TIMEOUT_S = 10.0
 """At the end of a run, how long nodes get to exit after SIGTERM before SIGKILL."""
 STATUS_TIMEOUT_S = 1.0
@@ -76,6 +84,10 @@ class NodeProc:
         self.child.resume()
 
 
+def _tls_flags(files: TlsFiles) -> list[str]:
+    return ["--tls-ca", str(files.ca), "--tls-cert", str(files.cert), "--tls-key", str(files.key)]
+
+
 @dataclass
 class ClusterUnderTest:
     root: Path
@@ -97,6 +109,9 @@ class ClusterUnderTest:
         names = [f"r{i}" for i in range(self.replica_count)]
         spaces = {name: self.net.add_node(name) for name in names}
         raft = [f"{spaces[n].ip}:{RAFT_PORT}" for n in names]
+        authority = pki.create_authority(self.root / "tls")
+        replica_tls = pki.issue_replica(authority, [spaces[n].ip for n in names])
+        self.user_tls: TlsFiles = pki.issue_user(authority, USER_NAME)
         for name in names:
             ns = spaces[name]
             self.grpc[name] = f"{ns.ip}:{GRPC_PORT}"
@@ -106,6 +121,7 @@ class ClusterUnderTest:
                     "--raft", f"{ns.ip}:{RAFT_PORT}", "--grpc", self.grpc[name],
                     "--peers", ",".join(raft),
                     "--data-dir", str(home / "data"), "--secret-file", str(secret),
+                    *_tls_flags(replica_tls),
                     "--applied-log", str(home / "applied.log"),
                     "--suspect-after-s", str(self.suspect_after_s),
                     "--lost-after-s", str(self.lost_after_s)]
@@ -120,6 +136,7 @@ class ClusterUnderTest:
                     "--gpu", str(spec["gpu"]),
                     "--data-dir", str(self.root / "agents" / cluster_id),
                     "--executor", "subprocess",
+                    *_tls_flags(pki.issue_agent(authority, cluster_id)),
                     # The workload's tasks append to one ledger file the checker reads: they
                     # run as the harness's own user, not the agent's default task user.
                     "--task-user", ""]
@@ -138,7 +155,7 @@ class ClusterUnderTest:
             proc.start()
 
     def client(self, **kwargs: Any) -> Client:
-        return Client(list(self.grpc.values()), **kwargs)
+        return Client(list(self.grpc.values()), tls_files=self.user_tls, **kwargs)
 
     # -- observing the replicas -------------------------------------------------------------
 
@@ -148,7 +165,7 @@ class ClusterUnderTest:
         if not proc.alive() or proc.paused:
             return None
         client = Client([self.grpc[name]], timeout_s=STATUS_TIMEOUT_S,
-                        retry_budget_s=STATUS_TIMEOUT_S)
+                        retry_budget_s=STATUS_TIMEOUT_S, tls_files=self.user_tls)
         try:
             return client.cluster_status(self.grpc[name], include_digest=include_digest)
         except RaftschedError:

@@ -213,7 +213,8 @@ def _harness(args: argparse.Namespace) -> int:
                                f"(logs in {root / 'logs'})")
         _say(f"  cluster up: leader {leader}, agents READY")
         history.event("harness", "start", {"leader": leader})
-        workers = [ClientWorker(i, list(cluster.grpc.values()), history, ledger, args.seed, stop)
+        workers = [ClientWorker(i, list(cluster.grpc.values()), history, ledger, args.seed, stop,
+                                cluster.user_tls)
                    for i in range(args.clients)]
         nemesis = Nemesis(cluster, history, kinds, args.seed, stop)
         for worker in workers:

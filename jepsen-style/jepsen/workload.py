@@ -20,6 +20,7 @@ from typing import Any
 from jepsen.history import History
 from raftsched.client.client import Client
 from raftsched.errors import Code, RaftschedError
+from raftsched.tls import TlsFiles
 
 CALL_TIMEOUT_S = 2.0
 RETRY_BUDGET_S = 2.0
@@ -107,6 +108,8 @@ class ClientWorker:
     ledger: Path
     seed: int
     stop: threading.Event
+    tls_files: TlsFiles | None
+    """The harness's user certificate (None: plaintext, a cluster run with --insecure-dev)."""
     jobs: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_JOBS))
     """This client's latest jobs: the ones it reads and cancels."""
     unknown: list[PendingSubmit] = field(default_factory=list)
@@ -128,7 +131,8 @@ class ClientWorker:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
-        client = Client(self.servers, timeout_s=CALL_TIMEOUT_S, retry_budget_s=RETRY_BUDGET_S)
+        client = Client(self.servers, timeout_s=CALL_TIMEOUT_S, retry_budget_s=RETRY_BUDGET_S,
+                        tls_files=self.tls_files)
         try:
             while not self.stop.wait(self._rng.uniform(*OP_INTERVAL_S)):
                 self._one(client)

@@ -11,12 +11,15 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
 from raftsched import limits
-from raftsched.errors import Code, RaftschedError
+from raftsched.errors import Code, CouldNotConnect, RaftschedError
 from raftsched.options import positive_seconds
 from raftsched.spec.job import SpecIssue
+
+if TYPE_CHECKING:  # raftsched.tls imports grpc: only the commands that connect load it
+    from raftsched.tls import TlsFiles
 
 EXIT_OK = 0
 EXIT_JOB_FAILED = 1
@@ -29,10 +32,18 @@ EXIT_FOR_CODE: dict[Code, int] = {
     Code.ALREADY_EXISTS: EXIT_INVALID,
     Code.FAILED_PRECONDITION: EXIT_INVALID,
     Code.RESOURCE_EXHAUSTED: EXIT_INVALID,
+    Code.UNAUTHENTICATED: EXIT_INVALID,
+    Code.PERMISSION_DENIED: EXIT_INVALID,
     Code.UNAVAILABLE: EXIT_UNAVAILABLE,
     Code.DEADLINE_EXCEEDED: EXIT_UNAVAILABLE,
 }
 SERVERS_ENV = "RAFTSCHED_SERVERS"
+TLS_ENV = ("RAFTSCHED_TLS_CA", "RAFTSCHED_TLS_CERT", "RAFTSCHED_TLS_KEY")
+"""`raftsched.tls.CA_ENV`, `CERT_ENV`, `KEY_ENV`, spelled out for the help text (importing
+raftsched.tls would load grpc at start-up)."""
+GRPC_VERBOSITY_ENV = "GRPC_VERBOSITY"
+NOT_TLS_MARKER = "WRONG_VERSION_NUMBER"
+"""What OpenSSL says when the other side of a TLS handshake answers in plaintext."""
 DEFAULT_TIMEOUT_S = 30.0
 """How long a command keeps trying (through elections and redirects) before it gives up."""
 RETRY_NOTICE_EVERY_S = 5.0
@@ -72,27 +83,50 @@ class ClientLike(Protocol):
     def close(self) -> None: ...
 
 
-def make_client(servers: list[str], timeout_s: float) -> ClientLike:
-    """The one place the CLI builds a client (grpc is imported here, not at start-up). While a
-    call retries, what it waits for is said on stderr (see `RetryNotices`)."""
+def make_client(servers: list[str], timeout_s: float,
+                tls_files: TlsFiles | None = None) -> ClientLike:
+    """The one place the CLI builds a client (grpc is imported here, not at start-up), over
+    mutual TLS with `tls_files` (None: plaintext). While a call retries, what it waits for is
+    said on stderr (see `RetryNotices`)."""
+    quiet_grpc()
     from raftsched.client.client import Client
 
     return Client(servers, timeout_s=min(timeout_s, MAX_CALL_TIMEOUT_S),
-                  retry_budget_s=timeout_s, on_retry=RetryNotices(timeout_s))
+                  retry_budget_s=timeout_s, on_retry=RetryNotices(timeout_s, servers=servers),
+                  tls_files=tls_files)
+
+
+def quiet_grpc() -> None:
+    """gRPC core logs every refused TLS handshake on stderr at its default verbosity; a command
+    says what went wrong itself, in one line. Call before grpc is first imported ($GRPC_VERBOSITY
+    set by the user wins)."""
+    os.environ.setdefault(GRPC_VERBOSITY_ENV, "ERROR")
 
 
 class RetryNotices:
     """Says on stderr why a call is retrying — at the first retry, then at most every
     RETRY_NOTICE_EVERY_S — so a command never waits out its --timeout in silence (e.g. on a
-    dead address). stdout, and so `--json`, is untouched."""
+    dead address). stdout, and so `--json`, is untouched.
 
-    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    Once as many distinct servers as `servers` names have refused the TLS handshake, it ends
+    the call with that error instead: certificates do not get better by waiting."""
+
+    def __init__(self, timeout_s: float, clock: Callable[[], float] = time.monotonic, *,
+                 servers: Sequence[str] = ()) -> None:
         self._timeout_s = timeout_s
         self._clock = clock
         self._started_s = clock()
         self._last_s: float | None = None
+        self._server_count = len(servers)
+        self._refused_by: set[str] = set()
 
     def __call__(self, error: RaftschedError, delay_s: float) -> None:
+        if self._server_count and isinstance(error, CouldNotConnect) and \
+                _handshake_failed(error):
+            self._refused_by.add(error.address)
+            if len(self._refused_by) >= self._server_count:
+                raise error
+            return  # no "waiting" line: the next server answers or refuses at once
         now_s = self._clock()
         if self._last_s is not None and now_s - self._last_s < RETRY_NOTICE_EVERY_S:
             return
@@ -151,6 +185,39 @@ def report_error(args: argparse.Namespace, error: RaftschedError) -> int:
     return EXIT_FOR_CODE.get(error.code, EXIT_INVALID)
 
 
+def _handshake_failed(error: RaftschedError) -> bool:
+    if not isinstance(error, CouldNotConnect):
+        return False
+    from raftsched import rpc  # loaded already: a client made the call
+
+    return isinstance(error, rpc.HandshakeFailed)
+
+
+def tls_hint(error: RaftschedError, secure: bool) -> str:
+    """What to do about a refused TLS handshake or a refused certificate ("" for any other
+    error); `secure`: whether the client presented a certificate."""
+    from raftsched import rpc
+
+    ca, cert, key = (f"${name}" for name in TLS_ENV)
+    if isinstance(error, rpc.AccessDenied):
+        return ("the server refused this certificate: client commands need a user certificate "
+                "(common name raftsched-user:NAME) signed by the cluster's CA: --tls-cert and "
+                f"--tls-key, or {cert} and {key}")
+    if not isinstance(error, rpc.HandshakeFailed):
+        return ""
+    if error.server_closed and secure:
+        return ("the server refused this certificate: it must be signed by the cluster's CA, "
+                f"be valid now and be meant for clients (--tls-cert/--tls-key, or {cert}/{key})")
+    if error.server_closed:
+        return ("the server accepts mutual TLS only: pass --tls-ca, --tls-cert and --tls-key, or "
+                f"set {ca}, {cert} and {key}")
+    if NOT_TLS_MARKER in error.detail:
+        return ("the server does not speak TLS: a cluster run with --insecure-dev is reached "
+                "with --insecure-dev")
+    return (f"this client refused the server's certificate: --tls-ca (or {ca}) must be the CA "
+            "that signed the replicas' certificates, and those must name the addresses dialled")
+
+
 def _default_hint(args: argparse.Namespace, code: Code) -> str:
     if getattr(args, "reads_only", False) and code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED):
         return ("this command only reads, nothing was changed: retry it, or check the cluster "
@@ -199,6 +266,22 @@ def _connection_options() -> argparse.ArgumentParser:
         help=f"give up after this long, retries through elections included "
         f"(default {DEFAULT_TIMEOUT_S:g})",
     )
+    ca, cert, key = TLS_ENV
+    group.add_argument(
+        "--tls-ca", metavar="PEM",
+        help=f"the CA that signs the cluster's certificates (default: ${ca}, else the recorded "
+        "dev cluster's)")
+    group.add_argument(
+        "--tls-cert", metavar="PEM",
+        help=f"your user certificate, common name raftsched-user:NAME (default: ${cert}, else "
+        "the recorded dev cluster's user certificate)")
+    group.add_argument(
+        "--tls-key", metavar="PEM",
+        help=f"its private key (default: ${key}, else the recorded dev cluster's user key)")
+    group.add_argument(
+        "--insecure-dev", action="store_true",
+        help="plaintext, no certificate: only for a throwaway cluster run with --insecure-dev "
+        "(a dev cluster recorded as such needs no option)")
     return options
 
 
@@ -230,20 +313,66 @@ def parse_addresses(text: str, source: str) -> list[str]:
     return addresses
 
 
+def resolve_tls(args: argparse.Namespace) -> TlsFiles | None:
+    """The client's certificate, resolved like `resolve_servers`: --tls-ca/--tls-cert/--tls-key
+    (each else its $RAFTSCHED_TLS_* variable), else the user certificate of the recorded dev
+    cluster. None (plaintext) with --insecure-dev, or for a dev cluster run with --insecure-dev.
+    Nothing found: INVALID_ARGUMENT (the API is mutual TLS only)."""
+    quiet_grpc()
+    from raftsched import tls
+
+    flags = (args.tls_ca, args.tls_cert, args.tls_key)
+    if args.insecure_dev:
+        if any(flags):
+            raise CommandError(Code.INVALID_ARGUMENT,
+                               "--insecure-dev (plaintext) and --tls-* exclude each other")
+        return None
+    files = tls.files_from(*flags)
+    if files is not None:
+        return files
+    from raftsched.dev import cluster as devcluster
+
+    directory = devcluster.default_dir()
+    state = devcluster.load_state(directory)
+    if state is not None and state.replicas:
+        if state.insecure:
+            return None
+        if state.user_tls is not None:
+            return state.user_tls.files()
+        raise CommandError(Code.FAILED_PRECONDITION,
+                           f"the dev cluster recorded in {directory} has no user certificate; "
+                           f"restart it: raftsched dev down && raftsched dev up")
+    ca, cert, key = TLS_ENV
+    raise CommandError(Code.INVALID_ARGUMENT,
+                       "no client certificate: the scheduler's API is mutual TLS only; pass "
+                       f"--tls-ca, --tls-cert and --tls-key, set ${ca}, ${cert} and ${key}, or "
+                       "start a local cluster with: raftsched dev up (--insecure-dev: plaintext, "
+                       "for a cluster run with --insecure-dev)")
+
+
 @contextlib.contextmanager
 def connect(args: argparse.Namespace, servers: list[str] | None = None) -> Iterator[ClientLike]:
-    """A client for `servers` (default: `resolve_servers(--servers)`), closed afterwards."""
-    client = make_client(servers or resolve_servers(args.servers), args.timeout)
+    """A client for `servers` (default: `resolve_servers(--servers)`) with the certificate of
+    `resolve_tls`, closed afterwards. A refused handshake or certificate gets a hint."""
+    servers = servers or resolve_servers(args.servers)
+    tls_files = resolve_tls(args)
+    client = make_client(servers, args.timeout, tls_files=tls_files)
     try:
         yield client
+    except RaftschedError as error:
+        hint = tls_hint(error, tls_files is not None)
+        if not hint:
+            raise
+        raise CommandError(error.code, error.message, hint=hint) from None
     finally:
         client.close()
 
 
 def unknown_outcome(error: RaftschedError, what: str, retry: str) -> RaftschedError:
     """For a change whose call failed with UNAVAILABLE or DEADLINE_EXCEEDED: say the outcome is
-    unknown and how to retry safely. Other errors are returned unchanged."""
-    if error.code not in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED):
+    unknown and how to retry safely. Other errors, and a TLS handshake every server refused
+    (nothing was sent), are returned unchanged."""
+    if error.code not in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED) or _handshake_failed(error):
         return error
     return CommandError(error.code, error.message,
                         hint=f"the outcome is unknown: {what} may or may not have happened; "

@@ -6,10 +6,14 @@ import argparse
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from raftsched.cli import render
-from raftsched.cli.common import EXIT_OK, Subparsers, command_parser, print_json
+from raftsched.cli.common import EXIT_OK, TLS_ENV, Subparsers, command_parser, print_json
 from raftsched.options import positive_seconds
+
+if TYPE_CHECKING:
+    from raftsched.dev.cluster import ClusterState
 
 # --- dev ------------------------------------------------------------------------------------------
 
@@ -59,7 +63,9 @@ def _register_dev_up(sub: Subparsers, parents: list[argparse.ArgumentParser]) ->
         sub, "up", parents, "start replicas and agents locally and wait until ready",
         f"Start {dc.DEFAULT_REPLICAS} (or 5) replicas and {dc.DEFAULT_AGENTS} agents as "
         "background processes on ephemeral 127.0.0.1 ports, with a fresh cluster secret in "
-        "DIR/secret (0600) and logs in DIR/logs; wait until a replica leads and every agent's "
+        "DIR/secret (0600), a fresh throwaway CA in DIR/tls with a certificate for the "
+        "replicas, each agent and you (raftsched-user:LOGIN, which the other commands then "
+        "present), and logs in DIR/logs; wait until a replica leads and every agent's "
         "cluster is READY. Agents: cpu-east [linux], gpu-west [linux, gpu] (2 GPUs), then "
         "agent-3, ... [linux]. On failure, stop what was started and show the failing log.",
         "output:\n  progress lines on stderr, then tables of replicas (pid, gRPC and Raft "
@@ -77,6 +83,10 @@ def _register_dev_up(sub: Subparsers, parents: list[argparse.ArgumentParser]) ->
                     metavar="SECONDS",
                     help=f"wait this long for readiness (UP_TIMEOUT_S, default "
                     f"{dc.UP_TIMEOUT_S:g})")
+    up.add_argument("--insecure-dev", action="store_true",
+                    help="no CA, no secret: every process runs with --insecure-dev (plaintext "
+                    "gRPC and Raft without authentication; the other commands then speak "
+                    "plaintext to it)")
     up.set_defaults(handler=_run_dev_up)
 
 
@@ -95,7 +105,7 @@ def _run_dev_up(args: argparse.Namespace) -> int:
     from raftsched.dev import cluster as devcluster
 
     options = devcluster.UpOptions(_dev_dir(args), args.replicas, args.agents, args.executor,
-                                   args.timeout)
+                                   args.timeout, insecure=args.insecure_dev)
     state, view = devcluster.up(options, progress=_progress)
     document = devcluster.cluster_doc(state, view)
     if args.json:
@@ -105,9 +115,21 @@ def _run_dev_up(args: argparse.Namespace) -> int:
           f"({state.executor} executor)\n")
     print(render.dev_cluster_text(document))
     print(f"\nuse it:  export RAFTSCHED_DEV_DIR={state.dir}   (or RAFTSCHED_SERVERS="
-          f"{','.join(state.servers)})")
+          f"{','.join(state.servers)}{_tls_exports(state)})")
     print(f"stop it: raftsched dev down --dir {state.dir}")
     return EXIT_OK
+
+
+def _tls_exports(state: ClusterState) -> str:
+    """How else to reach the cluster: the RAFTSCHED_TLS_* settings of its user certificate, or
+    --insecure-dev."""
+    if state.insecure:
+        return " and --insecure-dev: plaintext"
+    files = state.client_tls
+    if files is None:
+        return ""
+    ca, cert, key = TLS_ENV
+    return f" {ca}={files.ca} {cert}={files.cert} {key}={files.key}"
 
 
 def _run_dev_status(args: argparse.Namespace) -> int:

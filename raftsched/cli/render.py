@@ -411,6 +411,11 @@ def dev_cluster_text(cluster: Doc) -> str:
                             right=[1])]
     lines += ["", f"dir:     {cluster['dir']}  (logs in {cluster['dir']}/logs)",
               f"servers: {','.join(cluster['servers'])}"]
+    user_tls = cluster.get("user_tls")
+    if cluster.get("insecure"):
+        lines.append("tls:     none: plaintext, no authentication (--insecure-dev)")
+    elif user_tls:
+        lines.append(f"tls:     mutual; your certificate {user_tls['cert']} (CA {user_tls['ca']})")
     return "\n".join(lines)
 
 

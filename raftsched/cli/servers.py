@@ -45,14 +45,16 @@ SERVERS: dict[str, Server] = {
     "replica": Server(
         _replica, "run one scheduler replica (Raft + gRPC API)",
         "Run one scheduler replica in the foreground: a Raft member (pysyncobj) that serves "
-        "the gRPC API, and places work while it leads. It refuses to start without a cluster "
-        "secret (--secret-file or $RAFTSCHED_SECRET) unless --insecure-dev. It logs "
+        "the gRPC API (mutual TLS: --tls-ca, --tls-cert, --tls-key), and places work while it "
+        "leads. It refuses to start without a cluster secret (--secret-file or "
+        "$RAFTSCHED_SECRET) and TLS files unless --insecure-dev. It logs "
         "'event key=value' lines on stderr and runs until SIGTERM or Ctrl-C.",
     ),
     "agent": Server(
         _agent, "run the agent of one compute cluster",
         "Run the agent of one compute cluster in the foreground: it registers with the leader "
-        "(--servers), heartbeats its free capacity, admits fenced assignments, runs them "
+        "(--servers, over mutual TLS with a certificate for raftsched-agent:CLUSTER_ID, or "
+        "--insecure-dev), heartbeats its free capacity, admits fenced assignments, runs them "
         "(subprocess or mock executor) and reports results from a durable outbox. It logs "
         "'event key=value' lines on stderr and runs until SIGTERM or Ctrl-C.",
     ),

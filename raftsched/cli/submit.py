@@ -27,6 +27,7 @@ from raftsched.cli.common import (
     unknown_outcome,
 )
 from raftsched.errors import Code, RaftschedError
+from raftsched.spec.file import read_spec_file
 from raftsched.spec.job import JobSpec, SpecError, SpecIssue, parse_spec_text
 
 # --- submit ---------------------------------------------------------------------------------------
@@ -97,18 +98,14 @@ def _run_submit(args: argparse.Namespace) -> int:
 
 
 def _read_spec_text(file: str) -> bytes | str:
-    """The spec's bytes, read like `validate` reads them (an unreadable file is a SpecError)."""
+    """The spec's bytes, read like `validate` reads them (an unreadable file, or one that is not
+    a regular file, is a SpecError)."""
     if file == "-":
         try:
             return read_stdin()
         except OSError as error:
             raise SpecError([SpecIssue("", f"cannot read stdin: {error}")]) from None
-    try:
-        with open(file, "rb") as handle:
-            return handle.read(limits.MAX_SPEC_BYTES + 1)
-    except OSError as error:
-        reason = error.strerror or str(error)
-        raise SpecError([SpecIssue("", f"cannot read {file}: {reason}")]) from None
+    return read_spec_file(file)
 
 
 def _spec_refused(args: argparse.Namespace, error: SpecError) -> int:

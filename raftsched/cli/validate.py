@@ -45,7 +45,8 @@ def register_validate(commands: Subparsers, common: argparse.ArgumentParser) -> 
         epilog=_VALIDATE_OUTPUT,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("file", metavar="FILE", help="job spec (YAML or JSON); '-' reads stdin")
+    parser.add_argument("file", metavar="FILE",
+                        help="job spec, a regular file (YAML or JSON); '-' reads stdin (a pipe)")
     parser.set_defaults(handler=_run_validate)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from raftsched import tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.client import retry
@@ -57,7 +58,10 @@ class Client:
 
     def __init__(self, servers: Sequence[str], *, timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
                  retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
-                 on_retry: OnRetry | None = None) -> None:
+                 on_retry: OnRetry | None = None, tls_files: tls.TlsFiles | None = None) -> None:
+        """`tls_files`: a user certificate (raftsched-user:NAME) and the cluster's CA; None:
+        plaintext, for clusters run with --insecure-dev."""
+        self._tls = tls_files
         self._servers = Servers(servers)
         self._timeout_s = timeout_s
         self._policy = RetryPolicy(budget_s=retry_budget_s, max_attempts=MAX_CALL_ATTEMPTS,
@@ -79,7 +83,7 @@ class Client:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+                channel = tls.open_channel(address, self._tls, CHANNEL_OPTIONS)
                 self._channels[address] = channel
             return channel
 

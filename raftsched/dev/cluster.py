@@ -3,7 +3,11 @@
 `up` starts 3 or 5 replicas (`python -m raftsched replica`) and N agents (`python -m raftsched
 agent`) in the background through the process supervisor (`raftsched.dev.supervisor`): each in
 its own session, its output appended to DIR/logs/NAME.log, all on ephemeral ports of 127.0.0.1,
-with a fresh random cluster secret in DIR/secret (mode 0600, passed as --secret-file). It waits,
+with a fresh random cluster secret in DIR/secret (mode 0600, passed as --secret-file) and a fresh
+throwaway CA in DIR/tls (`raftsched.dev.pki`) that signs the replicas' certificate (127.0.0.1,
+localhost), one per agent (raftsched-agent:CLUSTER) and one for the local user
+(raftsched-user:LOGIN), which the state file records so that the CLI finds it. `up --insecure-dev`
+makes none of these: every process runs with --insecure-dev (plaintext, no secret). It waits,
 up to a named timeout, until a replica says it leads and every agent's cluster is READY; on any
 failure it stops what it started and raises a `DevClusterError` carrying the tail of the log
 that explains it.
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import getpass
 import json
 import os
 import secrets
@@ -32,7 +37,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import raftsched
 from raftsched import procfs
@@ -47,12 +52,18 @@ from raftsched.dev.supervisor import (
 )
 from raftsched.errors import Code, RaftschedError
 
+if TYPE_CHECKING:  # raftsched.tls imports grpc, which `raftsched --help` does not load
+    from raftsched.tls import TlsFiles
+
 DEV_DIR_ENV = "RAFTSCHED_DEV_DIR"
 DEFAULT_DEV_DIR = ".raftsched-dev"
 STATE_FILE_NAME = "cluster.json"
 SECRET_FILE_NAME = "secret"
 LOCK_FILE_NAME = "lock"
 LOG_DIR_NAME = "logs"
+TLS_DIR_NAME = "tls"
+MAX_USER_NAME_CHARS = 32
+DEFAULT_USER_NAME = "dev"
 DATA_DIR_NAME = "data"
 STATE_VERSION = 1
 REPLICA_COUNTS = (3, 5)
@@ -141,6 +152,28 @@ class AgentEntry:
     log: str
 
 
+@dataclass(frozen=True, slots=True)
+class TlsPaths:
+    """One identity's PEM files, as the state file records them."""
+
+    ca: str
+    cert: str
+    key: str
+
+    @classmethod
+    def of(cls, files: TlsFiles) -> TlsPaths:
+        return cls(str(files.ca), str(files.cert), str(files.key))
+
+    def files(self) -> TlsFiles:
+        from raftsched.tls import TlsFiles
+
+        return TlsFiles(Path(self.ca), Path(self.cert), Path(self.key))
+
+    def flags(self) -> list[str]:
+        """The --tls-* options of `raftsched replica` and `raftsched agent`."""
+        return ["--tls-ca", self.ca, "--tls-cert", self.cert, "--tls-key", self.key]
+
+
 @dataclass(slots=True)
 class ClusterState:
     """The contents of DIR/cluster.json."""
@@ -148,13 +181,24 @@ class ClusterState:
     dir: str
     executor: str
     secret_file: str
+    """Empty with `insecure`."""
     created_ms: int
     replicas: list[ReplicaEntry] = field(default_factory=list)
     agents: list[AgentEntry] = field(default_factory=list)
+    insecure: bool = False
+    """Every process runs with --insecure-dev: plaintext gRPC, no Raft secret."""
+    user_tls: TlsPaths | None = None
+    """The local user's certificate (raftsched-user:LOGIN) and the cluster's CA; None with
+    `insecure`."""
 
     @property
     def servers(self) -> list[str]:
         return [replica.grpc_address for replica in self.replicas]
+
+    @property
+    def client_tls(self) -> TlsPaths | None:
+        """What a client of this cluster presents; None: plaintext."""
+        return None if self.insecure else self.user_tls
 
     def processes(self) -> list[Recorded]:
         return ([Recorded(r.id, Identity(r.pid, r.start_time_ticks)) for r in self.replicas]
@@ -184,7 +228,21 @@ class ClusterState:
         created_ms = doc.get("created_ms")
         if not isinstance(created_ms, int):
             raise ValueError("created_ms must be an integer")
-        return cls(directory, executor, secret_file, created_ms, replicas, agents)
+        # A state file written before TLS has neither key: its processes serve plaintext.
+        insecure = doc.get("insecure", "user_tls" not in doc)
+        if not isinstance(insecure, bool):
+            raise ValueError("insecure must be true or false")
+        return cls(directory, executor, secret_file, created_ms, replicas, agents, insecure,
+                   _tls_paths(doc.get("user_tls")))
+
+
+def _tls_paths(item: object) -> TlsPaths | None:
+    if item is None:
+        return None
+    if not isinstance(item, dict) or not all(isinstance(item.get(name), str)
+                                             for name in ("ca", "cert", "key")):
+        raise ValueError("user_tls must be null or {\"ca\", \"cert\", \"key\"} file names")
+    return TlsPaths(item["ca"], item["cert"], item["key"])
 
 
 def _list(doc: dict[str, Any], key: str) -> list[Any]:
@@ -279,6 +337,43 @@ def exclusive(directory: Path) -> Iterator[None]:
         yield
 
 
+# --- certificates ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Certificates:
+    """What one `up` issues from its throwaway CA."""
+
+    replica: TlsPaths
+    agents: dict[str, TlsPaths]
+    """Compute cluster id -> its agent's certificate (raftsched-agent:CLUSTER)."""
+    user: TlsPaths
+
+
+def issue_certificates(directory: Path, clusters: Sequence[str], user: str) -> Certificates:
+    """A fresh CA in DIR/tls (replacing an earlier run's) and the certificates it signs: the
+    replicas' (127.0.0.1 and localhost), one per agent of `clusters`, and `user`'s."""
+    from raftsched.dev import pki  # cryptography and grpc: loaded only when a cluster starts
+
+    authority = pki.create_authority(directory / TLS_DIR_NAME)
+    return Certificates(
+        replica=TlsPaths.of(pki.issue_replica(authority, [LOOPBACK])),
+        agents={cluster: TlsPaths.of(pki.issue_agent(authority, cluster))
+                for cluster in clusters},
+        user=TlsPaths.of(pki.issue_user(authority, user)))
+
+
+def local_user_name() -> str:
+    """NAME of the dev user's certificate (raftsched-user:NAME): the login name, keeping only
+    ASCII letters, digits and . _ -, at most MAX_USER_NAME_CHARS; DEFAULT_USER_NAME without."""
+    try:
+        login = getpass.getuser()
+    except (OSError, KeyError):  # no $USER/$LOGNAME and a uid without a passwd entry
+        login = ""
+    name = "".join(c for c in login if c.isascii() and (c.isalnum() or c in "._-"))
+    return name[:MAX_USER_NAME_CHARS] or DEFAULT_USER_NAME
+
+
 # --- processes ---------------------------------------------------------------------------------
 
 
@@ -315,20 +410,27 @@ def require_proc() -> None:
 
 
 def replica_command(raft_address: str, grpc_address: str, peers: Sequence[str], data_dir: Path,
-                    secret_file: Path, metrics_port: int) -> list[str]:
-    """`python -m raftsched replica ...`; `peers` are the other replicas' Raft addresses."""
+                    secret_file: Path | None, metrics_port: int, *,
+                    tls: TlsPaths | None) -> list[str]:
+    """`python -m raftsched replica ...`; `peers` are the other replicas' Raft addresses. With
+    neither a secret nor TLS files: --insecure-dev."""
+    assert (secret_file is None) == (tls is None), "a secret and TLS go together"
+    security = (["--insecure-dev"] if secret_file is None or tls is None
+                else ["--secret-file", str(secret_file), *tls.flags()])
     return [sys.executable, "-m", "raftsched", "replica", "--raft", raft_address,
             "--grpc", grpc_address, "--peers", ",".join(peers), "--data-dir", str(data_dir),
-            "--secret-file", str(secret_file), "--metrics-port", str(metrics_port)]
+            *security, "--metrics-port", str(metrics_port)]
 
 
 def agent_command(shape: AgentShape, servers: Sequence[str], data_dir: Path, executor: str,
-                  metrics_port: int) -> list[str]:
+                  metrics_port: int, *, tls: TlsPaths | None) -> list[str]:
+    """`python -m raftsched agent ...`; without TLS files: --insecure-dev."""
     return [sys.executable, "-m", "raftsched", "agent", "--cluster-id", shape.cluster,
             "--servers", ",".join(servers), "--capabilities", ",".join(shape.capabilities),
             "--cpu", str(shape.cpu), "--memory-mb", str(shape.memory_mb), "--gpu",
             str(shape.gpu), "--data-dir", str(data_dir), "--executor", executor,
-            "--metrics-port", str(metrics_port)]
+            "--metrics-port", str(metrics_port),
+            *(tls.flags() if tls is not None else ["--insecure-dev"])]
 
 
 def child_env() -> dict[str, str]:
@@ -366,16 +468,18 @@ class ClusterView:
     from_leader: bool
 
 
-Probe = Callable[[Sequence[str]], "ClusterView | None"]
+Probe = Callable[[Sequence[str], "TlsPaths | None"], "ClusterView | None"]
 
 
-def probe_cluster(servers: Sequence[str]) -> ClusterView | None:
-    """Ask each replica whose port accepts connections for Admin.ClusterStatus; the answer of
-    the replica that says it leads wins, else the first answer, else None."""
+def probe_cluster(servers: Sequence[str], tls: TlsPaths | None) -> ClusterView | None:
+    """Ask each replica whose port accepts connections for Admin.ClusterStatus, presenting the
+    user certificate `tls` (None: plaintext); the answer of the replica that says it leads
+    wins, else the first answer, else None."""
     from raftsched.client.client import Client  # grpc is imported only when a cluster is asked
 
     best: ClusterView | None = None
-    with Client(list(servers), timeout_s=PROBE_TIMEOUT_S, retry_budget_s=0) as client:
+    with Client(list(servers), timeout_s=PROBE_TIMEOUT_S, retry_budget_s=0,
+                tls_files=tls.files() if tls is not None else None) as client:
         for address in servers:
             if not port_open(address):
                 continue
@@ -404,6 +508,8 @@ class UpOptions:
     agents: int = DEFAULT_AGENTS
     executor: str = DEFAULT_EXECUTOR
     timeout_s: float = UP_TIMEOUT_S
+    insecure: bool = False
+    """--insecure-dev: no CA, no secret, plaintext everywhere."""
 
 
 def up(options: UpOptions, *, progress: Progress, spawn: Spawn = spawn_process,
@@ -418,9 +524,17 @@ def up(options: UpOptions, *, progress: Progress, spawn: Spawn = spawn_process,
     with exclusive(directory):
         _refuse_if_running(directory, progress)
         (directory / LOG_DIR_NAME).mkdir(exist_ok=True)
-        state = ClusterState(str(directory), options.executor,
-                             str(write_secret(directory)), int(time.time() * 1000))
-        starter = _Starter(state, options, spawn, probe, progress, clock, sleep)
+        created_ms = int(time.time() * 1000)
+        certificates: Certificates | None = None
+        if options.insecure:
+            state = ClusterState(str(directory), options.executor, "", created_ms, insecure=True)
+        else:
+            certificates = issue_certificates(
+                directory, [shape.cluster for shape in agent_shapes(options.agents)],
+                local_user_name())
+            state = ClusterState(str(directory), options.executor, str(write_secret(directory)),
+                                 created_ms, user_tls=certificates.user)
+        starter = _Starter(state, options, certificates, spawn, probe, progress, clock, sleep)
         try:
             return state, starter.run()
         except BaseException:
@@ -446,10 +560,11 @@ def _refuse_if_running(directory: Path, progress: Progress) -> None:
 class _Starter:
     """One `up`: spawns, records, waits; `abort` undoes it."""
 
-    def __init__(self, state: ClusterState, options: UpOptions, spawn: Spawn, probe: Probe,
+    def __init__(self, state: ClusterState, options: UpOptions,
+                 certificates: Certificates | None, spawn: Spawn, probe: Probe,
                  progress: Progress, clock: Callable[[], float],
                  sleep: Callable[[float], None]) -> None:
-        self.state, self.options = state, options
+        self.state, self.options, self.certificates = state, options, certificates
         self.spawn, self.probe, self.progress = spawn, probe, progress
         self.clock, self.sleep = clock, sleep
         self.started_s = clock()
@@ -488,8 +603,10 @@ class _Starter:
         name = f"replica-{index + 1}"
         data_dir, log = self._prepare(name)
         peers = [raft for other, raft in enumerate(rafts) if other != index]
+        secure = self.certificates is not None
         argv = replica_command(rafts[index], grpc, peers, data_dir,
-                               Path(self.state.secret_file), metrics_port)
+                               Path(self.state.secret_file) if secure else None, metrics_port,
+                               tls=self.certificates.replica if self.certificates else None)
         pid, start = self._spawn(name, argv, log)
         self.state.replicas.append(ReplicaEntry(name, pid, start, grpc, rafts[index],
                                                 metrics_port, str(data_dir), str(log)))
@@ -498,7 +615,8 @@ class _Starter:
     def _start_agent(self, shape: AgentShape, metrics_port: int) -> None:
         data_dir, log = self._prepare(shape.cluster)
         argv = agent_command(shape, self.state.servers, data_dir, self.options.executor,
-                             metrics_port)
+                             metrics_port, tls=self.certificates.agents[shape.cluster]
+                             if self.certificates else None)
         pid, start = self._spawn(shape.cluster, argv, log)
         self.state.agents.append(AgentEntry(shape.cluster, pid, start, shape.capabilities,
                                             shape.cpu, shape.memory_mb, shape.gpu, metrics_port,
@@ -524,7 +642,7 @@ class _Starter:
         last_report_s = self.clock()
         while True:
             self._check_children()
-            view = self.probe(self.state.servers)
+            view = self.probe(self.state.servers, self.state.client_tls)
             if done(view):
                 assert view is not None
                 return view
@@ -593,7 +711,7 @@ def _readiness(view: ClusterView | None, names: Sequence[str]) -> str:
 def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]:
     """What `dev up` and `dev status` print with --json: {"servers", "replicas": [{"id", "pid",
     "address", "raft_address", "leader", "alive"}], "agents": [{"cluster", "pid", "alive"}],
-    "dir"} and a few more fields."""
+    "dir", "insecure", "user_tls": {"ca", "cert", "key"} | null} and a few more fields."""
     leader = view.leader if view is not None else ""
     clusters = view.clusters if view is not None else {}
     replicas = [{
@@ -609,8 +727,11 @@ def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]
         "cpu": a.cpu, "memory_mb": a.memory_mb, "gpu": a.gpu,
         "metrics_port": a.metrics_port, "data_dir": a.data_dir, "log": a.log,
     } for a in state.agents]
+    user_tls = state.client_tls
     return {"servers": state.servers, "replicas": replicas, "agents": agents, "dir": state.dir,
-            "leader": leader, "executor": state.executor, "secret_file": state.secret_file}
+            "leader": leader, "executor": state.executor, "secret_file": state.secret_file,
+            "insecure": state.insecure,
+            "user_tls": asdict(user_tls) if user_tls is not None else None}
 
 
 def status(directory: Path,
@@ -623,7 +744,7 @@ def status(directory: Path,
                                               f"(start one with: raftsched dev up)")
     live = [r.grpc_address for r in state.replicas
             if Identity(r.pid, r.start_time_ticks).is_running()]
-    return state, probe(live) if live else None
+    return state, probe(live, state.client_tls) if live else None
 
 
 def down(directory: Path) -> list[StopResult] | None:

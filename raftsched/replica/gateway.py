@@ -39,6 +39,9 @@ from raftsched.state.results import ClusterRegistered, ReportResult, Result
 
 PROPOSE_TIMEOUT_S = 5.0
 assert limits.MAX_DELIVERIES_PER_HEARTBEAT <= limits.MAX_BATCH_ITEMS
+MAX_INCARNATION_STEP = 1_000
+"""How far a Register may move a cluster's incarnation at once (agents add one per start; an
+agent that crash-loops before it registers skips a few)."""
 
 
 def propose(node: Any, leader: Leader, command: c.Command,
@@ -75,7 +78,17 @@ class AgentGateway:
 
     def register(self, registration: Registration) -> Registered:
         """Reconcile the agent's attempts with ours (`leader` of the answer is left empty for
-        the transport to fill in)."""
+        the transport to fill in). An incarnation more than MAX_INCARNATION_STEP ahead of the
+        registered one is refused before anything is proposed: agents add one per start, and a
+        jump to 2**64 - 1 would lock every later start of the real agent out for good."""
+        cluster_id, incarnation = registration.cluster_id, registration.incarnation
+        current = self.node.read(lambda s: _incarnation(s, cluster_id))
+        if current is not None and incarnation > current + MAX_INCARNATION_STEP:
+            raise RaftschedError(
+                Code.FAILED_PRECONDITION,
+                f"cluster {cluster_id}: incarnation {incarnation} is more than "
+                f"{MAX_INCARNATION_STEP:,} ahead of the registered {current} (an agent adds one "
+                "per start)")
         capacity = registration.capacity
         result = propose(self.node, self.leader, c.ClusterRegister(
             registration.cluster_id, registration.incarnation, registration.capabilities,
@@ -161,6 +174,11 @@ def _registered(state: State, cluster_id: str, incarnation: int) -> bool:
 
 
 # --- what an agent must hear now ------------------------------------------------------------------
+
+
+def _incarnation(state: State, cluster_id: str) -> int | None:
+    cluster = state.clusters.get(cluster_id)
+    return None if cluster is None else cluster.incarnation
 
 
 def deliveries(state: State, cluster_id: str,

@@ -16,14 +16,14 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from raftsched import eventlog, limits
+from raftsched import eventlog, limits, rpc, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import ProposalClock, SystemClock, configure_skew_from_env
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.options import positive_int, positive_seconds
-from raftsched.replica import metrics
+from raftsched.replica import identity, metrics
 from raftsched.replica.leader import LOST_AFTER_S, SUSPECT_AFTER_S, Leader, LeaderConfig
 from raftsched.replica.service import (
     AdminService,
@@ -31,6 +31,7 @@ from raftsched.replica.service import (
     ChangeFeed,
     Context,
     SchedulerService,
+    enable_reflection,
 )
 
 SHUTDOWN_GRACE_S = 3.0
@@ -60,8 +61,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     secret.add_argument("--secret-file", help="file holding the cluster secret (Raft frames are "
                                               "authenticated with it); or set RAFTSCHED_SECRET")
     secret.add_argument("--insecure-dev", action="store_true",
-                        help="run without a secret: anyone reaching the Raft port can run code; "
-                             "only for a throwaway local cluster")
+                        help="run without a secret and serve gRPC in plaintext without client "
+                             "certificates: anyone reaching the Raft port can run code and "
+                             "anyone reaching the gRPC port can do anything; only for a "
+                             "throwaway local cluster")
+    parser.add_argument("--tls-ca", metavar="PEM", help="CA that signs every client certificate "
+                        f"(or ${tls.CA_ENV}); required unless --insecure-dev")
+    parser.add_argument("--tls-cert", metavar="PEM", help="this replica's certificate, valid "
+                        f"for the --grpc host (or ${tls.CERT_ENV})")
+    parser.add_argument("--tls-key", metavar="PEM", help=f"its private key (or ${tls.KEY_ENV})")
     parser.add_argument("--suspect-after-s", type=float, default=SUSPECT_AFTER_S,
                         help="a cluster whose agent is silent this long gets no new work "
                              f"(SUSPECT; default {SUSPECT_AFTER_S:g})")
@@ -111,6 +119,19 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if skew_s:
         log.warning("wall_clock_skew_injected", seconds=skew_s)
+    try:
+        tls_files = tls.files_from(args.tls_ca, args.tls_cert, args.tls_key)
+        if tls_files is None and not args.insecure_dev:
+            raise RaftschedError(
+                Code.INVALID_ARGUMENT,
+                "the gRPC API is served over mutual TLS only: pass --tls-ca, --tls-cert and "
+                "--tls-key (`raftsched dev up` makes a throwaway CA), or --insecure-dev for a "
+                "plaintext throwaway cluster")
+        if tls_files is not None:
+            tls_files.load()  # a missing or unreadable file is an error now, not at bind
+    except RaftschedError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 2
     if not 0 < args.suspect_after_s < args.lost_after_s:
         print("error: need 0 < --suspect-after-s < --lost-after-s", file=sys.stderr)
         return 2
@@ -138,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
                                  lost_after_s=args.lost_after_s),
                     version=changes.version)
     try:
-        server = _server(Context(node, leader, clock, changes, args.grpc), args.grpc)
+        server = _server(Context(node, leader, clock, changes, args.grpc), args.grpc, tls_files)
     except RaftschedError as error:
         node.close()
         print(f"error: {error.message}", file=sys.stderr)
@@ -158,25 +179,34 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _server(ctx: Context, address: str) -> grpc.Server:
+def _server(ctx: Context, address: str, tls_files: tls.TlsFiles | None) -> grpc.Server:
+    """The gRPC server: mutual TLS with `tls_files` and every RPC checked against its caller's
+    certificate (`identity`); plaintext and unchecked without (--insecure-dev)."""
+    services = [pb.DESCRIPTOR.services_by_name[n] for n in ("Scheduler", "AgentGateway", "Admin")]
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=limits.MAX_RPC_WORKERS, thread_name_prefix="rpc"),
+        # An undecodable request is INVALID_ARGUMENT, not INTERNAL with a logged traceback.
+        interceptors=[rpc.RequestGuard(services, replica=address)],
         options=[("grpc.max_receive_message_length", limits.MAX_MESSAGE_BYTES),
                  ("grpc.max_send_message_length", limits.MAX_MESSAGE_BYTES),
                  ("grpc.so_reuseport", 0)],
     )
-    pb_grpc.add_SchedulerServicer_to_server(SchedulerService(ctx), server)
-    pb_grpc.add_AgentGatewayServicer_to_server(AgentGatewayService(ctx), server)
-    pb_grpc.add_AdminServicer_to_server(AdminService(ctx, address), server)
+    secure = tls_files is not None
+    by_name = {service.name: service for service in services}
+    pb_grpc.add_SchedulerServicer_to_server(
+        identity.guard(SchedulerService(ctx), by_name["Scheduler"], secure=secure), server)
+    pb_grpc.add_AgentGatewayServicer_to_server(
+        identity.guard(AgentGatewayService(ctx), by_name["AgentGateway"], secure=secure), server)
+    pb_grpc.add_AdminServicer_to_server(
+        identity.guard(AdminService(ctx, address), by_name["Admin"], secure=secure), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     _track_health(ctx, health_servicer)
-    names = [pb.DESCRIPTOR.services_by_name[n].full_name
-             for n in ("Scheduler", "AgentGateway", "Admin")]
-    reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME],
-                                        server)
+    names = [service.full_name for service in services]
+    enable_reflection(ctx, [*names, health.SERVICE_NAME, reflection.SERVICE_NAME], server)
     try:
-        bound = server.add_insecure_port(address)
+        bound = server.add_insecure_port(address) if tls_files is None \
+            else server.add_secure_port(address, tls_files.server_credentials())
     except RuntimeError:
         bound = 0
     if bound == 0:

@@ -14,10 +14,11 @@ import dataclasses
 import random
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import grpc
+from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from raftsched import limits, rpc
 from raftsched.api import raftsched_pb2 as pb
@@ -69,8 +70,61 @@ class ChangeFeed:
             return self._version
 
 
+def peer_host(peer: str) -> str:
+    """The client host of a gRPC peer string: `ipv4:10.0.0.7:51234` -> `10.0.0.7`,
+    `ipv6:[::1]:51234` -> `[::1]`; any other kind (a unix socket) is one host, its kind."""
+    kind, _, address = peer.partition(":")
+    if kind in ("ipv4", "ipv6"):
+        return address.rsplit(":", 1)[0]
+    return kind
+
+
+class StreamSlots:
+    """The long-lived server streams open on this replica, in all and per client host. A stream
+    holds an RPC worker for its whole life, so without a bound MAX_RPC_WORKERS of them (64
+    WatchJobs) took every worker: heartbeats waited, agents went SUSPECT then LOST, clients
+    timed out. `acquire` refuses past limits.MAX_STREAMS, or limits.MAX_STREAMS_PER_HOST for
+    one host, and says which."""
+
+    def __init__(self, total: int = limits.MAX_STREAMS,
+                 per_host: int = limits.MAX_STREAMS_PER_HOST) -> None:
+        self._lock = threading.Lock()
+        self._total = total
+        self._per_host = per_host
+        self._by_host: dict[str, int] = {}
+        """Open streams per host; a host without any has no key."""
+        self._open = 0
+
+    def acquire(self, host: str) -> str | None:
+        """Take a slot for a stream from `host`: None, or why not (a message for the client)."""
+        with self._lock:
+            held = self._by_host.get(host, 0)
+            if held >= self._per_host:
+                return (f"{held} streams are open from {host}, the most one client host may "
+                        f"hold (MAX_STREAMS_PER_HOST); retry later")
+            if self._open >= self._total:
+                return (f"{self._total} streams are open on this replica, the most it holds "
+                        f"(MAX_STREAMS); retry later")
+            self._by_host[host] = held + 1
+            self._open += 1
+            return None
+
+    def release(self, host: str) -> None:
+        with self._lock:
+            held = self._by_host.pop(host)
+            assert held > 0 and self._open > 0, host
+            if held > 1:
+                self._by_host[host] = held - 1
+            self._open -= 1
+
+    def open_count(self) -> int:
+        with self._lock:
+            return self._open
+
+
 class Context:
-    """What the servicers share: the node, the leader loop, time, and the error plumbing."""
+    """What the servicers share: the node, the leader loop, time, the stream slots, and the
+    error plumbing."""
 
     def __init__(self, node: Any, leader: Leader, clock: Clock, changes: ChangeFeed,
                  grpc_address: str = "") -> None:
@@ -81,6 +135,7 @@ class Context:
         self.clock = clock
         self.changes = changes
         self.rng = random.SystemRandom()
+        self.streams = StreamSlots()
 
     def leader_grpc_address(self) -> str | None:
         raft_leader = self.node.leader_address()
@@ -89,9 +144,24 @@ class Context:
         address: str | None = self.node.read(lambda s: s.replica_addresses.get(raft_leader))
         return address
 
-    def abort(self, context: grpc.ServicerContext, error: RaftschedError) -> NoReturn:
+    def abort(self, context: grpc.ServicerContext, error: RaftschedError,
+              violations: Sequence[rpc.FieldViolation] = ()) -> NoReturn:
         hint = self.leader_grpc_address() if error.code == Code.UNAVAILABLE else None
-        rpc.abort(context, error, replica=self.grpc_address, leader_hint=hint)
+        rpc.abort(context, error, replica=self.grpc_address, leader_hint=hint,
+                  violations=violations)
+
+    @contextlib.contextmanager
+    def stream_slot(self, context: grpc.ServicerContext) -> Iterator[None]:
+        """Hold one of `streams` for the `with` block (a server stream's life, however it ends:
+        client cancel, last message, error); RESOURCE_EXHAUSTED when none is free."""
+        host = peer_host(context.peer())
+        refusal = self.streams.acquire(host)
+        if refusal is not None:
+            self.abort(context, RaftschedError(Code.RESOURCE_EXHAUSTED, refusal))
+        try:
+            yield
+        finally:
+            self.streams.release(host)
 
     def require_leader(self, context: grpc.ServicerContext) -> None:
         if not self.leader.leading():
@@ -150,10 +220,13 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         try:
             with self._parsing(context, _utf8_size(request.spec)):
                 spec = parse_spec_text(request.spec, source="spec")
-            if request.idempotency_key:
-                spec = with_idempotency_key(spec, request.idempotency_key)
         except SpecError as error:
-            self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, _issues(error)))
+            self._refuse_spec(context, error, "spec")
+        if request.idempotency_key:
+            try:
+                spec = with_idempotency_key(spec, request.idempotency_key)
+            except SpecError as error:
+                self._refuse_spec(context, error, "")
         # 64 random bits: unique among millions of jobs of one name (32 bits were not).
         job_id = f"{_SLUG.sub('-', spec.name)[:JOB_ID_SLUG_CHARS].strip('-') or 'job'}-" \
                  f"{self.ctx.rng.getrandbits(64):016x}"
@@ -164,6 +237,16 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
                  tasks=len(spec.tasks))
         return pb.SubmitJobResponse(job_id=result.job_id, created=result.created)
 
+    def _refuse_spec(self, context: grpc.ServicerContext, error: SpecError,
+                     field: str) -> NoReturn:
+        """INVALID_ARGUMENT naming the spec's problems, in the message and as field violations
+        (`rpc.abort`). `field` is the request field the problems' paths are inside: "spec" for
+        the document (spec.tasks[2].resources.cpu), "" when a path is a request field itself."""
+        shown = error.issues[:limits.MAX_REPORTED_SPEC_ISSUES]
+        self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, _issues(error)),
+                       [(".".join(p for p in (field, issue.path) if p), issue.message)
+                        for issue in shown])
+
     def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         message, index = self.ctx.current_read_indexed(
             context, lambda s: views.job_message(views.job_of(s, request.job_id)))
@@ -171,6 +254,10 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         return message
 
     def ListJobs(self, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            views.page_of(request)  # a malformed page is refused before any barrier is spent
+        except RaftschedError as error:
+            self.ctx.abort(context, error)
         return self.ctx.current_read(context, lambda s: views.list_jobs(s, request))
 
     def ListTasks(self, request: Any, context: grpc.ServicerContext) -> Any:
@@ -191,6 +278,10 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
             context, lambda s: views.explain_task(s, request.job_id, request.task_id))
 
     def WatchJob(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        with self.ctx.stream_slot(context):
+            yield from self._watch(request, context)
+
+    def _watch(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         last: Any = None
         seen = self.ctx.changes.version()
         job = self.ctx.current_read(context, lambda s: views.job_of(s, request.job_id))
@@ -267,6 +358,26 @@ class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
         except RaftschedError as error:
             self.ctx.abort(context, error)
         return rpc.reported_to_pb(reported)
+
+
+class ReflectionService(reflection.ReflectionServicer):  # type: ignore[misc]
+    """gRPC server reflection whose streams take a stream slot like WatchJob's: a reflection
+    stream holds an RPC worker until its client closes it."""
+
+    def __init__(self, ctx: Context, service_names: list[str]) -> None:
+        super().__init__(service_names)
+        self.ctx = ctx
+
+    def ServerReflectionInfo(self, request_iterator: Iterator[Any],
+                             context: grpc.ServicerContext) -> Iterator[Any]:
+        with self.ctx.stream_slot(context):
+            yield from super().ServerReflectionInfo(request_iterator, context)
+
+
+def enable_reflection(ctx: Context, service_names: list[str], server: grpc.Server) -> None:
+    """`reflection.enable_server_reflection`, with `ReflectionService`."""
+    reflection_pb2_grpc.add_ServerReflectionServicer_to_server(
+        ReflectionService(ctx, service_names), server)
 
 
 def _self_address(ctx: Context) -> str:

@@ -4,11 +4,17 @@ service calls them under the Raft node's apply lock, so each must be short (O(wh
 
 from __future__ import annotations
 
+import re
+
 from raftsched import limits
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.errors import Code, RaftschedError
+from raftsched.spec.issue import show
 from raftsched.state import feasibility
 from raftsched.state.model import Cluster, Job, State, Task, TaskState
+
+_PAGE_TOKEN = re.compile(f"[0-9]{{1,{limits.MAX_PAGE_TOKEN_CHARS}}}", re.ASCII)
+"""A page token as `list_jobs` writes it: a job seq in ASCII decimal digits."""
 
 
 def job_of(state: State, job_id: str) -> Job:
@@ -37,10 +43,30 @@ def job_message(job: Job, applied_index: int = 0) -> pb.Job:
     )
 
 
+def page_of(request: pb.ListJobsRequest) -> tuple[int, int]:
+    """The page a ListJobs request asks for: (at most this many jobs, after this job seq).
+
+    `limit` is 0 (the default page size) or more, capped at MAX_PAGE_SIZE (as AIP-158 asks: a
+    larger page is not an error); `page_token` is empty (the first page) or a `next_page_token`
+    of an earlier answer: the decimal seq of the last job it held. A negative limit or a
+    malformed token raises RaftschedError(INVALID_ARGUMENT) naming the field."""
+    if request.limit < 0:
+        raise RaftschedError(Code.INVALID_ARGUMENT,
+                             f"limit must be 0 (the default, {limits.DEFAULT_PAGE_SIZE}) or more "
+                             f"(at most {limits.MAX_PAGE_SIZE} are returned), got {request.limit}")
+    token = request.page_token
+    if token and _PAGE_TOKEN.fullmatch(token) is None:
+        raise RaftschedError(Code.INVALID_ARGUMENT,
+                             f"page_token {show(token)} is malformed: pass the next_page_token "
+                             "of an earlier ListJobs answer, or nothing for the first page")
+    return min(request.limit or limits.DEFAULT_PAGE_SIZE, limits.MAX_PAGE_SIZE), \
+        int(token) if token else 0
+
+
 def list_jobs(state: State, request: pb.ListJobsRequest) -> pb.ListJobsResponse:
-    """Jobs in submission order, filtered; `page_token` is the last job seq returned."""
-    limit = min(request.limit or limits.DEFAULT_PAGE_SIZE, limits.MAX_PAGE_SIZE)
-    after = int(request.page_token) if request.page_token.isdigit() else 0
+    """Jobs in submission order, filtered; `page_token` is the last job seq returned. A
+    malformed page request raises RaftschedError(INVALID_ARGUMENT) (see `page_of`)."""
+    limit, after = page_of(request)
     jobs = []
     # Dicts keep insertion order, which is submission order: a page is a forward scan from the
     # token, bounded by what it returns plus what the filters skip.

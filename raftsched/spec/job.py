@@ -353,13 +353,89 @@ if yaml.__with_libyaml__:
 
 
 def _parse_yaml(text: str, source: str) -> object:
+    loader = _LOADER(text)
     try:
-        return yaml.load(text, Loader=_LOADER)
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node, text, source)  # before any value is built from them
+        return loader.construct_document(node)
     except RecursionError:
         _fail_file(f"invalid YAML in {source}: nested too deeply")
     except (yaml.YAMLError, ValueError, OverflowError, TypeError) as error:
         # ValueError and friends come from constructors (e.g. an int of 5000 digits).
         _fail_file(f"invalid YAML in {source}{_yaml_problem(error, text)}")
+    finally:
+        loader.dispose()
+
+
+def _check_expansion(root: yaml.Node, text: str, source: str) -> None:
+    """Refuse a document that its aliases (and merge keys, which take aliased mappings) would
+    expand past MAX_SPEC_EXPANDED_CHARS, or that repeats more through aliases than
+    MAX_SPEC_ALIAS_CHARS / MAX_SPEC_ALIAS_RATIO allow, or that contains itself.
+
+    An alias is the anchored node itself, so the nodes form a graph in which a node may be
+    reached many times. Each node's expanded size (the characters of its scalars plus one per
+    node) is summed once, after its children's, so the cost is O(nodes written) whatever the
+    expansion, and nothing expanded is ever built. A text without both '&' and '*' has no
+    alias (an alias is `*name` of an `&name` anchor) and is not walked."""
+    if "&" not in text or "*" not in text:
+        return
+    expanded: dict[int, int] = {}
+    """id(node) -> its size with every alias under it expanded."""
+    open_ids: set[int] = set()
+    """Collections whose children are still being summed: reaching one again is a cycle."""
+    written = 0
+    stack: list[yaml.Node | tuple[yaml.Node]] = [root]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, tuple):  # every child of this collection is summed
+            node = item[0]
+            size = _NODE_CHARS + sum(expanded[id(child)] for child in _child_nodes(node))
+            if size > limits.MAX_SPEC_EXPANDED_CHARS:
+                _fail_file(f"{source}: YAML aliases expand the document past "
+                           f"{limits.MAX_SPEC_EXPANDED_CHARS} characters (the node at "
+                           f"{_where(node)} alone expands to {size}); a job spec may expand to "
+                           f"at most {limits.MAX_SPEC_EXPANDED_CHARS}")
+            expanded[id(node)] = size
+            open_ids.discard(id(node))
+            continue
+        key = id(item)
+        if key in expanded:
+            continue
+        if isinstance(item, yaml.ScalarNode):
+            expanded[key] = _NODE_CHARS + len(item.value)
+            written += expanded[key]
+            continue
+        if key in open_ids:
+            _fail_file(f"{source}: the YAML node at {_where(item)} contains an alias to itself "
+                       "(a recursive document)")
+        open_ids.add(key)
+        written += _NODE_CHARS
+        stack.append((item,))
+        stack.extend(_child_nodes(item))
+    repeated = expanded[id(root)] - written
+    allowed = max(limits.MAX_SPEC_ALIAS_CHARS, limits.MAX_SPEC_ALIAS_RATIO * written)
+    if repeated > allowed:
+        _fail_file(f"{source}: YAML aliases repeat {repeated} characters of a document that "
+                   f"writes out {written}; they may repeat at most {allowed} (the larger of "
+                   f"{limits.MAX_SPEC_ALIAS_CHARS} and {limits.MAX_SPEC_ALIAS_RATIO} times what "
+                   "is written out): write the repeated parts out, or share less")
+
+
+_NODE_CHARS = 1
+"""What `_check_expansion` counts for a node besides its scalar's characters."""
+
+
+def _child_nodes(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return list(node.value) if isinstance(node, yaml.SequenceNode) else []
+
+
+def _where(node: yaml.Node) -> str:
+    mark = node.start_mark
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark else "?"
 
 
 def _yaml_problem(error: Exception, text: str) -> str:

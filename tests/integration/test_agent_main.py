@@ -70,7 +70,8 @@ def test_an_unusable_data_dir_is_a_clear_error(tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
-    argv = ["--cluster-id", "east", "--servers", "127.0.0.1:1", "--executor", "mock"]
+    argv = ["--cluster-id", "east", "--servers", "127.0.0.1:1", "--executor", "mock",
+            "--insecure-dev"]
     assert main([*argv, "--data-dir", str(blocker / "sub")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "Traceback" not in err
@@ -105,7 +106,7 @@ def _agent_process(address: str, data_dir: Path, *extra: str) -> Iterator[subpro
     process = subprocess.Popen(
         [sys.executable, "-m", "agent", "--cluster-id", "east", "--servers", address,
          "--data-dir", str(data_dir), "--cpu", "2", "--memory-mb", "512",
-         "--heartbeat-wait-ms", "200",
+         "--heartbeat-wait-ms", "200", "--insecure-dev",  # the fake gateway is plaintext
          "--task-user", "",  # tasks wait on a file in pytest's root-only tmp dir
          *extra],
         stdout=subprocess.DEVNULL, stderr=(data_dir.parent / "agent.log").open("ab"),

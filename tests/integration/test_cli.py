@@ -1,6 +1,7 @@
-"""The CLI against a real local cluster: `dev up` (mock executor) -> `submit --watch --json` ->
-`dev down`, through the real entry point (`python -m raftsched`). Skipped until the servers
-exist."""
+"""The CLI against a real local cluster: `dev up` (mock executor, mutual TLS with the throwaway CA
+it makes) -> `submit --watch --json` -> `job status` -> `dev down`, through the real entry point
+(`python -m raftsched`), the commands finding servers and certificate in the dev state. Skipped
+until the servers exist."""
 
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ WATCH_TIMEOUT_S = 120
 
 
 def raftsched(dev_dir: Path, *argv: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items() if key != "RAFTSCHED_SERVERS"}
+    env = {key: value for key, value in os.environ.items()
+           if key != "RAFTSCHED_SERVERS" and not key.startswith("RAFTSCHED_TLS_")}
     env["RAFTSCHED_DEV_DIR"] = str(dev_dir)
     return subprocess.run([sys.executable, "-m", "raftsched", *argv], capture_output=True,
                           text=True, timeout=timeout_s, env=env, check=False)
@@ -47,6 +49,8 @@ def test_demo_runs_on_a_dev_cluster(tmp_path: Path) -> None:
         assert len(cluster["servers"]) == 3
         assert sum(replica["leader"] for replica in cluster["replicas"]) == 1
         assert {agent["cluster"] for agent in cluster["agents"]} == {"cpu-east", "gpu-west"}
+        assert cluster["insecure"] is False
+        assert Path(cluster["user_tls"]["ca"]) == dev_dir / "tls" / "ca.pem"
 
         submit = raftsched(dev_dir, "submit", str(EXAMPLES / "demo.yaml"), "--watch", "--json",
                            timeout_s=WATCH_TIMEOUT_S)
@@ -61,6 +65,14 @@ def test_demo_runs_on_a_dev_cluster(tmp_path: Path) -> None:
         assert by_id["train"]["cluster"] == "gpu-west"  # the only cluster with a GPU
         assert all(task["state"] == "SUCCEEDED" and task["fence"] > 0 for task in tasks)
         assert len({task["fence"] for task in tasks}) == len(tasks)
+
+        job = parsed(raftsched(dev_dir, "job", "status", outcome["job_id"], "--json"))
+        assert (job["job_id"], job["state"]) == (outcome["job_id"], "SUCCEEDED")
+
+        plaintext = raftsched(dev_dir, "job", "status", outcome["job_id"], "--insecure-dev")
+        assert plaintext.returncode == 3 and plaintext.stdout == ""
+        assert plaintext.stderr.count("\n") == 1, plaintext.stderr
+        assert "the server accepts mutual TLS only" in plaintext.stderr
 
         status = parsed(raftsched(dev_dir, "dev", "status", "--json"))
         assert all(process["alive"] for process in status["replicas"] + status["agents"])

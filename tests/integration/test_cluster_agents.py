@@ -5,10 +5,17 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator
+from concurrent import futures
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from raftsched import limits, tls
+from raftsched.api import raftsched_pb2 as pb
+from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from tests.support.cluster import LocalCluster, plus_one, wait_for
 
 pytestmark = [pytest.mark.integration]
@@ -145,3 +152,77 @@ def _running_on(client: object, job_id: str, not_on: str | None = None) -> str |
     if task.state == "RUNNING" and task.cluster and task.cluster != not_on:
         return str(task.cluster)
     return None
+
+
+# --- server streams cannot starve agents -------------------------------------------------------
+
+UNPLACEABLE = ("name: unplaceable\ntasks:\n"
+               "  - {id: t, command: [mock], requires: [nobody-has-this]}\n")
+"""A job that stays live (no agent has the capability): watches of it stay open."""
+STREAM_DEADLINE_S = 120.0
+FIRST_ANSWER_S = 15.0
+"""Every watch must be answered (a first message, or refused) within this: none waits for a
+worker."""
+OBSERVE_S = 4.0
+"""How long agents must stay READY with the streams held: beyond the fixture's lost-after (3 s)."""
+OPEN = "open"
+
+
+def first_answer(call: Any) -> Any:
+    """OPEN once the stream's first message arrives, or the status code it ended with."""
+    try:
+        next(call)
+        return OPEN
+    except grpc.RpcError as error:
+        return error.code()
+
+
+def test_watch_streams_past_the_caps_are_refused_and_agents_stay_ready(
+        cluster: LocalCluster) -> None:
+    """The probe: MAX_RPC_WORKERS WatchJob streams at once (they took every RPC worker; agents
+    went SUSPECT then LOST). From one host, MAX_STREAMS_PER_HOST open and the rest are
+    RESOURCE_EXHAUSTED at once, reflection streams count too; heartbeats and submits go on;
+    once the streams are cancelled their slots are free again."""
+    client = cluster.client()
+    job_id = client.submit(UNPLACEABLE).job_id
+    channel = tls.open_channel(cluster.grpc[cluster.wait_leader()], cluster.user_tls, ())
+    request = pb.WatchJobRequest(job_id=job_id)
+    calls = [pb_grpc.SchedulerStub(channel).WatchJob(request, timeout=STREAM_DEADLINE_S)
+             for _ in range(limits.MAX_RPC_WORKERS)]
+    pool = futures.ThreadPoolExecutor(len(calls))
+    try:
+        answers = [pool.submit(first_answer, call) for call in calls]
+        _, late = futures.wait(answers, timeout=FIRST_ANSWER_S)
+        assert not late, f"{len(late)} watches got no answer in {FIRST_ANSWER_S:g} s: starved"
+        outcomes = [answer.result() for answer in answers]
+        assert outcomes.count(OPEN) == limits.MAX_STREAMS_PER_HOST, outcomes
+        assert {o for o in outcomes if o != OPEN} == {grpc.StatusCode.RESOURCE_EXHAUSTED}
+        refused = next(c for c, o in zip(calls, outcomes, strict=True) if o != OPEN)
+        assert "MAX_STREAMS_PER_HOST" in refused.details() and "retry later" in refused.details()
+
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+            iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10.0)
+        assert first_answer(reflection) == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+        deadline = time.monotonic() + OBSERVE_S
+        while time.monotonic() < deadline:  # an invariant over a window, not a wait
+            states = {c.cluster_id: c.status for c in client.cluster_status().clusters}
+            assert states == {"east": "READY", "west": "READY"}, states
+            time.sleep(0.2)
+        assert client.submit(UNPLACEABLE).job_id != job_id
+    finally:
+        for call in calls:
+            call.cancel()
+        pool.shutdown(wait=True)
+
+    def all_slots_free() -> bool:
+        again = [pb_grpc.SchedulerStub(channel).WatchJob(request, timeout=STREAM_DEADLINE_S)
+                 for _ in range(limits.MAX_STREAMS_PER_HOST)]
+        try:
+            return all(first_answer(call) == OPEN for call in again)
+        finally:
+            for call in again:
+                call.cancel()
+
+    wait_for(all_slots_free, 10.0, "the cancelled watches' slots to be free again")
+    channel.close()

@@ -154,7 +154,7 @@ def test_a_dead_replica_is_replaced_and_a_live_one_is_not_removed_instead(
     assert cluster.raft[dead] in str(refused.value)
     members = list(client.remove_replica(cluster.raft[dead]).members)
     assert sorted(members) == sorted(cluster.raft[i] for i in (leader, live))
-    proc, raft, grpc = cluster.spawn_joiner()
+    _joiner, raft, grpc = cluster.spawn_joiner()
     members = list(client.add_replica(raft, grpc).members)
     assert raft in members and len(members) == 3
     after = client.submit(JOB).job_id

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from raftsched import tls
 from raftsched.client.client import Client
+from raftsched.dev import pki
 from raftsched.dev.cluster import pick_free_ports
 from raftsched.dev.supervisor import Child, Supervisor
 from raftsched.errors import RaftschedError
@@ -53,6 +55,8 @@ class LocalCluster:
     replica_flags: list[str] = field(default_factory=list)
     agent_flags: list[str] = field(default_factory=list)
     supervisor: Supervisor = field(default_factory=Supervisor)
+    secure: bool = True
+    """Mutual TLS with a throwaway CA in root/tls (False: every process with --insecure-dev)."""
     replicas: list[Child] = field(default_factory=list)
     agents: dict[str, Child] = field(default_factory=dict)
     grpc: list[str] = field(default_factory=list)
@@ -63,6 +67,12 @@ class LocalCluster:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         self.secret_file = self.root / "secret"
         self.secret_file.write_text(SECRET)
+        self.authority: pki.Authority | None = None
+        self.user_tls: tls.TlsFiles | None = None
+        if self.secure:
+            self.authority = pki.create_authority(self.root / "tls")
+            self.replica_tls: tls.TlsFiles = pki.issue_replica(self.authority, ["127.0.0.1"])
+            self.user_tls = pki.issue_user(self.authority, "tests")
         self.raft = [f"127.0.0.1:{free_port()}" for _ in range(self.replica_count)]
         self.grpc = [f"127.0.0.1:{free_port()}" for _ in range(self.replica_count)]
         for i in range(self.replica_count):
@@ -70,7 +80,7 @@ class LocalCluster:
                     "--grpc", self.grpc[i], "--peers", ",".join(self.raft),
                     "--data-dir", str(self.root / f"replica-{i}"),
                     "--applied-log", str(self.applied_log(i)),
-                    "--secret-file", str(self.secret_file), *self.replica_flags]
+                    *self._replica_security(), *self.replica_flags]
             self.replicas.append(self.supervisor.add(f"replica-{i}", argv,
                                                      self.root / "logs" / f"r{i}.log"))
 
@@ -86,7 +96,21 @@ class LocalCluster:
         self.wait_leader()
         return self
 
+    def _replica_security(self) -> list[str]:
+        if not self.secure:
+            return ["--insecure-dev"]
+        files = self.replica_tls
+        return ["--secret-file", str(self.secret_file), "--tls-ca", str(files.ca),
+                "--tls-cert", str(files.cert), "--tls-key", str(files.key)]
+
+    def agent_tls(self, cluster_id: str) -> tls.TlsFiles | None:
+        """A certificate for the agent of `cluster_id` (made on first use); None if insecure."""
+        if self.authority is None:
+            return None
+        return pki.issue_agent(self.authority, cluster_id)
+
     def client(self, **kwargs: Any) -> Client:
+        kwargs.setdefault("tls_files", self.user_tls)
         client = Client(self.grpc, **kwargs)
         self.clients.append(client)
         return client
@@ -117,7 +141,7 @@ class LocalCluster:
         argv = [sys.executable, "-m", "raftsched.replica.main", "--raft", raft, "--grpc", grpc,
                 "--peers", ",".join([*self.raft, raft]),
                 "--data-dir", str(self.root / f"joiner-{raft.rsplit(':', 1)[1]}"),
-                "--secret-file", str(self.secret_file), *self.replica_flags]
+                *self._replica_security(), *self.replica_flags]
         proc = self.supervisor.start(f"joiner-{raft}", argv,
                                      self.root / "logs" / f"joiner-{raft}.log")
         self.replicas.append(proc)
@@ -132,11 +156,18 @@ class LocalCluster:
                 "--servers", ",".join(self.grpc), "--capabilities", capabilities,
                 "--cpu", str(cpu), "--memory-mb", str(memory_mb), "--gpu", str(gpu),
                 "--data-dir", str(self.root / f"agent-{cluster_id}"), "--executor", executor,
-                *self.agent_flags]
+                *self._agent_security(cluster_id), *self.agent_flags]
         proc = self.supervisor.start(f"agent-{cluster_id}", argv,
                                      self.root / "logs" / f"agent-{cluster_id}.log")
         self.agents[cluster_id] = proc
         return proc
+
+    def _agent_security(self, cluster_id: str) -> list[str]:
+        files = self.agent_tls(cluster_id)
+        if files is None:
+            return ["--insecure-dev"]
+        return ["--tls-ca", str(files.ca), "--tls-cert", str(files.cert),
+                "--tls-key", str(files.key)]
 
     def wait_clusters_ready(self, *cluster_ids: str, timeout_s: float = START_TIMEOUT_S) -> None:
         def ready() -> bool:

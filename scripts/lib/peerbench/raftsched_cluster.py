@@ -1,4 +1,6 @@
-"""A throwaway raftsched cluster from the public command line: 3 replicas + 2 mock agents.
+"""A throwaway raftsched cluster from the public command line: 3 replicas + 2 mock agents, all
+with --insecure-dev (plaintext gRPC, like the peers it is compared with; the clients here pass no
+certificate).
 
 Only `raftsched replica` / `raftsched agent` and the public client are used (the package's
 internals are being refactored; the benchmark must not depend on them).
@@ -70,7 +72,7 @@ class RaftschedCluster:
         self.supervisor.start(f"agent-{agent_id}", [
             *self.command, "agent", "--cluster-id", agent_id, "--servers", ",".join(self.servers),
             "--cpu", str(SLOTS_PER_WORKER), "--memory-mb", str(AGENT_MEMORY_MB),
-            "--data-dir", str(directory), "--executor", "mock",
+            "--data-dir", str(directory), "--executor", "mock", "--insecure-dev",
             "--metrics-port", str(metrics_port), "--log-level", "warning"])
 
     def _status_from_leader(self) -> Any:

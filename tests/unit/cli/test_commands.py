@@ -138,12 +138,15 @@ class Made:
     def __init__(self) -> None:
         self.servers: list[list[str]] = []
         self.timeouts: list[float] = []
+        self.tls: list[Any] = []
 
 
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Made:
     monkeypatch.setenv(common.SERVERS_ENV, "127.0.0.1:7001,127.0.0.1:7002")
     monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(tmp_path / "no-dev-cluster"))
+    for name in common.TLS_ENV:  # never read: the client is a fake (test_tls_options.py)
+        monkeypatch.setenv(name, f"/tls/{name.lower()}.pem")
     return Made()
 
 
@@ -151,9 +154,10 @@ def made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Made:
 def fake(monkeypatch: pytest.MonkeyPatch, made: Made) -> FakeClient:
     client = FakeClient()
 
-    def make_client(servers: list[str], timeout_s: float) -> FakeClient:
+    def make_client(servers: list[str], timeout_s: float, tls_files: Any = None) -> FakeClient:
         made.servers.append(servers)
         made.timeouts.append(timeout_s)
+        made.tls.append(tls_files)
         return client
 
     monkeypatch.setattr(common, "make_client", make_client)

@@ -1,9 +1,10 @@
-"""raftsched.dev.cluster without a cluster: the state file, ports, the secret, and `up`/`down`
-driven with stand-in processes (`sleep`) and a fake readiness probe. Starting, identifying and
-stopping processes is the supervisor's (test_supervisor.py)."""
+"""raftsched.dev.cluster without a cluster: the state file, ports, the secret, the throwaway
+certificates, and `up`/`down` driven with stand-in processes (`sleep`) and a fake readiness probe.
+Starting, identifying and stopping processes is the supervisor's (test_supervisor.py)."""
 
 from __future__ import annotations
 
+import getpass
 import json
 import os
 import signal
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from raftsched.dev import cluster as dc
 from raftsched.dev import supervisor as sv
@@ -24,7 +27,8 @@ SLEEPER = ["sleep", "60"]
 
 
 def sample_state(directory: Path) -> dc.ClusterState:
-    state = dc.ClusterState(str(directory), "mock", str(directory / "secret"), 1234)
+    state = dc.ClusterState(str(directory), "mock", str(directory / "secret"), 1234,
+                            user_tls=dc.TlsPaths("/d/tls/ca.pem", "/d/tls/u.pem", "/d/tls/u.key"))
     state.replicas.append(dc.ReplicaEntry("replica-1", 100, 555, "127.0.0.1:5001",
                                           "127.0.0.1:6001", 9001, "/d/r1", "/d/logs/r1.log"))
     state.agents.append(dc.AgentEntry("gpu-west", 101, 556, ("linux", "gpu"), 4, 16384, 2, 9002,
@@ -44,7 +48,18 @@ def test_state_file_round_trip(tmp_path: Path) -> None:
     document = json.loads((tmp_path / "cluster.json").read_text())
     assert document["version"] == dc.STATE_VERSION
     assert document["replicas"][0]["start_time_ticks"] == 555
+    assert document["insecure"] is False
+    assert document["user_tls"] == {"ca": "/d/tls/ca.pem", "cert": "/d/tls/u.pem",
+                                    "key": "/d/tls/u.key"}
     assert not (tmp_path / "cluster.json.tmp").exists()
+
+
+def test_a_state_file_from_before_tls_describes_a_plaintext_cluster(tmp_path: Path) -> None:
+    document = sample_state(tmp_path).to_doc()
+    del document["insecure"], document["user_tls"]
+    (tmp_path / "cluster.json").write_text(json.dumps(document))
+    state = dc.load_state(tmp_path)
+    assert state is not None and state.insecure and state.client_tls is None
 
 
 @pytest.mark.parametrize("mutate", [
@@ -55,6 +70,8 @@ def test_state_file_round_trip(tmp_path: Path) -> None:
     lambda d: d["agents"][0].update(start_time_ticks=True),
     lambda d: d.update(dir=None),
     lambda d: d.update(created_ms="x"),
+    lambda d: d.update(insecure="no"),
+    lambda d: d.update(user_tls={"ca": "x"}),
 ])
 def test_a_damaged_state_file_is_refused_by_name(tmp_path: Path, mutate: Any) -> None:
     document = sample_state(tmp_path).to_doc()
@@ -143,17 +160,61 @@ def test_agent_shapes() -> None:
 
 
 def test_commands_of_the_processes(tmp_path: Path) -> None:
+    replica_tls = dc.TlsPaths("ca.pem", "replica.pem", "replica.key")
     replica = dc.replica_command("127.0.0.1:1", "127.0.0.1:2", ["127.0.0.1:3", "127.0.0.1:4"],
-                                 tmp_path / "r", tmp_path / "secret", 9)
+                                 tmp_path / "r", tmp_path / "secret", 9, tls=replica_tls)
     assert replica[:4] == [sys.executable, "-m", "raftsched", "replica"]
     assert replica[4:] == ["--raft", "127.0.0.1:1", "--grpc", "127.0.0.1:2", "--peers",
                            "127.0.0.1:3,127.0.0.1:4", "--data-dir", str(tmp_path / "r"),
-                           "--secret-file", str(tmp_path / "secret"), "--metrics-port", "9"]
-    agent = dc.agent_command(dc.FIRST_AGENTS[1], ["127.0.0.1:2"], tmp_path / "a", "mock", 8)
+                           "--secret-file", str(tmp_path / "secret"), "--tls-ca", "ca.pem",
+                           "--tls-cert", "replica.pem", "--tls-key", "replica.key",
+                           "--metrics-port", "9"]
+    insecure = dc.replica_command("127.0.0.1:1", "127.0.0.1:2", [], tmp_path / "r", None, 9,
+                                  tls=None)
+    assert insecure[-3:] == ["--insecure-dev", "--metrics-port", "9"]
+    assert "--secret-file" not in insecure
+    agent_tls = dc.TlsPaths("ca.pem", "agent.pem", "agent.key")
+    agent = dc.agent_command(dc.FIRST_AGENTS[1], ["127.0.0.1:2"], tmp_path / "a", "mock", 8,
+                             tls=agent_tls)
     assert agent[3:] == ["agent", "--cluster-id", "gpu-west", "--servers", "127.0.0.1:2",
                          "--capabilities", "linux,gpu", "--cpu", "4", "--memory-mb", "16384",
                          "--gpu", "2", "--data-dir", str(tmp_path / "a"), "--executor", "mock",
-                         "--metrics-port", "8"]
+                         "--metrics-port", "8", "--tls-ca", "ca.pem", "--tls-cert", "agent.pem",
+                         "--tls-key", "agent.key"]
+    assert dc.agent_command(dc.FIRST_AGENTS[1], ["127.0.0.1:2"], tmp_path / "a", "mock", 8,
+                            tls=None)[-1] == "--insecure-dev"
+
+
+def common_name(path: str) -> str:
+    cert = x509.load_pem_x509_certificate(Path(path).read_bytes())
+    return str(cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)[0].value)
+
+
+def test_certificates_for_the_replicas_each_agent_and_the_user(tmp_path: Path) -> None:
+    issued = dc.issue_certificates(tmp_path, ["cpu-east", "gpu-west"], "ada")
+    assert common_name(issued.user.cert) == "raftsched-user:ada"
+    assert {cluster: common_name(files.cert) for cluster, files in issued.agents.items()} == {
+        "cpu-east": "raftsched-agent:cpu-east", "gpu-west": "raftsched-agent:gpu-west"}
+    replica = x509.load_pem_x509_certificate(Path(issued.replica.cert).read_bytes())
+    names = replica.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "localhost" in names.get_values_for_type(x509.DNSName)
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    usages = replica.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert ExtendedKeyUsageOID.SERVER_AUTH in usages
+    files = [issued.replica, issued.user, *issued.agents.values()]
+    assert {Path(f.ca) for f in files} == {tmp_path / "tls" / "ca.pem"}
+    for f in files:
+        assert stat.S_IMODE(Path(f.key).stat().st_mode) == 0o600
+    assert stat.S_IMODE((tmp_path / "tls" / "ca.key").stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize(("login", "name"), [
+    ("ada", "ada"), ("j.doe-2_x", "j.doe-2_x"), ("ad a/é:", "ada"), ("", dc.DEFAULT_USER_NAME),
+    ("x" * 100, "x" * dc.MAX_USER_NAME_CHARS),
+])
+def test_the_dev_user_name(monkeypatch: pytest.MonkeyPatch, login: str, name: str) -> None:
+    monkeypatch.setattr(getpass, "getuser", lambda: login)
+    assert dc.local_user_name() == name
 
 
 def test_child_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -179,6 +240,7 @@ class Stand:
         self.failing: set[str] = set()
         self.views: list[dc.ClusterView | None] = [None, leader_view(), ready_view()]
         self.probes = 0
+        self.probed_with: list[dc.TlsPaths | None] = []
         self.interrupt_at_probe: int | None = None
 
     def spawn(self, name: str, argv: list[str], log: Path, cwd: Path) -> sv.Child:
@@ -190,8 +252,9 @@ class Stand:
         self.children.append(child)
         return child
 
-    def probe(self, servers: Sequence[str]) -> dc.ClusterView | None:
+    def probe(self, servers: Sequence[str], tls: dc.TlsPaths | None) -> dc.ClusterView | None:
         self.probes += 1
+        self.probed_with.append(tls)
         if self.probes == self.interrupt_at_probe:
             raise KeyboardInterrupt
         return self.views[min(self.probes - 1, len(self.views) - 1)]
@@ -235,8 +298,15 @@ def test_up_records_every_process_and_down_stops_exactly_those(
     assert peers == [r.raft_address for r in state.replicas[1:]]
     assert replica_1[replica_1.index("--secret-file") + 1] == str(tmp_path / "secret")
     assert stat.S_IMODE((tmp_path / "secret").stat().st_mode) == 0o600
+    assert common_name(replica_1[replica_1.index("--tls-cert") + 1]) == "raftsched-replica"
     gpu = stand.argvs["gpu-west"]
     assert gpu[gpu.index("--servers") + 1] == ",".join(state.servers)
+    assert common_name(gpu[gpu.index("--tls-cert") + 1]) == "raftsched-agent:gpu-west"
+    assert gpu[gpu.index("--tls-ca") + 1] == str(tmp_path / "tls" / "ca.pem")
+    assert not state.insecure and state.user_tls is not None
+    assert common_name(state.user_tls.cert) == f"raftsched-user:{dc.local_user_name()}"
+    assert stand.probed_with == [state.user_tls] * stand.probes
+    assert dc.cluster_doc(state, view)["user_tls"]["key"] == state.user_tls.key
     header = (tmp_path / "logs" / "replica-1.log").read_text().splitlines()[0]
     assert header.startswith("--- ") and "replica-1 (raftsched dev): sleep 60" in header
 
@@ -251,6 +321,21 @@ def test_up_records_every_process_and_down_stops_exactly_those(
     assert not (tmp_path / "cluster.json").exists()
     assert (tmp_path / "logs" / "replica-1.log").exists() and (tmp_path / "secret").exists()
     assert dc.down(tmp_path) is None  # idempotent
+
+
+def test_up_insecure_runs_plaintext_without_a_secret_or_certificates(
+        stand: Stand, tmp_path: Path) -> None:
+    state, _ = up(stand, tmp_path, insecure=True)
+    assert state.insecure and state.user_tls is None and state.secret_file == ""
+    assert dc.load_state(tmp_path) == state
+    for argv in stand.argvs.values():
+        assert "--insecure-dev" in argv
+        assert not {"--secret-file", "--tls-ca", "--tls-cert", "--tls-key"} & set(argv)
+    assert not (tmp_path / "secret").exists() and not (tmp_path / "tls").exists()
+    assert stand.probed_with == [None] * stand.probes
+    document = dc.cluster_doc(state, None)
+    assert (document["insecure"], document["user_tls"]) == (True, None)
+    dc.down(tmp_path)
 
 
 def test_up_refuses_while_a_cluster_runs_and_forgets_a_dead_one(
@@ -311,16 +396,17 @@ def test_status_reports_processes_and_the_leader(stand: Stand, tmp_path: Path) -
     with pytest.raises(dc.DevClusterError) as caught:
         dc.status(tmp_path)
     assert caught.value.code is Code.NOT_FOUND
-    up(stand, tmp_path)
+    recorded, _ = up(stand, tmp_path)
     stand.children[1].kill()
-    asked: list[Sequence[str]] = []
+    asked: list[tuple[Sequence[str], dc.TlsPaths | None]] = []
 
-    def probe(servers: Sequence[str]) -> dc.ClusterView:
-        asked.append(servers)
+    def probe(servers: Sequence[str], tls: dc.TlsPaths | None) -> dc.ClusterView:
+        asked.append((servers, tls))
         return ready_view()
 
     state, view = dc.status(tmp_path, probe=probe)
-    assert asked == [[state.servers[0], state.servers[2]]]  # only live replicas are asked
+    # only live replicas are asked, with the recorded user certificate
+    assert asked == [([state.servers[0], state.servers[2]], recorded.user_tls)]
     document = dc.cluster_doc(state, view)
     assert [r["alive"] for r in document["replicas"]] == [True, False, True]
     assert [a["status"] for a in document["agents"]] == ["READY", "READY"]

@@ -6,7 +6,10 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
+
 from raftsched.clock import ManualClock
+from raftsched.errors import Code, RaftschedError
 from raftsched.protocol import (
     Beat,
     Observation,
@@ -16,7 +19,7 @@ from raftsched.protocol import (
     ReportVerdict,
     Resources,
 )
-from raftsched.replica.gateway import AgentGateway, deliveries
+from raftsched.replica.gateway import MAX_INCARNATION_STEP, AgentGateway, deliveries
 from raftsched.replica.leader import Leader
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
@@ -99,6 +102,19 @@ def test_an_unknown_incarnation_is_told_to_register_again() -> None:
     _, _, gateway = setup(tasks=1)
     directives = gateway.heartbeat(Beat("east", 2, 1, Resources(), (), 0))
     assert directives.reregister and directives.assignments == ()
+
+
+def test_an_incarnation_cannot_jump_far_ahead() -> None:
+    """A Register of incarnation 2**64 - 1 once locked the real agent out for good."""
+    node, _, gateway = setup(tasks=1)
+    applied = node.applied
+    capacity = Resources(SLOTS * 1000, 1024, 0)
+    with pytest.raises(RaftschedError) as refused:
+        gateway.register(Registration("east", 2**64 - 1, ("linux",), capacity, ()))
+    assert refused.value.code == Code.FAILED_PRECONDITION and "incarnation" in str(refused.value)
+    assert node.applied == applied and node.state.clusters["east"].incarnation == 1
+    gateway.register(Registration("east", 1 + MAX_INCARNATION_STEP, ("linux",), capacity, ()))
+    assert node.state.clusters["east"].incarnation == 1 + MAX_INCARNATION_STEP
 
 
 class DeferredNode(MemoryNode):

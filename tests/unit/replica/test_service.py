@@ -209,7 +209,7 @@ def test_submit_job_a_bad_spec_is_invalid_argument_naming_the_field(replica: Rep
                               pb.SubmitJobRequest(spec=json.dumps(bad)))
     assert abort.code == grpc.StatusCode.INVALID_ARGUMENT
     assert "resources.cpu" in abort.details
-    assert metadata == {rpc.REPLICA_METADATA_KEY: GRPC}
+    assert metadata[rpc.REPLICA_METADATA_KEY] == GRPC  # and the field violations (rpc.abort)
     assert replica.node.proposed == proposed and replica.node.state.jobs == {}
 
 
@@ -497,3 +497,70 @@ def test_agent_calls_before_the_leader_takes_office_are_unavailable() -> None:
         assert abort.code == grpc.StatusCode.UNAVAILABLE
         assert metadata[rpc.REPLICA_METADATA_KEY] == GRPC
     assert replica.node.state.clusters == {}
+
+
+# --- stream slots (WatchJob, reflection) -------------------------------------------------------
+
+
+@pytest.mark.parametrize(("peer", "host"), [
+    ("ipv4:10.0.0.7:51234", "10.0.0.7"),
+    ("ipv6:[::1]:51234", "[::1]"),
+    ("ipv6:[fe80::1%eth0]:7", "[fe80::1%eth0]"),
+    ("unix:/tmp/raftsched.sock", "unix"),
+])
+def test_peer_host_drops_the_port(peer: str, host: str) -> None:
+    assert service.peer_host(peer) == host
+
+
+def test_stream_slots_are_bounded_per_host_and_in_all_and_given_back() -> None:
+    slots = service.StreamSlots(total=3, per_host=2)
+    assert slots.acquire("a") is None and slots.acquire("a") is None
+    refusal = slots.acquire("a")
+    assert refusal is not None and "MAX_STREAMS_PER_HOST" in refusal and "retry later" in refusal
+    assert slots.acquire("b") is None
+    refusal = slots.acquire("c")
+    assert refusal is not None and "(MAX_STREAMS)" in refusal and "retry later" in refusal
+    slots.release("a")
+    assert slots.acquire("c") is None and slots.open_count() == 3
+
+
+def test_the_stream_caps_leave_most_rpc_workers_to_unary_calls() -> None:
+    assert 0 < limits.MAX_STREAMS_PER_HOST < limits.MAX_STREAMS
+    assert limits.MAX_STREAMS <= limits.MAX_RPC_WORKERS // 4
+
+
+class PeerContext(FakeContext):
+    def __init__(self, peer: str) -> None:
+        super().__init__()
+        self._peer = peer
+
+    def peer(self) -> str:
+        return self._peer
+
+
+def test_a_watch_past_the_cap_is_resource_exhausted_and_an_ended_one_frees_its_slot(
+        replica: Replica) -> None:
+    job_id = replica.submit(one_task_doc()).job_id
+    request = pb.WatchJobRequest(job_id=job_id)
+
+    def watch(port: int) -> Any:
+        stream = replica.scheduler.WatchJob(request, PeerContext(f"ipv4:10.0.0.9:{port}"))
+        assert next(stream).job_id == job_id  # open: it holds a slot
+        return stream
+
+    streams = [watch(port) for port in range(limits.MAX_STREAMS_PER_HOST)]
+    with pytest.raises(Aborted) as caught:
+        watch(9999)
+    assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "MAX_STREAMS_PER_HOST" in caught.value.details
+    streams.pop().close()  # the client went away (gRPC closes the generator)
+    streams.append(watch(9999))
+    streams.pop().close()
+    with pytest.raises(Aborted) as caught:  # it takes the freed slot, then fails
+        next(replica.scheduler.WatchJob(pb.WatchJobRequest(job_id="no-such-job"),
+                                        PeerContext("ipv4:10.0.0.9:1")))
+    assert caught.value.code == grpc.StatusCode.NOT_FOUND
+    streams.append(watch(10_000))  # the failed watch gave its slot back
+    for stream in streams:
+        stream.close()
+    assert replica.scheduler.ctx.streams.open_count() == 0

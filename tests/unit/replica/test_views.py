@@ -136,32 +136,49 @@ def test_list_jobs_paging_with_a_filter_continues_after_the_last_match() -> None
     assert seen == ["j1", "j3", "j5"]
 
 
-def test_list_jobs_default_page_size_and_cap() -> None:
+def test_list_jobs_default_page_size_and_maximum() -> None:
     count = limits.MAX_PAGE_SIZE + 5
     h = Harness(check_every=count)
     for i in range(count):
         h.submit(f"j{i}", job_doc([task_doc("t")]))
     default, token = page(h)
     assert len(default) == limits.DEFAULT_PAGE_SIZE and token
-    capped, token = page(h, limit=limits.MAX_PAGE_SIZE * 10)
-    assert len(capped) == limits.MAX_PAGE_SIZE
+    full, token = page(h, limit=limits.MAX_PAGE_SIZE)
+    assert len(full) == limits.MAX_PAGE_SIZE
     rest, token = page(h, limit=limits.MAX_PAGE_SIZE, page_token=token)
     assert rest == [f"j{i}" for i in range(limits.MAX_PAGE_SIZE, count)] and token == ""
+    for larger in (limits.MAX_PAGE_SIZE + 1, 2**31 - 1):  # capped, as AIP-158 asks
+        capped, token = page(h, limit=larger)
+        assert capped == full and token
 
 
-@pytest.mark.xfail(strict=True, reason="views.list_jobs: a negative limit is not clamped, so "
-                                       "the page is unbounded (every job is returned)")
-def test_list_jobs_a_negative_limit_still_answers_a_bounded_page() -> None:
+def refused(h: Harness, **request: Any) -> str:
+    """The message of the INVALID_ARGUMENT a ListJobs request gets (it returns nothing)."""
+    with pytest.raises(RaftschedError) as caught:
+        views.list_jobs(h.state, pb.ListJobsRequest(**request))
+    assert caught.value.code == Code.INVALID_ARGUMENT
+    return caught.value.message
+
+
+@pytest.mark.parametrize("limit", [-1, -(2**31)])
+def test_list_jobs_a_negative_limit_is_invalid_argument(limit: int) -> None:
+    """It once returned every job, past the page maximum."""
     h = submitted(*(f"j{i}" for i in range(limits.DEFAULT_PAGE_SIZE + 1)))
-    jobs, _ = page(h, limit=-1)
-    assert len(jobs) <= limits.DEFAULT_PAGE_SIZE
+    message = refused(h, limit=limit)
+    assert message.startswith("limit must be 0") and str(limits.MAX_PAGE_SIZE) in message
+    assert str(limit) in message
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError,
-                   reason="views.list_jobs: str.isdigit() accepts '²', which int() refuses")
-def test_list_jobs_a_malformed_page_token_is_not_a_crash() -> None:
-    h = submitted("j1")
-    assert page(h, page_token="²") == (["j1"], "")
+@pytest.mark.parametrize("token", ["\u00b2", "\u0663", "-1", "+1", " 1", "1 ", "1.0", "abc",
+                                   "1" * (limits.MAX_PAGE_TOKEN_CHARS + 1), "9" * 5000])
+def test_list_jobs_a_malformed_page_token_is_invalid_argument(token: str) -> None:
+    message = refused(submitted("j1"), page_token=token)
+    assert message.startswith("page_token") and "malformed" in message
+    assert len(message) < 300  # a huge token is not echoed whole
+
+
+def test_list_jobs_a_token_of_the_maximum_length_is_a_page_past_every_job() -> None:
+    assert page(submitted("j1"), page_token="9" * limits.MAX_PAGE_TOKEN_CHARS) == ([], "")
 
 
 # --- list_tasks ---------------------------------------------------------------------------------
