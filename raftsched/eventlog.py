@@ -138,9 +138,24 @@ def _level_number(level: str) -> int:
     return number
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever `sys.stderr` is when a record is emitted, not when it was configured:
+    a program (or a test) that swaps stderr later must not leave the log writing to a closed
+    stream ("--- Logging error ---" and a traceback on the new one)."""
+
+    @property
+    def stream(self) -> IO[str]:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: IO[str]) -> None:
+        pass
+
+
 def configure(level: str = "info", stream: IO[str] | None = None) -> None:
-    """Make this process log JSON lines at `level` and above to `stream` (stderr)."""
-    handler = logging.StreamHandler(stream or sys.stderr)
+    """Make this process log JSON lines at `level` and above to `stream` (default: stderr, as
+    it is at each write)."""
+    handler = logging.StreamHandler(stream) if stream is not None else _StderrHandler()
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

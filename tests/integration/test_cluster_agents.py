@@ -16,7 +16,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from raftsched import limits, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
-from tests.support.cluster import LocalCluster, plus_one, wait_for
+from tests.support.cluster import LocalCluster, plus_one, running, wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -34,19 +34,12 @@ tasks:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path, replica_flags=["--suspect-after-s", "1",
-                                                  "--lost-after-s", "3"])
-    try:
-        local.start()
+    with running(tmp_path, replica_flags=["--suspect-after-s", "1",
+                                          "--lost-after-s", "3"]) as local:
         local.add_agent("east", capabilities="linux")
         local.add_agent("west", capabilities="linux,gpu", gpu=1)
         local.wait_clusters_ready("east", "west")
         yield local
-    except BaseException:
-        print(local.logs())
-        raise
-    finally:
-        local.close()
 
 
 def wait_state(cluster: LocalCluster, job_id: str, timeout_s: float = 60) -> str:

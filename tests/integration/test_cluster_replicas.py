@@ -14,7 +14,7 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.replica.applied_log import read_applied_log
 from raftsched.state import fsm, snapshot
 from raftsched.state.model import State
-from tests.support.cluster import LocalCluster, plus_one, wait_for
+from tests.support.cluster import LocalCluster, plus_one, running, wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -28,14 +28,8 @@ tasks:
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path)
-    try:
-        yield local.start()
-    except BaseException:
-        print(local.logs())
-        raise
-    finally:
-        local.close()
+    with running(tmp_path) as local:
+        yield local
 
 
 def test_writes_to_a_follower_are_redirected_and_reads_are_current(cluster: LocalCluster) -> None:

@@ -18,7 +18,7 @@ from grpc_status import rpc_status  # type: ignore[import-untyped]
 from raftsched import limits, rpc, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import LocalCluster, running
 
 pytestmark = [pytest.mark.integration]
 
@@ -39,16 +39,9 @@ METHODS = [pytest.param(service, method, id=f"{service.name}.{method.name}")
 @pytest.fixture(scope="module")
 def replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     """One replica (its own leader) holding one job that no cluster can run."""
-    local = LocalCluster(tmp_path_factory.mktemp("hostile"), replica_count=1)
-    try:
-        local.start()
+    with running(tmp_path_factory.mktemp("hostile"), replica_count=1) as local:
         local.client().submit(JOB)
         yield local
-    except BaseException:
-        print(local.logs())
-        raise
-    finally:
-        local.close()
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import LocalCluster, wait_for
+from tests.support.cluster import LocalCluster, running, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -36,14 +36,8 @@ PROBES = {
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path)
-    try:
-        yield local.start()
-    except BaseException:
-        print(local.logs())
-        raise
-    finally:
-        local.close()
+    with running(tmp_path) as local:
+        yield local
 
 
 def _fence(cluster: LocalCluster, job_id: str) -> int:

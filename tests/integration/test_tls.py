@@ -18,7 +18,7 @@ from raftsched import rpc, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.dev import pki
 from raftsched.replica.identity import RULES, Rule
-from tests.support.cluster import LocalCluster, wait_for
+from tests.support.cluster import LocalCluster, running, wait_for
 from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.integration]
@@ -30,14 +30,8 @@ EXIT_TIMEOUT_S = 60.0
 
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path)
-    try:
-        yield local.start()
-    except BaseException:
-        print(local.logs())
-        raise
-    finally:
-        local.close()
+    with running(tmp_path) as local:
+        yield local
 
 
 def _call(channel: grpc.Channel, service: Any, method: Any, request: Any) -> grpc.StatusCode:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -186,6 +187,20 @@ class LocalCluster:
     def logs(self) -> str:
         return "\n".join(f"--- {child.name}\n" + "\n".join(child.log_tail())
                          for child in self.supervisor.children)
+
+
+@contextmanager
+def running(root: Path, **options: Any) -> Iterator[LocalCluster]:
+    """A started LocalCluster (options as LocalCluster's), closed afterwards; if the body fails,
+    the processes' log tails are printed (pytest shows them with the failure)."""
+    local = LocalCluster(root, **options)
+    try:
+        yield local.start()
+    except BaseException:
+        print(local.logs())
+        raise
+    finally:
+        local.close()
 
 
 def _accepts(address: str) -> bool:

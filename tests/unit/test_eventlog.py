@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import logging
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -109,3 +110,21 @@ def test_the_reader_returns_events_and_skips_other_lines(stream: io.StringIO,
         [("attempt_started", 1, "agent.log:1"), ("attempt_started", 2, "agent.log:3")]
     assert (stats.lines, stats.skipped) == (5, 2)
     assert events[0].level == "info" and events[0].logger == "agent"
+
+
+def test_the_default_stream_is_stderr_as_it_is_at_each_write(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stderr swapped after `configure` (pytest's capture does it per test) gets the lines; the
+    one it replaced may be closed by then ("--- Logging error ---" once failed a CLI test)."""
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        eventlog.configure("info")
+        later = io.StringIO()
+        monkeypatch.setattr(sys, "stderr", later)
+        EventLogger("raftsched.test").info("swapped", n=1)
+        event = eventlog.parse_line(later.getvalue().strip())
+        assert event is not None and event.name == "swapped" and event.fields == {"n": 1}
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
