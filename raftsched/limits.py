@@ -105,6 +105,10 @@ ASSIGN_TIMEOUT_MS = 60_000
 RUN_TIMEOUT_GRACE_MS = 30_000
 """The FSM times out a RUNNING attempt this long after its task's timeout_s, if the agent has
 not reported it itself."""
+MAX_TOKENS = 1_000
+"""API tokens the state holds; a new one beyond it is RESOURCE_EXHAUSTED (revoke one first)."""
+MAX_TOKEN_NOTE_CHARS = 200
+"""The free-text note an operator attaches to a token (who holds it, what for)."""
 
 # --- placement ----------------------------------------------------------------------------------
 MAX_PLACEMENT_SCAN = 50_000

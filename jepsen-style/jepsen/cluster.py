@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from jepsen.netns import Net, NodeNs
+from raftsched import tokens
 from raftsched.client.client import Client
 from raftsched.clock import WALL_CLOCK_SKEW_ENV
 from raftsched.dev import pki
@@ -112,6 +113,11 @@ class ClusterUnderTest:
         authority = pki.create_authority(self.root / "tls")
         replica_tls = pki.issue_replica(authority, [spaces[n].ip for n in names])
         self.user_tls: TlsFiles = pki.issue_user(authority, USER_NAME)
+        self.admin_token = tokens.new_token().token
+        """The bootstrap admin token (every tenant): the workload acts for several tenants."""
+        token_file = self.root / "tls" / "admin.token"
+        token_file.write_text(self.admin_token + "\n")
+        token_file.chmod(0o600)
         for name in names:
             ns = spaces[name]
             self.grpc[name] = f"{ns.ip}:{GRPC_PORT}"
@@ -121,7 +127,7 @@ class ClusterUnderTest:
                     "--raft", f"{ns.ip}:{RAFT_PORT}", "--grpc", self.grpc[name],
                     "--peers", ",".join(raft),
                     "--data-dir", str(home / "data"), "--secret-file", str(secret),
-                    *_tls_flags(replica_tls),
+                    *_tls_flags(replica_tls), "--bootstrap-token-file", str(token_file),
                     "--applied-log", str(home / "applied.log"),
                     "--suspect-after-s", str(self.suspect_after_s),
                     "--lost-after-s", str(self.lost_after_s)]
@@ -155,7 +161,8 @@ class ClusterUnderTest:
             proc.start()
 
     def client(self, **kwargs: Any) -> Client:
-        return Client(list(self.grpc.values()), tls_files=self.user_tls, **kwargs)
+        return Client(list(self.grpc.values()), tls_files=self.user_tls, token=self.admin_token,
+                      **kwargs)
 
     # -- observing the replicas -------------------------------------------------------------
 
@@ -165,7 +172,8 @@ class ClusterUnderTest:
         if not proc.alive() or proc.paused:
             return None
         client = Client([self.grpc[name]], timeout_s=STATUS_TIMEOUT_S,
-                        retry_budget_s=STATUS_TIMEOUT_S, tls_files=self.user_tls)
+                        retry_budget_s=STATUS_TIMEOUT_S, tls_files=self.user_tls,
+                        token=self.admin_token)
         try:
             return client.cluster_status(self.grpc[name], include_digest=include_digest)
         except RaftschedError:

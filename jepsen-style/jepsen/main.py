@@ -214,7 +214,7 @@ def _harness(args: argparse.Namespace) -> int:
         _say(f"  cluster up: leader {leader}, agents READY")
         history.event("harness", "start", {"leader": leader})
         workers = [ClientWorker(i, list(cluster.grpc.values()), history, ledger, args.seed, stop,
-                                cluster.user_tls)
+                                cluster.user_tls, token=cluster.admin_token)
                    for i in range(args.clients)]
         nemesis = Nemesis(cluster, history, kinds, args.seed, stop)
         for worker in workers:

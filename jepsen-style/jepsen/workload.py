@@ -110,6 +110,8 @@ class ClientWorker:
     stop: threading.Event
     tls_files: TlsFiles | None
     """The harness's user certificate (None: plaintext, a cluster run with --insecure-dev)."""
+    token: str | None = None
+    """The API token its calls carry (the harness's admin token)."""
     jobs: deque[str] = field(default_factory=lambda: deque(maxlen=RECENT_JOBS))
     """This client's latest jobs: the ones it reads and cancels."""
     unknown: list[PendingSubmit] = field(default_factory=list)
@@ -132,7 +134,7 @@ class ClientWorker:
 
     def _run(self) -> None:
         client = Client(self.servers, timeout_s=CALL_TIMEOUT_S, retry_budget_s=RETRY_BUDGET_S,
-                        tls_files=self.tls_files)
+                        tls_files=self.tls_files, token=self.token)
         try:
             while not self.stop.wait(self._rng.uniform(*OP_INTERVAL_S)):
                 self._one(client)

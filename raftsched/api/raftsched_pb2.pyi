@@ -413,6 +413,60 @@ class ReportResponse(_message.Message):
     verdicts: _containers.RepeatedCompositeFieldContainer[ReportVerdict]
     def __init__(self, term: _Optional[int] = ..., verdicts: _Optional[_Iterable[_Union[ReportVerdict, _Mapping]]] = ...) -> None: ...
 
+class CreateTokenRequest(_message.Message):
+    __slots__ = ("tenant", "role", "note")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    role: str
+    note: str
+    def __init__(self, tenant: _Optional[str] = ..., role: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+
+class CreateTokenResponse(_message.Message):
+    __slots__ = ("token_id", "token")
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    token_id: str
+    token: str
+    def __init__(self, token_id: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
+class RevokeTokenRequest(_message.Message):
+    __slots__ = ("token_id",)
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    token_id: str
+    def __init__(self, token_id: _Optional[str] = ...) -> None: ...
+
+class RevokeTokenResponse(_message.Message):
+    __slots__ = ("token_id",)
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    token_id: str
+    def __init__(self, token_id: _Optional[str] = ...) -> None: ...
+
+class ListTokensRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TokenInfo(_message.Message):
+    __slots__ = ("token_id", "tenant", "role", "note", "created_ms")
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    token_id: str
+    tenant: str
+    role: str
+    note: str
+    created_ms: int
+    def __init__(self, token_id: _Optional[str] = ..., tenant: _Optional[str] = ..., role: _Optional[str] = ..., note: _Optional[str] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class ListTokensResponse(_message.Message):
+    __slots__ = ("tokens",)
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    tokens: _containers.RepeatedCompositeFieldContainer[TokenInfo]
+    def __init__(self, tokens: _Optional[_Iterable[_Union[TokenInfo, _Mapping]]] = ...) -> None: ...
+
 class ClusterStatusRequest(_message.Message):
     __slots__ = ("include_digest",)
     INCLUDE_DIGEST_FIELD_NUMBER: _ClassVar[int]

@@ -608,6 +608,21 @@ class AdminStub:
                 request_serializer=raftsched_dot_v1_dot_raftsched__pb2.ReplicaRequest.SerializeToString,
                 response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ReplicaResponse.FromString,
                 _registered_method=True)
+        self.CreateToken = channel.unary_unary(
+                '/raftsched.v1.Admin/CreateToken',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.CreateTokenRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.CreateTokenResponse.FromString,
+                _registered_method=True)
+        self.RevokeToken = channel.unary_unary(
+                '/raftsched.v1.Admin/RevokeToken',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.RevokeTokenRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.RevokeTokenResponse.FromString,
+                _registered_method=True)
+        self.ListTokens = channel.unary_unary(
+                '/raftsched.v1.Admin/ListTokens',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListTokensRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListTokensResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -634,6 +649,25 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateToken(self, request, context):
+        """API tokens (admin only). A caller sends its token as `authorization: Bearer TOKEN` metadata.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeToken(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTokens(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -651,6 +685,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RemoveReplica,
                     request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ReplicaRequest.FromString,
                     response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ReplicaResponse.SerializeToString,
+            ),
+            'CreateToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateToken,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.CreateTokenRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.CreateTokenResponse.SerializeToString,
+            ),
+            'RevokeToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeToken,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.RevokeTokenRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.RevokeTokenResponse.SerializeToString,
+            ),
+            'ListTokens': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTokens,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListTokensRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListTokensResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -737,6 +786,87 @@ class Admin:
             '/raftsched.v1.Admin/RemoveReplica',
             raftsched_dot_v1_dot_raftsched__pb2.ReplicaRequest.SerializeToString,
             raftsched_dot_v1_dot_raftsched__pb2.ReplicaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Admin/CreateToken',
+            raftsched_dot_v1_dot_raftsched__pb2.CreateTokenRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.CreateTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Admin/RevokeToken',
+            raftsched_dot_v1_dot_raftsched__pb2.RevokeTokenRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.RevokeTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTokens(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Admin/ListTokens',
+            raftsched_dot_v1_dot_raftsched__pb2.ListTokensRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.ListTokensResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,4 +1,4 @@
-"""`raftsched admin status|add-replica|remove-replica`."""
+"""`raftsched admin status|add-replica|remove-replica|token create|list|revoke`."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ from raftsched.errors import RaftschedError
 def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     admin = commands.add_parser(
         "admin", help="replicas, leadership, compute clusters, membership",
-        description="Operate the scheduler: raftsched admin status|add-replica|remove-replica.")
+        description="Operate the scheduler: raftsched admin status|add-replica|remove-replica|"
+                    "token.")
     sub = admin.add_subparsers(title="admin commands", metavar="COMMAND", required=True)
     parents = [common, CONNECTION]
 
@@ -72,6 +73,80 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
         '[...]}')
     remove.add_argument("raft_address", metavar="RAFT_ADDR")
     remove.set_defaults(handler=_run_admin_remove)
+    _register_tokens(sub, parents)
+
+
+def _register_tokens(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    token = sub.add_parser(
+        "token", help="API tokens: who may do what, for which tenant",
+        description="API tokens (admin role needed). A token has a role — user (submit, read and "
+        "cancel jobs), operator (also admin status), admin (also membership and tokens) — and "
+        "a tenant ('*': every tenant); a token of one tenant sees and touches only that "
+        "tenant's jobs. Callers pass it with --token or $RAFTSCHED_TOKEN.")
+    commands = token.add_subparsers(title="token commands", metavar="COMMAND", required=True)
+    create = command_parser(
+        commands, "create", parents, "make a token (its secret is shown once)",
+        "Make a token for TENANT with ROLE. The replicas keep only a hash of its secret: the "
+        "token printed here cannot be shown again; hand it to its holder.",
+        'output:\n  "token TOKEN_ID (ROLE, tenant TENANT): rst_..."\n'
+        '  --json: {"token_id", "token", "tenant", "role"}')
+    create.add_argument("--tenant", required=True,
+                        help="the tenant it acts for; '*' for every tenant")
+    create.add_argument("--role", required=True, choices=("user", "operator", "admin"))
+    create.add_argument("--note", default="", help="who or what holds it (shown by token list)")
+    create.set_defaults(handler=_run_token_create)
+    listing = command_parser(
+        commands, "list", parents, "every token (never their secrets)",
+        "List the tokens: id, role, tenant, note, when made.",
+        'output:\n  a table\n  --json: [{"token_id", "tenant", "role", "note", "created_ms"}]')
+    listing.set_defaults(handler=_run_token_list, reads_only=True)
+    revoke = command_parser(
+        commands, "revoke", parents, "revoke a token at once",
+        "Revoke TOKEN_ID: calls with it are refused from the moment the revocation commits "
+        "(the last admin token cannot be revoked).",
+        'output:\n  "revoked TOKEN_ID"\n  --json: {"token_id"}')
+    revoke.add_argument("token_id", metavar="TOKEN_ID")
+    revoke.set_defaults(handler=_run_token_revoke)
+
+
+def _run_token_create(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        try:
+            reply = client.create_token(args.tenant, args.role, args.note)
+        except RaftschedError as error:
+            raise unknown_outcome(error, "making the token",
+                                  "check with `raftsched admin token list`; an unknown token "
+                                  "made meanwhile is harmless (revoke it)") from None
+    if args.json:
+        print_json({"token_id": reply.token_id, "token": reply.token, "tenant": args.tenant,
+                    "role": args.role})
+    else:
+        print(f"token {reply.token_id} ({args.role}, tenant {args.tenant}): {reply.token}")
+    return EXIT_OK
+
+
+def _run_token_list(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        reply = client.list_tokens()
+    rows = [{"token_id": t.token_id, "tenant": t.tenant, "role": t.role, "note": t.note,
+             "created_ms": t.created_ms} for t in reply.tokens]
+    if args.json:
+        print_json(rows)
+    else:
+        print(render.table(["TOKEN", "ROLE", "TENANT", "CREATED", "NOTE"],
+                           [[r["token_id"], r["role"], r["tenant"],
+                             render.format_time_ms(r["created_ms"]), r["note"]] for r in rows]))
+    return EXIT_OK
+
+
+def _run_token_revoke(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        reply = client.revoke_token(args.token_id)
+    if args.json:
+        print_json({"token_id": reply.token_id})
+    else:
+        print(f"revoked {reply.token_id}")
+    return EXIT_OK
 
 
 def _run_admin_status(args: argparse.Namespace) -> int:

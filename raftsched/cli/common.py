@@ -39,6 +39,8 @@ EXIT_FOR_CODE: dict[Code, int] = {
 }
 SERVERS_ENV = "RAFTSCHED_SERVERS"
 TLS_ENV = ("RAFTSCHED_TLS_CA", "RAFTSCHED_TLS_CERT", "RAFTSCHED_TLS_KEY")
+TOKEN_ENV = "RAFTSCHED_TOKEN"
+"""`raftsched.tokens.TOKEN_ENV`."""
 """`raftsched.tls.CA_ENV`, `CERT_ENV`, `KEY_ENV`, spelled out for the help text (importing
 raftsched.tls would load grpc at start-up)."""
 GRPC_VERBOSITY_ENV = "GRPC_VERBOSITY"
@@ -80,11 +82,14 @@ class ClientLike(Protocol):
                        include_digest: bool = False) -> Any: ...
     def add_replica(self, raft_address: str, grpc_address: str = "") -> Any: ...
     def remove_replica(self, raft_address: str) -> Any: ...
+    def create_token(self, tenant: str, role: str, note: str = "") -> Any: ...
+    def revoke_token(self, token_id: str) -> Any: ...
+    def list_tokens(self) -> Any: ...
     def close(self) -> None: ...
 
 
 def make_client(servers: list[str], timeout_s: float,
-                tls_files: TlsFiles | None = None) -> ClientLike:
+                tls_files: TlsFiles | None = None, token: str | None = None) -> ClientLike:
     """The one place the CLI builds a client (grpc is imported here, not at start-up), over
     mutual TLS with `tls_files` (None: plaintext). While a call retries, what it waits for is
     said on stderr (see `RetryNotices`)."""
@@ -93,7 +98,7 @@ def make_client(servers: list[str], timeout_s: float,
 
     return Client(servers, timeout_s=min(timeout_s, MAX_CALL_TIMEOUT_S),
                   retry_budget_s=timeout_s, on_retry=RetryNotices(timeout_s, servers=servers),
-                  tls_files=tls_files)
+                  tls_files=tls_files, token=token)
 
 
 def quiet_grpc() -> None:
@@ -199,6 +204,9 @@ def tls_hint(error: RaftschedError, secure: bool) -> str:
     from raftsched import rpc
 
     ca, cert, key = (f"${name}" for name in TLS_ENV)
+    if isinstance(error, rpc.AccessDenied) and "certificate" not in error.message:
+        return (f"pass an API token with --token or ${TOKEN_ENV} (an admin makes one with: "
+                "raftsched admin token create --tenant T --role user|operator|admin)")
     if isinstance(error, rpc.AccessDenied):
         return ("the server refused this certificate: client commands need a user certificate "
                 "(common name raftsched-user:NAME) signed by the cluster's CA: --tls-cert and "
@@ -279,6 +287,11 @@ def _connection_options() -> argparse.ArgumentParser:
         "--tls-key", metavar="PEM",
         help=f"its private key (default: ${key}, else the recorded dev cluster's user key)")
     group.add_argument(
+        "--token", metavar="TOKEN",
+        help=f"your API token, rst_... (default: ${TOKEN_ENV}, else the recorded dev cluster's "
+        "admin token); its role and tenant decide what you may do. Prefer the variable: "
+        "options show in the process list")
+    group.add_argument(
         "--insecure-dev", action="store_true",
         help="plaintext, no certificate: only for a throwaway cluster run with --insecure-dev "
         "(a dev cluster recorded as such needs no option)")
@@ -350,13 +363,36 @@ def resolve_tls(args: argparse.Namespace) -> TlsFiles | None:
                        "for a cluster run with --insecure-dev)")
 
 
+def resolve_token(args: argparse.Namespace) -> str | None:
+    """--token, else $RAFTSCHED_TOKEN, else the recorded dev cluster's admin token; None when
+    none is found or the connection is plaintext (the replica then answers UNAUTHENTICATED,
+    with a hint). A malformed one: INVALID_ARGUMENT before anything is sent."""
+    from raftsched import tokens
+
+    given = getattr(args, "token", None) or os.environ.get(TOKEN_ENV, "")
+    if given:
+        if tokens.parse_token(given) is None:
+            raise CommandError(Code.INVALID_ARGUMENT,
+                               "--token / $RAFTSCHED_TOKEN is not a token (rst_<16 hex>_<secret>)")
+        return given.strip()
+    if getattr(args, "insecure_dev", False):
+        return None
+    from raftsched.dev import cluster as devcluster
+
+    state = devcluster.load_state(devcluster.default_dir())
+    if state is not None and state.replicas and state.user_tls is not None:
+        return state.user_tls.read_token()
+    return None
+
+
 @contextlib.contextmanager
 def connect(args: argparse.Namespace, servers: list[str] | None = None) -> Iterator[ClientLike]:
     """A client for `servers` (default: `resolve_servers(--servers)`) with the certificate of
     `resolve_tls`, closed afterwards. A refused handshake or certificate gets a hint."""
     servers = servers or resolve_servers(args.servers)
     tls_files = resolve_tls(args)
-    client = make_client(servers, args.timeout, tls_files=tls_files)
+    client = make_client(servers, args.timeout, tls_files=tls_files,
+                         token=resolve_token(args) if tls_files is not None else None)
     try:
         yield client
     except RaftschedError as error:

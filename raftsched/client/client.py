@@ -58,10 +58,14 @@ class Client:
 
     def __init__(self, servers: Sequence[str], *, timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
                  retry_budget_s: float = DEFAULT_RETRY_BUDGET_S,
-                 on_retry: OnRetry | None = None, tls_files: tls.TlsFiles | None = None) -> None:
+                 on_retry: OnRetry | None = None, tls_files: tls.TlsFiles | None = None,
+                 token: str | None = None) -> None:
         """`tls_files`: a user certificate (raftsched-user:NAME) and the cluster's CA; None:
-        plaintext, for clusters run with --insecure-dev."""
+        plaintext, for clusters run with --insecure-dev. `token`: the API token sent with every
+        call (`authorization: Bearer TOKEN`); its role and tenant decide what the call may do."""
         self._tls = tls_files
+        self._metadata: tuple[tuple[str, str], ...] = \
+            () if not token else (("authorization", f"Bearer {token.strip()}"),)
         self._servers = Servers(servers)
         self._timeout_s = timeout_s
         self._policy = RetryPolicy(budget_s=retry_budget_s, max_attempts=MAX_CALL_ATTEMPTS,
@@ -92,7 +96,8 @@ class Client:
         stub = stub_type(self._channel(address))
         try:
             return getattr(stub, method)(
-                request, timeout=self._timeout_s if timeout_s is None else timeout_s)
+                request, timeout=self._timeout_s if timeout_s is None else timeout_s,
+                metadata=self._metadata)
         except grpc.RpcError as error:
             raise error_from_rpc(error, address) from None
 
@@ -150,7 +155,7 @@ class Client:
         for address in attempts:
             stub = pb_grpc.SchedulerStub(self._channel(address))
             try:
-                for job in stub.WatchJob(request):
+                for job in stub.WatchJob(request, metadata=self._metadata):
                     attempts.progressed()
                     yield job
                     if job.state in TERMINAL_JOB_STATES:
@@ -180,6 +185,18 @@ class Client:
         live, adds the replica and waits for it to catch up (or removes it again)."""
         request = pb.ReplicaRequest(raft_address=raft_address, grpc_address=grpc_address)
         return self._call(pb_grpc.AdminStub, "AddReplica", request, MEMBERSHIP_CALL_TIMEOUT_S)
+
+    def create_token(self, tenant: str, role: str, note: str = "") -> Any:
+        """A new API token (admin only): the answer holds its secret, shown this once."""
+        return self._call(pb_grpc.AdminStub, "CreateToken",
+                          pb.CreateTokenRequest(tenant=tenant, role=role, note=note))
+
+    def revoke_token(self, token_id: str) -> Any:
+        return self._call(pb_grpc.AdminStub, "RevokeToken",
+                          pb.RevokeTokenRequest(token_id=token_id))
+
+    def list_tokens(self) -> Any:
+        return self._call(pb_grpc.AdminStub, "ListTokens", pb.ListTokensRequest())
 
     def remove_replica(self, raft_address: str) -> Any:
         return self._call(pb_grpc.AdminStub, "RemoveReplica",

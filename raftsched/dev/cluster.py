@@ -62,6 +62,9 @@ SECRET_FILE_NAME = "secret"
 LOCK_FILE_NAME = "lock"
 LOG_DIR_NAME = "logs"
 TLS_DIR_NAME = "tls"
+ADMIN_TOKEN_FILE_NAME = "admin.token"
+"""In DIR/tls: the bootstrap admin token, which `raftsched dev up` gives the replicas and the
+local user (0600)."""
 MAX_USER_NAME_CHARS = 32
 DEFAULT_USER_NAME = "dev"
 DATA_DIR_NAME = "data"
@@ -159,10 +162,22 @@ class TlsPaths:
     ca: str
     cert: str
     key: str
+    token: str = ""
+    """A file holding the API token this identity sends (the user's: the bootstrap admin
+    token); "" for none (replicas, agents)."""
 
     @classmethod
-    def of(cls, files: TlsFiles) -> TlsPaths:
-        return cls(str(files.ca), str(files.cert), str(files.key))
+    def of(cls, files: TlsFiles, token: str = "") -> TlsPaths:
+        return cls(str(files.ca), str(files.cert), str(files.key), token)
+
+    def read_token(self) -> str | None:
+        """The token in `token`'s file; None without one (or when it cannot be read)."""
+        if not self.token:
+            return None
+        try:
+            return Path(self.token).read_text(encoding="utf-8").strip() or None
+        except OSError:
+            return None
 
     def files(self) -> TlsFiles:
         from raftsched.tls import TlsFiles
@@ -242,7 +257,10 @@ def _tls_paths(item: object) -> TlsPaths | None:
     if not isinstance(item, dict) or not all(isinstance(item.get(name), str)
                                              for name in ("ca", "cert", "key")):
         raise ValueError("user_tls must be null or {\"ca\", \"cert\", \"key\"} file names")
-    return TlsPaths(item["ca"], item["cert"], item["key"])
+    token = item.get("token", "")
+    if not isinstance(token, str):
+        raise ValueError("user_tls.token must be a file name")
+    return TlsPaths(item["ca"], item["cert"], item["key"], token)
 
 
 def _list(doc: dict[str, Any], key: str) -> list[Any]:
@@ -353,14 +371,19 @@ class Certificates:
 def issue_certificates(directory: Path, clusters: Sequence[str], user: str) -> Certificates:
     """A fresh CA in DIR/tls (replacing an earlier run's) and the certificates it signs: the
     replicas' (127.0.0.1 and localhost), one per agent of `clusters`, and `user`'s."""
+    from raftsched import tokens
     from raftsched.dev import pki  # cryptography and grpc: loaded only when a cluster starts
 
     authority = pki.create_authority(directory / TLS_DIR_NAME)
+    token_file = directory / TLS_DIR_NAME / ADMIN_TOKEN_FILE_NAME
+    descriptor = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+        handle.write(tokens.new_token().token + "\n")
     return Certificates(
         replica=TlsPaths.of(pki.issue_replica(authority, [LOOPBACK])),
         agents={cluster: TlsPaths.of(pki.issue_agent(authority, cluster))
                 for cluster in clusters},
-        user=TlsPaths.of(pki.issue_user(authority, user)))
+        user=TlsPaths.of(pki.issue_user(authority, user), token=str(token_file)))
 
 
 def local_user_name() -> str:
@@ -411,12 +434,14 @@ def require_proc() -> None:
 
 def replica_command(raft_address: str, grpc_address: str, peers: Sequence[str], data_dir: Path,
                     secret_file: Path | None, metrics_port: int, *,
-                    tls: TlsPaths | None) -> list[str]:
+                    tls: TlsPaths | None, bootstrap_token: str = "") -> list[str]:
     """`python -m raftsched replica ...`; `peers` are the other replicas' Raft addresses. With
-    neither a secret nor TLS files: --insecure-dev."""
+    neither a secret nor TLS files: --insecure-dev. `bootstrap_token`: the file of the first
+    admin token."""
     assert (secret_file is None) == (tls is None), "a secret and TLS go together"
     security = (["--insecure-dev"] if secret_file is None or tls is None
-                else ["--secret-file", str(secret_file), *tls.flags()])
+                else ["--secret-file", str(secret_file), *tls.flags(),
+                      *(["--bootstrap-token-file", bootstrap_token] if bootstrap_token else [])])
     return [sys.executable, "-m", "raftsched", "replica", "--raft", raft_address,
             "--grpc", grpc_address, "--peers", ",".join(peers), "--data-dir", str(data_dir),
             *security, "--metrics-port", str(metrics_port)]
@@ -479,7 +504,8 @@ def probe_cluster(servers: Sequence[str], tls: TlsPaths | None) -> ClusterView |
 
     best: ClusterView | None = None
     with Client(list(servers), timeout_s=PROBE_TIMEOUT_S, retry_budget_s=0,
-                tls_files=tls.files() if tls is not None else None) as client:
+                tls_files=tls.files() if tls is not None else None,
+                token=tls.read_token() if tls is not None else None) as client:
         for address in servers:
             if not port_open(address):
                 continue
@@ -606,7 +632,9 @@ class _Starter:
         secure = self.certificates is not None
         argv = replica_command(rafts[index], grpc, peers, data_dir,
                                Path(self.state.secret_file) if secure else None, metrics_port,
-                               tls=self.certificates.replica if self.certificates else None)
+                               tls=self.certificates.replica if self.certificates else None,
+                               bootstrap_token=self.certificates.user.token
+                               if self.certificates else "")
         pid, start = self._spawn(name, argv, log)
         self.state.replicas.append(ReplicaEntry(name, pid, start, grpc, rafts[index],
                                                 metrics_port, str(data_dir), str(log)))

@@ -83,6 +83,10 @@ class LeaderConfig:
     lost_after_s: float = LOST_AFTER_S
     tick_interval_s: float = TICK_INTERVAL_S
     loop_interval_s: float = LOOP_INTERVAL_S
+    on_office: tuple[Callable[[int], bytes], ...] = ()
+    """Commands (encoded, given the proposal time in ms) proposed once each time this replica
+    takes office, after its barrier (e.g. the bootstrap admin token: a TOKEN_PUT that changes
+    nothing once an admin token exists)."""
 
 
 @dataclass
@@ -268,6 +272,15 @@ class Leader:
                                health={cid: AgentHealth(now) for cid in clusters})
         log.info("leader_elected", term=term, raft=self._config.raft_address,
                  grpc=self._config.grpc_address, clusters=len(clusters))
+        for command in self._config.on_office:
+            try:
+                outcome = self._node.propose(command(self._clock.now_ms()), PROPOSE_TIMEOUT_S)
+            except RaftschedError as error:
+                log.warning("office_command_failed", error=str(error))
+                continue
+            if isinstance(outcome, fsm.Rejected):
+                log.warning("office_command_rejected", code=outcome.code.value,
+                            reason=outcome.reason)
 
     def _place(self) -> None:
         # Unplaceable tasks stay in the queue; re-planning them every round would cost what is

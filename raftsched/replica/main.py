@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from concurrent import futures
 from typing import Any
 
@@ -16,7 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from raftsched import eventlog, limits, rpc, tls
+from raftsched import eventlog, limits, rpc, tls, tokens
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import ProposalClock, SystemClock, configure_skew_from_env
@@ -33,6 +34,8 @@ from raftsched.replica.service import (
     SchedulerService,
     enable_reflection,
 )
+from raftsched.state import commands as c
+from raftsched.state.model import ALL_TENANTS, Role
 
 SHUTDOWN_GRACE_S = 3.0
 GIL_SWITCH_INTERVAL_S = 0.001
@@ -41,6 +44,8 @@ GIL_SWITCH_INTERVAL_S = 0.001
 behind a thread parsing a large spec, at 5 ms a turn, its heartbeats came late enough to cost
 elections (20 concurrent 10,000-task submits: 5 leader changes at 5 ms, 1 at 1 ms)."""
 HEALTH_POLL_S = 0.5
+MAX_TOKEN_FILE_CHARS = 4096
+"""A bootstrap token file is read up to this much (a token is ~70 characters)."""
 PRIVATE_UMASK = 0o077
 """The journal, snapshots and applied log hold every job's spec (env included): files a replica
 creates are readable by its own user only (the journal was 0644)."""
@@ -70,6 +75,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-cert", metavar="PEM", help="this replica's certificate, valid "
                         f"for the --grpc host (or ${tls.CERT_ENV})")
     parser.add_argument("--tls-key", metavar="PEM", help=f"its private key (or ${tls.KEY_ENV})")
+    parser.add_argument("--bootstrap-token-file", metavar="FILE",
+                        help="a file holding the first admin token (rst_...; `raftsched dev up` "
+                             "makes one): whichever replica leads first stores its sha256 with "
+                             "role admin for every tenant, unless an admin token exists already. "
+                             "Give every replica the same file; remove it once other admin "
+                             "tokens exist")
     parser.add_argument("--suspect-after-s", type=float, default=SUSPECT_AFTER_S,
                         help="a cluster whose agent is silent this long gets no new work "
                              f"(SUSPECT; default {SUSPECT_AFTER_S:g})")
@@ -132,6 +143,11 @@ def run(args: argparse.Namespace) -> int:
     except RaftschedError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 2
+    try:
+        on_office = _bootstrap_commands(args.bootstrap_token_file)
+    except RaftschedError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return 2
     if not 0 < args.suspect_after_s < args.lost_after_s:
         print("error: need 0 < --suspect-after-s < --lost-after-s", file=sys.stderr)
         return 2
@@ -156,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     leader = Leader(node, clock, random.SystemRandom(),
                     LeaderConfig(raft_address=args.raft, grpc_address=args.grpc,
                                  suspect_after_s=args.suspect_after_s,
-                                 lost_after_s=args.lost_after_s),
+                                 lost_after_s=args.lost_after_s, on_office=on_office),
                     version=changes.version)
     try:
         server = _server(Context(node, leader, clock, changes, args.grpc), args.grpc, tls_files)
@@ -179,6 +195,26 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bootstrap_commands(path: str | None) -> tuple[Callable[[int], bytes], ...]:
+    """The TOKEN_PUT of the bootstrap admin token in `path` (none without a path)."""
+    if not path:
+        return ()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read(MAX_TOKEN_FILE_CHARS)
+    except OSError as error:
+        raise RaftschedError(Code.INVALID_ARGUMENT, f"--bootstrap-token-file {path}: "
+                             f"{error.strerror or error}") from None
+    parsed = tokens.parse_token(text)
+    if parsed is None:
+        raise RaftschedError(Code.INVALID_ARGUMENT, f"--bootstrap-token-file {path}: not a "
+                             "token (expected one line rst_<16 hex>_<secret>)")
+    token_id, secret = parsed
+    digest = tokens.secret_digest(secret)
+    return (lambda now_ms: c.encode(c.TokenPut(token_id, digest, ALL_TENANTS, Role.ADMIN.value,
+                                               "bootstrap", now_ms, bootstrap=True)),)
+
+
 def _server(ctx: Context, address: str, tls_files: tls.TlsFiles | None) -> grpc.Server:
     """The gRPC server: mutual TLS with `tls_files` and every RPC checked against its caller's
     certificate (`identity`); plaintext and unchecked without (--insecure-dev)."""
@@ -193,12 +229,12 @@ def _server(ctx: Context, address: str, tls_files: tls.TlsFiles | None) -> grpc.
     )
     secure = tls_files is not None
     by_name = {service.name: service for service in services}
-    pb_grpc.add_SchedulerServicer_to_server(
-        identity.guard(SchedulerService(ctx), by_name["Scheduler"], secure=secure), server)
-    pb_grpc.add_AgentGatewayServicer_to_server(
-        identity.guard(AgentGatewayService(ctx), by_name["AgentGateway"], secure=secure), server)
-    pb_grpc.add_AdminServicer_to_server(
-        identity.guard(AdminService(ctx, address), by_name["Admin"], secure=secure), server)
+    pb_grpc.add_SchedulerServicer_to_server(identity.guard(
+        SchedulerService(ctx), by_name["Scheduler"], secure=secure, reader=ctx), server)
+    pb_grpc.add_AgentGatewayServicer_to_server(identity.guard(
+        AgentGatewayService(ctx), by_name["AgentGateway"], secure=secure, reader=ctx), server)
+    pb_grpc.add_AdminServicer_to_server(identity.guard(
+        AdminService(ctx, address), by_name["Admin"], secure=secure, reader=ctx), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     _track_health(ctx, health_servicer)

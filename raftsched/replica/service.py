@@ -20,20 +20,26 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
-from raftsched import limits, rpc
+from raftsched import limits, rpc, tokens
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
-from raftsched.replica import views
+from raftsched.replica import identity, views
 from raftsched.replica.gateway import PROPOSE_TIMEOUT_S, AgentGateway, propose
 from raftsched.replica.leader import Leader
 from raftsched.spec.job import SpecError, parse_spec_text, with_idempotency_key
 from raftsched.spec.wire import to_wire
 from raftsched.state import commands as c
 from raftsched.state.model import TERMINAL_JOB_STATES, State
-from raftsched.state.results import JobCancelled, JobSubmitted, Result
+from raftsched.state.results import (
+    JobCancelled,
+    JobSubmitted,
+    Result,
+    TokenPutResult,
+    TokenRevokeResult,
+)
 
 log = EventLogger("raftsched.service")
 
@@ -167,6 +173,10 @@ class Context:
         if not self.leader.leading():
             self.abort(context, RaftschedError(Code.UNAVAILABLE, "not the leader"))
 
+    def read(self, fn: Callable[[State], T]) -> T:
+        """`fn` over this replica's state as applied here (may be stale on a follower)."""
+        return self.node.read(fn)  # type: ignore[no-any-return]
+
     def current_read(self, context: grpc.ServicerContext, fn: Callable[[State], T]) -> T:
         return self.current_read_indexed(context, fn)[0]
 
@@ -227,6 +237,10 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
                 spec = with_idempotency_key(spec, request.idempotency_key)
             except SpecError as error:
                 self._refuse_spec(context, error, "")
+        try:
+            identity.require_tenant(spec.tenant)
+        except identity.Refused as refused:
+            context.abort(refused.code, refused.message)
         # 64 random bits: unique among millions of jobs of one name (32 bits were not).
         job_id = f"{_SLUG.sub('-', spec.name)[:JOB_ID_SLUG_CHARS].strip('-') or 'job'}-" \
                  f"{self.ctx.rng.getrandbits(64):016x}"
@@ -411,6 +425,33 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
 
     def AddReplica(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self._change(context, request, add=True)
+
+    def CreateToken(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """A new token: its secret is made here and answered once; the log and the state get
+        its sha256 only."""
+        made = tokens.new_token()
+        result = self.ctx.propose(context, c.TokenPut(
+            made.token_id, made.digest, request.tenant, request.role, request.note,
+            self.ctx.clock.now_ms()))
+        # created is False only for a retried copy of this very proposal (same id and digest).
+        assert isinstance(result, TokenPutResult) and result.token_id == made.token_id, result
+        who = identity.current_caller()
+        log.info("token_created", token=made.token_id, tenant=request.tenant, role=request.role,
+                 by=who.token.id if who is not None else "")
+        return pb.CreateTokenResponse(token_id=made.token_id, token=made.token)
+
+    def RevokeToken(self, request: Any, context: grpc.ServicerContext) -> Any:
+        result = self.ctx.propose(context, c.TokenRevoke(request.token_id,
+                                                         self.ctx.clock.now_ms()))
+        assert isinstance(result, TokenRevokeResult), result
+        log.info("token_revoked", token=request.token_id)
+        return pb.RevokeTokenResponse(token_id=request.token_id)
+
+    def ListTokens(self, request: Any, context: grpc.ServicerContext) -> Any:
+        tokens = self.ctx.current_read(context, lambda s: [
+            pb.TokenInfo(token_id=t.id, tenant=t.tenant, role=t.role.value, note=t.note,
+                         created_ms=t.created_ms) for t in s.tokens.values()])
+        return pb.ListTokensResponse(tokens=tokens)
 
     def RemoveReplica(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self._change(context, request, add=False)

@@ -545,7 +545,7 @@ def _fmt(number: float) -> str:
     return str(int(number)) if float(number).is_integer() else repr(float(number))
 
 
-def _id_problem(value: object) -> str | None:
+def id_problem(value: object) -> str | None:
     if not isinstance(value, str):
         return f"must be a string, got {show(value)}"
     if len(value) > limits.MAX_ID_CHARS:
@@ -587,7 +587,7 @@ def _identifier(scope: _Scope, key: str, default: str | None) -> str | None:
     value = scope.get(key)
     if value is _MISSING or (value is None and default is None):
         return default
-    problem = _id_problem(value)
+    problem = id_problem(value)
     if problem is not None:
         scope.fail(key, problem)
         return None
@@ -744,7 +744,7 @@ def _task(sink: _Sink, index: int, raw: object) -> _GraphNode:
 
 def _task_id(scope: _Scope) -> str | None:
     value = scope.get("id")
-    problem = "missing required field" if value is _MISSING else _id_problem(value)
+    problem = "missing required field" if value is _MISSING else id_problem(value)
     if problem is not None:
         scope.fail("id", problem)
         return None
@@ -886,7 +886,7 @@ def _requires(scope: _Scope) -> tuple[str, ...] | None:
         return None
     ok = True
     for k, item in enumerate(values):
-        problem = _id_problem(item)
+        problem = id_problem(item)
         if problem is not None:
             scope.fail(f"requires[{k}]", problem)
             ok = False
@@ -901,7 +901,7 @@ def _depends_on(scope: _Scope) -> tuple[str, ...]:
     first_at: dict[str, int] = {}
     deps: list[str] = []
     for k, item in enumerate(values):
-        problem = _id_problem(item)
+        problem = id_problem(item)
         if problem is None and item in first_at:
             problem = f"duplicate dependency {item!r} (also depends_on[{first_at[item]}])"
         if problem is not None:

@@ -37,6 +37,8 @@ class Tag(IntEnum):
     TICK = 7
     ATTEMPT_MARK_LOST = 8
     BARRIER = 9
+    TOKEN_PUT = 10
+    TOKEN_REVOKE = 11
 
 
 class ClusterStatus(IntEnum):
@@ -139,6 +141,29 @@ class Barrier:
     grpc_address: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class TokenPut:
+    """Create an API token. The caller hashes the secret: only its sha256 `digest` is logged.
+    `role` is a `model.Role` value, checked at apply like every other semantic rule.
+
+    `bootstrap`: the token applies only while no admin token exists (the leader proposes the
+    bootstrap admin token from a file each time it takes office, so it must be idempotent)."""
+
+    token_id: str
+    digest: bytes
+    tenant: str
+    role: str
+    note: str
+    now_ms: int
+    bootstrap: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRevoke:
+    token_id: str
+    now_ms: int
+
+
 Command = (
     JobSubmit
     | JobCancel
@@ -149,6 +174,8 @@ Command = (
     | Tick
     | AttemptMarkLost
     | Barrier
+    | TokenPut
+    | TokenRevoke
 )
 
 # --- encoding -----------------------------------------------------------------------------------
@@ -185,6 +212,13 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
             ]
         case Barrier():
             return Tag.BARRIER, [cmd.nonce, cmd.now_ms, cmd.raft_address, cmd.grpc_address]
+        case TokenPut():
+            return Tag.TOKEN_PUT, [
+                cmd.token_id, cmd.digest, cmd.tenant, cmd.role, cmd.note, cmd.now_ms,
+                cmd.bootstrap,
+            ]
+        case TokenRevoke():
+            return Tag.TOKEN_REVOKE, [cmd.token_id, cmd.now_ms]
     raise TypeError(f"not a command: {cmd!r}")
 
 
@@ -201,6 +235,8 @@ def encode(cmd: Command) -> bytes:
 # --- decoding -----------------------------------------------------------------------------------
 
 _U64_MAX = (1 << 64) - 1
+_MAX_DIGEST_BYTES = 64
+"""Decode's size bound on a token digest; apply requires exactly `model.TOKEN_DIGEST_BYTES`."""
 _EXIT_MIN, _EXIT_MAX = -(1 << 31), (1 << 31) - 1
 
 
@@ -233,6 +269,14 @@ def _int(value: Any, field: str, low: int = 0, high: int = _U64_MAX) -> int:
 def _bool(value: Any, field: str) -> bool:
     if not isinstance(value, bool):
         raise CommandError(f"{field}: expected a boolean")
+    return value
+
+
+def _bytes(value: Any, field: str, max_bytes: int) -> bytes:
+    if not isinstance(value, bytes):
+        raise CommandError(f"{field}: expected bytes, got {type(value).__name__}")
+    if len(value) > max_bytes:
+        raise CommandError(f"{field}: longer than {max_bytes} bytes")
     return value
 
 
@@ -377,6 +421,21 @@ def _decode_barrier(p: Any) -> Barrier:
                    _str(grpc_address, "grpc_address", limits.MAX_ADDRESS_CHARS))
 
 
+def _decode_token_put(p: Any) -> TokenPut:
+    token_id, digest, tenant, role, note, now_ms, bootstrap = _fields(p, 7, "TOKEN_PUT")
+    return TokenPut(
+        _str(token_id, "token_id"), _bytes(digest, "digest", _MAX_DIGEST_BYTES),
+        _str(tenant, "tenant"), _str(role, "role"),
+        _str(note, "note", limits.MAX_TOKEN_NOTE_CHARS), _int(now_ms, "now_ms"),
+        _bool(bootstrap, "bootstrap"),
+    )
+
+
+def _decode_token_revoke(p: Any) -> TokenRevoke:
+    token_id, now_ms = _fields(p, 2, "TOKEN_REVOKE")
+    return TokenRevoke(_str(token_id, "token_id"), _int(now_ms, "now_ms"))
+
+
 _DECODERS = {
     Tag.JOB_SUBMIT: _decode_submit,
     Tag.JOB_CANCEL: _decode_cancel,
@@ -387,6 +446,8 @@ _DECODERS = {
     Tag.TICK: _decode_tick,
     Tag.ATTEMPT_MARK_LOST: _decode_mark_lost,
     Tag.BARRIER: _decode_barrier,
+    Tag.TOKEN_PUT: _decode_token_put,
+    Tag.TOKEN_REVOKE: _decode_token_revoke,
 }
 
 

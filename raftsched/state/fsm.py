@@ -20,7 +20,9 @@ from typing import Generic, TypeVar
 from raftsched import limits
 from raftsched.errors import Code
 from raftsched.protocol import ReportVerdict
+from raftsched.spec.issue import show
 from raftsched.spec.job import FailurePolicy, JobSpec, OnLost, SpecError, Trigger
+from raftsched.spec.job import id_problem as tenant_name_problem  # the spec's one rule
 from raftsched.spec.wire import validate_wire
 from raftsched.state import feasibility
 from raftsched.state.commands import (
@@ -39,13 +41,18 @@ from raftsched.state.commands import (
     ReportBatch,
     ReportKind,
     Tick,
+    TokenPut,
+    TokenRevoke,
     decode,
 )
 from raftsched.state.feasibility import Unfit, unfit_committed
 from raftsched.state.model import (
+    ALL_TENANTS,
     LIVE_ATTEMPT_STATES,
     TERMINAL_JOB_STATES,
     TERMINAL_TASK_STATES,
+    TOKEN_DIGEST_BYTES,
+    TOKEN_ID_CHARS,
     Attempt,
     AttemptState,
     Cluster,
@@ -54,12 +61,14 @@ from raftsched.state.model import (
     JobState,
     Note,
     ReadyQueue,
+    Role,
     ShapeQueue,
     State,
     Task,
     TaskShape,
     TaskState,
     TimerKind,
+    TokenRecord,
     shape_of,
 )
 from raftsched.state.results import (
@@ -76,6 +85,8 @@ from raftsched.state.results import (
     ReportResult,
     Result,
     TickResult,
+    TokenPutResult,
+    TokenRevokeResult,
 )
 
 # Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
@@ -148,6 +159,10 @@ def apply_command(state: State, cmd: Command) -> Outcome:
             return apply_attempt_mark_lost(state, cmd)
         case Barrier():
             return apply_barrier(state, cmd)
+        case TokenPut():
+            return apply_token_put(state, cmd)
+        case TokenRevoke():
+            return apply_token_revoke(state, cmd)
     raise AssertionError(f"unhandled command {cmd!r}")
 
 
@@ -157,6 +172,110 @@ def apply_barrier(state: State, cmd: Barrier) -> Applied[BarrierResult]:
         if cmd.raft_address in known or len(known) < limits.MAX_REPLICAS:
             known[cmd.raft_address] = cmd.grpc_address
     return Applied(BarrierResult(cmd.nonce))
+
+
+# --- API tokens ---------------------------------------------------------------------------------
+
+_HEX_DIGITS = frozenset("0123456789abcdef")
+_ROLES = {role.value: role for role in Role}
+
+
+def apply_token_put(state: State, cmd: TokenPut) -> Applied[TokenPutResult] | Rejected:
+    """Create a token. The same id again with the same digest, tenant and role is a retry
+    (`created=False`); with any of them different it is ALREADY_EXISTS. A bootstrap token
+    changes nothing once an admin token exists."""
+    problem = token_put_problem(cmd)
+    if problem is not None:
+        return Rejected(Code.INVALID_ARGUMENT, problem)
+    role = _ROLES[cmd.role]
+    if cmd.bootstrap and _has_admin(state):
+        return Applied(TokenPutResult(cmd.token_id, created=False))
+    record = state.tokens.get(cmd.token_id)
+    if record is not None:
+        differences = _token_differences(record, cmd.digest, cmd.tenant, role)
+        if differences:
+            return Rejected(Code.ALREADY_EXISTS,
+                            f"token {cmd.token_id} already exists with a different "
+                            f"{', '.join(differences)}")
+        return Applied(TokenPutResult(cmd.token_id, created=False))
+    if len(state.tokens) >= limits.MAX_TOKENS:
+        return Rejected(Code.RESOURCE_EXHAUSTED,
+                        f"{len(state.tokens)} tokens held, the bound MAX_TOKENS="
+                        f"{limits.MAX_TOKENS}: revoke one first")
+    state.tokens[cmd.token_id] = TokenRecord(cmd.token_id, cmd.digest, cmd.tenant, role,
+                                             state.now_ms, cmd.note)
+    assert len(state.tokens) <= limits.MAX_TOKENS
+    return Applied(TokenPutResult(cmd.token_id, created=True))
+
+
+def token_put_problem(cmd: TokenPut) -> str | None:
+    """Why a TOKEN_PUT is malformed (INVALID_ARGUMENT), naming the field, or None. Pure: the
+    gRPC side may ask before proposing."""
+    if not is_token_id(cmd.token_id):
+        return (f"token_id: must be {TOKEN_ID_CHARS} lowercase hex characters, "
+                f"got {show(cmd.token_id)}")
+    if len(cmd.digest) != TOKEN_DIGEST_BYTES:
+        return (f"digest: must be {TOKEN_DIGEST_BYTES} bytes (the sha256 of the secret), "
+                f"got {len(cmd.digest)}")
+    if cmd.tenant != ALL_TENANTS:
+        problem = tenant_name_problem(cmd.tenant)
+        if problem is not None:
+            return f"tenant: a tenant name (or {ALL_TENANTS!r} for every tenant) {problem}"
+    if cmd.role not in _ROLES:
+        roles = ", ".join(repr(role) for role in _ROLES)
+        return f"role: must be one of {roles}, got {show(cmd.role)}"
+    if len(cmd.note) > limits.MAX_TOKEN_NOTE_CHARS:
+        return (f"note: must be at most MAX_TOKEN_NOTE_CHARS={limits.MAX_TOKEN_NOTE_CHARS} "
+                f"characters, got {len(cmd.note)}")
+    if not cmd.note.isprintable():
+        return f"note: must be printable text (no control characters), got {show(cmd.note)}"
+    if cmd.bootstrap and cmd.role != Role.ADMIN:
+        return f"bootstrap: the bootstrap token must have role 'admin', got {show(cmd.role)}"
+    return None
+
+
+def is_token_id(value: str) -> bool:
+    """Exactly TOKEN_ID_CHARS lowercase hex characters."""
+    return len(value) == TOKEN_ID_CHARS and _HEX_DIGITS.issuperset(value)
+
+
+def _token_differences(record: TokenRecord, digest: bytes, tenant: str, role: Role) -> list[str]:
+    """What makes a TOKEN_PUT differ from the token of its id (the digest itself is not shown)."""
+    differences = []
+    if record.digest != digest:
+        differences.append("digest")
+    if record.tenant != tenant:
+        differences.append(f"tenant ({show(record.tenant)}, not {show(tenant)})")
+    if record.role != role:
+        differences.append(f"role ({record.role.value!r}, not {role.value!r})")
+    return differences
+
+
+def apply_token_revoke(state: State, cmd: TokenRevoke) -> Applied[TokenRevokeResult] | Rejected:
+    record = state.tokens.get(cmd.token_id)
+    if record is None:
+        return Rejected(Code.NOT_FOUND, f"token {show(cmd.token_id)} not found")
+    if record.role == Role.ADMIN and _admin_count(state) == 1:
+        return Rejected(Code.FAILED_PRECONDITION,
+                        f"token {cmd.token_id} is the last admin token: without one the cluster "
+                        f"cannot be managed; create another admin token first")
+    del state.tokens[cmd.token_id]
+    assert _admin_count(state) > 0 or record.role != Role.ADMIN
+    return Applied(TokenRevokeResult(cmd.token_id))
+
+
+def token_of(state: State, token_id: str) -> TokenRecord | None:
+    """The token of that id, or None. The caller compares digests (in constant time)."""
+    return state.tokens.get(token_id)
+
+
+def _has_admin(state: State) -> bool:
+    return any(token.role == Role.ADMIN for token in state.tokens.values())
+
+
+def _admin_count(state: State) -> int:
+    """O(tokens), at most MAX_TOKENS: only token commands ask, and they are rare."""
+    return sum(1 for token in state.tokens.values() if token.role == Role.ADMIN)
 
 
 # --- job submit ---------------------------------------------------------------------------------

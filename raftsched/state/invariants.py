@@ -6,7 +6,8 @@ queue sizes, kill directives) match what they count; a job's state is the one it
 fences are unique and grow along each task's attempts; only a task's current attempt may be
 live, and exactly when the task is ASSIGNED or RUNNING, registered on its cluster; dependencies
 were satisfied before a task became runnable; each cluster's reservations are the sum of its
-live attempts and fit its capacity unless it is marked overcommitted.
+live attempts and fit its capacity unless it is marked overcommitted; API tokens are within
+MAX_TOKENS, each well-formed as TOKEN_PUT requires, keyed by its id, and in creation order.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import itertools
 from raftsched import limits
 from raftsched.spec.job import runs_when_upstream_done
 from raftsched.state import feasibility
-from raftsched.state.fsm import derive_job_state, ready_entry_live
+from raftsched.state.commands import TokenPut
+from raftsched.state.fsm import derive_job_state, ready_entry_live, token_put_problem
 from raftsched.state.model import (
     LIVE_ATTEMPT_STATES,
     TERMINAL_JOB_STATES,
@@ -72,6 +74,7 @@ def check_invariants(state: State) -> None:
         _check_cluster(state, cluster)
     assert state.kill_count == sum(len(c.kills) for c in state.clusters.values())
     assert len(state.idempotency) <= len(state.idempotency_order)
+    _check_tokens(state)
 
 
 def _check_job(state: State, job: Job, fences: set[int]) -> None:
@@ -142,3 +145,16 @@ def _check_cluster(state: State, cluster: Cluster) -> None:
     if not cluster.overcommitted:
         assert feasibility.within_capacity(cluster), \
             f"cluster {cluster.id} reserved past its capacity"
+
+
+def _check_tokens(state: State) -> None:
+    """Only what always holds: no "an admin exists" (a fresh cluster has no token at all)."""
+    assert len(state.tokens) <= limits.MAX_TOKENS, len(state.tokens)
+    created_ms = 0
+    for token_id, token in state.tokens.items():
+        assert token.id == token_id, (token_id, token.id)
+        as_put = TokenPut(token.id, token.digest, token.tenant, str(token.role), token.note, 0)
+        problem = token_put_problem(as_put)
+        assert problem is None, f"token {token_id}: {problem}"
+        assert created_ms <= token.created_ms <= state.now_ms, f"token {token_id} out of order"
+        created_ms = token.created_ms

@@ -1,4 +1,5 @@
-"""The replicated state's data types: jobs, tasks, attempts, clusters, ready queues, timers.
+"""The replicated state's data types: jobs, tasks, attempts, clusters, ready queues, timers,
+API tokens.
 
 Plain slotted records with no behaviour beyond small derived properties; `fsm.py` owns every
 transition. Kept separate so `snapshot.py`, `placement.py` and the read side can import the
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from enum import IntEnum
+from enum import IntEnum, StrEnum
 
 from raftsched.spec.job import JobSpec, TaskSpec
 from raftsched.state.commands import ClusterStatus
@@ -203,6 +204,38 @@ class IdempotencyRecord:
     created_ms: int
 
 
+class Role(StrEnum):
+    """What an API token's holder may do; which RPC needs which role is the gRPC side's rule."""
+
+    USER = "user"
+    OPERATOR = "operator"
+    ADMIN = "admin"
+
+
+ALL_TENANTS = "*"
+"""A token's `tenant` that stands for every tenant (never a tenant name: names start with a
+letter or digit)."""
+TOKEN_ID_CHARS = 16
+"""A token id is exactly this many lowercase hex characters."""
+TOKEN_DIGEST_BYTES = 32
+"""A token's digest: the sha256 of its secret."""
+
+
+@dataclass(slots=True)
+class TokenRecord:
+    """An API token as the state holds it. The secret never enters the log or the state: the
+    caller hashes it, and the state keeps only the digest."""
+
+    id: str
+    digest: bytes
+    """sha256 of the token's secret (TOKEN_DIGEST_BYTES)."""
+    tenant: str
+    """The tenant the token acts for, or ALL_TENANTS."""
+    role: Role
+    created_ms: int
+    note: str
+
+
 @dataclass(slots=True)
 class State:
     now_ms: int = 0
@@ -226,6 +259,8 @@ class State:
     kill_count: int = 0
     replica_addresses: dict[str, str] = field(default_factory=dict)
     """Raft address -> gRPC address, as announced in barriers."""
+    tokens: dict[str, TokenRecord] = field(default_factory=dict)
+    """API tokens by id, in creation order (at most MAX_TOKENS)."""
     live_task_counts: list[int] = field(default_factory=lambda: [0] * len(TaskState))
     """Tasks of jobs not yet terminal, by state: kept on every transition so that gauges read
     it in O(1). Derived (not in snapshots: recomputed when one is loaded)."""

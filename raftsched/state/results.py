@@ -120,6 +120,19 @@ class BarrierResult:
     """The proposer's nonce: a leader recognises its own barrier by it."""
 
 
+@dataclass(frozen=True, slots=True)
+class TokenPutResult:
+    token_id: str
+    created: bool
+    """False when nothing changed: an identical retry of the same id, or a bootstrap token
+    proposed while an admin token already exists."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRevokeResult:
+    token_id: str
+
+
 Result = (
     JobSubmitted
     | JobCancelled
@@ -130,5 +143,7 @@ Result = (
     | TickResult
     | MarkedLost
     | BarrierResult
+    | TokenPutResult
+    | TokenRevokeResult
 )
 """What `fsm.Applied.result` holds: one type per command."""

@@ -2,15 +2,19 @@
 
 Layout: MAGIC, a 2-byte big-endian format version, then records in a fixed order — meta, the
 clusters, one record per job (spec in wire form + runtime of every task), the ready queues, the
-idempotency keys, the timers, the finished-job order, and a trailing `extra` record (opaque to
-us; the Raft adapter keeps the library's bookkeeping there). Dict insertion orders are preserved,
-so `dump(load(b)) == b` and a replica restored from a snapshot keeps producing the same bytes as
-one that never was.
+idempotency keys, the timers, the finished-job order, the API tokens (format 3), and a trailing
+`extra` record (opaque to us; the Raft adapter keeps the library's bookkeeping there). Dict
+insertion orders are preserved, so `dump(load(b)) == b` and a replica restored from a snapshot
+keeps producing the same bytes as one that never was.
 
-Format 2 ends with the CRC-32 of everything before it (4 bytes, big-endian). A snapshot is only
-ever written by a replica from its own validated state, so once the checksum holds its job specs
-are rebuilt without re-validation (`wire.from_trusted_wire`): loading a million tasks costs a few
-seconds, not a minute. Format 1 (no checksum) is still read, re-validating every spec.
+Formats 2 and 3 end with the CRC-32 of everything before it (4 bytes, big-endian). A snapshot is
+only ever written by a replica from its own validated state, so once the checksum holds its job
+specs are rebuilt without re-validation (`wire.from_trusted_wire`): loading a million tasks costs
+a few seconds, not a minute. Format 1 (no checksum) is still read, re-validating every spec.
+
+Format 3 adds the tokens record (id, digest, tenant, role, created ms, note per token, in
+creation order) before `extra`; every other record is byte for byte what format 2 wrote. Formats 1
+and 2 still load, with no tokens.
 """
 
 from __future__ import annotations
@@ -40,16 +44,19 @@ from raftsched.state.model import (
     Note,
     ReadyEntry,
     ReadyQueue,
+    Role,
     ShapeQueue,
     State,
     Task,
     TaskState,
+    TokenRecord,
     shape_of,
 )
 
 MAGIC = b"RSFSM\x00"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+_TOKENS_SINCE_VERSION = 3
 _CRC_BYTES = 4
 _TASK_STATES = {int(s): s for s in TaskState}
 _ATTEMPT_STATES = {int(s): s for s in AttemptState}
@@ -101,6 +108,10 @@ def dump_to(target: IO[bytes], state: State, extra: Any = None) -> None:
     out.write(packer.pack(list(state.idempotency_order)))
     out.write(packer.pack(state.timers))
     out.write(packer.pack(list(state.finished_jobs)))
+    out.write(packer.pack([
+        [t.id, t.digest, t.tenant, t.role.value, t.created_ms, t.note]
+        for t in state.tokens.values()
+    ]))
     out.write(packer.pack(extra))
     target.write(out.crc.to_bytes(_CRC_BYTES, "big"))
 
@@ -183,7 +194,7 @@ def load_with_extra(source: IO[bytes]) -> tuple[State, Any]:
     if version == 1:
         unpacker = msgpack.Unpacker(source, raw=False, strict_map_key=False,
                                     max_buffer_size=2**31 - 1)
-        return _read(unpacker, trusted=False)
+        return _read(unpacker, version, trusted=False)
     body = source.read(limits.MAX_SNAPSHOT_BYTES + 1)
     if len(body) > limits.MAX_SNAPSHOT_BYTES:
         raise SnapshotError(f"snapshot larger than MAX_SNAPSHOT_BYTES={limits.MAX_SNAPSHOT_BYTES}")
@@ -194,12 +205,12 @@ def load_with_extra(source: IO[bytes]) -> tuple[State, Any]:
     unpacker = msgpack.Unpacker(raw=False, strict_map_key=False, use_list=False,
                                 max_buffer_size=max(len(records), 1))
     unpacker.feed(records)
-    return _read(unpacker, trusted=True)
+    return _read(unpacker, version, trusted=True)
 
 
-def _read(unpacker: msgpack.Unpacker, *, trusted: bool) -> tuple[State, Any]:
+def _read(unpacker: msgpack.Unpacker, version: int, *, trusted: bool) -> tuple[State, Any]:
     try:
-        state, extra = _read_records(unpacker, trusted)
+        state, extra = _read_records(unpacker, version, trusted)
     except (StopIteration, ValueError, TypeError, KeyError, IndexError) as exc:
         raise SnapshotError(f"corrupt snapshot: {exc!r}") from exc
     if trusted and next(unpacker, None) is not None:
@@ -207,7 +218,8 @@ def _read(unpacker: msgpack.Unpacker, *, trusted: bool) -> tuple[State, Any]:
     return state, extra
 
 
-def _read_records(unpacker: msgpack.Unpacker, trusted: bool) -> tuple[State, Any]:
+def _read_records(unpacker: msgpack.Unpacker, version: int,
+                  trusted: bool) -> tuple[State, Any]:
     meta = next(unpacker)
     state = State(now_ms=meta[0], fence=meta[1], next_job_seq=meta[2], live_jobs=meta[3],
                   task_count=meta[4], timers_rebuild_at=meta[5], kill_count=meta[6],
@@ -225,6 +237,10 @@ def _read_records(unpacker: msgpack.Unpacker, trusted: bool) -> tuple[State, Any
     state.idempotency_order = deque(tuple(e) for e in next(unpacker))
     state.timers = [tuple(e) for e in next(unpacker)]
     state.finished_jobs = deque(tuple(e) for e in next(unpacker))
+    if version >= _TOKENS_SINCE_VERSION:
+        for token_id, digest, tenant, role, created_ms, note in next(unpacker):
+            state.tokens[token_id] = TokenRecord(token_id, digest, tenant, Role(role),
+                                                 created_ms, note)
     for job in state.jobs.values():
         if job.state not in TERMINAL_JOB_STATES:
             for task_state, count in enumerate(job.counts):

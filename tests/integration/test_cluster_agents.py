@@ -16,7 +16,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from raftsched import limits, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
-from tests.support.cluster import LocalCluster, plus_one, running, wait_for
+from tests.support.cluster import LocalCluster, plus_one, running, wait_for, with_token
 
 pytestmark = [pytest.mark.integration]
 
@@ -178,7 +178,9 @@ def test_watch_streams_past_the_caps_are_refused_and_agents_stay_ready(
     once the streams are cancelled their slots are free again."""
     client = cluster.client()
     job_id = client.submit(UNPLACEABLE).job_id
-    channel = tls.open_channel(cluster.grpc[cluster.wait_leader()], cluster.user_tls, ())
+    assert cluster.admin_token is not None
+    channel = with_token(tls.open_channel(cluster.grpc[cluster.wait_leader()], cluster.user_tls,
+                                          ()), cluster.admin_token)
     request = pb.WatchJobRequest(job_id=job_id)
     calls = [pb_grpc.SchedulerStub(channel).WatchJob(request, timeout=STREAM_DEADLINE_S)
              for _ in range(limits.MAX_RPC_WORKERS)]

@@ -18,7 +18,7 @@ from grpc_status import rpc_status  # type: ignore[import-untyped]
 from raftsched import limits, rpc, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
-from tests.support.cluster import LocalCluster, running
+from tests.support.cluster import LocalCluster, running, with_token
 
 pytestmark = [pytest.mark.integration]
 
@@ -48,8 +48,9 @@ def replica(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 def channel(replica: LocalCluster) -> Iterator[grpc.Channel]:
     """A user's channel (mutual TLS, as the cluster serves): the refusals come before any check
     of who calls, so the AgentGateway's are tested through it too."""
+    assert replica.admin_token is not None
     with tls.open_channel(replica.grpc[0], replica.user_tls, rpc.CHANNEL_OPTIONS) as opened:
-        yield opened
+        yield with_token(opened, replica.admin_token)
 
 
 def observed(channel: grpc.Channel) -> tuple[Any, ...]:

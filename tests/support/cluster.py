@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from raftsched import tls
+import grpc
+
+from raftsched import tls, tokens
 from raftsched.client.client import Client
 from raftsched.dev import pki
 from raftsched.dev.cluster import pick_free_ports
@@ -70,10 +72,16 @@ class LocalCluster:
         self.secret_file.write_text(SECRET)
         self.authority: pki.Authority | None = None
         self.user_tls: tls.TlsFiles | None = None
+        self.admin_token: str | None = None
+        """The bootstrap admin token (role admin, every tenant): `client()` sends it."""
         if self.secure:
             self.authority = pki.create_authority(self.root / "tls")
             self.replica_tls: tls.TlsFiles = pki.issue_replica(self.authority, ["127.0.0.1"])
             self.user_tls = pki.issue_user(self.authority, "tests")
+            self.admin_token = tokens.new_token().token
+            self.token_file = self.root / "tls" / "admin.token"
+            self.token_file.write_text(self.admin_token + "\n")
+            self.token_file.chmod(0o600)
         self.raft = [f"127.0.0.1:{free_port()}" for _ in range(self.replica_count)]
         self.grpc = [f"127.0.0.1:{free_port()}" for _ in range(self.replica_count)]
         for i in range(self.replica_count):
@@ -102,7 +110,8 @@ class LocalCluster:
             return ["--insecure-dev"]
         files = self.replica_tls
         return ["--secret-file", str(self.secret_file), "--tls-ca", str(files.ca),
-                "--tls-cert", str(files.cert), "--tls-key", str(files.key)]
+                "--tls-cert", str(files.cert), "--tls-key", str(files.key),
+                "--bootstrap-token-file", str(self.token_file)]
 
     def agent_tls(self, cluster_id: str) -> tls.TlsFiles | None:
         """A certificate for the agent of `cluster_id` (made on first use); None if insecure."""
@@ -112,6 +121,7 @@ class LocalCluster:
 
     def client(self, **kwargs: Any) -> Client:
         kwargs.setdefault("tls_files", self.user_tls)
+        kwargs.setdefault("token", self.admin_token)
         client = Client(self.grpc, **kwargs)
         self.clients.append(client)
         return client
@@ -201,6 +211,27 @@ def running(root: Path, **options: Any) -> Iterator[LocalCluster]:
         raise
     finally:
         local.close()
+
+
+def with_token(channel: grpc.Channel, token: str) -> grpc.Channel:
+    """`channel` sending `authorization: Bearer TOKEN` with every unary and server-stream call
+    (raw calls in tests; the Client does this itself)."""
+    return grpc.intercept_channel(channel, _Bearer(token))
+
+
+class _Bearer(grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+              grpc.UnaryStreamClientInterceptor):
+    def __init__(self, token: str) -> None:
+        self._metadata = (("authorization", f"Bearer {token}"),)
+
+    def _with_token(self, details: Any) -> Any:
+        return details._replace(metadata=(*(details.metadata or ()), *self._metadata))
+
+    def intercept_unary_unary(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._with_token(details), request)
+
+    def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
+        return continuation(self._with_token(details), request)
 
 
 def _accepts(address: str) -> bool:

@@ -3,8 +3,10 @@
 `next_command(chooser, harness)` draws one command of any kind, valid or not: submits of random
 DAGs (with reused idempotency keys), plans from the real planner and random placements, reports
 with current, stale, duplicate and made-up fences from the right and wrong clusters, cancels,
-cluster status changes and re-registrations, operator mark-lost, and ticks. A `Chooser` hides
-where the choices come from: Hypothesis (shrinkable) or a seeded `random.Random` (replayable).
+cluster status changes and re-registrations, operator mark-lost, API token puts (retries,
+conflicts, bootstraps, malformed ones) and revokes (of the last admin too), and ticks. A
+`Chooser` hides where the choices come from: Hypothesis (shrinkable) or a seeded `random.Random`
+(replayable).
 """
 
 from __future__ import annotations
@@ -27,6 +29,10 @@ CLUSTERS = ("east", "west", "gpu")
 CAPS = {"east": ("linux",), "west": ("linux", "ssd"), "gpu": ("linux", "gpu")}
 TENANTS = ("alpha", "beta")
 KEYS = ("k1", "k2", "k3")
+TOKEN_IDS = ("a000000000000001", "a000000000000002", "b000000000000001", "b000000000000002")
+TOKEN_DIGESTS = (b"\x01" * 32, b"\x02" * 32)
+TOKEN_TENANTS = ("*", "alpha", "beta")
+TOKEN_ROLES = ("user", "operator", "admin")
 
 
 class Chooser(Protocol):
@@ -150,8 +156,35 @@ def _mark_lost(ch: Chooser, h: Harness) -> c.Command:
     return c.AttemptMarkLost(job_id, task_id, attempt.fence, h.now_ms, "gen")
 
 
+def _token_put(ch: Chooser, h: Harness) -> c.Command:
+    """From small pools, so that ids collide: identical retries, conflicts, bootstraps once an
+    admin exists; now and then a malformed field (a short digest, a bad tenant or role)."""
+    tokens = list(h.state.tokens.values())
+    if tokens and ch.int(0, 3) == 0:
+        token = ch.choice(tokens)
+        return c.TokenPut(token.id, token.digest, token.tenant, token.role.value, "retry",
+                          h.now_ms, bootstrap=ch.int(0, 3) == 0)
+    bootstrap = ch.int(0, 3) == 0
+    digest, tenant = ch.choice(TOKEN_DIGESTS), ch.choice(TOKEN_TENANTS)
+    role = "admin" if bootstrap and ch.int(0, 5) else ch.choice(TOKEN_ROLES)
+    malformed = ch.int(0, 11)
+    if malformed == 0:
+        digest = digest[:-1]
+    elif malformed == 1:
+        tenant = "not a name"
+    elif malformed == 2:
+        role = "root"
+    return c.TokenPut(ch.choice(TOKEN_IDS), digest, tenant, role, ch.choice(["", "gen"]),
+                      h.now_ms, bootstrap=bootstrap)
+
+
+def _token_revoke(ch: Chooser, h: Harness) -> c.Command:
+    tokens = list(h.state.tokens)
+    return c.TokenRevoke(ch.choice(tokens if tokens and ch.int(0, 3) else TOKEN_IDS), h.now_ms)
+
+
 def next_command(ch: Chooser, h: Harness, job_counter: list[int]) -> c.Command:
-    kind = ch.int(0, 19)
+    kind = ch.int(0, 21)
     if kind <= 2:
         job_counter[0] += 1
         wire = doc_to_wire(random_job(ch))
@@ -171,5 +204,9 @@ def next_command(ch: Chooser, h: Harness, job_counter: list[int]) -> c.Command:
         return _register(ch, h)
     if kind == 17:
         return _mark_lost(ch, h)
+    if kind == 20:
+        return _token_put(ch, h)
+    if kind == 21:
+        return _token_revoke(ch, h)
     h.now_ms += ch.choice([0, 100, 1_000, 5_000, 40_000, 70_000])
     return c.Tick(h.now_ms, ch.int(0, 2**64 - 1))

@@ -154,7 +154,8 @@ def made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Made:
 def fake(monkeypatch: pytest.MonkeyPatch, made: Made) -> FakeClient:
     client = FakeClient()
 
-    def make_client(servers: list[str], timeout_s: float, tls_files: Any = None) -> FakeClient:
+    def make_client(servers: list[str], timeout_s: float, tls_files: Any = None,
+                    token: str | None = None) -> FakeClient:
         made.servers.append(servers)
         made.timeouts.append(timeout_s)
         made.tls.append(tls_files)

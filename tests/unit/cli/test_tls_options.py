@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import pytest
 
-from raftsched import rpc, tls
+from raftsched import eventlog, rpc, tls, tokens
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.cli import common
@@ -27,6 +27,7 @@ from raftsched.dev import cluster as devcluster
 from raftsched.dev import pki
 from raftsched.errors import Code, RaftschedError
 from raftsched.replica import identity
+from raftsched.state.model import ALL_TENANTS, Role, State, TokenRecord
 from tests.support import paths
 
 TIMEOUT_S = "20"
@@ -46,13 +47,14 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
 @dataclass
 class Made:
     tls: list[tls.TlsFiles | None]
+    tokens: list[str | None]
 
 
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Made:
     """A fake client (it records its TLS files), servers from the environment, no TLS settings
     and no dev cluster."""
-    seen = Made([])
+    seen = Made([], [])
 
     class Fake:
         def get_job(self, job_id: str) -> Any:
@@ -63,8 +65,9 @@ def made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Made:
             pass
 
     def make_client(servers: list[str], timeout_s: float,
-                    tls_files: tls.TlsFiles | None = None) -> Any:
+                    tls_files: tls.TlsFiles | None = None, token: str | None = None) -> Any:
         seen.tls.append(tls_files)
+        seen.tokens.append(token)
         return Fake()
 
     monkeypatch.setattr(common, "make_client", make_client)
@@ -72,6 +75,7 @@ def made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Made:
     monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(tmp_path / "dev"))
     for name in common.TLS_ENV:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(common.TOKEN_ENV, TOKEN.token)
     return seen
 
 
@@ -87,6 +91,26 @@ def record_dev_cluster(directory: Path, *, insecure: bool,
 
 def files(prefix: str) -> tls.TlsFiles:
     return tls.TlsFiles(Path(f"{prefix}ca"), Path(f"{prefix}cert"), Path(f"{prefix}key"))
+
+
+def test_the_token_comes_from_the_flag_then_the_environment_then_the_dev_cluster(
+        capsys: pytest.CaptureFixture[str], made: Made, monkeypatch: pytest.MonkeyPatch,
+        tmp_path: Path) -> None:
+    monkeypatch.delenv(common.TOKEN_ENV, raising=False)
+    dev_token, env_token, flag_token = (tokens.new_token().token for _ in range(3))
+    (tmp_path / "admin.token").write_text(dev_token + "\n")
+    dev = devcluster.TlsPaths("dev-ca", "dev-cert", "dev-key", str(tmp_path / "admin.token"))
+    record_dev_cluster(tmp_path / "dev", insecure=False, user_tls=dev)
+    assert run(capsys, "job", "status", "j")[0] == 0
+    assert made.tokens[-1] == dev_token
+    monkeypatch.setenv(common.TOKEN_ENV, env_token)
+    assert run(capsys, "job", "status", "j")[0] == 0
+    assert made.tokens[-1] == env_token
+    assert run(capsys, "job", "status", "j", "--token", flag_token)[0] == 0
+    assert made.tokens[-1] == flag_token
+    code, _, err = run(capsys, "job", "status", "j", "--token", "hunter2")
+    assert code == 2 and "is not a token" in err and "hunter2" not in err
+    assert common.TOKEN_ENV == tokens.TOKEN_ENV
 
 
 def test_the_env_names_are_raftsched_tls_ones() -> None:
@@ -188,6 +212,25 @@ class Pki:
     foreign_ca: Path
 
 
+TOKEN = tokens.new_token()
+"""The stand-in server knows this one token (role user, every tenant)."""
+
+
+class OneToken:
+    """The guard's state reader: a state holding TOKEN only."""
+
+    def __init__(self) -> None:
+        self.state = State()
+        self.state.tokens[TOKEN.token_id] = TokenRecord(TOKEN.token_id, TOKEN.digest,
+                                                        ALL_TENANTS, Role.USER, 0, "test")
+
+    def read(self, fn: Any) -> Any:
+        return fn(self.state)
+
+    def current_read(self, context: Any, fn: Any) -> Any:
+        return fn(self.state)
+
+
 @dataclass
 class Served:
     secure: list[str]
@@ -205,8 +248,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
                  impostor=pki.issue_user(foreign, "ada"), foreign_ca=foreign.ca_path)
     scheduler = pb.DESCRIPTOR.services_by_name["Scheduler"]
     secure = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_SchedulerServicer_to_server(identity.guard(Jobs(), scheduler, secure=True),
-                                            secure)
+    pb_grpc.add_SchedulerServicer_to_server(
+        identity.guard(Jobs(), scheduler, secure=True, reader=OneToken()), secure)
     port = secure.add_secure_port(
         "127.0.0.1:0", pki.issue_replica(authority, []).server_credentials())
     plain = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
@@ -228,6 +271,7 @@ def no_dev_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv(common.SERVERS_ENV, raising=False)
     for name in common.TLS_ENV:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(common.TOKEN_ENV, TOKEN.token)
 
 
 def flags(files: tls.TlsFiles) -> list[str]:
@@ -240,6 +284,9 @@ def status(capsys: pytest.CaptureFixture[str], servers: list[str],
     started_s = time.monotonic()
     code, out, err = run(capsys, "job", "status", "j", "--servers", ",".join(servers),
                          "--timeout", TIMEOUT_S, *options)
+    # The stand-in server runs in this process: drop its own event lines (JSON) from stderr.
+    err = "".join(line for line in err.splitlines(keepends=True)
+                  if eventlog.parse_line(line) is None)
     return code, out, err, time.monotonic() - started_s
 
 

@@ -50,7 +50,7 @@ def test_state_file_round_trip(tmp_path: Path) -> None:
     assert document["replicas"][0]["start_time_ticks"] == 555
     assert document["insecure"] is False
     assert document["user_tls"] == {"ca": "/d/tls/ca.pem", "cert": "/d/tls/u.pem",
-                                    "key": "/d/tls/u.key"}
+                                    "key": "/d/tls/u.key", "token": ""}
     assert not (tmp_path / "cluster.json.tmp").exists()
 
 
@@ -72,6 +72,7 @@ def test_a_state_file_from_before_tls_describes_a_plaintext_cluster(tmp_path: Pa
     lambda d: d.update(created_ms="x"),
     lambda d: d.update(insecure="no"),
     lambda d: d.update(user_tls={"ca": "x"}),
+    lambda d: d.update(user_tls={"ca": "x", "cert": "y", "key": "z", "token": 7}),
 ])
 def test_a_damaged_state_file_is_refused_by_name(tmp_path: Path, mutate: Any) -> None:
     document = sample_state(tmp_path).to_doc()

@@ -34,5 +34,6 @@ def test_services_are_importable_and_complete() -> None:
         "Scheduler": ["SubmitJob", "GetJob", "ListJobs", "ListTasks", "CancelJob",
                       "GetTaskHistory", "WatchJob", "ExplainTask"],
         "AgentGateway": ["Register", "Heartbeat", "Report"],
-        "Admin": ["ClusterStatus", "AddReplica", "RemoveReplica"],
+        "Admin": ["ClusterStatus", "AddReplica", "RemoveReplica", "CreateToken", "RevokeToken",
+                  "ListTokens"],
     }

@@ -24,6 +24,9 @@ EXAMPLES: list[c.Command] = [
     c.AttemptMarkLost("j1", "a", 4, 12, "operator"),
     c.Barrier("leader-7", 13),
     c.Barrier("leader-8", 14, "127.0.0.1:7001", "127.0.0.1:8001"),
+    c.TokenPut("0123456789abcdef", bytes(range(32)), "*", "admin", "ops on-call", 15),
+    c.TokenPut("fedcba9876543210", b"\x00" * 32, "alpha", "user", "", 16, bootstrap=True),
+    c.TokenRevoke("0123456789abcdef", 17),
 ]
 
 
@@ -37,6 +40,7 @@ def test_tags_are_append_only() -> None:
     assert {t.name: t.value for t in c.Tag} == {
         "JOB_SUBMIT": 1, "JOB_CANCEL": 2, "CLUSTER_REGISTER": 3, "CLUSTER_STATUS": 4,
         "ASSIGN_BATCH": 5, "REPORT_BATCH": 6, "TICK": 7, "ATTEMPT_MARK_LOST": 8, "BARRIER": 9,
+        "TOKEN_PUT": 10, "TOKEN_REVOKE": 11,
     }
 
 
@@ -57,6 +61,25 @@ def raw(tag: c.Tag, payload: object) -> bytes:
      "unknown report kind 7"),
     (raw(c.Tag.ASSIGN_BATCH, [1, [["j", "t", "c"]] * (limits.MAX_BATCH_ITEMS + 1)]),
      "over the bound"),
+    (raw(c.Tag.TOKEN_PUT, ["0" * 16, b"d" * 32, "*", "admin", "", 1]),
+     "TOKEN_PUT: expected a list of 7 fields"),
+    (raw(c.Tag.TOKEN_PUT, ["0" * 16, "d" * 32, "*", "admin", "", 1, False]),
+     "digest: expected bytes, got str"),
+    (raw(c.Tag.TOKEN_PUT, ["0" * 16, b"d" * 65, "*", "admin", "", 1, False]),
+     "digest: longer than 64 bytes"),
+    (raw(c.Tag.TOKEN_PUT, [16, b"d" * 32, "*", "admin", "", 1, False]),
+     "token_id: expected a string, got int"),
+    (raw(c.Tag.TOKEN_PUT, ["0" * 16, b"d" * 32, "t" * (limits.MAX_ID_CHARS + 1), "admin", "", 1,
+                           False]), "tenant: longer than"),
+    (raw(c.Tag.TOKEN_PUT, ["0" * 16, b"d" * 32, "*", 3, "", 1, False]),
+     "role: expected a string, got int"),
+    (raw(c.Tag.TOKEN_PUT, ["0" * 16, b"d" * 32, "*", "admin",
+                           "n" * (limits.MAX_TOKEN_NOTE_CHARS + 1), 1, False]),
+     f"note: longer than {limits.MAX_TOKEN_NOTE_CHARS} characters"),
+    (raw(c.Tag.TOKEN_PUT, ["0" * 16, b"d" * 32, "*", "admin", "", 1, 1]),
+     "bootstrap: expected a boolean"),
+    (raw(c.Tag.TOKEN_REVOKE, ["0" * 16]), "TOKEN_REVOKE: expected a list of 2 fields"),
+    (raw(c.Tag.TOKEN_REVOKE, ["0" * 16, -1]), "now_ms: -1 is outside"),
     (bytes([c.Tag.TICK]) + b"\xc1", "malformed msgpack"),
     (raw(c.Tag.TICK, [1, 2]) + b"\x00", "malformed msgpack"),
 ])

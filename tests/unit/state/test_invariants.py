@@ -7,8 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
+from raftsched import limits
+from raftsched.state import commands as c
 from raftsched.state import invariants
-from raftsched.state.model import AttemptState, State, TaskState
+from raftsched.state.model import AttemptState, Role, State, TaskState, TokenRecord
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
 
@@ -21,7 +23,27 @@ def busy() -> Harness:
     h.run_task("east", "j1", "a")
     fence = h.assign_one("j1", "b", "west")
     h.started("west", "j1", "b", fence)
+    h.ok(c.TokenPut(ADMIN, b"\x01" * 32, "*", "admin", "", h.now_ms, bootstrap=True))
+    h.tick(5)
+    h.ok(c.TokenPut(USER, b"\x02" * 32, "default", "user", "ci", h.now_ms))
     return h
+
+
+ADMIN, USER = "a000000000000001", "b000000000000001"
+
+
+def _rekey_token(s: State) -> None:
+    s.tokens["c000000000000001"] = s.tokens.pop(USER)
+
+
+def _too_many_tokens(s: State) -> None:
+    for n in range(limits.MAX_TOKENS):
+        s.tokens[f"{n:016x}"] = TokenRecord(f"{n:016x}", b"\x03" * 32, "*", Role.USER, s.now_ms, "")
+
+
+def _token(s: State, **fields: object) -> None:
+    for name, value in fields.items():
+        setattr(s.tokens[USER], name, value)
 
 
 def _drift_reservation(s: State) -> None:
@@ -63,6 +85,15 @@ CORRUPTIONS: list[tuple[str, Callable[[State], None], str]] = [
     ("live-attempt-of-ended-task", _end_live_attempt, ""),
     ("ran-before-upstream", _ready_too_early, "before its upstream"),
     ("kill-count", lambda s: setattr(s, "kill_count", 3), ""),
+    ("token-bound", _too_many_tokens, ""),
+    ("token-key", _rekey_token, ""),
+    ("token-id", lambda s: _token(s, id="B000000000000001"), ""),
+    ("token-digest", lambda s: _token(s, digest=b"secret"), "digest: must be 32 bytes"),
+    ("token-tenant", lambda s: _token(s, tenant="a b"), "tenant:"),
+    ("token-role", lambda s: _token(s, role="root"), "role:"),
+    ("token-note", lambda s: _token(s, note="x" * 201), "note:"),
+    ("token-future", lambda s: _token(s, created_ms=s.now_ms + 1), "out of order"),
+    ("token-order", lambda s: _token(s, created_ms=0), "out of order"),
 ]
 
 

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import io
+import zlib
 
+import msgpack
 import pytest
 
 from raftsched.state import commands as c
 from raftsched.state import snapshot
-from raftsched.state.model import State
+from raftsched.state.model import Role, State, TokenRecord
 from tests.support.fsmkit import Harness, assert_same_state, job_doc, task_doc
 
 
@@ -28,6 +30,23 @@ def busy_state() -> Harness:
     h.assign_one("j2", "x", "west")
     h.cancel("j2")
     h.tick(100)
+    return h
+
+
+ADMIN_ID, USER_ID, OPERATOR_ID = "a0a0a0a0a0a0a0a0", "b1b1b1b1b1b1b1b1", "c2c2c2c2c2c2c2c2"
+
+
+def with_tokens(h: Harness) -> Harness:
+    """Three tokens of every role; the user token was revoked and created again, so it comes
+    last in creation order."""
+    h.ok(c.TokenPut(ADMIN_ID, bytes(range(32)), "*", "admin", "bootstrap", h.now_ms,
+                    bootstrap=True))
+    h.ok(c.TokenPut(USER_ID, bytes(32), "other", "user", "ci", h.now_ms))
+    h.tick(5)
+    h.ok(c.TokenPut(OPERATOR_ID, b"\xff" * 32, "default", "operator", "", h.now_ms))
+    h.ok(c.TokenRevoke(USER_ID, h.now_ms))
+    h.tick(5)
+    h.ok(c.TokenPut(USER_ID, bytes(32), "other", "user", "ci, again", h.now_ms))
     return h
 
 
@@ -61,10 +80,67 @@ def test_extra_record_is_carried() -> None:
     assert extra == [1, "raft", None] and state == State()
 
 
-def as_format_1(data: bytes) -> bytes:
-    """Format 2 bytes as format 1 wrote them: the same records, no checksum."""
+def test_tokens_round_trip_in_creation_order() -> None:
+    h = with_tokens(busy_state())
+    data = snapshot.dump(h.state)
+    loaded = snapshot.load(data)
+    assert_same_state(loaded, h.state)
+    assert snapshot.dump(loaded) == data
+    assert list(loaded.tokens) == [ADMIN_ID, OPERATOR_ID, USER_ID]
+    assert loaded.tokens[USER_ID] == TokenRecord(USER_ID, bytes(32), "other", Role.USER,
+                                                 h.now_ms, "ci, again")
+    assert type(loaded.tokens[USER_ID].role) is Role
+
+
+def test_restored_replica_keeps_agreeing_on_tokens() -> None:
+    h = with_tokens(busy_state())
+    twin = Harness(snapshot.load(snapshot.dump(h.state)))
+    twin.now_ms, twin.entropy = h.now_ms, h.entropy
+    for harness in (h, twin):
+        harness.run(c.TokenRevoke(OPERATOR_ID, harness.now_ms))
+        harness.run(c.TokenPut(OPERATOR_ID, b"\x01" * 32, "*", "operator", "", harness.now_ms))
+        harness.run(c.TokenRevoke(ADMIN_ID, harness.now_ms))  # the last admin: refused
+    assert snapshot.dump(twin.state) == snapshot.dump(h.state)
+    assert list(h.state.tokens) == [ADMIN_ID, USER_ID, OPERATOR_ID]
+
+
+def _records(body: bytes) -> list[tuple[int, int]]:
+    """(start, end) of each msgpack record of a snapshot's body."""
+    unpacker = msgpack.Unpacker(raw=False, strict_map_key=False)
+    unpacker.feed(body)
+    bounds, start = [], 0
+    for _ in unpacker:
+        bounds.append((start, unpacker.tell()))
+        start = unpacker.tell()
+    return bounds
+
+
+def as_format_2(data: bytes) -> bytes:
+    """Format 3 bytes of a state without tokens as format 2 wrote them: the same records but
+    the (empty) tokens record, the one before `extra`; a checksum of their own."""
     head = len(snapshot.MAGIC)
-    return data[:head] + (1).to_bytes(2, "big") + data[head + 2:-4]
+    body = data[head + 2:-4]
+    start, end = _records(body)[-2]
+    assert body[start:end] == msgpack.packb([]), "format 2 cannot hold tokens"
+    older = data[:head] + (2).to_bytes(2, "big") + body[:start] + body[end:]
+    return older + zlib.crc32(older).to_bytes(4, "big")
+
+
+def as_format_1(data: bytes) -> bytes:
+    """Format 3 bytes of a state without tokens as format 1 wrote them: the records of format
+    2, no checksum."""
+    head = len(snapshot.MAGIC)
+    older = as_format_2(data)
+    return older[:head] + (1).to_bytes(2, "big") + older[head + 2:-4]
+
+
+def test_a_format_2_snapshot_still_loads_with_no_tokens() -> None:
+    h = busy_state()
+    state, extra = snapshot.load_with_extra(
+        io.BytesIO(as_format_2(snapshot.dump(h.state, extra={"k": [1, 2]}))))
+    assert_same_state(state, h.state)
+    assert extra == {"k": [1, 2]} and state.tokens == {}
+    assert snapshot.dump(state) == snapshot.dump(h.state)  # written back as format 3
 
 
 def test_a_format_1_snapshot_still_loads_through_the_validating_path(
@@ -84,7 +160,7 @@ def test_a_format_1_snapshot_still_loads_through_the_validating_path(
     assert extra == {"k": [1, 2]} and len(validated) == 2
     validated.clear()
     assert_same_state(snapshot.load(snapshot.dump(h.state)), h.state)
-    assert validated == []  # format 2
+    assert validated == []  # format 3
 
 
 def test_a_damaged_byte_anywhere_is_caught_by_the_checksum() -> None:
@@ -107,6 +183,22 @@ def test_foreign_or_damaged_data_is_refused(data: bytes, fragment: str) -> None:
         snapshot.load(data)
 
 
+def test_digest_covers_tokens() -> None:
+    h = busy_state()
+    digests = {snapshot.digest(h.state)}
+    h.ok(c.TokenPut(USER_ID, bytes(32), "other", "user", "ci", h.now_ms))
+    digests.add(snapshot.digest(h.state))
+    h.ok(c.TokenPut(OPERATOR_ID, bytes(32), "other", "operator", "ci", h.now_ms))
+    digests.add(snapshot.digest(h.state))
+    h.state.tokens[USER_ID].note = "edited"  # any field of a token shows (not via the FSM)
+    digests.add(snapshot.digest(h.state))
+    h.state.tokens[USER_ID].digest = b"\x01" * 32
+    digests.add(snapshot.digest(h.state))
+    h.ok(c.TokenRevoke(USER_ID, h.now_ms))
+    digests.add(snapshot.digest(h.state))
+    assert len(digests) == 6
+
+
 def test_digest_names_the_snapshot_bytes() -> None:
     h = busy_state()
     digest = snapshot.digest(h.state)
@@ -116,17 +208,26 @@ def test_digest_names_the_snapshot_bytes() -> None:
     assert snapshot.digest(h.state) != digest
 
 
-PINNED_BUSY_SNAPSHOT_SHA256 = "a3ad5e3640a4e61e42a1f0122ee9cb05088a261d71bdd946d3ca771870b9b13c"
-"""Format 2 (format 1 was fead73c0...: the same records, without the checksum trailer). Was
-9654d2d8... until apply began dropping stale ready-queue entries (`fsm._tidy`): the same format
-and the same logical state, a heap without the garbage of lazy deletion."""
+PINNED_BUSY_SNAPSHOT_SHA256 = "3e1db4dd64519fcd5cf2c51653236c170e9fb7dcfa9b5e96202707bac5373f46"
+"""Format 3, of `with_tokens(busy_state())`: format 3 added the tokens record (before `extra`),
+so the busy state now holds tokens too and the pin covers that record's layout. Format 2 was
+a3ad5e36... (the busy state without tokens; format 1 was fead73c0...: the same records, without
+the checksum trailer); it still is, for the same state written as format 3 and converted back
+(`PINNED_FORMAT_2_SHA256`): format 3 changed no other record. Format 2 was 9654d2d8... until
+apply began dropping stale ready-queue entries (`fsm._tidy`): the same format and the same
+logical state, a heap without the garbage of lazy deletion."""
+PINNED_FORMAT_2_SHA256 = "a3ad5e3640a4e61e42a1f0122ee9cb05088a261d71bdd946d3ca771870b9b13c"
 PINNED_J1_SPEC_DIGEST = "2dc75c554dce7cb6b1a98299472ddbce80bc06c12e86b8c4022dae22118e76aa"
 
 
 def test_snapshot_and_spec_digest_bytes_are_pinned() -> None:
-    """The bytes of a snapshot (FORMAT_VERSION 2) and of a spec's idempotency digest never
+    """The bytes of a snapshot (FORMAT_VERSION 3) and of a spec's idempotency digest never
     change under a refactoring: replicas of different builds must agree byte for byte. A change
     here is a format change: bump FORMAT_VERSION (or the spec's digest) on purpose."""
+    assert snapshot.FORMAT_VERSION == 3
     h = busy_state()
-    assert hashlib.sha256(snapshot.dump(h.state)).hexdigest() == PINNED_BUSY_SNAPSHOT_SHA256
+    assert hashlib.sha256(as_format_2(snapshot.dump(h.state))).hexdigest() \
+        == PINNED_FORMAT_2_SHA256
     assert h.job("j1").spec.digest().hex() == PINNED_J1_SPEC_DIGEST
+    with_tokens(h)
+    assert hashlib.sha256(snapshot.dump(h.state)).hexdigest() == PINNED_BUSY_SNAPSHOT_SHA256
