@@ -413,6 +413,18 @@ class ReportResponse(_message.Message):
     verdicts: _containers.RepeatedCompositeFieldContainer[ReportVerdict]
     def __init__(self, term: _Optional[int] = ..., verdicts: _Optional[_Iterable[_Union[ReportVerdict, _Mapping]]] = ...) -> None: ...
 
+class RemoveClusterRequest(_message.Message):
+    __slots__ = ("cluster_id",)
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    def __init__(self, cluster_id: _Optional[str] = ...) -> None: ...
+
+class RemoveClusterResponse(_message.Message):
+    __slots__ = ("cluster_id",)
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    def __init__(self, cluster_id: _Optional[str] = ...) -> None: ...
+
 class CreateTokenRequest(_message.Message):
     __slots__ = ("tenant", "role", "note")
     TENANT_FIELD_NUMBER: _ClassVar[int]

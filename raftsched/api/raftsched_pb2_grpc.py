@@ -623,6 +623,11 @@ class AdminStub:
                 request_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListTokensRequest.SerializeToString,
                 response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListTokensResponse.FromString,
                 _registered_method=True)
+        self.RemoveCluster = channel.unary_unary(
+                '/raftsched.v1.Admin/RemoveCluster',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.RemoveClusterRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.RemoveClusterResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -668,6 +673,14 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RemoveCluster(self, request, context):
+        """Forget a decommissioned compute cluster (admin only): refused while it has live attempts
+        or unconfirmed kill directives.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -700,6 +713,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListTokens,
                     request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListTokensRequest.FromString,
                     response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListTokensResponse.SerializeToString,
+            ),
+            'RemoveCluster': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveCluster,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.RemoveClusterRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.RemoveClusterResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -867,6 +885,33 @@ class Admin:
             '/raftsched.v1.Admin/ListTokens',
             raftsched_dot_v1_dot_raftsched__pb2.ListTokensRequest.SerializeToString,
             raftsched_dot_v1_dot_raftsched__pb2.ListTokensResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveCluster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Admin/RemoveCluster',
+            raftsched_dot_v1_dot_raftsched__pb2.RemoveClusterRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.RemoveClusterResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,4 +1,4 @@
-"""`raftsched admin status|add-replica|remove-replica|token create|list|revoke`."""
+"""`raftsched admin status|add-replica|remove-replica|remove-cluster|token create|list|revoke`."""
 
 from __future__ import annotations
 
@@ -73,7 +73,26 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
         '[...]}')
     remove.add_argument("raft_address", metavar="RAFT_ADDR")
     remove.set_defaults(handler=_run_admin_remove)
+    gone = command_parser(
+        sub, "remove-cluster", parents, "forget a decommissioned compute cluster",
+        "Forget compute cluster CLUSTER_ID (its history stays in the tasks' attempts). Refused "
+        "while it has live attempts or unconfirmed kill directives: stop its agent first and "
+        "wait until the cluster is LOST and its attempts are replaced or confirmed dead, or "
+        "cancel their jobs. An agent that registers again under that id brings it back.",
+        'output:\n  "removed cluster CLUSTER_ID"\n  --json: {"cluster_id"}')
+    gone.add_argument("cluster_id", metavar="CLUSTER_ID")
+    gone.set_defaults(handler=_run_remove_cluster)
     _register_tokens(sub, parents)
+
+
+def _run_remove_cluster(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        reply = client.remove_cluster(args.cluster_id)
+    if args.json:
+        print_json({"cluster_id": reply.cluster_id})
+    else:
+        print(f"removed cluster {reply.cluster_id}")
+    return EXIT_OK
 
 
 def _register_tokens(sub: Any, parents: list[argparse.ArgumentParser]) -> None:

@@ -195,6 +195,10 @@ class Client:
         return self._call(pb_grpc.AdminStub, "RevokeToken",
                           pb.RevokeTokenRequest(token_id=token_id))
 
+    def remove_cluster(self, cluster_id: str) -> Any:
+        return self._call(pb_grpc.AdminStub, "RemoveCluster",
+                          pb.RemoveClusterRequest(cluster_id=cluster_id))
+
     def list_tokens(self) -> Any:
         return self._call(pb_grpc.AdminStub, "ListTokens", pb.ListTokensRequest())
 

@@ -63,6 +63,7 @@ METHOD_RULES: dict[str, Rule] = {
     "raftsched.v1.Admin/CreateToken": Rule.ADMIN,
     "raftsched.v1.Admin/RevokeToken": Rule.ADMIN,
     "raftsched.v1.Admin/ListTokens": Rule.ADMIN,
+    "raftsched.v1.Admin/RemoveCluster": Rule.ADMIN,
 }
 _NEEDS = {Rule.USER: Role.USER, Rule.OPERATOR: Role.OPERATOR, Rule.ADMIN: Role.ADMIN}
 

@@ -34,6 +34,7 @@ from raftsched.spec.wire import to_wire
 from raftsched.state import commands as c
 from raftsched.state.model import TERMINAL_JOB_STATES, State
 from raftsched.state.results import (
+    ClusterRemoved,
     JobCancelled,
     JobSubmitted,
     Result,
@@ -446,6 +447,13 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         assert isinstance(result, TokenRevokeResult), result
         log.info("token_revoked", token=request.token_id)
         return pb.RevokeTokenResponse(token_id=request.token_id)
+
+    def RemoveCluster(self, request: Any, context: grpc.ServicerContext) -> Any:
+        result = self.ctx.propose(context, c.ClusterRemove(request.cluster_id,
+                                                           self.ctx.clock.now_ms()))
+        assert isinstance(result, ClusterRemoved), result
+        log.info("cluster_removed", cluster=request.cluster_id)
+        return pb.RemoveClusterResponse(cluster_id=request.cluster_id)
 
     def ListTokens(self, request: Any, context: grpc.ServicerContext) -> Any:
         tokens = self.ctx.current_read(context, lambda s: [

@@ -39,6 +39,7 @@ class Tag(IntEnum):
     BARRIER = 9
     TOKEN_PUT = 10
     TOKEN_REVOKE = 11
+    CLUSTER_REMOVE = 12
 
 
 class ClusterStatus(IntEnum):
@@ -164,6 +165,15 @@ class TokenRevoke:
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterRemove:
+    """Forget a compute cluster (an admin's decision): only one with no live attempt and no
+    kill directive left."""
+
+    cluster_id: str
+    now_ms: int
+
+
 Command = (
     JobSubmit
     | JobCancel
@@ -176,6 +186,7 @@ Command = (
     | Barrier
     | TokenPut
     | TokenRevoke
+    | ClusterRemove
 )
 
 # --- encoding -----------------------------------------------------------------------------------
@@ -219,6 +230,8 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
             ]
         case TokenRevoke():
             return Tag.TOKEN_REVOKE, [cmd.token_id, cmd.now_ms]
+        case ClusterRemove():
+            return Tag.CLUSTER_REMOVE, [cmd.cluster_id, cmd.now_ms]
     raise TypeError(f"not a command: {cmd!r}")
 
 
@@ -436,6 +449,11 @@ def _decode_token_revoke(p: Any) -> TokenRevoke:
     return TokenRevoke(_str(token_id, "token_id"), _int(now_ms, "now_ms"))
 
 
+def _decode_cluster_remove(p: Any) -> ClusterRemove:
+    cluster_id, now_ms = _fields(p, 2, "CLUSTER_REMOVE")
+    return ClusterRemove(_str(cluster_id, "cluster_id"), _int(now_ms, "now_ms"))
+
+
 _DECODERS = {
     Tag.JOB_SUBMIT: _decode_submit,
     Tag.JOB_CANCEL: _decode_cancel,
@@ -448,6 +466,7 @@ _DECODERS = {
     Tag.BARRIER: _decode_barrier,
     Tag.TOKEN_PUT: _decode_token_put,
     Tag.TOKEN_REVOKE: _decode_token_revoke,
+    Tag.CLUSTER_REMOVE: _decode_cluster_remove,
 }
 
 

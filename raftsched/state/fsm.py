@@ -30,6 +30,7 @@ from raftsched.state.commands import (
     AttemptMarkLost,
     Barrier,
     ClusterRegister,
+    ClusterRemove,
     ClusterStatus,
     ClusterStatusChange,
     Command,
@@ -76,6 +77,7 @@ from raftsched.state.results import (
     AssignResult,
     BarrierResult,
     ClusterRegistered,
+    ClusterRemoved,
     ClusterStatusChanged,
     Dropped,
     DropReason,
@@ -163,6 +165,8 @@ def apply_command(state: State, cmd: Command) -> Outcome:
             return apply_token_put(state, cmd)
         case TokenRevoke():
             return apply_token_revoke(state, cmd)
+        case ClusterRemove():
+            return apply_cluster_remove(state, cmd)
     raise AssertionError(f"unhandled command {cmd!r}")
 
 
@@ -262,6 +266,26 @@ def apply_token_revoke(state: State, cmd: TokenRevoke) -> Applied[TokenRevokeRes
     del state.tokens[cmd.token_id]
     assert _admin_count(state) > 0 or record.role != Role.ADMIN
     return Applied(TokenRevokeResult(cmd.token_id))
+
+
+def apply_cluster_remove(state: State, cmd: ClusterRemove) -> Applied[ClusterRemoved] | Rejected:
+    """Forget a cluster an admin decommissions. Refused while anything still runs or may run
+    there (live attempts, kill directives the agent has not confirmed): first cancel or wait,
+    or let the cluster go LOST so its attempts are replaced or confirmed dead. Finished
+    attempts keep its id in their history; tasks pinned to it wait (explain says why); an agent
+    that registers again under that id brings it back."""
+    cluster = state.clusters.get(cmd.cluster_id)
+    if cluster is None:
+        return Rejected(Code.NOT_FOUND, f"cluster {show(cmd.cluster_id)} not found")
+    if cluster.live or cluster.kills:
+        return Rejected(Code.FAILED_PRECONDITION,
+                        f"cluster {cmd.cluster_id} still has {len(cluster.live)} live attempt(s) "
+                        f"and {len(cluster.kills)} kill directive(s) unconfirmed: stop its agent "
+                        "and wait until it is LOST and its attempts are replaced or confirmed "
+                        "dead, or cancel their jobs, then remove it")
+    assert not (cluster.reserved_cpu_milli or cluster.reserved_memory_mb or cluster.reserved_gpu)
+    del state.clusters[cmd.cluster_id]
+    return Applied(ClusterRemoved(cmd.cluster_id))
 
 
 def token_of(state: State, token_id: str) -> TokenRecord | None:

@@ -133,6 +133,11 @@ class TokenRevokeResult:
     token_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class ClusterRemoved:
+    cluster_id: str
+
+
 Result = (
     JobSubmitted
     | JobCancelled
@@ -145,5 +150,6 @@ Result = (
     | BarrierResult
     | TokenPutResult
     | TokenRevokeResult
+    | ClusterRemoved
 )
 """What `fsm.Applied.result` holds: one type per command."""

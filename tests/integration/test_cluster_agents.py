@@ -16,6 +16,7 @@ from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from raftsched import limits, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
+from raftsched.errors import Code, RaftschedError
 from tests.support.cluster import LocalCluster, plus_one, running, wait_for, with_token
 
 pytestmark = [pytest.mark.integration]
@@ -221,3 +222,24 @@ def test_watch_streams_past_the_caps_are_refused_and_agents_stay_ready(
 
     wait_for(all_slots_free, 10.0, "the cancelled watches' slots to be free again")
     channel.close()
+
+
+def test_an_admin_removes_an_idle_cluster_but_not_one_running_work(
+        cluster: LocalCluster) -> None:
+    client = cluster.client()
+    job_id = client.submit("name: pinned\ntasks:\n  - {id: t, command: [mock, sleep_ms=60000], "
+                           "cluster: east}\n").job_id
+    wait_for(lambda: client.list_tasks(job_id).tasks[0].state == "RUNNING" or None, 30,
+             "the task to run on east")
+    with pytest.raises(RaftschedError) as refused:
+        client.remove_cluster("east")
+    assert refused.value.code == Code.FAILED_PRECONDITION and "live attempt" in str(refused.value)
+    cluster.add_agent("gone")
+    cluster.wait_clusters_ready("gone")
+    cluster.agents["gone"].kill()  # decommissioned: its agent is stopped first
+    assert client.remove_cluster("gone").cluster_id == "gone"
+    ids = {c.cluster_id for c in client.cluster_status().clusters}
+    assert "gone" not in ids and {"east", "west"} <= ids
+    with pytest.raises(RaftschedError) as missing:
+        client.remove_cluster("gone")
+    assert missing.value.code == Code.NOT_FOUND

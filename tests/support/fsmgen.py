@@ -137,7 +137,10 @@ def _assign(ch: Chooser, h: Harness) -> c.Command:
 
 def _register(ch: Chooser, h: Harness) -> c.Command:
     cluster_id = ch.choice(CLUSTERS)
-    cluster = h.state.clusters[cluster_id]
+    cluster = h.state.clusters.get(cluster_id)
+    if cluster is None:  # removed (CLUSTER_REMOVE): its agent registers it again
+        return c.ClusterRegister(cluster_id, 1, CAPS[cluster_id], ch.choice([2000, 4000, 8000]),
+                                 4096, 0, h.now_ms, ())
     known = [c.KnownAttempt(h.state.jobs[j].id, h.state.jobs[j].tasks[i].spec.id, f,
                             bool(ch.int(0, 1)))
              for f, (j, i) in cluster.live.items() if ch.int(0, 3)]
@@ -184,7 +187,7 @@ def _token_revoke(ch: Chooser, h: Harness) -> c.Command:
 
 
 def next_command(ch: Chooser, h: Harness, job_counter: list[int]) -> c.Command:
-    kind = ch.int(0, 21)
+    kind = ch.int(0, 22)
     if kind <= 2:
         job_counter[0] += 1
         wire = doc_to_wire(random_job(ch))
@@ -208,5 +211,7 @@ def next_command(ch: Chooser, h: Harness, job_counter: list[int]) -> c.Command:
         return _token_put(ch, h)
     if kind == 21:
         return _token_revoke(ch, h)
+    if kind == 22:
+        return c.ClusterRemove(ch.choice(CLUSTERS), h.now_ms)
     h.now_ms += ch.choice([0, 100, 1_000, 5_000, 40_000, 70_000])
     return c.Tick(h.now_ms, ch.int(0, 2**64 - 1))

@@ -128,6 +128,25 @@ class FakeClient:
         self._call("remove_replica", raft_address)
         return pb.ReplicaResponse(members=["127.0.0.1:6001"])
 
+    def remove_cluster(self, cluster_id: str) -> Any:
+        self._call("remove_cluster", cluster_id)
+        return pb.RemoveClusterResponse(cluster_id=cluster_id)
+
+    def create_token(self, tenant: str, role: str, note: str = "") -> Any:
+        self._call("create_token", tenant, role, note)
+        return pb.CreateTokenResponse(token_id="0123456789abcdef",
+                                      token="rst_0123456789abcdef_" + "s" * 43)
+
+    def revoke_token(self, token_id: str) -> Any:
+        self._call("revoke_token", token_id)
+        return pb.RevokeTokenResponse(token_id=token_id)
+
+    def list_tokens(self) -> Any:
+        self._call("list_tokens")
+        return pb.ListTokensResponse(tokens=[pb.TokenInfo(
+            token_id="0123456789abcdef", tenant="*", role="admin", note="bootstrap",
+            created_ms=1_000)])
+
     def close(self) -> None:
         self.closed = True
 
@@ -479,6 +498,24 @@ def test_admin_status_digest_only_when_asked(capsys: pytest.CaptureFixture[str],
     assert "state digest 0123456789abcdef at index 41" in out
     code, document = run_json(capsys, "admin", "status", "--digest")
     assert (document["state_digest"], document["state_index"]) == ("0123456789abcdef", 41)
+
+
+def test_admin_remove_cluster_and_tokens(capsys: pytest.CaptureFixture[str],
+                                         fake: FakeClient) -> None:
+    code, out, _ = run(capsys, "admin", "remove-cluster", "east")
+    assert (code, out) == (0, "removed cluster east\n")
+    assert fake.calls[-1] == ("remove_cluster", ("east",))
+    code, document = run_json(capsys, "admin", "token", "create", "--tenant", "ml", "--role",
+                              "user", "--note", "ci")
+    assert code == 0 and document["token"].startswith("rst_") and document["tenant"] == "ml"
+    assert fake.calls[-1] == ("create_token", ("ml", "user", "ci"))
+    code, document = run_json(capsys, "admin", "token", "list")
+    assert document == [{"token_id": "0123456789abcdef", "tenant": "*", "role": "admin",
+                         "note": "bootstrap", "created_ms": 1_000}]
+    code, out, _ = run(capsys, "admin", "token", "revoke", "0123456789abcdef")
+    assert (code, out) == (0, "revoked 0123456789abcdef\n")
+    code, _, err = run(capsys, "admin", "token", "create", "--tenant", "ml", "--role", "root")
+    assert code == 2 and "invalid choice" in err
 
 
 def test_admin_membership(capsys: pytest.CaptureFixture[str], fake: FakeClient,

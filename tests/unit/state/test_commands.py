@@ -40,7 +40,7 @@ def test_tags_are_append_only() -> None:
     assert {t.name: t.value for t in c.Tag} == {
         "JOB_SUBMIT": 1, "JOB_CANCEL": 2, "CLUSTER_REGISTER": 3, "CLUSTER_STATUS": 4,
         "ASSIGN_BATCH": 5, "REPORT_BATCH": 6, "TICK": 7, "ATTEMPT_MARK_LOST": 8, "BARRIER": 9,
-        "TOKEN_PUT": 10, "TOKEN_REVOKE": 11,
+        "TOKEN_PUT": 10, "TOKEN_REVOKE": 11, "CLUSTER_REMOVE": 12,
     }
 
 
