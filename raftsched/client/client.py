@@ -28,6 +28,9 @@ from raftsched.spec.job import parse_spec_text
 
 DEFAULT_CALL_TIMEOUT_S = 10.0
 """Deadline of one RPC attempt."""
+SUBMIT_TIMEOUT_PER_MB_S = 4.0
+"""A SubmitJob attempt's deadline grows by this much per MB of spec above the call timeout (a
+retry after DEADLINE_EXCEEDED is safe, the key makes it idempotent, but it parses it all again)."""
 MEMBERSHIP_CALL_TIMEOUT_S = 60.0
 """Deadline of one AddReplica/RemoveReplica attempt: the leader waits up to 30 s for a new member
 to catch up, then may remove it again (replica/raft/membership.JOIN_CATCH_UP_TIMEOUT_S)."""
@@ -121,7 +124,11 @@ class Client:
         spec = parse_spec_text(spec_text)
         key = idempotency_key or spec.idempotency_key or f"auto-{uuid.uuid4().hex}"
         text = spec_text.decode("utf-8") if isinstance(spec_text, bytes) else spec_text
-        reply = self._scheduler("SubmitJob", pb.SubmitJobRequest(spec=text, idempotency_key=key))
+        # The leader parses, validates and commits the spec before it answers: a job at the
+        # task limit (~6 MB) takes it ~10 s on a busy 2-core machine, so big specs get longer.
+        timeout_s = max(self._timeout_s, len(text) / 1e6 * SUBMIT_TIMEOUT_PER_MB_S)
+        reply = self._call(pb_grpc.SchedulerStub, "SubmitJob",
+                           pb.SubmitJobRequest(spec=text, idempotency_key=key), timeout_s)
         return Submitted(reply.job_id, reply.created, key)
 
     def get_job(self, job_id: str) -> Any:
