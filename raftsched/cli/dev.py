@@ -1,4 +1,4 @@
-"""`raftsched dev up|status|down`: a local cluster of real processes."""
+"""`raftsched dev up|add-agent|status|down`: a local cluster of real processes."""
 
 from __future__ import annotations
 
@@ -25,16 +25,17 @@ _DEV_JSON = (
 
 def register_dev(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     dev = commands.add_parser(
-        "dev", help="a local cluster of real processes (up, status, down)",
+        "dev", help="a local cluster of real processes (up, add-agent, status, down)",
         description="Run a local cluster of real replica and agent processes on 127.0.0.1: "
-        "raftsched dev up|status|down. Its state is DIR/cluster.json; while it exists, the other "
-        "commands use its servers by default.")
+        "raftsched dev up|add-agent|status|down. Its state is DIR/cluster.json; while it "
+        "exists, the other commands use its servers by default.")
     sub = dev.add_subparsers(title="dev commands", metavar="COMMAND", required=True)
     directory = argparse.ArgumentParser(add_help=False)
     directory.add_argument("--dir", type=Path, default=None, metavar="DIR",
                            help="the cluster's directory (default: $RAFTSCHED_DEV_DIR, else "
                            "./.raftsched-dev)")
     _register_dev_up(sub, [common, directory])
+    _register_dev_add_agent(sub, [common, directory])
 
     status = command_parser(
         sub, "status", [common, directory], "which dev cluster processes are alive, who leads",
@@ -90,6 +91,43 @@ def _register_dev_up(sub: Subparsers, parents: list[argparse.ArgumentParser]) ->
     up.set_defaults(handler=_run_dev_up)
 
 
+def _register_dev_add_agent(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
+    from raftsched.dev import cluster as dc
+
+    add = command_parser(
+        sub, "add-agent", parents, "start one more agent on the running dev cluster",
+        "Start the agent of one more compute cluster on the dev cluster running in DIR (to "
+        "attach extra or differently sized clusters in tests, benchmarks and demos): with a "
+        "certificate (raftsched-agent:ID) from the cluster's CA in DIR/tls (or --insecure-dev "
+        "on a plaintext cluster), through the same supervisor as 'dev up', its log in "
+        "DIR/logs/ID.log; record it in DIR/cluster.json, so that 'dev status' shows it and "
+        "'dev down' stops it, and wait until the cluster reports ID READY. On failure, stop "
+        "it, forget it and show its log. Sizes and capabilities default like 'raftsched "
+        "agent': this machine's cores and memory, no GPU, no capabilities.",
+        "output:\n  progress lines on stderr, then the agent (pid, capabilities, sizes, "
+        "status, log);\n  exit 0 when READY, 2 if no dev cluster runs in DIR, ID is invalid "
+        "or taken, a size\n  is bad or the agent exits while starting, 3 on timeout\n"
+        '  --json: {"cluster", "pid", "alive", "capabilities", "status", "cpu", "memory_mb", '
+        '"gpu",\n           "metrics_port", "data_dir", "log"} (an agent of dev status --json)')
+    add.add_argument("--cluster-id", required=True, metavar="ID",
+                     help="the new compute cluster's id, as jobs pin it with 'cluster:' "
+                     "(letters, digits, '_', '.', '-'; not taken by a recorded agent)")
+    add.add_argument("--capabilities", default="", metavar="CAP,...",
+                     help="capabilities it offers, comma-separated (default: none)")
+    add.add_argument("--cpu", type=int, default=None, metavar="CORES",
+                     help="CPU cores it hands out (default: this machine's)")
+    add.add_argument("--memory-mb", type=int, default=None, metavar="MB",
+                     help="memory it hands out, in MiB (default: this machine's)")
+    add.add_argument("--gpu", type=int, default=0, metavar="N",
+                     help="GPUs it hands out (default: 0)")
+    add.add_argument("--executor", choices=dc.EXECUTORS, default=None,
+                     help="mock or subprocess (default: the one the cluster was started with)")
+    add.add_argument("--timeout", type=positive_seconds, default=dc.UP_TIMEOUT_S,
+                     metavar="SECONDS",
+                     help=f"wait this long for READY (UP_TIMEOUT_S, default {dc.UP_TIMEOUT_S:g})")
+    add.set_defaults(handler=_run_dev_add_agent)
+
+
 def _dev_dir(args: argparse.Namespace) -> Path:
     from raftsched.dev import cluster as devcluster
 
@@ -117,6 +155,24 @@ def _run_dev_up(args: argparse.Namespace) -> int:
     print(f"\nuse it:  export RAFTSCHED_DEV_DIR={state.dir}   (or RAFTSCHED_SERVERS="
           f"{','.join(state.servers)}{_tls_exports(state)})")
     print(f"stop it: raftsched dev down --dir {state.dir}")
+    return EXIT_OK
+
+
+def _run_dev_add_agent(args: argparse.Namespace) -> int:
+    from raftsched.dev import cluster as devcluster
+
+    capabilities = tuple(c.strip() for c in str(args.capabilities).split(",") if c.strip())
+    options = devcluster.AddAgentOptions(_dev_dir(args), args.cluster_id, capabilities,
+                                         args.cpu, args.memory_mb, args.gpu, args.executor,
+                                         args.timeout)
+    state, entry, view = devcluster.add_agent(options, progress=_progress)
+    document = devcluster.agent_doc(entry, view)
+    if args.json:
+        print_json(document)
+        return EXIT_OK
+    print(f"agent {entry.cluster} added to the dev cluster in {state.dir}\n")
+    print(render.dev_agent_text(document))
+    print(f"\nstop it (with the whole cluster): raftsched dev down --dir {state.dir}")
     return EXIT_OK
 
 

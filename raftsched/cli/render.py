@@ -419,5 +419,17 @@ def dev_cluster_text(cluster: Doc) -> str:
     return "\n".join(lines)
 
 
+def dev_agent_text(agent: Doc) -> str:
+    """`dev add-agent`: the agent it started (an agent of `dev_cluster_text`'s document)."""
+    row = [agent["cluster"], agent["pid"], _alive(agent["alive"]),
+           ",".join(agent["capabilities"]), agent["cpu"], agent["memory_mb"],
+           agent["gpu"], agent["status"]]
+    return "\n".join([
+        table(["AGENT", "PID", "PROCESS", "CAPABILITIES", "CPU", "MEMORY MB", "GPU", "STATUS"],
+              [row], right=[1, 4, 5, 6]),
+        "", f"log:     {agent['log']}", f"data:    {agent['data_dir']}",
+        f"metrics: 127.0.0.1:{agent['metrics_port']}"])
+
+
 def _alive(alive: bool) -> str:
     return "alive" if alive else "DEAD"

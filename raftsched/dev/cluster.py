@@ -1,4 +1,5 @@
-"""A local cluster of real processes for development and the demo: `raftsched dev up|status|down`.
+"""A local cluster of real processes for development and the demo: `raftsched dev
+up|add-agent|status|down`.
 
 `up` starts 3 or 5 replicas (`python -m raftsched replica`) and N agents (`python -m raftsched
 agent`) in the background through the process supervisor (`raftsched.dev.supervisor`): each in
@@ -11,6 +12,12 @@ makes none of these: every process runs with --insecure-dev (plaintext, no secre
 up to a named timeout, until a replica says it leads and every agent's cluster is READY; on any
 failure it stops what it started and raises a `DevClusterError` carrying the tail of the log
 that explains it.
+
+`add_agent` starts one more agent on the running cluster (a cluster of another id, size or
+executor, for tests, benchmarks and demos): it checks the shape by the agent's own rules, issues
+its certificate from the CA in DIR/tls (`pki.load_authority`), spawns it like `up` does, records
+it, and waits until its cluster is READY; on failure it stops the agent and forgets it again.
+`status` and `down` treat it like any agent `up` started.
 
 DIR/cluster.json records every process: its identity (pid and start time from /proc, see
 `supervisor.Identity`) and addresses. `down` signals a pid only while /proc still shows that same
@@ -40,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import raftsched
-from raftsched import procfs
+from raftsched import limits, procfs
 from raftsched.dev.supervisor import (
     Child,
     Identity,
@@ -73,11 +80,17 @@ REPLICA_COUNTS = (3, 5)
 DEFAULT_REPLICAS = 3
 DEFAULT_AGENTS = 2
 MAX_AGENTS = 16
+"""Agents `up` starts."""
+MAX_RECORDED_AGENTS = 64
+"""Agents one dev cluster records: those `up` started and those `add-agent` added."""
+MAX_CPU_CORES = limits.MAX_CPU_MILLI // 1000
+"""The largest `add-agent --cpu`: the most a cluster may declare (`limits.MAX_CPU_MILLI`)."""
 EXECUTORS = ("mock", "subprocess")
 DEFAULT_EXECUTOR = "mock"
 UP_TIMEOUT_S = 60.0
-"""How long `up` waits for a leader and then for every agent to be READY. (How long `down` waits
-for processes to exit: `supervisor.TERM_TIMEOUT_S` and `KILL_TIMEOUT_S`.)"""
+"""How long `up` waits for a leader and then for every agent to be READY, and `add-agent` for
+its agent's cluster. (How long `down` waits for processes to exit: `supervisor.TERM_TIMEOUT_S`
+and `KILL_TIMEOUT_S`.)"""
 POLL_INTERVAL_S = 0.2
 PROBE_TIMEOUT_S = 1.0
 """Deadline of one ClusterStatus call while polling."""
@@ -343,7 +356,7 @@ def write_secret(directory: Path) -> Path:
 
 @contextlib.contextmanager
 def exclusive(directory: Path) -> Iterator[None]:
-    """Only one `up` or `down` at a time in one directory."""
+    """Only one `up`, `add-agent` or `down` at a time in one directory."""
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / LOCK_FILE_NAME, "a") as lock:
         try:
@@ -583,20 +596,92 @@ def _refuse_if_running(directory: Path, progress: Progress) -> None:
     state_path(directory).unlink()
 
 
-class _Starter:
+class _Launch:
+    """Processes one dev command starts and then waits for: spawns them, asks the cluster until
+    a condition holds, a process exits or `timeout_s` passes, and stops them on failure."""
+
+    activity = "the cluster was starting"
+    """What a process that exits early interrupted (for the error)."""
+
+    def __init__(self, state: ClusterState, timeout_s: float, spawn: Spawn, probe: Probe,
+                 progress: Progress, clock: Callable[[], float],
+                 sleep: Callable[[float], None]) -> None:
+        self.state, self.timeout_s = state, timeout_s
+        self.spawn, self.probe, self.progress = spawn, probe, progress
+        self.clock, self.sleep = clock, sleep
+        self.started_s = clock()
+        self.deadline_s = self.started_s + timeout_s
+        self.children: dict[str, Child] = {}
+        self.logs: dict[str, str] = {}
+
+    def _spawn(self, name: str, argv: list[str], log: Path) -> Identity:
+        child = self.spawn(name, argv, log, Path(self.state.dir))
+        self.children[name] = child
+        self.logs[name] = str(log)
+        assert child.identity is not None
+        return child.identity
+
+    def _wait(self, what: str, done: Callable[[ClusterView | None], bool],
+              suspect: Callable[[ClusterView | None], str],
+              detail: Callable[[ClusterView | None], str] = lambda v: "") -> ClusterView:
+        self.progress(f"waiting for {what} (up to {self.timeout_s:g} s)")
+        last_report_s = self.clock()
+        while True:
+            self._check_children()
+            view = self.probe(self.state.servers, self.state.client_tls)
+            if done(view):
+                assert view is not None
+                return view
+            now_s = self.clock()
+            if now_s >= self.deadline_s:
+                self._timed_out(what, detail(view), suspect(view))
+            if now_s - last_report_s >= PROGRESS_EVERY_S:
+                last_report_s = now_s
+                extra = detail(view)
+                self.progress(f"still waiting for {what}: {self._elapsed_s():.0f} s of "
+                              f"{self.timeout_s:g} s" + (f" ({extra})" if extra else ""))
+            self.sleep(POLL_INTERVAL_S)
+
+    def _check_children(self) -> None:
+        for name, child in self.children.items():
+            status = child.poll()
+            if status is not None:
+                raise DevClusterError(
+                    Code.FAILED_PRECONDITION,
+                    f"{name} (pid {child.pid}) exited with status {status} while "
+                    f"{self.activity}; see {self.logs[name]}",
+                    log=self.logs[name], log_tail=log_tail(self.logs[name]))
+
+    def _timed_out(self, what: str, detail: str, suspect: str) -> None:
+        """Raise UNAVAILABLE with the log of `suspect`, the process most likely to say why."""
+        log = self.logs.get(suspect)
+        raise DevClusterError(
+            Code.UNAVAILABLE,
+            f"not {what} after {self.timeout_s:g} s "
+            f"(UP_TIMEOUT_S; give more with --timeout)" + (f": {detail}" if detail else "")
+            + f"; logs are in {self.state.dir}/{LOG_DIR_NAME}",
+            log=log, log_tail=log_tail(log) if log else ())
+
+    def _elapsed_s(self) -> float:
+        return self.clock() - self.started_s
+
+    def _stop_children(self) -> list[StopResult]:
+        children = list(self.children.values())
+        if not children:
+            return []
+        self.progress(f"stopping the {len(children)} process(es) started")
+        return stop_all(children)
+
+
+class _Starter(_Launch):
     """One `up`: spawns, records, waits; `abort` undoes it."""
 
     def __init__(self, state: ClusterState, options: UpOptions,
                  certificates: Certificates | None, spawn: Spawn, probe: Probe,
                  progress: Progress, clock: Callable[[], float],
                  sleep: Callable[[float], None]) -> None:
-        self.state, self.options, self.certificates = state, options, certificates
-        self.spawn, self.probe, self.progress = spawn, probe, progress
-        self.clock, self.sleep = clock, sleep
-        self.started_s = clock()
-        self.deadline_s = self.started_s + options.timeout_s
-        self.children: dict[str, Child] = {}
-        self.logs: dict[str, str] = {}
+        super().__init__(state, options.timeout_s, spawn, probe, progress, clock, sleep)
+        self.options, self.certificates = options, certificates
         run = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}"
         self.run_dir = Path(state.dir) / DATA_DIR_NAME / run
 
@@ -656,63 +741,9 @@ class _Starter:
         data_dir.mkdir(parents=True)
         return data_dir, Path(self.state.dir) / LOG_DIR_NAME / f"{name}.log"
 
-    def _spawn(self, name: str, argv: list[str], log: Path) -> Identity:
-        child = self.spawn(name, argv, log, Path(self.state.dir))
-        self.children[name] = child
-        self.logs[name] = str(log)
-        assert child.identity is not None
-        return child.identity
-
-    def _wait(self, what: str, done: Callable[[ClusterView | None], bool],
-              suspect: Callable[[ClusterView | None], str],
-              detail: Callable[[ClusterView | None], str] = lambda v: "") -> ClusterView:
-        self.progress(f"waiting for {what} (up to {self.options.timeout_s:g} s)")
-        last_report_s = self.clock()
-        while True:
-            self._check_children()
-            view = self.probe(self.state.servers, self.state.client_tls)
-            if done(view):
-                assert view is not None
-                return view
-            now_s = self.clock()
-            if now_s >= self.deadline_s:
-                self._timed_out(what, detail(view), suspect(view))
-            if now_s - last_report_s >= PROGRESS_EVERY_S:
-                last_report_s = now_s
-                extra = detail(view)
-                self.progress(f"still waiting for {what}: {self._elapsed_s():.0f} s of "
-                              f"{self.options.timeout_s:g} s" + (f" ({extra})" if extra else ""))
-            self.sleep(POLL_INTERVAL_S)
-
-    def _check_children(self) -> None:
-        for name, child in self.children.items():
-            status = child.poll()
-            if status is not None:
-                raise DevClusterError(
-                    Code.FAILED_PRECONDITION,
-                    f"{name} (pid {child.pid}) exited with status {status} while the cluster "
-                    f"was starting; see {self.logs[name]}",
-                    log=self.logs[name], log_tail=log_tail(self.logs[name]))
-
-    def _timed_out(self, what: str, detail: str, suspect: str) -> None:
-        """Raise UNAVAILABLE with the log of `suspect`, the process most likely to say why."""
-        log = self.logs.get(suspect)
-        raise DevClusterError(
-            Code.UNAVAILABLE,
-            f"not {what} after {self.options.timeout_s:g} s "
-            f"(UP_TIMEOUT_S; give more with --timeout)" + (f": {detail}" if detail else "")
-            + f"; logs are in {self.state.dir}/{LOG_DIR_NAME}",
-            log=log, log_tail=log_tail(log) if log else ())
-
-    def _elapsed_s(self) -> float:
-        return self.clock() - self.started_s
-
     def abort(self) -> None:
-        children = list(self.children.values())
-        if not children:
+        if not self._stop_children():
             return
-        self.progress(f"stopping the {len(children)} process(es) started")
-        stop_all(children)
         with contextlib.suppress(FileNotFoundError):
             state_path(Path(self.state.dir)).unlink()
 
@@ -733,6 +764,189 @@ def _readiness(view: ClusterView | None, names: Sequence[str]) -> str:
     return ", ".join(f"{name} {view.clusters.get(name, 'not registered')}" for name in names)
 
 
+# --- add-agent ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AddAgentOptions:
+    dir: Path
+    cluster: str
+    capabilities: tuple[str, ...] = ()
+    cpu: int | None = None
+    """Cores; None: this machine's, as `raftsched agent` defaults."""
+    memory_mb: int | None = None
+    """None: this machine's memory, as `raftsched agent` defaults."""
+    gpu: int = 0
+    executor: str | None = None
+    """None: the executor the cluster was started with."""
+    timeout_s: float = UP_TIMEOUT_S
+
+
+def requested_shape(options: AddAgentOptions) -> AgentShape:
+    """The agent `options` asks for, with the agent's defaults (this machine's cores and memory,
+    no GPU, no capabilities) and its rules for ids and sizes; INVALID_ARGUMENT naming the option
+    otherwise."""
+    from raftsched.spec.job import id_problem  # the one id rule, the agent's --cluster-id's too
+
+    problem = id_problem(options.cluster)
+    if problem is not None:
+        raise DevClusterError(Code.INVALID_ARGUMENT, f"--cluster-id {problem}")
+    capabilities = tuple(dict.fromkeys(options.capabilities))
+    if len(capabilities) > limits.MAX_CAPABILITIES_PER_CLUSTER:
+        raise DevClusterError(Code.INVALID_ARGUMENT, f"--capabilities: at most "
+                                                     f"{limits.MAX_CAPABILITIES_PER_CLUSTER}")
+    for capability in capabilities:
+        problem = id_problem(capability)
+        if problem is not None:
+            raise DevClusterError(Code.INVALID_ARGUMENT, f"--capabilities: each {problem}")
+    cpu = options.cpu if options.cpu is not None else os.cpu_count() or 1
+    memory_mb = options.memory_mb if options.memory_mb is not None else machine_memory_mb()
+    for option, value, most in (("--cpu", cpu, MAX_CPU_CORES),
+                                ("--memory-mb", memory_mb, limits.MAX_MEMORY_MB),
+                                ("--gpu", options.gpu, limits.MAX_GPU)):
+        if not 0 <= value <= most:
+            raise DevClusterError(Code.INVALID_ARGUMENT,
+                                  f"{option} {value}: between 0 and {most}")
+    return AgentShape(options.cluster, capabilities, cpu, memory_mb, options.gpu)
+
+
+def machine_memory_mb() -> int:
+    """This machine's memory in MiB (0 when unknown), the agent's default --memory-mb."""
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // (1024 * 1024))
+    except (ValueError, OSError):
+        return 0
+
+
+def add_agent(options: AddAgentOptions, *, progress: Progress, spawn: Spawn = spawn_process,
+              probe: Probe = probe_cluster, clock: Callable[[], float] = time.monotonic,
+              sleep: Callable[[float], None] = time.sleep
+              ) -> tuple[ClusterState, AgentEntry, ClusterView]:
+    """Start one more agent on the dev cluster running in `options.dir`, record it and wait
+    until its cluster is READY. Refuses (before starting anything) a bad shape, a cluster id
+    already recorded, and a directory without a running cluster. On failure (or Ctrl-C) stop
+    the agent, forget it and re-raise."""
+    assert options.executor is None or options.executor in EXECUTORS
+    require_proc()
+    shape = requested_shape(options)
+    directory = options.dir.resolve()
+    recorded_state(directory)  # before `exclusive`, which would create the directory
+    with exclusive(directory):
+        state = recorded_state(directory)
+        _refuse_to_add(state, shape.cluster)
+        executor = options.executor or state.executor
+        tls = None if state.insecure else _issue_agent_certificate(directory, shape.cluster)
+        adder = _Adder(state, options.timeout_s, spawn, probe, progress, clock, sleep)
+        try:
+            entry = adder.start(shape, executor, tls)
+            return state, entry, adder.wait_ready(shape.cluster)
+        except BaseException:
+            adder.abort()
+            raise
+
+
+def recorded_state(directory: Path) -> ClusterState:
+    """The cluster recorded in `directory`; NOT_FOUND when none is."""
+    state = load_state(directory)
+    if state is None:
+        raise DevClusterError(Code.NOT_FOUND, f"no dev cluster recorded in {directory} "
+                                              f"(start one with: raftsched dev up)")
+    return state
+
+
+def _refuse_to_add(state: ClusterState, cluster: str) -> None:
+    path = state_path(Path(state.dir))
+    alive = sum(Identity(r.pid, r.start_time_ticks).is_running() for r in state.replicas)
+    if alive == 0:
+        raise DevClusterError(Code.FAILED_PRECONDITION,
+                              f"the dev cluster recorded in {state.dir} is not running (none of "
+                              f"its replicas is alive); start one with: raftsched dev up "
+                              f"--dir {state.dir}")
+    if alive <= len(state.replicas) // 2:
+        raise DevClusterError(Code.FAILED_PRECONDITION,
+                              f"only {alive} of the {len(state.replicas)} replicas of the dev "
+                              f"cluster in {state.dir} are running: too few to elect a leader")
+    if state.executor not in EXECUTORS:
+        raise DevClusterError(Code.FAILED_PRECONDITION,
+                              f"{path} records the executor {state.executor!r}, not one of "
+                              f"{', '.join(EXECUTORS)}")
+    same = next((a for a in state.agents if a.cluster == cluster), None)
+    if same is not None:
+        running = Identity(same.pid, same.start_time_ticks).is_running()
+        raise DevClusterError(Code.ALREADY_EXISTS,
+                              f"--cluster-id {cluster!r} is taken: {path} records its agent "
+                              f"(pid {same.pid}, {'alive' if running else 'not running'}); "
+                              f"pick another id")
+    if any(r.id == cluster for r in state.replicas):
+        raise DevClusterError(Code.ALREADY_EXISTS,
+                              f"--cluster-id {cluster!r} is the name of a replica of this dev "
+                              f"cluster (their logs and data dirs would mix); pick another id")
+    if len(state.agents) >= MAX_RECORDED_AGENTS:
+        raise DevClusterError(Code.RESOURCE_EXHAUSTED,
+                              f"the dev cluster in {state.dir} already has {len(state.agents)} "
+                              f"agents (MAX_RECORDED_AGENTS)")
+
+
+def _issue_agent_certificate(directory: Path, cluster: str) -> TlsPaths:
+    """raftsched-agent:CLUSTER, signed by the CA `up` made in DIR/tls."""
+    from raftsched.dev import pki  # cryptography: loaded only when a certificate is issued
+
+    tls_dir = directory / TLS_DIR_NAME
+    try:
+        authority = pki.load_authority(tls_dir)
+    except (OSError, ValueError) as error:
+        raise DevClusterError(Code.FAILED_PRECONDITION,
+                              f"cannot issue a certificate for agent {cluster!r}: the dev "
+                              f"cluster's CA in {tls_dir} is unusable ({error}); restart the "
+                              f"cluster (raftsched dev down, dev up)") from None
+    return TlsPaths.of(pki.issue_agent(authority, cluster))
+
+
+class _Adder(_Launch):
+    """One `add-agent`: spawns and records the agent, waits; `abort` undoes it."""
+
+    activity = "it was joining the cluster"
+
+    entry: AgentEntry | None = None
+
+    def start(self, shape: AgentShape, executor: str, tls: TlsPaths | None) -> AgentEntry:
+        directory = Path(self.state.dir)
+        # The run's data dir, next to the replicas'. A failed earlier add of this id left its
+        # agent's data there: the new agent resumes from it, as a restarted agent would.
+        data_dir = Path(self.state.replicas[0].data_dir).parent / shape.cluster
+        data_dir.mkdir(parents=True, exist_ok=True)
+        (directory / LOG_DIR_NAME).mkdir(exist_ok=True)
+        log = directory / LOG_DIR_NAME / f"{shape.cluster}.log"
+        metrics_port = pick_free_ports(1)[0]
+        self.progress(f"starting agent {shape.cluster} ({executor} executor; cpu {shape.cpu}, "
+                      f"memory {shape.memory_mb} MB, gpu {shape.gpu}; capabilities "
+                      f"{','.join(shape.capabilities) or 'none'}; log {log})")
+        argv = agent_command(shape, self.state.servers, data_dir, executor, metrics_port,
+                             tls=tls)
+        pid, start = self._spawn(shape.cluster, argv, log)
+        self.entry = AgentEntry(shape.cluster, pid, start, shape.capabilities, shape.cpu,
+                                shape.memory_mb, shape.gpu, metrics_port, str(data_dir),
+                                str(log))
+        self.state.agents.append(self.entry)
+        save_state(self.state)
+        return self.entry
+
+    def wait_ready(self, cluster: str) -> ClusterView:
+        names = [cluster]
+        view = self._wait(f"agent {cluster} to be READY", lambda v: _all_ready(v, names),
+                          suspect=lambda v: cluster, detail=lambda v: _readiness(v, names))
+        self.progress(f"{cluster} ready after {self._elapsed_s():.1f} s")
+        return view
+
+    def abort(self) -> None:
+        """Stop the agent and remove its entry (kept if it survived SIGKILL: `down` retries)."""
+        results = self._stop_children()
+        if self.entry is None or any(r.outcome is StopOutcome.SURVIVED for r in results):
+            return
+        self.state.agents.remove(self.entry)
+        save_state(self.state)
+
+
 # --- status and down ---------------------------------------------------------------------------
 
 
@@ -741,20 +955,13 @@ def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]
     "address", "raft_address", "leader", "alive"}], "agents": [{"cluster", "pid", "alive"}],
     "dir", "insecure", "user_tls": {"ca", "cert", "key"} | null} and a few more fields."""
     leader = view.leader if view is not None else ""
-    clusters = view.clusters if view is not None else {}
     replicas = [{
         "id": r.id, "pid": r.pid, "address": r.grpc_address, "raft_address": r.raft_address,
         "leader": bool(leader) and r.grpc_address == leader,
         "alive": Identity(r.pid, r.start_time_ticks).is_running(),
         "metrics_port": r.metrics_port, "data_dir": r.data_dir, "log": r.log,
     } for r in state.replicas]
-    agents = [{
-        "cluster": a.cluster, "pid": a.pid,
-        "alive": Identity(a.pid, a.start_time_ticks).is_running(),
-        "capabilities": list(a.capabilities), "status": clusters.get(a.cluster, ""),
-        "cpu": a.cpu, "memory_mb": a.memory_mb, "gpu": a.gpu,
-        "metrics_port": a.metrics_port, "data_dir": a.data_dir, "log": a.log,
-    } for a in state.agents]
+    agents = [agent_doc(agent, view) for agent in state.agents]
     user_tls = state.client_tls
     return {"servers": state.servers, "replicas": replicas, "agents": agents, "dir": state.dir,
             "leader": leader, "executor": state.executor, "secret_file": state.secret_file,
@@ -762,14 +969,25 @@ def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]
             "user_tls": asdict(user_tls) if user_tls is not None else None}
 
 
+def agent_doc(agent: AgentEntry, view: ClusterView | None) -> dict[str, Any]:
+    """One agent as `dev status --json` and `dev add-agent --json` print it: {"cluster", "pid",
+    "alive", "capabilities", "status", "cpu", "memory_mb", "gpu", "metrics_port", "data_dir",
+    "log"}."""
+    return {
+        "cluster": agent.cluster, "pid": agent.pid,
+        "alive": Identity(agent.pid, agent.start_time_ticks).is_running(),
+        "capabilities": list(agent.capabilities),
+        "status": view.clusters.get(agent.cluster, "") if view is not None else "",
+        "cpu": agent.cpu, "memory_mb": agent.memory_mb, "gpu": agent.gpu,
+        "metrics_port": agent.metrics_port, "data_dir": agent.data_dir, "log": agent.log,
+    }
+
+
 def status(directory: Path,
            probe: Probe = probe_cluster) -> tuple[ClusterState, ClusterView | None]:
     """The recorded cluster and what its live replicas say; NOT_FOUND when none is recorded."""
     require_proc()
-    state = load_state(directory.resolve())
-    if state is None:
-        raise DevClusterError(Code.NOT_FOUND, f"no dev cluster recorded in {directory} "
-                                              f"(start one with: raftsched dev up)")
+    state = recorded_state(directory.resolve())
     live = [r.grpc_address for r in state.replicas
             if Identity(r.pid, r.start_time_ticks).is_running()]
     return state, probe(live, state.client_tls) if live else None

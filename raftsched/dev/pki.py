@@ -2,8 +2,9 @@
 
 It makes what `raftsched.tls` expects: a CA, one certificate for the replicas (its subject
 alternative names are the hosts they listen on), one per agent (`raftsched-agent:CLUSTER`) and
-one for the local user (`raftsched-user:NAME`). Keys are EC P-256, written 0600. A real
-deployment uses its own CA and keeps its key offline (README: "Certificates").
+one for the local user (`raftsched-user:NAME`); `load_authority` reopens the CA to issue more
+(`raftsched dev add-agent`). Keys are EC P-256, written 0600. A real deployment uses its own CA
+and keeps its key offline (README: "Certificates").
 """
 
 from __future__ import annotations
@@ -77,6 +78,26 @@ def create_authority(directory: Path, name: str = "raftsched dev CA") -> Authori
             .sign(key, hashes.SHA256()))
     _write_private(directory / CA_KEY_FILE, _key_pem(key))
     (directory / CA_FILE).write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return Authority(directory, cert, key)
+
+
+def load_authority(directory: Path) -> Authority:
+    """The CA that `create_authority` wrote in `directory` (ca.pem, ca.key), to issue more
+    certificates from. Raises OSError when a file cannot be read and ValueError naming what is
+    wrong when they are not a CA and its key."""
+    cert = x509.load_pem_x509_certificate((directory / CA_FILE).read_bytes())
+    key = serialization.load_pem_private_key((directory / CA_KEY_FILE).read_bytes(),
+                                             password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise ValueError(f"{directory / CA_KEY_FILE} is not an EC private key")
+    if key.public_key() != cert.public_key():
+        raise ValueError(f"{directory / CA_KEY_FILE} is not the key of {directory / CA_FILE}")
+    try:
+        constraints = cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    except x509.ExtensionNotFound:
+        constraints = None
+    if constraints is None or not constraints.ca:
+        raise ValueError(f"{directory / CA_FILE} is not a CA certificate")
     return Authority(directory, cert, key)
 
 

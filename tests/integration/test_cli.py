@@ -1,5 +1,6 @@
 """The CLI against a real local cluster: `dev up` (mock executor, mutual TLS with the throwaway CA
-it makes) -> `submit --watch --json` -> `job status` -> `dev down`, through the real entry point
+it makes) -> `submit --watch --json` -> `job status` -> `dev add-agent` (a bigger cluster, its
+certificate from the same CA) -> a job pinned to it -> `dev down`, through the real entry point
 (`python -m raftsched`), the commands finding servers and certificate in the dev state. Skipped
 until the servers exist."""
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from raftsched import procfs
 from tests.support import paths
 
 pytest.importorskip("raftsched.replica.main")
@@ -24,6 +26,17 @@ pytestmark = pytest.mark.integration
 EXAMPLES = paths.EXAMPLES
 UP_TIMEOUT_S = 60
 WATCH_TIMEOUT_S = 120
+ON_BIG = """\
+name: on-big
+tenant: demo
+tasks:
+  - id: crunch
+    command: ["sh", "-c", "echo crunching"]
+    resources: {cpu: 32, memory_mb: 256}
+    cluster: big
+    timeout_s: 60
+"""
+"""Pinned to the added cluster, and too big for cpu-east and gpu-west (4 cores each)."""
 
 
 def raftsched(dev_dir: Path, *argv: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
@@ -39,8 +52,17 @@ def parsed(result: subprocess.CompletedProcess[str]) -> Any:
     return json.loads(result.stdout)
 
 
+def refused(result: subprocess.CompletedProcess[str], message: str) -> None:
+    """Exit 2 with one `error:` line naming `message`, nothing on stdout."""
+    assert (result.returncode, result.stdout) == (2, ""), result.stdout + result.stderr
+    assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
+
+
 def test_demo_runs_on_a_dev_cluster(tmp_path: Path) -> None:
     dev_dir = tmp_path / "dev"
+    refused(raftsched(dev_dir, "dev", "add-agent", "--cluster-id", "big"),
+            "error: NOT_FOUND: no dev cluster recorded in")
+    big_pid, big_start_ticks = 0, None
     try:
         up = raftsched(dev_dir, "dev", "up", "--dir", str(dev_dir), "--executor", "mock",
                        "--json", timeout_s=UP_TIMEOUT_S + 30)
@@ -76,10 +98,38 @@ def test_demo_runs_on_a_dev_cluster(tmp_path: Path) -> None:
 
         status = parsed(raftsched(dev_dir, "dev", "status", "--json"))
         assert all(process["alive"] for process in status["replicas"] + status["agents"])
+
+        refused(raftsched(dev_dir, "dev", "add-agent", "--cluster-id", "gpu-west"),
+                "error: ALREADY_EXISTS: --cluster-id 'gpu-west' is taken")
+        refused(raftsched(dev_dir, "dev", "add-agent", "--cluster-id", "big", "--cpu", "-1"),
+                "error: INVALID_ARGUMENT: --cpu -1")
+        add = raftsched(dev_dir, "dev", "add-agent", "--cluster-id", "big", "--cpu", "64",
+                        "--json", timeout_s=UP_TIMEOUT_S + 30)
+        assert add.returncode == 0, add.stdout + add.stderr
+        assert "waiting for agent big to be READY" in add.stderr
+        big = parsed(add)
+        assert {key: big[key] for key in ("cluster", "cpu", "gpu", "status", "alive")} == {
+            "cluster": "big", "cpu": 64, "gpu": 0, "status": "READY", "alive": True}
+        assert {"pid", "capabilities", "memory_mb", "metrics_port", "data_dir", "log"} <= set(big)
+        big_pid, big_start_ticks = big["pid"], procfs.start_ticks(big["pid"])
+
+        status = parsed(raftsched(dev_dir, "dev", "status", "--json"))
+        assert status["agents"][-1] == {**big, "status": "READY", "alive": True}
+
+        spec = tmp_path / "on-big.yaml"
+        spec.write_text(ON_BIG)
+        submit = raftsched(dev_dir, "submit", str(spec), "--watch", "--json",
+                           timeout_s=WATCH_TIMEOUT_S)
+        outcome = parsed(submit)
+        assert submit.returncode == 0 and outcome["state"] == "SUCCEEDED", outcome
+        tasks = parsed(raftsched(dev_dir, "job", "tasks", outcome["job_id"], "--json"))
+        assert [(task["task_id"], task["cluster"]) for task in tasks] == [("crunch", "big")]
     finally:
         down = raftsched(dev_dir, "dev", "down", "--dir", str(dev_dir), "--json")
     assert down.returncode == 0, down.stdout + down.stderr
     stopped = parsed(down)["stopped"]
-    assert len(stopped) == 5
+    assert [process["name"] for process in stopped][-1] == "big"
+    assert len(stopped) == 6
     assert {process["outcome"] for process in stopped} == {"stopped"}
+    assert not procfs.is_alive(big_pid, big_start_ticks)
     assert not (dev_dir / "cluster.json").exists()

@@ -626,7 +626,9 @@ def test_bad_timeout_is_a_usage_error(capsys: pytest.CaptureFixture[str], fake: 
 @pytest.mark.parametrize("argv", [
     ["submit"], ["job", "status"], ["job", "tasks"], ["job", "list"], ["job", "cancel"],
     ["task", "history"], ["task", "explain"], ["admin", "status"], ["admin", "add-replica"],
-    ["admin", "remove-replica"], ["dev", "up"], ["dev", "status"], ["dev", "down"],
+    ["admin", "remove-replica"], ["admin", "remove-cluster"], ["admin", "token", "create"],
+    ["admin", "token", "list"], ["admin", "token", "revoke"], ["dev", "up"],
+    ["dev", "add-agent"], ["dev", "status"], ["dev", "down"],
 ])
 def test_every_command_help_says_what_it_prints_and_exits_with(
         capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:

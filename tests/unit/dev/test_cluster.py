@@ -413,3 +413,240 @@ def test_status_reports_processes_and_the_leader(stand: Stand, tmp_path: Path) -
     assert [a["status"] for a in document["agents"]] == ["READY", "READY"]
     results = dc.down(tmp_path)
     assert results is not None and results[1].outcome is sv.StopOutcome.NOT_RUNNING
+
+
+# --- add-agent ----------------------------------------------------------------------------------
+
+
+def test_the_recorded_authority_issues_more_certificates(tmp_path: Path) -> None:
+    from raftsched.dev import pki
+
+    issued = dc.issue_certificates(tmp_path, ["cpu-east"], "ada")
+    authority = pki.load_authority(tmp_path / "tls")
+    files = pki.issue_agent(authority, "big")
+    assert files.ca == Path(issued.user.ca)
+    assert common_name(str(files.cert)) == "raftsched-agent:big"
+    ca = x509.load_pem_x509_certificate(Path(issued.user.ca).read_bytes())
+    x509.load_pem_x509_certificate(files.cert.read_bytes()).verify_directly_issued_by(ca)
+    assert stat.S_IMODE(files.key.stat().st_mode) == 0o600
+
+    other = pki.create_authority(tmp_path / "other")
+    (tmp_path / "tls" / "ca.key").write_bytes((tmp_path / "other" / "ca.key").read_bytes())
+    with pytest.raises(ValueError, match="is not the key of"):
+        pki.load_authority(tmp_path / "tls")
+    with pytest.raises(ValueError, match="is not a CA certificate"):
+        pki.load_authority(_leaf_as_ca(tmp_path, other))
+    with pytest.raises(OSError):
+        pki.load_authority(tmp_path / "missing")
+
+
+def _leaf_as_ca(tmp_path: Path, authority: Any) -> Path:
+    """A directory whose ca.pem is a leaf certificate, with its key as ca.key."""
+    from raftsched.dev import pki
+
+    files = pki.issue_agent(authority, "leaf")
+    directory = tmp_path / "leaf"
+    directory.mkdir()
+    (directory / "ca.pem").write_bytes(files.cert.read_bytes())
+    (directory / "ca.key").write_bytes(files.key.read_bytes())
+    return directory
+
+
+def test_the_requested_shape_has_the_agents_defaults() -> None:
+    shape = dc.requested_shape(dc.AddAgentOptions(Path("d"), "big"))
+    assert shape == dc.AgentShape("big", (), os.cpu_count() or 1, dc.machine_memory_mb(), 0)
+    assert dc.machine_memory_mb() > 0
+    shape = dc.requested_shape(dc.AddAgentOptions(Path("d"), "x.1_b-2", ("linux", "gpu", "linux"),
+                                                  cpu=0, memory_mb=0, gpu=8))
+    assert (shape.capabilities, shape.cpu, shape.memory_mb, shape.gpu) == (("linux", "gpu"),
+                                                                           0, 0, 8)
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"cluster": ""}, "--cluster-id must use only letters"),
+    ({"cluster": "-big"}, "--cluster-id must use only letters"),
+    ({"cluster": "big one"}, "--cluster-id must use only letters"),
+    ({"cluster": "b" * 129}, "--cluster-id must be at most 128 characters"),
+    ({"capabilities": ("linux", "g p u")}, "--capabilities: each must use only"),
+    ({"capabilities": tuple(f"c{i}" for i in range(257))}, "--capabilities: at most 256"),
+    ({"cpu": -1}, "--cpu -1: between 0 and 1000000"),
+    ({"cpu": 1_000_001}, "--cpu 1000001: between 0 and 1000000"),
+    ({"memory_mb": -5}, "--memory-mb -5: between 0 and"),
+    ({"gpu": -1}, "--gpu -1: between 0 and 1000000"),
+])
+def test_a_bad_shape_is_refused_naming_the_option(options: dict[str, Any], message: str) -> None:
+    with pytest.raises(dc.DevClusterError) as caught:
+        dc.requested_shape(dc.AddAgentOptions(Path("d"), **{"cluster": "big", **options}))
+    assert caught.value.code is Code.INVALID_ARGUMENT
+    assert caught.value.message.startswith(message), caught.value.message
+
+
+def add(stand: Stand, directory: Path, cluster: str = "big", *, messages: list[str] | None = None,
+        **options: Any) -> tuple[dc.ClusterState, dc.AgentEntry, dc.ClusterView]:
+    """`add_agent` on the stand's cluster, which reports `cluster` READY on the second probe."""
+    stand.probes, stand.probed_with = 0, []
+    stand.views = [ready_view(), leader_view({**ready_view().clusters, cluster: "READY"})]
+    return dc.add_agent(dc.AddAgentOptions(directory, cluster, **options),
+                        progress=(messages if messages is not None else []).append,
+                        spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None)
+
+
+def test_add_agent_starts_records_and_waits_for_it_and_down_stops_it(
+        stand: Stand, tmp_path: Path) -> None:
+    before, _ = up(stand, tmp_path)
+    messages: list[str] = []
+    state, entry, view = add(stand, tmp_path, "big", messages=messages,
+                             capabilities=("linux", "fast"), cpu=64, memory_mb=1024, gpu=1)
+    assert (entry.cluster, entry.capabilities, entry.cpu, entry.memory_mb, entry.gpu) == (
+        "big", ("linux", "fast"), 64, 1024, 1)
+    assert view.clusters["big"] == "READY"
+    assert dc.load_state(tmp_path) == state
+    assert state.agents == [*before.agents, entry]
+    assert sv.Recorded("big", sv.Identity(entry.pid, entry.start_time_ticks)).alive()
+    argv = stand.argvs["big"]
+    assert argv[3:5] == ["agent", "--cluster-id"] and argv[5] == "big"
+    for option, value in [("--servers", ",".join(state.servers)), ("--cpu", "64"),
+                          ("--memory-mb", "1024"), ("--gpu", "1"), ("--executor", "mock"),
+                          ("--capabilities", "linux,fast"), ("--data-dir", entry.data_dir),
+                          ("--metrics-port", str(entry.metrics_port)),
+                          ("--tls-ca", str(tmp_path / "tls" / "ca.pem"))]:
+        assert argv[argv.index(option) + 1] == value
+    assert common_name(argv[argv.index("--tls-cert") + 1]) == "raftsched-agent:big"
+    # the run's data dir, the cluster's log dir, a port of its own
+    assert Path(entry.data_dir).parent == Path(before.replicas[0].data_dir).parent
+    assert entry.log == str(tmp_path / "logs" / "big.log")
+    assert entry.metrics_port not in {a.metrics_port for a in before.agents}
+    assert stand.probed_with == [state.user_tls] * stand.probes
+    assert "waiting for agent big to be READY (up to 60 s)" in messages
+    assert messages[0].startswith("starting agent big (mock executor; cpu 64, memory 1024 MB")
+    assert messages[-1].startswith("big ready after ")
+    document = dc.agent_doc(entry, view)
+    assert document == dc.cluster_doc(state, view)["agents"][-1]
+    assert set(document) == {"cluster", "pid", "alive", "capabilities", "status", "cpu",
+                             "memory_mb", "gpu", "metrics_port", "data_dir", "log"}
+    assert (document["status"], document["alive"], document["capabilities"]) == (
+        "READY", True, ["linux", "fast"])
+
+    listed, _ = dc.status(tmp_path, probe=lambda servers, tls: view)
+    assert [a.cluster for a in listed.agents] == ["cpu-east", "gpu-west", "big"]
+    results = dc.down(tmp_path)
+    assert results is not None
+    assert [(r.name, r.outcome) for r in results][-1] == ("big", "stopped")
+    assert not sv.Recorded("big", sv.Identity(entry.pid, entry.start_time_ticks)).alive()
+
+
+def test_add_agent_on_an_insecure_cluster_runs_it_plaintext(stand: Stand, tmp_path: Path) -> None:
+    up(stand, tmp_path, insecure=True)
+    state, entry, _ = add(stand, tmp_path, "plain", executor="subprocess")
+    argv = stand.argvs["plain"]
+    assert argv[-1] == "--insecure-dev" and "--tls-cert" not in argv
+    assert argv[argv.index("--executor") + 1] == "subprocess"
+    assert not (tmp_path / "tls").exists()
+    assert stand.probed_with == [None] * stand.probes
+    assert dc.load_state(tmp_path) == state and state.agents[-1] == entry
+    dc.down(tmp_path)
+
+
+def test_add_agent_refuses_without_a_running_cluster(stand: Stand, tmp_path: Path) -> None:
+    with pytest.raises(dc.DevClusterError, match="no dev cluster recorded in") as caught:
+        add(stand, tmp_path / "none")
+    assert caught.value.code is Code.NOT_FOUND
+    assert not (tmp_path / "none").exists()
+    state, _ = up(stand, tmp_path)
+    stand.children[0].kill()
+    stand.children[1].kill()
+    with pytest.raises(dc.DevClusterError, match="only 1 of the 3 replicas") as caught:
+        add(stand, tmp_path)
+    assert caught.value.code is Code.FAILED_PRECONDITION
+    for child in stand.children:
+        child.kill()
+    with pytest.raises(dc.DevClusterError, match="is not running") as caught:
+        add(stand, tmp_path)
+    assert caught.value.code is Code.FAILED_PRECONDITION
+    assert "big" not in stand.argvs and dc.load_state(tmp_path) == state
+
+
+@pytest.mark.parametrize(("cluster", "options", "code", "message"), [
+    ("gpu-west", {}, Code.ALREADY_EXISTS, "--cluster-id 'gpu-west' is taken"),
+    ("replica-2", {}, Code.ALREADY_EXISTS, "--cluster-id 'replica-2' is the name of a replica"),
+    ("no good", {}, Code.INVALID_ARGUMENT, "--cluster-id must use only"),
+    ("big", {"gpu": -2}, Code.INVALID_ARGUMENT, "--gpu -2"),
+])
+def test_add_agent_refuses_a_taken_id_or_a_bad_shape_before_starting_anything(
+        stand: Stand, tmp_path: Path, cluster: str, options: dict[str, Any], code: Code,
+        message: str) -> None:
+    state, _ = up(stand, tmp_path)
+    with pytest.raises(dc.DevClusterError) as caught:
+        add(stand, tmp_path, cluster, **options)
+    assert caught.value.code is code and caught.value.message.startswith(message)
+    assert len(stand.children) == 5 and dc.load_state(tmp_path) == state
+    dc.down(tmp_path)
+
+
+def test_add_agent_refuses_beyond_the_bound_and_while_another_command_works(
+        stand: Stand, tmp_path: Path) -> None:
+    state, _ = up(stand, tmp_path, agents=0)
+    with dc.exclusive(tmp_path), pytest.raises(dc.DevClusterError, match="another 'raftsched"):
+        add(stand, tmp_path)
+    filler = dc.AgentEntry("x", 1, 1, (), 1, 1, 0, 1, "/d", "/l")
+    state.agents = [filler] * dc.MAX_RECORDED_AGENTS
+    dc.save_state(state)
+    with pytest.raises(dc.DevClusterError, match="MAX_RECORDED_AGENTS") as caught:
+        add(stand, tmp_path)
+    assert caught.value.code is Code.RESOURCE_EXHAUSTED
+    assert len(stand.children) == 3
+    dc.down(tmp_path)
+
+
+def test_add_agent_stops_and_forgets_an_agent_that_exits(stand: Stand, tmp_path: Path) -> None:
+    before, _ = up(stand, tmp_path)
+    stand.failing.add("big")
+    stand.views = [None]
+    with pytest.raises(dc.DevClusterError) as caught:
+        dc.add_agent(dc.AddAgentOptions(tmp_path, "big"), progress=lambda m: None,
+                     spawn=stand.spawn, probe=lambda servers, tls: None,
+                     sleep=lambda s: None)
+    error = caught.value
+    assert error.code is Code.FAILED_PRECONDITION
+    assert error.message.startswith("big (pid ")
+    assert "while it was joining the cluster" in error.message
+    assert error.log == str(tmp_path / "logs" / "big.log")
+    assert error.log_tail[-1] == "big cannot start"
+    assert dc.load_state(tmp_path) == before
+    assert all(process.alive() for process in before.processes())  # the rest runs on
+    dc.down(tmp_path)
+
+
+def test_add_agent_times_out_stops_and_forgets_it(stand: Stand, tmp_path: Path) -> None:
+    before, _ = up(stand, tmp_path)
+    stand.probes, stand.views = 0, [ready_view()]  # big never registers
+    ticks = iter(range(1000))
+    messages: list[str] = []
+    with pytest.raises(dc.DevClusterError) as caught:
+        dc.add_agent(dc.AddAgentOptions(tmp_path, "big", timeout_s=10),
+                     progress=messages.append, spawn=stand.spawn, probe=stand.probe,
+                     clock=lambda: float(next(ticks)), sleep=lambda s: None)
+    error = caught.value
+    assert error.code is Code.UNAVAILABLE
+    assert error.message.startswith("not agent big to be READY after 10 s (UP_TIMEOUT_S")
+    assert "big not registered" in error.message
+    assert error.log == str(tmp_path / "logs" / "big.log")
+    assert any(m.startswith("still waiting for agent big to be READY: ")
+               and m.endswith(" s of 10 s (big not registered)") for m in messages), messages
+    assert stand.children[-1].poll() is not None
+    assert dc.load_state(tmp_path) == before
+    # the same id can be tried again: the new agent resumes from the data dir left behind
+    state, entry, _ = add(stand, tmp_path, "big")
+    assert Path(entry.data_dir).is_dir() and state.agents[-1] == entry
+    dc.down(tmp_path)
+
+
+def test_ctrl_c_during_add_agent_stops_and_forgets_it(stand: Stand, tmp_path: Path) -> None:
+    before, _ = up(stand, tmp_path)
+    stand.probes, stand.interrupt_at_probe = 0, 1
+    with pytest.raises(KeyboardInterrupt):
+        dc.add_agent(dc.AddAgentOptions(tmp_path, "big"), progress=lambda m: None,
+                     spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None)
+    assert stand.children[-1].poll() is not None
+    assert dc.load_state(tmp_path) == before
+    dc.down(tmp_path)
