@@ -141,6 +141,17 @@ MAX_CONCURRENT_LARGE_SPECS = 1
 MAX_REPORTED_SPEC_ISSUES = 20
 """Spec problems named in one INVALID_ARGUMENT answer (the count of the rest follows)."""
 
+MAX_STATUS_MESSAGE_BYTES = 2 * 1024
+"""A refusal's message as gRPC sends it (UTF-8, each byte outside printable ASCII and '%'
+percent-encoded into three); a longer one is cut, saying so. With MAX_STATUS_VIOLATIONS_BYTES it
+keeps a refusal's trailers (the message, and again inside the details) within the 8 KiB of
+metadata a gRPC client reads by default: past it the client drops the answer and reports
+RESOURCE_EXHAUSTED instead (20 spec issues quoting emoji once made 24 KiB)."""
+
+MAX_STATUS_VIOLATIONS_BYTES = 1536
+"""The field violations (google.rpc.BadRequest) of one refusal, serialized; those past it are
+left out (the message names them, as far as it has room)."""
+
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1_000
 """Jobs in one ListJobs page."""

@@ -92,26 +92,69 @@ def abort(context: grpc.ServicerContext, error: RaftschedError, *, replica: str,
     """End an RPC with `error`'s status, marked as answered by `replica` (its gRPC address), with
     the leader's address for a not-the-leader answer. `violations` go with the status as a
     google.rpc.BadRequest detail (trailing metadata `grpc-status-details-bin`, the standard
-    rich error model), so clients in any language can read the problem field by field."""
+    rich error model), so clients in any language can read the problem field by field. Both are
+    cut to their bounds (`fitted_message`, `fitted_violations`): a client drops an answer whose
+    metadata is past its limit (8 KiB by default) and reports RESOURCE_EXHAUSTED instead."""
     metadata: list[tuple[str, str | bytes]] = [(REPLICA_METADATA_KEY, replica)]
     if error.code == Code.UNAVAILABLE and leader_hint:
         metadata.append((LEADER_METADATA_KEY, leader_hint))
-    if violations:
-        metadata.extend(_bad_request_status(error, violations).trailing_metadata)
+    message = fitted_message(error.message)
+    kept = fitted_violations(violations)
+    if kept:
+        metadata.extend(_bad_request_status(error.code, message, kept).trailing_metadata)
     context.set_trailing_metadata(tuple(metadata))
-    context.abort(status_code(error.code), error.message)
+    context.abort(status_code(error.code), message)
     raise AssertionError("context.abort returned")
 
 
-def _bad_request_status(error: RaftschedError, violations: Sequence[FieldViolation]) -> Any:
-    """A grpc.Status for `error` whose details hold one google.rpc.BadRequest."""
+CUT_MARKER = " ... (cut to MAX_STATUS_MESSAGE_BYTES)"
+
+
+def sent_bytes(text: str) -> int:
+    """The size of `text` as gRPC sends a status message: UTF-8, percent-encoded outside
+    printable ASCII and '%' (the gRPC spec's grpc-message)."""
+    return sum(1 if 0x20 <= byte <= 0x7E and byte != 0x25 else 3 for byte in text.encode())
+
+
+def fitted_message(text: str, max_bytes: int = limits.MAX_STATUS_MESSAGE_BYTES) -> str:
+    """`text`, or as much of it as fits in `max_bytes` as sent, followed by CUT_MARKER."""
+    if sent_bytes(text) <= max_bytes:
+        return text
+    room = max_bytes - len(CUT_MARKER)
+    for end, char in enumerate(text):
+        room -= sent_bytes(char)
+        if room < 0:
+            return text[:end] + CUT_MARKER
+    raise AssertionError("a text larger than its bound fitted whole")
+
+
+_VIOLATION_OVERHEAD_BYTES = 12
+"""Tags and lengths of one FieldViolation inside a BadRequest, at most."""
+
+
+def fitted_violations(violations: Sequence[FieldViolation],
+                      max_bytes: int = limits.MAX_STATUS_VIOLATIONS_BYTES,
+                      ) -> list[FieldViolation]:
+    """The leading `violations` whose serialized BadRequest stays within `max_bytes`."""
+    kept: list[FieldViolation] = []
+    size = 0
+    for field, description in violations:
+        size += len(field.encode()) + len(description.encode()) + _VIOLATION_OVERHEAD_BYTES
+        if size > max_bytes:
+            break
+        kept.append((field, description))
+    return kept
+
+
+def _bad_request_status(code: Code, message: str, violations: Sequence[FieldViolation]) -> Any:
+    """A grpc.Status of `code` and `message` whose details hold one google.rpc.BadRequest."""
     bad_request = error_details_pb2.BadRequest(field_violations=[
         error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
         for field, description in violations])
     detail = any_pb2.Any()
     detail.Pack(bad_request)
     return rpc_status.to_status(status_pb2.Status(
-        code=status_code(error.code).value[0], message=error.message, details=[detail]))
+        code=status_code(code).value[0], message=message, details=[detail]))
 
 
 def field_violations(error: grpc.RpcError) -> list[FieldViolation]:

@@ -32,6 +32,8 @@ import grpc
 
 from raftsched import tls
 from raftsched.eventlog import EventLogger
+from raftsched.replica import views
+from raftsched.spec.issue import show
 from raftsched.state.fsm import token_of
 from raftsched.state.model import ALL_TENANTS, Role, State, TokenRecord
 from raftsched.tokens import parse_token, secret_digest
@@ -127,7 +129,7 @@ def check_agent(caller: str | None, request: Any) -> None:
     if wanted != cluster:
         raise Refused(grpc.StatusCode.PERMISSION_DENIED,
                       f"the certificate of {caller!r} speaks for cluster {cluster!r} only, not "
-                      f"{wanted!r}")
+                      f"{show(wanted)}")
 
 
 def check_user(rule: Rule, caller: str | None, metadata: Any, reader: StateReader,
@@ -174,7 +176,7 @@ def scope_request(who: Caller, request: Any, reader: StateReader,
         if tenant is None:  # not applied here yet (or no such job): ask the leader, current
             tenant = reader.current_read(context, lambda s: _tenant_of(s, job_id))
         if tenant is not None and not who.may_act_for(tenant):
-            raise Refused(grpc.StatusCode.NOT_FOUND, f"job {job_id} not found")
+            raise Refused(grpc.StatusCode.NOT_FOUND, views.job_not_found_message(job_id))
     elif "tenant" in fields and request.DESCRIPTOR.name == "ListJobsRequest":
         if request.tenant and request.tenant != who.tenant:
             raise Refused(grpc.StatusCode.PERMISSION_DENIED,

@@ -20,15 +20,22 @@ _PAGE_TOKEN = re.compile(f"[0-9]{{1,{limits.MAX_PAGE_TOKEN_CHARS}}}", re.ASCII)
 def job_of(state: State, job_id: str) -> Job:
     job = state.jobs.get(job_id)
     if job is None:
-        raise RaftschedError(Code.NOT_FOUND, f"job {job_id} not found")
+        raise RaftschedError(Code.NOT_FOUND, job_not_found_message(job_id))
     return job
+
+
+def job_not_found_message(job_id: str) -> str:
+    """The one answer for a job that does not exist, or that the caller's tenant may not see.
+    The id is shown truncated: a status message echoing a 256 KiB id in full was more than a
+    gRPC client accepts in its trailers (it saw RESOURCE_EXHAUSTED, not NOT_FOUND)."""
+    return f"job {show(job_id)} not found"
 
 
 def task_of(state: State, job_id: str, task_id: str) -> tuple[Job, Task]:
     job = job_of(state, job_id)
     index = job.index_of.get(task_id)
     if index is None:
-        raise RaftschedError(Code.NOT_FOUND, f"task {task_id} not found in job {job_id}")
+        raise RaftschedError(Code.NOT_FOUND, f"task {show(task_id)} not found in job {job.id}")
     return job, job.tasks[index]
 
 

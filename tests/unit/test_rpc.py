@@ -11,7 +11,7 @@ from typing import Any
 import grpc
 import pytest
 
-from raftsched import rpc
+from raftsched import limits, rpc
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.errors import Code, CouldNotConnect, RaftschedError
@@ -25,11 +25,13 @@ class Scripted(pb_grpc.SchedulerServicer):  # type: ignore[misc]
 
     def __init__(self) -> None:
         self.errors: list[tuple[RaftschedError, str | None]] = []
+        self.violations: list[rpc.FieldViolation] = []
+        """Sent with every error."""
         self.release = threading.Event()
 
     def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         error, hint = self.errors.pop(0)
-        rpc.abort(context, error, replica=REPLICA, leader_hint=hint)
+        rpc.abort(context, error, replica=REPLICA, leader_hint=hint, violations=self.violations)
 
     def ListJobs(self, request: Any, context: grpc.ServicerContext) -> Any:
         self.release.wait(HANDLER_WAIT_S)
@@ -51,12 +53,16 @@ def served() -> Iterator[tuple[str, Scripted]]:
 
 
 def _call(address: str, method: str, request: Any, timeout_s: float = 5.0) -> RaftschedError:
+    return rpc.error_from_rpc(_raw_call(address, method, request, timeout_s), address)
+
+
+def _raw_call(address: str, method: str, request: Any, timeout_s: float = 5.0) -> grpc.RpcError:
     with grpc.insecure_channel(address, options=rpc.CHANNEL_OPTIONS) as channel:
         stub = pb_grpc.SchedulerStub(channel)
         try:
             getattr(stub, method)(request, timeout=timeout_s)
         except grpc.RpcError as error:
-            return rpc.error_from_rpc(error, address)
+            return error
     raise AssertionError("the call succeeded")
 
 
@@ -112,3 +118,54 @@ def test_a_closed_port_could_not_connect_and_nothing_was_sent() -> None:
 @pytest.mark.parametrize("code", list(Code))
 def test_every_code_has_a_grpc_status(code: Code) -> None:
     assert rpc.status_code(code).name == code.value
+
+
+# --- the size of a refusal ------------------------------------------------------------------------
+
+WIDE = "\U0001f642"
+"""4 bytes in UTF-8, 12 once percent-encoded in a status message."""
+
+
+def test_a_refusal_quoting_wide_characters_still_reaches_a_default_client(
+    served: tuple[str, Scripted]
+) -> None:
+    """Found by tests/integration/test_fuzz_rpc.py: 20 spec issues quoting 60 emoji each made an
+    INVALID_ARGUMENT of 24 KiB of metadata; the client dropped it and saw RESOURCE_EXHAUSTED."""
+    address, servicer = served
+    issues = [(f"spec.tasks[{i}].'{WIDE * 60}'", f"unknown field '{WIDE * 60}'") for i in range(20)]
+    servicer.violations = issues
+    servicer.errors.append((RaftschedError(Code.INVALID_ARGUMENT, "; ".join(
+        f"{field}: {description}" for field, description in issues)), None))
+    error = _raw_call(address, "GetJob", pb.GetJobRequest(job_id="j"))
+    assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error
+    assert error.details().startswith(f"spec.tasks[0].'{WIDE}")
+    assert error.details().endswith(rpc.CUT_MARKER)
+    kept = rpc.field_violations(error)
+    assert kept and kept == issues[:len(kept)]
+
+
+def test_fitted_message_keeps_a_message_within_the_bound_as_it_is() -> None:
+    text = "x" * limits.MAX_STATUS_MESSAGE_BYTES
+    assert rpc.fitted_message(text) == text
+
+
+@pytest.mark.parametrize("unit", ["x", "%", "\x00", "\u00e9", WIDE])
+def test_fitted_message_cuts_at_the_bound_as_sent_and_says_so(unit: str) -> None:
+    fitted = rpc.fitted_message(unit * (limits.MAX_STATUS_MESSAGE_BYTES + 1))
+    assert fitted.endswith(rpc.CUT_MARKER) and fitted.startswith(unit)
+    assert limits.MAX_STATUS_MESSAGE_BYTES - 12 < rpc.sent_bytes(fitted) \
+        <= limits.MAX_STATUS_MESSAGE_BYTES
+
+
+def test_sent_bytes_counts_three_for_each_byte_gRPC_percent_encodes() -> None:
+    assert rpc.sent_bytes("a ~") == 3
+    assert rpc.sent_bytes("%\n") == 6
+    assert rpc.sent_bytes("\u00e9") == 6 and rpc.sent_bytes(WIDE) == 12
+
+
+def test_fitted_violations_keeps_the_leading_ones_within_the_bound() -> None:
+    violations = [(f"field{i}", "d" * 100) for i in range(100)]
+    kept = rpc.fitted_violations(violations)
+    assert kept == violations[:len(kept)] and 0 < len(kept) < 100
+    size = sum(len(f) + len(d) + 12 for f, d in kept)
+    assert size <= limits.MAX_STATUS_VIOLATIONS_BYTES < size + len("field99") + 100 + 12

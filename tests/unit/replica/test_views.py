@@ -56,6 +56,25 @@ def test_task_of_an_unknown_job_is_not_found_naming_the_job() -> None:
     assert caught.value.code == Code.NOT_FOUND and "nope" in caught.value.message
 
 
+LONG_ID = "\U0001f642" * (limits.LARGE_SPEC_BYTES + 1)
+"""An id of 1 MiB (in UTF-8): a gRPC client reads at most 16 KiB of status message."""
+MAX_MESSAGE_CHARS = 200
+
+
+@pytest.mark.parametrize("call", [
+    pytest.param(lambda s: views.job_of(s, LONG_ID), id="job_of"),
+    pytest.param(lambda s: views.task_of(s, LONG_ID, "t0"), id="task_of-job"),
+    pytest.param(lambda s: views.task_of(s, "j1", LONG_ID), id="task_of-task"),
+])
+def test_not_found_shows_a_long_id_truncated(call: Any) -> None:
+    """Found by tests/integration/test_fuzz_rpc.py: GetJob of a 256 KiB id answered NOT_FOUND
+    echoing it, and the client saw RESOURCE_EXHAUSTED (metadata over its limit)."""
+    with pytest.raises(RaftschedError) as caught:
+        call(submitted("j1").state)
+    assert caught.value.code == Code.NOT_FOUND
+    assert len(caught.value.message) <= MAX_MESSAGE_CHARS and "\U0001f642" in caught.value.message
+
+
 def test_task_of_finds_the_task_by_id() -> None:
     h = submitted("j1", tasks=3)
     job, task = views.task_of(h.state, "j1", "t2")
