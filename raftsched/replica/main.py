@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
+from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from raftsched import eventlog, limits, rpc, tls, tokens
 from raftsched.api import raftsched_pb2 as pb
@@ -195,6 +195,12 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+_STANDARD_SERVICES = (health_pb2.DESCRIPTOR.services_by_name["Health"],
+                      reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"])
+"""Served beside ours: undecodable requests to them are INVALID_ARGUMENT too, not gRPC's
+INTERNAL with a logged traceback."""
+
+
 def _bootstrap_commands(path: str | None) -> tuple[Callable[[int], bytes], ...]:
     """The TOKEN_PUT of the bootstrap admin token in `path` (none without a path)."""
     if not path:
@@ -222,7 +228,7 @@ def _server(ctx: Context, address: str, tls_files: tls.TlsFiles | None) -> grpc.
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=limits.MAX_RPC_WORKERS, thread_name_prefix="rpc"),
         # An undecodable request is INVALID_ARGUMENT, not INTERNAL with a logged traceback.
-        interceptors=[rpc.RequestGuard(services, replica=address)],
+        interceptors=[rpc.RequestGuard([*services, *_STANDARD_SERVICES], replica=address)],
         options=[("grpc.max_receive_message_length", limits.MAX_MESSAGE_BYTES),
                  ("grpc.max_send_message_length", limits.MAX_MESSAGE_BYTES),
                  ("grpc.so_reuseport", 0)],

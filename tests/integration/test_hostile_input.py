@@ -13,6 +13,8 @@ from typing import Any
 import grpc
 import pytest
 from google.rpc import error_details_pb2  # type: ignore[import-untyped]
+from grpc_health.v1 import health_pb2
+from grpc_reflection.v1alpha import reflection_pb2
 from grpc_status import rpc_status  # type: ignore[import-untyped]
 
 from raftsched import limits, rpc, tls
@@ -109,6 +111,22 @@ def test_every_rpc_answers_undecodable_bytes_invalid_argument_and_changes_nothin
         trailing = dict(error.trailing_metadata() or ())
         assert trailing.get(rpc.REPLICA_METADATA_KEY) == replica.grpc[0]
     assert observed(channel) == before
+    assert_quiet_log(replica)
+
+
+STANDARD = [health_pb2.DESCRIPTOR.services_by_name["Health"],
+            reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]]
+
+
+@pytest.mark.parametrize(("service", "method"), [
+    pytest.param(service, method, id=f"{service.name}.{method.name}")
+    for service in STANDARD for method in service.methods])
+def test_health_and_reflection_refuse_undecodable_bytes_too(
+    replica: LocalCluster, channel: grpc.Channel, service: Any, method: Any
+) -> None:
+    for payload in GARBAGE:
+        error = refusal(raw_call(channel, service, method, payload))
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, (payload, error)
     assert_quiet_log(replica)
 
 
