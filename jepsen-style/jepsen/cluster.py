@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 from jepsen.netns import Net, NodeNs
-from raftsched import tokens
 from raftsched.client.client import Client
 from raftsched.clock import WALL_CLOCK_SKEW_ENV
 from raftsched.dev import pki
@@ -113,11 +112,9 @@ class ClusterUnderTest:
         authority = pki.create_authority(self.root / "tls")
         replica_tls = pki.issue_replica(authority, [spaces[n].ip for n in names])
         self.user_tls: TlsFiles = pki.issue_user(authority, USER_NAME)
-        self.admin_token = tokens.new_token().token
-        """The bootstrap admin token (every tenant): the workload acts for several tenants."""
         token_file = self.root / "tls" / "admin.token"
-        token_file.write_text(self.admin_token + "\n")
-        token_file.chmod(0o600)
+        self.admin_token = pki.write_admin_token(token_file)
+        """The bootstrap admin token (every tenant): the workload acts for several tenants."""
         for name in names:
             ns = spaces[name]
             self.grpc[name] = f"{ns.ip}:{GRPC_PORT}"

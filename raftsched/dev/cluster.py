@@ -384,14 +384,11 @@ class Certificates:
 def issue_certificates(directory: Path, clusters: Sequence[str], user: str) -> Certificates:
     """A fresh CA in DIR/tls (replacing an earlier run's) and the certificates it signs: the
     replicas' (127.0.0.1 and localhost), one per agent of `clusters`, and `user`'s."""
-    from raftsched import tokens
     from raftsched.dev import pki  # cryptography and grpc: loaded only when a cluster starts
 
     authority = pki.create_authority(directory / TLS_DIR_NAME)
     token_file = directory / TLS_DIR_NAME / ADMIN_TOKEN_FILE_NAME
-    descriptor = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-        handle.write(tokens.new_token().token + "\n")
+    pki.write_admin_token(token_file)
     return Certificates(
         replica=TlsPaths.of(pki.issue_replica(authority, [LOOPBACK])),
         agents={cluster: TlsPaths.of(pki.issue_agent(authority, cluster))

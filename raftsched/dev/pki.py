@@ -21,6 +21,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from raftsched import tokens
 from raftsched.tls import TlsFiles, agent_name, user_name
 
 DEV_CERT_DAYS = 365
@@ -50,9 +51,18 @@ def _name(common_name: str) -> x509.Name:
 
 
 def _write_private(path: Path, data: bytes) -> None:
+    """Created 0600 (never readable by others, not even for a moment)."""
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "wb") as handle:
         handle.write(data)
+
+
+def write_admin_token(path: Path) -> str:
+    """A new API token in `path` (0600), for a replica's --bootstrap-token-file and the local
+    user; returns it."""
+    token = tokens.new_token().token
+    _write_private(path, (token + "\n").encode())
+    return token
 
 
 def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:

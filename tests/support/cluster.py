@@ -4,7 +4,6 @@ and killed and reaped by `close()` (always called by the fixture)."""
 
 from __future__ import annotations
 
-import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -15,10 +14,10 @@ from typing import Any, TypeVar
 
 import grpc
 
-from raftsched import tls, tokens
+from raftsched import tls
 from raftsched.client.client import Client
 from raftsched.dev import pki
-from raftsched.dev.cluster import pick_free_ports
+from raftsched.dev.cluster import pick_free_ports, port_open
 from raftsched.dev.supervisor import Child, Supervisor
 from raftsched.errors import RaftschedError
 
@@ -78,10 +77,8 @@ class LocalCluster:
             self.authority = pki.create_authority(self.root / "tls")
             self.replica_tls: tls.TlsFiles = pki.issue_replica(self.authority, ["127.0.0.1"])
             self.user_tls = pki.issue_user(self.authority, "tests")
-            self.admin_token = tokens.new_token().token
             self.token_file = self.root / "tls" / "admin.token"
-            self.token_file.write_text(self.admin_token + "\n")
-            self.token_file.chmod(0o600)
+            self.admin_token = pki.write_admin_token(self.token_file)
         self.raft = [f"127.0.0.1:{free_port()}" for _ in range(self.replica_count)]
         self.grpc = [f"127.0.0.1:{free_port()}" for _ in range(self.replica_count)]
         for i in range(self.replica_count):
@@ -156,7 +153,7 @@ class LocalCluster:
         proc = self.supervisor.start(f"joiner-{raft}", argv,
                                      self.root / "logs" / f"joiner-{raft}.log")
         self.replicas.append(proc)
-        wait_for(lambda: _accepts(raft), START_TIMEOUT_S, f"the joiner to listen on {raft}")
+        wait_for(lambda: port_open(raft), START_TIMEOUT_S, f"the joiner to listen on {raft}")
         return proc, raft, grpc
 
     # -- agents ----------------------------------------------------------------------------------
@@ -232,15 +229,6 @@ class _Bearer(grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
 
     def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._with_token(details), request)
-
-
-def _accepts(address: str) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=1.0):
-            return True
-    except OSError:
-        return False
 
 
 def plus_one(index: int | None) -> int | None:

@@ -104,8 +104,16 @@ def test_stale_heartbeat_sequence_is_ignored() -> None:
     assert leader.heartbeat("east", 2, 1, None)  # a new incarnation starts over
 
 
-def test_deliveries_are_resent_only_after_the_redelivery_interval() -> None:
+def delivered(node: MemoryNode, leader: Leader) -> list[int]:
+    """Fences east's next heartbeat reply would carry (marked sent, as the gateway does)."""
     from raftsched.replica.gateway import deliveries
+
+    assignments, _ = deliveries(node.state, "east",
+                                lambda items, bound: leader.due("east", items, bound))
+    return sorted(a.fence for a in assignments)
+
+
+def test_deliveries_are_resent_only_after_the_redelivery_interval() -> None:
     from raftsched.replica.leader import REDELIVER_AFTER_S
 
     node, clock, leader = make()
@@ -114,20 +122,17 @@ def test_deliveries_are_resent_only_after_the_redelivery_interval() -> None:
     leader._round()
     leader.heartbeat("east", 1, 1, None)
 
-    def deliver() -> list[int]:
-        assignments, _ = deliveries(node.state, "east",
-                                    lambda items, bound: leader.due("east", items, bound))
-        return sorted(a.fence for a in assignments)
-
-    assert deliver() == [1, 2, 3]
-    assert deliver() == []  # sent already: a long poll waits instead of repeating them
+    assert delivered(node, leader) == [1, 2, 3]
+    # Sent already: a long poll waits instead of repeating them.
+    assert delivered(node, leader) == []
     submit(node, "j2", 1)
     leader._round()
-    assert deliver() == [4]  # new work goes out at once
+    assert delivered(node, leader) == [4]  # new work goes out at once
     clock.advance(REDELIVER_AFTER_S)
-    assert deliver() == [1, 2, 3, 4]  # unanswered: sent again (the message may have been lost)
+    # Unanswered: sent again (the message may have been lost).
+    assert delivered(node, leader) == [1, 2, 3, 4]
     leader.heartbeat("east", 2, 1, None)  # a new incarnation has heard nothing yet
-    assert deliver() == [1, 2, 3, 4]
+    assert delivered(node, leader) == [1, 2, 3, 4]
 
 
 def test_assignments_past_one_heartbeats_bound_go_with_the_next_heartbeat(
@@ -135,7 +140,6 @@ def test_assignments_past_one_heartbeats_bound_go_with_the_next_heartbeat(
     """Only what a reply carries counts as sent: the rest is due at once, not after the
     redelivery interval (a cluster given twice the bound idled ~0.8 s after running half)."""
     from raftsched import limits
-    from raftsched.replica.gateway import deliveries
 
     monkeypatch.setattr(limits, "MAX_DELIVERIES_PER_HEARTBEAT", 2)
     node, _, leader = make()
@@ -144,14 +148,10 @@ def test_assignments_past_one_heartbeats_bound_go_with_the_next_heartbeat(
     leader._round()
     leader.heartbeat("east", 1, 1, None)
 
-    def deliver() -> list[int]:
-        assignments, _ = deliveries(node.state, "east",
-                                    lambda items, bound: leader.due("east", items, bound))
-        return sorted(a.fence for a in assignments)
-
-    assert deliver() == [1, 2]
-    assert deliver() == [3, 4]  # the clock has not moved: no redelivery interval passed
-    assert deliver() == []
+    assert delivered(node, leader) == [1, 2]
+    # The clock has not moved: no redelivery interval passed.
+    assert delivered(node, leader) == [3, 4]
+    assert delivered(node, leader) == []
 
 
 def skewed(skew_s: float) -> tuple[MemoryNode, ManualClock, Leader, int]:
