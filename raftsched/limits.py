@@ -41,6 +41,8 @@ MAX_MEMORY_MB = 1024 * 1024 * 1024
 MAX_GPU = 1_000_000
 PRIORITY_MIN = 0
 PRIORITY_MAX = 100
+MAX_JOB_RETRY_BUDGET = 10_000_000
+"""Upper bound of a job's `retry_budget`."""
 MAX_REPORTED_CYCLES = 10
 """Dependency cycles named in one validation report; the rest are only counted."""
 MAX_SPEC_EXPANDED_CHARS = MAX_SPEC_BYTES
@@ -89,6 +91,12 @@ MAX_SNAPSHOT_BYTES = 4 * 1024 * 1024 * 1024
 MAX_CLUSTERS = 1_024
 MAX_CAPABILITIES_PER_CLUSTER = 256
 MAX_TENANTS = 10_000
+MAX_QUEUED_TASKS = 1_000_000
+"""Tasks accepted and not yet running or finished (PENDING, RUNNABLE, RETRY_WAIT), over every
+tenant: the global bound that protects the replicas' memory. A submit past it is
+RESOURCE_EXHAUSTED with a retry-after hint, whatever the tenant's own limits."""
+MAX_TENANT_WEIGHT = 10_000
+"""Largest fair-share weight of a tenant (`admin tenant set --weight`); the default is 1."""
 MAX_IDEMPOTENCY_KEYS = 1_000_000
 IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000
 MAX_NOTES_PER_TASK = 32

@@ -39,7 +39,7 @@ def layered_dag(tasks: int, width: int, seed: int) -> list[Any]:
         docs.append({"id": f"t{i}", "command": ["true"], "depends_on": deps,
                      "resources": {"cpu": 0.001, "memory_mb": 1}})
     # What the leader proposes: the wire form of the validated spec.
-    return doc_to_wire({"name": "bench", "tasks": docs})
+    return doc_to_wire({"name": "bench", "allow_unschedulable": True, "tasks": docs})
 
 
 def rss_bytes() -> int:
@@ -94,7 +94,7 @@ class Runner:
         while job.state not in TERMINAL_JOB_STATES:
             self.now += 1
             t0 = time.perf_counter()
-            items = tuple(placement.plan(self.state))
+            items = tuple(placement.plan(self.state).placements)
             self.plan_s += time.perf_counter() - t0
             assert items, "nothing placeable but the job is not done"
             result = self.apply(c.AssignBatch(self.now, items))

@@ -292,16 +292,22 @@ class Leader:
         free = self.reported_free()
         releasing = self._releasing()
         started_s = self._clock.monotonic_s()
-        items = self._node.read(lambda s: placement.plan(s, max_items=PLACEMENT_BATCH,
-                                                         reported_free=free,
-                                                         releasing=releasing))
+        now_ms = self._clock.now_ms()
+        planned = self._node.read(lambda s: placement.plan(s, now_ms=now_ms,
+                                                           max_items=PLACEMENT_BATCH,
+                                                           reported_free=free,
+                                                           releasing=releasing))
         planned_s = self._clock.monotonic_s()
-        if not items:
+        if not planned.placements and not planned.reservations:
             self._idle_version = version
             return
         self._idle_version = None
+        if planned.reservations:
+            log.info("reserved", clusters=[r.cluster_id for r in planned.reservations],
+                     tasks=[f"{r.job_id}/{r.task_id}" for r in planned.reservations])
         outcome = self._node.propose(
-            c.encode(c.AssignBatch(self._clock.now_ms(), tuple(items))), PROPOSE_TIMEOUT_S)
+            c.encode(c.AssignBatch(now_ms, tuple(planned.placements),
+                                   tuple(planned.reservations))), PROPOSE_TIMEOUT_S)
         if isinstance(outcome, fsm.Applied) and isinstance(result := outcome.result, AssignResult):
             log.debug("assigned", count=len(result.assigned), dropped=len(result.dropped),
                       plan_ms=round((planned_s - started_s) * 1000, 2),

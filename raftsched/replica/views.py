@@ -134,7 +134,7 @@ def explain_task(state: State, job_id: str, task_id: str) -> pb.ExplainTaskRespo
     job, task = task_of(state, job_id, task_id)
     verdicts = []
     for cluster in sorted(state.clusters.values(), key=lambda c: c.id):
-        infeasible = feasibility.explain_committed(task.spec, cluster)
+        infeasible = feasibility.explain_committed(task.spec, cluster, state.now_ms)
         verdicts.append(pb.ClusterVerdict(cluster=cluster.id, eligible=infeasible is None,
                                           reason="" if infeasible is None else infeasible.detail))
     return pb.ExplainTaskResponse(state=task.state.name, summary=_summary(state, job, task),
@@ -151,7 +151,7 @@ def _summary(state: State, job: Job, task: Task) -> str:
         if not state.clusters:
             return "runnable; no cluster is registered"
         fits = [c.id for c in state.clusters.values()
-                if feasibility.unfit_committed(task.spec, c) is None]
+                if feasibility.unfit_committed(task.spec, c, state.now_ms) is None]
         if fits:
             return f"runnable; fits now on {', '.join(sorted(fits))} — placement is imminent"
         return "runnable; no cluster can take it now (see the reasons per cluster)"

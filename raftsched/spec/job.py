@@ -41,6 +41,7 @@ __all__ = [
     "JobSpec",
     "OnLost",
     "RetryPolicy",
+    "Scoring",
     "SpecError",
     "SpecIssue",
     "TaskSpec",
@@ -58,7 +59,10 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _ID_RULE = "letters, digits, '_', '.' and '-', starting with a letter or digit"
 
-_JOB_FIELDS: Final = ("name", "tenant", "priority", "failure_policy", "idempotency_key", "tasks")
+_JOB_FIELDS: Final = (
+    "name", "tenant", "priority", "failure_policy", "idempotency_key", "allow_unschedulable",
+    "scoring", "retry_budget", "tasks",
+)
 _TASK_FIELDS: Final = (
     "id", "command", "env", "cwd", "resources", "requires", "cluster", "depends_on", "retry",
     "timeout_s", "on_lost", "trigger",
@@ -94,6 +98,15 @@ class FailurePolicy(enum.StrEnum):
     """Dependents become SKIPPED; independent branches go on (the default)."""
     CONTINUE = "continue"
     """Like skip_downstream, except that `trigger: all_done` tasks run anyway."""
+
+
+class Scoring(enum.StrEnum):
+    """Which of the clusters a task fits the planner picks (DESIGN.md §9)."""
+
+    BINPACK = "binpack"
+    """The fullest that fits: keeps whole clusters free for large tasks (the default)."""
+    SPREAD = "spread"
+    """The emptiest: spreads a job's tasks (and the damage of one cluster's loss)."""
 
 
 class OnLost(enum.StrEnum):
@@ -198,20 +211,35 @@ class JobSpec:
     failure_policy: FailurePolicy
     idempotency_key: str | None
     tasks: tuple[TaskSpec, ...]
+    allow_unschedulable: bool = False
+    """Accept the job even when some task fits no registered cluster's totals; it waits."""
+    scoring: Scoring = Scoring.BINPACK
+    retry_budget: int | None = None
+    """At most this many retries after application failures across all the job's tasks (None:
+    only each task's `retry.max_attempts` bounds them)."""
 
     def edge_count(self) -> int:
         return sum(len(task.depends_on) for task in self.tasks)
 
     def to_doc(self) -> dict[str, Any]:
-        """The canonical user-form document; `validate_job_doc(s.to_doc()) == s`."""
-        return {
+        """The canonical user-form document; `validate_job_doc(s.to_doc()) == s`. The placement
+        fields appear only when they differ from their defaults, so the digest of a spec that
+        does not use them is what it was before they existed."""
+        doc: dict[str, Any] = {
             "name": self.name,
             "tenant": self.tenant,
             "priority": self.priority,
             "failure_policy": self.failure_policy.value,
             "idempotency_key": self.idempotency_key,
-            "tasks": [task.to_doc() for task in self.tasks],
         }
+        if self.allow_unschedulable:
+            doc["allow_unschedulable"] = True
+        if self.scoring != Scoring.BINPACK:
+            doc["scoring"] = self.scoring.value
+        if self.retry_budget is not None:
+            doc["retry_budget"] = self.retry_budget
+        doc["tasks"] = [task.to_doc() for task in self.tasks]
+        return doc
 
     def digest(self) -> bytes:
         """sha256 of the msgpack encoding of `to_doc()` (its key order is fixed)."""
@@ -245,10 +273,14 @@ def validate_job_doc(doc: object) -> JobSpec:
                         limits.DEFAULT_PRIORITY)
     policy = _choice(scope, "failure_policy", FailurePolicy, FailurePolicy.SKIP_DOWNSTREAM)
     key = _idempotency_key(scope)
+    allow_unschedulable = _boolean(scope, "allow_unschedulable", False)
+    scoring = _choice(scope, "scoring", Scoring, Scoring.BINPACK)
+    retry_budget = _optional_integer(scope, "retry_budget", 0, limits.MAX_JOB_RETRY_BUDGET)
     tasks = _tasks(scope)
     if scope.sink.issues:
         raise SpecError(scope.sink.issues)
-    return JobSpec(_req(name), _req(tenant), _req(priority), _req(policy), key, _req(tasks))
+    return JobSpec(_req(name), _req(tenant), _req(priority), _req(policy), key, _req(tasks),
+                   _req(allow_unschedulable), _req(scoring), retry_budget)
 
 
 def with_idempotency_key(spec: JobSpec, key: str) -> JobSpec:
@@ -602,6 +634,27 @@ def _integer(scope: _Scope, key: str, low: int, high: int, default: int) -> int 
     if _is_integer(value) and low <= value <= high:
         return value
     scope.fail(key, f"must be an integer in {low}..{high}, got {show(value)}")
+    return None
+
+
+def _optional_integer(scope: _Scope, key: str, low: int, high: int) -> int | None:
+    """An integer in low..high, or None when absent or null (problems are reported)."""
+    value = scope.get(key)
+    if value is _MISSING or value is None:
+        return None
+    if _is_integer(value) and low <= value <= high:
+        return value
+    scope.fail(key, f"must be an integer in {low}..{high} or null, got {show(value)}")
+    return None
+
+
+def _boolean(scope: _Scope, key: str, default: bool) -> bool | None:
+    value = scope.get(key)
+    if value is _MISSING:
+        return default
+    if isinstance(value, bool):
+        return value
+    scope.fail(key, f"must be true or false, got {show(value)}")
     return None
 
 

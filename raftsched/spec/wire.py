@@ -5,7 +5,8 @@ on the Raft tick thread — so the form must be cheap to decode and to check. Th
 document (`JobSpec.to_doc()`) is a map per task with nested maps; the wire form is a list per
 task with durations already in milliseconds and the job's distinct retry policies in one table:
 
-    [WIRE_VERSION, name, tenant, priority, failure_policy, idempotency_key, retry_table, tasks]
+    [WIRE_VERSION, name, tenant, priority, failure_policy, idempotency_key, retry_table, tasks,
+     allow_unschedulable, scoring, retry_budget]
     retry_table: [[max_attempts, backoff_ms, multiplier, backoff_max_ms, jitter, [codes]], ...]
     task: [id, [argv], [[env_name, value], ...], cwd, cpu_milli, memory_mb, gpu, [requires],
            cluster, [depends_on], retry_index, timeout_ms, on_lost, trigger]
@@ -34,6 +35,7 @@ from raftsched.spec.job import (
     JobSpec,
     OnLost,
     RetryPolicy,
+    Scoring,
     SpecError,
     SpecIssue,
     TaskSpec,
@@ -41,8 +43,12 @@ from raftsched.spec.job import (
     validate_job_doc,
 )
 
-WIRE_VERSION = 1
-_JOB_FIELDS = 8
+WIRE_VERSION = 2
+"""Version 2 appends the placement fields (allow_unschedulable, scoring, retry_budget). Version 1
+(8 fields) is still read, with their defaults: logs written before them replay unchanged."""
+_V1_JOB_FIELDS = 8
+_JOB_FIELDS = 11
+_JOB_FIELDS_OF = {1: _V1_JOB_FIELDS, WIRE_VERSION: _JOB_FIELDS}
 _TASK_FIELDS = 14
 _RETRY_FIELDS = 6
 _EXIT_CODE_MIN, _EXIT_CODE_MAX = -255, 255
@@ -52,6 +58,7 @@ _E = TypeVar("_E", bound=enum.StrEnum)
 _FAILURE_POLICIES = {member.value: member for member in FailurePolicy}
 _ON_LOST = {member.value: member for member in OnLost}
 _TRIGGERS = {member.value: member for member in Trigger}
+_SCORINGS = {member.value: member for member in Scoring}
 """Wire value -> enum member (the wire form and snapshots hold the plain strings)."""
 
 
@@ -67,7 +74,15 @@ def to_wire(spec: JobSpec) -> list[Any]:
         for r in table
     ]
     return [WIRE_VERSION, spec.name, spec.tenant, spec.priority, spec.failure_policy.value,
-            spec.idempotency_key, retries, tasks]
+            spec.idempotency_key, retries, tasks, spec.allow_unschedulable, spec.scoring.value,
+            spec.retry_budget]
+
+
+def _placement_fields(wire: Any) -> tuple[Any, Any, Any]:
+    """(allow_unschedulable, scoring, retry_budget) of a wire form: their defaults in version 1."""
+    if wire[0] == 1:
+        return False, Scoring.BINPACK.value, None
+    return wire[8], wire[9], wire[10]
 
 
 def _task_to_wire(t: TaskSpec, retry_index: int) -> list[Any]:
@@ -85,12 +100,15 @@ def doc_to_wire(doc: object) -> list[Any]:
 
 def wire_to_doc(wire: Any) -> dict[str, Any]:
     """The user-form document a wire form stands for (raises on a malformed wire form)."""
-    version, name, tenant, priority, policy, key, retries, tasks = wire
-    if version != WIRE_VERSION:
+    version = wire[0]
+    if version not in _JOB_FIELDS_OF or len(wire) != _JOB_FIELDS_OF[version]:
         raise ValueError(f"wire version {version!r}")
+    _, name, tenant, priority, policy, key, retries, tasks = wire[:_V1_JOB_FIELDS]
+    allow_unschedulable, scoring, retry_budget = _placement_fields(wire)
     return {
         "name": name, "tenant": tenant, "priority": priority, "failure_policy": policy,
-        "idempotency_key": key, "tasks": [_task_doc(task, retries) for task in tasks],
+        "idempotency_key": key, "allow_unschedulable": allow_unschedulable, "scoring": scoring,
+        "retry_budget": retry_budget, "tasks": [_task_doc(task, retries) for task in tasks],
     }
 
 
@@ -131,7 +149,8 @@ def from_trusted_wire(wire: Any) -> JobSpec:
     """The JobSpec of a wire form this program wrote itself from a validated spec and kept
     intact (a checksummed snapshot): built without checks, the cost of loading a large state.
     Lists may arrive as tuples. Never use it on bytes from a proposer or a user."""
-    _, name, tenant, priority, policy, key, retries, tasks = wire
+    _, name, tenant, priority, policy, key, retries, tasks = wire[:_V1_JOB_FIELDS]
+    allow_unschedulable, scoring, retry_budget = _placement_fields(wire)
     table = [RetryPolicy(attempts, backoff_ms, multiplier, backoff_max_ms, jitter, tuple(codes))
              for attempts, backoff_ms, multiplier, backoff_max_ms, jitter, codes in retries]
     on_lost, triggers = _ON_LOST, _TRIGGERS
@@ -141,7 +160,8 @@ def from_trusted_wire(wire: Any) -> JobSpec:
                  table[retry_index], timeout_ms, on_lost[lost], triggers[trigger])
         for (task_id, command, env, cwd, cpu_milli, memory_mb, gpu, requires, cluster, deps,
              retry_index, timeout_ms, lost, trigger) in tasks)
-    return JobSpec(name, tenant, priority, _FAILURE_POLICIES[policy], key, specs)
+    return JobSpec(name, tenant, priority, _FAILURE_POLICIES[policy], key, specs,
+                   allow_unschedulable, _SCORINGS[scoring], retry_budget)
 
 
 def validate_wire(wire: object) -> JobSpec:
@@ -210,8 +230,12 @@ class _Reader:
         return self.strings.setdefault(value, value)
 
     def job(self, wire: Any) -> JobSpec:
-        _need(type(wire) is list and len(wire) == _JOB_FIELDS and wire[0] == WIRE_VERSION)
-        _, name, tenant, priority, policy, key, retries, tasks = wire
+        _need(type(wire) is list and len(wire) == _JOB_FIELDS_OF.get(wire[0], -1))
+        _, name, tenant, priority, policy, key, retries, tasks = wire[:_V1_JOB_FIELDS]
+        allow_unschedulable, scoring, retry_budget = _placement_fields(wire)
+        _need(type(allow_unschedulable) is bool)
+        scoring = _member(_SCORINGS, scoring)
+        _need(retry_budget is None or _is_int(retry_budget, 0, limits.MAX_JOB_RETRY_BUDGET))
         _need(type(name) is str and 0 < len(name) <= limits.MAX_NAME_CHARS and name.isprintable())
         _need(_is_id(tenant) and _is_int(priority, limits.PRIORITY_MIN, limits.PRIORITY_MAX))
         policy = _member(_FAILURE_POLICIES, policy)
@@ -222,7 +246,8 @@ class _Reader:
         _need(type(tasks) is list and 0 < len(tasks) <= limits.MAX_TASKS_PER_JOB)
         specs = tuple(self.task(t) for t in tasks)
         _need(not check_graph([t.id for t in specs], [t.depends_on for t in specs]))
-        return JobSpec(name, tenant, priority, policy, key, specs)
+        return JobSpec(name, tenant, priority, policy, key, specs, allow_unschedulable, scoring,
+                       retry_budget)
 
     def task(self, raw: Any) -> TaskSpec:
         _need(type(raw) is list and len(raw) == _TASK_FIELDS)

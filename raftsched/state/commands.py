@@ -40,6 +40,8 @@ class Tag(IntEnum):
     TOKEN_PUT = 10
     TOKEN_REVOKE = 11
     CLUSTER_REMOVE = 12
+    TENANT_SET = 13
+    CLUSTER_DRAIN = 14
 
 
 class ClusterStatus(IntEnum):
@@ -99,9 +101,21 @@ class Placement:
 
 
 @dataclass(frozen=True, slots=True)
+class Reservation:
+    """Keep `cluster_id` for one task that waited too long for room (see `placement`): no other
+    task is placed there until that task is placed or leaves the queue."""
+
+    job_id: str
+    task_id: str
+    cluster_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class AssignBatch:
     now_ms: int
     items: tuple[Placement, ...]
+    reservations: tuple[Reservation, ...] = ()
+    """Applied before the items (an item may place the very task a reservation is for)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +188,28 @@ class ClusterRemove:
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class TenantSet:
+    """Set a tenant's fair-share weight and limits (0: no limit of its own); the tenant `*`
+    sets the defaults of every tenant without a record of its own."""
+
+    tenant: str
+    weight: int
+    max_queued: int
+    max_running: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDrain:
+    """Stop (`drain`) or resume new placements on a cluster; what runs there runs on."""
+
+    cluster_id: str
+    drain: bool
+    now_ms: int
+    reason: str = ""
+
+
 Command = (
     JobSubmit
     | JobCancel
@@ -187,6 +223,8 @@ Command = (
     | TokenPut
     | TokenRevoke
     | ClusterRemove
+    | TenantSet
+    | ClusterDrain
 )
 
 # --- encoding -----------------------------------------------------------------------------------
@@ -208,7 +246,10 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
             return Tag.CLUSTER_STATUS, [cmd.cluster_id, int(cmd.status), cmd.now_ms, cmd.reason]
         case AssignBatch():
             items = [[p.job_id, p.task_id, p.cluster_id] for p in cmd.items]
-            return Tag.ASSIGN_BATCH, [cmd.now_ms, items]
+            if not cmd.reservations:
+                return Tag.ASSIGN_BATCH, [cmd.now_ms, items]
+            reservations = [[r.job_id, r.task_id, r.cluster_id] for r in cmd.reservations]
+            return Tag.ASSIGN_BATCH, [cmd.now_ms, items, reservations]
         case ReportBatch():
             reports = [
                 [int(r.kind), r.job_id, r.task_id, r.fence, r.exit_code, r.timed_out, r.reason]
@@ -232,6 +273,11 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
             return Tag.TOKEN_REVOKE, [cmd.token_id, cmd.now_ms]
         case ClusterRemove():
             return Tag.CLUSTER_REMOVE, [cmd.cluster_id, cmd.now_ms]
+        case TenantSet():
+            return Tag.TENANT_SET, [cmd.tenant, cmd.weight, cmd.max_queued, cmd.max_running,
+                                    cmd.now_ms]
+        case ClusterDrain():
+            return Tag.CLUSTER_DRAIN, [cmd.cluster_id, cmd.drain, cmd.now_ms, cmd.reason]
     raise TypeError(f"not a command: {cmd!r}")
 
 
@@ -374,10 +420,22 @@ def _decode_placement(value: Any) -> Placement:
     )
 
 
+def _decode_reservation(value: Any) -> Reservation:
+    job_id, task_id, cluster_id = _fields(value, 3, "ASSIGN_BATCH.reservations[]")
+    return Reservation(_str(job_id, "job_id"), _str(task_id, "task_id"),
+                       _str(cluster_id, "cluster_id"))
+
+
 def _decode_assign(p: Any) -> AssignBatch:
-    now_ms, items = _fields(p, 2, "ASSIGN_BATCH")
+    if isinstance(p, list) and len(p) == 3:
+        now_ms, items, raw = p
+        reservations = tuple(_decode_reservation(r)
+                             for r in _list(raw, "reservations", limits.MAX_CLUSTERS))
+    else:
+        now_ms, items = _fields(p, 2, "ASSIGN_BATCH")
+        reservations = ()
     placements = tuple(map(_decode_placement, _list(items, "items", limits.MAX_BATCH_ITEMS)))
-    return AssignBatch(_int(now_ms, "now_ms"), placements)
+    return AssignBatch(_int(now_ms, "now_ms"), placements, reservations)
 
 
 _REPORT_KINDS = {int(k): k for k in ReportKind}
@@ -454,6 +512,19 @@ def _decode_cluster_remove(p: Any) -> ClusterRemove:
     return ClusterRemove(_str(cluster_id, "cluster_id"), _int(now_ms, "now_ms"))
 
 
+def _decode_tenant_set(p: Any) -> TenantSet:
+    tenant, weight, max_queued, max_running, now_ms = _fields(p, 5, "TENANT_SET")
+    return TenantSet(_str(tenant, "tenant"), _int(weight, "weight"),
+                     _int(max_queued, "max_queued"), _int(max_running, "max_running"),
+                     _int(now_ms, "now_ms"))
+
+
+def _decode_cluster_drain(p: Any) -> ClusterDrain:
+    cluster_id, drain, now_ms, reason = _fields(p, 4, "CLUSTER_DRAIN")
+    return ClusterDrain(_str(cluster_id, "cluster_id"), _bool(drain, "drain"),
+                        _int(now_ms, "now_ms"), _reason(reason, "reason"))
+
+
 _DECODERS = {
     Tag.JOB_SUBMIT: _decode_submit,
     Tag.JOB_CANCEL: _decode_cancel,
@@ -467,6 +538,8 @@ _DECODERS = {
     Tag.TOKEN_PUT: _decode_token_put,
     Tag.TOKEN_REVOKE: _decode_token_revoke,
     Tag.CLUSTER_REMOVE: _decode_cluster_remove,
+    Tag.TENANT_SET: _decode_tenant_set,
+    Tag.CLUSTER_DRAIN: _decode_cluster_drain,
 }
 
 

@@ -1,13 +1,17 @@
 """The one feasibility rule: can this task go on this cluster, given the room it has free?
 
-A task fits a cluster when the cluster is READY, the task is not pinned to another cluster, the
-cluster advertises every capability the task requires, and the task's cpu, memory and gpu each
-fit in the cluster's free room. The same rule serves three callers, so they cannot disagree:
+A task fits a cluster when the cluster is READY, neither draining nor degraded, the task is not
+pinned to another cluster, the cluster advertises every capability the task requires, and the
+task's cpu, memory and gpu each fit in the cluster's free room. The same rule serves three
+callers, so they cannot disagree:
 - `fsm.apply_assign_batch` re-validates each placement against the committed reservations;
 - `placement.plan` asks it for every candidate and cluster, against the plan's tentative room
   (the committed room, capped by the agents' reported free capacity, minus what this plan has
   already placed there);
 - the read views (`task explain`) show, per cluster, why a task does not fit right now.
+
+`never_fits` is the rule against a cluster's totals whatever its state: what a submit is refused
+for (no registered cluster could ever take the task), unless the job allows it to wait.
 
 `unfit` is the rule itself. It builds nothing: it answers an `Unfit` member or None, so the
 planner's hot loop allocates nothing whether the task fits or not. `explain` adds the human text
@@ -17,6 +21,7 @@ naming what is missing, built only when someone reads it (a dropped placement, `
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from raftsched.spec.job import TaskSpec
@@ -30,6 +35,8 @@ class Unfit(enum.Enum):
     """Why a task does not fit a cluster: the first rule broken, in this order."""
 
     CLUSTER_NOT_READY = "cluster_not_ready"
+    CLUSTER_DRAINING = "cluster_draining"
+    CLUSTER_DEGRADED = "cluster_degraded"
     PINNED_ELSEWHERE = "pinned_elsewhere"
     MISSING_CAPABILITIES = "missing_capabilities"
     NO_ROOM = "no_room"
@@ -44,10 +51,14 @@ class Infeasible:
 
 
 def unfit(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_mb: int,
-          free_gpu: int) -> Unfit | None:
+          free_gpu: int, now_ms: int) -> Unfit | None:
     """The rule: why `spec` cannot go on `cluster` with this much room free, or None."""
     if cluster.status != _READY:
         return Unfit.CLUSTER_NOT_READY
+    if cluster.draining:
+        return Unfit.CLUSTER_DRAINING
+    if cluster.degraded_until_ms > now_ms:
+        return Unfit.CLUSTER_DEGRADED
     if spec.cluster is not None and spec.cluster != cluster.id:
         return Unfit.PINNED_ELSEWHERE
     if spec.requires and not cluster.capabilities.issuperset(spec.requires):
@@ -58,21 +69,27 @@ def unfit(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_mb:
     return None
 
 
-def unfit_committed(spec: TaskSpec, cluster: Cluster) -> Unfit | None:
+def unfit_committed(spec: TaskSpec, cluster: Cluster, now_ms: int) -> Unfit | None:
     """The rule against the committed reservations (what apply re-validates)."""
     return unfit(spec, cluster, cluster.cpu_milli - cluster.reserved_cpu_milli,
                  cluster.memory_mb - cluster.reserved_memory_mb,
-                 cluster.gpu - cluster.reserved_gpu)
+                 cluster.gpu - cluster.reserved_gpu, now_ms)
 
 
 def explain(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_mb: int,
-            free_gpu: int) -> Infeasible | None:
+            free_gpu: int, now_ms: int) -> Infeasible | None:
     """`unfit` with the text naming what is missing; None when the task fits."""
-    reason = unfit(spec, cluster, free_cpu_milli, free_memory_mb, free_gpu)
+    reason = unfit(spec, cluster, free_cpu_milli, free_memory_mb, free_gpu, now_ms)
     if reason is None:
         return None
     if reason is Unfit.CLUSTER_NOT_READY:
         detail = f"cluster {cluster.id} is {cluster.status.name}"
+    elif reason is Unfit.CLUSTER_DRAINING:
+        why = f" ({cluster.drain_reason})" if cluster.drain_reason else ""
+        detail = f"cluster {cluster.id} is draining{why}: it takes no new work"
+    elif reason is Unfit.CLUSTER_DEGRADED:
+        detail = (f"cluster {cluster.id} is degraded (attempts of many tasks failed there) "
+                  f"until {cluster.degraded_until_ms} ms")
     elif reason is Unfit.PINNED_ELSEWHERE:
         detail = f"task is pinned to cluster {spec.cluster}"
     elif reason is Unfit.MISSING_CAPABILITIES:
@@ -88,11 +105,57 @@ def explain(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_m
     return Infeasible(reason, detail)
 
 
-def explain_committed(spec: TaskSpec, cluster: Cluster) -> Infeasible | None:
+def explain_committed(spec: TaskSpec, cluster: Cluster, now_ms: int) -> Infeasible | None:
     """`explain` against the committed reservations."""
     return explain(spec, cluster, cluster.cpu_milli - cluster.reserved_cpu_milli,
                    cluster.memory_mb - cluster.reserved_memory_mb,
-                   cluster.gpu - cluster.reserved_gpu)
+                   cluster.gpu - cluster.reserved_gpu, now_ms)
+
+
+def never_fits(spec: TaskSpec, cluster: Cluster) -> bool:
+    """The task could not go on this cluster even empty, whatever its state: pinned elsewhere,
+    a capability missing, or more cpu, memory or gpu than it has in all."""
+    return ((spec.cluster is not None and spec.cluster != cluster.id)
+            or not cluster.capabilities.issuperset(spec.requires)
+            or spec.cpu_milli > cluster.cpu_milli or spec.memory_mb > cluster.memory_mb
+            or spec.gpu > cluster.gpu)
+
+
+def shortfall(spec: TaskSpec, cluster: Cluster) -> tuple[int, float, str]:
+    """How far `cluster`, empty, is from taking the task: (capabilities missing, the sum of
+    the resources' shortfalls as fractions of what the task asks, the words). Smaller is
+    closer; (0, 0.0, ...) when it fits."""
+    if spec.cluster is not None and spec.cluster != cluster.id:
+        return 1_000_000, 0.0, f"the task is pinned to {spec.cluster}"
+    missing = sorted(set(spec.requires) - cluster.capabilities)
+    parts = [f"lacks capabilities {missing}"] if missing else []
+    short = 0.0
+    for name, needed, has in (("cpu_milli", spec.cpu_milli, cluster.cpu_milli),
+                              ("memory_mb", spec.memory_mb, cluster.memory_mb),
+                              ("gpu", spec.gpu, cluster.gpu)):
+        if needed > has:
+            short += (needed - has) / needed
+            parts.append(f"has {name} {has} of {needed} (short by {needed - has})")
+    return len(missing), short, "; ".join(parts)
+
+
+def unschedulable(spec: TaskSpec, clusters: Iterable[Cluster]) -> str | None:
+    """Why no registered cluster (whatever its state) could ever take the task, naming what it
+    needs and the closest cluster's shortfall; None when one could."""
+    closest: tuple[int, float, str, str] | None = None
+    for cluster in clusters:
+        if not never_fits(spec, cluster):
+            return None
+        missing, short, words = shortfall(spec, cluster)
+        if closest is None or (missing, short, cluster.id) < (*closest[:2], closest[3]):
+            closest = (missing, short, words, cluster.id)
+    needs = (f"needs cpu_milli {spec.cpu_milli}, memory_mb {spec.memory_mb}, gpu {spec.gpu}"
+             + (f", capabilities {list(spec.requires)}" if spec.requires else "")
+             + (f", cluster {spec.cluster}" if spec.cluster is not None else ""))
+    if closest is None:
+        return f"{needs}, and no cluster is registered"
+    return f"{needs}; no registered cluster could ever take it: the closest, " \
+           f"{closest[3]}, {closest[2]}"
 
 
 def within_capacity(cluster: Cluster) -> bool:

@@ -24,11 +24,12 @@ from raftsched.spec.issue import show
 from raftsched.spec.job import FailurePolicy, JobSpec, OnLost, SpecError, Trigger
 from raftsched.spec.job import id_problem as tenant_name_problem  # the spec's one rule
 from raftsched.spec.wire import validate_wire
-from raftsched.state import feasibility
+from raftsched.state import feasibility, policy
 from raftsched.state.commands import (
     AssignBatch,
     AttemptMarkLost,
     Barrier,
+    ClusterDrain,
     ClusterRegister,
     ClusterRemove,
     ClusterStatus,
@@ -41,6 +42,8 @@ from raftsched.state.commands import (
     Report,
     ReportBatch,
     ReportKind,
+    Reservation,
+    TenantSet,
     Tick,
     TokenPut,
     TokenRevoke,
@@ -50,6 +53,8 @@ from raftsched.state.feasibility import Unfit, unfit_committed
 from raftsched.state.model import (
     ALL_TENANTS,
     LIVE_ATTEMPT_STATES,
+    PLACED_TASK_STATES,
+    QUEUED_TASK_STATES,
     TERMINAL_JOB_STATES,
     TERMINAL_TASK_STATES,
     TOKEN_DIGEST_BYTES,
@@ -68,14 +73,18 @@ from raftsched.state.model import (
     Task,
     TaskShape,
     TaskState,
+    TenantPolicy,
+    TenantUsage,
     TimerKind,
     TokenRecord,
+    ready_rank_ms,
     shape_of,
 )
 from raftsched.state.results import (
     Assigned,
     AssignResult,
     BarrierResult,
+    ClusterDrained,
     ClusterRegistered,
     ClusterRemoved,
     ClusterStatusChanged,
@@ -86,6 +95,7 @@ from raftsched.state.results import (
     MarkedLost,
     ReportResult,
     Result,
+    TenantSetResult,
     TickResult,
     TokenPutResult,
     TokenRevokeResult,
@@ -103,6 +113,11 @@ _SKIPPED = TaskState.SKIPPED
 _CANCELLED = TaskState.CANCELLED
 _A_ASSIGNED = AttemptState.ASSIGNED
 _A_RUNNING = AttemptState.RUNNING
+_CLUSTER_FAILURES = frozenset({AttemptState.FAILED, AttemptState.TIMED_OUT, AttemptState.REJECTED})
+"""Attempt outcomes that count against the cluster they ended on (`policy.note_failure`)."""
+_QUEUED = tuple(s in QUEUED_TASK_STATES for s in TaskState)
+_PLACED = tuple(s in PLACED_TASK_STATES for s in TaskState)
+"""By TaskState value: whether a task in it counts as queued / placed in its tenant's usage."""
 
 STALE_READY_SLACK = 1024
 """A ready-queue heap is rebuilt without its stale entries once they outnumber its live ones by
@@ -167,6 +182,10 @@ def apply_command(state: State, cmd: Command) -> Outcome:
             return apply_token_revoke(state, cmd)
         case ClusterRemove():
             return apply_cluster_remove(state, cmd)
+        case TenantSet():
+            return apply_tenant_set(state, cmd)
+        case ClusterDrain():
+            return apply_cluster_drain(state, cmd)
     raise AssertionError(f"unhandled command {cmd!r}")
 
 
@@ -284,8 +303,56 @@ def apply_cluster_remove(state: State, cmd: ClusterRemove) -> Applied[ClusterRem
                         "and wait until it is LOST and its attempts are replaced or confirmed "
                         "dead, or cancel their jobs, then remove it")
     assert not (cluster.reserved_cpu_milli or cluster.reserved_memory_mb or cluster.reserved_gpu)
+    if cluster.reserved_for is not None:
+        job_id, index = cluster.reserved_for
+        _release_reservation(state, state.jobs[job_id].tasks[index])
     del state.clusters[cmd.cluster_id]
     return Applied(ClusterRemoved(cmd.cluster_id))
+
+
+def apply_tenant_set(state: State, cmd: TenantSet) -> Applied[TenantSetResult] | Rejected:
+    """Set a tenant's weight and limits. Lowering a limit below what the tenant holds refuses
+    nothing already accepted: queued tasks stay queued and running ones run on; it bounds what
+    comes next."""
+    problem = tenant_set_problem(cmd)
+    if problem is not None:
+        return Rejected(Code.INVALID_ARGUMENT, problem)
+    record = state.tenants.get(cmd.tenant)
+    if record is None and len(state.tenants) >= limits.MAX_TENANTS:
+        return Rejected(Code.RESOURCE_EXHAUSTED,
+                        f"{len(state.tenants)} tenants configured, the bound "
+                        f"MAX_TENANTS={limits.MAX_TENANTS}")
+    wanted = (cmd.weight, cmd.max_queued, cmd.max_running)
+    if record is not None and (record.weight, record.max_queued, record.max_running) == wanted:
+        return Applied(TenantSetResult(cmd.tenant, changed=False))
+    state.tenants[cmd.tenant] = TenantPolicy(cmd.tenant, cmd.weight, cmd.max_queued,
+                                             cmd.max_running, state.now_ms)
+    return Applied(TenantSetResult(cmd.tenant, changed=True))
+
+
+def tenant_set_problem(cmd: TenantSet) -> str | None:
+    """Why a TENANT_SET is malformed (INVALID_ARGUMENT), naming the field, or None."""
+    if cmd.tenant != ALL_TENANTS:
+        problem = tenant_name_problem(cmd.tenant)
+        if problem is not None:
+            return f"tenant: a tenant name (or {ALL_TENANTS!r} for the defaults) {problem}"
+    if not 1 <= cmd.weight <= limits.MAX_TENANT_WEIGHT:
+        return f"weight: must be in 1..{limits.MAX_TENANT_WEIGHT}, got {cmd.weight}"
+    for name, value in (("max_queued", cmd.max_queued), ("max_running", cmd.max_running)):
+        if value > limits.MAX_TASKS_IN_STATE:
+            return (f"{name}: must be in 0..{limits.MAX_TASKS_IN_STATE} (0: no limit), "
+                    f"got {value}")
+    return None
+
+
+def apply_cluster_drain(state: State, cmd: ClusterDrain) -> Applied[ClusterDrained] | Rejected:
+    cluster = state.clusters.get(cmd.cluster_id)
+    if cluster is None:
+        return Rejected(Code.NOT_FOUND, f"cluster {show(cmd.cluster_id)} not found")
+    changed = cluster.draining != cmd.drain
+    cluster.draining = cmd.drain
+    cluster.drain_reason = cmd.reason if cmd.drain else ""
+    return Applied(ClusterDrained(cluster.id, cmd.drain, changed))
 
 
 def token_of(state: State, token_id: str) -> TokenRecord | None:
@@ -322,7 +389,7 @@ def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Re
                     f"for job {record.job_id} with a different spec",
                 )
             return Applied(JobSubmitted(record.job_id, created=False))
-    refusal = _check_submit_bounds(state, cmd.job_id, spec)
+    refusal = _check_submit_bounds(state, cmd.job_id, spec) or _check_contention(state, spec)
     if refusal is not None:
         return refusal
     job = _create_job(state, cmd.job_id, spec, digest, cmd.now_ms)
@@ -352,6 +419,36 @@ def _check_submit_bounds(state: State, job_id: str, spec: JobSpec) -> Rejected |
     return None
 
 
+def _check_contention(state: State, spec: JobSpec) -> Rejected | None:
+    """The queue limits (RESOURCE_EXHAUSTED, with a retry-after hint in the reason) and, unless
+    the job allows it, a task no registered cluster could ever take (FAILED_PRECONDITION)."""
+    refusal = policy.submit_refusal(state, spec.tenant, len(spec.tasks))
+    if refusal is not None:
+        return Rejected(Code.RESOURCE_EXHAUSTED,
+                        f"{refusal.message}; retry after {refusal.retry_after_ms} ms")
+    if spec.allow_unschedulable:
+        return None
+    return _unschedulable(state, spec)
+
+
+def _unschedulable(state: State, spec: JobSpec) -> Rejected | None:
+    """The first task no registered cluster could take even empty. Tasks of one shape share
+    the answer, so a job costs O(shapes x clusters), and stops at the first refusal."""
+    seen: set[TaskShape] = set()
+    clusters = sorted(state.clusters.values(), key=lambda c: (-c.cpu_milli, c.id))
+    for task in spec.tasks:
+        shape = shape_of(task)
+        if shape in seen:
+            continue
+        seen.add(shape)
+        problem = feasibility.unschedulable(task, clusters)
+        if problem is not None:
+            return Rejected(Code.FAILED_PRECONDITION,
+                            f"task {task.id} {problem} (set allow_unschedulable: true to queue "
+                            f"the job anyway: it waits until such a cluster registers)")
+    return None
+
+
 def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms: int) -> Job:
     index_of = {t.id: i for i, t in enumerate(spec.tasks)}
     tasks = [
@@ -371,6 +468,8 @@ def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms:
     state.task_count += len(tasks)
     state.live_task_counts[_PENDING] += len(tasks)
     state.queues.setdefault(spec.tenant, ReadyQueue())
+    state.usage.setdefault(spec.tenant, TenantUsage()).queued += len(tasks)
+    state.queued_total += len(tasks)
     for task in tasks:
         if task.remaining_deps == 0:
             _make_runnable(state, job, task)
@@ -523,6 +622,8 @@ def apply_assign_batch(state: State, cmd: AssignBatch) -> Applied[AssignResult]:
     that no longer hold are dropped with a reason, the rest get fresh fences."""
     assigned: list[Assigned] = []
     dropped: list[Dropped] = []
+    for reservation in cmd.reservations:
+        _reserve(state, reservation, cmd.now_ms)
     for placement in cmd.items:
         outcome = _assign_one(state, placement, cmd.now_ms)
         if type(outcome) is int:
@@ -531,6 +632,61 @@ def apply_assign_batch(state: State, cmd: AssignBatch) -> Applied[AssignResult]:
             assert isinstance(outcome, Dropped)
             dropped.append(outcome)
     return Applied(AssignResult(tuple(assigned), tuple(dropped)))
+
+
+def _reserve(state: State, reservation: Reservation, now_ms: int) -> bool:
+    """Keep a cluster for a RUNNABLE task (moving the task's reservation, if it held one).
+    Refused, changing nothing, when either is gone, the task is not RUNNABLE, could never fit
+    that cluster, or the cluster is kept for another task."""
+    job = state.jobs.get(reservation.job_id)
+    index = None if job is None else job.index_of.get(reservation.task_id)
+    cluster = state.clusters.get(reservation.cluster_id)
+    if job is None or index is None or cluster is None:
+        return False
+    task = job.tasks[index]
+    if task.state != _RUNNABLE or reservation_holder(state, cluster) is not None \
+            or feasibility.never_fits(task.spec, cluster):
+        return False
+    if cluster.reserved_for is not None:  # a holder that no longer fits here: void
+        holder_job, holder_index = cluster.reserved_for
+        _release_reservation(state, state.jobs[holder_job].tasks[holder_index])
+    _release_reservation(state, task)
+    cluster.reserved_for = (job.id, index)
+    cluster.reserved_since_ms = now_ms
+    task.reserved_on = cluster.id
+    return True
+
+
+def _release_reservation(state: State, task: Task) -> None:
+    if task.reserved_on is None:
+        return
+    cluster = state.clusters[task.reserved_on]
+    assert cluster.reserved_for is not None and cluster.reserved_for[1] == task.index
+    cluster.reserved_for = None
+    cluster.reserved_since_ms = 0
+    task.reserved_on = None
+
+
+def reservation_holder(state: State, cluster: Cluster) -> tuple[Job, Task] | None:
+    """The task `cluster` is kept for, unless it could no longer fit there even empty (the
+    cluster re-registered smaller): such a reservation binds nothing."""
+    if cluster.reserved_for is None:
+        return None
+    job_id, index = cluster.reserved_for
+    job = state.jobs[job_id]
+    task = job.tasks[index]
+    if feasibility.never_fits(task.spec, cluster):
+        return None
+    return job, task
+
+
+def reserved_for_other(state: State, cluster: Cluster, job: Job, task: Task) -> str | None:
+    """Why `cluster` is not for `task`: kept for another task (the words), or None."""
+    holder = reservation_holder(state, cluster)
+    if holder is None or holder[1] is task:
+        return None
+    return (f"cluster {cluster.id} is reserved for task {holder[0].id}/{holder[1].spec.id}, "
+            f"which has waited for room there since {cluster.reserved_since_ms} ms")
 
 
 def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Dropped:
@@ -549,10 +705,17 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
     if cluster is None:
         return _dropped(placement, DropReason.CLUSTER_NOT_REGISTERED, "cluster not registered")
     spec = task.spec
-    if unfit_committed(spec, cluster) is not None:
-        infeasible = feasibility.explain_committed(spec, cluster)
+    if unfit_committed(spec, cluster, now_ms) is not None:
+        infeasible = feasibility.explain_committed(spec, cluster, now_ms)
         assert infeasible is not None
         return _dropped(placement, infeasible.reason, infeasible.detail)
+    reserved = reserved_for_other(state, cluster, job, task)
+    if reserved is not None:
+        return _dropped(placement, DropReason.CLUSTER_RESERVED, reserved)
+    if policy.at_running_limit(state, job.spec.tenant):
+        return _dropped(placement, DropReason.TENANT_AT_LIMIT,
+                        f"tenant {job.spec.tenant} runs its max_running="
+                        f"{policy.policy_of(state, job.spec.tenant).max_running} tasks")
     state.fence += 1
     fence = state.fence
     attempt = Attempt(fence=fence, number=len(task.attempts) + 1, cluster_id=cluster.id,
@@ -562,6 +725,10 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
     cluster.reserved_cpu_milli += spec.cpu_milli
     cluster.reserved_memory_mb += spec.memory_mb
     cluster.reserved_gpu += spec.gpu
+    usage = state.usage[job.spec.tenant]
+    usage.cpu_milli += spec.cpu_milli
+    usage.memory_mb += spec.memory_mb
+    usage.gpu += spec.gpu
     _set_state(state, job, task, _ASSIGNED)
     _push_timer(state, now_ms + limits.ASSIGN_TIMEOUT_MS, fence, TimerKind.ASSIGN_TIMEOUT,
                 job.id, index)
@@ -807,6 +974,8 @@ def _set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
         task.retry_at_ms = None
     task.state = new
     if old == _RUNNABLE:
+        if task.reserved_on is not None:
+            _release_reservation(state, task)
         queue = state.queues[job.spec.tenant]
         queue.live -= 1
         shape = shape_of(task.spec)
@@ -816,6 +985,12 @@ def _set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
     counts = job.counts
     counts[old] -= 1
     counts[new] += 1
+    if _QUEUED[old] != _QUEUED[new] or _PLACED[old] != _PLACED[new]:
+        usage = state.usage[job.spec.tenant]
+        queued = _QUEUED[new] - _QUEUED[old]
+        usage.queued += queued
+        state.queued_total += queued
+        usage.running += _PLACED[new] - _PLACED[old]
     live = state.live_task_counts  # the job is live: a terminal job's tasks never move
     live[old] -= 1
     live[new] += 1
@@ -867,6 +1042,12 @@ def _end_attempt(state: State, job: Job, task: Task, attempt: Attempt, outcome: 
     cluster.reserved_cpu_milli -= spec.cpu_milli
     cluster.reserved_memory_mb -= spec.memory_mb
     cluster.reserved_gpu -= spec.gpu
+    usage = state.usage[job.spec.tenant]
+    usage.cpu_milli -= spec.cpu_milli
+    usage.memory_mb -= spec.memory_mb
+    usage.gpu -= spec.gpu
+    if outcome in _CLUSTER_FAILURES or outcome == AttemptState.SUCCEEDED:
+        policy.note_outcome(state, cluster, job.id, task.index, outcome != AttemptState.SUCCEEDED)
     if cluster.overcommitted:
         _refresh_overcommit(cluster)
     if kill:
@@ -890,7 +1071,11 @@ def _app_failure(state: State, job: Job, task: Task, exit_code: int | None,
     elif task.app_failures >= retry.max_attempts:
         _fail_task(state, job, task, f"failed {task.app_failures} of max_attempts="
                                      f"{retry.max_attempts}")
+    elif job.spec.retry_budget is not None and job.retries_used >= job.spec.retry_budget:
+        _fail_task(state, job, task, f"the job's retry_budget={job.spec.retry_budget} is spent "
+                                     f"(retries across its tasks)")
     else:
+        job.retries_used += 1
         exponent = task.app_failures - 1
         delay = min(retry.backoff_ms * retry.multiplier ** exponent, retry.backoff_max_ms)
         _wait_retry(state, job, task, _jittered(delay, retry.jitter, entropy))
@@ -992,8 +1177,9 @@ def _make_runnable(state: State, job: Job, task: Task) -> None:
         shape_queue = queue.shapes[shape] = ShapeQueue()
     queue.live += 1
     shape_queue.live += 1
+    task.ready_ms = state.now_ms
     heapq.heappush(shape_queue.heap,
-                   (-job.spec.priority, job.seq, task.index, task.ready_gen, job.id))
+                   (ready_rank_ms(job), job.seq, task.index, task.ready_gen, job.id))
     _tidy(state, queue, shape, shape_queue)
 
 
@@ -1073,3 +1259,31 @@ def _timer_live(state: State, entry: tuple[int, int, int, int, str]) -> bool:
         return False
     wanted = _A_ASSIGNED if kind == TimerKind.ASSIGN_TIMEOUT else _A_RUNNING
     return attempt.state == wanted
+
+
+# --- derived counters ---------------------------------------------------------------------------
+
+
+def derive_usage(state: State) -> tuple[dict[str, TenantUsage], int]:
+    """Every tenant's usage and the queued total, counted from the jobs and the clusters' live
+    attempts: O(state). What a snapshot load sets and the invariants compare with."""
+    usage = {tenant: TenantUsage() for tenant in state.queues}
+    queued_total = 0
+    for job in state.jobs.values():
+        if job.state in TERMINAL_JOB_STATES:
+            continue
+        held = usage.setdefault(job.spec.tenant, TenantUsage())
+        counts = job.counts
+        queued = counts[_PENDING] + counts[_RUNNABLE] + counts[_RETRY_WAIT]
+        held.queued += queued
+        queued_total += queued
+        held.running += counts[_ASSIGNED] + counts[_RUNNING]
+    for cluster in state.clusters.values():
+        for job_id, index in cluster.live.values():
+            job = state.jobs[job_id]
+            spec = job.tasks[index].spec
+            held = usage.setdefault(job.spec.tenant, TenantUsage())
+            held.cpu_milli += spec.cpu_milli
+            held.memory_mb += spec.memory_mb
+            held.gpu += spec.gpu
+    return usage, queued_total

@@ -7,7 +7,10 @@ fences are unique and grow along each task's attempts; only a task's current att
 live, and exactly when the task is ASSIGNED or RUNNING, registered on its cluster; dependencies
 were satisfied before a task became runnable; each cluster's reservations are the sum of its
 live attempts and fit its capacity unless it is marked overcommitted; API tokens are within
-MAX_TOKENS, each well-formed as TOKEN_PUT requires, keyed by its id, and in creation order.
+MAX_TOKENS, each well-formed as TOKEN_PUT requires, keyed by its id, and in creation order;
+tenant usage (queued, running, reserved resources) and the queued total match what they count;
+ready-queue entries carry their job's rank (priority with aging); a cluster reservation names a
+RUNNABLE task that names it back.
 """
 
 from __future__ import annotations
@@ -18,7 +21,12 @@ from raftsched import limits
 from raftsched.spec.job import runs_when_upstream_done
 from raftsched.state import feasibility
 from raftsched.state.commands import TokenPut
-from raftsched.state.fsm import derive_job_state, ready_entry_live, token_put_problem
+from raftsched.state.fsm import (
+    derive_job_state,
+    derive_usage,
+    ready_entry_live,
+    token_put_problem,
+)
 from raftsched.state.model import (
     LIVE_ATTEMPT_STATES,
     TERMINAL_JOB_STATES,
@@ -29,6 +37,7 @@ from raftsched.state.model import (
     State,
     Task,
     TaskState,
+    ready_rank_ms,
     shape_of,
 )
 
@@ -70,11 +79,15 @@ def check_invariants(state: State) -> None:
             live = [e for e in shape_queue.heap if ready_entry_live(state, e)]
             assert len(live) == shape_queue.live > 0, (tenant, shape, len(live))
             assert all(shape_of(state.jobs[e[4]].tasks[e[2]].spec) == shape for e in live), shape
+            assert all(e[0] == ready_rank_ms(state.jobs[e[4]]) for e in live), shape
     for cluster in state.clusters.values():
         _check_cluster(state, cluster)
     assert state.kill_count == sum(len(c.kills) for c in state.clusters.values())
     assert len(state.idempotency) <= len(state.idempotency_order)
     _check_tokens(state)
+    usage, queued_total = derive_usage(state)
+    assert usage == state.usage, (usage, state.usage)
+    assert queued_total == state.queued_total, (queued_total, state.queued_total)
 
 
 def _check_job(state: State, job: Job, fences: set[int]) -> None:
@@ -108,6 +121,8 @@ def _check_task(state: State, job: Job, task: Task) -> None:
         cluster = state.clusters[current.cluster_id]
         assert cluster.live.get(current.fence) == (job.id, task.index)
     _check_dependencies(job, task)
+    if task.reserved_on is not None:
+        assert state.clusters[task.reserved_on].reserved_for == (job.id, task.index)
     retry = task.spec.retry
     assert task.app_failures <= retry.max_attempts
     assert task.infra_failures <= limits.MAX_INFRA_RETRIES + 1
@@ -145,6 +160,11 @@ def _check_cluster(state: State, cluster: Cluster) -> None:
     if not cluster.overcommitted:
         assert feasibility.within_capacity(cluster), \
             f"cluster {cluster.id} reserved past its capacity"
+    if cluster.reserved_for is not None:
+        job_id, index = cluster.reserved_for
+        holder = state.jobs[job_id].tasks[index]
+        assert holder.state == _RUNNABLE and holder.reserved_on == cluster.id, \
+            f"cluster {cluster.id} reserved for {job_id}/{holder.spec.id} ({holder.state.name})"
 
 
 def _check_tokens(state: State) -> None:

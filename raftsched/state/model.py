@@ -115,6 +115,10 @@ class Task:
     """Why the task is in its state, for FAILED/SKIPPED/CANCELLED."""
     notes: list[Note] = field(default_factory=list)
     notes_dropped: int = 0
+    ready_ms: int = 0
+    """When the task last became RUNNABLE (the wait a large task's reservation counts)."""
+    reserved_on: str | None = None
+    """The cluster kept for this RUNNABLE task (`Cluster.reserved_for` names it back)."""
 
     @property
     def current(self) -> Attempt | None:
@@ -137,6 +141,9 @@ class Job:
     finished_ms: int | None = None
     cancel_requested: bool = False
     reason: str = ""
+    retries_used: int = 0
+    """Retries after application failures across the job's tasks (bounded by its
+    `retry_budget`)."""
 
 
 @dataclass(slots=True)
@@ -158,11 +165,33 @@ class Cluster:
     """fence -> (job id, task id) the agent must stop, until it confirms."""
     overcommitted: bool = False
     """Set when a re-registration shrank capacity below what live attempts hold."""
+    draining: bool = False
+    """An operator stopped new placements here (`admin drain`); what runs, runs on."""
+    drain_reason: str = ""
+    degraded_until_ms: int = 0
+    """Attempts of many tasks failed here within DEGRADE_WINDOW_MS: no new work before this."""
+    reserved_for: tuple[str, int] | None = None
+    """(job id, task index) of the RUNNABLE task this cluster is kept for: nothing else is
+    placed here until it is (a large task that waited too long for room; see `placement`)."""
+    reserved_since_ms: int = 0
+    outcomes: deque[tuple[int, str, int, bool]] = field(default_factory=deque)
+    """(at ms, job id, task index, failed) of the attempts that ended here lately, oldest first,
+    at most DEGRADE_OUTCOME_MEMORY: what decides `degraded_until_ms`."""
 
 
 ReadyEntry = tuple[int, int, int, int, str]
-"""(-priority, job seq, task index, ready_gen, job id): heap order is priority, then submission
-order, then the task's position in its job."""
+"""(rank ms, job seq, task index, ready_gen, job id), where rank = the job's submission time -
+priority x AGING_MS_PER_PRIORITY (`ready_rank_ms`): heap order is priority, then submission
+order, then the task's position in its job — with aging: a job that has waited
+AGING_MS_PER_PRIORITY longer goes before one a priority level higher."""
+
+AGING_MS_PER_PRIORITY = 30_000
+"""Aging: one priority level is worth this much earlier submission. A task never waits behind
+a job submitted more than (PRIORITY_MAX - PRIORITY_MIN) x this after its own (50 minutes)."""
+
+
+def ready_rank_ms(job: Job) -> int:
+    return job.submitted_ms - job.spec.priority * AGING_MS_PER_PRIORITY
 
 TimerEntry = tuple[int, int, int, int, str]
 """(deadline ms, fence or 0, timer kind, task index, job id)."""
@@ -237,6 +266,40 @@ class TokenRecord:
 
 
 @dataclass(slots=True)
+class TenantPolicy:
+    """A tenant's share and limits, set by an admin (`TENANT_SET`). The record of ALL_TENANTS
+    holds the defaults of every tenant without a record of its own."""
+
+    name: str
+    weight: int = 1
+    """Fair-share weight: under contention a tenant's dominant share of what runs goes as its
+    weight (1..MAX_TENANT_WEIGHT)."""
+    max_queued: int = 0
+    """Tasks accepted and not yet running or finished; 0: no limit of its own."""
+    max_running: int = 0
+    """Tasks placed (ASSIGNED or RUNNING) at once; 0: no limit of its own."""
+    updated_ms: int = 0
+
+
+@dataclass(slots=True)
+class TenantUsage:
+    """What a tenant holds now, kept on every transition (derived: not in snapshots)."""
+
+    queued: int = 0
+    """Tasks of its live jobs that are PENDING, RUNNABLE or RETRY_WAIT."""
+    running: int = 0
+    """Tasks of its live jobs that are ASSIGNED or RUNNING (each holds a live attempt)."""
+    cpu_milli: int = 0
+    memory_mb: int = 0
+    gpu: int = 0
+    """What its live attempts reserve: the measure of dominant-resource fair share."""
+
+
+QUEUED_TASK_STATES = frozenset({TaskState.PENDING, TaskState.RUNNABLE, TaskState.RETRY_WAIT})
+PLACED_TASK_STATES = frozenset({TaskState.ASSIGNED, TaskState.RUNNING})
+
+
+@dataclass(slots=True)
 class State:
     now_ms: int = 0
     """Highest `now_ms` seen in any command: the state machine's only notion of time."""
@@ -261,6 +324,13 @@ class State:
     """Raft address -> gRPC address, as announced in barriers."""
     tokens: dict[str, TokenRecord] = field(default_factory=dict)
     """API tokens by id, in creation order (at most MAX_TOKENS)."""
+    tenants: dict[str, TenantPolicy] = field(default_factory=dict)
+    """Tenant policies set by admins, in the order first set (at most MAX_TENANTS)."""
+    usage: dict[str, TenantUsage] = field(default_factory=dict)
+    """Per tenant with a live job or a live attempt: what it holds now. Derived (not in
+    snapshots: recomputed when one is loaded)."""
+    queued_total: int = 0
+    """Sum of every tenant's `usage.queued` (the global MAX_QUEUED_TASKS bound). Derived."""
     live_task_counts: list[int] = field(default_factory=lambda: [0] * len(TaskState))
     """Tasks of jobs not yet terminal, by state: kept on every transition so that gauges read
     it in O(1). Derived (not in snapshots: recomputed when one is loaded)."""

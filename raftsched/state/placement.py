@@ -1,40 +1,62 @@
-"""Pure placement: which RUNNABLE tasks go to which cluster now.
+"""Pure placement: which RUNNABLE tasks go to which cluster now (DESIGN.md §9).
 
-`plan(state, max_items=…)` reads the committed state and returns placements for an ASSIGN_BATCH;
-it never mutates the state, reads no clock and draws no randomness. The leader proposes what it
-returns, and the state machine re-validates every item at apply (so a plan made against a
-slightly old state is safe: stale parts are dropped, never applied).
+`plan(state, now_ms=…, max_items=…)` reads the committed state and returns the placements and
+reservations of an ASSIGN_BATCH (a `Plan`); it never mutates the state, reads no clock and
+draws no randomness: it is a pure function of the state, the time it is given and the agents'
+reported capacity. The leader
+proposes what it returns, and the state machine re-validates every item at apply (so a plan
+made against a slightly old state is safe: stale parts are dropped, never applied).
 
-Order: tenants take turns (round-robin, one task each per turn, in tenant-name order — a
-placeholder for weighted fair share), and inside a tenant the ready queue order (priority, then
-submission order). A task that fits nowhere is skipped, not waited on, so it cannot block the
-queue behind it; the scan is bounded by `limits.MAX_PLACEMENT_SCAN`. Planning costs what it
-places, not what waits: it stops as soon as no cluster has the cpu any task needs
-(`limits.MIN_CPU_MILLI`), and once a task of some shape (resources, capabilities, pin) fitted
-nowhere, the rest of that shape's queue is passed over whole (rooms only shrink during a plan;
-the ready queues are kept per shape, `model.ReadyQueue`). So a long queue in front of full
-clusters, or a backlog no cluster can take, costs a few steps per plan, not a walk of the queue.
+Who goes first:
+- Between tenants, weighted dominant-resource fair share of what runs (`policy.dominant_share`):
+  the tenant with the lowest share over its weight places next, and its share grows with what
+  this plan gives it. A tenant at its `max_running` places nothing more.
+- Inside a tenant, the ready queue's order: priority, then submission order, with aging (a job
+  that waited `model.AGING_MS_PER_PRIORITY` longer goes before one a level higher).
+- No head-of-line blocking: a task that fits nowhere is skipped, not waited on, and once a task
+  of some shape (resources, capabilities, pin) fitted nowhere, the rest of that shape's queue is
+  passed over whole (rooms only shrink during a plan; the ready queues are kept per shape,
+  `model.ReadyQueue`). So a backlog no cluster can take now costs a plan a few looks, not a walk.
+- No starvation of large tasks: a task that has waited RESERVE_AFTER_MS, fits no cluster's room
+  now but would fit an open cluster's totals, gets a reservation (replicated: the batch carries
+  it, `Cluster.reserved_for` holds it): the open cluster closest to taking it is closed to every
+  other task until the task is placed or leaves the queue, and each plan places a holder first
+  once its cluster has the room (`_holders`, `_reserve`). Since nothing else lands there, that
+  cluster's shortfall only shrinks as the work running there ends.
 
-Cluster choice: among the clusters the task fits (`feasibility.unfit`, the rule apply
-re-validates with), the one with the most free CPU after the tentative reservations of this plan
-(spreads load; ties go to the first cluster id).
+Where: among the clusters the task fits (`feasibility.unfit`, the rule apply re-validates with),
+scored per job (`Scoring`): binpack (default) takes the fullest, spread the emptiest, by the sum
+of the fractions of cpu, memory and gpu left after the task; ties go to the first cluster id. A
+retry avoids the cluster its last attempt ended on when another fits.
+
+Cost follows what is placed: the walk is bounded by `limits.MAX_PLACEMENT_SCAN` looks, stops as
+soon as no cluster has the cpu any task needs (`limits.MIN_CPU_MILLI`), and the reservation pass
+looks at each shape queue's head only (at most RESERVATION_SCAN of them).
 """
 
 from __future__ import annotations
 
-import itertools
+import heapq
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from raftsched import limits
-from raftsched.spec.job import TaskSpec
-from raftsched.state.commands import ClusterStatus, Placement
-from raftsched.state.feasibility import unfit
-from raftsched.state.fsm import iter_ready
+from raftsched.spec.job import Scoring, TaskSpec
+from raftsched.state import policy
+from raftsched.state.commands import Placement, Reservation
+from raftsched.state.feasibility import never_fits, unfit
+from raftsched.state.fsm import iter_ready, reservation_holder
 from raftsched.state.model import Cluster, Job, State, Task, TaskShape, shape_of
 
 Free = tuple[int, int, int]
 """(cpu milli, memory MB, gpu) a cluster can still take."""
+
+RESERVE_AFTER_MS = 30_000
+"""A RUNNABLE task that fits no cluster's room for this long gets capacity reserved for it."""
+MAX_RESERVATIONS = 16
+"""Clusters one plan reserves at most (and never more than half the open ones, but one)."""
+RESERVATION_SCAN = 1_000
+"""Shape-queue heads the reservation pass looks at per plan."""
 
 
 @dataclass(slots=True)
@@ -46,51 +68,74 @@ class _Room:
     cpu_milli: int
     memory_mb: int
     gpu: int
+    reserved_for: tuple[str, int] | None = None
+    """(job id, task index) this room is kept for: no other task goes here in this plan."""
 
     def take(self, spec: TaskSpec) -> None:
         self.cpu_milli -= spec.cpu_milli
         self.memory_mb -= spec.memory_mb
         self.gpu -= spec.gpu
 
+    def fits(self, spec: TaskSpec, now_ms: int) -> bool:
+        return unfit(spec, self.cluster, self.cpu_milli, self.memory_mb, self.gpu,
+                     now_ms) is None
 
-def plan(state: State, *, max_items: int = limits.MAX_BATCH_ITEMS,
+    def score(self, spec: TaskSpec) -> float:
+        """The fractions of the cluster's cpu, memory and gpu left after `spec`, summed."""
+        cluster = self.cluster
+        left = (self.cpu_milli - spec.cpu_milli) / cluster.cpu_milli if cluster.cpu_milli else 0
+        if cluster.memory_mb:
+            left += (self.memory_mb - spec.memory_mb) / cluster.memory_mb
+        if cluster.gpu:
+            left += (self.gpu - spec.gpu) / cluster.gpu
+        return left
+
+
+@dataclass(slots=True)
+class Plan:
+    placements: list[Placement] = field(default_factory=list)
+    reservations: list[Reservation] = field(default_factory=list)
+    """New reservations (`Cluster.reserved_for`), applied before the placements."""
+
+
+@dataclass(slots=True)
+class _Turn:
+    """A tenant's place in this plan's fair-share order."""
+
+    tenant: str
+    weight: int
+    tasks: Iterator[tuple[Job, Task]]
+    extra: list[int] = field(default_factory=lambda: [0, 0, 0])
+    """cpu, memory, gpu this plan gave the tenant so far."""
+    placed: int = 0
+
+
+def plan(state: State, *, now_ms: int | None = None, max_items: int = limits.MAX_BATCH_ITEMS,
          reported_free: Mapping[str, Free] | None = None,
-         releasing: Mapping[str, Mapping[int, Free]] | None = None) -> list[Placement]:
-    """Placements for up to `max_items` ready tasks. `reported_free` (the agents' last reported
-    free capacity, soft state on the leader) further limits a cluster below its committed room.
-    `releasing` (cluster -> fence -> resources) is room that reports already in the log will
-    free when they apply: counted while its attempt is still live in `state`, never twice."""
-    rooms = _rooms(state, reported_free or {}, releasing or {})
-    if not rooms:
-        return []
-    placements: list[Placement] = []
-    unplaceable: set[TaskShape] = set()
-    """Shapes that fit nowhere in this plan's rooms (which only shrink as it places): the walk
-    passes over the rest of each such shape's queue without looking at it."""
-    open_rooms = sum(1 for room in rooms if room.cpu_milli >= limits.MIN_CPU_MILLI)
-    candidates = itertools.islice(_round_robin(state, unplaceable), limits.MAX_PLACEMENT_SCAN)
-    while len(placements) < max_items and open_rooms > 0:
-        candidate = next(candidates, None)
-        if candidate is None:
-            break
-        job, task = candidate
-        spec = task.spec
-        room = _choose(rooms, spec)
-        if room is None:
-            unplaceable.add(shape_of(spec))
-            continue
-        room.take(spec)
-        if room.cpu_milli < limits.MIN_CPU_MILLI:
-            open_rooms -= 1  # it had room for this task, so it was open before
-        placements.append(Placement(job.id, spec.id, room.cluster.id))
-    return placements
+         releasing: Mapping[str, Mapping[int, Free]] | None = None) -> Plan:
+    """Placements for up to `max_items` ready tasks, at time `now_ms` (default: the state's).
+    `reported_free` (the agents' last reported free capacity, soft state on the leader) further
+    limits a cluster below its committed room. `releasing` (cluster -> fence -> resources) is
+    room that reports already in the log will free when they apply: counted while its attempt
+    is still live in `state`, never twice."""
+    now = state.now_ms if now_ms is None else now_ms
+    rooms = _rooms(state, now, reported_free or {}, releasing or {})
+    result = Plan()
+    if not rooms or max_items <= 0:
+        return result
+    placed_by_tenant: dict[str, int] = {}
+    _holders(state, rooms, now, result.placements, placed_by_tenant, max_items)
+    placed_holders = {(p.job_id, p.task_id) for p in result.placements}
+    _reserve(state, rooms, now, result.reservations)
+    _walk(state, rooms, now, result.placements, placed_by_tenant, max_items, placed_holders)
+    return result
 
 
-def _rooms(state: State, reported_free: Mapping[str, Free],
+def _rooms(state: State, now_ms: int, reported_free: Mapping[str, Free],
            releasing: Mapping[str, Mapping[int, Free]]) -> list[_Room]:
     rooms = []
     for cluster in sorted(state.clusters.values(), key=lambda c: c.id):
-        if cluster.status != ClusterStatus.READY:
+        if not policy.cluster_open(cluster, now_ms):
             continue
         cpu = cluster.cpu_milli - cluster.reserved_cpu_milli
         memory = cluster.memory_mb - cluster.reserved_memory_mb
@@ -101,29 +146,167 @@ def _rooms(state: State, reported_free: Mapping[str, Free],
         if cluster.id in reported_free:
             free_cpu, free_memory, free_gpu = reported_free[cluster.id]
             cpu, memory, gpu = min(cpu, free_cpu), min(memory, free_memory), min(gpu, free_gpu)
-        rooms.append(_Room(cluster, cpu, memory, gpu))
+        holder = reservation_holder(state, cluster)
+        reserved_for = None if holder is None else (holder[0].id, holder[1].index)
+        rooms.append(_Room(cluster, cpu, memory, gpu, reserved_for))
     return rooms
 
 
-def _choose(rooms: list[_Room], spec: TaskSpec) -> _Room | None:
-    """The room with the most free cpu among those the task fits (`feasibility.unfit`)."""
-    best: _Room | None = None
+# --- reservations for tasks that waited too long -------------------------------------------------
+
+
+def _holders(state: State, rooms: list[_Room], now_ms: int, placements: list[Placement],
+             placed_by_tenant: dict[str, int], max_items: int) -> None:
+    """Place each task a room is reserved for, first, once that room has the room for it."""
     for room in rooms:
-        if best is not None and room.cpu_milli <= best.cpu_milli:
-            continue  # cannot win: skip the rule
-        if unfit(spec, room.cluster, room.cpu_milli, room.memory_mb, room.gpu) is None:
-            best = room
+        if room.reserved_for is None or len(placements) >= max_items:
+            continue
+        job_id, index = room.reserved_for
+        job = state.jobs[job_id]
+        task = job.tasks[index]
+        tenant = job.spec.tenant
+        if not room.fits(task.spec, now_ms) \
+                or policy.at_running_limit(state, tenant, placed_by_tenant.get(tenant, 0)):
+            continue
+        room.take(task.spec)
+        room.reserved_for = None  # apply releases it with the placement
+        placements.append(Placement(job.id, task.spec.id, room.cluster.id))
+        placed_by_tenant[tenant] = placed_by_tenant.get(tenant, 0) + 1
+
+
+def _reserve(state: State, rooms: list[_Room], now_ms: int,
+             reservations: list[Reservation]) -> None:
+    """Reserve the closest unreserved room for each task that has waited RESERVE_AFTER_MS and
+    fits no room now, oldest first, while at most `most` rooms are reserved."""
+    most = max(1, min(MAX_RESERVATIONS, len(rooms) // 2))
+    held = sum(1 for room in rooms if room.reserved_for is not None)
+    for _, job, task in _starving(state, rooms, now_ms):
+        if held >= most:
+            return
+        room = _closest(rooms, task.spec)
+        if room is None:
+            continue
+        held += 1
+        room.reserved_for = (job.id, task.index)
+        reservations.append(Reservation(job.id, task.spec.id, room.cluster.id))
+
+
+def _starving(state: State, rooms: list[_Room],
+              now_ms: int) -> list[tuple[tuple[int, int, int], Job, Task]]:
+    """Shape-queue heads that have waited RESERVE_AFTER_MS, fit no room now and hold no
+    reservation on an open cluster, oldest first."""
+    held = {room.reserved_for for room in rooms if room.reserved_for is not None}
+    found = []
+    looked = 0
+    for tenant in sorted(state.queues):
+        for shape_queue in state.queues[tenant].shapes.values():
+            looked += 1
+            if looked > RESERVATION_SCAN:
+                break
+            entry = shape_queue.heap[0]  # `fsm._tidy` keeps every head live
+            job = state.jobs[entry[4]]
+            task = job.tasks[entry[2]]
+            if task.ready_ms + RESERVE_AFTER_MS > now_ms or (job.id, task.index) in held:
+                continue
+            if policy.at_running_limit(state, job.spec.tenant):
+                continue
+            if any(room.fits(task.spec, now_ms) for room in rooms):
+                continue
+            found.append(((task.ready_ms, job.seq, task.index), job, task))
+    found.sort(key=lambda item: item[0])
+    return found
+
+
+def _closest(rooms: list[_Room], spec: TaskSpec) -> _Room | None:
+    """The unreserved room whose cluster could take `spec` when empty and is closest to having
+    the room for it now (the smallest sum of shortfalls as fractions of its totals)."""
+    best: _Room | None = None
+    best_short = 0.0
+    for room in rooms:
+        cluster = room.cluster
+        if room.reserved_for is not None or never_fits(spec, cluster):
+            continue
+        short = sum(max(0, need - have) / whole for need, have, whole in (
+            (spec.cpu_milli, room.cpu_milli, cluster.cpu_milli),
+            (spec.memory_mb, room.memory_mb, cluster.memory_mb),
+            (spec.gpu, room.gpu, cluster.gpu)) if whole)
+        if best is None or short < best_short:
+            best, best_short = room, short
     return best
 
 
-def _round_robin(state: State, skip: set[TaskShape]) -> Iterator[tuple[Job, Task]]:
-    iterators = [iter_ready(state, tenant, skip) for tenant in sorted(state.queues)
-                 if state.queues[tenant].live > 0]
-    while iterators:
-        still = []
-        for iterator in iterators:
-            item = next(iterator, None)
-            if item is not None:
-                yield item
-                still.append(iterator)
-        iterators = still
+# --- the fair-share walk ------------------------------------------------------------------------
+
+
+def _walk(state: State, rooms: list[_Room], now_ms: int, placements: list[Placement],
+          placed_by_tenant: dict[str, int], max_items: int,
+          placed_holders: set[tuple[str, str]]) -> None:
+    unplaceable: set[TaskShape] = set()
+    """Shapes that fit nowhere in this plan's rooms (which only shrink as it places): the walk
+    passes over the rest of each such shape's queue without looking at it."""
+    open_rooms = sum(1 for room in rooms
+                     if room.cpu_milli >= limits.MIN_CPU_MILLI and room.reserved_for is None)
+    total = policy.totals(state.clusters.values())
+    order: list[tuple[float, str, _Turn]] = []
+    for tenant in sorted(state.queues):
+        if state.queues[tenant].live <= 0:
+            continue
+        weight = policy.policy_of(state, tenant).weight
+        turn = _Turn(tenant, weight, iter_ready(state, tenant, unplaceable))
+        turn.placed = placed_by_tenant.get(tenant, 0)
+        share = policy.dominant_share(state.usage.get(tenant), weight, total)
+        order.append((share, tenant, turn))
+    heapq.heapify(order)
+    looks = 0
+    while order and len(placements) < max_items and open_rooms > 0:
+        looks += 1
+        if looks > limits.MAX_PLACEMENT_SCAN:
+            return
+        share, tenant, turn = order[0]
+        candidate = next(turn.tasks, None)
+        if candidate is None or policy.at_running_limit(state, tenant, turn.placed):
+            heapq.heappop(order)
+            continue
+        job, task = candidate
+        spec = task.spec
+        if placed_holders and (job.id, spec.id) in placed_holders:
+            continue  # placed first, on the room kept for it
+        room = _choose(rooms, job, task, now_ms)
+        if room is None:
+            unplaceable.add(shape_of(spec))
+            continue
+        room.take(spec)
+        if room.cpu_milli < limits.MIN_CPU_MILLI:
+            open_rooms -= 1  # it had room for this task, so it was open before
+        placements.append(Placement(job.id, spec.id, room.cluster.id))
+        turn.placed += 1
+        extra = turn.extra
+        extra[0] += spec.cpu_milli
+        extra[1] += spec.memory_mb
+        extra[2] += spec.gpu
+        new_share = policy.dominant_share(state.usage.get(tenant), turn.weight, total,
+                                          (extra[0], extra[1], extra[2]))
+        heapq.heapreplace(order, (new_share, tenant, turn))
+
+
+def _choose(rooms: list[_Room], job: Job, task: Task, now_ms: int) -> _Room | None:
+    """The room the job's scoring prefers among those the task fits, away from the cluster its
+    last attempt ended on when another fits; None when it fits none."""
+    spec = task.spec
+    avoid = task.attempts[-1].cluster_id if task.attempts else None
+    spread = job.spec.scoring == Scoring.SPREAD
+    best: _Room | None = None
+    best_score = 0.0
+    fallback: _Room | None = None
+    for room in rooms:
+        if room.reserved_for is not None or room.cpu_milli < spec.cpu_milli:
+            continue
+        if not room.fits(spec, now_ms):
+            continue
+        if room.cluster.id == avoid:
+            fallback = room
+            continue
+        score = room.score(spec)
+        if best is None or (score > best_score if spread else score < best_score):
+            best, best_score = room, score
+    return best if best is not None else fallback

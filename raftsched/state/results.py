@@ -71,6 +71,10 @@ class DropReason(enum.Enum):
     TASK_NOT_FOUND = "task_not_found"
     TASK_NOT_RUNNABLE = "task_not_runnable"
     CLUSTER_NOT_REGISTERED = "cluster_not_registered"
+    CLUSTER_RESERVED = "cluster_reserved"
+    """The cluster is kept for another task that waited too long for room."""
+    TENANT_AT_LIMIT = "tenant_at_limit"
+    """The job's tenant already runs its `max_running` tasks."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +142,20 @@ class ClusterRemoved:
     cluster_id: str
 
 
+@dataclass(frozen=True, slots=True)
+class TenantSetResult:
+    tenant: str
+    changed: bool
+    """False when the tenant already had exactly this weight and these limits."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterDrained:
+    cluster_id: str
+    draining: bool
+    changed: bool
+
+
 Result = (
     JobSubmitted
     | JobCancelled
@@ -151,5 +169,7 @@ Result = (
     | TokenPutResult
     | TokenRevokeResult
     | ClusterRemoved
+    | TenantSetResult
+    | ClusterDrained
 )
 """What `fsm.Applied.result` holds: one type per command."""

@@ -15,6 +15,14 @@ a few seconds, not a minute. Format 1 (no checksum) is still read, re-validating
 Format 3 adds the tokens record (id, digest, tenant, role, created ms, note per token, in
 creation order) before `extra`; every other record is byte for byte what format 2 wrote. Formats 1
 and 2 still load, with no tokens.
+
+Format 4 (the contention policy) adds the tenant policies record after the tokens; a cluster's
+draining flag, drain reason, degraded-until time, recent attempt outcomes and the task it is reserved
+for; a job's retries used; a
+task's ready time; and ready-queue entries ranked by `model.ready_rank_ms` (priority with
+aging). Earlier formats load with no tenant policies, no drains and the tasks' ready times at
+their jobs' submission; their ready queues are rebuilt from the RUNNABLE tasks in the new order.
+Tenant usage is derived, never stored (`fsm.derive_usage`).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ from raftsched import limits
 from raftsched.spec.job import SpecError
 from raftsched.spec.wire import from_trusted_wire, to_wire, validate_wire
 from raftsched.state.commands import ClusterStatus
-from raftsched.state.fsm import ready_entry_live
+from raftsched.state.fsm import derive_usage, ready_entry_live
 from raftsched.state.model import (
     TERMINAL_JOB_STATES,
     Attempt,
@@ -49,14 +57,17 @@ from raftsched.state.model import (
     State,
     Task,
     TaskState,
+    TenantPolicy,
     TokenRecord,
+    ready_rank_ms,
     shape_of,
 )
 
 MAGIC = b"RSFSM\x00"
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 _TOKENS_SINCE_VERSION = 3
+_POLICY_SINCE_VERSION = 4
 _CRC_BYTES = 4
 _TASK_STATES = {int(s): s for s in TaskState}
 _ATTEMPT_STATES = {int(s): s for s in AttemptState}
@@ -112,6 +123,10 @@ def dump_to(target: IO[bytes], state: State, extra: Any = None) -> None:
         [t.id, t.digest, t.tenant, t.role.value, t.created_ms, t.note]
         for t in state.tokens.values()
     ]))
+    out.write(packer.pack([
+        [t.name, t.weight, t.max_queued, t.max_running, t.updated_ms]
+        for t in state.tenants.values()
+    ]))
     out.write(packer.pack(extra))
     target.write(out.crc.to_bytes(_CRC_BYTES, "big"))
 
@@ -121,7 +136,9 @@ def _cluster_record(c: Cluster) -> list[Any]:
         c.id, c.incarnation, sorted(c.capabilities), c.cpu_milli, c.memory_mb, c.gpu,
         int(c.status), c.status_since_ms, c.reserved_cpu_milli, c.reserved_memory_mb,
         c.reserved_gpu, [[f, j, i] for f, (j, i) in c.live.items()],
-        [[f, j, t] for f, (j, t) in c.kills.items()], c.overcommitted,
+        [[f, j, t] for f, (j, t) in c.kills.items()], c.overcommitted, c.draining,
+        c.drain_reason, c.degraded_until_ms, [list(o) for o in c.outcomes],
+        None if c.reserved_for is None else list(c.reserved_for), c.reserved_since_ms,
     ]
 
 
@@ -129,7 +146,7 @@ def _job_record(job: Job) -> list[Any]:
     return [
         job.id, job.seq, to_wire(job.spec), job.digest, job.counts, int(job.state),
         job.submitted_ms, job.started_ms, job.finished_ms, job.cancel_requested, job.reason,
-        [_task_record(t) for t in job.tasks],
+        [_task_record(t) for t in job.tasks], job.retries_used,
     ]
 
 
@@ -140,6 +157,7 @@ def _task_record(t: Task) -> list[Any]:
         [[n.kind, n.fence, n.report, n.at_ms, n.detail] for n in t.notes],
         [[a.fence, a.number, a.cluster_id, int(a.state), a.assigned_ms, a.started_ms,
           a.finished_ms, a.exit_code, a.reason] for a in t.attempts],
+        t.ready_ms,
     ]
 
 
@@ -231,6 +249,8 @@ def _read_records(unpacker: msgpack.Unpacker, version: int,
         job = _job_from(next(unpacker), trusted)
         state.jobs[job.id] = job
     for tenant, live, entries in next(unpacker):
+        if version < _POLICY_SINCE_VERSION:  # entries ranked the old way: rank them anew
+            entries = _runnable_entries(state, tenant)
         state.queues[tenant] = _queue_from(state, entries, live)
     for tenant, key, job_id, digest, created_ms in next(unpacker):
         state.idempotency[(tenant, key)] = IdempotencyRecord(job_id, digest, created_ms)
@@ -241,12 +261,27 @@ def _read_records(unpacker: msgpack.Unpacker, version: int,
         for token_id, digest, tenant, role, created_ms, note in next(unpacker):
             state.tokens[token_id] = TokenRecord(token_id, digest, tenant, Role(role),
                                                  created_ms, note)
+    if version >= _POLICY_SINCE_VERSION:
+        for name, weight, max_queued, max_running, updated_ms in next(unpacker):
+            state.tenants[name] = TenantPolicy(name, weight, max_queued, max_running, updated_ms)
     for job in state.jobs.values():
         if job.state not in TERMINAL_JOB_STATES:
             for task_state, count in enumerate(job.counts):
                 state.live_task_counts[task_state] += count
+    state.usage, state.queued_total = derive_usage(state)
+    for cluster in state.clusters.values():
+        if cluster.reserved_for is not None:
+            job_id, index = cluster.reserved_for
+            state.jobs[job_id].tasks[index].reserved_on = cluster.id
     extra = _lists(next(unpacker))
     return state, extra
+
+
+def _runnable_entries(state: State, tenant: str) -> list[ReadyEntry]:
+    """A tenant's ready-queue entries rebuilt from its RUNNABLE tasks (formats before 4)."""
+    return sorted((ready_rank_ms(job), job.seq, task.index, task.ready_gen, job.id)
+                  for job in state.jobs.values() if job.spec.tenant == tenant
+                  for task in job.tasks if task.state == TaskState.RUNNABLE)
 
 
 def _lists(value: Any) -> Any:
@@ -265,6 +300,11 @@ def _cluster_from(r: list[Any]) -> Cluster:
         reserved_cpu_milli=r[8], reserved_memory_mb=r[9], reserved_gpu=r[10],
         live={f: (j, i) for f, j, i in r[11]}, kills={f: (j, t) for f, j, t in r[12]},
         overcommitted=r[13],
+        draining=r[14] if len(r) > 14 else False, drain_reason=r[15] if len(r) > 15 else "",
+        degraded_until_ms=r[16] if len(r) > 16 else 0,
+        outcomes=deque(tuple(o) for o in r[17]) if len(r) > 17 else deque(),
+        reserved_for=tuple(r[18]) if len(r) > 18 and r[18] is not None else None,
+        reserved_since_ms=r[19] if len(r) > 19 else 0,
     )
 
 
@@ -277,7 +317,7 @@ def _job_from(r: list[Any], trusted: bool) -> Job:
         except SpecError as exc:
             raise SnapshotError(f"job {r[0]}: stored spec no longer validates: {exc}") from exc
     index_of = {t.id: i for i, t in enumerate(spec.tasks)}
-    tasks = [_task_from(spec.tasks[i], i, rec) for i, rec in enumerate(r[11])]
+    tasks = [_task_from(spec.tasks[i], i, rec, r[6]) for i, rec in enumerate(r[11])]
     for task in tasks:
         for dep in task.spec.depends_on:
             tasks[index_of[dep]].dependents.append(task.index)
@@ -285,11 +325,11 @@ def _job_from(r: list[Any], trusted: bool) -> Job:
         id=r[0], seq=r[1], spec=spec, digest=r[3], tasks=tasks, index_of=index_of,
         counts=list(r[4]), state=_JOB_STATES[r[5]], submitted_ms=r[6], started_ms=r[7],
         finished_ms=r[8],
-        cancel_requested=r[9], reason=r[10],
+        cancel_requested=r[9], reason=r[10], retries_used=r[12] if len(r) > 12 else 0,
     )
 
 
-def _task_from(spec: Any, index: int, r: list[Any]) -> Task:
+def _task_from(spec: Any, index: int, r: list[Any], submitted_ms: int) -> Task:
     return Task(
         spec=spec, index=index, state=_TASK_STATES[r[0]], remaining_deps=r[1], dependents=[],
         app_failures=r[2], infra_failures=r[3], ready_gen=r[4], retry_at_ms=r[5], reason=r[6],
@@ -300,4 +340,5 @@ def _task_from(spec: Any, index: int, r: list[Any]) -> Task:
                     reason=a[8])
             for a in r[9]
         ],
+        ready_ms=r[10] if len(r) > 10 else submitted_ms,
     )

@@ -150,7 +150,7 @@ def _running_on(client: object, job_id: str, not_on: str | None = None) -> str |
 
 # --- server streams cannot starve agents -------------------------------------------------------
 
-UNPLACEABLE = ("name: unplaceable\ntasks:\n"
+UNPLACEABLE = ("name: unplaceable\nallow_unschedulable: true\ntasks:\n"
                "  - {id: t, command: [mock], requires: [nobody-has-this]}\n")
 """A job that stays live (no agent has the capability): watches of it stay open."""
 STREAM_DEADLINE_S = 120.0

@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.integration]
 
 JOB = """
 name: integration
+allow_unschedulable: true
 tasks:
   - {id: a, command: [sh, -c, "true"], requires: [nowhere]}
   - {id: b, command: [sh, -c, "true"], depends_on: [a]}

@@ -204,7 +204,7 @@ def job_spec(rng: random.Random) -> str:
     MANY_MUTATIONS, past MAX_REPORTED_SPEC_ISSUES. Every task, however mutated, requires
     UNPLACEABLE."""
     ids = [f"t{i}" for i in range(rng.choice((1, 1, 2, 3, 40)))]
-    job: dict[str, Any] = {"name": f"fuzz-{rng.randrange(10**6)}",
+    job: dict[str, Any] = {"name": f"fuzz-{rng.randrange(10**6)}", "allow_unschedulable": True,
                            "tasks": [job_task(rng, index, ids) for index in range(len(ids))]}
     optional = {"tenant": rng.choice(("default", TENANT)), "priority": rng.randrange(101),
                 "failure_policy": rng.choice(("fail_fast", "skip_downstream", "continue")),
@@ -447,7 +447,7 @@ def fuzz(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fuzz]:
             client = local.client()
             tenant_token = str(client.create_token(TENANT, "user", "fuzz").token)
             kept = frozenset(map(token_id_of, (local.admin_token, tenant_token)))
-            spec = json.dumps({"name": "seeded", "tasks": [
+            spec = json.dumps({"name": "seeded", "allow_unschedulable": True, "tasks": [
                 {"id": task_id, "command": ["mock"], "requires": [UNPLACEABLE]}
                 for task_id in SEEDED_TASKS]})
             jobs = [client.submit(spec).job_id for _ in range(3)]
@@ -656,8 +656,8 @@ def test_agent_gateway_any_cluster_id_from_a_user_is_permission_denied(fuzz: Fuz
 
 def test_a_spec_one_byte_past_max_spec_bytes_is_refused_and_changes_nothing(fuzz: Fuzz) -> None:
     """The one bound of limits.py a generated string cannot reach cheaply in every round."""
-    spec = json.dumps({"name": "big", "tasks": [{"id": "t", "command": ["mock"],
-                                                 "requires": [UNPLACEABLE]}]})
+    spec = json.dumps({"name": "big", "allow_unschedulable": True,
+                       "tasks": [{"id": "t", "command": ["mock"], "requires": [UNPLACEABLE]}]})
     spec += " " * (limits.MAX_SPEC_BYTES + 1 - len(spec))
     scheduler = pb.DESCRIPTOR.services_by_name["Scheduler"]
     before = fuzz.observe()

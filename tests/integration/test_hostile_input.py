@@ -30,6 +30,7 @@ GARBAGE = (b"\xff\xff\xff", b"\x0a\x05ab", b"\x08")
 """Not a message of any type: a bad tag, a length past the end, a tag without its value."""
 JOB = """
 name: bystander
+allow_unschedulable: true
 tasks:
   - {id: a, command: [sh, -c, "true"], requires: [nowhere]}
 """

@@ -32,7 +32,8 @@ from raftsched.state import fsm
 from raftsched.state.fsm import Applied
 from tests.support.raft_harness import Cluster, free_ports, wait_for
 
-JOB_WIRE = doc_to_wire({"name": "n", "tasks": [{"id": "a", "command": ["true"]}]})
+JOB_WIRE = doc_to_wire({"name": "n", "allow_unschedulable": True,
+                        "tasks": [{"id": "a", "command": ["true"]}]})
 SECRET = "test-cluster-secret"
 
 
@@ -457,8 +458,8 @@ def big_submit(job_id: str, approx_bytes: int, pad: str) -> bytes:
     per_task = limits.MAX_COMMAND_BYTES // 2
     tasks = max(1, -(-approx_bytes // per_task))
     arg = pad * (per_task // len(pad.encode()))
-    doc = {"name": "big", "tasks": [{"id": f"t{i}", "command": ["true", arg]}
-                                     for i in range(tasks)]}
+    doc = {"name": "big", "allow_unschedulable": True,
+           "tasks": [{"id": f"t{i}", "command": ["true", arg]} for i in range(tasks)]}
     return c.encode(c.JobSubmit(job_id, doc_to_wire(doc), 1_000))
 
 

@@ -27,7 +27,7 @@ from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.integration]
 
-PARKED = ("name: parked\ntenant: {tenant}\ntasks:\n"
+PARKED = ("name: parked\ntenant: {tenant}\nallow_unschedulable: true\ntasks:\n"
           "  - {{id: t, command: [mock], requires: [nowhere]}}\n")
 CLI_TIMEOUT_S = 60.0
 ROLE_NEEDED = {Rule.USER: 0, Rule.OPERATOR: 1, Rule.ADMIN: 2}

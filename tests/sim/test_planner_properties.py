@@ -51,11 +51,13 @@ def _reported_free(ch: Chooser) -> dict[str, tuple[int, int, int]]:
 def plan_and_apply(ch: Chooser, h: Harness) -> int:
     """Plan against the current state, apply the plan to it; nothing may be dropped. Returns
     how many placements were applied."""
-    items = tuple(placement.plan(h.state, max_items=ch.choice([1, 3, 100]),
-                                 reported_free=_reported_free(ch)))
-    if not items:
+    planned = placement.plan(h.state, now_ms=h.now_ms, max_items=ch.choice([1, 3, 100]),
+                             reported_free=_reported_free(ch))
+    items = tuple(planned.placements)
+    if not items and not planned.reservations:
         return 0
-    result = h.expect(c.AssignBatch(h.now_ms, items), AssignResult)
+    result = h.expect(c.AssignBatch(h.now_ms, items, tuple(planned.reservations)),
+                      AssignResult)
     unfit = [d for d in result.dropped if isinstance(d.reason, Unfit)]
     assert not unfit, f"apply dropped planned placements for feasibility reasons: {unfit}"
     assert not result.dropped, f"apply dropped planned placements: {result.dropped}"

@@ -196,7 +196,10 @@ class World:
                     f"a different spec under key {key!r} was taken for job {result.job_id}"
             self.history.on_submit_acked(result.job_id, len(self.log.entries), tenant, key)
         elif isinstance(outcome, fsm.Rejected):
-            assert outcome.code == Code.ALREADY_EXISTS and key is not None, outcome
+            unschedulable = outcome.code == Code.FAILED_PRECONDITION \
+                and not doc.get("allow_unschedulable") and "allow_unschedulable" in outcome.reason
+            assert unschedulable or (outcome.code == Code.ALREADY_EXISTS and key is not None), \
+                outcome
         elif key is not None:
             self.clients.append(Client(doc))  # unknown: retry with the same key
 
@@ -229,6 +232,8 @@ class World:
         doc: dict[str, Any] = {
             "name": "sim", "tenant": rng.choice(TENANTS), "priority": rng.randint(0, 100),
             "failure_policy": rng.choice(["fail_fast", "skip_downstream", "continue"]),
+            "allow_unschedulable": rng.random() < 0.7,
+            "scoring": rng.choice(["binpack", "spread"]),
             "tasks": tasks,
         }
         if rng.random() < 0.4:

@@ -92,8 +92,11 @@ def random_job(ch: Chooser) -> dict[str, Any]:
     doc: dict[str, Any] = {
         "name": "gen", "tenant": ch.choice(TENANTS), "priority": ch.int(0, 100),
         "failure_policy": ch.choice(["fail_fast", "skip_downstream", "continue"]),
+        "allow_unschedulable": ch.int(0, 3) > 0, "scoring": ch.choice(["binpack", "spread"]),
         "tasks": tasks,
     }
+    if ch.int(0, 4) == 0:
+        doc["retry_budget"] = ch.int(0, 3)
     if ch.int(0, 3) == 0:
         doc["idempotency_key"] = ch.choice(KEYS)
     return doc
@@ -127,12 +130,14 @@ def _report(ch: Chooser, h: Harness) -> c.Command:
 
 def _assign(ch: Chooser, h: Harness) -> c.Command:
     if ch.int(0, 2):
-        items = tuple(placement.plan(h.state, max_items=ch.int(1, 6)))
-    else:
-        tasks = [(j.id, t.spec.id) for j in h.state.jobs.values() for t in j.tasks] or [("j", "t")]
-        items = tuple(c.Placement(*ch.choice(tasks), ch.choice(CLUSTERS))
-                      for _ in range(ch.int(1, 3)))
-    return c.AssignBatch(h.now_ms, items)
+        planned = placement.plan(h.state, now_ms=h.now_ms, max_items=ch.int(1, 6))
+        return c.AssignBatch(h.now_ms, tuple(planned.placements), tuple(planned.reservations))
+    tasks = [(j.id, t.spec.id) for j in h.state.jobs.values() for t in j.tasks] or [("j", "t")]
+    items = tuple(c.Placement(*ch.choice(tasks), ch.choice(CLUSTERS))
+                  for _ in range(ch.int(1, 3)))
+    reservations = tuple(c.Reservation(*ch.choice(tasks), ch.choice(CLUSTERS))
+                         for _ in range(ch.int(0, 1)))
+    return c.AssignBatch(h.now_ms, items, reservations)
 
 
 def _register(ch: Chooser, h: Harness) -> c.Command:
@@ -187,7 +192,7 @@ def _token_revoke(ch: Chooser, h: Harness) -> c.Command:
 
 
 def next_command(ch: Chooser, h: Harness, job_counter: list[int]) -> c.Command:
-    kind = ch.int(0, 22)
+    kind = ch.int(0, 24)
     if kind <= 2:
         job_counter[0] += 1
         wire = doc_to_wire(random_job(ch))
@@ -213,5 +218,10 @@ def next_command(ch: Chooser, h: Harness, job_counter: list[int]) -> c.Command:
         return _token_revoke(ch, h)
     if kind == 22:
         return c.ClusterRemove(ch.choice(CLUSTERS), h.now_ms)
+    if kind == 23:  # now and then a malformed one (weight 0): refused, changing nothing
+        return c.TenantSet(ch.choice([*TENANTS, "*"]), ch.int(0, 4), ch.choice([0, 0, 2, 10]),
+                           ch.choice([0, 0, 1, 3]), h.now_ms)
+    if kind == 24:
+        return c.ClusterDrain(ch.choice(CLUSTERS), bool(ch.int(0, 1)), h.now_ms, "gen")
     h.now_ms += ch.choice([0, 100, 1_000, 5_000, 40_000, 70_000])
     return c.Tick(h.now_ms, ch.int(0, 2**64 - 1))

@@ -40,7 +40,9 @@ def task_doc(task_id: str, deps: list[str] | None = None, **fields: Any) -> dict
 
 
 def job_doc(tasks: list[dict[str, Any]], **fields: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {"name": "test-job", "tasks": tasks}
+    """A job document; `allow_unschedulable` defaults to true here, so tests may submit before
+    they register the clusters that fit (the submit-time refusal has tests of its own)."""
+    doc: dict[str, Any] = {"name": "test-job", "allow_unschedulable": True, "tasks": tasks}
     doc.update(fields)
     return doc
 

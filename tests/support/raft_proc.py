@@ -35,7 +35,9 @@ from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state.fsm import Applied, Outcome, Rejected
 
-JOB_DOC: dict[str, Any] = {"name": "n", "tasks": [{"id": "a", "command": ["true"]}]}
+JOB_DOC: dict[str, Any] = {"name": "n", "allow_unschedulable": True,
+                           "tasks": [{"id": "a", "command": ["true"]}]}
+"""Raft-level tests register no compute cluster: the job waits, accepted."""
 JOB_WIRE = doc_to_wire(JOB_DOC)
 DEFAULT_TIMEOUT_S = 5.0
 

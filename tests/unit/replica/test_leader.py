@@ -25,9 +25,11 @@ def make() -> tuple[MemoryNode, ManualClock, Leader]:
 
 
 def submit(node: MemoryNode, job_id: str, tasks: int, requires: str = "linux") -> None:
-    doc = {"name": job_id, "tasks": [{"id": f"t{i}", "command": ["true"],
-                                      "requires": [requires]} for i in range(tasks)]}
-    node.propose(c.encode(c.JobSubmit(job_id, doc_to_wire(doc), 0)), 1)
+    doc = {"name": job_id, "allow_unschedulable": True,
+           "tasks": [{"id": f"t{i}", "command": ["true"], "requires": [requires]}
+                     for i in range(tasks)]}
+    outcome = node.propose(c.encode(c.JobSubmit(job_id, doc_to_wire(doc), 0)), 1)
+    assert isinstance(outcome, fsm.Applied), outcome
 
 
 def test_takes_office_with_a_barrier_then_places() -> None:

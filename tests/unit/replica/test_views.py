@@ -306,7 +306,7 @@ def test_explain_task_gives_each_cluster_the_feasibility_rules_reason() -> None:
     }
     spec = h.task("j", "t").spec
     for name, (_, reason) in verdicts.items():
-        infeasible = feasibility.explain_committed(spec, h.state.clusters[name])
+        infeasible = feasibility.explain_committed(spec, h.state.clusters[name], h.state.now_ms)
         assert reason == ("" if infeasible is None else infeasible.detail)
 
 

@@ -27,6 +27,12 @@ EXAMPLES: list[c.Command] = [
     c.TokenPut("0123456789abcdef", bytes(range(32)), "*", "admin", "ops on-call", 15),
     c.TokenPut("fedcba9876543210", b"\x00" * 32, "alpha", "user", "", 16, bootstrap=True),
     c.TokenRevoke("0123456789abcdef", 17),
+    c.ClusterRemove("east", 18),
+    c.TenantSet("alpha", 3, 1000, 0, 19),
+    c.TenantSet("*", 1, 0, 64, 20),
+    c.ClusterDrain("east", True, 21, "kernel upgrade"),
+    c.ClusterDrain("east", False, 22),
+    c.AssignBatch(23, (c.Placement("j1", "a", "east"),), (c.Reservation("j1", "big", "west"),)),
 ]
 
 
@@ -40,7 +46,8 @@ def test_tags_are_append_only() -> None:
     assert {t.name: t.value for t in c.Tag} == {
         "JOB_SUBMIT": 1, "JOB_CANCEL": 2, "CLUSTER_REGISTER": 3, "CLUSTER_STATUS": 4,
         "ASSIGN_BATCH": 5, "REPORT_BATCH": 6, "TICK": 7, "ATTEMPT_MARK_LOST": 8, "BARRIER": 9,
-        "TOKEN_PUT": 10, "TOKEN_REVOKE": 11, "CLUSTER_REMOVE": 12,
+        "TOKEN_PUT": 10, "TOKEN_REVOKE": 11, "CLUSTER_REMOVE": 12, "TENANT_SET": 13,
+            "CLUSTER_DRAIN": 14,
     }
 
 

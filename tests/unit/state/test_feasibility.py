@@ -27,6 +27,8 @@ from tests.support.fsmkit import Harness, job_doc, task_doc
 
 FREE = (4000, 1024, 1)
 """The free room most rows test against: cpu milli, memory MB, gpu."""
+NOW = 5_000
+"""The time the rows ask at (a cluster degraded until after it takes no work)."""
 
 
 def spec(**fields: Any) -> TaskSpec:
@@ -35,9 +37,11 @@ def spec(**fields: Any) -> TaskSpec:
 
 
 def cluster(cluster_id: str = "east", caps: tuple[str, ...] = ("linux", "ssd"),
-            status: c.ClusterStatus = c.ClusterStatus.READY) -> Cluster:
+            status: c.ClusterStatus = c.ClusterStatus.READY, *, draining: bool = False,
+            degraded_until_ms: int = 0) -> Cluster:
     return Cluster(id=cluster_id, incarnation=1, capabilities=frozenset(caps), cpu_milli=8000,
-                   memory_mb=4096, gpu=2, status=status, status_since_ms=0)
+                   memory_mb=4096, gpu=2, status=status, status_since_ms=0, draining=draining,
+                   degraded_until_ms=degraded_until_ms)
 
 
 @pytest.mark.parametrize(("name", "task", "target", "expected"), [
@@ -45,6 +49,13 @@ def cluster(cluster_id: str = "east", caps: tuple[str, ...] = ("linux", "ssd"),
     ("suspect", spec(), cluster(status=c.ClusterStatus.SUSPECT), Unfit.CLUSTER_NOT_READY),
     ("lost", spec(), cluster(status=c.ClusterStatus.LOST), Unfit.CLUSTER_NOT_READY),
     ("draining", spec(), cluster(status=c.ClusterStatus.DRAINING), Unfit.CLUSTER_NOT_READY),
+    ("drained", spec(), cluster(draining=True), Unfit.CLUSTER_DRAINING),
+    ("degraded", spec(), cluster(degraded_until_ms=NOW + 1), Unfit.CLUSTER_DEGRADED),
+    ("degraded-until-now", spec(), cluster(degraded_until_ms=NOW), None),
+    ("drained-before-degraded", spec(), cluster(draining=True, degraded_until_ms=NOW + 1),
+     Unfit.CLUSTER_DRAINING),
+    ("degraded-before-pin", spec(cluster="west"), cluster(degraded_until_ms=NOW + 1),
+     Unfit.CLUSTER_DEGRADED),
     ("pinned-here", spec(cluster="east"), cluster(), None),
     ("pinned-elsewhere", spec(cluster="west"), cluster(), Unfit.PINNED_ELSEWHERE),
     ("requires-nothing", spec(requires=[]), cluster(caps=()), None),
@@ -71,8 +82,8 @@ def cluster(cluster_id: str = "east", caps: tuple[str, ...] = ("linux", "ssd"),
      Unfit.MISSING_CAPABILITIES),
 ])
 def test_rule(name: str, task: TaskSpec, target: Cluster, expected: Unfit | None) -> None:
-    assert unfit(task, target, *FREE) is expected, name
-    infeasible = explain(task, target, *FREE)
+    assert unfit(task, target, *FREE, NOW) is expected, name
+    infeasible = explain(task, target, *FREE, NOW)
     assert (infeasible is None) == (expected is None), name
     if infeasible is not None:
         assert infeasible.reason is expected and infeasible.detail, name
@@ -86,7 +97,7 @@ def test_rule(name: str, task: TaskSpec, target: Cluster, expected: Unfit | None
     ((-5, -5, -5), False),  # an overcommitted cluster has negative room
 ])
 def test_room_is_compared_per_resource(free: tuple[int, int, int], fits: bool) -> None:
-    result = unfit(spec(), cluster(), *free)
+    result = unfit(spec(), cluster(), *free, NOW)
     assert result is (None if fits else Unfit.NO_ROOM)
 
 
@@ -102,7 +113,7 @@ def test_room_is_compared_per_resource(free: tuple[int, int, int], fits: bool) -
 ])
 def test_explain_names_what_is_missing(task: TaskSpec, target: Cluster, present: list[str],
                                        absent: list[str]) -> None:
-    infeasible = explain(task, target, *FREE)
+    infeasible = explain(task, target, *FREE, NOW)
     assert isinstance(infeasible, Infeasible)
     for fragment in present:
         assert fragment in infeasible.detail, infeasible.detail
@@ -113,12 +124,14 @@ def test_explain_names_what_is_missing(task: TaskSpec, target: Cluster, present:
 def test_committed_room_is_capacity_minus_reservations() -> None:
     target = cluster()
     target.reserved_cpu_milli, target.reserved_memory_mb, target.reserved_gpu = 7000, 4000, 2
-    assert unfit_committed(spec(resources={"cpu": 1, "memory_mb": 96}), target) is None
-    assert unfit_committed(spec(resources={"cpu": 1.001, "memory_mb": 96}), target) \
+    assert unfit_committed(spec(resources={"cpu": 1, "memory_mb": 96}), target, NOW) is None
+    assert unfit_committed(spec(resources={"cpu": 1.001, "memory_mb": 96}), target, NOW) \
         is Unfit.NO_ROOM
-    assert unfit_committed(spec(resources={"cpu": 1, "memory_mb": 97}), target) is Unfit.NO_ROOM
-    assert unfit_committed(spec(resources={"cpu": 1, "gpu": 1}), target) is Unfit.NO_ROOM
-    infeasible = explain_committed(spec(resources={"cpu": 2, "memory_mb": 96, "gpu": 1}), target)
+    assert unfit_committed(spec(resources={"cpu": 1, "memory_mb": 97}), target, NOW) \
+        is Unfit.NO_ROOM
+    assert unfit_committed(spec(resources={"cpu": 1, "gpu": 1}), target, NOW) is Unfit.NO_ROOM
+    infeasible = explain_committed(spec(resources={"cpu": 2, "memory_mb": 96, "gpu": 1}), target,
+                                   NOW)
     assert infeasible is not None
     assert infeasible.detail == "cluster east has no room: cpu_milli 2000 > 1000 free, " \
                                 "gpu 1 > 0 free"
@@ -150,7 +163,7 @@ def _harness() -> Harness:
         task_doc("small"), task_doc("wide", resources={"cpu": 4}),
         task_doc("gpu", requires=["gpu"], resources={"gpu": 1}),
         task_doc("pinned", cluster="east"), task_doc("huge", resources={"cpu": 64}),
-    ]))
+    ], allow_unschedulable=True))
     return h
 
 
@@ -161,15 +174,16 @@ def test_explain_view_apply_and_planner_agree(task_id: str) -> None:
     answer = views.explain_task(h.state, "j1", task_id)
     eligible = {v.cluster for v in answer.clusters if v.eligible}
     for verdict in answer.clusters:
-        infeasible = explain_committed(task.spec, h.state.clusters[verdict.cluster])
+        infeasible = explain_committed(task.spec, h.state.clusters[verdict.cluster],
+                                       h.state.now_ms)
         assert verdict.reason == ("" if infeasible is None else infeasible.detail)
     assert eligible == {cid for cid, cl in h.state.clusters.items()
-                        if unfit_committed(task.spec, cl) is None}
+                        if unfit_committed(task.spec, cl, h.state.now_ms) is None}
     if eligible:
         assert "fits now on " + ", ".join(sorted(eligible)) in answer.summary
     else:
         assert "no cluster can take it now" in answer.summary
-    planned = {p.cluster_id for p in placement.plan(h.state) if p.task_id == task_id}
+    planned = {p.cluster_id for p in placement.plan(h.state).placements if p.task_id == task_id}
     assert planned <= eligible and bool(planned) == bool(eligible)
     for cluster_id in sorted(h.state.clusters):
         probe = Harness(copy.deepcopy(h.state))
@@ -178,5 +192,5 @@ def test_explain_view_apply_and_planner_agree(task_id: str) -> None:
             assert len(result.assigned) == 1, (cluster_id, result)
         else:
             [dropped] = result.dropped
-            expected = unfit_committed(task.spec, h.state.clusters[cluster_id])
+            expected = unfit_committed(task.spec, h.state.clusters[cluster_id], h.state.now_ms)
             assert dropped.reason is expected and dropped.reason is not None, cluster_id

@@ -1,4 +1,5 @@
-"""The planner (`state/placement.py`): order, skipping, room, bounds, purity."""
+"""The planner (`state/placement.py`): fair share, order, aging, skipping, scoring, room,
+reservations for large tasks, limits, bounds, purity."""
 
 from __future__ import annotations
 
@@ -9,12 +10,23 @@ import pytest
 from raftsched import limits
 from raftsched.state import commands as c
 from raftsched.state import placement, snapshot
-from raftsched.state.results import AssignResult
+from raftsched.state.model import AGING_MS_PER_PRIORITY
+from raftsched.state.placement import RESERVE_AFTER_MS
+from raftsched.state.results import AssignResult, DropReason
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
 
 def planned(h: Harness, **kwargs: Any) -> list[tuple[str, str, str]]:
-    return [(p.job_id, p.task_id, p.cluster_id) for p in placement.plan(h.state, **kwargs)]
+    kwargs.setdefault("now_ms", h.now_ms)
+    return [(p.job_id, p.task_id, p.cluster_id)
+            for p in placement.plan(h.state, **kwargs).placements]
+
+
+def apply_plan(h: Harness, **kwargs: Any) -> AssignResult:
+    """Plan at the harness's time and apply the plan (placements and reservations)."""
+    result = placement.plan(h.state, now_ms=h.now_ms, **kwargs)
+    return h.expect(c.AssignBatch(h.now_ms, tuple(result.placements),
+                                  tuple(result.reservations)), AssignResult)
 
 
 def small(task_id: str, deps: list[str] | None = None, **fields: Any) -> dict[str, Any]:
@@ -29,7 +41,8 @@ def h() -> Harness:
     return harness
 
 
-def test_tenants_take_turns_one_task_each_in_name_order(h: Harness) -> None:
+def test_equal_tenants_take_turns_one_task_each_in_name_order(h: Harness) -> None:
+    """Equal weights and equal tasks: fair share alternates (ties go to the tenant name)."""
     h.submit("b1", job_doc([small("x"), small("y"), small("z")], tenant="beta"))
     h.submit("a1", job_doc([small("x"), small("y")], tenant="alpha"))
     h.submit("g1", job_doc([small("x")], tenant="gamma"))
@@ -62,14 +75,49 @@ def test_a_task_that_fits_nowhere_is_skipped_and_blocks_nothing(h: Harness) -> N
     assert planned(h) == [("j", "first", "east"), ("j", "last", "east"), ("later", "x", "east")]
 
 
-def test_the_cluster_with_the_most_free_cpu_wins_ties_to_the_first_id() -> None:
+def test_binpack_takes_the_fullest_cluster_that_fits_ties_to_the_first_id() -> None:
     h = Harness()
-    for name, cpu in (("a", 2), ("b", 4), ("c", 4)):
-        h.register(name, cpu=cpu)
-    h.submit("j", job_doc([small(f"t{i}") for i in range(6)]))
-    # b and c tie at 4 (b, the first id, wins); c's 4 beats b's 3; b and c tie at 3; c's 3
-    # beats b's 2; all three tie at 2 (a wins); b's 2 beats a's 1 and ties c's 2.
-    assert [cluster for _, _, cluster in planned(h)] == ["b", "c", "b", "c", "a", "b"]
+    for name, cpu in (("a", 4), ("b", 2), ("c", 2)):
+        h.register(name, cpu=cpu, memory_mb=1024)
+    h.submit("j", job_doc([small(f"t{i}") for i in range(8)]))
+    # b and c tie as the fullest (b, the first id, wins) until b is full, then c, then a.
+    assert [cluster for _, _, cluster in planned(h)] == ["b", "b", "c", "c", "a", "a", "a", "a"]
+
+
+def test_spread_takes_the_emptiest_cluster() -> None:
+    h = Harness()
+    for name, cpu in (("a", 4), ("b", 2), ("c", 2)):
+        h.register(name, cpu=cpu, memory_mb=1024)
+    h.submit("j", job_doc([small(f"t{i}") for i in range(8)], scoring="spread"))
+    # By the fractions left: a (3/4 + ...) first, then b and c (1/2) tie with a (2/4) ...
+    clusters = [cluster for _, _, cluster in planned(h)]
+    assert clusters[:3] == ["a", "b", "c"] and sorted(clusters) == ["a"] * 4 + ["b"] * 2 + ["c"] * 2
+
+
+def test_scoring_counts_memory_and_gpu_too() -> None:
+    h = Harness()
+    h.register("roomy", cpu=8, memory_mb=8192)
+    h.register("tight", cpu=8, memory_mb=1024)
+    h.submit("j", job_doc([small("m", resources={"cpu": 1, "memory_mb": 512})]))
+    assert planned(h) == [("j", "m", "tight")]  # binpack: less left in all
+    h.submit("k", job_doc([small("m", resources={"cpu": 1, "memory_mb": 512})],
+                          scoring="spread"))
+    assert ("k", "m", "roomy") in planned(h)
+
+
+def test_a_retry_avoids_the_cluster_its_last_attempt_failed_on() -> None:
+    h = Harness()
+    h.register("a", cpu=4)
+    h.register("b", cpu=8)
+    h.submit("j", job_doc([small("t", retry={"max_attempts": 3, "backoff_s": 0.001})]))
+    assert planned(h) == [("j", "t", "a")]  # binpack: the smaller
+    fence = h.assign_one("j", "t", "a")
+    h.started("a", "j", "t", fence)
+    h.finished("a", "j", "t", fence, exit_code=1)
+    h.tick(10)  # the backoff ends
+    assert planned(h) == [("j", "t", "b")]
+    h.run(c.ClusterDrain("b", True, h.now_ms))
+    assert planned(h) == [("j", "t", "a")]  # nowhere else: back where it failed
 
 
 def test_tentative_reservations_within_one_plan() -> None:
@@ -133,6 +181,17 @@ def test_no_ready_cluster_means_an_empty_plan(h: Harness, status: c.ClusterStatu
     assert planned(h) == []
 
 
+def test_a_drained_cluster_gets_no_new_work_until_undrained(h: Harness) -> None:
+    h.register("west", cpu=64, memory_mb=65_536)
+    h.submit("j", job_doc([small("a"), small("b")]))
+    h.run(c.ClusterDrain("east", True, h.now_ms, "maintenance"))
+    assert {cluster for _, _, cluster in planned(h)} == {"west"}
+    h.run(c.ClusterDrain("west", True, h.now_ms))
+    assert planned(h) == []
+    h.run(c.ClusterDrain("east", False, h.now_ms))
+    assert {cluster for _, _, cluster in planned(h)} == {"east"}
+
+
 def test_no_cluster_or_no_work_means_an_empty_plan() -> None:
     h = Harness()
     h.submit("j", job_doc([small("a")]))
@@ -159,7 +218,7 @@ def test_everything_planned_is_applied(h: Harness) -> None:
     h.register("west", caps=("linux", "gpu"), cpu=4, gpu=1)
     h.submit("j", job_doc([small(f"t{i}", resources={"cpu": 8}) for i in range(12)]
                           + [small("g", requires=["gpu"], resources={"cpu": 1, "gpu": 1})]))
-    items = placement.plan(h.state)
+    items = placement.plan(h.state).placements
     assert len(items) == 9  # 8 x 8 cpu on east, the gpu task on west
     result = h.expect(c.AssignBatch(h.now_ms, tuple(items)), AssignResult)
     assert result.dropped == () and [p for p, _ in result.assigned] == items
@@ -167,17 +226,21 @@ def test_everything_planned_is_applied(h: Harness) -> None:
 
 
 def counting_candidates(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """How many ready tasks the next plans look at (one count per plan)."""
+    """How many ready tasks the next plans look at (one count per plan that walks)."""
     counts: list[int] = []
-    real = placement._round_robin
+    real_walk, real_iter = placement._walk, placement.iter_ready
 
-    def counted(state: Any, skip: Any) -> Any:
+    def walk(*args: Any) -> Any:
         counts.append(0)
-        for item in real(state, skip):
+        return real_walk(*args)
+
+    def counted(state: Any, tenant: str, skip: Any = ()) -> Any:
+        for item in real_iter(state, tenant, skip):
             counts[-1] += 1
             yield item
 
-    monkeypatch.setattr(placement, "_round_robin", counted)
+    monkeypatch.setattr(placement, "_walk", walk)
+    monkeypatch.setattr(placement, "iter_ready", counted)
     return counts
 
 
@@ -189,9 +252,8 @@ def test_planning_costs_what_it_places_not_what_waits(monkeypatch: pytest.Monkey
     looked = counting_candidates(monkeypatch)
     assert len(planned(h)) == 2
     assert looked == [2]  # the third candidate is never taken
-    h.assign(*[(p.job_id, p.task_id, p.cluster_id) for p in placement.plan(h.state)])
-    plans = len(looked)
-    assert planned(h) == [] and len(looked) == plans  # nothing free: the walk never starts
+    apply_plan(h)
+    assert planned(h) == [] and looked[-1] == 0  # nothing free: the walk takes no task
 
 
 def test_a_shape_that_fitted_nowhere_is_not_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -203,9 +265,9 @@ def test_a_shape_that_fitted_nowhere_is_not_tried_again(monkeypatch: pytest.Monk
     tried: list[str] = []
     real = placement._choose
 
-    def choose(rooms: Any, spec: Any) -> Any:
-        tried.append(spec.id)
-        return real(rooms, spec)
+    def choose(rooms: Any, job: Any, task: Any, now_ms: int) -> Any:
+        tried.append(task.spec.id)
+        return real(rooms, job, task, now_ms)
 
     monkeypatch.setattr(placement, "_choose", choose)
     looked = counting_candidates(monkeypatch)
@@ -224,9 +286,10 @@ def test_a_blocked_shape_is_passed_over_in_every_tenant_and_priority() -> None:
                                           for i in range(6)], tenant=tenant, priority=90))
         h.submit(f"{tenant}-lo", job_doc([small(f"{tenant}l{i}") for i in range(2)],
                                          tenant=tenant, priority=10))
-    # ag1 fits nowhere and uses tenant a's second turn; from then on no gpu task is looked at.
+    # ag1 fits nowhere (a's turn goes on: its share did not grow); from then on no gpu task is
+    # looked at. Equal shares go to the tenant name.
     assert [task for _, task, _ in planned(h)] == [
-        "ac0", "bc0", "bc2", "ac2", "bc4", "ac4", "bl0", "al0", "bl1", "al1"]
+        "ac0", "bc0", "ac2", "bc2", "ac4", "bc4", "al0", "bl0", "al1", "bl1"]
 
 
 def test_room_that_reports_in_the_log_will_release_is_planned_once() -> None:
@@ -240,3 +303,143 @@ def test_room_that_reports_in_the_log_will_release_is_planned_once() -> None:
     h.started("east", "j", "t0", fences[0])
     h.finished("east", "j", "t0", fences[0], 0)  # the release applied: counted by the state
     assert planned(h, releasing=releasing) == [("j", "t2", "east")]  # once, not twice
+
+
+# --- fair share between tenants -----------------------------------------------------------------
+
+
+def test_weights_share_the_dominant_resource() -> None:
+    h = Harness()
+    h.register("east", cpu=8, memory_mb=65_536)
+    h.run(c.TenantSet("heavy", 3, 0, 0, h.now_ms))
+    for tenant in ("heavy", "light"):
+        h.submit(tenant, job_doc([small(f"t{i}") for i in range(20)], tenant=tenant))
+    tenants = [job for job, _, _ in planned(h)]
+    assert len(tenants) == 8 and tenants.count("heavy") == 6 and tenants.count("light") == 2
+
+
+def test_what_already_runs_counts(h: Harness) -> None:
+    h.submit("a", job_doc([small(f"t{i}", resources={"cpu": 16}) for i in range(4)],
+                          tenant="alpha"))
+    for i in range(3):
+        h.assign_one("a", f"t{i}", "east")  # alpha holds 48 of 64 cpus
+    h.submit("b", job_doc([small(f"t{i}", resources={"cpu": 4}) for i in range(8)],
+                          tenant="beta"))
+    # beta goes first until its share passes alpha's 3/4: all of the 16 cpus left go to beta.
+    assert [job for job, _, _ in planned(h)] == ["b"] * 4
+
+
+def test_the_dominant_resource_decides() -> None:
+    h = Harness()
+    h.register("east", cpu=20, memory_mb=16_388)
+    h.submit("m", job_doc([small(f"t{i}", resources={"cpu": 1, "memory_mb": 4096})
+                           for i in range(4)], tenant="mem"))
+    h.submit("c", job_doc([small(f"t{i}", resources={"cpu": 4, "memory_mb": 1})
+                           for i in range(4)], tenant="cpu"))
+    # A cpu task is a fifth of the cpu, a memory task a quarter of the memory: by dominant
+    # share the tenants alternate (0.2 < 0.25, 0.25 < 0.4, 0.4 < 0.5, ...).
+    assert [job for job, _, _ in planned(h)] == ["c", "m", "c", "m", "c", "m", "c", "m"]
+
+
+def test_max_running_caps_a_tenant_and_apply_holds_it(h: Harness) -> None:
+    h.run(c.TenantSet("alpha", 1, 0, 2, h.now_ms))
+    h.submit("a", job_doc([small(f"t{i}") for i in range(5)], tenant="alpha"))
+    h.submit("b", job_doc([small(f"t{i}") for i in range(2)], tenant="beta"))
+    assert sorted(job for job, _, _ in planned(h)) == ["a", "a", "b", "b"]
+    apply_plan(h)
+    assert planned(h) == []
+    result = h.assign(("a", "t2", "east"))
+    [dropped] = result.dropped
+    assert dropped.reason is DropReason.TENANT_AT_LIMIT and "max_running=2" in dropped.detail
+
+
+def test_the_star_tenant_sets_the_defaults(h: Harness) -> None:
+    h.run(c.TenantSet("*", 1, 0, 1, h.now_ms))
+    h.run(c.TenantSet("alpha", 1, 0, 3, h.now_ms))
+    h.submit("a", job_doc([small(f"t{i}") for i in range(5)], tenant="alpha"))
+    h.submit("b", job_doc([small(f"t{i}") for i in range(5)], tenant="beta"))
+    assert sorted(job for job, _, _ in planned(h)) == ["a", "a", "a", "b"]
+
+
+# --- aging --------------------------------------------------------------------------------------
+
+
+def test_aging_a_waiting_job_passes_newer_higher_priority_ones(h: Harness) -> None:
+    h.submit("old-low", job_doc([small("x")], priority=40))
+    h.now_ms += 10 * AGING_MS_PER_PRIORITY + 1  # ten levels' worth of waiting, and a bit
+    h.submit("new-mid", job_doc([small("x")], priority=50))
+    h.submit("new-high", job_doc([small("x")], priority=51))
+    assert [job for job, _, _ in planned(h)] == ["new-high", "old-low", "new-mid"]
+
+
+# --- reservations for large tasks ---------------------------------------------------------------
+
+
+def crowded() -> Harness:
+    """Two 8-cpu clusters full of 1-cpu tasks, a waiting 8-cpu task and a stream of small ones."""
+    h = Harness()
+    h.register("east", cpu=8, memory_mb=65_536)
+    h.register("west", cpu=8, memory_mb=65_536)
+    h.submit("small", job_doc([small(f"s{i}") for i in range(16)], tenant="many"))
+    apply_plan(h)
+    h.submit("big", job_doc([task_doc("b", resources={"cpu": 8, "memory_mb": 64})],
+                            tenant="few"))
+    h.submit("more", job_doc([small(f"m{i}") for i in range(40)], tenant="many"))
+    return h
+
+
+def finish(h: Harness, job_id: str, task_id: str) -> None:
+    attempt = h.current(job_id, task_id)
+    h.started(attempt.cluster_id, job_id, task_id, attempt.fence)
+    h.finished(attempt.cluster_id, job_id, task_id, attempt.fence, 0)
+
+
+def test_a_large_task_is_not_starved_by_a_stream_of_small_ones() -> None:
+    h = crowded()
+    finish(h, "small", "s0")  # east frees 1 cpu: before the bounded wait, a small task takes it
+    assert [task for _, task, _ in planned(h)] == ["m0"]
+    apply_plan(h)
+    h.now_ms += RESERVE_AFTER_MS
+    result = placement.plan(h.state, now_ms=h.now_ms)
+    [reservation] = result.reservations
+    assert reservation == c.Reservation("big", "b", "east")  # closest: ties to the first id
+    apply_plan(h)
+    assert h.state.clusters["east"].reserved_for == ("big", 0)
+    for i in range(1, 8):  # east's small tasks end one by one: none of the room goes to others
+        finish(h, "small", f"s{i}")
+        assert all(cluster != "east" for _, _, cluster in planned(h)), i
+        apply_plan(h)
+    finish(h, "more", "m0")  # the last one on east
+    assert planned(h)[0] == ("big", "b", "east")
+    apply_plan(h)
+    assert h.task("big", "b").state.name == "ASSIGNED"
+    assert h.state.clusters["east"].reserved_for is None
+    assert h.task("big", "b").reserved_on is None
+
+
+def test_apply_keeps_a_reserved_cluster_for_its_task() -> None:
+    h = crowded()
+    h.now_ms += RESERVE_AFTER_MS
+    apply_plan(h)
+    finish(h, "small", "s0")
+    result = h.assign(("more", "m0", "east"))
+    [dropped] = result.dropped
+    assert dropped.reason is DropReason.CLUSTER_RESERVED and "big/b" in dropped.detail
+
+
+def test_a_reservation_ends_when_its_task_leaves_the_queue() -> None:
+    h = crowded()
+    h.now_ms += RESERVE_AFTER_MS
+    apply_plan(h)
+    assert h.state.clusters["east"].reserved_for == ("big", 0)
+    h.cancel("big")
+    assert h.state.clusters["east"].reserved_for is None
+
+
+def test_no_reservation_before_the_bounded_wait_or_for_a_task_no_cluster_can_hold() -> None:
+    h = crowded()
+    assert placement.plan(h.state, now_ms=h.now_ms + RESERVE_AFTER_MS - 1).reservations == []
+    h.submit("huge", job_doc([task_doc("h", resources={"cpu": 9})], tenant="few"))
+    h.now_ms += RESERVE_AFTER_MS
+    reserved = placement.plan(h.state, now_ms=h.now_ms).reservations
+    assert [r.task_id for r in reserved] == ["b"]

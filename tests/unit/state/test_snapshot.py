@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import pathlib
 import zlib
 
 import msgpack
@@ -11,6 +12,7 @@ import pytest
 
 from raftsched.state import commands as c
 from raftsched.state import snapshot
+from raftsched.state.invariants import check_invariants
 from raftsched.state.model import Role, State, TokenRecord
 from tests.support.fsmkit import Harness, assert_same_state, job_doc, task_doc
 
@@ -19,9 +21,12 @@ def busy_state() -> Harness:
     h = Harness()
     h.register("east")
     h.register("west", caps=("linux", "gpu"), gpu=1)
+    # Documents as they were before the placement fields: their digests stay pinned.
     h.submit("j1", job_doc([task_doc("a"), task_doc("b", ["a"], retry={"max_attempts": 3}),
-                            task_doc("c", ["a"], timeout_s=5)], idempotency_key="k"))
-    h.submit("j2", job_doc([task_doc("x", on_lost="wait")], tenant="other", priority=80))
+                            task_doc("c", ["a"], timeout_s=5)], idempotency_key="k",
+                           allow_unschedulable=False))
+    h.submit("j2", job_doc([task_doc("x", on_lost="wait")], tenant="other", priority=80,
+                           allow_unschedulable=False))
     h.run_task("east", "j1", "a")
     h.run_task("west", "j1", "b", exit_code=1)
     fence = h.assign_one("j1", "c", "east")
@@ -115,6 +120,42 @@ def _records(body: bytes) -> list[tuple[int, int]]:
     return bounds
 
 
+DATA = pathlib.Path(__file__).parent / "data"
+FORMAT_3_BUSY = (DATA / "busy-format-3.snapshot").read_bytes()
+"""`busy_state()` with extra {"k": [1, 2]}, written by format 3 (the build before the contention
+policy), no tokens."""
+FORMAT_3_BUSY_TOKENS = (DATA / "busy-tokens-format-3.snapshot").read_bytes()
+"""`with_tokens(busy_state())`, written by format 3."""
+
+
+def assert_loaded_as_it_was(state: State, h: Harness) -> None:
+    """An older format's busy state, loaded: the same jobs, task states, attempts, clusters
+    and ready tasks as the busy state built now; ready times default to the submission; the
+    invariants hold; written back as format 4, it round-trips."""
+    assert list(state.jobs) == list(h.state.jobs)
+    for job_id, job in state.jobs.items():
+        now = h.job(job_id)
+        assert [(t.state, [a.fence for a in t.attempts]) for t in job.tasks] == \
+            [(t.state, [a.fence for a in t.attempts]) for t in now.tasks]
+        assert all(t.ready_ms == job.submitted_ms for t in job.tasks)
+    assert set(state.clusters) == set(h.state.clusters)
+    assert {t: q.live for t, q in state.queues.items()} == \
+        {t: q.live for t, q in h.state.queues.items()}
+    assert state.tenants == {} and state.usage == h.state.usage
+    check_invariants(state)
+    data = snapshot.dump(state)
+    assert data[len(snapshot.MAGIC):len(snapshot.MAGIC) + 2] == (4).to_bytes(2, "big")
+    assert snapshot.dump(snapshot.load(data)) == data
+
+
+def test_a_format_3_snapshot_still_loads() -> None:
+    state, extra = snapshot.load_with_extra(io.BytesIO(FORMAT_3_BUSY))
+    assert extra == {"k": [1, 2]}
+    assert_loaded_as_it_was(state, busy_state())
+    with_tokens_state = snapshot.load(FORMAT_3_BUSY_TOKENS)
+    assert with_tokens_state.tokens == with_tokens(busy_state()).state.tokens
+
+
 def as_format_2(data: bytes) -> bytes:
     """Format 3 bytes of a state without tokens as format 2 wrote them: the same records but
     the (empty) tokens record, the one before `extra`; a checksum of their own."""
@@ -135,17 +176,13 @@ def as_format_1(data: bytes) -> bytes:
 
 
 def test_a_format_2_snapshot_still_loads_with_no_tokens() -> None:
-    h = busy_state()
-    state, extra = snapshot.load_with_extra(
-        io.BytesIO(as_format_2(snapshot.dump(h.state, extra={"k": [1, 2]}))))
-    assert_same_state(state, h.state)
+    state, extra = snapshot.load_with_extra(io.BytesIO(as_format_2(FORMAT_3_BUSY)))
     assert extra == {"k": [1, 2]} and state.tokens == {}
-    assert snapshot.dump(state) == snapshot.dump(h.state)  # written back as format 3
+    assert_loaded_as_it_was(state, busy_state())
 
 
 def test_a_format_1_snapshot_still_loads_through_the_validating_path(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    h = busy_state()
     validated: list[str] = []
     real = snapshot.validate_wire
 
@@ -154,13 +191,13 @@ def test_a_format_1_snapshot_still_loads_through_the_validating_path(
         return real(wire)
 
     monkeypatch.setattr(snapshot, "validate_wire", validate)
-    state, extra = snapshot.load_with_extra(
-        io.BytesIO(as_format_1(snapshot.dump(h.state, extra={"k": [1, 2]}))))
-    assert_same_state(state, h.state)
+    state, extra = snapshot.load_with_extra(io.BytesIO(as_format_1(FORMAT_3_BUSY)))
     assert extra == {"k": [1, 2]} and len(validated) == 2
+    assert_loaded_as_it_was(state, busy_state())
     validated.clear()
+    h = busy_state()
     assert_same_state(snapshot.load(snapshot.dump(h.state)), h.state)
-    assert validated == []  # format 3
+    assert validated == []  # format 4 is trusted
 
 
 def test_a_damaged_byte_anywhere_is_caught_by_the_checksum() -> None:
@@ -176,7 +213,7 @@ def test_a_damaged_byte_anywhere_is_caught_by_the_checksum() -> None:
     (b"PICKLE", "bad magic"),
     (snapshot.MAGIC + (99).to_bytes(2, "big"), "format 99"),
     (snapshot.dump(State())[:-3], "corrupt"),
-    (as_format_1(snapshot.dump(State()))[:-3], "corrupt"),
+    (as_format_1(FORMAT_3_BUSY)[:-3], "corrupt"),
 ])
 def test_foreign_or_damaged_data_is_refused(data: bytes, fragment: str) -> None:
     with pytest.raises(snapshot.SnapshotError, match=fragment):
@@ -208,26 +245,45 @@ def test_digest_names_the_snapshot_bytes() -> None:
     assert snapshot.digest(h.state) != digest
 
 
-PINNED_BUSY_SNAPSHOT_SHA256 = "3e1db4dd64519fcd5cf2c51653236c170e9fb7dcfa9b5e96202707bac5373f46"
-"""Format 3, of `with_tokens(busy_state())`: format 3 added the tokens record (before `extra`),
-so the busy state now holds tokens too and the pin covers that record's layout. Format 2 was
-a3ad5e36... (the busy state without tokens; format 1 was fead73c0...: the same records, without
-the checksum trailer); it still is, for the same state written as format 3 and converted back
-(`PINNED_FORMAT_2_SHA256`): format 3 changed no other record. Format 2 was 9654d2d8... until
-apply began dropping stale ready-queue entries (`fsm._tidy`): the same format and the same
-logical state, a heap without the garbage of lazy deletion."""
-PINNED_FORMAT_2_SHA256 = "a3ad5e3640a4e61e42a1f0122ee9cb05088a261d71bdd946d3ca771870b9b13c"
+PINNED_BUSY_SNAPSHOT_SHA256 = "44f96cc0a69eb574fede0b5de8c9fd9a84034dd7e909d34b66c0a4d22ffca240"
+"""Format 4, of `with_policy(with_tokens(busy_state()))`: format 4 added the tenant policies
+record, clusters' drain, degradation, failure memory and reservation, jobs' retries used, tasks'
+ready times, and ready-queue entries ranked with aging. Format 3 was 3e1db4dd... (the same state
+without the policy commands; `FORMAT_3_BUSY_TOKENS` holds those bytes); format 2 was a3ad5e36...,
+format 1 fead73c0... ."""
 PINNED_J1_SPEC_DIGEST = "2dc75c554dce7cb6b1a98299472ddbce80bc06c12e86b8c4022dae22118e76aa"
+"""Unchanged by the placement fields: a spec that leaves them at their defaults digests as it
+did before they existed."""
+
+
+def with_policy(h: Harness) -> Harness:
+    """Tenant policies, a drained cluster and a reservation: every record format 4 added."""
+    h.ok(c.TenantSet("other", 3, 100, 10, h.now_ms))
+    h.ok(c.TenantSet("*", 1, 0, 64, h.now_ms))
+    h.ok(c.ClusterDrain("west", True, h.now_ms, "disk swap"))
+    h.submit("j3", job_doc([task_doc("huge", resources={"cpu": 8})], tenant="other"))
+    h.ok(c.AssignBatch(h.now_ms, (), (c.Reservation("j3", "huge", "east"),)))
+    return h
 
 
 def test_snapshot_and_spec_digest_bytes_are_pinned() -> None:
-    """The bytes of a snapshot (FORMAT_VERSION 3) and of a spec's idempotency digest never
+    """The bytes of a snapshot (FORMAT_VERSION 4) and of a spec's idempotency digest never
     change under a refactoring: replicas of different builds must agree byte for byte. A change
     here is a format change: bump FORMAT_VERSION (or the spec's digest) on purpose."""
-    assert snapshot.FORMAT_VERSION == 3
+    assert snapshot.FORMAT_VERSION == 4
     h = busy_state()
-    assert hashlib.sha256(as_format_2(snapshot.dump(h.state))).hexdigest() \
-        == PINNED_FORMAT_2_SHA256
     assert h.job("j1").spec.digest().hex() == PINNED_J1_SPEC_DIGEST
-    with_tokens(h)
+    with_policy(with_tokens(h))
+    assert h.state.clusters["east"].reserved_for == ("j3", 0)
     assert hashlib.sha256(snapshot.dump(h.state)).hexdigest() == PINNED_BUSY_SNAPSHOT_SHA256
+
+
+def test_policy_records_round_trip() -> None:
+    h = with_policy(with_tokens(busy_state()))
+    data = snapshot.dump(h.state)
+    loaded = snapshot.load(data)
+    assert_same_state(loaded, h.state)
+    assert snapshot.dump(loaded) == data
+    assert loaded.jobs["j3"].tasks[0].reserved_on == "east"
+    assert loaded.clusters["west"].draining and loaded.clusters["west"].drain_reason == "disk swap"
+    assert list(loaded.tenants) == ["other", "*"]

@@ -1,0 +1,146 @@
+"""The contention policy's rules and knobs (DESIGN.md §9), pure: who goes first, when a submit
+is refused, when a cluster is degraded. The state machine applies them (`fsm`), the planner
+orders by them (`placement`), the read side explains with them (`views`): one copy each.
+
+- Tenants: a `TenantPolicy` per tenant set by admins, else the ALL_TENANTS record's values, else
+  weight 1 and no limits of its own (`policy_of`).
+- Fair share: a tenant's dominant share is the largest fraction of the READY clusters' total
+  cpu, memory or gpu that its live attempts reserve, divided by its weight (`dominant_share`).
+  Between tenants the planner serves the lowest share first.
+- Backpressure: a submit is refused (RESOURCE_EXHAUSTED) when it would take the tenant past its
+  `max_queued`, or all tenants past `limits.MAX_QUEUED_TASKS` (`submit_refusal`).
+- Degraded clusters: attempts of DEGRADE_FAILED_TASKS distinct tasks of DEGRADE_MIN_JOBS
+  distinct jobs failed there within DEGRADE_WINDOW_MS, at least DEGRADE_FAILURE_RATIO of the
+  attempts that ended there in it failed, and another cluster is open → no new work there for
+  DEGRADE_COOLDOWN_MS. (When every cluster fails the tasks, the tasks are the likelier cause:
+  the last open cluster is never degraded.)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from raftsched import limits
+from raftsched.state.commands import ClusterStatus
+from raftsched.state.model import ALL_TENANTS, Cluster, State, TenantPolicy, TenantUsage
+
+DEFAULT_POLICY = TenantPolicy(name=ALL_TENANTS)
+"""Weight 1, no limits of its own: a tenant no admin configured (and no `*` record)."""
+
+BACKPRESSURE_RETRY_AFTER_MS = 5_000
+"""The retry-after hint of a submit refused for a queue limit: queues drain as tasks start, so
+a client waits about this long before it tries again (the CLI and the client print it)."""
+
+DEGRADE_WINDOW_MS = 60_000
+DEGRADE_FAILED_TASKS = 10
+"""Failed attempts of this many distinct tasks within DEGRADE_WINDOW_MS ..."""
+DEGRADE_MIN_JOBS = 3
+"""... of at least this many distinct jobs (one job's bad command is that job's problem, and its
+`retry_budget` bounds it; failures across jobs point at the cluster) ..."""
+DEGRADE_FAILURE_RATIO = 0.8
+"""... that are at least this share of the attempts that ended there within the window (a busy
+cluster running flaky tasks is not broken) ..."""
+DEGRADE_COOLDOWN_MS = 120_000
+"""... mark the cluster degraded: it gets no new work for this long."""
+DEGRADE_OUTCOME_MEMORY = 4 * DEGRADE_FAILED_TASKS
+"""Attempt outcomes remembered per cluster (the newest)."""
+
+
+def policy_of(state: State, tenant: str) -> TenantPolicy:
+    policy = state.tenants.get(tenant)
+    if policy is not None:
+        return policy
+    return state.tenants.get(ALL_TENANTS, DEFAULT_POLICY)
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A submit past a queue limit: which limit, and when to try again."""
+
+    limit: str
+    """`max_queued` (the tenant's) or `MAX_QUEUED_TASKS` (every tenant's)."""
+    message: str
+    retry_after_ms: int
+
+
+def submit_refusal(state: State, tenant: str, tasks: int) -> Refusal | None:
+    """Why `tasks` more queued tasks of `tenant` are refused now, or None."""
+    usage = state.usage.get(tenant)
+    queued = 0 if usage is None else usage.queued
+    policy = policy_of(state, tenant)
+    if policy.max_queued and queued + tasks > policy.max_queued:
+        return Refusal("max_queued",
+                       f"tenant {tenant} has {queued} task(s) queued; {tasks} more would pass "
+                       f"its max_queued={policy.max_queued} (see `raftsched admin tenant list`)",
+                       BACKPRESSURE_RETRY_AFTER_MS)
+    if state.queued_total + tasks > limits.MAX_QUEUED_TASKS:
+        return Refusal("MAX_QUEUED_TASKS",
+                       f"{state.queued_total} task(s) are queued over all tenants; {tasks} more "
+                       f"would pass MAX_QUEUED_TASKS={limits.MAX_QUEUED_TASKS}",
+                       BACKPRESSURE_RETRY_AFTER_MS)
+    return None
+
+
+def at_running_limit(state: State, tenant: str, extra: int = 0) -> bool:
+    """Whether `tenant` already runs its `max_running` tasks (plus `extra` placed by a plan)."""
+    limit = policy_of(state, tenant).max_running
+    if not limit:
+        return False
+    usage = state.usage.get(tenant)
+    return (0 if usage is None else usage.running) + extra >= limit
+
+
+Totals = tuple[int, int, int]
+"""(cpu milli, memory MB, gpu) of the READY clusters: the denominators of fair share."""
+
+
+def totals(clusters: Iterable[Cluster]) -> Totals:
+    cpu = memory = gpu = 0
+    for cluster in clusters:
+        if cluster_open(cluster, None):
+            cpu, memory, gpu = cpu + cluster.cpu_milli, memory + cluster.memory_mb, \
+                gpu + cluster.gpu
+    return cpu, memory, gpu
+
+
+def dominant_share(usage: TenantUsage | None, weight: int, total: Totals,
+                   extra: Totals = (0, 0, 0)) -> float:
+    """The largest fraction of `total` the tenant holds (plus `extra`), over its weight."""
+    held = (0, 0, 0) if usage is None else (usage.cpu_milli, usage.memory_mb, usage.gpu)
+    share = 0.0
+    for have, more, whole in zip(held, extra, total, strict=True):
+        if whole > 0:
+            share = max(share, (have + more) / whole)
+    return share / weight
+
+
+def cluster_open(cluster: Cluster, now_ms: int | None) -> bool:
+    """READY, not draining and (when `now_ms` is given) not degraded: may take new work."""
+    if cluster.status != ClusterStatus.READY or cluster.draining:
+        return False
+    return now_ms is None or cluster.degraded_until_ms <= now_ms
+
+
+def note_outcome(state: State, cluster: Cluster, job_id: str, index: int, failed: bool) -> bool:
+    """Remember how an attempt on `cluster` ended; True when that makes the cluster degraded
+    (O(DEGRADE_OUTCOME_MEMORY), only when an attempt fails)."""
+    now_ms = state.now_ms
+    outcomes = cluster.outcomes
+    outcomes.append((now_ms, job_id, index, failed))
+    while len(outcomes) > DEGRADE_OUTCOME_MEMORY or outcomes[0][0] + DEGRADE_WINDOW_MS <= now_ms:
+        outcomes.popleft()
+    if not failed or cluster.degraded_until_ms > now_ms:
+        return False
+    tasks = {(job, task) for _, job, task, bad in outcomes if bad}
+    if len(tasks) < DEGRADE_FAILED_TASKS or len({job for job, _ in tasks}) < DEGRADE_MIN_JOBS:
+        return False
+    failures = sum(1 for outcome in outcomes if outcome[3])
+    if failures < DEGRADE_FAILURE_RATIO * len(outcomes):
+        return False
+    if not any(other is not cluster and cluster_open(other, now_ms)
+               for other in state.clusters.values()):
+        return False
+    cluster.degraded_until_ms = now_ms + DEGRADE_COOLDOWN_MS
+    outcomes.clear()
+    return True
