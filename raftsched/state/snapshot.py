@@ -19,8 +19,9 @@ and 2 still load, with no tokens.
 Format 4 (the contention policy) adds the tenant policies record after the tokens; a cluster's
 draining flag, drain reason, degraded-until time, recent attempt outcomes and the task it is
 reserved for; a job's retries used; a task's ready time; and ready-queue entries ranked by
-`model.ready_rank_ms` (priority with aging). Earlier formats load with no tenant policies, no drains and the tasks' ready times at
-their jobs' submission; their ready queues are rebuilt from the RUNNABLE tasks in the new order.
+`model.ready_rank_ms` (priority with aging). Earlier formats load with no tenant policies, no
+drains and the tasks' ready times at their jobs' submission; their ready queues are rebuilt
+from the RUNNABLE tasks in the new order.
 Tenant usage is derived, never stored (`fsm.derive_usage`).
 """
 
