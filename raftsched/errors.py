@@ -32,11 +32,15 @@ class RaftschedError(Exception):
     """An expected failure with a code and a message fit for a user. `leader_hint` is the
     leader's gRPC address when a replica that is not the leader knew it."""
 
-    def __init__(self, code: Code, message: str, *, leader_hint: str | None = None) -> None:
+    def __init__(self, code: Code, message: str, *, leader_hint: str | None = None,
+                 retry_after_ms: int = 0) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.leader_hint = leader_hint
+        self.retry_after_ms = retry_after_ms
+        """For RESOURCE_EXHAUSTED past a limit that drains by itself: when to try again (0:
+        no hint). Travels as a google.rpc.RetryInfo detail."""
 
     def __str__(self) -> str:
         return f"{self.code.value}: {self.message}"

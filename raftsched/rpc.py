@@ -100,8 +100,9 @@ def abort(context: grpc.ServicerContext, error: RaftschedError, *, replica: str,
         metadata.append((LEADER_METADATA_KEY, leader_hint))
     message = fitted_message(error.message)
     kept = fitted_violations(violations)
-    if kept:
-        metadata.extend(_bad_request_status(error.code, message, kept).trailing_metadata)
+    if kept or error.retry_after_ms:
+        metadata.extend(_rich_status(error.code, message, kept,
+                                     error.retry_after_ms).trailing_metadata)
     context.set_trailing_metadata(tuple(metadata))
     context.abort(status_code(error.code), message)
     raise AssertionError("context.abort returned")
@@ -146,29 +147,53 @@ def fitted_violations(violations: Sequence[FieldViolation],
     return kept
 
 
-def _bad_request_status(code: Code, message: str, violations: Sequence[FieldViolation]) -> Any:
-    """A grpc.Status of `code` and `message` whose details hold one google.rpc.BadRequest."""
-    bad_request = error_details_pb2.BadRequest(field_violations=[
-        error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
-        for field, description in violations])
-    detail = any_pb2.Any()
-    detail.Pack(bad_request)
+def _rich_status(code: Code, message: str, violations: Sequence[FieldViolation],
+                 retry_after_ms: int = 0) -> Any:
+    """A grpc.Status of `code` and `message` whose details hold a google.rpc.BadRequest (when
+    there are `violations`) and a google.rpc.RetryInfo (when `retry_after_ms`)."""
+    details = []
+    if violations:
+        bad_request = error_details_pb2.BadRequest(field_violations=[
+            error_details_pb2.BadRequest.FieldViolation(field=field, description=description)
+            for field, description in violations])
+        details.append(any_pb2.Any())
+        details[-1].Pack(bad_request)
+    if retry_after_ms:
+        retry_info = error_details_pb2.RetryInfo()
+        retry_info.retry_delay.FromMilliseconds(retry_after_ms)
+        details.append(any_pb2.Any())
+        details[-1].Pack(retry_info)
     return rpc_status.to_status(status_pb2.Status(
-        code=status_code(code).value[0], message=message, details=[detail]))
+        code=status_code(code).value[0], message=message, details=details))
 
 
-def field_violations(error: grpc.RpcError) -> list[FieldViolation]:
-    """The google.rpc.BadRequest field violations a failed call carries (none: [])."""
+def _rich_details(error: grpc.RpcError) -> list[Any]:
+    """The google.rpc.Status details a failed call carries ([] when none, or untrustworthy)."""
     try:
         status = rpc_status.from_call(error)
     except ValueError:  # details that contradict the call's own status: not ours to trust
         return []
+    return list(status.details) if status is not None else []
+
+
+def field_violations(error: grpc.RpcError) -> list[FieldViolation]:
+    """The google.rpc.BadRequest field violations a failed call carries (none: [])."""
     violations: list[FieldViolation] = []
-    for detail in status.details if status is not None else ():
+    for detail in _rich_details(error):
         bad_request = error_details_pb2.BadRequest()
         if detail.Unpack(bad_request):
             violations += [(v.field, v.description) for v in bad_request.field_violations]
     return violations
+
+
+def retry_after_ms(error: grpc.RpcError) -> int:
+    """The google.rpc.RetryInfo delay a failed call carries, in ms (none: 0)."""
+    for detail in _rich_details(error):
+        retry_info = error_details_pb2.RetryInfo()
+        if detail.Unpack(retry_info):
+            delay: int = retry_info.retry_delay.ToMilliseconds()
+            return max(0, delay)
+    return 0
 
 
 class RequestGuard(grpc.ServerInterceptor):  # type: ignore[misc]
@@ -261,7 +286,8 @@ def error_from_rpc(error: grpc.RpcError, address: str) -> RaftschedError:
         return AccessDenied(address, status.name, details)
     code = _OUR_CODES.get(status.name)
     if code is not None and code != Code.UNAVAILABLE and code != Code.DEADLINE_EXCEEDED:
-        return RaftschedError(code, details)
+        later = retry_after_ms(error) if code == Code.RESOURCE_EXHAUSTED else 0
+        return RaftschedError(code, details, retry_after_ms=later)
     if status == grpc.StatusCode.UNAVAILABLE:
         if answered or LEADER_METADATA_KEY in metadata:
             return RaftschedError(Code.UNAVAILABLE, f"{address}: {details}",

@@ -413,6 +413,76 @@ class ReportResponse(_message.Message):
     verdicts: _containers.RepeatedCompositeFieldContainer[ReportVerdict]
     def __init__(self, term: _Optional[int] = ..., verdicts: _Optional[_Iterable[_Union[ReportVerdict, _Mapping]]] = ...) -> None: ...
 
+class DrainClusterRequest(_message.Message):
+    __slots__ = ("cluster_id", "drain", "reason")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    drain: bool
+    reason: str
+    def __init__(self, cluster_id: _Optional[str] = ..., drain: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class DrainClusterResponse(_message.Message):
+    __slots__ = ("cluster_id", "draining", "changed")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    draining: bool
+    changed: bool
+    def __init__(self, cluster_id: _Optional[str] = ..., draining: _Optional[bool] = ..., changed: _Optional[bool] = ...) -> None: ...
+
+class SetTenantRequest(_message.Message):
+    __slots__ = ("tenant", "weight", "max_queued", "max_running")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUED_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    weight: int
+    max_queued: int
+    max_running: int
+    def __init__(self, tenant: _Optional[str] = ..., weight: _Optional[int] = ..., max_queued: _Optional[int] = ..., max_running: _Optional[int] = ...) -> None: ...
+
+class TenantInfo(_message.Message):
+    __slots__ = ("tenant", "weight", "max_queued", "max_running", "configured", "queued", "running", "reserved", "dominant_share", "changed")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUED_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURED_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FIELD_NUMBER: _ClassVar[int]
+    DOMINANT_SHARE_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    weight: int
+    max_queued: int
+    max_running: int
+    configured: bool
+    queued: int
+    running: int
+    reserved: Resources
+    dominant_share: float
+    changed: bool
+    def __init__(self, tenant: _Optional[str] = ..., weight: _Optional[int] = ..., max_queued: _Optional[int] = ..., max_running: _Optional[int] = ..., configured: _Optional[bool] = ..., queued: _Optional[int] = ..., running: _Optional[int] = ..., reserved: _Optional[_Union[Resources, _Mapping]] = ..., dominant_share: _Optional[float] = ..., changed: _Optional[bool] = ...) -> None: ...
+
+class ListTenantsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListTenantsResponse(_message.Message):
+    __slots__ = ("tenants", "queued_total", "max_queued_tasks")
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUED_TASKS_FIELD_NUMBER: _ClassVar[int]
+    tenants: _containers.RepeatedCompositeFieldContainer[TenantInfo]
+    queued_total: int
+    max_queued_tasks: int
+    def __init__(self, tenants: _Optional[_Iterable[_Union[TenantInfo, _Mapping]]] = ..., queued_total: _Optional[int] = ..., max_queued_tasks: _Optional[int] = ...) -> None: ...
+
 class RemoveClusterRequest(_message.Message):
     __slots__ = ("cluster_id",)
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
@@ -496,7 +566,7 @@ class ReplicaInfo(_message.Message):
     def __init__(self, raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., leader: _Optional[bool] = ...) -> None: ...
 
 class ComputeCluster(_message.Message):
-    __slots__ = ("cluster_id", "status", "capacity", "reserved", "capabilities", "incarnation", "live_attempts", "pending_kills", "heartbeat_age_ms")
+    __slots__ = ("cluster_id", "status", "capacity", "reserved", "capabilities", "incarnation", "live_attempts", "pending_kills", "heartbeat_age_ms", "draining", "drain_reason", "degraded_until_ms", "reserved_for")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
@@ -506,6 +576,10 @@ class ComputeCluster(_message.Message):
     LIVE_ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
     PENDING_KILLS_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_AGE_MS_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_REASON_FIELD_NUMBER: _ClassVar[int]
+    DEGRADED_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_FOR_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     status: str
     capacity: Resources
@@ -515,10 +589,14 @@ class ComputeCluster(_message.Message):
     live_attempts: int
     pending_kills: int
     heartbeat_age_ms: int
-    def __init__(self, cluster_id: _Optional[str] = ..., status: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., reserved: _Optional[_Union[Resources, _Mapping]] = ..., capabilities: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., live_attempts: _Optional[int] = ..., pending_kills: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ...) -> None: ...
+    draining: bool
+    drain_reason: str
+    degraded_until_ms: int
+    reserved_for: str
+    def __init__(self, cluster_id: _Optional[str] = ..., status: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., reserved: _Optional[_Union[Resources, _Mapping]] = ..., capabilities: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., live_attempts: _Optional[int] = ..., pending_kills: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., draining: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., degraded_until_ms: _Optional[int] = ..., reserved_for: _Optional[str] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
-    __slots__ = ("leader", "term", "replicas", "clusters", "commit_index", "applied_index", "responder", "state_digest", "state_index")
+    __slots__ = ("leader", "term", "replicas", "clusters", "commit_index", "applied_index", "responder", "state_digest", "state_index", "tenants", "queued_total", "max_queued_tasks", "now_ms")
     LEADER_FIELD_NUMBER: _ClassVar[int]
     TERM_FIELD_NUMBER: _ClassVar[int]
     REPLICAS_FIELD_NUMBER: _ClassVar[int]
@@ -528,6 +606,10 @@ class ClusterStatusResponse(_message.Message):
     RESPONDER_FIELD_NUMBER: _ClassVar[int]
     STATE_DIGEST_FIELD_NUMBER: _ClassVar[int]
     STATE_INDEX_FIELD_NUMBER: _ClassVar[int]
+    TENANTS_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUED_TASKS_FIELD_NUMBER: _ClassVar[int]
+    NOW_MS_FIELD_NUMBER: _ClassVar[int]
     leader: str
     term: int
     replicas: _containers.RepeatedCompositeFieldContainer[ReplicaInfo]
@@ -537,7 +619,11 @@ class ClusterStatusResponse(_message.Message):
     responder: str
     state_digest: str
     state_index: int
-    def __init__(self, leader: _Optional[str] = ..., term: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., clusters: _Optional[_Iterable[_Union[ComputeCluster, _Mapping]]] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., responder: _Optional[str] = ..., state_digest: _Optional[str] = ..., state_index: _Optional[int] = ...) -> None: ...
+    tenants: _containers.RepeatedCompositeFieldContainer[TenantInfo]
+    queued_total: int
+    max_queued_tasks: int
+    now_ms: int
+    def __init__(self, leader: _Optional[str] = ..., term: _Optional[int] = ..., replicas: _Optional[_Iterable[_Union[ReplicaInfo, _Mapping]]] = ..., clusters: _Optional[_Iterable[_Union[ComputeCluster, _Mapping]]] = ..., commit_index: _Optional[int] = ..., applied_index: _Optional[int] = ..., responder: _Optional[str] = ..., state_digest: _Optional[str] = ..., state_index: _Optional[int] = ..., tenants: _Optional[_Iterable[_Union[TenantInfo, _Mapping]]] = ..., queued_total: _Optional[int] = ..., max_queued_tasks: _Optional[int] = ..., now_ms: _Optional[int] = ...) -> None: ...
 
 class ReplicaRequest(_message.Message):
     __slots__ = ("raft_address", "grpc_address")

@@ -628,6 +628,21 @@ class AdminStub:
                 request_serializer=raftsched_dot_v1_dot_raftsched__pb2.RemoveClusterRequest.SerializeToString,
                 response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.RemoveClusterResponse.FromString,
                 _registered_method=True)
+        self.DrainCluster = channel.unary_unary(
+                '/raftsched.v1.Admin/DrainCluster',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.DrainClusterRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.DrainClusterResponse.FromString,
+                _registered_method=True)
+        self.SetTenant = channel.unary_unary(
+                '/raftsched.v1.Admin/SetTenant',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.SetTenantRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.TenantInfo.FromString,
+                _registered_method=True)
+        self.ListTenants = channel.unary_unary(
+                '/raftsched.v1.Admin/ListTenants',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListTenantsRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListTenantsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -681,6 +696,29 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DrainCluster(self, request, context):
+        """Stop (drain) or resume (undrain) new placements on a compute cluster (admin only); what
+        runs there runs on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetTenant(self, request, context):
+        """A tenant's fair-share weight and limits (admin only); the tenant "*" sets the defaults of
+        every tenant without its own. Kept in the replicated state.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTenants(self, request, context):
+        """Every tenant with a policy or with work, its policy and what it holds (operator).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -718,6 +756,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RemoveCluster,
                     request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.RemoveClusterRequest.FromString,
                     response_serializer=raftsched_dot_v1_dot_raftsched__pb2.RemoveClusterResponse.SerializeToString,
+            ),
+            'DrainCluster': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainCluster,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.DrainClusterRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.DrainClusterResponse.SerializeToString,
+            ),
+            'SetTenant': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetTenant,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.SetTenantRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.TenantInfo.SerializeToString,
+            ),
+            'ListTenants': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTenants,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListTenantsRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListTenantsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -912,6 +965,87 @@ class Admin:
             '/raftsched.v1.Admin/RemoveCluster',
             raftsched_dot_v1_dot_raftsched__pb2.RemoveClusterRequest.SerializeToString,
             raftsched_dot_v1_dot_raftsched__pb2.RemoveClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainCluster(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Admin/DrainCluster',
+            raftsched_dot_v1_dot_raftsched__pb2.DrainClusterRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.DrainClusterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetTenant(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Admin/SetTenant',
+            raftsched_dot_v1_dot_raftsched__pb2.SetTenantRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.TenantInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTenants(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Admin/ListTenants',
+            raftsched_dot_v1_dot_raftsched__pb2.ListTenantsRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.ListTenantsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,4 +1,5 @@
-"""`raftsched admin status|add-replica|remove-replica|remove-cluster|token create|list|revoke`."""
+"""`raftsched admin status|add-replica|remove-replica|remove-cluster|drain|undrain|
+tenant set|list|token create|list|revoke`."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from raftsched.cli.common import (
     print_json,
     unknown_outcome,
 )
-from raftsched.errors import RaftschedError
+from raftsched.errors import Code, RaftschedError
 
 # --- admin ----------------------------------------------------------------------------------------
 
@@ -28,7 +29,7 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
     admin = commands.add_parser(
         "admin", help="replicas, leadership, compute clusters, membership",
         description="Operate the scheduler: raftsched admin status|add-replica|remove-replica|"
-                    "token.")
+                    "remove-cluster|drain|undrain|tenant|token.")
     sub = admin.add_subparsers(title="admin commands", metavar="COMMAND", required=True)
     parents = [common, CONNECTION]
 
@@ -41,7 +42,10 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
         "output:\n  the leader line, a table of replicas, a table of compute clusters\n"
         '  --json: {"leader", "term", "replicas": [{"raft_address", "grpc_address", "leader"}],'
         '\n           "clusters": [{"cluster", "status", "capabilities", "capacity", "reserved",'
-        ' ...}],\n           "commit_index", "applied_index", "responder", "state_index",'
+        ' "draining",\n             "drain_reason", "degraded_until_ms", "reserved_for", ...}],'
+        '\n           "tenants": [{"tenant", "weight", "max_queued", "max_running", "queued",'
+        ' "running", ...}],\n           "queued_total", "max_queued_tasks", "now_ms",'
+        '\n           "commit_index", "applied_index", "responder", "state_index",'
         '\n           "state_digest" (with --digest, else "")}')
     status.add_argument("--server", metavar="HOST:PORT",
                         help="ask this replica only (its view may differ from the leader's)")
@@ -82,7 +86,125 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
         'output:\n  "removed cluster CLUSTER_ID"\n  --json: {"cluster_id"}')
     gone.add_argument("cluster_id", metavar="CLUSTER_ID")
     gone.set_defaults(handler=_run_remove_cluster)
+    _register_drain(sub, parents)
+    _register_tenants(sub, parents)
     _register_tokens(sub, parents)
+
+
+def _register_drain(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    drain = command_parser(
+        sub, "drain", parents, "stop new placements on a compute cluster",
+        "Stop placing new tasks on compute cluster CLUSTER_ID (admin role). What runs there "
+        "runs on to its end; tasks pinned to it wait (`task explain` says why). Kept in the "
+        "replicated state: it survives leader changes and the agent's restarts.",
+        'output:\n  "draining CLUSTER_ID"\n  --json: {"cluster_id", "draining": true, "changed"}')
+    drain.add_argument("cluster_id", metavar="CLUSTER_ID")
+    drain.add_argument("--reason", default="", help="why (shown by status and task explain)")
+    drain.set_defaults(handler=_run_drain, drain=True)
+    undrain = command_parser(
+        sub, "undrain", parents, "resume new placements on a drained compute cluster",
+        "Resume placing new tasks on compute cluster CLUSTER_ID (admin role).",
+        'output:\n  "undrained CLUSTER_ID"\n  --json: {"cluster_id", "draining": false, '
+        '"changed"}')
+    undrain.add_argument("cluster_id", metavar="CLUSTER_ID")
+    undrain.set_defaults(handler=_run_drain, drain=False, reason="")
+
+
+def _run_drain(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        reply = client.drain_cluster(args.cluster_id, args.drain, args.reason)
+    if args.json:
+        print_json({"cluster_id": reply.cluster_id, "draining": reply.draining,
+                    "changed": reply.changed})
+    else:
+        verb = "draining" if reply.draining else "undrained"
+        print(f"{verb} {reply.cluster_id}" + ("" if reply.changed else " (it already was)"))
+    return EXIT_OK
+
+
+def _register_tenants(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    tenant = sub.add_parser(
+        "tenant", help="tenants' fair-share weights and queue limits",
+        description="Tenants share the compute clusters by weighted dominant-resource fair "
+        "share: under contention each tenant's largest share of the cpu, memory or gpu in use "
+        "goes as its weight. Limits bound what one tenant may queue (a submit past them is "
+        "refused RESOURCE_EXHAUSTED, exit 2, with a retry-after hint) and run at once. Kept "
+        "in the replicated state; the tenant '*' holds the defaults of every tenant without "
+        "a policy of its own.")
+    commands = tenant.add_subparsers(title="tenant commands", metavar="COMMAND", required=True)
+    setting = command_parser(
+        commands, "set", parents, "set a tenant's weight and limits (admin role)",
+        "Set TENANT's fair-share weight and limits; an option left out keeps its current "
+        "value. Lowering a limit refuses nothing already accepted: queued tasks stay queued, "
+        "running ones run on; it bounds what comes next.",
+        'output:\n  the tenant line\n  --json: {"tenant", "weight", "max_queued", '
+        '"max_running", "configured", "queued",\n           "running", "reserved", '
+        '"dominant_share", "changed"}')
+    setting.add_argument("tenant", metavar="TENANT", help="a tenant name, or '*' for defaults")
+    setting.add_argument("--weight", type=_positive_int, metavar="W",
+                         help="fair-share weight, 1..10000 (default 1)")
+    setting.add_argument("--max-queued", type=_count, metavar="N",
+                         help="tasks it may have queued (pending, runnable, backing off) at "
+                              "once; 0 = no limit of its own")
+    setting.add_argument("--max-running", type=_count, metavar="N",
+                         help="tasks it may have placed (assigned or running) at once; 0 = no "
+                              "limit of its own")
+    setting.set_defaults(handler=_run_tenant_set)
+    listing = command_parser(
+        commands, "list", parents, "every tenant's policy and what it holds",
+        "List the tenants with a policy or with work: weight, limits, tasks queued and "
+        "running, and the weighted dominant share of the ready clusters they hold.",
+        'output:\n  a table\n  --json: {"tenants": [{"tenant", "weight", "max_queued", '
+        '"max_running", "configured",\n           "queued", "running", "reserved", '
+        '"dominant_share"}], "queued_total", "max_queued_tasks"}')
+    listing.set_defaults(handler=_run_tenant_list, reads_only=True)
+
+
+def _positive_int(text: str) -> int:
+    value = _count(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
+    return value
+
+
+def _run_tenant_set(args: argparse.Namespace) -> int:
+    if args.weight is None and args.max_queued is None and args.max_running is None:
+        raise RaftschedError(Code.INVALID_ARGUMENT, "nothing to set: give --weight, "
+                                                    "--max-queued or --max-running")
+    with connect(args) as client:
+        reply = client.set_tenant(args.tenant, weight=args.weight, max_queued=args.max_queued,
+                                  max_running=args.max_running)
+    document = render.tenant_doc(reply) | {"changed": reply.changed}
+    if args.json:
+        print_json(document)
+    else:
+        print(render.tenants_table([document])
+              + ("" if reply.changed else "\n(unchanged: it already was so)"))
+    return EXIT_OK
+
+
+def _run_tenant_list(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        reply = client.list_tenants()
+    tenants = [render.tenant_doc(t) for t in reply.tenants]
+    if args.json:
+        print_json({"tenants": tenants, "queued_total": reply.queued_total,
+                    "max_queued_tasks": reply.max_queued_tasks})
+    else:
+        print(render.tenants_table(tenants) if tenants else "no tenants yet")
+        print(f"queued tasks {reply.queued_total} of at most {reply.max_queued_tasks} "
+              "(MAX_QUEUED_TASKS)")
+    return EXIT_OK
 
 
 def _run_remove_cluster(args: argparse.Namespace) -> int:

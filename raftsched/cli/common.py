@@ -86,6 +86,10 @@ class ClientLike(Protocol):
     def revoke_token(self, token_id: str) -> Any: ...
     def list_tokens(self) -> Any: ...
     def remove_cluster(self, cluster_id: str) -> Any: ...
+    def drain_cluster(self, cluster_id: str, drain: bool, reason: str = "") -> Any: ...
+    def set_tenant(self, tenant: str, *, weight: int | None = None,
+                   max_queued: int | None = None, max_running: int | None = None) -> Any: ...
+    def list_tenants(self) -> Any: ...
     def close(self) -> None: ...
 
 
@@ -170,12 +174,17 @@ def print_issues(issues: Sequence[SpecIssue]) -> None:
 def report_error(args: argparse.Namespace, error: RaftschedError) -> int:
     """Print `error` (one line, or the --json error object) and return its exit code."""
     hint = getattr(error, "hint", "") or _default_hint(args, error.code)
+    retry_after_ms = getattr(error, "retry_after_ms", 0)
+    if retry_after_ms and not hint:
+        hint = f"retry after {retry_after_ms / 1000:g} s"
     message = " ".join(error.message.split())
     log_tail: Sequence[str] = getattr(error, "log_tail", ())
     if getattr(args, "json", False):
         body: dict[str, Any] = {"code": error.code.value, "message": message}
         if hint:
             body["hint"] = hint
+        if retry_after_ms:
+            body["retry_after_s"] = retry_after_ms / 1000
         body.update(getattr(error, "details", {}))
         if log_tail:
             body.update(log=getattr(error, "log", None), log_tail=list(log_tail))

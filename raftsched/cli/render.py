@@ -144,7 +144,34 @@ def compute_cluster_doc(cluster: Any) -> Doc:
         "live_attempts": cluster.live_attempts,
         "pending_kills": cluster.pending_kills,
         "heartbeat_age_ms": cluster.heartbeat_age_ms,
+        "draining": cluster.draining,
+        "drain_reason": cluster.drain_reason,
+        "degraded_until_ms": cluster.degraded_until_ms,
+        "reserved_for": cluster.reserved_for,
     }
+
+
+def tenant_doc(tenant: Any) -> Doc:
+    """One tenant's policy and usage (`admin tenant list`, `admin status`)."""
+    return {
+        "tenant": tenant.tenant,
+        "weight": tenant.weight,
+        "max_queued": tenant.max_queued,
+        "max_running": tenant.max_running,
+        "configured": tenant.configured,
+        "queued": tenant.queued,
+        "running": tenant.running,
+        "reserved": resources_doc(tenant.reserved),
+        "dominant_share": round(tenant.dominant_share, 4),
+    }
+
+
+def tenants_table(tenants: Sequence[Doc]) -> str:
+    rows = [[t["tenant"], t["weight"], t["max_queued"] or "none", t["max_running"] or "none",
+             t["queued"], t["running"], f"{t['dominant_share']:.2f}",
+             "" if t["configured"] else "defaults"] for t in tenants]
+    return table(["TENANT", "WEIGHT", "MAX QUEUED", "MAX RUNNING", "QUEUED", "RUNNING",
+                  "SHARE", "POLICY"], rows, right=[1, 2, 3, 4, 5, 6])
 
 
 def cluster_status_doc(status: Any) -> Doc:
@@ -163,6 +190,10 @@ def cluster_status_doc(status: Any) -> Doc:
         "responder": status.responder,
         "state_index": status.state_index,
         "state_digest": status.state_digest,
+        "tenants": [tenant_doc(tenant) for tenant in status.tenants],
+        "queued_total": status.queued_total,
+        "max_queued_tasks": status.max_queued_tasks,
+        "now_ms": status.now_ms,
     }
 
 
@@ -375,18 +406,45 @@ def cluster_status_text(status: Doc) -> str:
     lines.append(table(["REPLICA (RAFT)", "GRPC", "ROLE"], replicas) if replicas
                  else "no replicas known")
     lines.append("")
-    lines.append(compute_clusters_table(status["clusters"]) if status["clusters"]
-                 else "no compute clusters registered")
+    lines.append(compute_clusters_table(status["clusters"], status.get("now_ms", 0))
+                 if status["clusters"] else "no compute clusters registered")
+    notes = [_cluster_note(cluster, status.get("now_ms", 0)) for cluster in status["clusters"]]
+    lines.extend(note for note in notes if note)
+    lines.append("")
+    lines.append(f"queued tasks {status.get('queued_total', 0)} of at most "
+                 f"{status.get('max_queued_tasks', 0)} (MAX_QUEUED_TASKS)")
+    if status.get("tenants"):
+        lines.append(tenants_table(status["tenants"]))
     return "\n".join(lines)
 
 
-def compute_clusters_table(clusters: Sequence[Doc]) -> str:
+def _cluster_note(cluster: Doc, now_ms: int) -> str:
+    """A line for a cluster that takes no new work, or keeps its room for one task."""
+    parts = []
+    if cluster.get("draining"):
+        why = f" ({cluster['drain_reason']})" if cluster.get("drain_reason") else ""
+        parts.append(f"draining{why}: no new work until `raftsched admin undrain`")
+    if cluster.get("degraded_until_ms", 0) > now_ms:
+        parts.append(f"degraded (attempts of many tasks failed there) for another "
+                     f"{format_duration_ms(cluster['degraded_until_ms'] - now_ms)}")
+    if cluster.get("reserved_for"):
+        parts.append(f"reserved for {cluster['reserved_for']} (a large task that waited for "
+                     "room)")
+    return f"cluster {cluster['cluster']}: {'; '.join(parts)}" if parts else ""
+
+
+def compute_clusters_table(clusters: Sequence[Doc], now_ms: int = 0) -> str:
     rows = []
     for cluster in clusters:
         capacity, reserved = cluster["capacity"], cluster["reserved"]
         age_ms = cluster["heartbeat_age_ms"]
+        status = cluster["status"]
+        if cluster.get("draining"):
+            status += " (draining)"
+        elif cluster.get("degraded_until_ms", 0) > now_ms:
+            status += " (degraded)"
         rows.append([
-            cluster["cluster"], cluster["status"], ",".join(cluster["capabilities"]),
+            cluster["cluster"], status, ",".join(cluster["capabilities"]),
             f"{format_cpu_milli(reserved['cpu_milli'])}/{format_cpu_milli(capacity['cpu_milli'])}",
             f"{reserved['memory_mb']}/{capacity['memory_mb']}",
             f"{reserved['gpu']}/{capacity['gpu']}",

@@ -209,6 +209,26 @@ class Client:
     def list_tokens(self) -> Any:
         return self._call(pb_grpc.AdminStub, "ListTokens", pb.ListTokensRequest())
 
+    def drain_cluster(self, cluster_id: str, drain: bool, reason: str = "") -> Any:
+        """Stop (`drain`) or resume new placements on a compute cluster (admin only)."""
+        return self._call(pb_grpc.AdminStub, "DrainCluster", pb.DrainClusterRequest(
+            cluster_id=cluster_id, drain=drain, reason=reason))
+
+    def set_tenant(self, tenant: str, *, weight: int | None = None,
+                   max_queued: int | None = None, max_running: int | None = None) -> Any:
+        """Set a tenant's weight and limits (admin only); None keeps the current value."""
+        request = pb.SetTenantRequest(tenant=tenant)
+        if weight is not None:
+            request.weight = weight
+        if max_queued is not None:
+            request.max_queued = max_queued
+        if max_running is not None:
+            request.max_running = max_running
+        return self._call(pb_grpc.AdminStub, "SetTenant", request)
+
+    def list_tenants(self) -> Any:
+        return self._call(pb_grpc.AdminStub, "ListTenants", pb.ListTenantsRequest())
+
     def remove_replica(self, raft_address: str) -> Any:
         return self._call(pb_grpc.AdminStub, "RemoveReplica",
                           pb.ReplicaRequest(raft_address=raft_address), MEMBERSHIP_CALL_TIMEOUT_S)

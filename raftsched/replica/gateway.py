@@ -59,7 +59,8 @@ def propose(node: Any, leader: Leader, command: c.Command,
         appended()
     outcome = pending.outcome(PROPOSE_TIMEOUT_S)
     if isinstance(outcome, fsm.Rejected):
-        raise RaftschedError(outcome.code, outcome.reason)
+        raise RaftschedError(outcome.code, outcome.reason,
+                             retry_after_ms=outcome.retry_after_ms)
     leader.wake()
     result: Result = outcome.result
     return result

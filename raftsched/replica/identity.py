@@ -66,6 +66,9 @@ METHOD_RULES: dict[str, Rule] = {
     "raftsched.v1.Admin/RevokeToken": Rule.ADMIN,
     "raftsched.v1.Admin/ListTokens": Rule.ADMIN,
     "raftsched.v1.Admin/RemoveCluster": Rule.ADMIN,
+    "raftsched.v1.Admin/DrainCluster": Rule.ADMIN,
+    "raftsched.v1.Admin/SetTenant": Rule.ADMIN,
+    "raftsched.v1.Admin/ListTenants": Rule.OPERATOR,
 }
 _NEEDS = {Rule.USER: Role.USER, Rule.OPERATOR: Role.OPERATOR, Rule.ADMIN: Role.ADMIN}
 

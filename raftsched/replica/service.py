@@ -33,11 +33,14 @@ from raftsched.spec.job import SpecError, parse_spec_text, with_idempotency_key
 from raftsched.spec.wire import to_wire
 from raftsched.state import commands as c
 from raftsched.state.model import TERMINAL_JOB_STATES, State
+from raftsched.state.policy import policy_of
 from raftsched.state.results import (
+    ClusterDrained,
     ClusterRemoved,
     JobCancelled,
     JobSubmitted,
     Result,
+    TenantSetResult,
     TokenPutResult,
     TokenRevokeResult,
 )
@@ -411,18 +414,20 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         def view(state: State) -> Any:
             replicas = [pb.ReplicaInfo(raft_address=m, grpc_address=state.replica_addresses.get(
                 m, ""), leader=m == status["leader"]) for m in status["members"]]
-            clusters = [views.compute_cluster(cl, self.ctx.leader.heartbeat_age_ms(cl.id)
+            clusters = [views.compute_cluster(state, cl, self.ctx.leader.heartbeat_age_ms(cl.id)
                                               if leading else -1)
                         for cl in sorted(state.clusters.values(), key=lambda x: x.id)]
             leader_grpc = state.replica_addresses.get(status["leader"] or "", "")
-            return replicas, clusters, leader_grpc
+            return replicas, clusters, leader_grpc, views.list_tenants(state), state.now_ms
 
-        replicas, clusters, leader_grpc = self.ctx.node.read(view)
+        replicas, clusters, leader_grpc, tenants, now_ms = self.ctx.node.read(view)
         return pb.ClusterStatusResponse(
             leader=leader_grpc, term=status["term"], replicas=replicas, clusters=clusters,
             commit_index=status["commit_index"], applied_index=status["last_applied"],
             responder=self.grpc_address, state_digest=status["state_digest"],
-            state_index=status["state_index"])
+            state_index=status["state_index"], tenants=tenants.tenants,
+            queued_total=tenants.queued_total, max_queued_tasks=tenants.max_queued_tasks,
+            now_ms=now_ms)
 
     def AddReplica(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self._change(context, request, add=True)
@@ -454,6 +459,35 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         assert isinstance(result, ClusterRemoved), result
         log.info("cluster_removed", cluster=request.cluster_id)
         return pb.RemoveClusterResponse(cluster_id=request.cluster_id)
+
+    def DrainCluster(self, request: Any, context: grpc.ServicerContext) -> Any:
+        result = self.ctx.propose(context, c.ClusterDrain(
+            request.cluster_id, request.drain, self.ctx.clock.now_ms(),
+            request.reason[:limits.MAX_REASON_CHARS]))
+        assert isinstance(result, ClusterDrained), result
+        log.info("cluster_drained" if request.drain else "cluster_undrained",
+                 cluster=request.cluster_id, changed=result.changed, reason=request.reason)
+        return pb.DrainClusterResponse(cluster_id=result.cluster_id, draining=result.draining,
+                                       changed=result.changed)
+
+    def SetTenant(self, request: Any, context: grpc.ServicerContext) -> Any:
+        current = self.ctx.read(lambda s: policy_of(s, request.tenant))
+        result = self.ctx.propose(context, c.TenantSet(
+            request.tenant,
+            request.weight if request.HasField("weight") else current.weight,
+            request.max_queued if request.HasField("max_queued") else current.max_queued,
+            request.max_running if request.HasField("max_running") else current.max_running,
+            self.ctx.clock.now_ms()))
+        assert isinstance(result, TenantSetResult), result
+        log.info("tenant_set", tenant=request.tenant, weight=request.weight,
+                 max_queued=request.max_queued, max_running=request.max_running,
+                 changed=result.changed)
+        info: Any = self.ctx.read(lambda s: views.tenant_info(s, request.tenant))
+        info.changed = result.changed
+        return info
+
+    def ListTenants(self, request: Any, context: grpc.ServicerContext) -> Any:
+        return self.ctx.current_read(context, views.list_tenants)
 
     def ListTokens(self, request: Any, context: grpc.ServicerContext) -> Any:
         tokens = self.ctx.current_read(context, lambda s: [

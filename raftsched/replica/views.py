@@ -10,8 +10,9 @@ from raftsched import limits
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.errors import Code, RaftschedError
 from raftsched.spec.issue import show
-from raftsched.state import feasibility
-from raftsched.state.model import Cluster, Job, State, Task, TaskState
+from raftsched.state import feasibility, policy
+from raftsched.state.fsm import reservation_holder, reserved_for_other
+from raftsched.state.model import ALL_TENANTS, Cluster, Job, State, Task, TaskState
 
 _PAGE_TOKEN = re.compile(f"[0-9]{{1,{limits.MAX_PAGE_TOKEN_CHARS}}}", re.ASCII)
 """A page token as `list_jobs` writes it: a job seq in ASCII decimal digits."""
@@ -91,10 +92,11 @@ def list_jobs(state: State, request: pb.ListJobsRequest) -> pb.ListJobsResponse:
     return pb.ListJobsResponse(jobs=[job_message(j) for j in jobs], next_page_token=token)
 
 
-def task_summary(task: Task) -> pb.TaskSummary:
+def task_summary(task: Task, why: str = "") -> pb.TaskSummary:
+    """`why`: the one reason a task that is not running waits (`waiting_reason`)."""
     attempt = task.current
     summary = pb.TaskSummary(task_id=task.spec.id, state=task.state.name,
-                             attempts=len(task.attempts), reason=task.reason)
+                             attempts=len(task.attempts), reason=why or task.reason)
     if attempt is not None:
         summary.cluster = attempt.cluster_id
         summary.fence = attempt.fence
@@ -104,8 +106,12 @@ def task_summary(task: Task) -> pb.TaskSummary:
 
 
 def list_tasks(state: State, job_id: str) -> pb.ListTasksResponse:
+    """Every task with, for those waiting, the one reason why (the same words as `task
+    explain`'s summary). O(tasks) plus O(clusters) per distinct task shape that waits."""
     job = job_of(state, job_id)
-    return pb.ListTasksResponse(job_id=job.id, tasks=[task_summary(t) for t in job.tasks])
+    cache: dict[object, str] = {}
+    return pb.ListTasksResponse(job_id=job.id, tasks=[
+        task_summary(t, waiting_reason(state, job, t, cache)) for t in job.tasks])
 
 
 def task_history(state: State, job_id: str, task_id: str) -> pb.TaskHistory:
@@ -142,22 +148,9 @@ def explain_task(state: State, job_id: str, task_id: str) -> pb.ExplainTaskRespo
 
 
 def _summary(state: State, job: Job, task: Task) -> str:
-    if task.state == TaskState.PENDING:
-        waiting = [d for d in task.spec.depends_on
-                   if job.tasks[job.index_of[d]].state != TaskState.SUCCEEDED]
-        shown = ", ".join(waiting[:10]) + (" ..." if len(waiting) > 10 else "")
-        return f"waiting for {task.remaining_deps} upstream task(s): {shown}"
-    if task.state == TaskState.RUNNABLE:
-        if not state.clusters:
-            return "runnable; no cluster is registered"
-        fits = [c.id for c in state.clusters.values()
-                if feasibility.unfit_committed(task.spec, c, state.now_ms) is None]
-        if fits:
-            return f"runnable; fits now on {', '.join(sorted(fits))} — placement is imminent"
-        return "runnable; no cluster can take it now (see the reasons per cluster)"
-    if task.state == TaskState.RETRY_WAIT:
-        return f"backing off until {task.retry_at_ms} ms (attempts failed: " \
-               f"{task.app_failures} app, {task.infra_failures} infra)"
+    why = waiting_reason(state, job, task, {})
+    if why:
+        return why
     attempt = task.current
     if task.state in (TaskState.ASSIGNED, TaskState.RUNNING) and attempt is not None:
         cluster = state.clusters[attempt.cluster_id]
@@ -170,7 +163,7 @@ def _resources(cpu_milli: int, memory_mb: int, gpu: int) -> pb.Resources:
     return pb.Resources(cpu_milli=cpu_milli, memory_mb=memory_mb, gpu=gpu)
 
 
-def compute_cluster(cluster: Cluster, heartbeat_age_ms: int) -> pb.ComputeCluster:
+def compute_cluster(state: State, cluster: Cluster, heartbeat_age_ms: int) -> pb.ComputeCluster:
     return pb.ComputeCluster(
         cluster_id=cluster.id, status=cluster.status.name,
         capacity=_resources(cluster.cpu_milli, cluster.memory_mb, cluster.gpu),
@@ -178,5 +171,113 @@ def compute_cluster(cluster: Cluster, heartbeat_age_ms: int) -> pb.ComputeCluste
                             cluster.reserved_gpu),
         capabilities=sorted(cluster.capabilities), incarnation=cluster.incarnation,
         live_attempts=len(cluster.live), pending_kills=len(cluster.kills),
-        heartbeat_age_ms=heartbeat_age_ms,
+        heartbeat_age_ms=heartbeat_age_ms, draining=cluster.draining,
+        drain_reason=cluster.drain_reason, degraded_until_ms=cluster.degraded_until_ms,
+        reserved_for=_holder_name(state, cluster),
     )
+
+
+def _holder_name(state: State, cluster: Cluster) -> str:
+    holder = reservation_holder(state, cluster)
+    return "" if holder is None else f"{holder[0].id}/{holder[1].spec.id}"
+
+
+# --- why a task waits ---------------------------------------------------------------------------
+
+
+def waiting_reason(state: State, job: Job, task: Task, cache: dict[object, str]) -> str:
+    """The one reason a PENDING, RUNNABLE or RETRY_WAIT task is not running, from the rules the
+    planner and apply use ("" for a task in another state). `cache` keeps the answer per task
+    shape and tenant for a RUNNABLE task that holds no reservation: a job's tasks of one shape
+    wait for the same reason."""
+    if task.state == TaskState.PENDING:
+        waiting = [d for d in task.spec.depends_on
+                   if job.tasks[job.index_of[d]].state != TaskState.SUCCEEDED]
+        shown = ", ".join(waiting[:10]) + (" ..." if len(waiting) > 10 else "")
+        return f"waiting for {task.remaining_deps} upstream task(s): {shown}"
+    if task.state == TaskState.RETRY_WAIT:
+        return (f"backing off until {task.retry_at_ms} ms (attempts failed: "
+                f"{task.app_failures} app, {task.infra_failures} infra)")
+    if task.state != TaskState.RUNNABLE:
+        return ""
+    if task.reserved_on is not None:
+        return (f"runnable; cluster {task.reserved_on} is reserved for it (it waited for room); "
+                "it goes there as soon as the work running there makes room")
+    key = (task.spec.cpu_milli, task.spec.memory_mb, task.spec.gpu, task.spec.requires,
+           task.spec.cluster, job.spec.tenant)
+    found = cache.get(key)
+    if found is None:
+        found = cache[key] = _runnable_reason(state, job, task)
+    return found
+
+
+def _runnable_reason(state: State, job: Job, task: Task) -> str:
+    tenant = job.spec.tenant
+    if not state.clusters:
+        return "runnable; no cluster is registered"
+    never = feasibility.unschedulable(task.spec, state.clusters.values())
+    if never is not None:
+        return f"runnable; it {never} — it waits for such a cluster to register"
+    if policy.at_running_limit(state, tenant):
+        limit = policy.policy_of(state, tenant).max_running
+        return (f"runnable; tenant {tenant} already runs its max_running={limit} tasks: it "
+                "waits for one of them to end")
+    fits = [c for c in sorted(state.clusters.values(), key=lambda c: c.id)
+            if feasibility.unfit_committed(task.spec, c, state.now_ms) is None]
+    if not fits:
+        return "runnable; no cluster can take it now (see the reasons per cluster)"
+    free = [c.id for c in fits if reserved_for_other(state, c, job, task) is None]
+    if not free:
+        return (f"runnable; it fits {', '.join(c.id for c in fits)} only, and each is reserved "
+                "for a larger task that waited for room")
+    ahead = _tenants_ahead(state, tenant)
+    if ahead:
+        return (f"runnable; fits now on {', '.join(free)}; tenant {tenant} is over its fair "
+                f"share ({ahead}): tenants below their share go first")
+    return f"runnable; fits now on {', '.join(free)} — placement is imminent"
+
+
+def _tenants_ahead(state: State, tenant: str) -> str:
+    """Words naming the tenants with queued work whose weighted dominant share is below
+    `tenant`'s ("" when none): they go first. O(tenants)."""
+    total = policy.totals(state.clusters.values())
+    mine = policy.dominant_share(state.usage.get(tenant), policy.policy_of(state, tenant).weight,
+                                 total)
+    lower = sorted((share, name) for name, queue in state.queues.items()
+                   if name != tenant and queue.live > 0
+                   and (share := policy.dominant_share(state.usage.get(name),
+                                                       policy.policy_of(state, name).weight,
+                                                       total)) < mine)
+    if not lower:
+        return ""
+    shown = ", ".join(f"{name} {share:.2f}" for share, name in lower[:3])
+    more = f" and {len(lower) - 3} more" if len(lower) > 3 else ""
+    return f"its weighted dominant share {mine:.2f}; {shown}{more}"
+
+
+# --- tenants ------------------------------------------------------------------------------------
+
+
+def tenant_info(state: State, tenant: str) -> pb.TenantInfo:
+    """A tenant's policy (its own, or the defaults) and what it holds now."""
+    chosen = policy.policy_of(state, tenant)
+    usage = state.usage.get(tenant)
+    info = pb.TenantInfo(tenant=tenant, weight=chosen.weight, max_queued=chosen.max_queued,
+                         max_running=chosen.max_running, configured=tenant in state.tenants,
+                         dominant_share=policy.dominant_share(
+                             usage, chosen.weight, policy.totals(state.clusters.values())))
+    if usage is not None:
+        info.queued, info.running = usage.queued, usage.running
+        info.reserved.CopyFrom(_resources(usage.cpu_milli, usage.memory_mb, usage.gpu))
+    return info
+
+
+def list_tenants(state: State) -> pb.ListTenantsResponse:
+    """Every tenant with a policy or with work ("*", the defaults, first when set), by name.
+    O(tenants): at most MAX_TENANTS."""
+    names = sorted(set(state.tenants) | set(state.usage) - {ALL_TENANTS})
+    tenants = [tenant_info(state, name) for name in names]
+    if ALL_TENANTS in state.tenants:
+        tenants.insert(0, tenant_info(state, ALL_TENANTS))
+    return pb.ListTenantsResponse(tenants=tenants, queued_total=state.queued_total,
+                                  max_queued_tasks=limits.MAX_QUEUED_TASKS)

@@ -141,6 +141,8 @@ class Applied(Generic[R]):
 class Rejected:
     code: Code
     reason: str
+    retry_after_ms: int = 0
+    """Past a limit that drains by itself (a queue limit): when to try again; 0 for none."""
 
 
 Outcome = Applied[Result] | Rejected
@@ -425,7 +427,8 @@ def _check_contention(state: State, spec: JobSpec) -> Rejected | None:
     refusal = policy.submit_refusal(state, spec.tenant, len(spec.tasks))
     if refusal is not None:
         return Rejected(Code.RESOURCE_EXHAUSTED,
-                        f"{refusal.message}; retry after {refusal.retry_after_ms} ms")
+                        f"{refusal.message}; retry after {refusal.retry_after_ms} ms",
+                        refusal.retry_after_ms)
     if spec.allow_unschedulable:
         return None
     return _unschedulable(state, spec)

@@ -85,6 +85,22 @@ def test_refusals_keep_their_code_and_message(served: tuple[str, Scripted], code
     assert not rpc.retryable(error)
 
 
+def test_a_limit_refusal_carries_its_retry_after_as_retry_info(
+        served: tuple[str, Scripted]) -> None:
+    address, servicer = served
+    servicer.errors.append((RaftschedError(Code.RESOURCE_EXHAUSTED, "over max_queued",
+                                           retry_after_ms=5_000), None))
+    raw = _raw_call(address, "GetJob", pb.GetJobRequest(job_id="j"))
+    assert rpc.retry_after_ms(raw) == 5_000 and rpc.field_violations(raw) == []
+    servicer.violations = [("spec.tasks", "too many")]
+    servicer.errors.append((RaftschedError(Code.RESOURCE_EXHAUSTED, "over max_queued",
+                                           retry_after_ms=250), None))
+    error = _call(address, "GetJob", pb.GetJobRequest(job_id="j"))
+    assert (error.code, error.retry_after_ms) == (Code.RESOURCE_EXHAUSTED, 250)
+    servicer.errors.append((RaftschedError(Code.RESOURCE_EXHAUSTED, "MAX_LIVE_JOBS"), None))
+    assert _call(address, "GetJob", pb.GetJobRequest(job_id="j")).retry_after_ms == 0
+
+
 def test_a_replicas_unknown_outcome_stays_unknown(served: tuple[str, Scripted]) -> None:
     address, servicer = served
     servicer.errors.append((RaftschedError(Code.DEADLINE_EXCEEDED, "may have committed"), None))

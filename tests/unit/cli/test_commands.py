@@ -132,6 +132,27 @@ class FakeClient:
         self._call("remove_cluster", cluster_id)
         return pb.RemoveClusterResponse(cluster_id=cluster_id)
 
+    def drain_cluster(self, cluster_id: str, drain: bool, reason: str = "") -> Any:
+        self._call("drain_cluster", cluster_id, drain, reason)
+        return pb.DrainClusterResponse(cluster_id=cluster_id, draining=drain, changed=True)
+
+    def set_tenant(self, tenant: str, *, weight: int | None = None,
+                   max_queued: int | None = None, max_running: int | None = None) -> Any:
+        self._call("set_tenant", tenant, weight, max_queued, max_running)
+        return pb.TenantInfo(tenant=tenant, weight=weight or 1, max_queued=max_queued or 0,
+                             max_running=max_running or 0, configured=True, queued=3, running=1,
+                             reserved=pb.Resources(cpu_milli=1000, memory_mb=128),
+                             dominant_share=0.25, changed=True)
+
+    def list_tenants(self) -> Any:
+        self._call("list_tenants")
+        return pb.ListTenantsResponse(tenants=[
+            pb.TenantInfo(tenant="*", weight=1, max_queued=100, configured=True),
+            pb.TenantInfo(tenant="ml", weight=3, queued=7, running=2, configured=True,
+                          dominant_share=0.5),
+            pb.TenantInfo(tenant="etl", weight=1, max_queued=100, queued=1)],
+            queued_total=8, max_queued_tasks=1_000_000)
+
     def create_token(self, tenant: str, role: str, note: str = "") -> Any:
         self._call("create_token", tenant, role, note)
         return pb.CreateTokenResponse(token_id="0123456789abcdef",
@@ -518,6 +539,51 @@ def test_admin_remove_cluster_and_tokens(capsys: pytest.CaptureFixture[str],
     assert code == 2 and "invalid choice" in err
 
 
+def test_admin_drain_and_undrain(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    code, out, _ = run(capsys, "admin", "drain", "east", "--reason", "kernel upgrade")
+    assert (code, out) == (0, "draining east\n")
+    assert fake.calls[-1] == ("drain_cluster", ("east", True, "kernel upgrade"))
+    code, document = run_json(capsys, "admin", "undrain", "east")
+    assert (code, document) == (0, {"cluster_id": "east", "draining": False, "changed": True})
+    assert fake.calls[-1] == ("drain_cluster", ("east", False, ""))
+
+
+def test_admin_tenant_set_and_list(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    code, document = run_json(capsys, "admin", "tenant", "set", "ml", "--weight", "3",
+                              "--max-queued", "500")
+    assert code == 0 and fake.calls[-1] == ("set_tenant", ("ml", 3, 500, None))
+    assert document == {"tenant": "ml", "weight": 3, "max_queued": 500, "max_running": 0,
+                        "configured": True, "queued": 3, "running": 1,
+                        "reserved": {"cpu_milli": 1000, "memory_mb": 128, "gpu": 0},
+                        "dominant_share": 0.25, "changed": True}
+    code, out, _ = run(capsys, "admin", "tenant", "set", "ml", "--max-running", "0")
+    assert code == 0 and fake.calls[-1] == ("set_tenant", ("ml", None, None, 0))
+    assert out.splitlines()[0].split() == ["TENANT", "WEIGHT", "MAX", "QUEUED", "MAX",
+                                           "RUNNING", "QUEUED", "RUNNING", "SHARE", "POLICY"]
+    code, _, err = run(capsys, "admin", "tenant", "set", "ml")
+    assert code == 2 and "nothing to set" in err
+    for bad in (["--weight", "0"], ["--weight", "x"], ["--max-queued", "-1"]):
+        code, _, err = run(capsys, "admin", "tenant", "set", "ml", *bad)
+        assert code == 2 and bad[0] in err, bad
+    code, document = run_json(capsys, "admin", "tenant", "list")
+    assert [t["tenant"] for t in document["tenants"]] == ["*", "ml", "etl"]
+    assert (document["queued_total"], document["max_queued_tasks"]) == (8, 1_000_000)
+    code, out, _ = run(capsys, "admin", "tenant", "list")
+    assert "etl" in out and "defaults" in out and "queued tasks 8 of at most 1000000" in out
+
+
+def test_a_refusal_past_a_limit_says_when_to_retry(capsys: pytest.CaptureFixture[str],
+                                                   fake: FakeClient) -> None:
+    fake.fail["submit"] = RaftschedError(Code.RESOURCE_EXHAUSTED, "tenant ml has 9 queued",
+                                         retry_after_ms=5_000)
+    code, document = run_json(capsys, "submit", DEMO)
+    assert code == 2
+    assert document["error"]["retry_after_s"] == 5.0
+    assert document["error"]["hint"] == "retry after 5 s"
+    code, _, err = run(capsys, "submit", DEMO)
+    assert code == 2 and "retry after 5 s" in err
+
+
 def test_admin_membership(capsys: pytest.CaptureFixture[str], fake: FakeClient,
                           monkeypatch: pytest.MonkeyPatch) -> None:
     code, out, _ = run(capsys, "admin", "add-replica", "127.0.0.1:6003", "--grpc",
@@ -627,7 +693,8 @@ def test_bad_timeout_is_a_usage_error(capsys: pytest.CaptureFixture[str], fake: 
     ["submit"], ["job", "status"], ["job", "tasks"], ["job", "list"], ["job", "cancel"],
     ["task", "history"], ["task", "explain"], ["admin", "status"], ["admin", "add-replica"],
     ["admin", "remove-replica"], ["admin", "remove-cluster"], ["admin", "token", "create"],
-    ["admin", "token", "list"], ["admin", "token", "revoke"], ["dev", "up"],
+    ["admin", "token", "list"], ["admin", "token", "revoke"], ["admin", "drain"],
+    ["admin", "undrain"], ["admin", "tenant", "set"], ["admin", "tenant", "list"], ["dev", "up"],
     ["dev", "add-agent"], ["dev", "status"], ["dev", "down"],
 ])
 def test_every_command_help_says_what_it_prints_and_exits_with(

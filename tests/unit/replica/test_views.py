@@ -344,11 +344,59 @@ def test_explain_task_runnable_summary_without_any_cluster() -> None:
 
 def test_explain_task_runnable_summary_when_no_cluster_fits() -> None:
     h = Harness()
-    h.register("east", cpu=1)
-    h.submit("j", job_doc([task_doc("t", resources={"cpu": 2})]))
+    h.register("east", cpu=2)
+    h.submit("j", job_doc([task_doc("t", resources={"cpu": 2}), task_doc("u")]))
+    h.assign_one("j", "u", "east")
     summary, verdicts = explained(h)
     assert summary == "runnable; no cluster can take it now (see the reasons per cluster)"
     assert verdicts["east"][0] is False
+
+
+def test_explain_task_runnable_summary_when_no_cluster_could_ever_take_it() -> None:
+    h = Harness()
+    h.register("east", cpu=1)
+    h.submit("j", job_doc([task_doc("t", resources={"cpu": 2})]))  # allow_unschedulable
+    summary, _ = explained(h)
+    assert summary == ("runnable; it needs cpu_milli 2000, memory_mb 128, gpu 0; no registered "
+                       "cluster could ever take it: the closest, east, has cpu_milli 1000 of "
+                       "2000 (short by 1000) — it waits for such a cluster to register")
+
+
+def test_explain_names_the_policy_that_holds_a_task_back() -> None:
+    h = Harness()
+    h.register("east", cpu=4)
+    h.register("west", cpu=4)
+    h.run(c.TenantSet("alpha", 1, 0, 1, h.now_ms))
+    h.submit("j", job_doc([task_doc("t"), task_doc("u")], tenant="alpha"))
+    h.assign_one("j", "u", "east")
+    summary, _ = explained(h)
+    assert summary == ("runnable; tenant alpha already runs its max_running=1 tasks: it waits "
+                       "for one of them to end")
+    h.run(c.TenantSet("alpha", 1, 0, 0, h.now_ms))
+    h.submit("k", job_doc([task_doc("t")], tenant="beta"))
+    summary, _ = explained(h)
+    assert summary.startswith("runnable; fits now on east, west; tenant alpha is over its fair "
+                              "share (its weighted dominant share 0.12; beta 0.00)")
+    h.run(c.ClusterDrain("west", True, h.now_ms, "disk swap"))
+    _, verdicts = explained(h)
+    assert verdicts["west"] == (False, "cluster west is draining (disk swap): it takes no new "
+                                       "work")
+    h.submit("big", job_doc([task_doc("b", resources={"cpu": 4})], tenant="gamma"))
+    h.ok(c.AssignBatch(h.now_ms, (), (c.Reservation("big", "b", "east"),)))
+    answer = views.explain_task(h.state, "big", "b")
+    assert answer.summary.startswith("runnable; cluster east is reserved for it")
+    summary, _ = explained(h)
+    assert summary.startswith("runnable; it fits east only, and each is reserved")
+
+
+def test_job_tasks_give_each_waiting_task_its_reason() -> None:
+    h = Harness()
+    h.register("east", cpu=4)
+    h.submit("j", job_doc([task_doc("a"), task_doc("b", ["a"]), task_doc("g", requires=["gpu"])]))
+    reasons = {t.task_id: t.reason for t in views.list_tasks(h.state, "j").tasks}
+    assert reasons["a"] == "runnable; fits now on east — placement is imminent"
+    assert reasons["b"] == "waiting for 1 upstream task(s): a"
+    assert "lacks capabilities ['gpu']" in reasons["g"]
 
 
 def test_explain_task_runnable_summary_names_every_cluster_it_fits_sorted() -> None:
@@ -406,7 +454,7 @@ def test_compute_cluster_renders_capacity_reservations_and_pending_work() -> Non
                            task_doc("b")]))
     h.assign_one("j", "a", "east")
     h.started("east", "j", "a", h.assign_one("j", "b", "east"))
-    message = views.compute_cluster(h.state.clusters["east"], heartbeat_age_ms=1_234)
+    message = views.compute_cluster(h.state, h.state.clusters["east"], heartbeat_age_ms=1_234)
     assert (message.cluster_id, message.status, message.incarnation) == ("east", "READY", 3)
     assert (message.capacity.cpu_milli, message.capacity.memory_mb, message.capacity.gpu) == \
         (8_000, 4_096, 2)
@@ -424,6 +472,6 @@ def test_compute_cluster_counts_the_kills_a_cancel_leaves_behind() -> None:
     h.assign_one("j", "a", "east")
     h.assign_one("j", "b", "east")
     h.cancel("j")
-    message = views.compute_cluster(h.state.clusters["east"], heartbeat_age_ms=-1)
+    message = views.compute_cluster(h.state, h.state.clusters["east"], heartbeat_age_ms=-1)
     assert (message.live_attempts, message.pending_kills) == (0, 2)
     assert message.reserved.cpu_milli == 0 and message.heartbeat_age_ms == -1

@@ -181,6 +181,8 @@ def test_explain_view_apply_and_planner_agree(task_id: str) -> None:
                         if unfit_committed(task.spec, cl, h.state.now_ms) is None}
     if eligible:
         assert "fits now on " + ", ".join(sorted(eligible)) in answer.summary
+    elif task_id == "huge":  # more cpu than any cluster has in all
+        assert "no registered cluster could ever take it" in answer.summary
     else:
         assert "no cluster can take it now" in answer.summary
     planned = {p.cluster_id for p in placement.plan(h.state).placements if p.task_id == task_id}
