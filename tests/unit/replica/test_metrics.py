@@ -105,3 +105,21 @@ def test_scrape_follows_the_counters_as_tasks_move() -> None:
     gauges = scrape(h)
     assert set(live_tasks(gauges).values()) == {0}
     assert gauges[("raftsched_live_jobs", ())] == 0
+
+
+def test_policy_gauges_per_tenant_and_cluster() -> None:
+    h = busy()
+    h.run(c.TenantSet("ml", 3, 0, 0, h.now_ms))
+    h.submit("m1", job_doc([task_doc("t", resources={"cpu": 4})], tenant="ml"))
+    h.assign_one("m1", "t", "east")
+    h.run(c.ClusterDrain("west", True, h.now_ms))
+    gauges = scrape(h)
+    assert gauges[("raftsched_tenant_running_tasks", (("tenant", "ml"),))] == 1
+    assert gauges[("raftsched_tenant_queued_tasks", (("tenant", "default"),))] == 2
+    assert gauges[("raftsched_tenant_weight", (("tenant", "ml"),))] == 3
+    # Only east is READY: 4 of its 8 cpus over weight 3.
+    assert abs(gauges[("raftsched_tenant_dominant_share", (("tenant", "ml"),))] - 0.5 / 3) < 1e-9
+    assert gauges[("raftsched_cluster_draining", (("cluster", "west"),))] == 1
+    assert gauges[("raftsched_cluster_draining", (("cluster", "east"),))] == 0
+    assert gauges[("raftsched_cluster_degraded", (("cluster", "east"),))] == 0
+    assert gauges[("raftsched_cluster_reserved", (("cluster", "east"),))] == 0
