@@ -43,6 +43,8 @@ PRIORITY_MIN = 0
 PRIORITY_MAX = 100
 MAX_JOB_RETRY_BUDGET = 10_000_000
 """Upper bound of a job's `retry_budget`."""
+MAX_GRACE_S = 3600
+"""Upper bound of a task's `grace_s` (SIGTERM to SIGKILL when it is stopped)."""
 MAX_REPORTED_CYCLES = 10
 """Dependency cycles named in one validation report; the rest are only counted."""
 MAX_SPEC_EXPANDED_CHARS = MAX_SPEC_BYTES
@@ -72,6 +74,9 @@ MAX_ENTRY_BYTES = 48 * 1024 * 1024
 """Largest encoded command; a 100,000-task job spec fits."""
 MAX_BATCH_ITEMS = 10_000
 """Items in one ASSIGN_BATCH or REPORT_BATCH."""
+MAX_PREEMPTIONS_PER_BATCH = 1_000
+"""Preemptions one ASSIGN_BATCH may carry (the planner proposes far fewer: the state machine's
+rate bound, `policy.MAX_PREEMPTIONS_PER_WINDOW`, refuses the rest)."""
 MAX_REASON_CHARS = 512
 MAX_ADDRESS_CHARS = 256
 """A replica's host:port."""

@@ -8,8 +8,10 @@ Exit status: 0 no violation, 1 at least one violation, 2 the folder cannot be re
 What it reads (see `jepsen.history` for the history schema):
 - `replicas/<name>/applied.log` of every replica: entries at one index must be byte-identical
   within a file and across replicas (log_agreement). Their union by index is replayed through the
-  pure FSM from an empty state, fed to `raftsched.audit.LogAuditor` (fences, DAG order, retry
-  budgets, accepted reports, capacity, idempotency keys, `invariants.check_invariants`).
+  pure FSM from an empty state, fed to `raftsched.audit.LogAuditor` before and after each apply
+  (fences, DAG order, retry budgets, accepted reports, capacity, idempotency keys, placements
+  only on open clusters, reservations, tenants' max_running, jobs' retry_budget,
+  `invariants.check_invariants`).
   pysyncobj's own entries (its initial entry, each new leader's no-op, membership changes) take
   Raft indices but never reach our apply, so no replica records them: a run of at most
   `MAX_UNRECORDED_RUN` unrecorded indices is read as such and skipped; a longer one (or one before
@@ -437,6 +439,8 @@ def _apply(run: _Replay, index: int, entry: bytes, found: _Findings) -> bool:
         command = decode(entry)
     except CommandError:
         command = None
+    if command is not None:
+        run.auditor.before(index, command, run.state)
     try:
         outcome = fsm.apply_command(run.state, command) if command is not None \
             else fsm.apply(run.state, entry)

@@ -298,16 +298,21 @@ class Leader:
                                                            reported_free=free,
                                                            releasing=releasing))
         planned_s = self._clock.monotonic_s()
-        if not planned.placements and not planned.reservations:
+        if not planned.placements and not planned.reservations and not planned.preemptions:
             self._idle_version = version
             return
         self._idle_version = None
         if planned.reservations:
             log.info("reserved", clusters=[r.cluster_id for r in planned.reservations],
                      tasks=[f"{r.job_id}/{r.task_id}" for r in planned.reservations])
+        if planned.preemptions:
+            log.info("preempting", fences=[p.fence for p in planned.preemptions],
+                     victims=[f"{p.job_id}/{p.task_id}" for p in planned.preemptions],
+                     by=[f"{p.by_job_id}/{p.by_task_id}" for p in planned.preemptions])
         outcome = self._node.propose(
             c.encode(c.AssignBatch(now_ms, tuple(planned.placements),
-                                   tuple(planned.reservations))), PROPOSE_TIMEOUT_S)
+                                   tuple(planned.reservations), tuple(planned.preemptions))),
+            PROPOSE_TIMEOUT_S)
         if isinstance(outcome, fsm.Applied) and isinstance(result := outcome.result, AssignResult):
             log.debug("assigned", count=len(result.assigned), dropped=len(result.dropped),
                       plan_ms=round((planned_s - started_s) * 1000, 2),

@@ -7,7 +7,7 @@ Every bound comes from `raftsched.limits`.
 
 Choices worth knowing:
 - `null` is accepted only for the optional fields whose value may be None (`idempotency_key`,
-  `cwd`, `cluster`, `timeout_s`); elsewhere a null is a type error.
+  `cwd`, `cluster`, `timeout_s`, `grace_s`, `retry_budget`); elsewhere a null is a type error.
 - Integer fields take ints only (256.0 is refused); number fields take ints and finite floats.
 - `requires` and `non_retryable_exit_codes` are sets: duplicates are dropped and the result is
   sorted. A duplicate in `depends_on` is an error.
@@ -40,6 +40,7 @@ __all__ = [
     "FailurePolicy",
     "JobSpec",
     "OnLost",
+    "PriorityClass",
     "RetryPolicy",
     "Scoring",
     "SpecError",
@@ -61,11 +62,11 @@ _ID_RULE = "letters, digits, '_', '.' and '-', starting with a letter or digit"
 
 _JOB_FIELDS: Final = (
     "name", "tenant", "priority", "failure_policy", "idempotency_key", "allow_unschedulable",
-    "scoring", "retry_budget", "tasks",
+    "scoring", "retry_budget", "priority_class", "preemptible", "tasks",
 )
 _TASK_FIELDS: Final = (
     "id", "command", "env", "cwd", "resources", "requires", "cluster", "depends_on", "retry",
-    "timeout_s", "on_lost", "trigger",
+    "timeout_s", "on_lost", "trigger", "checkpoint", "grace_s",
 )
 _RESOURCE_FIELDS: Final = ("cpu", "memory_mb", "gpu")
 _RETRY_FIELDS: Final = (
@@ -107,6 +108,22 @@ class Scoring(enum.StrEnum):
     """The fullest that fits: keeps whole clusters free for large tasks (the default)."""
     SPREAD = "spread"
     """The emptiest: spreads a job's tasks (and the damage of one cluster's loss)."""
+
+
+class PriorityClass(enum.StrEnum):
+    """Who may take a cluster's room from whom: a pending task of a higher class may preempt
+    running tasks of a lower class whose jobs are `preemptible` (DESIGN.md §9)."""
+
+    LOW = "low"
+    NORMAL = "normal"
+    HIGH = "high"
+
+    @property
+    def rank(self) -> int:
+        return _CLASS_RANK[self]
+
+
+_CLASS_RANK: Final = {PriorityClass.LOW: 0, PriorityClass.NORMAL: 1, PriorityClass.HIGH: 2}
 
 
 class OnLost(enum.StrEnum):
@@ -177,6 +194,12 @@ class TaskSpec:
     timeout_ms: int | None
     on_lost: OnLost
     trigger: Trigger
+    checkpoint: bool = False
+    """The agent gives the task a directory that persists across its attempts on that cluster
+    ($RAFTSCHED_CHECKPOINT_DIR), e.g. to resume after a preemption."""
+    grace_ms: int | None = None
+    """SIGTERM to SIGKILL when the task is stopped (preempted, cancelled, timed out); None: the
+    agent's default."""
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -198,6 +221,10 @@ class TaskSpec:
             doc["timeout_s"] = self.timeout_ms / 1000
         doc["on_lost"] = self.on_lost.value
         doc["trigger"] = self.trigger.value
+        if self.checkpoint:
+            doc["checkpoint"] = True
+        if self.grace_ms is not None:
+            doc["grace_s"] = self.grace_ms / 1000
         return doc
 
 
@@ -217,6 +244,10 @@ class JobSpec:
     retry_budget: int | None = None
     """At most this many retries after application failures across all the job's tasks (None:
     only each task's `retry.max_attempts` bounds them)."""
+    priority_class: PriorityClass = PriorityClass.NORMAL
+    preemptible: bool = False
+    """Its running tasks may be stopped to make room for a higher class's (and run again later,
+    at no cost to their retry budgets)."""
 
     def edge_count(self) -> int:
         return sum(len(task.depends_on) for task in self.tasks)
@@ -238,6 +269,10 @@ class JobSpec:
             doc["scoring"] = self.scoring.value
         if self.retry_budget is not None:
             doc["retry_budget"] = self.retry_budget
+        if self.priority_class != PriorityClass.NORMAL:
+            doc["priority_class"] = self.priority_class.value
+        if self.preemptible:
+            doc["preemptible"] = True
         doc["tasks"] = [task.to_doc() for task in self.tasks]
         return doc
 
@@ -276,11 +311,14 @@ def validate_job_doc(doc: object) -> JobSpec:
     allow_unschedulable = _boolean(scope, "allow_unschedulable", False)
     scoring = _choice(scope, "scoring", Scoring, Scoring.BINPACK)
     retry_budget = _optional_integer(scope, "retry_budget", 0, limits.MAX_JOB_RETRY_BUDGET)
+    priority_class = _choice(scope, "priority_class", PriorityClass, PriorityClass.NORMAL)
+    preemptible = _boolean(scope, "preemptible", False)
     tasks = _tasks(scope)
     if scope.sink.issues:
         raise SpecError(scope.sink.issues)
     return JobSpec(_req(name), _req(tenant), _req(priority), _req(policy), key, _req(tasks),
-                   _req(allow_unschedulable), _req(scoring), retry_budget)
+                   _req(allow_unschedulable), _req(scoring), retry_budget, _req(priority_class),
+                   _req(preemptible))
 
 
 def with_idempotency_key(spec: JobSpec, key: str) -> JobSpec:
@@ -818,11 +856,14 @@ def _task_spec(scope: _Scope, task_id: str | None, deps: tuple[str, ...]) -> Tas
     timeout_ms = _milliseconds(scope, "timeout_s", _timeout_s(scope))
     on_lost = _choice(scope, "on_lost", OnLost, OnLost.REPLACE)
     trigger = _choice(scope, "trigger", Trigger, Trigger.ALL_SUCCESS)
+    checkpoint = _boolean(scope, "checkpoint", False)
+    grace_ms = _milliseconds(scope, "grace_s", _grace_s(scope))
     if len(scope.sink.issues) > before or task_id is None:
         return None
     return TaskSpec(
         task_id, _req(command), _req(env), cwd, _req(cpu_milli), _req(memory_mb), _req(gpu),
         _req(requires), cluster, deps, _req(retry), timeout_ms, _req(on_lost), _req(trigger),
+        _req(checkpoint), grace_ms,
     )
 
 
@@ -963,6 +1004,13 @@ def _depends_on(scope: _Scope) -> tuple[str, ...]:
         first_at[item] = k
         deps.append(item)
     return tuple(deps)
+
+
+def _grace_s(scope: _Scope) -> float | None:
+    """None when absent or null (the agent's default)."""
+    if scope.get("grace_s") in (_MISSING, None):
+        return None
+    return _number(scope, "grace_s", 0.0, 0, limits.MAX_GRACE_S, above_low=True)
 
 
 def _timeout_s(scope: _Scope) -> float | None:

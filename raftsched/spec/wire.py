@@ -6,10 +6,11 @@ document (`JobSpec.to_doc()`) is a map per task with nested maps; the wire form 
 task with durations already in milliseconds and the job's distinct retry policies in one table:
 
     [WIRE_VERSION, name, tenant, priority, failure_policy, idempotency_key, retry_table, tasks,
-     allow_unschedulable, scoring, retry_budget]
+     allow_unschedulable, scoring, retry_budget, priority_class, preemptible]
     retry_table: [[max_attempts, backoff_ms, multiplier, backoff_max_ms, jitter, [codes]], ...]
     task: [id, [argv], [[env_name, value], ...], cwd, cpu_milli, memory_mb, gpu, [requires],
-           cluster, [depends_on], retry_index, timeout_ms, on_lost, trigger]
+           cluster, [depends_on], retry_index, timeout_ms, on_lost, trigger, checkpoint,
+           grace_ms]
 
 `validate_wire` checks every field and bound in one tight pass and then the graph. It accepts a
 wire form exactly when the full validator accepts the equivalent document (`wire_to_doc`), and
@@ -34,6 +35,7 @@ from raftsched.spec.job import (
     FailurePolicy,
     JobSpec,
     OnLost,
+    PriorityClass,
     RetryPolicy,
     Scoring,
     SpecError,
@@ -44,12 +46,14 @@ from raftsched.spec.job import (
 )
 
 WIRE_VERSION = 2
-"""Version 2 appends the placement fields (allow_unschedulable, scoring, retry_budget). Version 1
-(8 fields) is still read, with their defaults: logs written before them replay unchanged."""
+"""Version 2 appends the contention fields: to a job allow_unschedulable, scoring, retry_budget,
+priority_class, preemptible; to a task checkpoint, grace_ms. Version 1 (8 job fields, 14 task
+fields) is still read, with their defaults: logs written before them replay unchanged."""
 _V1_JOB_FIELDS = 8
-_JOB_FIELDS = 11
+_JOB_FIELDS = 13
 _JOB_FIELDS_OF = {1: _V1_JOB_FIELDS, WIRE_VERSION: _JOB_FIELDS}
-_TASK_FIELDS = 14
+_V1_TASK_FIELDS = 14
+_TASK_FIELDS_OF = {1: _V1_TASK_FIELDS, WIRE_VERSION: 16}
 _RETRY_FIELDS = 6
 _EXIT_CODE_MIN, _EXIT_CODE_MAX = -255, 255
 _SHARED_STRING_CHARS = 64
@@ -59,6 +63,7 @@ _FAILURE_POLICIES = {member.value: member for member in FailurePolicy}
 _ON_LOST = {member.value: member for member in OnLost}
 _TRIGGERS = {member.value: member for member in Trigger}
 _SCORINGS = {member.value: member for member in Scoring}
+_CLASSES = {member.value: member for member in PriorityClass}
 """Wire value -> enum member (the wire form and snapshots hold the plain strings)."""
 
 
@@ -75,21 +80,29 @@ def to_wire(spec: JobSpec) -> list[Any]:
     ]
     return [WIRE_VERSION, spec.name, spec.tenant, spec.priority, spec.failure_policy.value,
             spec.idempotency_key, retries, tasks, spec.allow_unschedulable, spec.scoring.value,
-            spec.retry_budget]
+            spec.retry_budget, spec.priority_class.value, spec.preemptible]
 
 
-def _placement_fields(wire: Any) -> tuple[Any, Any, Any]:
-    """(allow_unschedulable, scoring, retry_budget) of a wire form: their defaults in version 1."""
+def _placement_fields(wire: Any) -> tuple[Any, Any, Any, Any, Any]:
+    """(allow_unschedulable, scoring, retry_budget, priority_class, preemptible) of a wire
+    form: their defaults in version 1."""
     if wire[0] == 1:
-        return False, Scoring.BINPACK.value, None
-    return wire[8], wire[9], wire[10]
+        return False, Scoring.BINPACK.value, None, PriorityClass.NORMAL.value, False
+    return wire[8], wire[9], wire[10], wire[11], wire[12]
+
+
+def _task_extra(task: Any) -> tuple[Any, Any]:
+    """(checkpoint, grace_ms) of a wire task: their defaults in version 1 (14 fields)."""
+    if len(task) == _V1_TASK_FIELDS:
+        return False, None
+    return task[14], task[15]
 
 
 def _task_to_wire(t: TaskSpec, retry_index: int) -> list[Any]:
     return [
         t.id, list(t.command), [list(pair) for pair in t.env], t.cwd, t.cpu_milli, t.memory_mb,
         t.gpu, list(t.requires), t.cluster, list(t.depends_on), retry_index, t.timeout_ms,
-        t.on_lost.value, t.trigger.value,
+        t.on_lost.value, t.trigger.value, t.checkpoint, t.grace_ms,
     ]
 
 
@@ -104,17 +117,23 @@ def wire_to_doc(wire: Any) -> dict[str, Any]:
     if version not in _JOB_FIELDS_OF or len(wire) != _JOB_FIELDS_OF[version]:
         raise ValueError(f"wire version {version!r}")
     _, name, tenant, priority, policy, key, retries, tasks = wire[:_V1_JOB_FIELDS]
-    allow_unschedulable, scoring, retry_budget = _placement_fields(wire)
+    allow_unschedulable, scoring, retry_budget, priority_class, preemptible = \
+        _placement_fields(wire)
+    task_fields = _TASK_FIELDS_OF[version]
+    if any(type(task) is not list or len(task) != task_fields for task in tasks):
+        raise ValueError("task fields")
     return {
         "name": name, "tenant": tenant, "priority": priority, "failure_policy": policy,
         "idempotency_key": key, "allow_unschedulable": allow_unschedulable, "scoring": scoring,
-        "retry_budget": retry_budget, "tasks": [_task_doc(task, retries) for task in tasks],
+        "retry_budget": retry_budget, "priority_class": priority_class,
+        "preemptible": preemptible, "tasks": [_task_doc(task, retries) for task in tasks],
     }
 
 
 def _task_doc(task: Any, retries: Any) -> dict[str, Any]:
     (task_id, command, env, cwd, cpu_milli, memory_mb, gpu, requires, cluster, deps,
-     retry_index, timeout_ms, on_lost, trigger) = task
+     retry_index, timeout_ms, on_lost, trigger) = task[:_V1_TASK_FIELDS]
+    checkpoint, grace_ms = _task_extra(task)
     if type(retry_index) is not int or not 0 <= retry_index < len(retries):
         raise ValueError("retry index")
     attempts, backoff_ms, multiplier, backoff_max_ms, jitter, codes = retries[retry_index]
@@ -126,7 +145,8 @@ def _task_doc(task: Any, retries: Any) -> dict[str, Any]:
                   "multiplier": multiplier, "backoff_max_s": _seconds(backoff_max_ms),
                   "jitter": jitter, "non_retryable_exit_codes": codes},
         "timeout_s": None if timeout_ms is None else _seconds(timeout_ms),
-        "on_lost": on_lost, "trigger": trigger,
+        "on_lost": on_lost, "trigger": trigger, "checkpoint": checkpoint,
+        "grace_s": None if grace_ms is None else _seconds(grace_ms),
     }
     if len(env) != len(doc["env"]):
         raise ValueError("repeated env name")
@@ -150,18 +170,21 @@ def from_trusted_wire(wire: Any) -> JobSpec:
     intact (a checksummed snapshot): built without checks, the cost of loading a large state.
     Lists may arrive as tuples. Never use it on bytes from a proposer or a user."""
     _, name, tenant, priority, policy, key, retries, tasks = wire[:_V1_JOB_FIELDS]
-    allow_unschedulable, scoring, retry_budget = _placement_fields(wire)
+    allow_unschedulable, scoring, retry_budget, priority_class, preemptible = \
+        _placement_fields(wire)
     table = [RetryPolicy(attempts, backoff_ms, multiplier, backoff_max_ms, jitter, tuple(codes))
              for attempts, backoff_ms, multiplier, backoff_max_ms, jitter, codes in retries]
     on_lost, triggers = _ON_LOST, _TRIGGERS
     specs = tuple(
         TaskSpec(task_id, tuple(command), tuple(tuple(pair) for pair in env) if env else (),
                  cwd, cpu_milli, memory_mb, gpu, tuple(requires), cluster, tuple(deps),
-                 table[retry_index], timeout_ms, on_lost[lost], triggers[trigger])
+                 table[retry_index], timeout_ms, on_lost[lost], triggers[trigger], *extra)
         for (task_id, command, env, cwd, cpu_milli, memory_mb, gpu, requires, cluster, deps,
-             retry_index, timeout_ms, lost, trigger) in tasks)
+             retry_index, timeout_ms, lost, trigger), extra in (
+                 (task[:_V1_TASK_FIELDS], _task_extra(task)) for task in tasks))
     return JobSpec(name, tenant, priority, _FAILURE_POLICIES[policy], key, specs,
-                   allow_unschedulable, _SCORINGS[scoring], retry_budget)
+                   allow_unschedulable, _SCORINGS[scoring], retry_budget,
+                   _CLASSES[priority_class], preemptible)
 
 
 def validate_wire(wire: object) -> JobSpec:
@@ -223,6 +246,7 @@ class _Reader:
     def __init__(self) -> None:
         self.strings: dict[str, str] = {}
         self.retries: list[RetryPolicy] = []
+        self.task_fields = _TASK_FIELDS_OF[WIRE_VERSION]
 
     def share(self, value: str) -> str:
         if len(value) > _SHARED_STRING_CHARS:
@@ -232,10 +256,13 @@ class _Reader:
     def job(self, wire: Any) -> JobSpec:
         _need(type(wire) is list and len(wire) == _JOB_FIELDS_OF.get(wire[0], -1))
         _, name, tenant, priority, policy, key, retries, tasks = wire[:_V1_JOB_FIELDS]
-        allow_unschedulable, scoring, retry_budget = _placement_fields(wire)
-        _need(type(allow_unschedulable) is bool)
+        allow_unschedulable, scoring, retry_budget, priority_class, preemptible = \
+            _placement_fields(wire)
+        _need(type(allow_unschedulable) is bool and type(preemptible) is bool)
         scoring = _member(_SCORINGS, scoring)
+        priority_class = _member(_CLASSES, priority_class)
         _need(retry_budget is None or _is_int(retry_budget, 0, limits.MAX_JOB_RETRY_BUDGET))
+        self.task_fields = _TASK_FIELDS_OF[wire[0]]
         _need(type(name) is str and 0 < len(name) <= limits.MAX_NAME_CHARS and name.isprintable())
         _need(_is_id(tenant) and _is_int(priority, limits.PRIORITY_MIN, limits.PRIORITY_MAX))
         policy = _member(_FAILURE_POLICIES, policy)
@@ -247,12 +274,15 @@ class _Reader:
         specs = tuple(self.task(t) for t in tasks)
         _need(not check_graph([t.id for t in specs], [t.depends_on for t in specs]))
         return JobSpec(name, tenant, priority, policy, key, specs, allow_unschedulable, scoring,
-                       retry_budget)
+                       retry_budget, priority_class, preemptible)
 
     def task(self, raw: Any) -> TaskSpec:
-        _need(type(raw) is list and len(raw) == _TASK_FIELDS)
+        _need(type(raw) is list and len(raw) == self.task_fields)
         (task_id, command, env, cwd, cpu_milli, memory_mb, gpu, requires, cluster, deps,
-         retry_index, timeout_ms, on_lost, trigger) = raw
+         retry_index, timeout_ms, on_lost, trigger) = raw[:_V1_TASK_FIELDS]
+        checkpoint, grace_ms = _task_extra(raw)
+        _need(type(checkpoint) is bool
+              and (grace_ms is None or _is_int(grace_ms, 1, limits.MAX_GRACE_S * 1000)))
         _need(_is_id(task_id) and (cluster is None or _is_id(cluster)))
         _need(cwd is None or (_text_ok(cwd) and cwd.startswith("/")
                               and len(cwd) <= limits.MAX_CWD_CHARS))
@@ -264,7 +294,7 @@ class _Reader:
         return TaskSpec(
             self.share(task_id), self.command(command), _env(env), cwd, cpu_milli, memory_mb,
             gpu, self.requires(requires), cluster, self.depends_on(deps),
-            self.retries[retry_index], timeout_ms, on_lost, trigger,
+            self.retries[retry_index], timeout_ms, on_lost, trigger, checkpoint, grace_ms,
         )
 
     def command(self, value: Any) -> tuple[str, ...]:

@@ -111,11 +111,26 @@ class Reservation:
 
 
 @dataclass(frozen=True, slots=True)
+class Preemption:
+    """Stop the running attempt `fence` of task `task_id` (of a preemptible job of a lower
+    priority class) to make room for task `by_task_id` of job `by_job_id`."""
+
+    job_id: str
+    task_id: str
+    fence: int
+    by_job_id: str
+    by_task_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class AssignBatch:
     now_ms: int
     items: tuple[Placement, ...]
     reservations: tuple[Reservation, ...] = ()
-    """Applied before the items (an item may place the very task a reservation is for)."""
+    """Applied after the items (an item may place the task a cluster was kept for, so that the
+    cluster is free to keep for another)."""
+    preemptions: tuple[Preemption, ...] = ()
+    """Applied first: each re-checked (classes, preemptible, bounds) and dropped if it fails."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,10 +261,14 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
             return Tag.CLUSTER_STATUS, [cmd.cluster_id, int(cmd.status), cmd.now_ms, cmd.reason]
         case AssignBatch():
             items = [[p.job_id, p.task_id, p.cluster_id] for p in cmd.items]
-            if not cmd.reservations:
+            if not cmd.reservations and not cmd.preemptions:
                 return Tag.ASSIGN_BATCH, [cmd.now_ms, items]
             reservations = [[r.job_id, r.task_id, r.cluster_id] for r in cmd.reservations]
-            return Tag.ASSIGN_BATCH, [cmd.now_ms, items, reservations]
+            if not cmd.preemptions:
+                return Tag.ASSIGN_BATCH, [cmd.now_ms, items, reservations]
+            preemptions = [[p.job_id, p.task_id, p.fence, p.by_job_id, p.by_task_id]
+                           for p in cmd.preemptions]
+            return Tag.ASSIGN_BATCH, [cmd.now_ms, items, reservations, preemptions]
         case ReportBatch():
             reports = [
                 [int(r.kind), r.job_id, r.task_id, r.fence, r.exit_code, r.timed_out, r.reason]
@@ -426,16 +445,27 @@ def _decode_reservation(value: Any) -> Reservation:
                        _str(cluster_id, "cluster_id"))
 
 
+def _decode_preemption(value: Any) -> Preemption:
+    job_id, task_id, fence, by_job_id, by_task_id = _fields(
+        value, 5, "ASSIGN_BATCH.preemptions[]")
+    return Preemption(_str(job_id, "job_id"), _str(task_id, "task_id"), _int(fence, "fence"),
+                      _str(by_job_id, "by_job_id"), _str(by_task_id, "by_task_id"))
+
+
 def _decode_assign(p: Any) -> AssignBatch:
-    if isinstance(p, list) and len(p) == 3:
-        now_ms, items, raw = p
+    reservations: tuple[Reservation, ...] = ()
+    preemptions: tuple[Preemption, ...] = ()
+    if isinstance(p, list) and len(p) in (3, 4):
+        now_ms, items, raw = p[:3]
         reservations = tuple(_decode_reservation(r)
                              for r in _list(raw, "reservations", limits.MAX_CLUSTERS))
+        if len(p) == 4:
+            preemptions = tuple(_decode_preemption(r) for r in _list(
+                p[3], "preemptions", limits.MAX_PREEMPTIONS_PER_BATCH))
     else:
         now_ms, items = _fields(p, 2, "ASSIGN_BATCH")
-        reservations = ()
     placements = tuple(map(_decode_placement, _list(items, "items", limits.MAX_BATCH_ITEMS)))
-    return AssignBatch(_int(now_ms, "now_ms"), placements, reservations)
+    return AssignBatch(_int(now_ms, "now_ms"), placements, reservations, preemptions)
 
 
 _REPORT_KINDS = {int(k): k for k in ReportKind}

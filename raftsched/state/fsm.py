@@ -39,6 +39,7 @@ from raftsched.state.commands import (
     JobCancel,
     JobSubmit,
     Placement,
+    Preemption,
     Report,
     ReportBatch,
     ReportKind,
@@ -625,8 +626,7 @@ def apply_assign_batch(state: State, cmd: AssignBatch) -> Applied[AssignResult]:
     that no longer hold are dropped with a reason, the rest get fresh fences."""
     assigned: list[Assigned] = []
     dropped: list[Dropped] = []
-    for reservation in cmd.reservations:
-        _reserve(state, reservation, cmd.now_ms)
+    preempted = tuple(p.fence for p in cmd.preemptions if _preempt(state, p))
     for placement in cmd.items:
         outcome = _assign_one(state, placement, cmd.now_ms)
         if type(outcome) is int:
@@ -634,7 +634,39 @@ def apply_assign_batch(state: State, cmd: AssignBatch) -> Applied[AssignResult]:
         else:
             assert isinstance(outcome, Dropped)
             dropped.append(outcome)
-    return Applied(AssignResult(tuple(assigned), tuple(dropped)))
+    for reservation in cmd.reservations:  # after the items: one may free a cluster's holder
+        _reserve(state, reservation, cmd.now_ms)
+    return Applied(AssignResult(tuple(assigned), tuple(dropped), preempted))
+
+
+def _preempt(state: State, preemption: Preemption) -> bool:
+    """Stop a running attempt to make room for a RUNNABLE task of a higher priority class.
+    Refused, changing nothing, unless the attempt is its task's current live one, its job is
+    preemptible and of a lower class than the task it makes room for, the victim was preempted
+    fewer than MAX_PREEMPTIONS_PER_TASK times, and the rate bound allows one more. The victim's
+    task goes back to the queue at once, at no cost to either retry budget; the agent gets a
+    kill directive (SIGTERM, the task's grace, SIGKILL)."""
+    job = state.jobs.get(preemption.job_id)
+    by_job = state.jobs.get(preemption.by_job_id)
+    index = None if job is None else job.index_of.get(preemption.task_id)
+    by_index = None if by_job is None else by_job.index_of.get(preemption.by_task_id)
+    if job is None or by_job is None or index is None or by_index is None:
+        return False
+    task, by_task = job.tasks[index], by_job.tasks[by_index]
+    attempt = task.current
+    if attempt is None or attempt.fence != preemption.fence or not attempt.live \
+            or by_task.state != _RUNNABLE or not policy.may_preempt(by_job.spec, job.spec, task) \
+            or policy.preemption_budget(state, state.now_ms) <= 0:
+        return False
+    _end_attempt(state, job, task, attempt, AttemptState.PREEMPTED,
+                 f"preempted to make room for {by_job.id}/{by_task.spec.id} (priority class "
+                 f"{by_job.spec.priority_class.value})", kill=True)
+    task.preemptions += 1
+    _make_runnable(state, job, task)
+    state.preempted_ms.append(state.now_ms)
+    while len(state.preempted_ms) > policy.MAX_PREEMPTIONS_PER_WINDOW:
+        state.preempted_ms.popleft()
+    return True
 
 
 def _reserve(state: State, reservation: Reservation, now_ms: int) -> bool:

@@ -19,7 +19,7 @@ import itertools
 
 from raftsched import limits
 from raftsched.spec.job import runs_when_upstream_done
-from raftsched.state import feasibility
+from raftsched.state import feasibility, policy
 from raftsched.state.commands import TokenPut
 from raftsched.state.fsm import (
     derive_job_state,
@@ -85,6 +85,7 @@ def check_invariants(state: State) -> None:
     assert state.kill_count == sum(len(c.kills) for c in state.clusters.values())
     assert len(state.idempotency) <= len(state.idempotency_order)
     _check_tokens(state)
+    assert len(state.preempted_ms) <= policy.MAX_PREEMPTIONS_PER_WINDOW
     usage, queued_total = derive_usage(state)
     assert usage == state.usage, (usage, state.usage)
     assert queued_total == state.queued_total, (queued_total, state.queued_total)
@@ -123,10 +124,12 @@ def _check_task(state: State, job: Job, task: Task) -> None:
     _check_dependencies(job, task)
     if task.reserved_on is not None:
         assert state.clusters[task.reserved_on].reserved_for == (job.id, task.index)
+    assert task.preemptions <= policy.MAX_PREEMPTIONS_PER_TASK, (job.id, task.spec.id)
+    assert task.preemptions == 0 or job.spec.preemptible
     retry = task.spec.retry
     assert task.app_failures <= retry.max_attempts
     assert task.infra_failures <= limits.MAX_INFRA_RETRIES + 1
-    assert len(attempts) <= retry.max_attempts + limits.MAX_INFRA_RETRIES + 1
+    assert len(attempts) <= retry.max_attempts + limits.MAX_INFRA_RETRIES + 1 + task.preemptions
     assert (task.state == _RETRY_WAIT) == (task.retry_at_ms is not None)
 
 

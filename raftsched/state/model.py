@@ -119,6 +119,9 @@ class Task:
     """When the task last became RUNNABLE (the wait a large task's reservation counts)."""
     reserved_on: str | None = None
     """The cluster kept for this RUNNABLE task (`Cluster.reserved_for` names it back)."""
+    preemptions: int = 0
+    """Attempts of this task stopped to make room for a higher class (at most
+    MAX_PREEMPTIONS_PER_TASK: then it is no longer preempted)."""
 
     @property
     def current(self) -> Attempt | None:
@@ -181,17 +184,24 @@ class Cluster:
 
 ReadyEntry = tuple[int, int, int, int, str]
 """(rank ms, job seq, task index, ready_gen, job id), where rank = the job's submission time -
-priority x AGING_MS_PER_PRIORITY (`ready_rank_ms`): heap order is priority, then submission
-order, then the task's position in its job — with aging: a job that has waited
-AGING_MS_PER_PRIORITY longer goes before one a priority level higher."""
+priority x AGING_MS_PER_PRIORITY - class rank x CLASS_RANK_MS (`ready_rank_ms`): heap order is
+priority class, then priority, then submission order, then the task's position in its job —
+with aging: a job that has waited AGING_MS_PER_PRIORITY longer goes before one a priority level
+higher (of its class)."""
 
 AGING_MS_PER_PRIORITY = 30_000
 """Aging: one priority level is worth this much earlier submission. A task never waits behind
 a job submitted more than (PRIORITY_MAX - PRIORITY_MIN) x this after its own (50 minutes)."""
 
 
+CLASS_RANK_MS = 1_000 * 24 * 3600 * 1000
+"""A priority class is worth this much earlier submission (1,000 days): classes go first,
+whatever the priorities and waits inside them."""
+
+
 def ready_rank_ms(job: Job) -> int:
-    return job.submitted_ms - job.spec.priority * AGING_MS_PER_PRIORITY
+    return (job.submitted_ms - job.spec.priority * AGING_MS_PER_PRIORITY
+            - job.spec.priority_class.rank * CLASS_RANK_MS)
 
 TimerEntry = tuple[int, int, int, int, str]
 """(deadline ms, fence or 0, timer kind, task index, job id)."""
@@ -331,6 +341,9 @@ class State:
     snapshots: recomputed when one is loaded)."""
     queued_total: int = 0
     """Sum of every tenant's `usage.queued` (the global MAX_QUEUED_TASKS bound). Derived."""
+    preempted_ms: deque[int] = field(default_factory=deque)
+    """When the latest preemptions were applied, oldest first, at most
+    MAX_PREEMPTIONS_PER_WINDOW: the rate bound (`policy.preemption_budget`)."""
     live_task_counts: list[int] = field(default_factory=lambda: [0] * len(TaskState))
     """Tasks of jobs not yet terminal, by state: kept on every transition so that gauges read
     it in O(1). Derived (not in snapshots: recomputed when one is loaded)."""

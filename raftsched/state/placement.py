@@ -23,6 +23,11 @@ Who goes first:
   other task until the task is placed or leaves the queue, and each plan places a holder first
   once its cluster has the room (`_holders`, `_reserve`). Since nothing else lands there, that
   cluster's shortfall only shrinks as the work running there ends.
+- Preemption: a task of a higher priority class that fits no room now may stop running tasks of
+  lower classes whose jobs are preemptible (`policy.may_preempt`): on the open cluster where the
+  fewest such victims make it fit (lowest class first, the most recently started first), the
+  victims get kill directives and the task a reservation there, in one batch. Bounded by the
+  state machine's rate bound (`policy.preemption_budget`) and MAX_PREEMPTIONS_PER_PLAN.
 
 Where: among the clusters the task fits (`feasibility.unfit`, the rule apply re-validates with),
 scored per job (`Scoring`): binpack (default) takes the fullest, spread the emptiest, by the sum
@@ -43,7 +48,7 @@ from dataclasses import dataclass, field
 from raftsched import limits
 from raftsched.spec.job import Scoring, TaskSpec
 from raftsched.state import policy
-from raftsched.state.commands import Placement, Reservation
+from raftsched.state.commands import Placement, Preemption, Reservation
 from raftsched.state.feasibility import never_fits, unfit
 from raftsched.state.fsm import iter_ready, reservation_holder
 from raftsched.state.model import Cluster, Job, State, Task, TaskShape, shape_of
@@ -56,7 +61,9 @@ RESERVE_AFTER_MS = 30_000
 MAX_RESERVATIONS = 16
 """Clusters one plan reserves at most (and never more than half the open ones, but one)."""
 RESERVATION_SCAN = 1_000
-"""Shape-queue heads the reservation pass looks at per plan."""
+"""Shape-queue heads the reservation and preemption passes look at per plan."""
+MAX_PREEMPTIONS_PER_PLAN = 8
+"""Attempts one plan preempts at most."""
 
 
 @dataclass(slots=True)
@@ -96,6 +103,8 @@ class Plan:
     placements: list[Placement] = field(default_factory=list)
     reservations: list[Reservation] = field(default_factory=list)
     """New reservations (`Cluster.reserved_for`), applied before the placements."""
+    preemptions: list[Preemption] = field(default_factory=list)
+    """Running attempts to stop for a higher class's task (which gets a reservation there)."""
 
 
 @dataclass(slots=True)
@@ -126,7 +135,8 @@ def plan(state: State, *, now_ms: int | None = None, max_items: int = limits.MAX
     placed_by_tenant: dict[str, int] = {}
     _holders(state, rooms, now, result.placements, placed_by_tenant, max_items)
     placed_holders = {(p.job_id, p.task_id) for p in result.placements}
-    _reserve(state, rooms, now, result.reservations)
+    _preempt(state, rooms, now, result, placed_holders)
+    _reserve(state, rooms, now, result.reservations, placed_holders)
     _walk(state, rooms, now, result.placements, placed_by_tenant, max_items, placed_holders)
     return result
 
@@ -174,13 +184,16 @@ def _holders(state: State, rooms: list[_Room], now_ms: int, placements: list[Pla
         placed_by_tenant[tenant] = placed_by_tenant.get(tenant, 0) + 1
 
 
-def _reserve(state: State, rooms: list[_Room], now_ms: int,
-             reservations: list[Reservation]) -> None:
+def _reserve(state: State, rooms: list[_Room], now_ms: int, reservations: list[Reservation],
+             placed: set[tuple[str, str]]) -> None:
     """Reserve the closest unreserved room for each task that has waited RESERVE_AFTER_MS and
-    fits no room now, oldest first, while at most `most` rooms are reserved."""
+    fits no room now, oldest first, while at most `most` rooms are reserved. `placed`: the
+    holders this plan places (on their kept rooms): not reserved again."""
     most = max(1, min(MAX_RESERVATIONS, len(rooms) // 2))
     held = sum(1 for room in rooms if room.reserved_for is not None)
     for _, job, task in _starving(state, rooms, now_ms):
+        if (job.id, task.spec.id) in placed:
+            continue
         if held >= most:
             return
         room = _closest(rooms, task.spec)
@@ -193,9 +206,79 @@ def _reserve(state: State, rooms: list[_Room], now_ms: int,
 
 def _starving(state: State, rooms: list[_Room],
               now_ms: int) -> list[tuple[tuple[int, int, int], Job, Task]]:
-    """Shape-queue heads that have waited RESERVE_AFTER_MS, fit no room now and hold no
-    reservation on an open cluster, oldest first."""
+    """Large shape-queue heads that have waited RESERVE_AFTER_MS, fit no room now and hold no
+    reservation on an open cluster, oldest first. Large: it asks more cpu, memory or gpu than
+    the smallest waiting head does — the room that ends of running work goes to smaller tasks
+    first, so it could wait forever. (Tasks of one size are served in fair-share order as room
+    frees: no reservation needed.)"""
     held = {room.reserved_for for room in rooms if room.reserved_for is not None}
+    heads: list[tuple[Job, Task]] = []
+    for tenant in sorted(state.queues):
+        for shape_queue in state.queues[tenant].shapes.values():
+            if len(heads) >= RESERVATION_SCAN:
+                break
+            entry = shape_queue.heap[0]  # `fsm._tidy` keeps every head live
+            job = state.jobs[entry[4]]
+            heads.append((job, job.tasks[entry[2]]))
+    if not heads:
+        return []
+    smallest = tuple(min(getattr(task.spec, name) for _, task in heads)
+                     for name in ("cpu_milli", "memory_mb", "gpu"))
+    found = []
+    for job, task in heads:
+        spec = task.spec
+        if (spec.cpu_milli, spec.memory_mb, spec.gpu) == smallest:
+            continue  # the smallest waiting: it takes the first room that frees
+        if task.ready_ms + RESERVE_AFTER_MS > now_ms or (job.id, task.index) in held:
+            continue
+        if policy.at_running_limit(state, job.spec.tenant):
+            continue
+        if any(room.fits(spec, now_ms) for room in rooms):
+            continue
+        found.append(((task.ready_ms, job.seq, task.index), job, task))
+    found.sort(key=lambda item: item[0])
+    return found
+
+
+def _preempt(state: State, rooms: list[_Room], now_ms: int, result: Plan,
+             placed: set[tuple[str, str]]) -> None:
+    """For each shape-queue head of a class above the lowest that fits no room now and holds
+    no reservation, highest class first, then the longest waiting: stop the fewest preemptible
+    lower-class attempts that make it fit on one open cluster, and reserve that cluster."""
+    budget = min(MAX_PREEMPTIONS_PER_PLAN, policy.preemption_budget(state, now_ms))
+    if budget <= 0:
+        return
+    held = {room.reserved_for for room in rooms if room.reserved_for is not None}
+    chosen: set[int] = set()
+    for job, task in _preemptors(state, rooms, now_ms, held):
+        if (job.id, task.spec.id) in placed:
+            continue
+        best: tuple[tuple[int, int, str], _Room, list[tuple[Job, Task, int]]] | None = None
+        for room in rooms:
+            if room.reserved_for is not None or never_fits(task.spec, room.cluster):
+                continue
+            victims = _victims(state, room, job, task, chosen)
+            if victims is not None and len(victims) <= budget:
+                key = (len(victims), sum(v.spec.priority_class.rank for v, _, _ in victims),
+                       room.cluster.id)
+                if best is None or key < best[0]:
+                    best = (key, room, victims)
+        if best is None:
+            continue
+        _, room, victims = best
+        for victim_job, victim_task, fence in victims:
+            result.preemptions.append(Preemption(victim_job.id, victim_task.spec.id, fence,
+                                                 job.id, task.spec.id))
+            chosen.add(fence)
+        budget -= len(victims)
+        room.reserved_for = (job.id, task.index)
+        result.reservations.append(Reservation(job.id, task.spec.id, room.cluster.id))
+        if budget <= 0:
+            return
+
+
+def _preemptors(state: State, rooms: list[_Room], now_ms: int,
+                held: set[tuple[str, int]]) -> list[tuple[Job, Task]]:
     found = []
     looked = 0
     for tenant in sorted(state.queues):
@@ -203,18 +286,68 @@ def _starving(state: State, rooms: list[_Room],
             looked += 1
             if looked > RESERVATION_SCAN:
                 break
-            entry = shape_queue.heap[0]  # `fsm._tidy` keeps every head live
+            entry = shape_queue.heap[0]
             job = state.jobs[entry[4]]
             task = job.tasks[entry[2]]
-            if task.ready_ms + RESERVE_AFTER_MS > now_ms or (job.id, task.index) in held:
+            if job.spec.priority_class.rank == 0 or (job.id, task.index) in held \
+                    or policy.at_running_limit(state, tenant) \
+                    or any(room.fits(task.spec, now_ms) for room in rooms):
                 continue
-            if policy.at_running_limit(state, job.spec.tenant):
-                continue
-            if any(room.fits(task.spec, now_ms) for room in rooms):
-                continue
-            found.append(((task.ready_ms, job.seq, task.index), job, task))
-    found.sort(key=lambda item: item[0])
-    return found
+            found.append((-job.spec.priority_class.rank, task.ready_ms, job.seq, job, task))
+    found.sort(key=lambda item: item[:3])
+    return [(job, task) for _, _, _, job, task in found]
+
+
+def _victims(state: State, room: _Room, job: Job, task: Task,
+             taken: set[int]) -> list[tuple[Job, Task, int]] | None:
+    """Attempts on `room`'s cluster whose stopping makes `task` fit there, few and cheap: the
+    lowest class first; inside it, one attempt that frees enough alone if there is one (the
+    smallest such, the most recently started of equals: the least work lost), else the
+    largest first (the fewest victims), the most recently started of equals. None when all of
+    them would not do. O(attempts live on the cluster)."""
+    need = (task.spec.cpu_milli, task.spec.memory_mb, task.spec.gpu)
+    have = (room.cpu_milli, room.memory_mb, room.gpu)
+    by_class: dict[int, list[tuple[float, int, int, Job, Task]]] = {}
+    for fence, (victim_job_id, index) in room.cluster.live.items():
+        if fence in taken:
+            continue
+        victim_job = state.jobs[victim_job_id]
+        victim = victim_job.tasks[index]
+        if policy.may_preempt(job.spec, victim_job.spec, victim):
+            attempt = victim.current
+            assert attempt is not None
+            started = attempt.started_ms if attempt.started_ms is not None else attempt.assigned_ms
+            by_class.setdefault(victim_job.spec.priority_class.rank, []).append(
+                (_size(victim.spec, room.cluster), -started, fence, victim_job, victim))
+    victims: list[tuple[Job, Task, int]] = []
+    for rank in sorted(by_class):
+        candidates = by_class[rank]
+        alone = sorted((c for c in candidates if _fits(have, c[4], need)),
+                       key=lambda c: (c[0], c[1], c[2]))
+        if alone:
+            victims.append((alone[0][3], alone[0][4], alone[0][2]))
+            return victims
+        for _, _, fence, victim_job, victim in sorted(candidates,
+                                                      key=lambda c: (-c[0], c[1], c[2])):
+            victims.append((victim_job, victim, fence))
+            have = (have[0] + victim.spec.cpu_milli, have[1] + victim.spec.memory_mb,
+                    have[2] + victim.spec.gpu)
+            if all(h >= n for h, n in zip(have, need, strict=True)):
+                return victims
+    return None
+
+
+def _fits(have: tuple[int, int, int], victim: Task, need: tuple[int, int, int]) -> bool:
+    """Whether stopping `victim` alone frees what `need` lacks of `have`."""
+    freed = (victim.spec.cpu_milli, victim.spec.memory_mb, victim.spec.gpu)
+    return all(h + f >= n for h, f, n in zip(have, freed, need, strict=True))
+
+
+def _size(spec: TaskSpec, cluster: Cluster) -> float:
+    """The largest fraction of the cluster's cpu, memory or gpu the task holds."""
+    return max(spec.cpu_milli / cluster.cpu_milli if cluster.cpu_milli else 0.0,
+               spec.memory_mb / cluster.memory_mb if cluster.memory_mb else 0.0,
+               spec.gpu / cluster.gpu if cluster.gpu else 0.0)
 
 
 def _closest(rooms: list[_Room], spec: TaskSpec) -> _Room | None:

@@ -22,8 +22,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from raftsched import limits
+from raftsched.spec.job import JobSpec
 from raftsched.state.commands import ClusterStatus
-from raftsched.state.model import ALL_TENANTS, Cluster, State, TenantPolicy, TenantUsage
+from raftsched.state.model import ALL_TENANTS, Cluster, State, Task, TenantPolicy, TenantUsage
 
 DEFAULT_POLICY = TenantPolicy(name=ALL_TENANTS)
 """Weight 1, no limits of its own: a tenant no admin configured (and no `*` record)."""
@@ -45,6 +46,26 @@ DEGRADE_COOLDOWN_MS = 120_000
 """... mark the cluster degraded: it gets no new work for this long."""
 DEGRADE_OUTCOME_MEMORY = 4 * DEGRADE_FAILED_TASKS
 """Attempt outcomes remembered per cluster (the newest)."""
+
+
+MAX_PREEMPTIONS_PER_TASK = 3
+"""A task preempted this often is preempted no more: nothing is preempted forever."""
+PREEMPTION_WINDOW_MS = 60_000
+MAX_PREEMPTIONS_PER_WINDOW = 20
+"""The rate bound: at most this many preemptions applied within any PREEMPTION_WINDOW_MS."""
+
+
+def preemption_budget(state: State, now_ms: int) -> int:
+    """How many more preemptions the rate bound allows at `now_ms`."""
+    recent = sum(1 for at_ms in state.preempted_ms if at_ms + PREEMPTION_WINDOW_MS > now_ms)
+    return max(0, MAX_PREEMPTIONS_PER_WINDOW - recent)
+
+
+def may_preempt(by: JobSpec, victim: JobSpec, victim_task: Task) -> bool:
+    """Whether a task of job `by` may stop `victim_task` (of job `victim`) for room: the
+    victim's job is preemptible, of a lower class, and the task was not preempted too often."""
+    return (victim.preemptible and victim.priority_class.rank < by.priority_class.rank
+            and victim_task.preemptions < MAX_PREEMPTIONS_PER_TASK)
 
 
 def policy_of(state: State, tenant: str) -> TenantPolicy:

@@ -93,6 +93,8 @@ class AssignResult:
     assigned: tuple[Assigned, ...]
     """(placement, fence) for each placement applied, in the batch's order."""
     dropped: tuple[Dropped, ...]
+    preempted: tuple[int, ...] = ()
+    """Fences of the attempts the batch's preemptions stopped (those refused are left out)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,10 +16,11 @@ Format 3 adds the tokens record (id, digest, tenant, role, created ms, note per 
 creation order) before `extra`; every other record is byte for byte what format 2 wrote. Formats 1
 and 2 still load, with no tokens.
 
-Format 4 (the contention policy) adds the tenant policies record after the tokens; a cluster's
-draining flag, drain reason, degraded-until time, recent attempt outcomes and the task it is
-reserved for; a job's retries used; a task's ready time; and ready-queue entries ranked by
-`model.ready_rank_ms` (priority with aging). Earlier formats load with no tenant policies, no
+Format 4 (the contention policy) adds the record of tenant policies and recent preemption
+times after the tokens; a cluster's draining flag, drain reason, degraded-until time, recent
+attempt outcomes and the task it is reserved for; a job's retries used; a task's ready time
+and preemptions; and ready-queue entries ranked by `model.ready_rank_ms` (class, then
+priority with aging). Earlier formats load with no tenant policies, no
 drains and the tasks' ready times at their jobs' submission; their ready queues are rebuilt
 from the RUNNABLE tasks in the new order.
 Tenant usage is derived, never stored (`fsm.derive_usage`).
@@ -124,8 +125,9 @@ def dump_to(target: IO[bytes], state: State, extra: Any = None) -> None:
         for t in state.tokens.values()
     ]))
     out.write(packer.pack([
-        [t.name, t.weight, t.max_queued, t.max_running, t.updated_ms]
-        for t in state.tenants.values()
+        [[t.name, t.weight, t.max_queued, t.max_running, t.updated_ms]
+         for t in state.tenants.values()],
+        list(state.preempted_ms),
     ]))
     out.write(packer.pack(extra))
     target.write(out.crc.to_bytes(_CRC_BYTES, "big"))
@@ -157,7 +159,7 @@ def _task_record(t: Task) -> list[Any]:
         [[n.kind, n.fence, n.report, n.at_ms, n.detail] for n in t.notes],
         [[a.fence, a.number, a.cluster_id, int(a.state), a.assigned_ms, a.started_ms,
           a.finished_ms, a.exit_code, a.reason] for a in t.attempts],
-        t.ready_ms,
+        t.ready_ms, t.preemptions,
     ]
 
 
@@ -262,8 +264,10 @@ def _read_records(unpacker: msgpack.Unpacker, version: int,
             state.tokens[token_id] = TokenRecord(token_id, digest, tenant, Role(role),
                                                  created_ms, note)
     if version >= _POLICY_SINCE_VERSION:
-        for name, weight, max_queued, max_running, updated_ms in next(unpacker):
+        tenants, preempted_ms = next(unpacker)
+        for name, weight, max_queued, max_running, updated_ms in tenants:
             state.tenants[name] = TenantPolicy(name, weight, max_queued, max_running, updated_ms)
+        state.preempted_ms = deque(preempted_ms)
     for job in state.jobs.values():
         if job.state not in TERMINAL_JOB_STATES:
             for task_state, count in enumerate(job.counts):
@@ -341,4 +345,5 @@ def _task_from(spec: Any, index: int, r: list[Any], submitted_ms: int) -> Task:
             for a in r[9]
         ],
         ready_ms=r[10] if len(r) > 10 else submitted_ms,
+        preemptions=r[11] if len(r) > 11 else 0,
     )

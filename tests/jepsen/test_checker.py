@@ -285,7 +285,8 @@ def test_a_clean_run_has_no_violations(run: Run, tmp_path: Path) -> None:
                  "log_agreement", "replica_digest", "read_matches_log", "read_monotonic",
                  "stale_read", "submit_acked_present", "submit_failed_absent",
                  "ledger_fence_once", "ledger_fence_committed", "ledger_dag_order",
-                 "ledger_overlap", "agent_start_assigned"):
+                 "ledger_overlap", "agent_start_assigned", "placement_open",
+                 "reservation_respected", "tenant_running_limit", "retry_budget"):
         assert report.invariants_checked.get(name, 0) > 0, name
 
 
@@ -703,6 +704,29 @@ def test_auditor_reports_a_broken_invariant() -> None:
     auditor.check_invariants(7, h.state)
     assert [v.check for v in auditor.violations] == ["fsm_invariants"]
     assert "after log index 7" in auditor.violations[0].message
+
+
+def test_an_assignment_on_a_reserved_cluster_is_found_in_the_replayed_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checker shows the auditor each entry before it applies it: a placement that ignored
+    a reservation is found, though the state after the entry cannot tell (tests/unit/state/
+    test_audit.py has the other contention checks)."""
+    run = Run()
+    h = run.h
+    h.register("east", cpu=2)
+    h.submit("small", job_doc([task_doc("s"), task_doc("m")]))
+    h.submit("big", job_doc([task_doc("b", resources={"cpu": 2})]))
+    h.assign_one("small", "s", "east")
+    h.expect(c.AssignBatch(h.now_ms, (), (c.Reservation("big", "b", "east"),)), AssignResult)
+    # A state machine that ignores reservations writes the next entry and replays the log.
+    monkeypatch.setattr(fsm, "reserved_for_other", lambda *_: None)
+    fence = h.assign_one("small", "m", "east")
+    run.mark("r2")
+    run.final()
+    report = checker.check(run.write(tmp_path))
+    assert checks(report) == {"reservation_respected"}
+    assert report.violations[0].message.endswith(
+        f"small/m assigned fence {fence} on cluster east, which was reserved for task big/b")
 
 
 def test_an_attempt_timed_out_long_before_its_timeout_is_an_early_timeout(

@@ -54,10 +54,12 @@ def plan_and_apply(ch: Chooser, h: Harness) -> int:
     planned = placement.plan(h.state, now_ms=h.now_ms, max_items=ch.choice([1, 3, 100]),
                              reported_free=_reported_free(ch))
     items = tuple(planned.placements)
-    if not items and not planned.reservations:
+    if not items and not planned.reservations and not planned.preemptions:
         return 0
-    result = h.expect(c.AssignBatch(h.now_ms, items, tuple(planned.reservations)),
-                      AssignResult)
+    result = h.expect(c.AssignBatch(h.now_ms, items, tuple(planned.reservations),
+                                    tuple(planned.preemptions)), AssignResult)
+    assert list(result.preempted) == [p.fence for p in planned.preemptions], \
+        "apply refused a planned preemption"
     unfit = [d for d in result.dropped if isinstance(d.reason, Unfit)]
     assert not unfit, f"apply dropped planned placements for feasibility reasons: {unfit}"
     assert not result.dropped, f"apply dropped planned placements: {result.dropped}"

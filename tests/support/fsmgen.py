@@ -88,11 +88,15 @@ def random_job(ch: Chooser) -> dict[str, Any]:
             task["requires"] = [ch.choice(["ssd", "gpu"])]
         if ch.int(0, 8) == 0:
             task["cluster"] = ch.choice(CLUSTERS)
+        if ch.int(0, 5) == 0:
+            task["checkpoint"] = True
+            task["grace_s"] = ch.choice([0.5, 30])
         tasks.append(task)
     doc: dict[str, Any] = {
         "name": "gen", "tenant": ch.choice(TENANTS), "priority": ch.int(0, 100),
         "failure_policy": ch.choice(["fail_fast", "skip_downstream", "continue"]),
         "allow_unschedulable": ch.int(0, 3) > 0, "scoring": ch.choice(["binpack", "spread"]),
+        "priority_class": ch.choice(["low", "normal", "high"]), "preemptible": ch.int(0, 1) == 1,
         "tasks": tasks,
     }
     if ch.int(0, 4) == 0:
@@ -131,7 +135,8 @@ def _report(ch: Chooser, h: Harness) -> c.Command:
 def _assign(ch: Chooser, h: Harness) -> c.Command:
     if ch.int(0, 2):
         planned = placement.plan(h.state, now_ms=h.now_ms, max_items=ch.int(1, 6))
-        return c.AssignBatch(h.now_ms, tuple(planned.placements), tuple(planned.reservations))
+        return c.AssignBatch(h.now_ms, tuple(planned.placements), tuple(planned.reservations),
+                             tuple(planned.preemptions))
     tasks = [(j.id, t.spec.id) for j in h.state.jobs.values() for t in j.tasks] or [("j", "t")]
     items = tuple(c.Placement(*ch.choice(tasks), ch.choice(CLUSTERS))
                   for _ in range(ch.int(1, 3)))

@@ -245,7 +245,7 @@ def test_digest_names_the_snapshot_bytes() -> None:
     assert snapshot.digest(h.state) != digest
 
 
-PINNED_BUSY_SNAPSHOT_SHA256 = "44f96cc0a69eb574fede0b5de8c9fd9a84034dd7e909d34b66c0a4d22ffca240"
+PINNED_BUSY_SNAPSHOT_SHA256 = "8e4c515a380369d415138d88ed984598d13386239b21461befc5623a67386f5a"
 """Format 4, of `with_policy(with_tokens(busy_state()))`: format 4 added the tenant policies
 record, clusters' drain, degradation, failure memory and reservation, jobs' retries used, tasks'
 ready times, and ready-queue entries ranked with aging. Format 3 was 3e1db4dd... (the same state
