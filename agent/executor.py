@@ -9,10 +9,13 @@ the agent's durable attempt records make it exactly once across restarts.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import heapq
 import os
 import pwd
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -26,6 +29,7 @@ from agent import runner
 from agent.files import read_json, write_json_atomic
 from agent.model import Assignment, AttemptRecord, Completion
 from raftsched import limits, procfs
+from raftsched.protocol import task_key
 
 KILL_GRACE_MS = 5_000
 """After SIGTERM (timeout or kill directive), the task's group gets SIGKILL this much later."""
@@ -39,6 +43,14 @@ INHERITED_ENV_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDI
 """Taken from the agent's environment into every task's; nothing else of it leaks (no secrets
 or RAFTSCHED_SERVERS)."""
 ATTEMPT_DIR_DIGITS = 20
+CHECKPOINTS_DIR = "checkpoints"
+"""Beside the attempts dir: one directory per task whose spec sets `checkpoint: true`, kept
+across the task's attempts on this cluster (a preempted or failed attempt's successor resumes
+from it), removed when an attempt of the task succeeds."""
+CHECKPOINT_KEEP_S = 7 * 24 * 3600
+"""A checkpoint directory untouched this long (its task ended elsewhere, or never succeeded) is
+removed when the executor starts."""
+CHECKPOINT_ENV_VAR = "RAFTSCHED_CHECKPOINT_DIR"
 MOCK_KEYS = ("sleep_ms", "exit", "fail_attempts")
 MOCK_BAD_ARGUMENT_EXIT_CODE = 2
 MOCK_CLOSE_TIMEOUT_MS = 2_000
@@ -70,6 +82,26 @@ class TaskUser:
         """By name or numeric uid; KeyError if the system has no such account."""
         entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
         return cls(entry.pw_name, entry.pw_uid, entry.pw_gid)
+
+    def blocked_at(self, path: Path) -> Path | None:
+        """The first directory above `path` this user may not pass through (None: it reaches
+        `path`). A task starts in its work dir whatever its ancestors are (the wrapper changes
+        there before it switches user), but absolute paths under a blocked ancestor (its HOME,
+        RAFTSCHED_CHECKPOINT_DIR) do not resolve for it."""
+        for directory in reversed(path.resolve().parents):
+            try:
+                found = directory.stat()
+            except OSError:
+                return directory
+            if found.st_uid == self.uid:
+                allowed = found.st_mode & stat.S_IXUSR
+            elif found.st_gid == self.gid:
+                allowed = found.st_mode & stat.S_IXGRP
+            else:
+                allowed = found.st_mode & stat.S_IXOTH
+            if not allowed:
+                return directory
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +201,28 @@ class SubprocessExecutor:
         self._lock = threading.Lock()
         self._watched: dict[int, _Watched] = {}
         root.mkdir(parents=True, exist_ok=True)
+        self._checkpoints = root.parent / CHECKPOINTS_DIR
+        self._checkpoints.mkdir(mode=0o700, exist_ok=True)
         if task_user is not None:
-            for directory in (root.parent, root):
+            for directory in (root.parent, root, self._checkpoints):
                 directory.chmod(TRAVERSE_ONLY)
+        _sweep_checkpoints(self._checkpoints, time.time() - CHECKPOINT_KEEP_S)
+
+    def checkpoint_dir(self, job_id: str, task_id: str) -> Path:
+        """The task's checkpoint directory on this agent (named by a digest of its ids, which
+        may hold characters a file name should not)."""
+        digest = hashlib.sha256(task_key(job_id, task_id).encode()).hexdigest()[:32]
+        return self._checkpoints / digest
+
+    def _checkpoint(self, assignment: Assignment) -> Path:
+        """Creates (or keeps) the task's checkpoint directory, owned by the task's user."""
+        directory = self.checkpoint_dir(assignment.job_id, assignment.task_id)
+        directory.mkdir(mode=0o700, exist_ok=True)
+        user = self._task_user
+        if user is not None:
+            os.chown(directory, user.uid, user.gid)
+        os.utime(directory)  # fresh for CHECKPOINT_KEEP_S
+        return directory
 
     def attempt_dir(self, fence: int) -> str:
         return str(self._root / f"{fence:0{ATTEMPT_DIR_DIGITS}d}")
@@ -193,12 +244,16 @@ class SubprocessExecutor:
                 directory.chmod(TRAVERSE_ONLY)
                 os.chown(work, user.uid, user.gid)
                 env.update(HOME=str(work), USER=user.name, LOGNAME=user.name)
+            checkpoint = self._checkpoint(assignment) if assignment.checkpoint else None
+            if checkpoint is not None:
+                env[CHECKPOINT_ENV_VAR] = str(checkpoint)
             write_json_atomic(directory / runner.SPEC_FILE, {
                 "argv": list(assignment.command), "env": env,
                 "cwd": assignment.cwd or str(work), "timeout_ms": assignment.timeout_ms,
                 "max_output_bytes": self._max_output_bytes,
-                "kill_grace_ms": self._kill_grace_ms,
-                "user": None if user is None else [user.uid, user.gid]})
+                "kill_grace_ms": assignment.kill_grace_ms or self._kill_grace_ms,
+                "user": None if user is None else [user.uid, user.gid],
+                "checkpoint_dir": None if checkpoint is None else str(checkpoint)})
             with (directory / "wrapper.log").open("ab") as log:
                 process = subprocess.Popen(
                     [self._python, "-m", "agent.runner", str(directory)], cwd=directory,
@@ -248,10 +303,26 @@ class SubprocessExecutor:
         with self._lock:
             watched = list(self._watched.values())
         completions = [c for c in (self._check(w) for w in watched) if c is not None]
+        by_fence = {w.fence: w for w in watched}
+        for completion in completions:
+            if completion.exit_code == 0 and not completion.timed_out \
+                    and not completion.killed:
+                self._drop_checkpoint(by_fence[completion.fence])
         with self._lock:
             for completion in completions:
                 self._watched.pop(completion.fence, None)
         return completions
+
+    def _drop_checkpoint(self, watched: _Watched) -> None:
+        """The task succeeded: its checkpoint has served (the dir named in its spec, and only
+        one inside this executor's checkpoints dir)."""
+        try:
+            spec = read_json(watched.attempt_dir / runner.SPEC_FILE)
+        except ValueError:
+            return
+        named = None if spec is None else spec.get("checkpoint_dir")
+        if isinstance(named, str) and Path(named).parent == self._checkpoints:
+            shutil.rmtree(named, ignore_errors=True)
 
     def running(self) -> list[int]:
         with self._lock:
@@ -314,6 +385,18 @@ class SubprocessExecutor:
             # started the task: the kill did what it was asked.
             return Completion(watched.fence, None, killed=True, reason=f"killed ({why})")
         return Completion(watched.fence, VANISHED_EXIT_CODE, reason=why)
+
+
+def _sweep_checkpoints(checkpoints: Path, older_than_s: float) -> None:
+    """Removes the checkpoint directories last used before `older_than_s` (epoch seconds)."""
+    for entry in checkpoints.iterdir():
+        with contextlib.suppress(OSError):
+            found = entry.stat(follow_symlinks=False)
+            if found.st_mtime < older_than_s:
+                if stat.S_ISDIR(found.st_mode):
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink()
 
 
 def _identity(watched: _Watched) -> tuple[int | None, int | None]:

@@ -137,6 +137,13 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[str],
         task_user = _task_user(args.task_user) if args.executor == "subprocess" else None
         if task_user is not None:
             _make_private(config.data_dir)
+            blocked = task_user.blocked_at(config.data_dir)
+            if blocked is not None:
+                log.warning("task_user_cannot_reach_data_dir", user=task_user.name,
+                            blocked=str(blocked),
+                            hint=f"tasks start in their work dir, but their HOME and "
+                                 f"RAFTSCHED_CHECKPOINT_DIR paths do not resolve for them: let "
+                                 f"{task_user.name} traverse {blocked} (chmod o+x)")
         executor = _executor(args.executor, config.data_dir, task_user)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
@@ -265,7 +272,7 @@ def _task_user(option: str | None) -> TaskUser | None:
 
 def _make_private(data_dir: Path) -> None:
     """What a data dir made by an older agent (umask 022) holds directly (lmdb stores, the lock
-    file) becomes the agent's alone; attempt dirs are handled by the executor."""
+    file) becomes the agent's alone; attempt and checkpoint dirs are handled by the executor."""
     if not data_dir.is_dir():
         return
     for child in data_dir.iterdir():

@@ -5,7 +5,7 @@ agent then watches the attempt dir, and a restarted agent picks the attempt up a
 Standard library only, besides the agent's file helpers and the shared leaf `raftsched.procfs`.
 
 In ATTEMPT_DIR the wrapper reads `spec.json` (argv, env, cwd, timeout_ms, max_output_bytes,
-kill_grace_ms, user: [uid, gid] or null) and writes:
+kill_grace_ms, user: [uid, gid] or null; checkpoint_dir is the executor's) and writes:
 - `wrapper.json` {pid, start_ticks} first, so a restarted agent can find it;
 - `task.json` {pid, start_ticks} once the task runs (the task leads a process group of its own);
 - `stdout`, `stderr`: the task's output, each capped at max_output_bytes; the pipes are drained to

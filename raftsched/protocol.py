@@ -142,6 +142,10 @@ class Assignment:
     timeout_ms: int = 0
     """0: no timeout."""
     idempotency_key: str = ""
+    kill_grace_ms: int = 0
+    """SIGTERM to SIGKILL when the attempt is killed or times out; 0: the agent's default."""
+    checkpoint: bool = False
+    """The task keeps a checkpoint directory on this cluster across its attempts."""
 
     @property
     def task_key(self) -> str:

@@ -445,7 +445,8 @@ def assignment_to_pb(assignment: Assignment) -> Any:
         job_id=assignment.job_id, task_id=assignment.task_id, fence=assignment.fence,
         attempt=assignment.attempt, command=list(assignment.command), env=dict(assignment.env),
         cwd=assignment.cwd, resources=resources_to_pb(assignment.resources),
-        timeout_ms=assignment.timeout_ms, idempotency_key=assignment.idempotency_key)
+        timeout_ms=assignment.timeout_ms, idempotency_key=assignment.idempotency_key,
+        kill_grace_ms=assignment.kill_grace_ms, checkpoint=assignment.checkpoint)
 
 
 def assignment_from_pb(message: Any) -> Assignment:
@@ -453,7 +454,8 @@ def assignment_from_pb(message: Any) -> Assignment:
         job_id=message.job_id, task_id=message.task_id, fence=int(message.fence),
         attempt=int(message.attempt), command=tuple(message.command), env=dict(message.env),
         cwd=message.cwd, resources=resources_from_pb(message.resources),
-        timeout_ms=int(message.timeout_ms), idempotency_key=message.idempotency_key)
+        timeout_ms=int(message.timeout_ms), idempotency_key=message.idempotency_key,
+        kill_grace_ms=max(0, int(message.kill_grace_ms)), checkpoint=bool(message.checkpoint))
 
 
 def directives_to_pb(directives: Directives) -> Any:

@@ -299,7 +299,7 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., seq: _Optional[int] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., running: _Optional[_Iterable[int]] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("job_id", "task_id", "fence", "attempt", "command", "env", "cwd", "resources", "timeout_ms", "idempotency_key")
+    __slots__ = ("job_id", "task_id", "fence", "attempt", "command", "env", "cwd", "resources", "timeout_ms", "idempotency_key", "kill_grace_ms", "checkpoint")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -317,6 +317,8 @@ class Assignment(_message.Message):
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    KILL_GRACE_MS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_id: str
     fence: int
@@ -327,7 +329,9 @@ class Assignment(_message.Message):
     resources: Resources
     timeout_ms: int
     idempotency_key: str
-    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    kill_grace_ms: int
+    checkpoint: bool
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., kill_grace_ms: _Optional[int] = ..., checkpoint: _Optional[bool] = ...) -> None: ...
 
 class KillDirective(_message.Message):
     __slots__ = ("job_id", "task_id", "fence")

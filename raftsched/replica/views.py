@@ -12,7 +12,15 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.spec.issue import show
 from raftsched.state import feasibility, policy
 from raftsched.state.fsm import reservation_holder, reserved_for_other
-from raftsched.state.model import ALL_TENANTS, Cluster, Job, State, Task, TaskState
+from raftsched.state.model import (
+    ALL_TENANTS,
+    AttemptState,
+    Cluster,
+    Job,
+    State,
+    Task,
+    TaskState,
+)
 
 _PAGE_TOKEN = re.compile(f"[0-9]{{1,{limits.MAX_PAGE_TOKEN_CHARS}}}", re.ASCII)
 """A page token as `list_jobs` writes it: a job seq in ASCII decimal digits."""
@@ -201,13 +209,20 @@ def waiting_reason(state: State, job: Job, task: Task, cache: dict[object, str])
     if task.state != TaskState.RUNNABLE:
         return ""
     if task.reserved_on is not None:
-        return (f"runnable; cluster {task.reserved_on} is reserved for it (it waited for room); "
-                "it goes there as soon as the work running there makes room")
-    key = (task.spec.cpu_milli, task.spec.memory_mb, task.spec.gpu, task.spec.requires,
-           task.spec.cluster, job.spec.tenant)
-    found = cache.get(key)
-    if found is None:
-        found = cache[key] = _runnable_reason(state, job, task)
+        found = (f"runnable; cluster {task.reserved_on} is reserved for it (it waited for room, "
+                 "or lower-class work there is being preempted for it); it goes there as soon "
+                 "as the work running there makes room")
+    else:
+        key = (task.spec.cpu_milli, task.spec.memory_mb, task.spec.gpu, task.spec.requires,
+               task.spec.cluster, job.spec.tenant)
+        cached = cache.get(key)
+        if cached is None:
+            cached = cache[key] = _runnable_reason(state, job, task)
+        found = cached
+    last = task.current
+    if last is not None and last.state == AttemptState.PREEMPTED and task.preemptions:
+        return f"preempted ({task.preemptions} of at most " \
+               f"{policy.MAX_PREEMPTIONS_PER_TASK} times: {last.reason}); {found}"
     return found
 
 

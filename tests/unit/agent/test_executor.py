@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from agent.executor import (
     Launch,
     MockExecutor,
     SubprocessExecutor,
+    TaskUser,
     mock_plan,
 )
 from agent.files import read_json, write_json_atomic
@@ -328,3 +330,77 @@ def test_mock_executor_completes_kills_and_adopts() -> None:
         assert executor.started == [1, 2]
     finally:
         executor.close()
+
+
+def test_an_assignments_grace_overrides_the_agents(root: Path) -> None:
+    """The agent's default grace is a minute; the task's spec asks 300 ms: SIGKILL comes then."""
+    executor = SubprocessExecutor(root, kill_grace_ms=60_000)
+    try:
+        executor.start(assignment(1, command=_sh("trap '' TERM; touch trapped; sleep 30"),
+                                  kill_grace_ms=GRACE_MS))
+        wait_until((root / f"{1:020d}" / "work" / "trapped").exists, "the task to trap SIGTERM")
+        assert executor.kill(1) is True
+        completion = _complete(executor, 1, timeout_s=30.0)
+        assert completion.killed and "SIGKILL" in completion.reason
+        spec = read_json(root / f"{1:020d}" / runner.SPEC_FILE)
+        assert spec is not None and spec["kill_grace_ms"] == GRACE_MS
+    finally:
+        executor.close()
+
+
+CHECKPOINTED = ('test -f "$RAFTSCHED_CHECKPOINT_DIR/step" && cat "$RAFTSCHED_CHECKPOINT_DIR/step"; '
+                'echo "$RAFTSCHED_FENCE" > "$RAFTSCHED_CHECKPOINT_DIR/step"; exit "$STATUS"')
+
+
+def test_a_checkpoint_dir_persists_across_attempts_until_one_succeeds(
+        executor: SubprocessExecutor, root: Path) -> None:
+    first = _run(executor, 1, *_sh(CHECKPOINTED), checkpoint=True, env={"STATUS": "3"})
+    assert first.exit_code == 3
+    assert (root / f"{1:020d}" / "stdout").read_text() == ""
+    directory = executor.checkpoint_dir("job", "t")
+    assert (directory / "step").read_text() == "1\n"
+    assert directory.stat().st_mode & 0o777 == 0o700
+    # The next attempt of the same task (a new fence) finds it, succeeds, and it is removed.
+    assert _run(executor, 2, *_sh(CHECKPOINTED), checkpoint=True, attempt=2,
+                env={"STATUS": "0"}).exit_code == 0
+    assert (root / f"{2:020d}" / "stdout").read_text() == "1\n"
+    assert not directory.exists()
+    # Without `checkpoint` a task gets no directory and no variable.
+    assert _run(executor, 3, *_sh('echo "[${RAFTSCHED_CHECKPOINT_DIR-unset}]"')).exit_code == 0
+    assert (root / f"{3:020d}" / "stdout").read_text() == "[unset]\n"
+
+
+def test_checkpoints_of_other_tasks_are_apart_and_stale_ones_are_swept(root: Path) -> None:
+    executor = SubprocessExecutor(root)
+    try:
+        assert _run(executor, 1, *_sh(CHECKPOINTED), checkpoint=True, task_id="a",
+                    env={"STATUS": "1"}).exit_code == 1
+        assert _run(executor, 2, *_sh(CHECKPOINTED), checkpoint=True, task_id="b",
+                    env={"STATUS": "1"}).exit_code == 1
+        kept, stale = executor.checkpoint_dir("job", "a"), executor.checkpoint_dir("job", "b")
+        assert kept != stale and (kept / "step").read_text() == "1\n"
+        assert (stale / "step").read_text() == "2\n"
+    finally:
+        executor.close()
+    long_ago = time.time() - 8 * 24 * 3600
+    os.utime(stale, (long_ago, long_ago))
+    SubprocessExecutor(root).close()
+    assert kept.exists() and not stale.exists()
+
+
+def test_a_task_user_is_told_where_it_cannot_pass() -> None:
+    stranger = TaskUser("stranger", 65_000, 65_000)
+    # Under /tmp (every ancestor passable), not pytest's tmp_path (below a 0700 dir).
+    with tempfile.TemporaryDirectory() as name:
+        top = Path(name)
+        top.chmod(0o711)
+        closed = top / "closed"
+        data = closed / "agent" / "data"
+        data.mkdir(parents=True)
+        closed.chmod(0o700)
+        assert stranger.blocked_at(data) == closed
+        owner = TaskUser("owner", closed.stat().st_uid, 65_000)
+        assert owner.blocked_at(data) is None
+        closed.chmod(0o701)
+        assert stranger.blocked_at(data) is None
+        assert stranger.blocked_at(top / "missing" / "data") == top / "missing"

@@ -475,3 +475,22 @@ def test_compute_cluster_counts_the_kills_a_cancel_leaves_behind() -> None:
     message = views.compute_cluster(h.state, h.state.clusters["east"], heartbeat_age_ms=-1)
     assert (message.live_attempts, message.pending_kills) == (0, 2)
     assert message.reserved.cpu_milli == 0 and message.heartbeat_age_ms == -1
+
+
+def test_explain_says_a_task_was_preempted_and_for_what() -> None:
+    h = Harness()
+    h.register("east", cpu=2)
+    h.submit("low", job_doc([task_doc("train", resources={"cpu": 2})], priority_class="low",
+                            preemptible=True))
+    fence = h.assign_one("low", "train", "east")
+    h.started("east", "low", "train", fence)
+    h.submit("urgent", job_doc([task_doc("u", resources={"cpu": 2})], priority_class="high"))
+    h.ok(c.AssignBatch(h.now_ms, (), (c.Reservation("urgent", "u", "east"),),
+                       (c.Preemption("low", "train", fence, "urgent", "u"),)))
+    summary = views.explain_task(h.state, "low", "train").summary
+    assert summary.startswith("preempted (1 of at most 3 times: preempted to make room for "
+                              "urgent/u (priority class high)); runnable; "), summary
+    reserved = views.explain_task(h.state, "urgent", "u").summary
+    assert reserved.startswith("runnable; cluster east is reserved for it"), reserved
+    tasks = {t.task_id: t.reason for t in views.list_tasks(h.state, "low").tasks}
+    assert tasks["train"] == summary
