@@ -757,6 +757,8 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
                       state=_A_ASSIGNED, assigned_ms=now_ms)
     task.attempts.append(attempt)
     cluster.live[fence] = (job.id, index)
+    if job.spec.preemptible:
+        cluster.preemptible[fence] = (job.id, index)
     cluster.reserved_cpu_milli += spec.cpu_milli
     cluster.reserved_memory_mb += spec.memory_mb
     cluster.reserved_gpu += spec.gpu
@@ -1073,6 +1075,7 @@ def _end_attempt(state: State, job: Job, task: Task, attempt: Attempt, outcome: 
     attempt.reason = reason
     cluster = state.clusters[attempt.cluster_id]
     del cluster.live[attempt.fence]
+    cluster.preemptible.pop(attempt.fence, None)
     spec = task.spec
     cluster.reserved_cpu_milli -= spec.cpu_milli
     cluster.reserved_memory_mb -= spec.memory_mb

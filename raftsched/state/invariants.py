@@ -148,6 +148,9 @@ def _check_dependencies(job: Job, task: Task) -> None:
 
 
 def _check_cluster(state: State, cluster: Cluster) -> None:
+    assert cluster.preemptible == {
+        fence: held for fence, held in cluster.live.items()
+        if state.jobs[held[0]].spec.preemptible}, f"cluster {cluster.id}: preemptible index"
     cpu = memory = gpu = 0
     for fence, (job_id, index) in cluster.live.items():
         task = state.jobs[job_id].tasks[index]

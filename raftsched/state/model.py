@@ -164,6 +164,9 @@ class Cluster:
     reserved_gpu: int = 0
     live: dict[int, tuple[str, int]] = field(default_factory=dict)
     """fence -> (job id, task index) of every live attempt placed here."""
+    preemptible: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """The part of `live` whose jobs are preemptible: what the planner's preemption pass walks
+    (derived: kept on every transition, rebuilt when a snapshot loads, not in snapshots)."""
     kills: dict[int, tuple[str, str]] = field(default_factory=dict)
     """fence -> (job id, task id) the agent must stop, until it confirms."""
     overcommitted: bool = False

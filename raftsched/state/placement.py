@@ -27,7 +27,9 @@ Who goes first:
   lower classes whose jobs are preemptible (`policy.may_preempt`): on the open cluster where the
   fewest such victims make it fit (lowest class first, the most recently started first), the
   victims get kill directives and the task a reservation there, in one batch. Bounded by the
-  state machine's rate bound (`policy.preemption_budget`) and MAX_PREEMPTIONS_PER_PLAN.
+  state machine's rate bound (`policy.preemption_budget`), MAX_PREEMPTIONS_PER_PLAN and
+  MAX_PREEMPTORS_PER_PLAN; it walks only the attempts of preemptible jobs (`Cluster.preemptible`),
+  so it costs nothing where no preemptible work runs.
 
 Where: among the clusters the task fits (`feasibility.unfit`, the rule apply re-validates with),
 scored per job (`Scoring`): binpack (default) takes the fullest, spread the emptiest, by the sum
@@ -64,6 +66,9 @@ RESERVATION_SCAN = 1_000
 """Shape-queue heads the reservation and preemption passes look at per plan."""
 MAX_PREEMPTIONS_PER_PLAN = 8
 """Attempts one plan preempts at most."""
+MAX_PREEMPTORS_PER_PLAN = 32
+"""Waiting tasks one plan tries to make room for by preemption at most (the highest class and
+the longest waiting first): the pass costs at most this x the preemptible attempts running."""
 
 
 @dataclass(slots=True)
@@ -246,16 +251,17 @@ def _preempt(state: State, rooms: list[_Room], now_ms: int, result: Plan,
     no reservation, highest class first, then the longest waiting: stop the fewest preemptible
     lower-class attempts that make it fit on one open cluster, and reserve that cluster."""
     budget = min(MAX_PREEMPTIONS_PER_PLAN, policy.preemption_budget(state, now_ms))
-    if budget <= 0:
-        return
+    if budget <= 0 or not any(room.cluster.preemptible for room in rooms):
+        return  # O(clusters) when nothing running is preemptible: the usual case
     held = {room.reserved_for for room in rooms if room.reserved_for is not None}
     chosen: set[int] = set()
-    for job, task in _preemptors(state, rooms, now_ms, held):
+    for job, task in _preemptors(state, rooms, now_ms, held)[:MAX_PREEMPTORS_PER_PLAN]:
         if (job.id, task.spec.id) in placed:
             continue
         best: tuple[tuple[int, int, str], _Room, list[tuple[Job, Task, int]]] | None = None
         for room in rooms:
-            if room.reserved_for is not None or never_fits(task.spec, room.cluster):
+            if room.reserved_for is not None or not room.cluster.preemptible \
+                    or never_fits(task.spec, room.cluster):
                 continue
             victims = _victims(state, room, job, task, chosen)
             if victims is not None and len(victims) <= budget:
@@ -304,11 +310,11 @@ def _victims(state: State, room: _Room, job: Job, task: Task,
     lowest class first; inside it, one attempt that frees enough alone if there is one (the
     smallest such, the most recently started of equals: the least work lost), else the
     largest first (the fewest victims), the most recently started of equals. None when all of
-    them would not do. O(attempts live on the cluster)."""
+    them would not do. O(preemptible attempts live on the cluster)."""
     need = (task.spec.cpu_milli, task.spec.memory_mb, task.spec.gpu)
     have = (room.cpu_milli, room.memory_mb, room.gpu)
     by_class: dict[int, list[tuple[float, int, int, Job, Task]]] = {}
-    for fence, (victim_job_id, index) in room.cluster.live.items():
+    for fence, (victim_job_id, index) in room.cluster.preemptible.items():
         if fence in taken:
             continue
         victim_job = state.jobs[victim_job_id]

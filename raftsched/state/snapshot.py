@@ -274,6 +274,9 @@ def _read_records(unpacker: msgpack.Unpacker, version: int,
                 state.live_task_counts[task_state] += count
     state.usage, state.queued_total = derive_usage(state)
     for cluster in state.clusters.values():
+        cluster.preemptible = {fence: (job_id, index)
+                               for fence, (job_id, index) in cluster.live.items()
+                               if state.jobs[job_id].spec.preemptible}
         if cluster.reserved_for is not None:
             job_id, index = cluster.reserved_for
             state.jobs[job_id].tasks[index].reserved_on = cluster.id

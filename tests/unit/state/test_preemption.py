@@ -156,3 +156,34 @@ def test_the_preemption_rate_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None
     assert placement.plan(h.state, now_ms=h.now_ms).preemptions == []  # the budget is spent
     h.now_ms += policy.PREEMPTION_WINDOW_MS
     assert len(placement.plan(h.state, now_ms=h.now_ms).preemptions) == 1
+
+
+def test_the_preemption_pass_walks_no_attempt_when_nothing_running_is_preemptible(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full clusters of steady (not preemptible) work and many waiting tasks of a class that
+    could preempt: a plan looks at no running attempt (it used to walk every live attempt once
+    per waiting shape, per cluster, every round)."""
+    h = Harness()
+    for name in ("east", "west"):
+        h.register(name, cpu=4)
+    h.submit("steady", job_doc([task_doc(f"s{i}") for i in range(8)], priority_class="low"))
+    for i in range(8):
+        running(h, "steady", f"s{i}", "east" if i < 4 else "west")
+    for cpu in (1, 2, 3):  # three waiting shapes of the default class (normal > low)
+        h.submit(f"wait{cpu}", job_doc([task_doc("w", resources={"cpu": cpu})]))
+    looked: list[object] = []
+    real = policy.may_preempt
+    monkeypatch.setattr(policy, "may_preempt", lambda *a: looked.append(a) or real(*a))
+    assert placement.plan(h.state, now_ms=h.now_ms).preemptions == []
+    assert looked == []
+
+
+def test_the_preemptible_index_follows_attempts_and_survives_a_snapshot(h: Harness) -> None:
+    west = h.state.clusters["west"]
+    assert west.preemptible == west.live and len(west.live) == 3
+    fence = h.current("batch", "big").fence
+    h.report("west", c.Report(c.ReportKind.FINISHED, "batch", "big", fence, exit_code=0))
+    assert fence not in west.preemptible and west.preemptible == west.live
+    loaded = snapshot.load(snapshot.dump(h.state))
+    for cluster_id, cluster in h.state.clusters.items():
+        assert loaded.clusters[cluster_id].preemptible == cluster.preemptible
