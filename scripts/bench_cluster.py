@@ -31,7 +31,8 @@ from raftsched.client.client import Client  # noqa: E402
 from tests.support.cluster import LocalCluster, plus_one, wait_for  # noqa: E402
 
 PHASE_TIMEOUT_S = 300.0
-UNPLACEABLE = "name: bench-submit\ntasks:\n  - {id: t, command: [mock], requires: [nowhere]}\n"
+UNPLACEABLE = ("name: bench-submit\nallow_unschedulable: true\n"
+               "tasks:\n  - {id: t, command: [mock], requires: [nowhere]}\n")
 
 
 def pct(values: list[float], q: float) -> float:

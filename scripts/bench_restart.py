@@ -27,6 +27,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from raftsched import limits  # noqa: E402
 from raftsched.errors import RaftschedError  # noqa: E402
 from raftsched.eventlog import read_events  # noqa: E402
 from tests.support.cluster import LocalCluster, wait_for  # noqa: E402
@@ -40,7 +41,11 @@ SNAPSHOT_ENTRIES = int(__import__("os").environ.get("SNAP", "500"))
 """--snapshot-entries for the replicas: snapshots come every few seconds under the probe."""
 SUBMIT_TIMEOUT_S = 120.0
 PHASE_TIMEOUT_S = 600.0
-PROBE_SPEC = "name: probe\ntasks:\n  - {id: t, command: [mock], requires: [nowhere]}\n"
+PROBE_SPEC = ("name: probe\nallow_unschedulable: true\n"
+              "tasks:\n  - {id: t, command: [mock], requires: [nowhere]}\n")
+PROBE_ROOM = 1
+"""Queued tasks the probe holds at once (it cancels each probe job once accepted): the state
+built is at most MAX_QUEUED_TASKS less this, or the probe's submits would be refused."""
 
 
 @dataclass
@@ -56,15 +61,19 @@ class Probe:
         while not self.stop.is_set():
             started = time.perf_counter()
             try:
-                self.client.submit(PROBE_SPEC)
+                job_id = self.client.submit(PROBE_SPEC).job_id
             except RaftschedError as error:
                 self.failures.append(error.message)
                 continue
             self.latencies_ms.append((time.perf_counter() - started) * 1000)
+            try:
+                self.client.cancel(job_id, "probe measured")  # frees its queued task
+            except RaftschedError as error:
+                self.failures.append(f"cancel: {error.message}")
 
 
 def wide_job(name: str, tasks: int) -> str:
-    return json.dumps({"name": name, "tasks": [
+    return json.dumps({"name": name, "allow_unschedulable": True, "tasks": [
         {"id": f"t{i}", "command": ["mock"], "requires": ["nowhere"],
          "resources": {"cpu": 0.001, "memory_mb": 0}} for i in range(tasks)]})
 
@@ -102,10 +111,14 @@ def _phases(cluster: LocalCluster, total_tasks: int) -> list[str]:
     started = time.perf_counter()
     jobs = max(1, total_tasks // JOB_TASKS)
     spec = wide_job("big", min(JOB_TASKS, total_tasks))
+    short = jobs * min(JOB_TASKS, total_tasks) + PROBE_ROOM - limits.MAX_QUEUED_TASKS
+    last = spec if short <= 0 else wide_job("big", min(JOB_TASKS, total_tasks) - short)
+    total_tasks -= max(0, short)
     clients = [cluster.client(retry_budget_s=SUBMIT_TIMEOUT_S, timeout_s=SUBMIT_TIMEOUT_S)
                for _ in range(SUBMITTERS)]
     with ThreadPoolExecutor(SUBMITTERS) as pool:
-        list(pool.map(lambda i: clients[i % SUBMITTERS].submit(spec), range(jobs)))
+        list(pool.map(lambda i: clients[i % SUBMITTERS].submit(spec if i < jobs - 1 else last),
+                      range(jobs)))
     submitted_s = time.perf_counter() - started
     term_built = client.cluster_status().term
     # Every replica writes a snapshot of the full state while the probe goes on.
@@ -119,7 +132,9 @@ def _phases(cluster: LocalCluster, total_tasks: int) -> list[str]:
     probe.stop.set()
     prober.join(SUBMIT_TIMEOUT_S)
     term_after = client.cluster_status().term
-    lines = [
+    lines = [f"  (built {total_tasks:,} tasks: the probe needs room under MAX_QUEUED_TASKS)"
+             ] if short > 0 else []
+    lines += [
         f"  submitting the jobs ({SUBMITTERS} clients) took {submitted_s:.1f} s "
         f"({total_tasks / submitted_s:,.0f} tasks/s, parsed and validated twice); term "
         f"{term_start} -> {term_built}",
