@@ -32,6 +32,7 @@ from raftsched.clock import configure_skew_from_env
 from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.limits import MAX_CAPABILITIES_PER_CLUSTER, MAX_ID_CHARS
+from raftsched.options import metrics_address, metrics_endpoint
 
 SERVERS_ENV = "RAFTSCHED_SERVERS"
 DATA_DIR_ENV = "RAFTSCHED_AGENT_DATA_DIR"
@@ -106,6 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "even as root (tasks can then read the agent's data dir)")
     parser.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
                         help="serve Prometheus metrics on 127.0.0.1:PORT (default: 0, off)")
+    parser.add_argument("--metrics-address", default=None,
+                        metavar="HOST:PORT",
+                        help="serve Prometheus metrics on HOST:PORT instead, e.g. 0.0.0.0:9101 "
+                             "so that a Prometheus on another host can scrape (port 0: off)")
     parser.add_argument("--heartbeat-wait-ms", type=int, default=HEARTBEAT_WAIT_MS,
                         metavar="MS", help="long-poll wait of each heartbeat; the leader caps "
                                            f"it (default: {HEARTBEAT_WAIT_MS})")
@@ -160,15 +165,17 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[str],
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILURE
     try:
-        if args.metrics_port:
-            metrics.serve(args.metrics_port)
+        endpoint = metrics_endpoint(args.metrics_address, args.metrics_port)
+        if endpoint is not None:
+            metrics.serve(*endpoint)
         _install_signal_handlers(agent)
         agent.run()
     except AgentError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILURE
     except OSError as error:
-        print(f"error: metrics port {args.metrics_port}: {error}", file=sys.stderr)
+        where = metrics_endpoint(args.metrics_address, args.metrics_port)
+        print(f"error: cannot serve metrics on {where}: {error}", file=sys.stderr)
         return EXIT_FAILURE
     finally:
         agent.close()
@@ -211,6 +218,11 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
         raise UsageError("--memory-mb and --gpu cannot be negative")
     if not 0 <= args.metrics_port <= MAX_METRICS_PORT:
         raise UsageError(f"--metrics-port {args.metrics_port}: 0 (off) or a port number")
+    if isinstance(args.metrics_address, str):
+        try:
+            args.metrics_address = metrics_address(args.metrics_address)
+        except argparse.ArgumentTypeError as error:
+            raise UsageError(f"--metrics-address: {error}") from None
     if not 0 <= args.heartbeat_wait_ms <= MAX_HEARTBEAT_WAIT_MS:
         raise UsageError(f"--heartbeat-wait-ms: between 0 and {MAX_HEARTBEAT_WAIT_MS}")
     if not args.data_dir:

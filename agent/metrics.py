@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 
-METRICS_BIND_ADDRESS = "127.0.0.1"
 SLOT_TURNAROUND_BUCKETS_S = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
                              0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 """Targets: p50 <= 15 ms, p99 <= 50 ms (DESIGN.md §8)."""
@@ -51,6 +50,6 @@ class AgentMetrics:
             "raftsched_agent_stale_directives", "Heartbeat answers ignored for a lower term.",
             registry=self.registry)
 
-    def serve(self, port: int) -> None:
-        """Serves /metrics on 127.0.0.1:port from a daemon thread."""
-        start_http_server(port, addr=METRICS_BIND_ADDRESS, registry=self.registry)
+    def serve(self, host: str, port: int) -> None:
+        """Serves /metrics on host:port from a daemon thread (OSError if it cannot bind)."""
+        start_http_server(port, addr=host, registry=self.registry)

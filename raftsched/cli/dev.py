@@ -20,7 +20,8 @@ if TYPE_CHECKING:
 _DEV_JSON = (
     '  --json: {"servers": [gRPC addresses], "replicas": [{"id", "pid", "address", '
     '"raft_address",\n           "leader", "alive"}], "agents": [{"cluster", "pid", "alive", '
-    '"status"}], "dir", ...}')
+    '"status"}],\n           "metrics": [URL of each replica\'s and agent\'s /metrics], '
+    '"dir", ...}')
 
 
 def register_dev(commands: Subparsers, common: argparse.ArgumentParser) -> None:

@@ -950,7 +950,8 @@ class _Adder(_Launch):
 def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]:
     """What `dev up` and `dev status` print with --json: {"servers", "replicas": [{"id", "pid",
     "address", "raft_address", "leader", "alive"}], "agents": [{"cluster", "pid", "alive"}],
-    "dir", "insecure", "user_tls": {"ca", "cert", "key"} | null} and a few more fields."""
+    "metrics": [URL of every replica's and agent's /metrics], "dir", "insecure", "user_tls":
+    {"ca", "cert", "key"} | null} and a few more fields."""
     leader = view.leader if view is not None else ""
     replicas = [{
         "id": r.id, "pid": r.pid, "address": r.grpc_address, "raft_address": r.raft_address,
@@ -960,10 +961,18 @@ def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]
     } for r in state.replicas]
     agents = [agent_doc(agent, view) for agent in state.agents]
     user_tls = state.client_tls
+    ports = [r.metrics_port for r in state.replicas] + [a.metrics_port for a in state.agents]
+    metrics = [metrics_url(port) for port in ports if port]
     return {"servers": state.servers, "replicas": replicas, "agents": agents, "dir": state.dir,
+            "metrics": metrics,
             "leader": leader, "executor": state.executor, "secret_file": state.secret_file,
             "insecure": state.insecure,
             "user_tls": asdict(user_tls) if user_tls is not None else None}
+
+
+def metrics_url(port: int) -> str:
+    """Where a dev process serves Prometheus metrics (`--metrics-port`: on 127.0.0.1)."""
+    return f"http://127.0.0.1:{port}/metrics"
 
 
 def agent_doc(agent: AgentEntry, view: ClusterView | None) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import ProposalClock, SystemClock, configure_skew_from_env
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
-from raftsched.options import positive_int, positive_seconds
+from raftsched.options import metrics_address, metrics_endpoint, positive_int, positive_seconds
 from raftsched.replica import identity, metrics
 from raftsched.replica.leader import LOST_AFTER_S, SUSPECT_AFTER_S, Leader, LeaderConfig
 from raftsched.replica.service import (
@@ -99,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="... or once this long has passed since the last one (default 600)")
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on 127.0.0.1:PORT (0: off)")
+    parser.add_argument("--metrics-address", type=metrics_address, default=None,
+                        metavar="HOST:PORT",
+                        help="serve Prometheus metrics on HOST:PORT instead, e.g. 0.0.0.0:9100 "
+                             "so that a Prometheus on another host can scrape (port 0: off). "
+                             "The replicated state's figures come from the leader only, so "
+                             "sum() over replicas never multiplies them")
     parser.add_argument("--log-level", default="info", type=str.lower, choices=eventlog.LEVELS,
                         help="log events at this level and above, as JSON lines on stderr "
                              "(default info)")
@@ -153,6 +159,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     peers = [p.strip() for p in args.peers.split(",") if p.strip() and p.strip() != args.raft]
     changes = ChangeFeed()
+    telemetry = metrics.ReplicaMetrics()
     try:
         tuning: dict[str, Any] = {}
         if args.snapshot_entries is not None:
@@ -160,7 +167,9 @@ def run(args: argparse.Namespace) -> int:
         if args.snapshot_interval_s is not None:
             tuning["compaction_min_time_s"] = args.snapshot_interval_s
         node = RaftNode(args.raft, peers, args.data_dir, secret, insecure_dev=args.insecure_dev,
-                        on_applied=changes.notify, applied_log=args.applied_log, **tuning)
+                        on_leader_change=telemetry.leadership_changed,
+                        on_applied=changes.notify, applied_log=args.applied_log,
+                        on_proposal=telemetry.proposal, **tuning)
     except RaftschedError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 2
@@ -183,7 +192,16 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    metrics.serve(args.metrics_port, node, leader.leading)
+    telemetry.watch(node, leader.leading, leader.reported_free)
+    endpoint = metrics_endpoint(args.metrics_address, args.metrics_port)
+    if endpoint is not None:
+        try:
+            telemetry.serve(*endpoint)
+        except OSError as error:
+            node.close()
+            print(f"error: cannot serve metrics on {endpoint[0]}:{endpoint[1]}: "
+                  f"{error.strerror}", file=sys.stderr)
+            return 1
     leader.start()
     server.start()
     log.info("replica_started", raft=args.raft, grpc=args.grpc, peers=",".join(peers))

@@ -1,59 +1,167 @@
-"""Prometheus metrics of a replica, read from its state when scraped (no background thread).
+"""Prometheus metrics of a replica, on an address of the operator's choice (`--metrics-address`).
 
-A scrape reads counters the state machine keeps on every transition (`live_task_counts`,
-`live_jobs`, tenants' usage, ...) and one entry per compute cluster and per tenant:
-O(clusters + tenants) under the apply lock, never a walk of the jobs.
+Two kinds, so that summing over the replicas of one cluster never multiplies a figure:
 
-The contention policy's gauges: per tenant, tasks queued and running, its weighted dominant
-share and its weight; per cluster, whether it is draining, degraded, or reserved for a large
-task."""
+- **This replica's own** (every replica exports them; `sum()` adds real, separate work):
+  `raftsched_replica_leader` (1 on the leader only), `raftsched_raft_term`,
+  `raftsched_leader_changes_total` (this replica becoming or ceasing to be leader),
+  `raftsched_proposals_total{outcome}` and `raftsched_commit_latency_seconds` (entries this
+  replica proposed: append -> applied here, majority commit included).
+- **The replicated state's** (the leader alone exports them, followers omit them: every replica
+  holds the same state, so `sum()` over replicas gives the leader's value once, and a query
+  keeps working across a failover): tasks by state, jobs, clusters by status, per-cluster
+  capacity (total, committed to live attempts, and the free capacity its agent last reported
+  to the leader), the contention policy's per-tenant and per-cluster figures, and the counts of
+  what applying entries did (`model.Stats`: placements and how long tasks waited for them,
+  dropped placements, preemptions, retries by class, agents' reports by verdict — late and
+  duplicate ones included). Those counts start from zero when the replica starts, like any
+  process counter, which `rate()` and `increase()` expect.
+
+A scrape never walks jobs or tasks: it reads counters kept on apply, O(clusters + tenants),
+under the apply lock (`RaftNode.read`).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from prometheus_client import start_http_server
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import REGISTRY, Collector
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.registry import Collector
 
 from raftsched.state import policy
-from raftsched.state.model import State, TaskState
+from raftsched.state.model import PLACEMENT_LATENCY_BUCKETS_MS, State, TaskState
+
+COMMIT_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                            5.0, 10.0)
+"""Sequential commits measure 1.5-3 ms on the development machine; seconds mean trouble."""
+
+Free = tuple[int, int, int]
 
 
-class ReplicaCollector(Collector):
-    def __init__(self, node: Any, leading: Any) -> None:
+class ReplicaMetrics:
+    """The replica's registry: its own counters, and a collector of the replicated state's
+    families that the leader alone yields."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.proposals = Counter(
+            "raftsched_proposals", "Entries this replica proposed, by how they were answered: "
+            "applied, rejected (committed, refused by the state machine), not_leader, unknown.",
+            ["outcome"], registry=self.registry)
+        self.commit_latency_seconds = Histogram(
+            "raftsched_commit_latency_seconds", "Entries this replica proposed: from append to "
+            "applied here (a majority's fsync and ack included).",
+            buckets=COMMIT_LATENCY_BUCKETS_S, registry=self.registry)
+        self.leader_changes = Counter(
+            "raftsched_leader_changes", "Times this replica became or ceased to be the leader.",
+            registry=self.registry)
+        for outcome in ("applied", "rejected", "not_leader", "unknown"):
+            self.proposals.labels(outcome)  # present at 0 from the start: rate() sees the first
+
+    def proposal(self, outcome: str, elapsed_s: float) -> None:
+        """`RaftNode(on_proposal=...)`: called once per entry this replica proposed."""
+        self.proposals.labels(outcome).inc()
+        if outcome in ("applied", "rejected"):
+            self.commit_latency_seconds.observe(elapsed_s)
+
+    def leadership_changed(self, is_leader: bool) -> None:
+        """`RaftNode(on_leader_change=...)`."""
+        self.leader_changes.inc()
+
+    def watch(self, node: Any, leading: Callable[[], bool],
+              reported_free: Callable[[], dict[str, Free]]) -> None:
+        self.registry.register(StateCollector(node, leading, reported_free))
+
+    def serve(self, host: str, port: int) -> None:
+        """Serve /metrics on host:port from a daemon thread (raises OSError if it cannot bind)."""
+        start_http_server(port, addr=host, registry=self.registry)
+
+
+class StateCollector(Collector):
+    def __init__(self, node: Any, leading: Callable[[], bool],
+                 reported_free: Callable[[], dict[str, Free]]) -> None:
         self._node = node
         self._leading = leading
+        self._reported_free = reported_free
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        def counts(state: State) -> tuple[int, int, list[int], dict[str, int], int]:
-            tasks = list(state.live_task_counts)
-            clusters: dict[str, int] = {}
-            for cluster in state.clusters.values():
-                clusters[cluster.status.name] = clusters.get(cluster.status.name, 0) + 1
-            return len(state.jobs), state.live_jobs, tasks, clusters, state.fence
-
-        jobs, live, tasks, clusters, fence = self._node.read(counts)
-        yield from self._node.read(_policy_families)
-        yield GaugeMetricFamily("raftsched_leader", "1 while this replica leads",
-                                value=1 if self._leading() else 0)
-        yield GaugeMetricFamily("raftsched_jobs", "jobs held in state", value=jobs)
-        yield GaugeMetricFamily("raftsched_live_jobs", "jobs not yet terminal", value=live)
-        yield GaugeMetricFamily("raftsched_fence", "last fence issued", value=fence)
-        by_state = GaugeMetricFamily("raftsched_live_tasks", "tasks of live jobs by state",
-                                     labels=["state"])
-        for state_value, count in enumerate(tasks):
-            by_state.add_metric([TaskState(state_value).name], count)
-        yield by_state
-        by_status = GaugeMetricFamily("raftsched_clusters", "compute clusters by status",
-                                      labels=["status"])
-        for status, count in sorted(clusters.items()):
-            by_status.add_metric([status], count)
-        yield by_status
+    def collect(self) -> Iterator[Metric]:
+        leader = self._leading()
+        yield GaugeMetricFamily("raftsched_replica_leader",
+                                "1 on the replica that leads (sum over replicas: 1 when the "
+                                "cluster has a leader)", value=1 if leader else 0)
+        yield GaugeMetricFamily("raftsched_raft_term", "this replica's current Raft term",
+                                value=self._node.term())
+        if not leader:
+            return  # the replicated state's figures come from the leader only (see above)
+        free = self._reported_free()
+        yield from self._node.read(lambda state: state_families(state, free))
 
 
-def _policy_families(state: State) -> list[GaugeMetricFamily]:
+def state_families(state: State, reported_free: dict[str, Free]) -> list[Metric]:
+    """Every family of the replicated state, read in O(clusters + tenants)."""
+    return [*_task_families(state), *_cluster_families(state, reported_free),
+            *_policy_families(state), *_stats_families(state)]
+
+
+def _task_families(state: State) -> list[Metric]:
+    jobs = GaugeMetricFamily("raftsched_jobs", "jobs held in state (terminal ones until "
+                             "retention forgets them)", value=len(state.jobs))
+    live = GaugeMetricFamily("raftsched_live_jobs", "jobs not yet terminal", value=state.live_jobs)
+    fence = GaugeMetricFamily("raftsched_fence", "last fence issued", value=state.fence)
+    by_state = GaugeMetricFamily("raftsched_live_tasks", "tasks of live jobs by state",
+                                 labels=["state"])
+    for state_value, count in enumerate(state.live_task_counts):
+        by_state.add_metric([TaskState(state_value).name], count)
+    return [jobs, live, fence, by_state]
+
+
+def _cluster_families(state: State, reported_free: dict[str, Free]) -> list[Metric]:
+    statuses: dict[str, int] = {}
+    for cluster in state.clusters.values():
+        statuses[cluster.status.name] = statuses.get(cluster.status.name, 0) + 1
+    by_status = GaugeMetricFamily("raftsched_clusters", "compute clusters by status",
+                                  labels=["status"])
+    for status, count in sorted(statuses.items()):
+        by_status.add_metric([status], count)
+    total = GaugeMetricFamily("raftsched_cluster_capacity",
+                              "what a cluster's agent registered (cpu in cores, memory in "
+                              "bytes, gpu in devices)", labels=["cluster", "resource"])
+    committed = GaugeMetricFamily("raftsched_cluster_committed",
+                                  "what the live attempts placed on a cluster hold",
+                                  labels=["cluster", "resource"])
+    reported = GaugeMetricFamily("raftsched_cluster_reported_free",
+                                 "the free capacity a cluster's agent last reported to this "
+                                 "leader (an observation; absent until one arrives)",
+                                 labels=["cluster", "resource"])
+    live = GaugeMetricFamily("raftsched_cluster_live_attempts",
+                             "attempts placed on a cluster and not yet ended", labels=["cluster"])
+    for cluster in sorted(state.clusters.values(), key=lambda c: c.id):
+        for family, values in (
+                (total, (cluster.cpu_milli, cluster.memory_mb, cluster.gpu)),
+                (committed, (cluster.reserved_cpu_milli, cluster.reserved_memory_mb,
+                             cluster.reserved_gpu)),
+                (reported, reported_free.get(cluster.id))):
+            if values is not None:
+                _add_resources(family, cluster.id, values)
+        live.add_metric([cluster.id], len(cluster.live))
+    return [by_status, total, committed, reported, live]
+
+
+def _add_resources(family: GaugeMetricFamily, cluster_id: str, values: Free) -> None:
+    cpu_milli, memory_mb, gpu = values
+    family.add_metric([cluster_id, "cpu"], cpu_milli / 1000)
+    family.add_metric([cluster_id, "memory"], memory_mb * 1024 * 1024)
+    family.add_metric([cluster_id, "gpu"], gpu)
+
+
+def _policy_families(state: State) -> list[Metric]:
     queued = GaugeMetricFamily("raftsched_tenant_queued_tasks",
                                "tasks of a tenant's live jobs PENDING, RUNNABLE or RETRY_WAIT",
                                labels=["tenant"])
@@ -88,8 +196,44 @@ def _policy_families(state: State) -> list[GaugeMetricFamily]:
     return [queued, running, share, weight, draining, degraded, reserved]
 
 
-def serve(port: int, node: Any, leading: Any) -> None:
-    """Expose /metrics on 127.0.0.1:`port` (0: do not serve)."""
-    if port:
-        REGISTRY.register(ReplicaCollector(node, leading))
-        start_http_server(port, addr="127.0.0.1")
+def _stats_families(state: State) -> list[Metric]:
+    stats = state.stats
+    placements = CounterMetricFamily("raftsched_placements",
+                                     "tasks given an attempt (a fence) by an applied ASSIGN_BATCH",
+                                     value=stats.placements)
+    wait = HistogramMetricFamily("raftsched_placement_wait_seconds",
+                                 "how long a placed task waited RUNNABLE: ready -> assigned, in "
+                                 "the state machine's time")
+    cumulative, buckets = 0, []
+    for bound_ms, count in zip(PLACEMENT_LATENCY_BUCKETS_MS, stats.placement_ms_buckets,
+                               strict=False):
+        cumulative += count
+        buckets.append((_le(bound_ms / 1000), cumulative))
+    buckets.append(("+Inf", stats.placements))
+    wait.add_metric([], buckets, sum_value=stats.placement_ms_sum / 1000)
+    dropped = CounterMetricFamily("raftsched_placements_dropped",
+                                  "planned placements the state machine refused at apply (a "
+                                  "plan made on a state that moved on), by reason",
+                                  labels=["reason"])
+    for reason, count in sorted(stats.dropped.items()):
+        dropped.add_metric([reason], count)
+    preemptions = CounterMetricFamily("raftsched_preemptions",
+                                      "running attempts stopped to make room for a task of a "
+                                      "higher priority class", value=stats.preemptions)
+    retries = CounterMetricFamily("raftsched_retries",
+                                  "attempts that ended and whose task was tried again, by class: "
+                                  "application (the task failed) or infra (rejected, lost, "
+                                  "expired)", labels=["class"])
+    for kind in ("application", "infra"):
+        retries.add_metric([kind], stats.retries.get(kind, 0))
+    reports = CounterMetricFamily("raftsched_reports",
+                                  "agents' reports applied, by verdict (late: about an attempt "
+                                  "no longer current; duplicate: already applied)",
+                                  labels=["verdict"])
+    for verdict in ("accepted", "duplicate", "late", "not_found", "wrong_cluster"):
+        reports.add_metric([verdict], stats.reports.get(verdict, 0))
+    return [placements, wait, dropped, preemptions, retries, reports]
+
+
+def _le(seconds: float) -> str:
+    return repr(float(seconds))

@@ -12,6 +12,7 @@ a job or the state, except the operations whose inherent cost is the job (cancel
 
 from __future__ import annotations
 
+import bisect
 import heapq
 from collections.abc import Container, Iterator
 from dataclasses import dataclass
@@ -55,6 +56,7 @@ from raftsched.state.model import (
     ALL_TENANTS,
     LIVE_ATTEMPT_STATES,
     PLACED_TASK_STATES,
+    PLACEMENT_LATENCY_BUCKETS_MS,
     QUEUED_TASK_STATES,
     TERMINAL_JOB_STATES,
     TERMINAL_TASK_STATES,
@@ -71,6 +73,7 @@ from raftsched.state.model import (
     Role,
     ShapeQueue,
     State,
+    Stats,
     Task,
     TaskShape,
     TaskState,
@@ -636,6 +639,12 @@ def apply_assign_batch(state: State, cmd: AssignBatch) -> Applied[AssignResult]:
             dropped.append(outcome)
     for reservation in cmd.reservations:  # after the items: one may free a cluster's holder
         _reserve(state, reservation, cmd.now_ms)
+    stats = state.stats
+    stats.placements += len(assigned)
+    stats.preemptions += len(preempted)
+    for drop in dropped:
+        name = drop.reason.name.lower()
+        stats.dropped[name] = stats.dropped.get(name, 0) + 1
     return Applied(AssignResult(tuple(assigned), tuple(dropped), preempted))
 
 
@@ -753,6 +762,7 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
                         f"{policy.policy_of(state, job.spec.tenant).max_running} tasks")
     state.fence += 1
     fence = state.fence
+    _observe_wait(state.stats, now_ms - task.ready_ms)
     attempt = Attempt(fence=fence, number=len(task.attempts) + 1, cluster_id=cluster.id,
                       state=_A_ASSIGNED, assigned_ms=now_ms)
     task.attempts.append(attempt)
@@ -785,10 +795,12 @@ def apply_report_batch(state: State, cmd: ReportBatch) -> Applied[ReportResult]:
     """Each item's verdict: accepted, duplicate, late, or refused (not found / wrong cluster).
     Every verdict is final: the agent may drop the report from its outbox once committed."""
     cluster_id, now_ms, entropy = cmd.cluster_id, cmd.now_ms, cmd.entropy
-    return Applied(ReportResult(tuple([
-        _report_one(state, cluster_id, report, now_ms, entropy + index)
-        for index, report in enumerate(cmd.items)
-    ])))
+    verdicts = tuple([_report_one(state, cluster_id, report, now_ms, entropy + index)
+                      for index, report in enumerate(cmd.items)])
+    counted = state.stats.reports
+    for verdict in verdicts:
+        counted[verdict] = counted.get(verdict, 0) + 1
+    return Applied(ReportResult(verdicts))
 
 
 def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entropy: int,
@@ -1114,6 +1126,7 @@ def _app_failure(state: State, job: Job, task: Task, exit_code: int | None,
                                      f"(retries across its tasks)")
     else:
         job.retries_used += 1
+        _count_retry(state, "application")
         exponent = task.app_failures - 1
         delay = min(retry.backoff_ms * retry.multiplier ** exponent, retry.backoff_max_ms)
         _wait_retry(state, job, task, _jittered(delay, retry.jitter, entropy))
@@ -1126,11 +1139,18 @@ def _infra_failure(state: State, job: Job, task: Task, *, immediate: bool, entro
         _fail_task(state, job, task, f"infrastructure retry budget exhausted "
                                      f"(MAX_INFRA_RETRIES={limits.MAX_INFRA_RETRIES})")
     elif immediate:
+        _count_retry(state, "infra")
         _make_runnable(state, job, task)
     else:
+        _count_retry(state, "infra")
         delay = min(limits.INFRA_BACKOFF_MS * 2 ** (task.infra_failures - 1),
                     limits.INFRA_BACKOFF_MAX_MS)
         _wait_retry(state, job, task, _jittered(delay, 0.2, entropy))
+
+
+def _count_retry(state: State, kind: str) -> None:
+    retries = state.stats.retries
+    retries[kind] = retries.get(kind, 0) + 1
 
 
 def _wait_retry(state: State, job: Job, task: Task, delay_ms: int) -> None:
@@ -1297,6 +1317,12 @@ def _timer_live(state: State, entry: tuple[int, int, int, int, str]) -> bool:
         return False
     wanted = _A_ASSIGNED if kind == TimerKind.ASSIGN_TIMEOUT else _A_RUNNING
     return attempt.state == wanted
+
+
+def _observe_wait(stats: Stats, waited_ms: int) -> None:
+    waited_ms = max(0, waited_ms)
+    stats.placement_ms_buckets[bisect.bisect_left(PLACEMENT_LATENCY_BUCKETS_MS, waited_ms)] += 1
+    stats.placement_ms_sum += waited_ms
 
 
 # --- derived counters ---------------------------------------------------------------------------

@@ -308,6 +308,34 @@ class TenantUsage:
     """What its live attempts reserve: the measure of dominant-resource fair share."""
 
 
+PLACEMENT_LATENCY_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1_000, 2_500, 5_000, 10_000,
+                                30_000, 60_000, 300_000, 1_800_000)
+"""Upper bounds of the ready -> assigned histogram (`Stats`), in state-machine milliseconds."""
+
+
+@dataclass(slots=True)
+class Stats:
+    """What applying entries did, counted for metrics (`replica/metrics.py`): deterministic
+    (every replica counts the same for the same entries), kept on apply, never read by a
+    decision, and not in snapshots — they start from zero when a replica starts or loads one,
+    as a process's counters do. O(1) per placement and per report."""
+
+    placements: int = 0
+    placement_ms_buckets: list[int] = field(
+        default_factory=lambda: [0] * (len(PLACEMENT_LATENCY_BUCKETS_MS) + 1))
+    """How long each placed task waited RUNNABLE (ready -> assigned), per bucket of
+    PLACEMENT_LATENCY_BUCKETS_MS, the last one unbounded (not cumulative)."""
+    placement_ms_sum: int = 0
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Placements refused at apply, by reason (a stale plan, not an error)."""
+    preemptions: int = 0
+    retries: dict[str, int] = field(default_factory=dict)
+    """Attempts that ended and were tried again: "application" (the task failed), "infra"
+    (rejected, lost, timed out on the agent's side)."""
+    reports: dict[str, int] = field(default_factory=dict)
+    """Agents' reports by verdict: accepted, duplicate, late, not_found, wrong_cluster."""
+
+
 QUEUED_TASK_STATES = frozenset({TaskState.PENDING, TaskState.RUNNABLE, TaskState.RETRY_WAIT})
 PLACED_TASK_STATES = frozenset({TaskState.ASSIGNED, TaskState.RUNNING})
 
@@ -347,6 +375,9 @@ class State:
     preempted_ms: deque[int] = field(default_factory=deque)
     """When the latest preemptions were applied, oldest first, at most
     MAX_PREEMPTIONS_PER_WINDOW: the rate bound (`policy.preemption_budget`)."""
+    stats: Stats = field(default_factory=Stats, compare=False)
+    """Counts for metrics, of the entries applied since this replica started or loaded a
+    snapshot: not part of what the state is (not compared, not in snapshots or digests)."""
     live_task_counts: list[int] = field(default_factory=lambda: [0] * len(TaskState))
     """Tasks of jobs not yet terminal, by state: kept on every transition so that gauges read
     it in O(1). Derived (not in snapshots: recomputed when one is loaded)."""

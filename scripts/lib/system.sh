@@ -1,11 +1,14 @@
 # Sourced by scripts/test and jepsen-style/run: the system packages the fault-injection harness
-# needs (iptables for partitions, iproute2 and util-linux for namespaces), installed with apt-get
-# when missing and we are root. Never fatal: without them the harness says what is missing.
+# needs (iptables for partitions, iproute2 and util-linux for namespaces) and the metrics tests
+# need (prometheus: promtool lints the exposition and the alert rules, a real Prometheus scrapes
+# a dev cluster; its Debian service is not started), installed with apt-get when missing and we
+# are root. Never fatal: without them the harness and those tests say what is missing.
 ensure_system_packages() {
     local missing=()
     command -v iptables >/dev/null 2>&1 || missing+=(iptables)
     command -v nsenter >/dev/null 2>&1 || missing+=(util-linux)
     command -v ip >/dev/null 2>&1 || missing+=(iproute2)
+    command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
     [ ${#missing[@]} -eq 0 ] && return 0
     if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
         echo "warning: missing system packages ${missing[*]} (not root or no apt-get)" >&2

@@ -40,7 +40,7 @@ def test_help_explains_every_option() -> None:
     add_arguments(parser)
     text = parser.format_help()
     for option in ("--cluster-id", "--servers", "--capabilities", "--cpu", "--memory-mb",
-                   "--gpu", "--data-dir", "--executor", "--metrics-port"):
+                   "--gpu", "--data-dir", "--executor", "--metrics-port", "--metrics-address"):
         assert option in text
     for action in parser._actions:
         assert action.help, f"{action.option_strings} has no help"
@@ -55,6 +55,10 @@ def test_help_explains_every_option() -> None:
     (["--cluster-id", "east", "--servers", "h:1"], "no data dir"),
     (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--capabilities", "a b"],
      "not a valid name"),
+    (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--metrics-address",
+      "9100"], "--metrics-address: not HOST:PORT"),
+    (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--metrics-address",
+      "0.0.0.0:99999"], "port 99999 is not between 0 (off) and 65535"),
 ])
 def test_bad_arguments_are_one_clear_error(argv: list[str], message: str,
                                            capsys: pytest.CaptureFixture[str],
@@ -159,3 +163,24 @@ def test_the_agent_process_survives_sigkill_and_reports_once(tmp_path: Path,
     assert [r.incarnation for r in session.registrations] == [1, 2]
     assert [(k.fence, k.running) for k in session.registrations[1].known] == [(1, False)]
     assert (attempts / f"{1:020d}" / "stdout").read_text() == "out\n"
+
+
+@pytest.mark.integration
+def test_metrics_served_on_every_interface_with_metrics_address(tmp_path: Path) -> None:
+    """--metrics-address 0.0.0.0:PORT answers on an address other than 127.0.0.1 (127.0.0.2
+    reaches this host too, but not a socket bound to 127.0.0.1 alone): a Prometheus on another
+    host can scrape the agent."""
+    session = FakeSession()
+    port = _free_port()
+    with serve(session) as address, \
+            _agent_process(address, tmp_path / "data", "--metrics-address", f"0.0.0.0:{port}"):
+        def scrape() -> str | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.2:{port}/metrics",
+                                            timeout=PROCESS_TIMEOUT_S) as response:
+                    return str(response.read().decode())
+            except OSError:
+                return None
+
+        text = wait_until(scrape, "metrics on 127.0.0.2", PROCESS_TIMEOUT_S)
+    assert "# TYPE raftsched_agent_attempts_started_total counter" in str(text)

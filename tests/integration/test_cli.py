@@ -115,6 +115,8 @@ def test_demo_runs_on_a_dev_cluster(tmp_path: Path) -> None:
 
         status = parsed(raftsched(dev_dir, "dev", "status", "--json"))
         assert status["agents"][-1] == {**big, "status": "READY", "alive": True}
+        assert status["metrics"][-1] == f"http://127.0.0.1:{big['metrics_port']}/metrics"
+        assert len(set(status["metrics"])) == 6  # 3 replicas, 3 agents
 
         spec = tmp_path / "on-big.yaml"
         spec.write_text(ON_BIG)

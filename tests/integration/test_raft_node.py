@@ -863,6 +863,9 @@ def test_a_huge_or_negative_frame_length_is_refused_before_buffering(
     assert leader.ok("submit after-probe") == {
         "applied": {"job_id": "after-probe", "created": True}}
     for replica in cluster.replicas:
-        status = replica.status()
+        # A replica that was slow to hear the leader may still be at an earlier term: wait for
+        # it to hear of this one; an election would have moved every replica past `term`.
+        status = wait_for(lambda r=replica: (lambda s: s if s["term"] >= term else None)(
+            r.status()), 30.0, f"{replica.address} to hear of term {term}")
         assert status["term"] == term, "an election happened"
         assert status["leader"] == leader.address

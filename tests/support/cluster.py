@@ -23,6 +23,9 @@ from raftsched.errors import RaftschedError
 
 T = TypeVar("T")
 START_TIMEOUT_S = 30.0
+LEADER_PROBE_TIMEOUT_S = 5.0
+"""One replica's answer to "who leads?" (TLS handshake included): generous, as a busy machine
+is slow to answer, and a wait for a leader polls again until its own deadline anyway."""
 POLL_S = 0.05
 SECRET = "integration-test-secret"
 
@@ -129,7 +132,8 @@ class LocalCluster:
             if not proc.alive():
                 continue
             try:
-                status = self.client(retry_budget_s=1, timeout_s=1).cluster_status(self.grpc[i])
+                status = self.client(retry_budget_s=LEADER_PROBE_TIMEOUT_S,
+                                     timeout_s=LEADER_PROBE_TIMEOUT_S).cluster_status(self.grpc[i])
             except RaftschedError:
                 continue
             if status.leader in self.grpc:

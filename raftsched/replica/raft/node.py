@@ -246,12 +246,14 @@ class _Replies:
 
     _NONE: Any = object()
 
-    def __init__(self, count: int) -> None:
+    def __init__(self, count: int, observe: ProposalObserver | None = None) -> None:
         self.results: list[Any] = [None] * count
         self.reasons: list[Any] = [self._NONE] * count
         self._left = count
         self._lock = threading.Lock()
         self.done = threading.Event()
+        self._observe = observe
+        self._started = time.monotonic()
         if count == 0:
             self.done.set()
 
@@ -272,9 +274,29 @@ class _Replies:
             self._left -= 1
             if self._left == 0:
                 self.done.set()
+        if self._observe is not None:
+            try:
+                self._observe(_proposal_outcome(result, reason), time.monotonic() - self._started)
+            except Exception:
+                log.exception("raft_proposal_observer_failed")
 
     def replied(self, position: int) -> bool:
         return self.reasons[position] is not self._NONE
+
+
+ProposalObserver = Callable[[str, float], None]
+"""(outcome, seconds from append to answer), once per proposed entry: outcome is "applied",
+"rejected" (committed; the state machine refused it), "not_leader" or "unknown"."""
+
+
+def _proposal_outcome(result: Any, reason: Any) -> str:
+    if reason == FAIL_REASON.SUCCESS:
+        if isinstance(result, Applied):
+            return "applied"
+        return "rejected" if isinstance(result, Rejected) else "unknown"
+    if reason in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER):
+        return "not_leader"
+    return "unknown"
 
 
 class Proposal:
@@ -310,7 +332,8 @@ class RaftNode:
     Callbacks must only signal, never block (they run on the tick or the applier thread):
     `on_leader_change(is_leader)` when pysyncobj's own belief flips (confirm with
     `is_leader_confirmed` before acting), `on_applied(index)` after each FSM entry is applied or
-    a snapshot is loaded.
+    a snapshot is loaded, `on_proposal(outcome, seconds)` when an entry this replica proposed
+    is answered (`ProposalObserver`).
     """
 
     def __init__(self, self_address: str, peers: list[str], data_dir: str, secret: str | None,
@@ -320,7 +343,8 @@ class RaftNode:
                  on_applied: Callable[[int], None] | None = None,
                  compaction_min_entries: int = LOG_COMPACTION_MIN_ENTRIES,
                  compaction_min_time_s: float = LOG_COMPACTION_MIN_TIME_S,
-                 applied_log: str | None = None) -> None:
+                 applied_log: str | None = None,
+                 on_proposal: ProposalObserver | None = None) -> None:
         membership.check_address(self_address)
         for peer in peers:
             membership.check_address(peer)
@@ -339,6 +363,7 @@ class RaftNode:
         self._configured_peers = sorted({p for p in peers if p != self_address})
         self._on_leader_change = on_leader_change
         self._on_applied = on_applied
+        self._on_proposal = on_proposal
         self._applied_log = AppliedLogWriter(applied_log) if applied_log else None
         self._lock = threading.Lock()
         self._applier = Applier(self._apply_now, f"raft-apply-{self_address}")
@@ -623,7 +648,7 @@ class RaftNode:
         self._check_running()
         if not self._obj._isLeader():
             raise NotLeader(self.leader_address())
-        replies = _Replies(len(entries))
+        replies = _Replies(len(entries), self._on_proposal)
         for position, data in enumerate(entries):
             self._obj.apply_entry(data, callback=functools.partial(replies.callback, position))
         return replies

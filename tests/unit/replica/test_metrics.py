@@ -1,13 +1,21 @@
-"""The replica's Prometheus gauges (raftsched.replica.metrics), read from a state built with the
-real state machine (tests/support/fsmkit.py)."""
+"""The replica's Prometheus metrics (raftsched.replica.metrics), read from a state built with the
+real state machine (tests/support/fsmkit.py): the replicated state's families from the leader
+only, this replica's own from every replica, counters of what apply did, and the exposition
+text as a scrape sees it."""
 
 from __future__ import annotations
 
-from prometheus_client.core import GaugeMetricFamily
+import argparse
 
-from raftsched.replica.metrics import ReplicaCollector
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from raftsched.options import metrics_address, metrics_endpoint
+from raftsched.protocol import ReportVerdict
+from raftsched.replica.metrics import ReplicaMetrics, StateCollector
 from raftsched.state import commands as c
-from raftsched.state.model import TaskState
+from raftsched.state.model import PLACEMENT_LATENCY_BUCKETS_MS, TaskState
 from tests.support.fsmkit import Harness, job_doc, task_doc
 from tests.support.memory_node import MemoryNode
 
@@ -15,11 +23,11 @@ Gauges = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 """(family name, sorted labels) -> value."""
 
 
-def scrape(h: Harness, *, leading: bool = True) -> Gauges:
+def scrape(h: Harness, *, leading: bool = True,
+           reported: dict[str, tuple[int, int, int]] | None = None) -> Gauges:
     node = MemoryNode()
     node.state = h.state
-    families = list(ReplicaCollector(node, lambda: leading).collect())
-    assert all(isinstance(f, GaugeMetricFamily) and f.type == "gauge" for f in families)
+    families = list(StateCollector(node, lambda: leading, lambda: reported or {}).collect())
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for f in families for s in f.samples}
 
@@ -77,8 +85,18 @@ def test_scrape_reports_the_last_fence_issued() -> None:
 
 def test_scrape_reports_whether_this_replica_leads() -> None:
     h = busy()
-    assert scrape(h, leading=True)[("raftsched_leader", ())] == 1
-    assert scrape(h, leading=False)[("raftsched_leader", ())] == 0
+    assert scrape(h, leading=True)[("raftsched_replica_leader", ())] == 1
+    assert scrape(h, leading=False)[("raftsched_replica_leader", ())] == 0
+
+
+def test_a_follower_exports_no_figure_of_the_replicated_state() -> None:
+    """Summing a family over the replicas of one cluster must not multiply it: only the leader
+    exports the state's figures; every replica exports whether it leads and its term."""
+    h = busy()
+    leader, follower = scrape(h, leading=True), scrape(h, leading=False)
+    assert {name for name, _ in follower} == {"raftsched_replica_leader", "raftsched_raft_term"}
+    assert {"raftsched_live_tasks", "raftsched_jobs", "raftsched_placements_total",
+            "raftsched_cluster_capacity"} <= {name for name, _ in leader}
 
 
 def test_scrape_of_an_empty_state_is_all_zeros() -> None:
@@ -123,3 +141,111 @@ def test_policy_gauges_per_tenant_and_cluster() -> None:
     assert gauges[("raftsched_cluster_draining", (("cluster", "east"),))] == 0
     assert gauges[("raftsched_cluster_degraded", (("cluster", "east"),))] == 0
     assert gauges[("raftsched_cluster_reserved", (("cluster", "east"),))] == 0
+
+
+def test_capacity_per_cluster_total_committed_and_reported_free() -> None:
+    h = busy()  # east: 8 cpus, one attempt running (1 cpu, 128 MB)
+    gauges = scrape(h, reported={"east": (6_500, 2048, 0)})
+    mib = 1024 * 1024
+    east = {(name, dict(labels)["resource"]): value for (name, labels), value in gauges.items()
+            if dict(labels).get("cluster") == "east" and "resource" in dict(labels)}
+    cluster = h.state.clusters["east"]
+    assert east[("raftsched_cluster_capacity", "cpu")] == cluster.cpu_milli / 1000
+    assert east[("raftsched_cluster_capacity", "memory")] == cluster.memory_mb * mib
+    assert east[("raftsched_cluster_committed", "cpu")] == cluster.reserved_cpu_milli / 1000 == 1
+    assert east[("raftsched_cluster_reported_free", "cpu")] == 6.5
+    assert east[("raftsched_cluster_reported_free", "memory")] == 2048 * mib
+    assert ("raftsched_cluster_reported_free", (("cluster", "west"), ("resource", "cpu"))) \
+        not in gauges  # no report from west yet: absent, not zero
+    assert gauges[("raftsched_cluster_live_attempts", (("cluster", "east"),))] == 1
+
+
+def test_counters_of_what_apply_did() -> None:
+    h = Harness()
+    h.register("east", cpu=8)
+    h.submit("j", job_doc([task_doc("a"), task_doc("b", retry={"max_attempts": 3}),
+                           task_doc("c")]))
+    h.now_ms += 1_500  # a and b waited 1.5 s for their placement
+    fence_a = h.run_task("east", "j", "a")
+    assert h.report("east", c.Report(c.ReportKind.FINISHED, "j", "a", fence_a, 0)) == \
+        [ReportVerdict.DUPLICATE]
+    h.run_task("east", "j", "b", exit_code=3)  # fails: an application retry
+    assert h.report("east", c.Report(c.ReportKind.STARTED, "j", "zz", 999)) == \
+        [ReportVerdict.NOT_FOUND]
+    gauges = scrape(h)
+    assert gauges[("raftsched_placements_total", ())] == 2
+    assert gauges[("raftsched_retries_total", (("class", "application"),))] == 1
+    assert gauges[("raftsched_retries_total", (("class", "infra"),))] == 0
+    verdicts = {dict(labels)["verdict"]: value for (name, labels), value in gauges.items()
+                if name == "raftsched_reports_total"}
+    assert verdicts == {"accepted": 4, "duplicate": 1, "late": 0, "not_found": 1,
+                        "wrong_cluster": 0}
+    assert gauges[("raftsched_placement_wait_seconds_count", ())] == 2
+    assert gauges[("raftsched_placement_wait_seconds_sum", ())] == 3.0
+    buckets = {float(dict(labels)["le"]): value for (name, labels), value in gauges.items()
+               if name == "raftsched_placement_wait_seconds_bucket"}
+    assert len(buckets) == len(PLACEMENT_LATENCY_BUCKETS_MS) + 1
+    assert buckets[1.0] == 0 and buckets[2.5] == 2 and buckets[float("inf")] == 2
+    values = [buckets[le] for le in sorted(buckets)]
+    assert values == sorted(values)  # cumulative
+
+
+def test_dropped_placements_are_counted_by_reason() -> None:
+    h = Harness()
+    h.register("east", cpu=1)
+    h.submit("j", job_doc([task_doc("a"), task_doc("b")]))
+    h.run(c.AssignBatch(h.now_ms, (c.Placement("j", "a", "east"), c.Placement("j", "b", "east"),
+                                   c.Placement("j", "nope", "east"))))
+    dropped = {dict(labels)["reason"]: value for (name, labels), value in scrape(h).items()
+               if name == "raftsched_placements_dropped_total"}
+    assert dropped == {"no_room": 1, "task_not_found": 1}
+
+
+def test_the_exposition_text_parses_with_help_and_type_for_every_family() -> None:
+    h = busy()
+    telemetry = ReplicaMetrics()
+    node = MemoryNode()
+    node.state = h.state
+    telemetry.watch(node, lambda: True, lambda: {"east": (1000, 100, 0)})
+    telemetry.proposal("applied", 0.003)
+    telemetry.proposal("not_leader", 0.0)
+    telemetry.leadership_changed(True)
+    text = generate_latest(telemetry.registry).decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert all(f.documentation for f in families.values())
+    assert families["raftsched_proposals"].type == "counter"
+    proposals = {s.labels["outcome"]: s.value for s in families["raftsched_proposals"].samples
+                 if s.name == "raftsched_proposals_total"}
+    assert proposals == {"applied": 1, "rejected": 0, "not_leader": 1, "unknown": 0}
+    commit = {s.name: s.value for s in families["raftsched_commit_latency_seconds"].samples
+              if not s.labels.get("le")}
+    assert commit["raftsched_commit_latency_seconds_count"] == 1  # not_leader is no commit
+    assert families["raftsched_placement_wait_seconds"].type == "histogram"
+    assert "raftsched_leader_changes" in families
+
+
+@pytest.mark.parametrize(("text", "expected"), [
+    ("0.0.0.0:9100", ("0.0.0.0", 9100)),
+    ("127.0.0.1:0", ("127.0.0.1", 0)),
+    ("[::]:9100", ("::", 9100)),
+    ("metrics.example.org:80", ("metrics.example.org", 80)),
+])
+def test_metrics_address_accepts(text: str, expected: tuple[str, int]) -> None:
+    assert metrics_address(text) == expected
+
+
+@pytest.mark.parametrize(("text", "says"), [
+    ("9100", "not HOST:PORT"), (":9100", "not HOST:PORT"), ("host:port", "not a port number"),
+    ("host:70000", "not between 0 .off. and 65535"), ("a b:1", "not a host"),
+    ("[]:1", "not a host"),
+])
+def test_metrics_address_refuses_with_a_reason(text: str, says: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match=says):
+        metrics_address(text)
+
+
+def test_metrics_address_wins_over_the_port_and_port_zero_is_off() -> None:
+    assert metrics_endpoint(None, 0) is None
+    assert metrics_endpoint(None, 9100) == ("127.0.0.1", 9100)
+    assert metrics_endpoint(("0.0.0.0", 9200), 9100) == ("0.0.0.0", 9200)
+    assert metrics_endpoint(("0.0.0.0", 0), 9100) is None
