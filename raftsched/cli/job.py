@@ -1,10 +1,10 @@
-"""`raftsched job status|tasks|list|cancel`."""
+"""`raftsched job status|tasks|watch|list|cancel`."""
 
 from __future__ import annotations
 
 import argparse
 
-from raftsched.cli import render
+from raftsched.cli import render, watching
 from raftsched.cli.common import (
     CONNECTION,
     EXIT_OK,
@@ -21,11 +21,13 @@ from raftsched.options import positive_int
 
 # --- job ------------------------------------------------------------------------------------------
 
-_JOB_HELP = "Inspect, list and cancel jobs: raftsched job status|tasks|list|cancel."
+_JOB_HELP = ("Inspect, follow, list and cancel jobs: raftsched job "
+             "status|tasks|watch|list|cancel.")
 
 
 def register_job(commands: Subparsers, common: argparse.ArgumentParser) -> None:
-    job = commands.add_parser("job", help="inspect, list and cancel jobs", description=_JOB_HELP)
+    job = commands.add_parser("job", help="inspect, follow, list and cancel jobs",
+                              description=_JOB_HELP)
     sub = job.add_subparsers(title="job commands", metavar="COMMAND", required=True)
     parents = [common, CONNECTION]
 
@@ -48,6 +50,22 @@ def register_job(commands: Subparsers, common: argparse.ArgumentParser) -> None:
         '           "exit_code" (null if none), "reason"}')
     tasks.add_argument("job_id", metavar="JOB")
     tasks.set_defaults(handler=_run_job_tasks, reads_only=True)
+
+    watch = command_parser(
+        sub, "watch", parents, "follow a job until it ends (re-attach to a running job)",
+        "Follow a job until it finishes — one you submitted without --watch, or whose watch "
+        "was interrupted — then show every task's outcome. Ctrl-C stops watching, not the job. "
+        "A job that has already finished is shown at once.",
+        "output:\n  on a terminal one status line redrawn in place (progress bar, done/total, "
+        "state, counts\n  by state, elapsed); otherwise a line per change, e.g.\n"
+        "    [12:00:01] RUNNING  3/7 done  (SUCCEEDED 3, RUNNING 2, RUNNABLE 2)\n"
+        "  then the table TASK STATE ATTEMPTS CLUSTER FENCE EXIT (REASON), then the outcome "
+        "line;\n  exit 0 if the job SUCCEEDED, 1 if it ended FAILED or CANCELLED, 2 if there "
+        "is no such job,\n  130 on Ctrl-C\n"
+        '  --json: {"job_id", "state", "tasks": {STATE: count}, "task_summaries": [the `job '
+        'tasks`\n           list], "reason"}')
+    watch.add_argument("job_id", metavar="JOB")
+    watch.set_defaults(handler=_run_job_watch, reads_only=True)
 
     listing = command_parser(
         sub, "list", parents, "list jobs, a page at a time",
@@ -93,6 +111,14 @@ def _run_job_tasks(args: argparse.Namespace) -> int:
     else:
         print(render.tasks_table(tasks))
     return EXIT_OK
+
+
+def _run_job_watch(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        client.get_job(args.job_id)  # NOT_FOUND now, before anything is drawn
+        final = watching.follow(args, client, args.job_id)
+        tasks = [render.task_doc(task) for task in client.list_tasks(args.job_id).tasks]
+    return watching.print_outcome(args, {"job_id": args.job_id}, final, tasks)
 
 
 def _run_job_list(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ client from `make_client` (tests replace it); what they print is built by `rafts
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 
 from raftsched.cli.admin import register_admin
@@ -61,6 +62,29 @@ def main(argv: list[str] | None = None) -> int:
         return report_error(args, CommandError(Code.FAILED_PRECONDITION, os_message(error)))
 
 
+class _Version(argparse.Action):
+    """--version, worked out only when asked (the snapshot module is not light to import)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        print(version_text())
+        parser.exit()
+
+
+def version_text() -> str:
+    """`raftsched X.Y.Z (snapshot format N, Python A.B.C)`: the installed package's version."""
+    from importlib import metadata
+
+    from raftsched.state.snapshot import FORMAT_VERSION
+
+    try:
+        version = metadata.version("raftsched")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        version = "unknown (not installed)"
+    return (f"raftsched {version} (snapshot format {FORMAT_VERSION}, Python "
+            f"{'.'.join(map(str, sys.version_info[:3]))})")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raftsched",
@@ -72,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
         "130 interrupted.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    parser.add_argument("--version", action=_Version, nargs=0,
+                        help="print the version (and the snapshot format it reads) and exit")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND", required=True)
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(

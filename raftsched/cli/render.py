@@ -283,6 +283,22 @@ def progress_line(job: Doc, at: datetime) -> str:
             f"({state_counts_text(job['tasks'])})")
 
 
+BAR_CELLS = 24
+"""Width of `status_line`'s progress bar, in characters."""
+
+
+def status_line(job: Doc, elapsed_ms: int, width: int) -> str:
+    """The line `job watch` redraws in place on a terminal, cut to `width` - 1 columns so that
+    it never wraps: `[#########---------------]  3/7  RUNNING  SUCCEEDED 3, RUNNING 2, RUNNABLE
+    2  12.0s`."""
+    done, total = done_and_total(job)
+    filled = BAR_CELLS * done // total if total else 0
+    bar = "#" * filled + "-" * (BAR_CELLS - filled)
+    line = (f"[{bar}] {done:>{len(str(total))}}/{total}  {job['state']}  "
+            f"{state_counts_text(job['tasks'])}  {format_duration_ms(elapsed_ms)}")
+    return line[:max(1, width - 1)]
+
+
 def job_text(job: Doc, tz: tzinfo | None = None, *, now_ms: int | None = None) -> str:
     """`job status`: one field per line."""
     done, total = done_and_total(job)

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import argparse
 import uuid
-from datetime import datetime
 from typing import Any
 
 from raftsched import limits
-from raftsched.cli import render
+from raftsched.cli import render, watching
 from raftsched.cli.common import (
     CONNECTION,
     EXIT_INVALID,
-    EXIT_JOB_FAILED,
     EXIT_OK,
     ClientLike,
     CommandError,
@@ -43,7 +41,8 @@ _SUBMIT_OUTPUT = """\
 output:
   stdout "submitted job JOB_ID (new; idempotency key K)", or "(already existed: ...)" when the
   key was seen with this same spec. A spec with problems: the `validate` error lines, exit 2.
-  --watch: a progress line per change, e.g.
+  --watch: on a terminal one status line redrawn in place (progress bar, done/total, state,
+  counts by state, elapsed); otherwise a progress line per change, e.g.
     [12:00:01] RUNNING  3/7 done  (SUCCEEDED 3, RUNNING 2, RUNNABLE 2)
   then the table TASK STATE ATTEMPTS CLUSTER FENCE EXIT (REASON), then the outcome line;
   exit 0 if the job SUCCEEDED, 1 if it ended FAILED or CANCELLED. Ctrl-C stops watching
@@ -86,7 +85,7 @@ def _run_submit(args: argparse.Namespace) -> int:
                 print(f"follow it with: raftsched job status {submitted.job_id}")
             return EXIT_OK
         try:
-            final = _watch(args, client, submitted.job_id)
+            final = watching.follow(args, client, submitted.job_id)
             tasks = [render.task_doc(task) for task in client.list_tasks(submitted.job_id).tasks]
         except CommandError:
             raise
@@ -94,7 +93,7 @@ def _run_submit(args: argparse.Namespace) -> int:
             raise CommandError(error.code, error.message,
                                hint=f"job {submitted.job_id} was submitted and goes on; follow "
                                f"it with: raftsched job status {submitted.job_id}") from None
-    return _print_watched(args, document, final, tasks)
+    return watching.print_outcome(args, document, final, tasks)
 
 
 def _read_spec_text(file: str) -> bytes | str:
@@ -142,46 +141,3 @@ def _submitted_line(job_id: str, created: bool, key: str) -> str:
         return f"submitted job {job_id} (new; idempotency key {key})"
     return (f"submitted job {job_id} (already existed: same spec and idempotency key {key}; "
             f"nothing new was created)")
-
-
-def _watch(args: argparse.Namespace, client: ClientLike, job_id: str) -> dict[str, Any]:
-    """Follow the job until it is terminal, printing a progress line per change (not with
-    --json). Returns the final job document."""
-    last: dict[str, Any] | None = None
-    try:
-        for job in client.watch(job_id):
-            document = render.job_doc(job)
-            if not args.json and (last is None or (document["state"], document["tasks"])
-                                  != (last["state"], last["tasks"])):
-                print(render.progress_line(document, datetime.now()), flush=True)
-            last = document
-        if last is None or last["state"] not in render.TERMINAL_JOB_STATES:
-            last = render.job_doc(client.get_job(job_id))
-    except KeyboardInterrupt:
-        raise Interrupted(f"stopped watching; job {job_id} goes on (raftsched job status "
-                          f"{job_id}; stop it with: raftsched job cancel {job_id})") from None
-    if last["state"] not in render.TERMINAL_JOB_STATES:
-        raise CommandError(Code.UNAVAILABLE, f"the watch of job {job_id} ended while the job "
-                           f"is {last['state']}",
-                           hint=f"the job goes on; follow it with: raftsched job status {job_id}")
-    return last
-
-
-def _print_watched(args: argparse.Namespace, document: dict[str, Any], final: dict[str, Any],
-                   tasks: list[dict[str, Any]]) -> int:
-    code = EXIT_OK if final["state"] == "SUCCEEDED" else EXIT_JOB_FAILED
-    if args.json:
-        print_json({**document, "state": final["state"], "tasks": final["tasks"],
-                     "task_summaries": tasks, "reason": final["reason"]})
-        return code
-    done, total = render.done_and_total(final)
-    took = ""
-    if final["started_ms"] and final["finished_ms"]:
-        took = f" in {render.format_duration_ms(final['finished_ms'] - final['started_ms'])}"
-    print()
-    print(render.tasks_table(tasks))
-    print()
-    print(f"job {final['job_id']} {final['state']}{took}: {done}/{total} tasks done "
-          f"({render.state_counts_text(final['tasks'])})"
-          + (f"; {final['reason']}" if final["reason"] else ""))
-    return code

@@ -44,6 +44,9 @@ LOST_AFTER_S = 30.0
 """A SUSPECT cluster silent this long (since its last heartbeat) becomes LOST."""
 PLACEMENT_BATCH = 2_000
 """Placements proposed per ASSIGN_BATCH."""
+UNUSABLE_EVERY_S = 5.0
+"""How often the leader looks for free room that fits no waiting task (`placement.unusable`:
+O(clusters x task shapes), so not every round)."""
 REDELIVER_AFTER_S = 1.0
 """An assignment or kill directive already sent to an agent is sent again only after this long
 without the agent's answer being committed (the message or its answer may have been lost)."""
@@ -100,6 +103,8 @@ class _Term:
     releasing: dict[str, dict[int, Free]] = field(default_factory=dict)
     """cluster -> fence -> resources that reports proposed but not yet committed will release
     (see `releasing`)."""
+    unusable: dict[str, Free] = field(default_factory=dict)
+    last_unusable_s: float = float("-inf")
 
 
 class Leader:
@@ -199,6 +204,12 @@ class Leader:
                 return -1
             return round((self._clock.monotonic_s() - health.last_heartbeat_s) * 1000)
 
+    def unusable(self) -> dict[str, Free]:
+        """The free room no RUNNABLE task fits, per cluster (`placement.unusable`), as of the
+        last look (every UNUSABLE_EVERY_S while leading; {} before the first)."""
+        with self._lock:
+            return dict(self._term.unusable)
+
     def reported_free(self) -> dict[str, tuple[int, int, int]]:
         with self._lock:
             return {cid: h.free for cid, h in self._term.health.items() if h.free is not None}
@@ -255,6 +266,19 @@ class Leader:
         self._check_health()
         self._place()
         self._tick_if_due()
+        self._look_for_unusable()
+
+    def _look_for_unusable(self) -> None:
+        """Every UNUSABLE_EVERY_S: which free room fits no waiting task (a metric)."""
+        now = self._clock.monotonic_s()
+        if now - self._term.last_unusable_s < UNUSABLE_EVERY_S:
+            return
+        free = self.reported_free()
+        now_ms = self._clock.now_ms()
+        found = self._node.read(lambda s: placement.unusable(s, now_ms=now_ms,
+                                                             reported_free=free))
+        with self._lock:
+            self._term.unusable, self._term.last_unusable_s = found, now
 
     def _take_office(self, term: int) -> None:
         nonce = uuid.uuid4().hex

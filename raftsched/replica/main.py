@@ -192,7 +192,7 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    telemetry.watch(node, leader.leading, leader.reported_free)
+    telemetry.watch(node, leader.leading, leader.reported_free, leader.unusable)
     endpoint = metrics_endpoint(args.metrics_address, args.metrics_port)
     if endpoint is not None:
         try:

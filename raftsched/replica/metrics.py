@@ -15,7 +15,10 @@ Two kinds, so that summing over the replicas of one cluster never multiplies a f
   what applying entries did (`model.Stats`: placements and how long tasks waited for them,
   dropped placements, preemptions, retries by class, agents' reports by verdict — late and
   duplicate ones included). Those counts start from zero when the replica starts, like any
-  process counter, which `rate()` and `increase()` expect.
+  process counter, which `rate()` and `increase()` expect. Stranded tasks (RUNNABLE and not
+  placed for 10 minutes, ASSIGNED and not started for 30 s: `model.Aging`, kept on apply; live
+  attempts on SUSPECT clusters) and unusable capacity (free room that fits no waiting task, as
+  the leader last looked: `placement.unusable`, every few seconds).
 
 A scrape never walks jobs or tasks: it reads counters kept on apply, O(clusters + tenants),
 under the apply lock (`RaftNode.read`).
@@ -36,7 +39,14 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from raftsched.state import policy
-from raftsched.state.model import PLACEMENT_LATENCY_BUCKETS_MS, State, TaskState
+from raftsched.state.commands import ClusterStatus
+from raftsched.state.model import (
+    ASSIGNED_STRANDED_AFTER_MS,
+    PLACEMENT_LATENCY_BUCKETS_MS,
+    RUNNABLE_STRANDED_AFTER_MS,
+    State,
+    TaskState,
+)
 
 COMMIT_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
                             5.0, 10.0)
@@ -76,8 +86,9 @@ class ReplicaMetrics:
         self.leader_changes.inc()
 
     def watch(self, node: Any, leading: Callable[[], bool],
-              reported_free: Callable[[], dict[str, Free]]) -> None:
-        self.registry.register(StateCollector(node, leading, reported_free))
+              reported_free: Callable[[], dict[str, Free]],
+              unusable: Callable[[], dict[str, Free]] = dict) -> None:
+        self.registry.register(StateCollector(node, leading, reported_free, unusable))
 
     def serve(self, host: str, port: int) -> None:
         """Serve /metrics on host:port from a daemon thread (raises OSError if it cannot bind)."""
@@ -86,10 +97,12 @@ class ReplicaMetrics:
 
 class StateCollector(Collector):
     def __init__(self, node: Any, leading: Callable[[], bool],
-                 reported_free: Callable[[], dict[str, Free]]) -> None:
+                 reported_free: Callable[[], dict[str, Free]],
+                 unusable: Callable[[], dict[str, Free]] = dict) -> None:
         self._node = node
         self._leading = leading
         self._reported_free = reported_free
+        self._unusable = unusable
 
     def collect(self) -> Iterator[Metric]:
         leader = self._leading()
@@ -102,6 +115,19 @@ class StateCollector(Collector):
             return  # the replicated state's figures come from the leader only (see above)
         free = self._reported_free()
         yield from self._node.read(lambda state: state_families(state, free))
+        yield unusable_family(self._unusable())
+
+
+def unusable_family(unusable: dict[str, Free]) -> Metric:
+    """Per cluster and resource: free yet fitting no RUNNABLE task, as the leader last looked
+    (every few seconds); absent for a cluster whose free room some waiting task fits."""
+    family = GaugeMetricFamily("raftsched_cluster_unusable",
+                               "free room on an open cluster that fits no RUNNABLE task (0 "
+                               "series: every free room fits some waiting task, or nothing "
+                               "waits)", labels=["cluster", "resource"])
+    for cluster_id in sorted(unusable):
+        _add_resources(family, cluster_id, unusable[cluster_id])
+    return family
 
 
 def state_families(state: State, reported_free: dict[str, Free]) -> list[Metric]:
@@ -151,7 +177,18 @@ def _cluster_families(state: State, reported_free: dict[str, Free]) -> list[Metr
             if values is not None:
                 _add_resources(family, cluster.id, values)
         live.add_metric([cluster.id], len(cluster.live))
-    return [by_status, total, committed, reported, live]
+    stranded = GaugeMetricFamily(
+        "raftsched_stranded_tasks",
+        "tasks that should be moving and are not: runnable_unplaced (RUNNABLE for over "
+        f"{RUNNABLE_STRANDED_AFTER_MS // 60_000} min), assigned_not_started (ASSIGNED for over "
+        f"{ASSIGNED_STRANDED_AFTER_MS // 1000} s), placed_on_suspect (a live attempt on a "
+        "SUSPECT cluster)", labels=["reason"])
+    stranded.add_metric(["runnable_unplaced"], state.aged_runnable.count)
+    stranded.add_metric(["assigned_not_started"], state.aged_assigned.count)
+    stranded.add_metric(["placed_on_suspect"], sum(
+        len(cluster.live) for cluster in state.clusters.values()
+        if cluster.status == ClusterStatus.SUSPECT))
+    return [by_status, total, committed, reported, live, stranded]
 
 
 def _add_resources(family: GaugeMetricFamily, cluster_id: str, values: Free) -> None:

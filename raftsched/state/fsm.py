@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Container, Iterator
+from collections import deque
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
@@ -62,6 +63,7 @@ from raftsched.state.model import (
     TERMINAL_TASK_STATES,
     TOKEN_DIGEST_BYTES,
     TOKEN_ID_CHARS,
+    Aging,
     Attempt,
     AttemptState,
     Cluster,
@@ -763,6 +765,7 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
     state.fence += 1
     fence = state.fence
     _observe_wait(state.stats, now_ms - task.ready_ms)
+    state.aged_assigned.young.append((now_ms, job.id, index, fence))
     attempt = Attempt(fence=fence, number=len(task.attempts) + 1, cluster_id=cluster.id,
                       state=_A_ASSIGNED, assigned_ms=now_ms)
     task.attempts.append(attempt)
@@ -950,7 +953,69 @@ def apply_tick(state: State, cmd: Tick) -> Applied[TickResult]:
             fired += 1
     expired_keys = _expire_keys(state)
     forgotten = _expire_jobs(state)
+    age(state, state.aged_runnable, _still_runnable)
+    age(state, state.aged_assigned, _still_assigned)
     return Applied(TickResult(fired, expired_keys, forgotten))
+
+
+# --- stranded tasks (metrics) --------------------------------------------------------------------
+
+
+def age(state: State, aging: Aging, still: Callable[[Task, int], bool]) -> None:
+    """Count the tasks that entered `aging`'s state more than `after_ms` ago and are still in it
+    (`model.Aging`): each entry leaves `young` once."""
+    boundary = state.now_ms - aging.after_ms
+    aging.boundary_ms = boundary
+    young = aging.young
+    while young and young[0][0] < boundary:
+        _, job_id, index, token = young.popleft()
+        job = state.jobs.get(job_id)
+        if job is None:
+            continue
+        task = job.tasks[index]
+        if still(task, token) and not task.aged & aging.bit:
+            task.aged |= aging.bit
+            aging.count += 1
+
+
+def derive_aging(state: State) -> None:
+    """Rebuild both Aging counters from the tasks (a snapshot load): O(live tasks)."""
+    entries: dict[int, list[tuple[int, str, int, int]]] = {_RUNNABLE: [], _ASSIGNED: []}
+    for job in state.jobs.values():
+        if job.state in TERMINAL_JOB_STATES:
+            continue
+        for task in job.tasks:
+            task.aged = 0
+            if task.state == _RUNNABLE:
+                entries[_RUNNABLE].append((task.ready_ms, job.id, task.index, task.ready_gen))
+            elif task.state == _ASSIGNED:
+                attempt = task.current
+                assert attempt is not None
+                entries[_ASSIGNED].append((attempt.assigned_ms, job.id, task.index,
+                                           attempt.fence))
+    for aging, task_state in ((state.aged_runnable, _RUNNABLE), (state.aged_assigned, _ASSIGNED)):
+        aging.count = 0
+        aging.young = deque(sorted(entries[task_state]))
+    age(state, state.aged_runnable, _still_runnable)
+    age(state, state.aged_assigned, _still_assigned)
+
+
+def _still_runnable(task: Task, ready_gen: int) -> bool:
+    return task.state == _RUNNABLE and task.ready_gen == ready_gen
+
+
+def _still_assigned(task: Task, fence: int) -> bool:
+    attempt = task.current
+    return task.state == _ASSIGNED and attempt is not None and attempt.fence == fence \
+        and attempt.state == _A_ASSIGNED
+
+
+def _unage(state: State, task: Task, left: TaskState) -> None:
+    """`task` left state `left`: uncount it from that state's Aging."""
+    for aging, state_left in ((state.aged_runnable, _RUNNABLE), (state.aged_assigned, _ASSIGNED)):
+        if left == state_left and task.aged & aging.bit:
+            task.aged &= ~aging.bit
+            aging.count -= 1
 
 
 def _fire_timer(state: State, entry: tuple[int, int, int, int, str], entropy: int) -> bool:
@@ -1022,6 +1087,8 @@ def _set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
     if old == _RETRY_WAIT:
         task.retry_at_ms = None
     task.state = new
+    if task.aged:
+        _unage(state, task, old)
     if old == _RUNNABLE:
         if task.reserved_on is not None:
             _release_reservation(state, task)
@@ -1236,6 +1303,7 @@ def _make_runnable(state: State, job: Job, task: Task) -> None:
     queue.live += 1
     shape_queue.live += 1
     task.ready_ms = state.now_ms
+    state.aged_runnable.young.append((state.now_ms, job.id, task.index, task.ready_gen))
     heapq.heappush(shape_queue.heap,
                    (ready_rank_ms(job), job.seq, task.index, task.ready_gen, job.id))
     _tidy(state, queue, shape, shape_queue)

@@ -28,6 +28,8 @@ from raftsched.state.fsm import (
     token_put_problem,
 )
 from raftsched.state.model import (
+    AGED_ASSIGNED,
+    AGED_RUNNABLE,
     LIVE_ATTEMPT_STATES,
     TERMINAL_JOB_STATES,
     TERMINAL_TASK_STATES,
@@ -86,9 +88,31 @@ def check_invariants(state: State) -> None:
     assert len(state.idempotency) <= len(state.idempotency_order)
     _check_tokens(state)
     assert len(state.preempted_ms) <= policy.MAX_PREEMPTIONS_PER_WINDOW
+    _check_aging(state)
     usage, queued_total = derive_usage(state)
     assert usage == state.usage, (usage, state.usage)
     assert queued_total == state.queued_total, (queued_total, state.queued_total)
+
+
+def _check_aging(state: State) -> None:
+    """The stranded-task counters agree with a scan: a bit only on a task in that state since
+    before the last boundary, the count is the bits; RUNNABLE tasks enter in time order, so
+    every one that became ready before the boundary is counted."""
+    runnable, assigned = state.aged_runnable, state.aged_assigned
+    counted = {AGED_RUNNABLE: 0, AGED_ASSIGNED: 0}
+    for job in state.jobs.values():
+        for task in job.tasks:
+            if task.aged & AGED_RUNNABLE:
+                counted[AGED_RUNNABLE] += 1
+                assert task.state == _RUNNABLE and task.ready_ms < runnable.boundary_ms
+            elif task.state == _RUNNABLE:
+                assert task.ready_ms >= runnable.boundary_ms, (job.id, task.spec.id)
+            if task.aged & AGED_ASSIGNED:
+                counted[AGED_ASSIGNED] += 1
+                attempt = task.current
+                assert task.state == TaskState.ASSIGNED and attempt is not None
+                assert attempt.assigned_ms < assigned.boundary_ms
+    assert (counted[AGED_RUNNABLE], counted[AGED_ASSIGNED]) == (runnable.count, assigned.count)
 
 
 def _check_job(state: State, job: Job, fences: set[int]) -> None:

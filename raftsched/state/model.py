@@ -117,6 +117,9 @@ class Task:
     notes_dropped: int = 0
     ready_ms: int = 0
     """When the task last became RUNNABLE (the wait a large task's reservation counts)."""
+    aged: int = field(default=0, compare=False)
+    """Bits of the `Aging` counters this task is counted in now (AGED_RUNNABLE, AGED_ASSIGNED):
+    derived, not in snapshots."""
     reserved_on: str | None = None
     """The cluster kept for this RUNNABLE task (`Cluster.reserved_for` names it back)."""
     preemptions: int = 0
@@ -336,6 +339,34 @@ class Stats:
     """Agents' reports by verdict: accepted, duplicate, late, not_found, wrong_cluster."""
 
 
+AGED_RUNNABLE = 1
+AGED_ASSIGNED = 2
+RUNNABLE_STRANDED_AFTER_MS = 600_000
+"""A RUNNABLE task not placed within 10 minutes counts as stranded (metrics, not a decision)."""
+ASSIGNED_STRANDED_AFTER_MS = 30_000
+"""An attempt its agent has not started within 30 s (half of ASSIGN_TIMEOUT_MS) counts as
+stranded."""
+
+
+@dataclass(slots=True)
+class Aging:
+    """How many tasks have been in one state for longer than `after_ms`, kept without a scan:
+    tasks entering the state are appended (in the order they enter, which is time order up to
+    a proposal's lag); as the state machine's time passes (each TICK) the entries older than
+    `now - after_ms` leave `young`, and those whose task is still in that state (and in the
+    same stay: `token` is its ready_gen or fence) set the task's `aged` bit and count. A task
+    leaving the state uncounts itself by its bit. Amortised O(1) per transition; `young`
+    holds the entries of the last `after_ms` only. Derived: rebuilt when a snapshot loads."""
+
+    after_ms: int
+    bit: int
+    count: int = 0
+    boundary_ms: int = -1
+    """The last `now - after_ms` aged against: entries that entered before it left `young`."""
+    young: deque[tuple[int, str, int, int]] = field(default_factory=deque)
+    """(entered ms, job id, task index, token), oldest first."""
+
+
 QUEUED_TASK_STATES = frozenset({TaskState.PENDING, TaskState.RUNNABLE, TaskState.RETRY_WAIT})
 PLACED_TASK_STATES = frozenset({TaskState.ASSIGNED, TaskState.RUNNING})
 
@@ -375,6 +406,12 @@ class State:
     preempted_ms: deque[int] = field(default_factory=deque)
     """When the latest preemptions were applied, oldest first, at most
     MAX_PREEMPTIONS_PER_WINDOW: the rate bound (`policy.preemption_budget`)."""
+    aged_runnable: Aging = field(
+        default_factory=lambda: Aging(RUNNABLE_STRANDED_AFTER_MS, AGED_RUNNABLE), compare=False)
+    """RUNNABLE tasks unplaced for RUNNABLE_STRANDED_AFTER_MS (derived, for metrics)."""
+    aged_assigned: Aging = field(
+        default_factory=lambda: Aging(ASSIGNED_STRANDED_AFTER_MS, AGED_ASSIGNED), compare=False)
+    """Attempts ASSIGNED and not started for ASSIGNED_STRANDED_AFTER_MS (derived, for metrics)."""
     stats: Stats = field(default_factory=Stats, compare=False)
     """Counts for metrics, of the entries applied since this replica started or loaded a
     snapshot: not part of what the state is (not compared, not in snapshots or digests)."""

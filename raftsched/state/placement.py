@@ -167,6 +167,31 @@ def _rooms(state: State, now_ms: int, reported_free: Mapping[str, Free],
     return rooms
 
 
+def unusable(state: State, *, now_ms: int,
+             reported_free: Mapping[str, Free] | None = None) -> dict[str, Free]:
+    """Room that is free on an open cluster yet fits no RUNNABLE task, per cluster: the
+    capacity stranded by the shapes of what waits (a gpu cluster whose cpus are taken, memory
+    no waiting task asks for in that combination). A room kept for a reserved task and an empty
+    room are not counted; with nothing RUNNABLE, free room is idle, not unusable ({}). Looks at
+    one task per shape queue (at most RESERVATION_SCAN): O(clusters x shapes)."""
+    if not any(queue.live for queue in state.queues.values()):
+        return {}
+    specs: list[TaskSpec] = []
+    for tenant in sorted(state.queues):
+        for shape_queue in state.queues[tenant].shapes.values():
+            if len(specs) >= RESERVATION_SCAN:
+                break
+            entry = shape_queue.heap[0]  # a live entry: `_tidy` keeps the heads live
+            specs.append(state.jobs[entry[4]].tasks[entry[2]].spec)
+    found: dict[str, Free] = {}
+    for room in _rooms(state, now_ms, reported_free or {}, {}):
+        if room.reserved_for is not None or room.cpu_milli < limits.MIN_CPU_MILLI:
+            continue
+        if not any(room.fits(spec, now_ms) for spec in specs):
+            found[room.cluster.id] = (room.cpu_milli, max(0, room.memory_mb), max(0, room.gpu))
+    return found
+
+
 # --- reservations for tasks that waited too long -------------------------------------------------
 
 

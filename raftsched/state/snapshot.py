@@ -41,7 +41,7 @@ from raftsched import limits
 from raftsched.spec.job import SpecError
 from raftsched.spec.wire import from_trusted_wire, to_wire, validate_wire
 from raftsched.state.commands import ClusterStatus
-from raftsched.state.fsm import derive_usage, ready_entry_live
+from raftsched.state.fsm import derive_aging, derive_usage, ready_entry_live
 from raftsched.state.model import (
     TERMINAL_JOB_STATES,
     Attempt,
@@ -273,6 +273,7 @@ def _read_records(unpacker: msgpack.Unpacker, version: int,
             for task_state, count in enumerate(job.counts):
                 state.live_task_counts[task_state] += count
     state.usage, state.queued_total = derive_usage(state)
+    derive_aging(state)
     for cluster in state.clusters.values():
         cluster.preemptible = {fence: (job_id, index)
                                for fence, (job_id, index) in cluster.live.items()

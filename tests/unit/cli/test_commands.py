@@ -921,3 +921,15 @@ def test_a_retrying_command_says_why_at_most_every_few_seconds(
         "waiting: could not connect to h:1 (connection refused); retrying for up to 23 s more "
         "(--timeout; Ctrl-C stops)",
     ]
+
+
+def test_version_names_the_package_the_snapshot_format_and_python() -> None:
+    from importlib import metadata
+
+    from raftsched.state.snapshot import FORMAT_VERSION
+
+    result = subprocess.run([sys.executable, "-m", "raftsched", "--version"],
+                            capture_output=True, text=True, timeout=60, check=False)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert result.stdout == (f"raftsched {metadata.version('raftsched')} (snapshot format "
+                             f"{FORMAT_VERSION}, Python {sys.version.split()[0]})\n")

@@ -250,3 +250,23 @@ def test_dev_cluster_text() -> None:
         "dir:     /d  (logs in /d/logs)",
         "servers: 127.0.0.1:1,127.0.0.1:2",
     ]
+
+
+@pytest.mark.parametrize(("counts", "bar"), [
+    ({"RUNNABLE": 4}, "-" * 24),
+    ({"SUCCEEDED": 1, "RUNNING": 3}, "#" * 6 + "-" * 18),
+    ({"SUCCEEDED": 3, "FAILED": 1}, "#" * 24),
+])
+def test_status_line_draws_the_done_share_as_a_bar(counts: dict[str, int], bar: str) -> None:
+    job = {"state": "RUNNING", "tasks": counts, "total_tasks": 4}
+    line = render.status_line(job, 12_000, 200)
+    assert line.startswith(f"[{bar}] ") and line.endswith("  12.0s")
+    assert f"  RUNNING  {render.state_counts_text(counts)}" in line
+
+
+def test_status_line_never_wraps_and_pads_done_to_the_width_of_total() -> None:
+    job = {"state": "RUNNING", "tasks": {"SUCCEEDED": 7, "RUNNABLE": 993}, "total_tasks": 1000}
+    assert "]    7/1000  RUNNING" in render.status_line(job, 0, 200)
+    assert len(render.status_line(job, 0, 40)) == 39
+    assert render.status_line({"state": "PENDING", "tasks": {}, "total_tasks": 0}, 0, 80) \
+        .startswith("[" + "-" * 24 + "] 0/0  PENDING  no tasks")

@@ -249,3 +249,59 @@ def test_metrics_address_wins_over_the_port_and_port_zero_is_off() -> None:
     assert metrics_endpoint(None, 9100) == ("127.0.0.1", 9100)
     assert metrics_endpoint(("0.0.0.0", 9200), 9100) == ("0.0.0.0", 9200)
     assert metrics_endpoint(("0.0.0.0", 0), 9100) is None
+
+
+def stranded(h: Harness) -> dict[str, float]:
+    return {dict(labels)["reason"]: value for (name, labels), value in scrape(h).items()
+            if name == "raftsched_stranded_tasks"}
+
+
+def test_stranded_tasks_runnable_unplaced_after_ten_minutes() -> None:
+    from raftsched.state.model import RUNNABLE_STRANDED_AFTER_MS
+    from raftsched.state.snapshot import dump, load
+
+    h = Harness()
+    h.register("east", cpu=1)
+    h.submit("j", job_doc([task_doc("a"), task_doc("b"), task_doc("c", ["a"])]))
+    h.tick(RUNNABLE_STRANDED_AFTER_MS - 1)
+    assert stranded(h)["runnable_unplaced"] == 0  # not yet
+    h.tick(2)
+    assert stranded(h)["runnable_unplaced"] == 2  # a and b; c waits on a, it is not RUNNABLE
+    restored = Harness()
+    restored.state = load(dump(h.state))
+    assert stranded(restored)["runnable_unplaced"] == 2
+    h.run_task("east", "j", "a")  # placed: uncounted; c becomes RUNNABLE now, young
+    h.tick(1)
+    assert stranded(h)["runnable_unplaced"] == 1
+    h.tick(RUNNABLE_STRANDED_AFTER_MS)
+    assert stranded(h)["runnable_unplaced"] == 2  # b still, and c
+    h.cancel("j")
+    assert stranded(h)["runnable_unplaced"] == 0
+
+
+def test_stranded_tasks_assigned_not_started_and_placed_on_a_suspect_cluster() -> None:
+    from raftsched.state.model import ASSIGNED_STRANDED_AFTER_MS
+
+    h = Harness()
+    h.register("east", cpu=4)
+    h.submit("j", job_doc([task_doc("a"), task_doc("b")]))
+    fence_a = h.assign_one("j", "a", "east")
+    h.assign_one("j", "b", "east")
+    h.tick(ASSIGNED_STRANDED_AFTER_MS + 1)
+    assert stranded(h)["assigned_not_started"] == 2
+    h.started("east", "j", "a", fence_a)
+    assert stranded(h)["assigned_not_started"] == 1
+    assert stranded(h)["placed_on_suspect"] == 0
+    h.status("east", c.ClusterStatus.SUSPECT)
+    assert stranded(h)["placed_on_suspect"] == 2
+
+
+def test_unusable_capacity_per_cluster_and_resource() -> None:
+    from raftsched.replica.metrics import unusable_family
+
+    family = unusable_family({"gpu": (3_000, 7_168, 0)})
+    samples = {tuple(sorted(s.labels.items())): s.value for s in family.samples}
+    assert samples == {(("cluster", "gpu"), ("resource", "cpu")): 3.0,
+                       (("cluster", "gpu"), ("resource", "memory")): 7_168 * 1024 * 1024,
+                       (("cluster", "gpu"), ("resource", "gpu")): 0}
+    assert unusable_family({}).samples == []

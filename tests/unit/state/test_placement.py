@@ -443,3 +443,28 @@ def test_no_reservation_before_the_bounded_wait_or_for_a_task_no_cluster_can_hol
     h.now_ms += RESERVE_AFTER_MS
     reserved = placement.plan(h.state, now_ms=h.now_ms).reservations
     assert [r.task_id for r in reserved] == ["b"]
+
+
+# --- unusable capacity (a metric) -----------------------------------------------------------------
+
+
+def test_unusable_room_is_free_room_that_no_waiting_task_fits() -> None:
+    h = Harness()
+    h.register("east", cpu=4, memory_mb=8_192)
+    h.register("gpu", caps=("linux", "gpu"), cpu=4, memory_mb=8_192, gpu=1)
+    assert placement.unusable(h.state, now_ms=h.now_ms) == {}  # nothing waits: idle, not unusable
+    gpu_task = {"cpu": 1, "memory_mb": 1_024, "gpu": 1}
+    h.submit("g", job_doc([task_doc("g1", resources=gpu_task, requires=["gpu"]),
+                           task_doc("g2", resources=gpu_task, requires=["gpu"])]))
+    fence = h.assign_one("g", "g1", "gpu")
+    h.started("gpu", "g", "g1", fence)
+    # g2 waits for the one gpu: 3 cpus on gpu and all of east fit nothing that waits.
+    assert placement.unusable(h.state, now_ms=h.now_ms) == {
+        "east": (4_000, 8_192, 0), "gpu": (3_000, 7_168, 0)}
+    assert placement.unusable(h.state, now_ms=h.now_ms,
+                              reported_free={"east": (2_500, 8_192, 0)})["east"] == \
+        (2_500, 8_192, 0)  # what the agent says is free, when it says less
+    h.submit("c", job_doc([task_doc("c1", resources={"cpu": 2})]))
+    assert placement.unusable(h.state, now_ms=h.now_ms) == {}  # c1 fits both rooms
+    h.run(c.ClusterDrain("east", True, h.now_ms))
+    assert "east" not in placement.unusable(h.state, now_ms=h.now_ms)  # not open: not counted
