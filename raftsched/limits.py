@@ -154,6 +154,11 @@ MAX_CONCURRENT_LARGE_SPECS = 1
 MAX_REPORTED_SPEC_ISSUES = 20
 """Spec problems named in one INVALID_ARGUMENT answer (the count of the rest follows)."""
 
+SNAPSHOT_CHUNK_BYTES = 1024 * 1024
+"""Bytes of a saved snapshot per message of Admin.SaveSnapshot (well under MAX_MESSAGE_BYTES)."""
+SNAPSHOT_SAVE_TIMEOUT_S = 600.0
+"""How long Admin.SaveSnapshot waits for the leader to write a fresh snapshot (a forked child
+writes one: about 20 s per million tasks on two cores)."""
 MAX_STATUS_MESSAGE_BYTES = 2 * 1024
 """A refusal's message as gRPC sends it (UTF-8, each byte outside printable ASCII and '%'
 percent-encoded into three); a longer one is cut, saying so. With MAX_STATUS_VIOLATIONS_BYTES it

@@ -417,6 +417,24 @@ class ReportResponse(_message.Message):
     verdicts: _containers.RepeatedCompositeFieldContainer[ReportVerdict]
     def __init__(self, term: _Optional[int] = ..., verdicts: _Optional[_Iterable[_Union[ReportVerdict, _Mapping]]] = ...) -> None: ...
 
+class SaveSnapshotRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SnapshotChunk(_message.Message):
+    __slots__ = ("data", "index", "term", "size", "sha256")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    index: int
+    term: int
+    size: int
+    sha256: str
+    def __init__(self, data: _Optional[bytes] = ..., index: _Optional[int] = ..., term: _Optional[int] = ..., size: _Optional[int] = ..., sha256: _Optional[str] = ...) -> None: ...
+
 class DrainClusterRequest(_message.Message):
     __slots__ = ("cluster_id", "drain", "reason")
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]

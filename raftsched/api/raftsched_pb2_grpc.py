@@ -643,6 +643,11 @@ class AdminStub:
                 request_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListTenantsRequest.SerializeToString,
                 response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListTenantsResponse.FromString,
                 _registered_method=True)
+        self.SaveSnapshot = channel.unary_stream(
+                '/raftsched.v1.Admin/SaveSnapshot',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.SaveSnapshotRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.SnapshotChunk.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -719,6 +724,15 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SaveSnapshot(self, request, context):
+        """A consistent snapshot of the whole replicated state, written by the leader now (admin
+        only; one at a time). The first message carries index, term and size; then the bytes, in
+        order; the last message carries the sha256 of them all and no data.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -771,6 +785,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListTenants,
                     request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListTenantsRequest.FromString,
                     response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListTenantsResponse.SerializeToString,
+            ),
+            'SaveSnapshot': grpc.unary_stream_rpc_method_handler(
+                    servicer.SaveSnapshot,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.SaveSnapshotRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.SnapshotChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1046,6 +1065,33 @@ class Admin:
             '/raftsched.v1.Admin/ListTenants',
             raftsched_dot_v1_dot_raftsched__pb2.ListTenantsRequest.SerializeToString,
             raftsched_dot_v1_dot_raftsched__pb2.ListTenantsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SaveSnapshot(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/raftsched.v1.Admin/SaveSnapshot',
+            raftsched_dot_v1_dot_raftsched__pb2.SaveSnapshotRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.SnapshotChunk.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,5 +1,5 @@
 """`raftsched admin status|add-replica|remove-replica|remove-cluster|drain|undrain|
-tenant set|list|token create|list|revoke`."""
+tenant set|list|token create|list|revoke|snapshot save|inspect`."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from raftsched.cli.common import (
     print_json,
     unknown_outcome,
 )
+from raftsched.cli.snapshot import register_snapshot
 from raftsched.errors import Code, RaftschedError
 
 # --- admin ----------------------------------------------------------------------------------------
@@ -29,7 +30,7 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
     admin = commands.add_parser(
         "admin", help="replicas, leadership, compute clusters, membership",
         description="Operate the scheduler: raftsched admin status|add-replica|remove-replica|"
-                    "remove-cluster|drain|undrain|tenant|token.")
+                    "remove-cluster|drain|undrain|tenant|token|snapshot.")
     sub = admin.add_subparsers(title="admin commands", metavar="COMMAND", required=True)
     parents = [common, CONNECTION]
 
@@ -89,6 +90,7 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
     _register_drain(sub, parents)
     _register_tenants(sub, parents)
     _register_tokens(sub, parents)
+    register_snapshot(sub, common)
 
 
 def _register_drain(sub: Any, parents: list[argparse.ArgumentParser]) -> None:

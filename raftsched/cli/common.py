@@ -11,7 +11,7 @@ import sys
 import textwrap
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeAlias
 
 from raftsched import limits
 from raftsched.errors import Code, CouldNotConnect, RaftschedError
@@ -90,6 +90,8 @@ class ClientLike(Protocol):
     def set_tenant(self, tenant: str, *, weight: int | None = None,
                    max_queued: int | None = None, max_running: int | None = None) -> Any: ...
     def list_tenants(self) -> Any: ...
+    def save_snapshot(self, out: BinaryIO,
+                      progress: Callable[[int, int], None] | None = None) -> Any: ...
     def close(self) -> None: ...
 
 

@@ -9,11 +9,12 @@ as a `RaftschedError` with the last code seen.
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import grpc
 
@@ -22,7 +23,7 @@ from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.client import retry
 from raftsched.client.retry import RetryPolicy, Servers
-from raftsched.errors import RaftschedError
+from raftsched.errors import Code, RaftschedError
 from raftsched.rpc import CHANNEL_OPTIONS, error_from_rpc
 from raftsched.spec.job import parse_spec_text
 
@@ -43,6 +44,8 @@ BACKOFF_MAX_S = 0.2
 """Retries during an election come this often at the least; elections take ~0.5-1 s here."""
 WATCH_RECONNECTS = 100
 """A watch re-opens its stream after a leader change at most this many times in a row."""
+SNAPSHOT_STREAM_TIMEOUT_S = 3_600.0
+"""A snapshot save: the leader writes it (up to limits.SNAPSHOT_SAVE_TIMEOUT_S), then streams it."""
 TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 
 OnRetry = Callable[[RaftschedError, float], None]
@@ -173,6 +176,32 @@ class Client:
 
     # -- admin -----------------------------------------------------------------------------------
 
+    def save_snapshot(self, out: BinaryIO,
+                      progress: Callable[[int, int], None] | None = None) -> SavedSnapshot:
+        """Write a snapshot the leader takes now to `out`; `progress(bytes so far, size)` after
+        each chunk. Follows the leader until the first byte arrives; a stream broken after that
+        raises UNAVAILABLE, as does a size or sha256 that does not match what arrived: the
+        caller then discards what `out` holds (and may try again)."""
+        attempts = retry.Attempts(self._servers, self._policy, on_retry=self._on_retry)
+        for address in attempts:
+            stub = pb_grpc.AdminStub(self._channel(address))
+            stream = stub.SaveSnapshot(pb.SaveSnapshotRequest(), metadata=self._metadata,
+                                       timeout=SNAPSHOT_STREAM_TIMEOUT_S)
+            try:
+                head = next(stream)
+            except grpc.RpcError as error:
+                attempts.failed(error_from_rpc(error, address), address)
+                continue
+            except StopIteration:
+                raise RaftschedError(Code.UNAVAILABLE, f"{address} sent no snapshot") from None
+            try:
+                return _receive_snapshot(head, stream, out, progress)
+            except grpc.RpcError as error:
+                failed = error_from_rpc(error, address)
+                raise RaftschedError(Code.UNAVAILABLE, f"the snapshot stream from {address} "
+                                     f"broke: {failed.message}") from None
+        raise AssertionError("retry.Attempts ends by raising")  # pragma: no cover
+
     def cluster_status(self, server: str | None = None, *, include_digest: bool = False) -> Any:
         """Ask `server` (or each configured replica in turn until one answers): any replica can
         say what it sees, so this does not follow the leader. `include_digest` costs the replica
@@ -244,3 +273,34 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class SavedSnapshot:
+    index: int
+    term: int
+    size: int
+    sha256: str
+
+
+def _receive_snapshot(head: Any, stream: Iterator[Any], out: BinaryIO,
+                      progress: Callable[[int, int], None] | None) -> SavedSnapshot:
+    digest = hashlib.sha256()
+    received = 0
+    claimed = ""
+    for chunk in stream:
+        if chunk.sha256:
+            claimed = chunk.sha256
+            break
+        out.write(chunk.data)
+        digest.update(chunk.data)
+        received += len(chunk.data)
+        if progress is not None:
+            progress(received, head.size)
+    if received != head.size:
+        raise RaftschedError(Code.UNAVAILABLE, f"the snapshot stream ended after {received} of "
+                             f"{head.size} bytes")
+    if claimed != digest.hexdigest():
+        raise RaftschedError(Code.UNAVAILABLE, "the snapshot's sha256 " + (
+            "does not match what arrived" if claimed else "never arrived"))
+    return SavedSnapshot(head.index, head.term, received, claimed)

@@ -69,6 +69,7 @@ METHOD_RULES: dict[str, Rule] = {
     "raftsched.v1.Admin/DrainCluster": Rule.ADMIN,
     "raftsched.v1.Admin/SetTenant": Rule.ADMIN,
     "raftsched.v1.Admin/ListTenants": Rule.OPERATOR,
+    "raftsched.v1.Admin/SaveSnapshot": Rule.ADMIN,
 }
 _NEEDS = {Rule.USER: Role.USER, Rule.OPERATOR: Role.OPERATOR, Rule.ADMIN: Role.ADMIN}
 

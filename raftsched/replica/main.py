@@ -97,6 +97,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--snapshot-interval-s", type=positive_seconds, default=None,
                         metavar="SECONDS",
                         help="... or once this long has passed since the last one (default 600)")
+    parser.add_argument("--restore-from", metavar="FILE",
+                        help="start a NEW cluster from a saved snapshot (`raftsched admin "
+                             "snapshot save`): seeds this replica's empty data dir with it, its "
+                             "members becoming --raft and --peers. Give every replica of the new "
+                             "cluster the same FILE. Refused if the data dir holds a replica's "
+                             "state already")
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on 127.0.0.1:PORT (0: off)")
     parser.add_argument("--metrics-address", type=metrics_address, default=None,
@@ -158,6 +164,16 @@ def run(args: argparse.Namespace) -> int:
         print("error: need 0 < --suspect-after-s < --lost-after-s", file=sys.stderr)
         return 2
     peers = [p.strip() for p in args.peers.split(",") if p.strip() and p.strip() != args.raft]
+    if args.restore_from:
+        from raftsched.replica.raft.restore import seed_data_dir
+
+        try:
+            seeded = seed_data_dir(args.data_dir, args.restore_from, args.raft, peers)
+        except RaftschedError as error:
+            print(f"error: {error.message}", file=sys.stderr)
+            return 2
+        log.info("replica_restored", source=args.restore_from, index=seeded.index,
+                 term=seeded.term, members=",".join(seeded.members))
     changes = ChangeFeed()
     telemetry = metrics.ReplicaMetrics()
     try:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import hashlib
+import os
 import random
 import re
 import threading
@@ -406,6 +408,7 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
     def __init__(self, ctx: Context, grpc_address: str) -> None:
         self.ctx = ctx
         self.grpc_address = grpc_address
+        self._saving = threading.Lock()
 
     def ClusterStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
         status = self.ctx.node.status(include_digest=request.include_digest)
@@ -488,6 +491,47 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
 
     def ListTenants(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self.ctx.current_read(context, views.list_tenants)
+
+    def SaveSnapshot(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        """Stream a snapshot the leader writes now (`RaftNode.fresh_dump`): a stream slot while
+        it lasts, and one save at a time per replica."""
+        with self.ctx.stream_slot(context):
+            self.ctx.require_leader(context)
+            if not self._saving.acquire(blocking=False):
+                self.ctx.abort(context, RaftschedError(
+                    Code.RESOURCE_EXHAUSTED, "a snapshot save is already running on this "
+                    "replica; retry when it is done"))
+            try:
+                yield from self._save(context)
+            finally:
+                self._saving.release()
+
+    def _save(self, context: grpc.ServicerContext) -> Iterator[Any]:
+        started = self.ctx.clock.monotonic_s()
+        try:
+            file, index, term = self.ctx.node.fresh_dump(limits.SNAPSHOT_SAVE_TIMEOUT_S)
+        except RaftschedError as error:
+            self.ctx.abort(context, error)
+        with file:
+            size = os.fstat(file.fileno()).st_size
+            log.info("snapshot_save_started", index=index, term=term, bytes=size,
+                     wrote_ms=round((self.ctx.clock.monotonic_s() - started) * 1000))
+            yield pb.SnapshotChunk(index=index, term=term, size=size)
+            digest = hashlib.sha256()
+            sent = 0
+            while context.is_active():
+                data = file.read(limits.SNAPSHOT_CHUNK_BYTES)
+                if not data:
+                    break
+                digest.update(data)
+                sent += len(data)
+                yield pb.SnapshotChunk(data=data)
+            if sent != size:
+                log.warning("snapshot_save_abandoned", index=index, sent=sent, bytes=size)
+                return
+        log.info("snapshot_saved", index=index, term=term, bytes=size,
+                 ms=round((self.ctx.clock.monotonic_s() - started) * 1000))
+        yield pb.SnapshotChunk(sha256=digest.hexdigest())
 
     def ListTokens(self, request: Any, context: grpc.ServicerContext) -> Any:
         tokens = self.ctx.current_read(context, lambda s: [

@@ -196,6 +196,49 @@ def digest(state: State) -> str:
     return hashlib.sha256(dump(state)).hexdigest()[:16]
 
 
+def jobs_digest(state: State) -> str:
+    """A short hash of the jobs alone — each job's id, spec digest and state, and each task's
+    state and attempts (fence, cluster, state, exit code) — in job id order: what a restore
+    must keep, unlike `digest`, which also covers the clock, timers and the replicas'
+    addresses that a new cluster changes as soon as it runs."""
+    hasher = hashlib.sha256()
+    packer = msgpack.Packer(use_bin_type=True)
+    for job_id in sorted(state.jobs):
+        job = state.jobs[job_id]
+        hasher.update(packer.pack([job.id, job.digest, job.state.name, [
+            [task.spec.id, task.state.name,
+             [[a.fence, a.cluster_id, a.state.name, a.exit_code] for a in task.attempts]]
+            for task in job.tasks]]))
+    return hasher.hexdigest()[:16]
+
+
+RAFT_EXTRA_FORMAT = 1
+"""The Raft bookkeeping a replica stores in its snapshots' `extra`: {"format", "last",
+"previous", "members"}, the entries as [command bytes, index, term]."""
+RaftEntry = tuple[bytes, int, int]
+
+
+def parse_raft_extra(extra: Any) -> tuple[RaftEntry, RaftEntry, list[str]]:
+    """(last entry, the one before, members) of the Raft bookkeeping a replica's snapshot
+    carries; SnapshotError when it has none or it is malformed."""
+    if not isinstance(extra, dict) or extra.get("format") != RAFT_EXTRA_FORMAT:
+        raise SnapshotError("snapshot has no Raft bookkeeping (not written by a replica)")
+    members = extra.get("members")
+    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
+        raise SnapshotError("snapshot extra: bad member list")
+    last, previous = _raft_entry(extra.get("last")), _raft_entry(extra.get("previous"))
+    if previous[1] + 1 != last[1]:
+        raise SnapshotError("snapshot extra: entries are not consecutive")
+    return last, previous, members
+
+
+def _raft_entry(value: Any) -> RaftEntry:
+    if (not isinstance(value, list) or len(value) != 3 or not isinstance(value[0], bytes)
+            or type(value[1]) is not int or type(value[2]) is not int):
+        raise SnapshotError(f"bad Raft entry in snapshot extra: {value!r:.80}")
+    return value[0], value[1], value[2]
+
+
 # --- load ---------------------------------------------------------------------------------------
 
 

@@ -82,8 +82,10 @@ class LocalCluster:
             self.user_tls = pki.issue_user(self.authority, "tests")
             self.token_file = self.root / "tls" / "admin.token"
             self.admin_token = pki.write_admin_token(self.token_file)
-        self.raft = [f"127.0.0.1:{free_port()}" for _ in range(self.replica_count)]
-        self.grpc = [f"127.0.0.1:{free_port()}" for _ in range(self.replica_count)]
+        # All at once: ports picked one by one can repeat (a port released by one pick is the
+        # next pick's), and two replicas given one gRPC port left a cluster of two.
+        ports = [f"127.0.0.1:{port}" for port in pick_free_ports(2 * self.replica_count)]
+        self.raft, self.grpc = ports[:self.replica_count], ports[self.replica_count:]
         for i in range(self.replica_count):
             argv = [sys.executable, "-m", "raftsched.replica.main", "--raft", self.raft[i],
                     "--grpc", self.grpc[i], "--peers", ",".join(self.raft),
@@ -149,7 +151,7 @@ class LocalCluster:
     def spawn_joiner(self) -> tuple[Child, str, str]:
         """Start a replica that is not yet a member (peers: every member and itself); add it
         with Admin.AddReplica. Returns the process and its Raft and gRPC addresses."""
-        raft, grpc = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+        raft, grpc = (f"127.0.0.1:{port}" for port in pick_free_ports(2))
         argv = [sys.executable, "-m", "raftsched.replica.main", "--raft", raft, "--grpc", grpc,
                 "--peers", ",".join([*self.raft, raft]),
                 "--data-dir", str(self.root / f"joiner-{raft.rsplit(':', 1)[1]}"),

@@ -12,7 +12,8 @@ child on later ticks, compacting the log only after the child succeeded.
 serializer with the module-global `Serializer` of `pysyncobj.syncobj`; this module replaces that
 global with the subclass at import (the adapter's second patch, next to `journal.createJournal`;
 re-check both when changing the pinned version). Only serializers whose owner offers
-`dump_finished(ok, elapsed_s)` (a RaftNode) fork; any other use keeps pysyncobj's behaviour.
+`dump_finished(ok, index, term, elapsed_s)` (a RaftNode) fork; any other use keeps pysyncobj's
+behaviour.
 
 What the child may do: only what `RaftNode._dump_to_file` does — read the state, write and fsync
 one file. No logging (another thread may have held the logging lock at fork time), no locks,
@@ -33,7 +34,7 @@ from pysyncobj.serializer import Serializer
 
 class DumpOwner(Protocol):
     def ready_to_dump(self) -> bool: ...
-    def dump_finished(self, ok: bool, index: int, elapsed_s: float) -> None: ...
+    def dump_finished(self, ok: bool, index: int, term: int, elapsed_s: float) -> None: ...
 
 
 class ForkingSerializer(Serializer):  # type: ignore[misc]
@@ -48,6 +49,7 @@ class ForkingSerializer(Serializer):  # type: ignore[misc]
         self._owner: DumpOwner | None = owner if hasattr(owner, "dump_finished") else None
         self._started_s = 0.0
         self._index = 0
+        self._term = 0
         if self._owner is not None and fileName and tryUseFork and hasattr(os, "fork"):
             self._Serializer__useFork = True
 
@@ -56,14 +58,14 @@ class ForkingSerializer(Serializer):  # type: ignore[misc]
         if self._owner is not None and not self._owner.ready_to_dump():
             return  # not now: pysyncobj sees no dump in progress and asks again next tick
         self._started_s = time.monotonic()
-        self._index = int(data[1][1])
+        self._index, self._term = int(data[1][1]), int(data[1][2])
         super().serialize(data, id)
 
     def checkSerializing(self) -> Any:
         state, serialize_id = super().checkSerializing()
         if self._owner is not None and state in (SERIALIZER_STATE.SUCCESS,
                                                  SERIALIZER_STATE.FAILED):
-            self._owner.dump_finished(state == SERIALIZER_STATE.SUCCESS, self._index,
+            self._owner.dump_finished(state == SERIALIZER_STATE.SUCCESS, self._index, self._term,
                                       time.monotonic() - self._started_s)
         return state, serialize_id
 

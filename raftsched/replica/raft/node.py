@@ -95,12 +95,13 @@ import os
 import socket
 import threading
 import time
+import traceback
 import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from pysyncobj import SyncObj, SyncObjConf, replicated
 from pysyncobj import pickle as _pysyncobj_pickle
@@ -199,10 +200,17 @@ exists (at most DUMP_LATCH_MAX_WAIT_S): a test holds applies back and shows Raft
 DUMP_LATCH_MAX_WAIT_S = 120.0
 DUMP_LATCH_POLL_S = 0.05
 
+BARRIER_TIMEOUT_S = 5.0
+"""`fresh_dump` first proves leadership with a committed no-op within this long."""
+DUMP_RETRY_S = 1.0
+"""`fresh_dump` asks for a snapshot again this often until one is written."""
 JOURNAL_FILE_NAME = "raft.journal"
 DUMP_FILE_NAME = "raft.dump"
+DUMP_ERROR_FILE_NAME = "raft.dump.error"
+"""What a failed dump child leaves: its traceback (it may not log)."""
+MAX_DUMP_ERROR_CHARS = 8_000
 LOCK_FILE_NAME = "raft.lock"
-EXTRA_FORMAT = 1
+EXTRA_FORMAT = snapshot.RAFT_EXTRA_FORMAT
 """Version of the pysyncobj bookkeeping we keep in a snapshot's `extra` record."""
 
 _FAIL_NAMES = {
@@ -318,6 +326,36 @@ class Proposal:
         return result
 
 
+class _DumpWaiter:
+    """One `fresh_dump` call waiting for the next snapshot the dump child writes."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.file: BinaryIO | None = None
+        self.index = 0
+        self.term = 0
+        self.error = ""
+        self._lock = threading.Lock()
+        self._discarded = False
+
+    def finish(self, file: BinaryIO | None, index: int, term: int, error: str) -> None:
+        with self._lock:
+            if self._discarded:
+                if file is not None:
+                    file.close()
+                return
+            self.file, self.index, self.term, self.error = file, index, term, error
+        self.done.set()
+
+    def discard(self) -> None:
+        """The caller gave up: a file opened for it later is closed at once."""
+        with self._lock:
+            self._discarded = True
+            if self.file is not None:
+                self.file.close()
+                self.file = None
+
+
 # --- RaftNode -----------------------------------------------------------------------------------
 
 
@@ -377,6 +415,8 @@ class RaftNode:
         self._first_tick = threading.Event()
         self._transport: SyncingTransport | None = None
         self._dumps_written = 0
+        self._dump_waiters: list[_DumpWaiter] = []
+        self._dump_waiters_lock = threading.Lock()
         self._dumps_loaded = 0
         self._unsynced_applies = 0
         self._fatal: str | None = None
@@ -550,6 +590,10 @@ class RaftNode:
         nothing but write and fsync the file: no logging, no locks (see dumps.py);
         `dump_finished` reports the outcome in the replica.
         """
+        # No cyclic garbage collection in this child: a collection would finalize objects of
+        # the parent's other threads (gRPC calls in flight), whose library state the fork left
+        # behind; it crashed children with SIGSEGV after they had written the file.
+        gc.disable()
         os.nice(DUMP_NICENESS)  # this child only: the replica itself keeps the CPU first
         if self._dump_latch:
             _wait_for_latch(self._dump_latch)
@@ -557,21 +601,78 @@ class RaftNode:
         members = sorted(str(getattr(n, "id", n)) for n in nodes)
         extra = {"format": EXTRA_FORMAT, "last": _entry_out(last),
                  "previous": _entry_out(previous), "members": members}
-        with open(file_name, "wb") as out:
-            snapshot.dump_to(out, self._state, extra)
-            out.flush()
-            if self._journal.fsync:
-                os.fsync(out.fileno())
+        try:
+            with open(file_name, "wb") as out:
+                snapshot.dump_to(out, self._state, extra)
+                out.flush()
+                if self._journal.fsync:
+                    os.fsync(out.fileno())
+        except BaseException:
+            # No logging here (see above): the replica reads this file in `dump_finished`.
+            with open(os.path.join(self._data_dir, DUMP_ERROR_FILE_NAME), "w") as report:
+                traceback.print_exc(file=report)
+            raise
 
-    def dump_finished(self, ok: bool, index: int, elapsed_s: float) -> None:
+    def dump_finished(self, ok: bool, index: int, term: int, elapsed_s: float) -> None:
         """A snapshot at `index` was written (or failed) by the dump child; on the tick thread.
-        On success pysyncobj compacts the log up to it next."""
+        On success pysyncobj compacts the log up to it next. A `fresh_dump` waiting for one
+        gets the file opened here, before any later dump can replace it."""
         if ok:
             self._dumps_written += 1
             log.info("raft_dump_written", index=index, elapsed_ms=round(elapsed_s * 1000, 1))
         else:
+            report = os.path.join(self._data_dir, DUMP_ERROR_FILE_NAME)
+            try:
+                with open(report) as file:
+                    error = file.read(MAX_DUMP_ERROR_CHARS)
+                os.unlink(report)
+            except OSError:
+                error = "(the dump child left no report: it was killed, or failed in pysyncobj)"
             log.error("raft_dump_write_failed", index=index,
-                      elapsed_ms=round(elapsed_s * 1000, 1))
+                      elapsed_ms=round(elapsed_s * 1000, 1), error=error)
+        with self._dump_waiters_lock:
+            waiters, self._dump_waiters = self._dump_waiters, []
+        for waiter in waiters:
+            if not ok:
+                waiter.finish(None, index, term,
+                              "the replica could not write its snapshot (see its log)")
+                continue
+            try:
+                dump = open(os.path.join(self._data_dir, DUMP_FILE_NAME), "rb")  # noqa: SIM115
+                waiter.finish(dump, index, term, "")  # the caller of fresh_dump closes it
+            except OSError as error:
+                waiter.finish(None, index, term, f"cannot open the snapshot: {error}")
+
+    def fresh_dump(self, timeout_s: float) -> tuple[BinaryIO, int, int]:
+        """A snapshot of the whole state written now (the forked dump child, as for log
+        compaction), opened for reading: (file, index, term). The caller closes the file; a
+        later snapshot renames a new file into place and leaves this one readable. A no-op
+        entry is committed first, so there is something new to write even on an idle replica;
+        the request is repeated each DUMP_RETRY_S (pysyncobj drops a forced compaction it could
+        not start at once). Raises RaftschedError (UNAVAILABLE: not the leader or stopped;
+        DEADLINE_EXCEEDED)."""
+        self._check_running()
+        if not self.is_leader_confirmed(min(timeout_s, BARRIER_TIMEOUT_S)):
+            raise NotLeader(self.leader_address())
+        waiter = _DumpWaiter()
+        with self._dump_waiters_lock:
+            self._dump_waiters.append(waiter)
+        deadline = time.monotonic() + timeout_s
+        while not waiter.done.is_set():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                with self._dump_waiters_lock:
+                    if waiter in self._dump_waiters:
+                        self._dump_waiters.remove(waiter)
+                waiter.discard()
+                raise RaftschedError(Code.DEADLINE_EXCEEDED,
+                                     f"no snapshot was written within {timeout_s:g} s")
+            self._check_running()
+            self._obj.forceLogCompaction()  # sets a flag the tick thread reads
+            waiter.done.wait(min(left, DUMP_RETRY_S))
+        if waiter.file is None:
+            raise RaftschedError(Code.INTERNAL, waiter.error)
+        return waiter.file, waiter.index, waiter.term
 
     def _read_dump(self, file_name: str) -> tuple[Entry, Entry, set[Any]]:
         """pysyncobj's deserializer hook (startup and snapshot install): replaces the State."""
@@ -579,7 +680,7 @@ class RaftNode:
         try:
             with open(file_name, "rb") as source, _quiet_gc(True):
                 state, extra = snapshot.load_with_extra(source)
-            last, previous, members = _parse_extra(extra)
+            last, previous, members = snapshot.parse_raft_extra(extra)
             self._journal.align_to_dump(previous, last)
         except BaseException as exc:
             # pysyncobj would log and carry on with whatever state it has: stop instead.
@@ -1034,23 +1135,4 @@ def _entry_out(entry: Any) -> list[Any]:
     command, index, term = entry
     return [command.encode() if isinstance(command, str) else bytes(command), int(index),
             int(term)]
-
-
-def _entry_in(value: Any) -> Entry:
-    if (not isinstance(value, list) or len(value) != 3 or not isinstance(value[0], bytes)
-            or type(value[1]) is not int or type(value[2]) is not int):
-        raise snapshot.SnapshotError(f"bad Raft entry in snapshot extra: {value!r:.80}")
-    return value[0], value[1], value[2]
-
-
-def _parse_extra(extra: Any) -> tuple[Entry, Entry, list[str]]:
-    if not isinstance(extra, dict) or extra.get("format") != EXTRA_FORMAT:
-        raise snapshot.SnapshotError("snapshot has no Raft bookkeeping (not written by a replica)")
-    members = extra.get("members")
-    if not isinstance(members, list) or not all(isinstance(m, str) for m in members):
-        raise snapshot.SnapshotError("snapshot extra: bad member list")
-    last, previous = _entry_in(extra.get("last")), _entry_in(extra.get("previous"))
-    if previous[1] + 1 != last[1]:
-        raise snapshot.SnapshotError("snapshot extra: entries are not consecutive")
-    return last, previous, members
 

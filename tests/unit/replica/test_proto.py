@@ -35,5 +35,6 @@ def test_services_are_importable_and_complete() -> None:
                       "GetTaskHistory", "WatchJob", "ExplainTask"],
         "AgentGateway": ["Register", "Heartbeat", "Report"],
         "Admin": ["ClusterStatus", "AddReplica", "RemoveReplica", "CreateToken", "RevokeToken",
-                  "ListTokens", "RemoveCluster", "DrainCluster", "SetTenant", "ListTenants"],
+                  "ListTokens", "RemoveCluster", "DrainCluster", "SetTenant", "ListTenants",
+                  "SaveSnapshot"],
     }
