@@ -35,6 +35,7 @@ from typing import IO
 
 from agent.executor import Executor, ExecutorError
 from agent.fence import Admission, FenceStore, admit
+from agent.logs import LogServer
 from agent.metrics import AgentMetrics
 from agent.model import (
     TERMINAL_REPORT_KINDS,
@@ -144,6 +145,9 @@ class Agent:
         self._failure: BaseException | None = None
         self._closed = False
         executor.subscribe(self._wake.set)
+        self._logs = LogServer(executor.attempt_dir,
+                               lambda chunk: session.send_log(config.cluster_id, chunk),
+                               self._stop)
 
     # -- public --------------------------------------------------------------------------------
 
@@ -174,6 +178,7 @@ class Agent:
             finally:
                 self.stop()
                 reporter.join(timeout=STOP_JOIN_TIMEOUT_MS / 1000)
+                self._logs.close()
         log.info("agent_stopped", cluster=self._config.cluster_id, running=len(self._running),
                  pending_reports=self.pending_reports())
         if self._failure is not None:
@@ -313,6 +318,8 @@ class Agent:
         if directives.assignments or directives.kills:
             log.debug("directives_received", term=directives.term,
                       assignments=len(directives.assignments), kills=len(directives.kills))
+        if directives.log_requests:  # reads of files we keep: safe from any term
+            self._logs.submit(directives.log_requests)
         with self._lock:
             stored_term = self._fences.term()
             if directives.term < stored_term:

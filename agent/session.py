@@ -36,10 +36,11 @@ from raftsched import rpc, tls
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.client import retry
 from raftsched.errors import Code, RaftschedError
-from raftsched.protocol import Observation
+from raftsched.protocol import LogChunk, Observation
 
 REGISTER_DEADLINE_MS = 10_000
 REPORT_DEADLINE_MS = 10_000
+SEND_LOG_DEADLINE_MS = 10_000
 HEARTBEAT_DEADLINE_SLACK_MS = 5_000
 """A heartbeat's deadline is its long-poll wait plus this."""
 MAX_TRIES_PER_CALL = 8
@@ -89,6 +90,8 @@ class Session(Protocol):
 
     def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report],
                observed: Observation | None = None) -> Reported: ...
+
+    def send_log(self, cluster_id: str, chunk: LogChunk) -> None: ...
 
 
 class GrpcSession:
@@ -145,6 +148,12 @@ class GrpcSession:
             return rpc.reported_from_pb(response)
         except ValueError as error:
             raise Refused(Code.INTERNAL.value, f"Report: {error}") from None
+
+    def send_log(self, cluster_id: str, chunk: LogChunk) -> None:
+        """A piece of task output the leader asked for; one try (the leader's waiter gives up
+        and the client asks again if it is lost)."""
+        self._call("SendLog", rpc.log_chunk_to_pb(cluster_id, chunk), SEND_LOG_DEADLINE_MS,
+                   reregister=False)
 
     def close(self) -> None:
         with self._lock:

@@ -154,6 +154,8 @@ MAX_CONCURRENT_LARGE_SPECS = 1
 MAX_REPORTED_SPEC_ISSUES = 20
 """Spec problems named in one INVALID_ARGUMENT answer (the count of the rest follows)."""
 
+MAX_LOG_TAIL_BYTES = 64 * 1024 * 1024
+"""`task logs --tail` reaches back this far at most (the agent caps each output file anyway)."""
 SNAPSHOT_CHUNK_BYTES = 1024 * 1024
 """Bytes of a saved snapshot per message of Admin.SaveSnapshot (well under MAX_MESSAGE_BYTES)."""
 SNAPSHOT_SAVE_TIMEOUT_S = 600.0

@@ -196,15 +196,48 @@ class Beat:
     wait_ms: int
 
 
+LOG_STREAMS = ("stdout", "stderr")
+"""The output files of an attempt a LogRequest may name."""
+
+
+@dataclass(frozen=True, slots=True)
+class LogRequest:
+    """The leader asks for a piece of one attempt's output (a client's `task logs`)."""
+
+    request_id: str
+    fence: int
+    stream: str
+    """One of LOG_STREAMS."""
+    offset: int
+    """Where to read from; negative: that many bytes before the end."""
+    max_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class LogChunk:
+    """The agent's answer to a LogRequest (`error` set and no data when it has nothing)."""
+
+    request_id: str
+    fence: int
+    offset: int
+    data: bytes
+    size: int
+    """The file's size when it was read."""
+    error: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class Directives:
     """A heartbeat's answer, all from committed state, stamped with the leader's term.
-    `reregister`: the leader does not know this cluster incarnation (register again)."""
+    `reregister`: the leader does not know this cluster incarnation (register again).
+    `log_requests` are soft state of the leader, not committed: pieces of output a client
+    waits for."""
 
     term: int
     assignments: tuple[Assignment, ...] = ()
     kills: tuple[KillDirective, ...] = ()
     reregister: bool = False
+    log_requests: tuple[LogRequest, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

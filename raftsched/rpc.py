@@ -40,6 +40,8 @@ from raftsched.protocol import (
     Directives,
     KillDirective,
     KnownAttempt,
+    LogChunk,
+    LogRequest,
     Observation,
     Registered,
     Registration,
@@ -463,7 +465,10 @@ def directives_to_pb(directives: Directives) -> Any:
         term=directives.term, reregister=directives.reregister,
         assignments=[assignment_to_pb(a) for a in directives.assignments],
         kills=[pb.KillDirective(job_id=k.job_id, task_id=k.task_id, fence=k.fence)
-               for k in directives.kills])
+               for k in directives.kills],
+        log_requests=[pb.LogRequest(request_id=r.request_id, fence=r.fence, stream=r.stream,
+                                    offset=r.offset, max_bytes=r.max_bytes)
+                      for r in directives.log_requests])
 
 
 def directives_from_pb(message: Any) -> Directives:
@@ -471,7 +476,19 @@ def directives_from_pb(message: Any) -> Directives:
                       tuple(assignment_from_pb(a) for a in message.assignments),
                       tuple(KillDirective(k.job_id, k.task_id, int(k.fence))
                             for k in message.kills),
-                      bool(message.reregister))
+                      bool(message.reregister),
+                      tuple(LogRequest(r.request_id, int(r.fence), r.stream, int(r.offset),
+                                       int(r.max_bytes)) for r in message.log_requests))
+
+
+def log_chunk_to_pb(cluster_id: str, chunk: LogChunk) -> Any:
+    return pb.LogChunk(cluster_id=cluster_id, request_id=chunk.request_id, fence=chunk.fence,
+                       offset=chunk.offset, data=chunk.data, size=chunk.size, error=chunk.error)
+
+
+def log_chunk_from_pb(message: Any) -> LogChunk:
+    return LogChunk(message.request_id, int(message.fence), int(message.offset),
+                    bytes(message.data), int(message.size), message.error)
 
 
 def report_to_pb(report: Report) -> Any:

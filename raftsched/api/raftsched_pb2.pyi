@@ -7,6 +7,38 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class TaskLogsRequest(_message.Message):
+    __slots__ = ("job_id", "task_id", "attempt", "stream", "follow", "tail_bytes")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    FOLLOW_FIELD_NUMBER: _ClassVar[int]
+    TAIL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    task_id: str
+    attempt: int
+    stream: str
+    follow: bool
+    tail_bytes: int
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., stream: _Optional[str] = ..., follow: _Optional[bool] = ..., tail_bytes: _Optional[int] = ...) -> None: ...
+
+class TaskLogsChunk(_message.Message):
+    __slots__ = ("data", "offset", "attempt", "fence", "cluster_id", "attempt_state")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_STATE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    offset: int
+    attempt: int
+    fence: int
+    cluster_id: str
+    attempt_state: str
+    def __init__(self, data: _Optional[bytes] = ..., offset: _Optional[int] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., cluster_id: _Optional[str] = ..., attempt_state: _Optional[str] = ...) -> None: ...
+
 class SubmitJobRequest(_message.Message):
     __slots__ = ("spec", "idempotency_key")
     SPEC_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +266,42 @@ class ExplainTaskResponse(_message.Message):
     clusters: _containers.RepeatedCompositeFieldContainer[ClusterVerdict]
     def __init__(self, state: _Optional[str] = ..., summary: _Optional[str] = ..., clusters: _Optional[_Iterable[_Union[ClusterVerdict, _Mapping]]] = ...) -> None: ...
 
+class LogRequest(_message.Message):
+    __slots__ = ("request_id", "fence", "stream", "offset", "max_bytes")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    request_id: str
+    fence: int
+    stream: str
+    offset: int
+    max_bytes: int
+    def __init__(self, request_id: _Optional[str] = ..., fence: _Optional[int] = ..., stream: _Optional[str] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class LogChunk(_message.Message):
+    __slots__ = ("cluster_id", "request_id", "fence", "offset", "data", "size", "error")
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    cluster_id: str
+    request_id: str
+    fence: int
+    offset: int
+    data: bytes
+    size: int
+    error: str
+    def __init__(self, cluster_id: _Optional[str] = ..., request_id: _Optional[str] = ..., fence: _Optional[int] = ..., offset: _Optional[int] = ..., data: _Optional[bytes] = ..., size: _Optional[int] = ..., error: _Optional[str] = ...) -> None: ...
+
+class LogAck(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class Resources(_message.Message):
     __slots__ = ("cpu_milli", "memory_mb", "gpu")
     CPU_MILLI_FIELD_NUMBER: _ClassVar[int]
@@ -344,16 +412,18 @@ class KillDirective(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
-    __slots__ = ("term", "assignments", "kills", "reregister")
+    __slots__ = ("term", "assignments", "kills", "reregister", "log_requests")
     TERM_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     KILLS_FIELD_NUMBER: _ClassVar[int]
     REREGISTER_FIELD_NUMBER: _ClassVar[int]
+    LOG_REQUESTS_FIELD_NUMBER: _ClassVar[int]
     term: int
     assignments: _containers.RepeatedCompositeFieldContainer[Assignment]
     kills: _containers.RepeatedCompositeFieldContainer[KillDirective]
     reregister: bool
-    def __init__(self, term: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., kills: _Optional[_Iterable[_Union[KillDirective, _Mapping]]] = ..., reregister: _Optional[bool] = ...) -> None: ...
+    log_requests: _containers.RepeatedCompositeFieldContainer[LogRequest]
+    def __init__(self, term: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., kills: _Optional[_Iterable[_Union[KillDirective, _Mapping]]] = ..., reregister: _Optional[bool] = ..., log_requests: _Optional[_Iterable[_Union[LogRequest, _Mapping]]] = ...) -> None: ...
 
 class AgentReport(_message.Message):
     __slots__ = ("kind", "job_id", "task_id", "fence", "exit_code", "timed_out", "reason")

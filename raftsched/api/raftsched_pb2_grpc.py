@@ -77,6 +77,11 @@ class SchedulerStub:
                 request_serializer=raftsched_dot_v1_dot_raftsched__pb2.ExplainTaskRequest.SerializeToString,
                 response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ExplainTaskResponse.FromString,
                 _registered_method=True)
+        self.TaskLogs = channel.unary_stream(
+                '/raftsched.v1.Scheduler/TaskLogs',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.TaskLogsRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.TaskLogsChunk.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -135,6 +140,16 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def TaskLogs(self, request, context):
+        """A task attempt's stdout or stderr, read from its agent through the leader (the agent
+        keeps each attempt's output after it ends, also across its restarts, until it prunes old
+        attempt dirs). The first message names the attempt; with follow, the stream goes on while
+        the attempt runs and ends once its output is complete.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -177,6 +192,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.ExplainTask,
                     request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ExplainTaskRequest.FromString,
                     response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ExplainTaskResponse.SerializeToString,
+            ),
+            'TaskLogs': grpc.unary_stream_rpc_method_handler(
+                    servicer.TaskLogs,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.TaskLogsRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.TaskLogsChunk.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -408,6 +428,33 @@ class Scheduler:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def TaskLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/raftsched.v1.Scheduler/TaskLogs',
+            raftsched_dot_v1_dot_raftsched__pb2.TaskLogsRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.TaskLogsChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class AgentGatewayStub:
     """---------------------------------------------------------------------------------------------
@@ -436,6 +483,11 @@ class AgentGatewayStub:
                 '/raftsched.v1.AgentGateway/Report',
                 request_serializer=raftsched_dot_v1_dot_raftsched__pb2.ReportRequest.SerializeToString,
                 response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ReportResponse.FromString,
+                _registered_method=True)
+        self.SendLog = channel.unary_unary(
+                '/raftsched.v1.AgentGateway/SendLog',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.LogChunk.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.LogAck.FromString,
                 _registered_method=True)
 
 
@@ -466,6 +518,13 @@ class AgentGatewayServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SendLog(self, request, context):
+        """The answer to a LogRequest of a heartbeat: a piece of one attempt's output file.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AgentGatewayServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -483,6 +542,11 @@ def add_AgentGatewayServicer_to_server(servicer, server):
                     servicer.Report,
                     request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ReportRequest.FromString,
                     response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ReportResponse.SerializeToString,
+            ),
+            'SendLog': grpc.unary_unary_rpc_method_handler(
+                    servicer.SendLog,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.LogChunk.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.LogAck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -570,6 +634,33 @@ class AgentGateway:
             '/raftsched.v1.AgentGateway/Report',
             raftsched_dot_v1_dot_raftsched__pb2.ReportRequest.SerializeToString,
             raftsched_dot_v1_dot_raftsched__pb2.ReportResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SendLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.AgentGateway/SendLog',
+            raftsched_dot_v1_dot_raftsched__pb2.LogChunk.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.LogAck.FromString,
             options,
             channel_credentials,
             insecure,

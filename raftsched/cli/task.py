@@ -1,19 +1,24 @@
-"""`raftsched task history|explain`."""
+"""`raftsched task history|explain|logs`."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+from typing import Any
 
 from raftsched.cli import render
 from raftsched.cli.common import (
     CONNECTION,
     EXIT_OK,
+    Interrupted,
     Subparsers,
     command_parser,
     connect,
     now_ms,
     print_json,
 )
+from raftsched.options import positive_int
+from raftsched.protocol import LOG_STREAMS
 
 # --- task -----------------------------------------------------------------------------------------
 
@@ -21,7 +26,7 @@ from raftsched.cli.common import (
 def register_task(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     task = commands.add_parser(
         "task", help="one task's attempts, or why it is not running",
-        description="Look at one task of a job: raftsched task history|explain.")
+        description="Look at one task of a job: raftsched task history|explain|logs.")
     sub = task.add_subparsers(title="task commands", metavar="COMMAND", required=True)
     parents = [common, CONNECTION]
 
@@ -49,6 +54,31 @@ def register_task(commands: Subparsers, common: argparse.ArgumentParser) -> None
     explain.add_argument("task_id", metavar="TASK")
     explain.set_defaults(handler=_run_task_explain, reads_only=True)
 
+    logs = command_parser(
+        sub, "logs", parents, "a task attempt's stdout or stderr, from its agent",
+        "Print what a task attempt wrote to stdout (or --stream stderr), read from the agent of "
+        "the cluster it ran on through the leader; the agent keeps each attempt's output (8 "
+        "MiB of each, MAX_TASK_OUTPUT_BYTES) after the attempt ends and across its own "
+        "restarts, until it prunes old attempt dirs. Default: the latest attempt.",
+        "output:\n  the bytes as written, on stdout; a line naming the attempt, fence, cluster "
+        "and state on\n  stderr first. --follow: go on while the attempt runs (Ctrl-C stops "
+        "following, not the task).\n  exit 2 if the job, task or attempt does not exist or "
+        "has no output kept; 3 if its agent\n  does not answer\n"
+        '  --json: {"job_id", "task_id", "attempt", "fence", "cluster", "attempt_state", '
+        '"stream",\n           "offset", "bytes", "output" (UTF-8, undecodable bytes '
+        'replaced)}')
+    logs.add_argument("job_id", metavar="JOB")
+    logs.add_argument("task_id", metavar="TASK")
+    logs.add_argument("--attempt", type=positive_int, default=0, metavar="N",
+                      help="attempt number, 1 for the first (default: the latest)")
+    logs.add_argument("--stream", choices=LOG_STREAMS, default=LOG_STREAMS[0],
+                      help="which output (default stdout)")
+    logs.add_argument("--follow", "-f", action="store_true",
+                      help="keep printing while the attempt runs")
+    logs.add_argument("--tail", type=positive_int, default=0, metavar="BYTES",
+                      help="start this many bytes before the end (default: from the start)")
+    logs.set_defaults(handler=_run_task_logs, reads_only=True)
+
 
 def _run_task_history(args: argparse.Namespace) -> int:
     with connect(args) as client:
@@ -68,4 +98,41 @@ def _run_task_explain(args: argparse.Namespace) -> int:
         print_json(document)
     else:
         print(render.explain_text(document))
+    return EXIT_OK
+
+
+def _run_task_logs(args: argparse.Namespace) -> int:
+    out = sys.stdout.buffer
+    received = bytearray()
+    head: Any = None
+    first_offset = 0
+    try:
+        with connect(args) as client:
+            for message in client.task_logs(args.job_id, args.task_id, attempt=args.attempt,
+                                            stream=args.stream, follow=args.follow,
+                                            tail_bytes=args.tail):
+                if head is None:
+                    head = message
+                    if not args.json:
+                        print(f"== {args.job_id}/{args.task_id} attempt {head.attempt} (fence "
+                              f"{head.fence}) on {head.cluster_id}, {head.attempt_state}: "
+                              f"{args.stream} ==", file=sys.stderr, flush=True)
+                    continue
+                if not received:
+                    first_offset = message.offset
+                if args.json:
+                    received += message.data
+                else:
+                    out.write(message.data)
+                    out.flush()
+    except KeyboardInterrupt:
+        raise Interrupted("stopped following; the task goes on") from None
+    if args.json:
+        print_json({"job_id": args.job_id, "task_id": args.task_id,
+                    "attempt": head.attempt if head is not None else 0,
+                    "fence": head.fence if head is not None else 0,
+                    "cluster": head.cluster_id if head is not None else "",
+                    "attempt_state": head.attempt_state if head is not None else "",
+                    "stream": args.stream, "offset": first_offset, "bytes": len(received),
+                    "output": received.decode("utf-8", errors="replace")})
     return EXIT_OK

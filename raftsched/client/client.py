@@ -44,6 +44,10 @@ BACKOFF_MAX_S = 0.2
 """Retries during an election come this often at the least; elections take ~0.5-1 s here."""
 WATCH_RECONNECTS = 100
 """A watch re-opens its stream after a leader change at most this many times in a row."""
+LOGS_TIMEOUT_S = 300.0
+"""`task logs` without --follow: reading a whole output file (64 KiB a round trip)."""
+LOGS_FOLLOW_TIMEOUT_S = 7 * 24 * 3600.0
+"""`task logs --follow` lasts as long as the attempt runs (up to a week)."""
 SNAPSHOT_STREAM_TIMEOUT_S = 3_600.0
 """A snapshot save: the leader writes it (up to limits.SNAPSHOT_SAVE_TIMEOUT_S), then streams it."""
 TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
@@ -173,6 +177,32 @@ class Client:
                 return
             except grpc.RpcError as error:
                 attempts.failed(error_from_rpc(error, address), address)
+
+    def task_logs(self, job_id: str, task_id: str, *, attempt: int = 0, stream: str = "stdout",
+                  follow: bool = False, tail_bytes: int = 0) -> Iterator[Any]:
+        """The attempt's output as TaskLogsChunk messages: the first names the attempt, the
+        rest carry data in order. Follows the leader until the first message; a stream broken
+        after that raises UNAVAILABLE (ask again, with --tail or from an offset)."""
+        request = pb.TaskLogsRequest(job_id=job_id, task_id=task_id, attempt=attempt,
+                                     stream=stream, follow=follow, tail_bytes=tail_bytes)
+        attempts = retry.Attempts(self._servers, self._policy, on_retry=self._on_retry)
+        for address in attempts:
+            stub = pb_grpc.SchedulerStub(self._channel(address))
+            messages = stub.TaskLogs(request, metadata=self._metadata,
+                                     timeout=LOGS_FOLLOW_TIMEOUT_S if follow else LOGS_TIMEOUT_S)
+            try:
+                head = next(messages)
+            except grpc.RpcError as error:
+                attempts.failed(error_from_rpc(error, address), address)
+                continue
+            except StopIteration:
+                return
+            yield head
+            try:
+                yield from messages
+            except grpc.RpcError as error:
+                raise error_from_rpc(error, address) from None
+            return
 
     # -- admin -----------------------------------------------------------------------------------
 

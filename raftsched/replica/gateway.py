@@ -16,11 +16,13 @@ from typing import Any
 from raftsched import limits
 from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
+from raftsched.eventlog import EventLogger
 from raftsched.protocol import (
     Assignment,
     Beat,
     Directives,
     KillDirective,
+    LogChunk,
     Observation,
     Registered,
     Registration,
@@ -32,6 +34,7 @@ from raftsched.protocol import (
     task_key,
 )
 from raftsched.replica.leader import Leader
+from raftsched.replica.logs import LogBroker
 from raftsched.state import commands as c
 from raftsched.state import fsm
 from raftsched.state.model import AttemptState, Job, State, Task, TaskState
@@ -43,6 +46,8 @@ MAX_INCARNATION_STEP = 1_000
 """How far a Register may move a cluster's incarnation at once (agents add one per start; an
 agent that crash-loops before it registers skips a few)."""
 
+
+log = EventLogger("raftsched.gateway")
 
 def propose(node: Any, leader: Leader, command: c.Command,
             appended: Callable[[], None] | None = None) -> Result:
@@ -69,13 +74,15 @@ def propose(node: Any, leader: Leader, command: c.Command,
 class AgentGateway:
     def __init__(self, node: Any, leader: Leader, clock: Clock, rng: random.Random,
                  changes_wait: Callable[[int, float], int] | None = None,
-                 changes_version: Callable[[], int] | None = None) -> None:
+                 changes_version: Callable[[], int] | None = None,
+                 logs: LogBroker | None = None) -> None:
         self.node = node
         self.leader = leader
         self.clock = clock
         self.rng = rng
         self._wait = changes_wait
         self._version = changes_version
+        self._logs = logs
 
     def register(self, registration: Registration) -> Registered:
         """Reconcile the agent's attempts with ours (`leader` of the answer is left empty for
@@ -114,13 +121,22 @@ class AgentGateway:
         while True:
             assignments, kills = self.node.read(lambda s: deliveries(
                 s, cluster_id, lambda items, bound: self.leader.due(cluster_id, items, bound)))
+            requests = self._logs.take(cluster_id) if self._logs is not None else ()
             left = deadline - self.clock.monotonic_s()
-            if assignments or kills or left <= 0 or self._wait is None or not active():
+            if assignments or kills or requests or left <= 0 or self._wait is None \
+                    or not active():
                 break
             seen = self._wait(seen, left)
             if not self.leader.leading():
                 break
-        return Directives(self.node.term(), tuple(assignments), tuple(kills))
+        return Directives(self.node.term(), tuple(assignments), tuple(kills),
+                          log_requests=requests)
+
+    def send_log(self, cluster_id: str, chunk: LogChunk) -> None:
+        """A piece of output an agent read for a LogRequest; handed to the client waiting."""
+        if self._logs is not None and not self._logs.deliver(cluster_id, chunk):
+            log.debug("log_chunk_unclaimed", cluster=cluster_id, fence=chunk.fence,
+                      request=chunk.request_id)
 
     def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report],
                observed: Observation | None = None) -> Reported:

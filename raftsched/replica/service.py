@@ -16,6 +16,7 @@ import os
 import random
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
 
@@ -28,9 +29,12 @@ from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
+from raftsched.protocol import LOG_STREAMS
 from raftsched.replica import identity, views
 from raftsched.replica.gateway import PROPOSE_TIMEOUT_S, AgentGateway, propose
 from raftsched.replica.leader import Leader
+from raftsched.replica.logs import LOG_CHUNK_BYTES, LogBroker
+from raftsched.spec.issue import show
 from raftsched.spec.job import SpecError, parse_spec_text, with_idempotency_key
 from raftsched.spec.wire import to_wire
 from raftsched.state import commands as c
@@ -53,6 +57,8 @@ READ_CONFIRM_TIMEOUT_S = 2.0
 LARGE_SPEC_WAIT_S = 30.0
 """A large spec waits this long at most for its turn to be parsed."""
 WATCH_POLL_S = 1.0
+LOG_FOLLOW_POLL_S = 0.5
+"""`task logs --follow` asks the agent again this often while the output does not grow."""
 """A watch re-checks its job at least this often (and at every applied entry)."""
 JOB_ID_SLUG_CHARS = 40
 
@@ -148,6 +154,7 @@ class Context:
         self.changes = changes
         self.rng = random.SystemRandom()
         self.streams = StreamSlots()
+        self.logs = LogBroker(changes.notify)
 
     def leader_grpc_address(self) -> str | None:
         raft_leader = self.node.leader_address()
@@ -301,6 +308,52 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         with self.ctx.stream_slot(context):
             yield from self._watch(request, context)
 
+    def TaskLogs(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        with self.ctx.stream_slot(context):
+            yield from self._task_logs(request, context)
+
+    def _task_logs(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        """Piece after piece of the attempt's output file, each fetched from its agent
+        (`logs.LogBroker`). Without follow: up to the file's size at the first piece. With
+        follow: on while the attempt is live, polling every LOG_FOLLOW_POLL_S when nothing is
+        new, then up to the size its agent reports once it has ended."""
+        stream = request.stream or LOG_STREAMS[0]
+        if stream not in LOG_STREAMS:
+            self.ctx.abort(context, RaftschedError(
+                Code.INVALID_ARGUMENT, f"stream must be one of {', '.join(LOG_STREAMS)}, got "
+                f"{show(stream)}"))
+        self.ctx.require_leader(context)
+        source = self.ctx.current_read(context, lambda s: views.log_source(
+            s, request.job_id, request.task_id, request.attempt))
+        yield pb.TaskLogsChunk(attempt=source.number, fence=source.fence,
+                               cluster_id=source.cluster_id, attempt_state=source.state)
+        offset = -min(request.tail_bytes, limits.MAX_LOG_TAIL_BYTES) if request.tail_bytes \
+            else 0
+        end: int | None = None
+        while context.is_active():
+            try:
+                chunk = self.ctx.logs.fetch(source.cluster_id, source.fence, stream, offset)
+            except RaftschedError as error:
+                self.ctx.abort(context, error)
+            if chunk.error:
+                self.ctx.abort(context, RaftschedError(Code.FAILED_PRECONDITION, chunk.error))
+            if chunk.data:
+                yield pb.TaskLogsChunk(data=chunk.data, offset=chunk.offset)
+            offset = chunk.offset + len(chunk.data)
+            if end is None and not request.follow:
+                end = chunk.size
+            if end is not None and offset >= end:
+                return
+            if not chunk.data:
+                live = self.ctx.read(lambda s: views.attempt_live(s, request.job_id,
+                                                                  request.task_id, source.fence))
+                if not live:
+                    end = chunk.size  # ended: what is there now is all there will be
+                    if offset >= end:
+                        return
+                    continue
+                time.sleep(LOG_FOLLOW_POLL_S)  # not the change feed: it moves at every commit
+
     def _watch(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         last: Any = None
         seen = self.ctx.changes.version()
@@ -347,7 +400,7 @@ class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.gateway = AgentGateway(ctx.node, ctx.leader, ctx.clock, ctx.rng,
-                                    ctx.changes.wait, ctx.changes.version)
+                                    ctx.changes.wait, ctx.changes.version, ctx.logs)
 
     def Register(self, request: Any, context: grpc.ServicerContext) -> Any:
         try:
@@ -378,6 +431,15 @@ class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
         except RaftschedError as error:
             self.ctx.abort(context, error)
         return rpc.reported_to_pb(reported)
+
+
+    def SendLog(self, request: Any, context: grpc.ServicerContext) -> Any:
+        if len(request.data) > LOG_CHUNK_BYTES:
+            self.ctx.abort(context, RaftschedError(
+                Code.INVALID_ARGUMENT, f"{len(request.data)} bytes of output in one piece, over "
+                f"LOG_CHUNK_BYTES={LOG_CHUNK_BYTES}"))
+        self.gateway.send_log(request.cluster_id, rpc.log_chunk_from_pb(request))
+        return pb.LogAck()
 
 
 class ReflectionService(reflection.ReflectionServicer):  # type: ignore[misc]

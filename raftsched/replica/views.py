@@ -5,6 +5,7 @@ service calls them under the Raft node's apply lock, so each must be short (O(wh
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from raftsched import limits
 from raftsched.api import raftsched_pb2 as pb
@@ -141,6 +142,41 @@ def task_history(state: State, job_id: str, task_id: str) -> pb.TaskHistory:
         attempts=attempts, notes=notes, notes_dropped=task.notes_dropped,
         app_failures=task.app_failures, infra_failures=task.infra_failures,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class LogSource:
+    """The attempt whose output `task logs` reads."""
+
+    number: int
+    fence: int
+    cluster_id: str
+    state: str
+
+
+def log_source(state: State, job_id: str, task_id: str, number: int) -> LogSource:
+    """Attempt `number` (1-based; 0: the latest) of the task; NOT_FOUND naming what is missing,
+    FAILED_PRECONDITION for a task that has not had an attempt yet."""
+    job, task = task_of(state, job_id, task_id)
+    if not task.attempts:
+        raise RaftschedError(Code.FAILED_PRECONDITION,
+                             f"task {task.spec.id} of job {job.id} has not run yet (it is "
+                             f"{task.state.name}): there is no output")
+    if number > len(task.attempts):
+        raise RaftschedError(Code.NOT_FOUND,
+                             f"task {task.spec.id} of job {job.id} has {len(task.attempts)} "
+                             f"attempt(s), not {number}")
+    attempt = task.attempts[number - 1 if number else -1]
+    return LogSource(attempt.number, attempt.fence, attempt.cluster_id, attempt.state.name)
+
+
+def attempt_live(state: State, job_id: str, task_id: str, fence: int) -> bool:
+    """Whether the attempt with `fence` may still write output (ASSIGNED or RUNNING)."""
+    job = state.jobs.get(job_id)
+    index = None if job is None else job.index_of.get(task_id)
+    if job is None or index is None:
+        return False
+    return any(a.fence == fence and a.live for a in job.tasks[index].attempts)
 
 
 def explain_task(state: State, job_id: str, task_id: str) -> pb.ExplainTaskResponse:

@@ -39,19 +39,15 @@ tasks:
 
 
 def cli(cluster: LocalCluster, *argv: str, timeout_s: float = RUN_TIMEOUT_S) -> Any:
-    """`python -m raftsched ARGV --json` against `cluster`; the parsed JSON (exit 0 or 1)."""
-    assert cluster.user_tls is not None and cluster.admin_token is not None
-    connection = ["--servers", ",".join(cluster.grpc), "--tls-ca", str(cluster.user_tls.ca),
-                  "--tls-cert", str(cluster.user_tls.cert), "--tls-key",
-                  str(cluster.user_tls.key), "--token", cluster.admin_token]
-    result = run(*argv, *connection, timeout_s=timeout_s)
+    """`raftsched ARGV --json` against `cluster`; the parsed JSON (exit 0 or 1)."""
+    result = cluster.cli(*argv, "--json", timeout_s=timeout_s)
     assert result.returncode in (0, 1), result.stdout + result.stderr
     return json.loads(result.stdout)
 
 
 def run(*argv: str, timeout_s: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith("RAFTSCHED_") or k == "RAFTSCHED_SKEW_S"}
+    """`raftsched ARGV --json` with no cluster (offline commands, refusals)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTSCHED_")}
     return subprocess.run([sys.executable, "-m", "raftsched", *argv, "--json"],
                           capture_output=True, text=True, timeout=timeout_s, env=env,
                           check=False)

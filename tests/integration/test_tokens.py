@@ -83,9 +83,12 @@ def _invoke(client: Client, service: Any, method: Any, request: Any) -> Any:
     from raftsched.api import raftsched_pb2_grpc as pb_grpc
 
     if method.server_streaming:
-        assert method.name in ("WatchJob", "SaveSnapshot"), "a new stream: call it here"
+        assert method.name in ("WatchJob", "SaveSnapshot", "TaskLogs"), \
+            "a new stream: call it here"
         if method.name == "SaveSnapshot":
             return client.save_snapshot(io.BytesIO())
+        if method.name == "TaskLogs":
+            return list(client.task_logs(request.job_id, "t"))
         return list(client.watch(request.job_id))
     return client._call(getattr(pb_grpc, f"{service.name}Stub"), method.name, request)
 

@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from agent.agent import Agent, AgentConfig
 from agent.executor import Executor
@@ -98,6 +98,8 @@ class FakeSession:
         """Keep delivering an assignment after its STARTED report (a slow commit)."""
         self.reregister_next = False
         self.incarnation: int | None = None
+        self.log_chunks: list[tuple[str, Any]] = []
+        """(cluster id, LogChunk) of every SendLog, in order."""
 
     # -- the Session protocol ------------------------------------------------------------------
 
@@ -121,6 +123,11 @@ class FakeSession:
                 self.condition.wait(min(beat.wait_ms, FAKE_LONG_POLL_CAP_MS) / 1000)
             return Directives(self.term, tuple(self.assigned.values()),
                               tuple(self.kills.values()))
+
+    def send_log(self, cluster_id: str, chunk: Any) -> None:
+        with self.condition:
+            self.log_chunks.append((cluster_id, chunk))
+            self.condition.notify_all()
 
     def report(self, cluster_id: str, incarnation: int, reports: Sequence[Report],
                observed: Observation | None = None) -> Reported:

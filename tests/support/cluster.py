@@ -4,6 +4,8 @@ and killed and reaped by `close()` (always called by the fixture)."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +29,7 @@ LEADER_PROBE_TIMEOUT_S = 5.0
 """One replica's answer to "who leads?" (TLS handshake included): generous, as a busy machine
 is slow to answer, and a wait for a leader polls again until its own deadline anyway."""
 POLL_S = 0.05
+CLI_TIMEOUT_S = 120.0
 SECRET = "integration-test-secret"
 
 
@@ -127,6 +130,21 @@ class LocalCluster:
         client = Client(self.grpc, **kwargs)
         self.clients.append(client)
         return client
+
+    def cli(self, *argv: str, timeout_s: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+        """`python -m raftsched ARGV` against this cluster (its servers, the user certificate,
+        the admin token as flags; no RAFTSCHED_* variable of the caller leaks in)."""
+        connection = ["--servers", ",".join(self.grpc)]
+        if self.user_tls is not None and self.admin_token is not None:
+            connection += ["--tls-ca", str(self.user_tls.ca), "--tls-cert",
+                           str(self.user_tls.cert), "--tls-key", str(self.user_tls.key),
+                           "--token", self.admin_token]
+        else:
+            connection.append("--insecure-dev")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTSCHED_")}
+        return subprocess.run([sys.executable, "-m", "raftsched", *argv, *connection],
+                              capture_output=True, text=True, timeout=timeout_s, env=env,
+                              check=False)
 
     def leader_index(self) -> int | None:
         """The replica that leads, as seen by a live replica (None if none is known)."""
