@@ -88,6 +88,7 @@ tick thread stops when the thread that built it exits: construct RaftNode on a l
 
 from __future__ import annotations
 
+import faulthandler
 import fcntl
 import functools
 import gc
@@ -594,6 +595,9 @@ class RaftNode:
         # the parent's other threads (gRPC calls in flight), whose library state the fork left
         # behind; it crashed children with SIGSEGV after they had written the file.
         gc.disable()
+        # A crash of this child (a signal) leaves its Python stack in the report too.
+        crash_report = open(os.path.join(self._data_dir, DUMP_ERROR_FILE_NAME), "w")  # noqa: SIM115
+        faulthandler.enable(file=crash_report, all_threads=False)
         os.nice(DUMP_NICENESS)  # this child only: the replica itself keeps the CPU first
         if self._dump_latch:
             _wait_for_latch(self._dump_latch)
@@ -609,8 +613,8 @@ class RaftNode:
                     os.fsync(out.fileno())
         except BaseException:
             # No logging here (see above): the replica reads this file in `dump_finished`.
-            with open(os.path.join(self._data_dir, DUMP_ERROR_FILE_NAME), "w") as report:
-                traceback.print_exc(file=report)
+            traceback.print_exc(file=crash_report)
+            crash_report.flush()
             raise
 
     def dump_finished(self, ok: bool, index: int, term: int, elapsed_s: float) -> None:

@@ -48,8 +48,7 @@ def test_an_unanswered_request_times_out_and_is_forgotten() -> None:
 def test_waiting_requests_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(logs, "MAX_WAITING_LOG_REQUESTS", 1)
     broker = LogBroker(lambda: None)
-    first = threading.Thread(target=lambda: pytest.raises(
-        RaftschedError, broker.fetch, "east", 1, "stdout", 0, timeout_s=5))
+    first = threading.Thread(target=_times_out, args=(broker, 1, 5.0))
     first.start()
     while broker.waiting() == 0:
         threading.Event().wait(0.01)
@@ -63,8 +62,8 @@ def test_waiting_requests_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_one_heartbeat_hands_out_a_bounded_number(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(logs, "MAX_LOG_REQUESTS_PER_BEAT", 2)
     broker = LogBroker(lambda: None)
-    askers = [threading.Thread(target=lambda f=fence: pytest.raises(
-        RaftschedError, broker.fetch, "east", f, "stdout", 0, timeout_s=2)) for fence in range(3)]
+    askers = [threading.Thread(target=_times_out, args=(broker, fence, 2.0))
+              for fence in range(3)]
     for asker in askers:
         asker.start()
     while broker.waiting() < 3:
@@ -72,3 +71,8 @@ def test_one_heartbeat_hands_out_a_bounded_number(monkeypatch: pytest.MonkeyPatc
     assert len(broker.take("east")) == 2 and len(broker.take("east")) == 1
     for asker in askers:
         asker.join(30)
+
+
+def _times_out(broker: LogBroker, fence: int, timeout_s: float) -> None:
+    with pytest.raises(RaftschedError):
+        broker.fetch("east", fence, "stdout", 0, timeout_s=timeout_s)
