@@ -27,7 +27,7 @@ from agent.metrics import AgentMetrics
 from agent.model import Resources
 from agent.session import GrpcSession
 from agent.store import StoreError
-from raftsched import eventlog, tls
+from raftsched import config, eventlog, tls
 from raftsched.clock import configure_skew_from_env
 from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
@@ -63,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "survives restarts; running tasks survive the agent itself.")
     parser.epilog = ("Stops cleanly on SIGTERM or SIGINT. Exit status: 0 after a clean stop, 1 "
                      "when the data dir is unusable or the agent failed, 2 for bad arguments.")
+    config.add_option(parser, "agent")
     parser.add_argument("--cluster-id", required=True, metavar="ID",
                         help="this cluster's id, as jobs pin it with 'cluster:' (letters, digits, "
                              f"'_', '.', '-'; at most {MAX_ID_CHARS} characters)")
@@ -188,7 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="raftsched agent")
     add_arguments(parser)
     try:
-        args = parser.parse_args(argv)
+        args = config.parse_args(parser, argv, "agent")
+    except config.ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INVALID
     except SystemExit as stop:  # --help, or a usage error argparse already printed
         return stop.code if isinstance(stop.code, int) else EXIT_INVALID
     return run(args)

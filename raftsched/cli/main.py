@@ -32,6 +32,7 @@ from raftsched.cli.common import (
     report_error,
     report_interrupt,
 )
+from raftsched.cli.completion import register_completion
 from raftsched.cli.dev import register_dev
 from raftsched.cli.job import register_job
 from raftsched.cli.servers import register_servers
@@ -116,6 +117,7 @@ _COMMANDS: tuple[Callable[[Subparsers, argparse.ArgumentParser], None], ...] = (
     register_admin,
     register_dev,
     register_servers,
+    register_completion,
 )
 
 

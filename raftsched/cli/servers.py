@@ -7,10 +7,12 @@ shows the dependency): `raftsched --help`, `validate` and the client commands st
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from raftsched import config
 from raftsched.cli.common import EXIT_INVALID, CommandError, Subparsers
 from raftsched.errors import Code
 
@@ -78,7 +80,10 @@ def _run_server(args: argparse.Namespace) -> int:
     module = _load(args.server, server)
     module.add_arguments(parser)
     try:
-        server_args = parser.parse_args(args.extra)
+        server_args = config.parse_args(parser, args.extra, args.server)
+    except config.ConfigError as error:  # printed as the server itself prints a usage error
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INVALID
     except SystemExit as stop:
         return stop.code if isinstance(stop.code, int) else EXIT_INVALID
     return int(module.run(server_args))

@@ -17,7 +17,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from raftsched import eventlog, limits, rpc, tls, tokens
+from raftsched import config, eventlog, limits, rpc, tls, tokens
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import ProposalClock, SystemClock, configure_skew_from_env
@@ -54,6 +54,7 @@ log = EventLogger("raftsched.replica")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    config.add_option(parser, "replica")
     parser.add_argument("--raft", required=True, metavar="HOST:PORT",
                         help="address this replica's Raft endpoint binds and peers reach")
     parser.add_argument("--grpc", required=True, metavar="HOST:PORT",
@@ -308,7 +309,12 @@ def _track_health(ctx: Context, servicer: health.HealthServicer) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="raftsched replica", description=__doc__)
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    try:
+        args = config.parse_args(parser, argv, "replica")
+    except config.ConfigError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return run(args)
 
 
 if __name__ == "__main__":
