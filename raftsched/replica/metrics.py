@@ -38,6 +38,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from raftsched.spec.job import PriorityClass
 from raftsched.state import policy
 from raftsched.state.commands import ClusterStatus
 from raftsched.state.model import (
@@ -200,8 +201,8 @@ def _add_resources(family: GaugeMetricFamily, cluster_id: str, values: Free) -> 
 
 def _policy_families(state: State) -> list[Metric]:
     queued = GaugeMetricFamily("raftsched_tenant_queued_tasks",
-                               "tasks of a tenant's live jobs PENDING, RUNNABLE or RETRY_WAIT",
-                               labels=["tenant"])
+                               "tasks of a tenant's live jobs PENDING, RUNNABLE or RETRY_WAIT, by "
+                               "the jobs' priority class", labels=["tenant", "priority_class"])
     running = GaugeMetricFamily("raftsched_tenant_running_tasks",
                                 "tasks of a tenant ASSIGNED or RUNNING", labels=["tenant"])
     share = GaugeMetricFamily("raftsched_tenant_dominant_share",
@@ -214,7 +215,9 @@ def _policy_families(state: State) -> list[Metric]:
     for tenant in sorted(state.usage):
         usage = state.usage[tenant]
         chosen = policy.policy_of(state, tenant)
-        queued.add_metric([tenant], usage.queued)
+        for priority_class in PriorityClass:
+            queued.add_metric([tenant, priority_class.value],
+                              usage.queued_by_class[priority_class.rank])
         running.add_metric([tenant], usage.running)
         share.add_metric([tenant], policy.dominant_share(usage, chosen.weight, total))
         weight.add_metric([tenant], chosen.weight)

@@ -477,7 +477,9 @@ def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms:
     state.task_count += len(tasks)
     state.live_task_counts[_PENDING] += len(tasks)
     state.queues.setdefault(spec.tenant, ReadyQueue())
-    state.usage.setdefault(spec.tenant, TenantUsage()).queued += len(tasks)
+    usage = state.usage.setdefault(spec.tenant, TenantUsage())
+    usage.queued += len(tasks)
+    usage.queued_by_class[spec.priority_class.rank] += len(tasks)
     state.queued_total += len(tasks)
     for task in tasks:
         if task.remaining_deps == 0:
@@ -1105,6 +1107,7 @@ def _set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
         usage = state.usage[job.spec.tenant]
         queued = _QUEUED[new] - _QUEUED[old]
         usage.queued += queued
+        usage.queued_by_class[job.spec.priority_class.rank] += queued
         state.queued_total += queued
         usage.running += _PLACED[new] - _PLACED[old]
     live = state.live_task_counts  # the job is live: a terminal job's tasks never move
@@ -1408,6 +1411,7 @@ def derive_usage(state: State) -> tuple[dict[str, TenantUsage], int]:
         counts = job.counts
         queued = counts[_PENDING] + counts[_RUNNABLE] + counts[_RETRY_WAIT]
         held.queued += queued
+        held.queued_by_class[job.spec.priority_class.rank] += queued
         queued_total += queued
         held.running += counts[_ASSIGNED] + counts[_RUNNING]
     for cluster in state.clusters.values():

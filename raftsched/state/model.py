@@ -12,7 +12,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 
-from raftsched.spec.job import JobSpec, TaskSpec
+from raftsched.spec.job import JobSpec, PriorityClass, TaskSpec
 from raftsched.state.commands import ClusterStatus
 
 
@@ -303,6 +303,8 @@ class TenantUsage:
 
     queued: int = 0
     """Tasks of its live jobs that are PENDING, RUNNABLE or RETRY_WAIT."""
+    queued_by_class: list[int] = field(default_factory=lambda: [0] * len(PriorityClass))
+    """`queued` by the jobs' priority class, indexed by `PriorityClass.rank`."""
     running: int = 0
     """Tasks of its live jobs that are ASSIGNED or RUNNING (each holds a live attempt)."""
     cpu_milli: int = 0

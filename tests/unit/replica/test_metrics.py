@@ -133,7 +133,16 @@ def test_policy_gauges_per_tenant_and_cluster() -> None:
     h.run(c.ClusterDrain("west", True, h.now_ms))
     gauges = scrape(h)
     assert gauges[("raftsched_tenant_running_tasks", (("tenant", "ml"),))] == 1
-    assert gauges[("raftsched_tenant_queued_tasks", (("tenant", "default"),))] == 2
+    assert gauges[("raftsched_tenant_queued_tasks",
+                   (("priority_class", "normal"), ("tenant", "default")))] == 2
+    assert gauges[("raftsched_tenant_queued_tasks",
+                   (("priority_class", "high"), ("tenant", "default")))] == 0
+    h.submit("urgent", job_doc([task_doc("u1"), task_doc("u2")], tenant="ml",
+                               priority_class="high"))
+    by_class = {dict(labels)["priority_class"]: value
+                for (name, labels), value in scrape(h).items()
+                if name == "raftsched_tenant_queued_tasks" and dict(labels)["tenant"] == "ml"}
+    assert by_class == {"low": 0, "normal": 0, "high": 2}
     assert gauges[("raftsched_tenant_weight", (("tenant", "ml"),))] == 3
     # Only east is READY: 4 of its 8 cpus over weight 3.
     assert abs(gauges[("raftsched_tenant_dominant_share", (("tenant", "ml"),))] - 0.5 / 3) < 1e-9
