@@ -1,9 +1,11 @@
-"""`raftsched admin snapshot save FILE | inspect FILE`: back up the replicated state, and read
-a backup offline. Restoring is `raftsched replica --restore-from FILE` on a new cluster."""
+"""`raftsched admin snapshot save FILE | inspect FILE | export --data-dir DIR FILE`: back up the
+replicated state, read a backup offline, or rescue a stopped replica's state when a majority is
+lost. Restoring is `raftsched replica --restore-from FILE` on a new cluster."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 from pathlib import Path
@@ -19,7 +21,7 @@ from raftsched.cli.common import (
     connect,
     print_json,
 )
-from raftsched.errors import Code
+from raftsched.errors import Code, RaftschedError
 from raftsched.state import snapshot
 from raftsched.state.model import TERMINAL_JOB_STATES
 
@@ -61,6 +63,25 @@ def register_snapshot(sub: Any, common: argparse.ArgumentParser) -> None:
         ' "jobs_digest"}\n  exit 2 if FILE is not a saved snapshot')
     inspect.add_argument("file", metavar="FILE")
     inspect.set_defaults(handler=_run_inspect)
+    export = command_parser(
+        commands, "export", [common], "a STOPPED replica's state, from its data dir, to FILE",
+        "For when a majority of the replicas is lost for good (nothing can commit, so 'save' "
+        "cannot run): read the data dir of a stopped surviving replica — its last snapshot "
+        "and every journal entry after it, applied as the replica would — and write the state "
+        "to FILE as a saved snapshot, to start a new cluster from with 'raftsched replica "
+        "--restore-from FILE'. The data dir is only read (refused while a replica runs on it). "
+        "Data-loss caveat: entries only the lost replicas had are gone; entries this replica "
+        "held but that never committed are kept (their clients were told the outcome was "
+        "unknown; a retry with the same idempotency key is safe). Pick the survivor with the "
+        "highest index (`snapshot inspect` the exports).",
+        "output:\n  \"exported DIR at index I (term T; N journal entries replayed) to FILE\"\n"
+        '  --json: {"file", "data_dir", "index", "term", "replayed", "members"}\n'
+        "  exit 2 if FILE exists (without --force), or DIR is in use or holds no replica state")
+    export.add_argument("--data-dir", required=True, metavar="DIR",
+                        help="the stopped replica's --data-dir")
+    export.add_argument("file", metavar="FILE")
+    export.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    export.set_defaults(handler=_run_export)
 
 
 def _run_save(args: argparse.Namespace) -> int:
@@ -107,6 +128,32 @@ def _run_save(args: argparse.Namespace) -> int:
     else:
         print(f"saved snapshot at index {saved.index} (term {saved.term}): {saved.size} bytes "
               f"to {target}")
+    return EXIT_OK
+
+
+def _run_export(args: argparse.Namespace) -> int:
+    target = Path(args.file)
+    if target.exists() and not args.force:
+        raise CommandError(Code.ALREADY_EXISTS, f"{target} exists",
+                           hint="pass --force to replace it")
+    if not Path(args.data_dir).is_dir():
+        raise CommandError(Code.FAILED_PRECONDITION, f"{args.data_dir} is not a directory")
+    # Imported by name: the Raft adapter (and pysyncobj) only for this command.
+    exporter = importlib.import_module("raftsched.replica.raft.export")
+    try:
+        exported = exporter.export_state(args.data_dir, str(target))
+    except RaftschedError as error:
+        raise CommandError(error.code, error.message) from None
+    except OSError as error:
+        raise CommandError(Code.FAILED_PRECONDITION,
+                           f"cannot write {target}: {error.strerror}") from None
+    if args.json:
+        print_json({"file": str(target), "data_dir": args.data_dir, "index": exported.index,
+                    "term": exported.term, "replayed": exported.replayed,
+                    "members": list(exported.members)})
+    else:
+        print(f"exported {args.data_dir} at index {exported.index} (term {exported.term}; "
+              f"{exported.replayed} journal entries replayed) to {target}")
     return EXIT_OK
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from raftsched.state.snapshot import MAGIC
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import LocalCluster, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -157,3 +157,40 @@ def test_restore_refuses_a_used_data_dir_and_a_file_that_is_no_snapshot(tmp_path
     assert not (fresh / "raft.dump").exists() and not (fresh / "raft.journal").exists()
     inspected = run("admin", "snapshot", "inspect", str(junk))
     assert inspected.returncode == 2 and "not a saved snapshot" in inspected.stdout
+
+
+def test_a_lost_majority_is_recovered_from_a_survivors_data_dir(
+        tmp_path: Path, clusters: list[LocalCluster]) -> None:
+    """Two of three replicas gone for good: nothing commits, `snapshot save` cannot run. The
+    survivor, stopped, is exported from its data dir (its last snapshot plus the journal after
+    it) and a new cluster restored from that serves every acknowledged job."""
+    old = LocalCluster(tmp_path / "old", replica_flags=["--snapshot-entries", "5"])
+    clusters.append(old)
+    old.start()
+    (tmp_path / "waiting.yaml").write_text(WAITING)
+    for i in range(12):
+        cli(old, "submit", str(tmp_path / "waiting.yaml"), "--idempotency-key", f"k{i}")
+    before = jobs_of(old)
+    survivor = old.wait_leader()  # the leader holds every acknowledged entry
+    data_dir = old.root / f"replica-{survivor}"
+    wait_for(lambda: (data_dir / "raft.dump").exists() or None, RUN_TIMEOUT_S,
+             "the survivor to have compacted its log once")
+    for i, replica in enumerate(old.replicas):
+        if i != survivor:
+            replica.kill()  # SIGKILL: lost for good
+    rescued = tmp_path / "rescued.snap"
+    busy = run("admin", "snapshot", "export", "--data-dir", str(data_dir), str(rescued))
+    assert busy.returncode == 2 and "in use" in busy.stdout, busy.stdout  # it still runs
+    old.replicas[survivor].kill()
+    exported = run("admin", "snapshot", "export", "--data-dir", str(data_dir), str(rescued))
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    document = json.loads(exported.stdout)
+    assert document["index"] > 0 and document["replayed"] >= 1  # journal entries after the dump
+    summary = json.loads(run("admin", "snapshot", "inspect", str(rescued)).stdout)
+    assert (summary["index"], summary["jobs"]) == (document["index"], 12)
+
+    new = LocalCluster(tmp_path / "new", replica_flags=["--restore-from", str(rescued)])
+    clusters.append(new)
+    new.admin_token = old.admin_token
+    new.start()
+    assert jobs_of(new) == before
