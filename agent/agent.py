@@ -101,6 +101,8 @@ class AgentConfig:
     retry_backoff_initial_ms: int = RETRY_BACKOFF_INITIAL_MS
     retry_backoff_max_ms: int = RETRY_BACKOFF_MAX_MS
     ack_crossing_window_ms: int = ACK_CROSSING_WINDOW_MS
+    custom: tuple[tuple[str, int], ...] = ()
+    """Named custom resources this cluster offers (advertised; the scheduler accounts them)."""
 
 
 def attempts_root(data_dir: Path) -> Path:
@@ -239,7 +241,7 @@ class Agent:
         known = tuple(record.known() for record in self._outbox.attempts())
         registered = self._session.register(Registration(
             self._config.cluster_id, self._incarnation, self._config.capabilities,
-            self._config.capacity, known))
+            self._config.capacity, known, self._config.custom))
         with self._lock:
             self._fences.raise_term(registered.term)
         self._need_register.clear()

@@ -31,7 +31,12 @@ from raftsched import config, eventlog, tls
 from raftsched.clock import configure_skew_from_env
 from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
-from raftsched.limits import MAX_CAPABILITIES_PER_CLUSTER, MAX_ID_CHARS
+from raftsched.limits import (
+    MAX_CAPABILITIES_PER_CLUSTER,
+    MAX_CUSTOM_RESOURCE_COUNT,
+    MAX_CUSTOM_RESOURCES_PER_CLUSTER,
+    MAX_ID_CHARS,
+)
 from raftsched.options import metrics_address, metrics_endpoint
 
 SERVERS_ENV = "RAFTSCHED_SERVERS"
@@ -76,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="capabilities this cluster offers, comma-separated (e.g. "
                              "linux,gpu); a task is placed here only if all it requires is "
                              "among them")
+    parser.add_argument("--resources", default="", metavar="NAME=COUNT,...",
+                        help="named custom resources this cluster offers, comma-separated (e.g. "
+                             "fpga=2,matlab_license=10); a task asking for some "
+                             "(resources.custom) is placed here only while enough are free; "
+                             "the scheduler counts what tasks hold, the agent cannot observe "
+                             "them (default: none)")
     parser.add_argument("--cpu", type=float, default=float(os.cpu_count() or 1), metavar="CORES",
                         help="CPU cores the agent may hand out, fractions allowed "
                              "(default: this machine's cores)")
@@ -237,7 +248,33 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
         raise UsageError(str(error)) from None
     capacity = Resources(round(args.cpu * 1000), int(args.memory_mb), int(args.gpu))
     return AgentConfig(cluster_id, Path(args.data_dir), capacity, capabilities,
-                       heartbeat_wait_ms=int(args.heartbeat_wait_ms)), servers
+                       heartbeat_wait_ms=int(args.heartbeat_wait_ms),
+                       custom=_custom_resources(str(args.resources))), servers
+
+
+def _custom_resources(text: str) -> tuple[tuple[str, int], ...]:
+    """`--resources fpga=2,license=10` as sorted (name, count) pairs; UsageError naming the
+    entry that is wrong."""
+    found: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, equals, count_text = item.partition("=")
+        if not equals or len(name) > MAX_ID_CHARS or not _ID.fullmatch(name):
+            raise UsageError(f"--resources: {item!r} is not NAME=COUNT with a valid name")
+        try:
+            count = int(count_text)
+        except ValueError:
+            raise UsageError(f"--resources: {item!r}: the count is not a whole number") from None
+        if not 1 <= count <= MAX_CUSTOM_RESOURCE_COUNT:
+            raise UsageError(f"--resources: {item!r}: the count must be 1.."
+                             f"{MAX_CUSTOM_RESOURCE_COUNT}")
+        if name in found:
+            raise UsageError(f"--resources: {name!r} is named twice")
+        found[name] = count
+    if len(found) > MAX_CUSTOM_RESOURCES_PER_CLUSTER:
+        raise UsageError(f"--resources: at most {MAX_CUSTOM_RESOURCES_PER_CLUSTER}")
+    return tuple(sorted(found.items()))
 
 
 def _tls(args: argparse.Namespace, cluster_id: str) -> tls.TlsFiles | None:

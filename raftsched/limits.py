@@ -154,6 +154,12 @@ MAX_CONCURRENT_LARGE_SPECS = 1
 MAX_REPORTED_SPEC_ISSUES = 20
 """Spec problems named in one INVALID_ARGUMENT answer (the count of the rest follows)."""
 
+MAX_CUSTOM_RESOURCES_PER_TASK = 8
+"""Named custom resources one task may ask for (`resources.custom`)."""
+MAX_CUSTOM_RESOURCES_PER_CLUSTER = 32
+"""Named custom resources one agent may advertise (`--resource NAME=COUNT`)."""
+MAX_CUSTOM_RESOURCE_COUNT = 1_000_000_000
+"""The most of one custom resource a task may ask for or a cluster advertise."""
 MAX_LOG_TAIL_BYTES = 64 * 1024 * 1024
 """`task logs --tail` reaches back this far at most (the agent caps each output file anyway)."""
 SNAPSHOT_CHUNK_BYTES = 1024 * 1024

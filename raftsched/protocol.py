@@ -173,6 +173,8 @@ class Registration:
     capabilities: tuple[str, ...]
     capacity: Resources
     known: tuple[KnownAttempt, ...]
+    custom: tuple[tuple[str, int], ...] = ()
+    """Named custom resources the cluster offers, (name, count) sorted by name."""
 
 
 @dataclass(frozen=True, slots=True)

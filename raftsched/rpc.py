@@ -406,7 +406,8 @@ def registration_to_pb(registration: Registration) -> Any:
         capabilities=list(registration.capabilities),
         capacity=resources_to_pb(registration.capacity),
         known=[pb.KnownAttempt(job_id=k.job_id, task_id=k.task_id, fence=k.fence,
-                               running=k.running) for k in registration.known])
+                               running=k.running) for k in registration.known],
+        custom=dict(registration.custom))
 
 
 def registration_from_pb(message: Any) -> Registration:
@@ -414,7 +415,8 @@ def registration_from_pb(message: Any) -> Registration:
         str(message.cluster_id), int(message.incarnation), tuple(message.capabilities),
         resources_from_pb(message.capacity),
         tuple(KnownAttempt(k.job_id, k.task_id, int(k.fence), bool(k.running))
-              for k in message.known))
+              for k in message.known),
+        tuple(sorted((str(name), int(count)) for name, count in message.custom.items())))
 
 
 def registered_to_pb(registered: Registered) -> Any:

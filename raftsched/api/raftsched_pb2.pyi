@@ -325,18 +325,27 @@ class KnownAttempt(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., running: _Optional[bool] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("cluster_id", "incarnation", "capabilities", "capacity", "known")
+    __slots__ = ("cluster_id", "incarnation", "capabilities", "capacity", "known", "custom")
+    class CustomEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     INCARNATION_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     KNOWN_FIELD_NUMBER: _ClassVar[int]
+    CUSTOM_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     incarnation: int
     capabilities: _containers.RepeatedScalarFieldContainer[str]
     capacity: Resources
     known: _containers.RepeatedCompositeFieldContainer[KnownAttempt]
-    def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., capabilities: _Optional[_Iterable[str]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., known: _Optional[_Iterable[_Union[KnownAttempt, _Mapping]]] = ...) -> None: ...
+    custom: _containers.ScalarMap[str, int]
+    def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., capabilities: _Optional[_Iterable[str]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., known: _Optional[_Iterable[_Union[KnownAttempt, _Mapping]]] = ..., custom: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("term", "leader", "lost", "kills")
@@ -658,7 +667,21 @@ class ReplicaInfo(_message.Message):
     def __init__(self, raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., leader: _Optional[bool] = ...) -> None: ...
 
 class ComputeCluster(_message.Message):
-    __slots__ = ("cluster_id", "status", "capacity", "reserved", "capabilities", "incarnation", "live_attempts", "pending_kills", "heartbeat_age_ms", "draining", "drain_reason", "degraded_until_ms", "reserved_for")
+    __slots__ = ("cluster_id", "status", "capacity", "reserved", "capabilities", "incarnation", "live_attempts", "pending_kills", "heartbeat_age_ms", "draining", "drain_reason", "degraded_until_ms", "reserved_for", "custom", "custom_reserved")
+    class CustomEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class CustomReservedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
@@ -672,6 +695,8 @@ class ComputeCluster(_message.Message):
     DRAIN_REASON_FIELD_NUMBER: _ClassVar[int]
     DEGRADED_UNTIL_MS_FIELD_NUMBER: _ClassVar[int]
     RESERVED_FOR_FIELD_NUMBER: _ClassVar[int]
+    CUSTOM_FIELD_NUMBER: _ClassVar[int]
+    CUSTOM_RESERVED_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     status: str
     capacity: Resources
@@ -685,7 +710,9 @@ class ComputeCluster(_message.Message):
     drain_reason: str
     degraded_until_ms: int
     reserved_for: str
-    def __init__(self, cluster_id: _Optional[str] = ..., status: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., reserved: _Optional[_Union[Resources, _Mapping]] = ..., capabilities: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., live_attempts: _Optional[int] = ..., pending_kills: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., draining: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., degraded_until_ms: _Optional[int] = ..., reserved_for: _Optional[str] = ...) -> None: ...
+    custom: _containers.ScalarMap[str, int]
+    custom_reserved: _containers.ScalarMap[str, int]
+    def __init__(self, cluster_id: _Optional[str] = ..., status: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., reserved: _Optional[_Union[Resources, _Mapping]] = ..., capabilities: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., live_attempts: _Optional[int] = ..., pending_kills: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., draining: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., degraded_until_ms: _Optional[int] = ..., reserved_for: _Optional[str] = ..., custom: _Optional[_Mapping[str, int]] = ..., custom_reserved: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
     __slots__ = ("leader", "term", "replicas", "clusters", "commit_index", "applied_index", "responder", "state_digest", "state_index", "tenants", "queued_total", "max_queued_tasks", "now_ms")

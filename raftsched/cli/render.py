@@ -148,6 +148,8 @@ def compute_cluster_doc(cluster: Any) -> Doc:
         "drain_reason": cluster.drain_reason,
         "degraded_until_ms": cluster.degraded_until_ms,
         "reserved_for": cluster.reserved_for,
+        "custom": dict(sorted(cluster.custom.items())),
+        "custom_reserved": dict(sorted(cluster.custom_reserved.items())),
     }
 
 
@@ -446,6 +448,11 @@ def _cluster_note(cluster: Doc, now_ms: int) -> str:
     if cluster.get("reserved_for"):
         parts.append(f"reserved for {cluster['reserved_for']} (a large task that waited for "
                      "room)")
+    if cluster.get("custom"):
+        held = cluster.get("custom_reserved", {})
+        parts.append("custom resources " + ", ".join(
+            f"{name} {held.get(name, 0)}/{total} in use"
+            for name, total in cluster["custom"].items()))
     return f"cluster {cluster['cluster']}: {'; '.join(parts)}" if parts else ""
 
 

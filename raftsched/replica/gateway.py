@@ -101,7 +101,7 @@ class AgentGateway:
         result = propose(self.node, self.leader, c.ClusterRegister(
             registration.cluster_id, registration.incarnation, registration.capabilities,
             capacity.cpu_milli, capacity.memory_mb, capacity.gpu, self.clock.now_ms(),
-            registration.known))
+            registration.known, registration.custom))
         assert isinstance(result, ClusterRegistered), result
         self.leader.registered(registration.cluster_id, registration.incarnation)
         return Registered(self.node.term(), "", result.lost, result.kills)

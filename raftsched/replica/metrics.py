@@ -159,7 +159,8 @@ def _cluster_families(state: State, reported_free: dict[str, Free]) -> list[Metr
         by_status.add_metric([status], count)
     total = GaugeMetricFamily("raftsched_cluster_capacity",
                               "what a cluster's agent registered (cpu in cores, memory in "
-                              "bytes, gpu in devices)", labels=["cluster", "resource"])
+                              "bytes, gpu in devices, custom.NAME in its own units)",
+                              labels=["cluster", "resource"])
     committed = GaugeMetricFamily("raftsched_cluster_committed",
                                   "what the live attempts placed on a cluster hold",
                                   labels=["cluster", "resource"])
@@ -177,6 +178,10 @@ def _cluster_families(state: State, reported_free: dict[str, Free]) -> list[Metr
                 (reported, reported_free.get(cluster.id))):
             if values is not None:
                 _add_resources(family, cluster.id, values)
+        for name, count in cluster.custom.items():  # resource="custom.NAME"
+            total.add_metric([cluster.id, f"custom.{name}"], count)
+            committed.add_metric([cluster.id, f"custom.{name}"],
+                                 cluster.reserved_custom.get(name, 0))
         live.add_metric([cluster.id], len(cluster.live))
     stranded = GaugeMetricFamily(
         "raftsched_stranded_tasks",

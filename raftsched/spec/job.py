@@ -68,7 +68,7 @@ _TASK_FIELDS: Final = (
     "id", "command", "env", "cwd", "resources", "requires", "cluster", "depends_on", "retry",
     "timeout_s", "on_lost", "trigger", "checkpoint", "grace_s",
 )
-_RESOURCE_FIELDS: Final = ("cpu", "memory_mb", "gpu")
+_RESOURCE_FIELDS: Final = ("cpu", "memory_mb", "gpu", "custom")
 _RETRY_FIELDS: Final = (
     "max_attempts", "backoff_s", "multiplier", "backoff_max_s", "jitter",
     "non_retryable_exit_codes",
@@ -200,6 +200,10 @@ class TaskSpec:
     grace_ms: int | None = None
     """SIGTERM to SIGKILL when the task is stopped (preempted, cancelled, timed out); None: the
     agent's default."""
+    custom: tuple[tuple[str, int], ...] = ()
+    """Named custom resources (`resources.custom`: licenses, FPGAs, ...) as (name, count),
+    sorted by name: a cluster must advertise at least that many of each (agent --resource),
+    and the scheduler counts what its live attempts hold, as for cpu."""
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -211,6 +215,7 @@ class TaskSpec:
                 "cpu": self.cpu_milli / 1000,
                 "memory_mb": self.memory_mb,
                 "gpu": self.gpu,
+                **({"custom": dict(self.custom)} if self.custom else {}),
             },
             "requires": list(self.requires),
             "cluster": self.cluster,
@@ -850,6 +855,7 @@ def _task_spec(scope: _Scope, task_id: str | None, deps: tuple[str, ...]) -> Tas
     env = _env(scope)
     cwd = _cwd(scope)
     cpu_milli, memory_mb, gpu = _resources(scope)
+    custom = _custom_resources(scope)
     requires = _requires(scope)
     cluster = _identifier(scope, "cluster", None)
     retry = _retry(scope)
@@ -863,7 +869,7 @@ def _task_spec(scope: _Scope, task_id: str | None, deps: tuple[str, ...]) -> Tas
     return TaskSpec(
         task_id, _req(command), _req(env), cwd, _req(cpu_milli), _req(memory_mb), _req(gpu),
         _req(requires), cluster, deps, _req(retry), timeout_ms, _req(on_lost), _req(trigger),
-        _req(checkpoint), grace_ms,
+        _req(checkpoint), grace_ms, _req(custom),
     )
 
 
@@ -972,6 +978,39 @@ def _resources(scope: _Scope) -> tuple[int | None, int | None, int | None]:
     memory_mb = _integer(sub, "memory_mb", 0, limits.MAX_MEMORY_MB, limits.DEFAULT_MEMORY_MB)
     gpu = _integer(sub, "gpu", 0, limits.MAX_GPU, limits.DEFAULT_GPU)
     return cpu_milli, memory_mb, gpu
+
+
+def _custom_resources(scope: _Scope) -> tuple[tuple[str, int], ...] | None:
+    """`resources.custom`: {NAME: COUNT}, names as ids, counts 1..MAX_CUSTOM_RESOURCE_COUNT."""
+    resources = scope.mapping.get("resources")
+    if not isinstance(resources, Mapping) or "custom" not in resources:
+        return ()
+    sub = scope.child("resources")
+    assert sub is not None
+    value = sub.get("custom")
+    if not isinstance(value, Mapping):
+        sub.fail("custom", f"must be a mapping of resource name to count, got {show(value)}")
+        return None
+    if len(value) > limits.MAX_CUSTOM_RESOURCES_PER_TASK:
+        sub.fail("custom", f"must name at most {limits.MAX_CUSTOM_RESOURCES_PER_TASK} "
+                           f"resources, got {len(value)}")
+        return None
+    custom = sub.child("custom")
+    assert custom is not None
+    found: list[tuple[str, int]] = []
+    ok = True
+    for name, count in value.items():
+        problem = id_problem(name)
+        if problem is not None:
+            custom.fail_at(custom.prefix, f"resource name {problem}")
+            ok = False
+        elif not _is_integer(count) or not 1 <= count <= limits.MAX_CUSTOM_RESOURCE_COUNT:
+            custom.fail(name, f"must be an integer in 1..{limits.MAX_CUSTOM_RESOURCE_COUNT} "
+                              f"(leave the resource out for none), got {show(count)}")
+            ok = False
+        else:
+            found.append((name, count))
+    return tuple(sorted(found)) if ok else None
 
 
 def _requires(scope: _Scope) -> tuple[str, ...] | None:

@@ -10,7 +10,7 @@ task with durations already in milliseconds and the job's distinct retry policie
     retry_table: [[max_attempts, backoff_ms, multiplier, backoff_max_ms, jitter, [codes]], ...]
     task: [id, [argv], [[env_name, value], ...], cwd, cpu_milli, memory_mb, gpu, [requires],
            cluster, [depends_on], retry_index, timeout_ms, on_lost, trigger, checkpoint,
-           grace_ms]
+           grace_ms, [[custom_name, count], ...]]
 
 `validate_wire` checks every field and bound in one tight pass and then the graph. It accepts a
 wire form exactly when the full validator accepts the equivalent document (`wire_to_doc`), and
@@ -45,15 +45,19 @@ from raftsched.spec.job import (
     validate_job_doc,
 )
 
-WIRE_VERSION = 2
-"""Version 2 appends the contention fields: to a job allow_unschedulable, scoring, retry_budget,
+WIRE_VERSION = 3
+"""Version 3 appends to a task its named custom resources; a spec without any is still written
+as version 2 (so the logs and snapshots of such jobs are byte for byte what they were).
+Version 2 appended the contention fields: to a job allow_unschedulable, scoring, retry_budget,
 priority_class, preemptible; to a task checkpoint, grace_ms. Version 1 (8 job fields, 14 task
 fields) is still read, with their defaults: logs written before them replay unchanged."""
+_V2 = 2
 _V1_JOB_FIELDS = 8
 _JOB_FIELDS = 13
-_JOB_FIELDS_OF = {1: _V1_JOB_FIELDS, WIRE_VERSION: _JOB_FIELDS}
+_JOB_FIELDS_OF = {1: _V1_JOB_FIELDS, _V2: _JOB_FIELDS, WIRE_VERSION: _JOB_FIELDS}
 _V1_TASK_FIELDS = 14
-_TASK_FIELDS_OF = {1: _V1_TASK_FIELDS, WIRE_VERSION: 16}
+_V2_TASK_FIELDS = 16
+_TASK_FIELDS_OF = {1: _V1_TASK_FIELDS, _V2: _V2_TASK_FIELDS, WIRE_VERSION: 17}
 _RETRY_FIELDS = 6
 _EXIT_CODE_MIN, _EXIT_CODE_MAX = -255, 255
 _SHARED_STRING_CHARS = 64
@@ -72,15 +76,18 @@ _CLASSES = {member.value: member for member in PriorityClass}
 
 def to_wire(spec: JobSpec) -> list[Any]:
     table: dict[RetryPolicy, int] = {}
-    tasks = [_task_to_wire(task, table.setdefault(task.retry, len(table))) for task in spec.tasks]
+    custom = any(task.custom for task in spec.tasks)
+    tasks = [_task_to_wire(task, table.setdefault(task.retry, len(table)), custom)
+             for task in spec.tasks]
     retries = [
         [r.max_attempts, r.backoff_ms, r.multiplier, r.backoff_max_ms, r.jitter,
          list(r.non_retryable_exit_codes)]
         for r in table
     ]
-    return [WIRE_VERSION, spec.name, spec.tenant, spec.priority, spec.failure_policy.value,
-            spec.idempotency_key, retries, tasks, spec.allow_unschedulable, spec.scoring.value,
-            spec.retry_budget, spec.priority_class.value, spec.preemptible]
+    return [WIRE_VERSION if custom else _V2, spec.name, spec.tenant, spec.priority,
+            spec.failure_policy.value, spec.idempotency_key, retries, tasks,
+            spec.allow_unschedulable, spec.scoring.value, spec.retry_budget,
+            spec.priority_class.value, spec.preemptible]
 
 
 def _placement_fields(wire: Any) -> tuple[Any, Any, Any, Any, Any]:
@@ -91,19 +98,25 @@ def _placement_fields(wire: Any) -> tuple[Any, Any, Any, Any, Any]:
     return wire[8], wire[9], wire[10], wire[11], wire[12]
 
 
-def _task_extra(task: Any) -> tuple[Any, Any]:
-    """(checkpoint, grace_ms) of a wire task: their defaults in version 1 (14 fields)."""
+def _task_extra(task: Any) -> tuple[Any, Any, Any]:
+    """(checkpoint, grace_ms, custom) of a wire task: their defaults in version 1 (14 fields),
+    no custom resources in version 2 (16)."""
     if len(task) == _V1_TASK_FIELDS:
-        return False, None
-    return task[14], task[15]
+        return False, None, ()
+    if len(task) == _V2_TASK_FIELDS:
+        return task[14], task[15], ()
+    return task[14], task[15], task[16]
 
 
-def _task_to_wire(t: TaskSpec, retry_index: int) -> list[Any]:
-    return [
+def _task_to_wire(t: TaskSpec, retry_index: int, custom: bool) -> list[Any]:
+    fields: list[Any] = [
         t.id, list(t.command), [list(pair) for pair in t.env], t.cwd, t.cpu_milli, t.memory_mb,
         t.gpu, list(t.requires), t.cluster, list(t.depends_on), retry_index, t.timeout_ms,
         t.on_lost.value, t.trigger.value, t.checkpoint, t.grace_ms,
     ]
+    if custom:
+        fields.append([[name, count] for name, count in t.custom])
+    return fields
 
 
 def doc_to_wire(doc: object) -> list[Any]:
@@ -133,13 +146,14 @@ def wire_to_doc(wire: Any) -> dict[str, Any]:
 def _task_doc(task: Any, retries: Any) -> dict[str, Any]:
     (task_id, command, env, cwd, cpu_milli, memory_mb, gpu, requires, cluster, deps,
      retry_index, timeout_ms, on_lost, trigger) = task[:_V1_TASK_FIELDS]
-    checkpoint, grace_ms = _task_extra(task)
+    checkpoint, grace_ms, custom = _task_extra(task)
     if type(retry_index) is not int or not 0 <= retry_index < len(retries):
         raise ValueError("retry index")
     attempts, backoff_ms, multiplier, backoff_max_ms, jitter, codes = retries[retry_index]
     doc = {
         "id": task_id, "command": command, "env": {name: value for name, value in env},
-        "cwd": cwd, "resources": {"cpu": _seconds(cpu_milli), "memory_mb": memory_mb, "gpu": gpu},
+        "cwd": cwd, "resources": {"cpu": _seconds(cpu_milli), "memory_mb": memory_mb, "gpu": gpu,
+                                  **({"custom": _custom_doc(custom)} if custom else {})},
         "requires": requires, "cluster": cluster, "depends_on": deps,
         "retry": {"max_attempts": attempts, "backoff_s": _seconds(backoff_ms),
                   "multiplier": multiplier, "backoff_max_s": _seconds(backoff_max_ms),
@@ -151,6 +165,16 @@ def _task_doc(task: Any, retries: Any) -> dict[str, Any]:
     if len(env) != len(doc["env"]):
         raise ValueError("repeated env name")
     return doc
+
+
+def _custom_doc(custom: Any) -> Any:
+    """[[name, count], ...] -> {name: count}; left as it is when malformed, for the validator
+    (which then names the problem)."""
+    if type(custom) is list and all(type(pair) is list and len(pair) == 2 for pair in custom):
+        doc = {name: count for name, count in custom}
+        if len(doc) == len(custom):
+            return doc
+    raise ValueError("custom resources")
 
 
 def _seconds(milli: Any) -> Any:
@@ -178,7 +202,8 @@ def from_trusted_wire(wire: Any) -> JobSpec:
     specs = tuple(
         TaskSpec(task_id, tuple(command), tuple(tuple(pair) for pair in env) if env else (),
                  cwd, cpu_milli, memory_mb, gpu, tuple(requires), cluster, tuple(deps),
-                 table[retry_index], timeout_ms, on_lost[lost], triggers[trigger], *extra)
+                 table[retry_index], timeout_ms, on_lost[lost], triggers[trigger], extra[0],
+                 extra[1], tuple((name, count) for name, count in extra[2]))
         for (task_id, command, env, cwd, cpu_milli, memory_mb, gpu, requires, cluster, deps,
              retry_index, timeout_ms, lost, trigger), extra in (
                  (task[:_V1_TASK_FIELDS], _task_extra(task)) for task in tasks))
@@ -280,9 +305,10 @@ class _Reader:
         _need(type(raw) is list and len(raw) == self.task_fields)
         (task_id, command, env, cwd, cpu_milli, memory_mb, gpu, requires, cluster, deps,
          retry_index, timeout_ms, on_lost, trigger) = raw[:_V1_TASK_FIELDS]
-        checkpoint, grace_ms = _task_extra(raw)
+        checkpoint, grace_ms, custom = _task_extra(raw)
         _need(type(checkpoint) is bool
               and (grace_ms is None or _is_int(grace_ms, 1, limits.MAX_GRACE_S * 1000)))
+        custom = _custom(custom)
         _need(_is_id(task_id) and (cluster is None or _is_id(cluster)))
         _need(cwd is None or (_text_ok(cwd) and cwd.startswith("/")
                               and len(cwd) <= limits.MAX_CWD_CHARS))
@@ -295,6 +321,7 @@ class _Reader:
             self.share(task_id), self.command(command), _env(env), cwd, cpu_milli, memory_mb,
             gpu, self.requires(requires), cluster, self.depends_on(deps),
             self.retries[retry_index], timeout_ms, on_lost, trigger, checkpoint, grace_ms,
+            custom,
         )
 
     def command(self, value: Any) -> tuple[str, ...]:
@@ -352,3 +379,17 @@ def _retry(value: Any) -> RetryPolicy:
           and _sorted_unique(exit_codes))
     return RetryPolicy(attempts, backoff_ms, multiplier + 0.0, backoff_max_ms, jitter + 0.0,
                        exit_codes)
+
+
+def _custom(value: Any) -> tuple[tuple[str, int], ...]:
+    """A wire task's custom resources: [[name, count], ...], names ids in ascending order,
+    counts 1..MAX_CUSTOM_RESOURCE_COUNT, at most MAX_CUSTOM_RESOURCES_PER_TASK."""
+    _need(type(value) in (list, tuple) and len(value) <= limits.MAX_CUSTOM_RESOURCES_PER_TASK)
+    pairs: list[tuple[str, int]] = []
+    for pair in value:
+        _need(type(pair) in (list, tuple) and len(pair) == 2)
+        name, count = pair
+        _need(_is_id(name) and _is_int(count, 1, limits.MAX_CUSTOM_RESOURCE_COUNT))
+        _need(not pairs or pairs[-1][0] < name)
+        pairs.append((name, count))
+    return tuple(pairs)

@@ -83,6 +83,9 @@ class ClusterRegister:
     gpu: int
     now_ms: int
     known: tuple[KnownAttempt, ...] = ()
+    custom: tuple[tuple[str, int], ...] = ()
+    """Named custom resources the cluster offers, (name, count) sorted by name (an entry of
+    an agent before they existed has none: 8 fields, not 9)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,10 +256,13 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
             return Tag.JOB_CANCEL, [cmd.job_id, cmd.now_ms, cmd.reason]
         case ClusterRegister():
             known = [[k.job_id, k.task_id, k.fence, k.running] for k in cmd.known]
-            return Tag.CLUSTER_REGISTER, [
+            fields = [
                 cmd.cluster_id, cmd.incarnation, list(cmd.capabilities),
                 cmd.cpu_milli, cmd.memory_mb, cmd.gpu, cmd.now_ms, known,
             ]
+            if cmd.custom:
+                fields.append([[name, count] for name, count in cmd.custom])
+            return Tag.CLUSTER_REGISTER, fields
         case ClusterStatusChange():
             return Tag.CLUSTER_STATUS, [cmd.cluster_id, int(cmd.status), cmd.now_ms, cmd.reason]
         case AssignBatch():
@@ -391,6 +397,9 @@ def _decode_known(value: Any) -> KnownAttempt:
 
 
 def _decode_register(p: Any) -> ClusterRegister:
+    custom_raw: Any = []
+    if isinstance(p, list) and len(p) == 9:
+        p, custom_raw = p[:8], p[8]
     cid, incarnation, caps, cpu, mem, gpu, now_ms, known = _fields(p, 8, "CLUSTER_REGISTER")
     capabilities = tuple(
         _str(c, "capabilities[]")
@@ -405,7 +414,20 @@ def _decode_register(p: Any) -> ClusterRegister:
         gpu=_int(gpu, "gpu", 0, limits.MAX_GPU),
         now_ms=_int(now_ms, "now_ms"),
         known=tuple(_decode_known(k) for k in _list(known, "known", limits.MAX_BATCH_ITEMS)),
+        custom=_decode_custom(custom_raw),
     )
+
+
+def _decode_custom(value: Any) -> tuple[tuple[str, int], ...]:
+    pairs = []
+    for pair in _list(value, "custom", limits.MAX_CUSTOM_RESOURCES_PER_CLUSTER):
+        name, count = _fields(pair, 2, "CLUSTER_REGISTER.custom[]")
+        pairs.append((_str(name, "custom.name"),
+                      _int(count, "custom.count", 1, limits.MAX_CUSTOM_RESOURCE_COUNT)))
+    names = [name for name, _ in pairs]
+    if names != sorted(set(names)):
+        raise CommandError("CLUSTER_REGISTER.custom: names must be distinct and sorted")
+    return tuple(pairs)
 
 
 def _decode_status(p: Any) -> ClusterStatusChange:

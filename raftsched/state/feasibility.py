@@ -2,8 +2,8 @@
 
 A task fits a cluster when the cluster is READY, neither draining nor degraded, the task is not
 pinned to another cluster, the cluster advertises every capability the task requires, and the
-task's cpu, memory and gpu each fit in the cluster's free room. The same rule serves three
-callers, so they cannot disagree:
+task's cpu, memory, gpu and named custom resources each fit in the cluster's free room. The
+same rule serves three callers, so they cannot disagree:
 - `fsm.apply_assign_batch` re-validates each placement against the committed reservations;
 - `placement.plan` asks it for every candidate and cluster, against the plan's tentative room
   (the committed room, capped by the agents' reported free capacity, minus what this plan has
@@ -21,7 +21,7 @@ naming what is missing, built only when someone reads it (a dropped placement, `
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from raftsched.spec.job import TaskSpec
@@ -50,9 +50,21 @@ class Infeasible:
     """For people: what is missing, e.g. `cluster east has no room: cpu_milli 4000 > 1500 free`."""
 
 
+def committed_custom_free(cluster: Cluster) -> dict[str, int]:
+    """Each custom resource the cluster offers, less what its live attempts hold."""
+    reserved = cluster.reserved_custom
+    return {name: total - reserved.get(name, 0) for name, total in cluster.custom.items()}
+
+
+def _custom_short(spec: TaskSpec, free: Mapping[str, int]) -> bool:
+    return any(count > free.get(name, 0) for name, count in spec.custom)
+
+
 def unfit(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_mb: int,
-          free_gpu: int, now_ms: int) -> Unfit | None:
-    """The rule: why `spec` cannot go on `cluster` with this much room free, or None."""
+          free_gpu: int, now_ms: int,
+          free_custom: Mapping[str, int] | None = None) -> Unfit | None:
+    """The rule: why `spec` cannot go on `cluster` with this much room free, or None.
+    `free_custom`: the custom resources free (default: the committed room's)."""
     if cluster.status != _READY:
         return Unfit.CLUSTER_NOT_READY
     if cluster.draining:
@@ -66,6 +78,9 @@ def unfit(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_mb:
     if (spec.cpu_milli > free_cpu_milli or spec.memory_mb > free_memory_mb
             or spec.gpu > free_gpu):
         return Unfit.NO_ROOM
+    if spec.custom and _custom_short(
+            spec, committed_custom_free(cluster) if free_custom is None else free_custom):
+        return Unfit.NO_ROOM
     return None
 
 
@@ -77,9 +92,11 @@ def unfit_committed(spec: TaskSpec, cluster: Cluster, now_ms: int) -> Unfit | No
 
 
 def explain(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_mb: int,
-            free_gpu: int, now_ms: int) -> Infeasible | None:
+            free_gpu: int, now_ms: int,
+            free_custom: Mapping[str, int] | None = None) -> Infeasible | None:
     """`unfit` with the text naming what is missing; None when the task fits."""
-    reason = unfit(spec, cluster, free_cpu_milli, free_memory_mb, free_gpu, now_ms)
+    custom_free = committed_custom_free(cluster) if free_custom is None else free_custom
+    reason = unfit(spec, cluster, free_cpu_milli, free_memory_mb, free_gpu, now_ms, custom_free)
     if reason is None:
         return None
     if reason is Unfit.CLUSTER_NOT_READY:
@@ -100,6 +117,7 @@ def explain(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_m
             ("cpu_milli", spec.cpu_milli, free_cpu_milli),
             ("memory_mb", spec.memory_mb, free_memory_mb),
             ("gpu", spec.gpu, free_gpu),
+            *((f"custom {name}", count, custom_free.get(name, 0)) for name, count in spec.custom),
         ) if needed > free]
         detail = f"cluster {cluster.id} has no room: {', '.join(short)}"
     return Infeasible(reason, detail)
@@ -118,7 +136,8 @@ def never_fits(spec: TaskSpec, cluster: Cluster) -> bool:
     return ((spec.cluster is not None and spec.cluster != cluster.id)
             or not cluster.capabilities.issuperset(spec.requires)
             or spec.cpu_milli > cluster.cpu_milli or spec.memory_mb > cluster.memory_mb
-            or spec.gpu > cluster.gpu)
+            or spec.gpu > cluster.gpu
+            or (bool(spec.custom) and _custom_short(spec, cluster.custom)))
 
 
 def shortfall(spec: TaskSpec, cluster: Cluster) -> tuple[int, float, str]:
@@ -132,7 +151,9 @@ def shortfall(spec: TaskSpec, cluster: Cluster) -> tuple[int, float, str]:
     short = 0.0
     for name, needed, has in (("cpu_milli", spec.cpu_milli, cluster.cpu_milli),
                               ("memory_mb", spec.memory_mb, cluster.memory_mb),
-                              ("gpu", spec.gpu, cluster.gpu)):
+                              ("gpu", spec.gpu, cluster.gpu),
+                              *((f"custom {name}", count, cluster.custom.get(name, 0))
+                                for name, count in spec.custom)):
         if needed > has:
             short += (needed - has) / needed
             parts.append(f"has {name} {has} of {needed} (short by {needed - has})")
@@ -151,6 +172,7 @@ def unschedulable(spec: TaskSpec, clusters: Iterable[Cluster]) -> str | None:
             closest = (missing, short, words, cluster.id)
     needs = (f"needs cpu_milli {spec.cpu_milli}, memory_mb {spec.memory_mb}, gpu {spec.gpu}"
              + (f", capabilities {list(spec.requires)}" if spec.requires else "")
+             + (f", custom {dict(spec.custom)}" if spec.custom else "")
              + (f", cluster {spec.cluster}" if spec.cluster is not None else ""))
     if closest is None:
         return f"{needs}, and no cluster is registered"
@@ -163,4 +185,6 @@ def within_capacity(cluster: Cluster) -> bool:
     re-registration shrank a cluster below what its live attempts hold: `overcommitted`)."""
     return (cluster.reserved_cpu_milli <= cluster.cpu_milli
             and cluster.reserved_memory_mb <= cluster.memory_mb
-            and cluster.reserved_gpu <= cluster.gpu)
+            and cluster.reserved_gpu <= cluster.gpu
+            and all(held <= cluster.custom.get(name, 0)
+                    for name, held in cluster.reserved_custom.items()))

@@ -545,7 +545,7 @@ def apply_cluster_register(state: State,
             id=cmd.cluster_id, incarnation=cmd.incarnation,
             capabilities=frozenset(cmd.capabilities), cpu_milli=cmd.cpu_milli,
             memory_mb=cmd.memory_mb, gpu=cmd.gpu, status=ClusterStatus.READY,
-            status_since_ms=cmd.now_ms,
+            status_since_ms=cmd.now_ms, custom=dict(cmd.custom),
         )
         state.clusters[cluster.id] = cluster
         return Applied(ClusterRegistered(cluster.id, created=True, lost=0, kills=0))
@@ -556,6 +556,7 @@ def apply_cluster_register(state: State,
     cluster.incarnation = cmd.incarnation
     cluster.capabilities = frozenset(cmd.capabilities)
     cluster.cpu_milli, cluster.memory_mb, cluster.gpu = cmd.cpu_milli, cmd.memory_mb, cmd.gpu
+    cluster.custom = dict(cmd.custom)
     if cluster.status != ClusterStatus.READY:
         cluster.status, cluster.status_since_ms = ClusterStatus.READY, cmd.now_ms
     lost, kills = _reconcile(state, cluster, cmd)
@@ -777,6 +778,8 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
     cluster.reserved_cpu_milli += spec.cpu_milli
     cluster.reserved_memory_mb += spec.memory_mb
     cluster.reserved_gpu += spec.gpu
+    for name, count in spec.custom:
+        cluster.reserved_custom[name] = cluster.reserved_custom.get(name, 0) + count
     usage = state.usage[job.spec.tenant]
     usage.cpu_milli += spec.cpu_milli
     usage.memory_mb += spec.memory_mb
@@ -1162,6 +1165,12 @@ def _end_attempt(state: State, job: Job, task: Task, attempt: Attempt, outcome: 
     cluster.reserved_cpu_milli -= spec.cpu_milli
     cluster.reserved_memory_mb -= spec.memory_mb
     cluster.reserved_gpu -= spec.gpu
+    for name, count in spec.custom:
+        held = cluster.reserved_custom[name] - count
+        if held:
+            cluster.reserved_custom[name] = held
+        else:
+            del cluster.reserved_custom[name]
     usage = state.usage[job.spec.tenant]
     usage.cpu_milli -= spec.cpu_milli
     usage.memory_mb -= spec.memory_mb

@@ -175,6 +175,11 @@ def _check_cluster(state: State, cluster: Cluster) -> None:
     assert cluster.preemptible == {
         fence: held for fence, held in cluster.live.items()
         if state.jobs[held[0]].spec.preemptible}, f"cluster {cluster.id}: preemptible index"
+    custom: dict[str, int] = {}
+    for job_id, index in cluster.live.values():
+        for name, count in state.jobs[job_id].tasks[index].spec.custom:
+            custom[name] = custom.get(name, 0) + count
+    assert cluster.reserved_custom == custom, (cluster.id, cluster.reserved_custom, custom)
     cpu = memory = gpu = 0
     for fence, (job_id, index) in cluster.live.items():
         task = state.jobs[job_id].tasks[index]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
+from typing import Any
 
 from raftsched.spec.job import JobSpec, PriorityClass, TaskSpec
 from raftsched.state.commands import ClusterStatus
@@ -165,6 +166,10 @@ class Cluster:
     reserved_cpu_milli: int = 0
     reserved_memory_mb: int = 0
     reserved_gpu: int = 0
+    custom: dict[str, int] = field(default_factory=dict)
+    """Named custom resources it offers (agent --resource NAME=COUNT), by name."""
+    reserved_custom: dict[str, int] = field(default_factory=dict)
+    """What its live attempts hold of them (no zero entries)."""
     live: dict[int, tuple[str, int]] = field(default_factory=dict)
     """fence -> (job id, task index) of every live attempt placed here."""
     preemptible: dict[int, tuple[str, int]] = field(default_factory=dict)
@@ -213,12 +218,16 @@ TimerEntry = tuple[int, int, int, int, str]
 """(deadline ms, fence or 0, timer kind, task index, job id)."""
 
 
-TaskShape = tuple[int, int, int, tuple[str, ...], str | None]
+TaskShape = tuple[Any, ...]
 """What decides where a task fits (`feasibility.unfit`): cpu milli, memory MB, gpu, required
-capabilities, pinned cluster. Tasks of one shape fit the same clusters and room."""
+capabilities, pinned cluster, and its custom resources when it has any. Tasks of one shape fit
+the same clusters and room."""
 
 
 def shape_of(spec: TaskSpec) -> TaskShape:
+    if spec.custom:
+        return (spec.cpu_milli, spec.memory_mb, spec.gpu, spec.requires, spec.cluster,
+                spec.custom)
     return (spec.cpu_milli, spec.memory_mb, spec.gpu, spec.requires, spec.cluster)
 
 

@@ -51,7 +51,7 @@ from raftsched import limits
 from raftsched.spec.job import Scoring, TaskSpec
 from raftsched.state import policy
 from raftsched.state.commands import Placement, Preemption, Reservation
-from raftsched.state.feasibility import never_fits, unfit
+from raftsched.state.feasibility import committed_custom_free, never_fits, unfit
 from raftsched.state.fsm import iter_ready, reservation_holder
 from raftsched.state.model import Cluster, Job, State, Task, TaskShape, shape_of
 
@@ -82,15 +82,19 @@ class _Room:
     gpu: int
     reserved_for: tuple[str, int] | None = None
     """(job id, task index) this room is kept for: no other task goes here in this plan."""
+    custom: dict[str, int] = field(default_factory=dict)
+    """The custom resources free (committed room less this plan's), for a cluster with any."""
 
     def take(self, spec: TaskSpec) -> None:
         self.cpu_milli -= spec.cpu_milli
         self.memory_mb -= spec.memory_mb
         self.gpu -= spec.gpu
+        for name, count in spec.custom:
+            self.custom[name] -= count
 
     def fits(self, spec: TaskSpec, now_ms: int) -> bool:
         return unfit(spec, self.cluster, self.cpu_milli, self.memory_mb, self.gpu,
-                     now_ms) is None
+                     now_ms, self.custom) is None
 
     def score(self, spec: TaskSpec) -> float:
         """The fractions of the cluster's cpu, memory and gpu left after `spec`, summed."""
@@ -163,7 +167,8 @@ def _rooms(state: State, now_ms: int, reported_free: Mapping[str, Free],
             cpu, memory, gpu = min(cpu, free_cpu), min(memory, free_memory), min(gpu, free_gpu)
         holder = reservation_holder(state, cluster)
         reserved_for = None if holder is None else (holder[0].id, holder[1].index)
-        rooms.append(_Room(cluster, cpu, memory, gpu, reserved_for))
+        rooms.append(_Room(cluster, cpu, memory, gpu, reserved_for,
+                           committed_custom_free(cluster) if cluster.custom else {}))
     return rooms
 
 
@@ -320,7 +325,10 @@ def _preemptors(state: State, rooms: list[_Room], now_ms: int,
             entry = shape_queue.heap[0]
             job = state.jobs[entry[4]]
             task = job.tasks[entry[2]]
-            if job.spec.priority_class.rank == 0 or (job.id, task.index) in held \
+            # Preemption frees cpu, memory and gpu; a task waiting for a custom resource is
+            # not made room for by it (its victims might not hold what it lacks).
+            if job.spec.priority_class.rank == 0 or task.spec.custom \
+                    or (job.id, task.index) in held \
                     or policy.at_running_limit(state, tenant) \
                     or any(room.fits(task.spec, now_ms) for room in rooms):
                 continue

@@ -134,7 +134,7 @@ def dump_to(target: IO[bytes], state: State, extra: Any = None) -> None:
 
 
 def _cluster_record(c: Cluster) -> list[Any]:
-    return [
+    record = [
         c.id, c.incarnation, sorted(c.capabilities), c.cpu_milli, c.memory_mb, c.gpu,
         int(c.status), c.status_since_ms, c.reserved_cpu_milli, c.reserved_memory_mb,
         c.reserved_gpu, [[f, j, i] for f, (j, i) in c.live.items()],
@@ -142,6 +142,9 @@ def _cluster_record(c: Cluster) -> list[Any]:
         c.drain_reason, c.degraded_until_ms, [list(o) for o in c.outcomes],
         None if c.reserved_for is None else list(c.reserved_for), c.reserved_since_ms,
     ]
+    if c.custom:  # only then: a cluster without custom resources keeps its earlier bytes
+        record.append([[name, count] for name, count in sorted(c.custom.items())])
+    return record
 
 
 def _job_record(job: Job) -> list[Any]:
@@ -321,6 +324,10 @@ def _read_records(unpacker: msgpack.Unpacker, version: int,
         cluster.preemptible = {fence: (job_id, index)
                                for fence, (job_id, index) in cluster.live.items()
                                if state.jobs[job_id].spec.preemptible}
+        cluster.reserved_custom = {}  # derived: what the live attempts hold
+        for job_id, index in cluster.live.values():
+            for name, count in state.jobs[job_id].tasks[index].spec.custom:
+                cluster.reserved_custom[name] = cluster.reserved_custom.get(name, 0) + count
         if cluster.reserved_for is not None:
             job_id, index = cluster.reserved_for
             state.jobs[job_id].tasks[index].reserved_on = cluster.id
@@ -356,6 +363,7 @@ def _cluster_from(r: list[Any]) -> Cluster:
         outcomes=deque(tuple(o) for o in r[17]) if len(r) > 17 else deque(),
         reserved_for=tuple(r[18]) if len(r) > 18 and r[18] is not None else None,
         reserved_since_ms=r[19] if len(r) > 19 else 0,
+        custom={name: count for name, count in r[20]} if len(r) > 20 else {},
     )
 
 

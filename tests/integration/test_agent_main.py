@@ -57,6 +57,12 @@ def test_help_explains_every_option() -> None:
      "not a valid name"),
     (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--metrics-address",
       "9100"], "--metrics-address: not HOST:PORT"),
+    (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--resources", "fpga"],
+     "--resources: 'fpga' is not NAME=COUNT"),
+    (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--resources", "fpga=0"],
+     "the count must be 1.."),
+    (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--resources",
+      "fpga=1,fpga=2"], "'fpga' is named twice"),
     (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--metrics-address",
       "0.0.0.0:99999"], "port 99999 is not between 0 (off) and 65535"),
 ])

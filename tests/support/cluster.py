@@ -183,12 +183,13 @@ class LocalCluster:
     # -- agents ----------------------------------------------------------------------------------
 
     def add_agent(self, cluster_id: str, capabilities: str = "linux", cpu: float = 4,
-                  memory_mb: int = 8192, gpu: int = 0, executor: str = "mock") -> Child:
+                  memory_mb: int = 8192, gpu: int = 0, executor: str = "mock",
+                  extra: tuple[str, ...] = ()) -> Child:
         argv = [sys.executable, "-m", "agent", "--cluster-id", cluster_id,
                 "--servers", ",".join(self.grpc), "--capabilities", capabilities,
                 "--cpu", str(cpu), "--memory-mb", str(memory_mb), "--gpu", str(gpu),
                 "--data-dir", str(self.root / f"agent-{cluster_id}"), "--executor", executor,
-                *self._agent_security(cluster_id), *self.agent_flags]
+                *self._agent_security(cluster_id), *self.agent_flags, *extra]
         proc = self.supervisor.start(f"agent-{cluster_id}", argv,
                                      self.root / "logs" / f"agent-{cluster_id}.log")
         self.agents[cluster_id] = proc

@@ -52,7 +52,7 @@ def complete(script_path: Path, line: str) -> list[str]:
     ("raftsched jo", ["job"]),
     ("raftsched job w", ["watch"]),
     ("raftsched admin token c", ["create"]),
-    ("raftsched admin snapshot ", ["save", "inspect"]),
+    ("raftsched admin snapshot ", ["save", "inspect", "export"]),
     ("raftsched completion ", ["bash", "zsh"]),
     ("raftsched job list --st", ["--state"]),
     ("raftsched job list --state R", ["RUNNING"]),
