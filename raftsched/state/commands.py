@@ -23,6 +23,7 @@ from raftsched import limits
 from raftsched.protocol import KnownAttempt as KnownAttempt
 from raftsched.protocol import Report as Report
 from raftsched.protocol import ReportKind as ReportKind
+from raftsched.spec.job import id_problem
 
 
 class Tag(IntEnum):
@@ -422,6 +423,9 @@ def _decode_custom(value: Any) -> tuple[tuple[str, int], ...]:
     pairs = []
     for pair in _list(value, "custom", limits.MAX_CUSTOM_RESOURCES_PER_CLUSTER):
         name, count = _fields(pair, 2, "CLUSTER_REGISTER.custom[]")
+        problem = id_problem(name)
+        if problem is not None:
+            raise CommandError(f"CLUSTER_REGISTER.custom: a resource name {problem}")
         pairs.append((_str(name, "custom.name"),
                       _int(count, "custom.count", 1, limits.MAX_CUSTOM_RESOURCE_COUNT)))
     names = [name for name, _ in pairs]

@@ -310,6 +310,17 @@ def fill_repeated(message: Any, field_descriptor: Any, rng: random.Random, targe
                   depth: int, small: bool) -> None:
     values = getattr(message, field_descriptor.name)
     count = rng.choice((0, 1, 2, 3, 5, 1 if small else rng.choice(REPEAT_COUNTS)))
+    entry = field_descriptor.message_type
+    if entry is not None and entry.GetOptions().map_entry:  # a map: keys and values
+        key_field, value_field = entry.fields_by_name["key"], entry.fields_by_name["value"]
+        for _ in range(min(count, 3 if small else count)):
+            key = scalar(key_field, rng, targets, True)
+            if value_field.type == FD.TYPE_MESSAGE:
+                if depth < MAX_DEPTH:
+                    fill(values[key], rng, targets, depth + 1, True)
+            else:
+                values[key] = scalar(value_field, rng, targets, small)
+        return
     if field_descriptor.type != FD.TYPE_MESSAGE:
         values.extend(scalar(field_descriptor, rng, targets, small or count > 8)
                       for _ in range(count))

@@ -8,13 +8,11 @@ the job."""
 
 from __future__ import annotations
 
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import LocalCluster, running, wait_for
+from tests.support.cluster import LocalCluster, running, task_user_root, wait_for
 
 pytestmark = [pytest.mark.integration]
 
@@ -55,15 +53,10 @@ tasks:
 
 @pytest.fixture
 def cluster() -> Iterator[LocalCluster]:
-    # The task user reaches its checkpoint directory by its absolute path: every directory
-    # above the agent's data dir must let it through (pytest's tmp_path is under a 0700 dir).
-    with tempfile.TemporaryDirectory(prefix="raftsched-preempt-") as name:
-        root = Path(name)
-        root.chmod(0o711)
-        with running(root) as local:
-            local.add_agent("gpu", cpu=2, executor="subprocess")
-            local.wait_clusters_ready("gpu")
-            yield local
+    with task_user_root("raftsched-preempt-") as root, running(root) as local:
+        local.add_agent("gpu", cpu=2, executor="subprocess")
+        local.wait_clusters_ready("gpu")
+        yield local
 
 
 def state_of(cluster: LocalCluster, job_id: str, task_id: str) -> str:

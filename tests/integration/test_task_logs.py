@@ -6,13 +6,11 @@ agent was killed with SIGKILL and restarted — and every refusal is one precise
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import LocalCluster, running, wait_for
+from tests.support.cluster import LocalCluster, running, task_user_root, wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -40,15 +38,10 @@ tasks:
 
 @pytest.fixture
 def cluster() -> Iterator[LocalCluster]:
-    # Tasks run as the agent's unprivileged task user when the tests run as root: every
-    # directory above their work dir must let it through (pytest's tmp_path is under a 0700).
-    with tempfile.TemporaryDirectory(prefix="raftsched-logs-") as name:
-        root = Path(name)
-        root.chmod(0o711)
-        with running(root) as local:
-            local.add_agent("east", cpu=2, executor="subprocess")
-            local.wait_clusters_ready("east")
-            yield local
+    with task_user_root("raftsched-logs-") as root, running(root) as local:
+        local.add_agent("east", cpu=2, executor="subprocess")
+        local.wait_clusters_ready("east")
+        yield local
 
 
 def task_state(cluster: LocalCluster, job_id: str) -> str:

@@ -501,6 +501,45 @@ def test_tasks_needing_a_rare_capability_block_nothing_and_still_run(seed: int) 
     assert not idle, f"{sim.tag}: other clusters idled while the rare tasks waited: {idle[:5]}"
 
 
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_scarce_custom_resource_is_never_overcommitted_and_fully_used(seed: int) -> None:
+    """Three 8-cpu clusters, one offering 2 licenses (`lic`); a backlog of small tasks keeps
+    all of them busy, then 10 tasks each needing 1 license arrive. After every plan at most 2
+    licenses are held; both are held at once at some point; every licensed task runs on the
+    cluster that has them (the invariants, checked as it runs, also hold the cluster's count of
+    what is held to a scan of its live attempts)."""
+    sim = Sim(seed, step_ms=500, check_every=100)
+    assert isinstance(sim.h.run(c.ClusterRegister(
+        "licensed", 1, ("linux",), 8_000, 65_536, 0, sim.h.now_ms, (), (("lic", 2),))),
+        fsm.Applied)
+    for cluster_id in ("c1", "c2"):
+        sim.cluster(cluster_id, cpu=8, memory_mb=65_536)
+
+    def feed() -> None:
+        sim.keep_queued("solo", 40, priority=10)
+
+    for _ in range(10):
+        feed()
+        sim.step()
+    submitted = sim.h.now_ms
+    licensed = sim.submit("solo", sim.draw(10), priority=90,
+                          resources={"cpu": 1, "memory_mb": 64, "custom": {"lic": 1}})
+    held: list[int] = []
+
+    def watch() -> None:
+        feed()
+        held.append(sim.h.state.clusters["licensed"].reserved_custom.get("lic", 0))
+
+    sim.run_until(lambda: all(t.state.name == "SUCCEEDED"
+                              for t in sim.h.job(licensed).tasks),
+                  submitted + 1_800_000, watch)
+    where = {sim.placed_on[(licensed, t.spec.id)] for t in sim.h.job(licensed).tasks}
+    print(f"seed {seed}: licenses held per step, max {max(held)}, {len(held)} steps")
+    assert where == {"licensed"}, f"{sim.tag}: licensed tasks placed on {where}"
+    assert max(held) == 2, f"{sim.tag}: licenses held at most {max(held)} at once"
+    assert all(0 <= n <= 2 for n in held), f"{sim.tag}: {held}"
+
+
 # --- regressions found by this simulation --------------------------------------------------------
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -219,6 +220,18 @@ class LocalCluster:
     def logs(self) -> str:
         return "\n".join(f"--- {child.name}\n" + "\n".join(child.log_tail())
                          for child in self.supervisor.children)
+
+
+@contextmanager
+def task_user_root(prefix: str) -> Iterator[Path]:
+    """A temporary directory (0711) for a cluster whose agent runs tasks as its unprivileged
+    task user when the tests run as root: a task reaches its work and checkpoint directories by
+    absolute path, so every directory above the agent's data dir must let it through, and
+    pytest's tmp_path lies under a 0700 directory."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as name:
+        root = Path(name)
+        root.chmod(0o711)
+        yield root
 
 
 @contextmanager

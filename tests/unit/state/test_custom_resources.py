@@ -133,3 +133,9 @@ def test_snapshots_keep_the_totals_and_derive_what_is_held() -> None:
                             (c.KnownAttempt("j", "a", h.current("j", "a").fence, False),),
                             (("lic", 5),)))
     assert h.state.clusters["fpga-box"].overcommitted
+
+
+def test_a_custom_resource_name_that_is_no_id_is_refused_at_decode() -> None:
+    with pytest.raises(c.CommandError, match="a resource name must use only"):
+        c.decode(c.encode(c.ClusterRegister("east", 1, (), 1, 1, 0, 5, (),
+                                            (("bad name", 1),))))
