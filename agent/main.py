@@ -10,6 +10,7 @@ stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import re
 import signal
@@ -22,10 +23,17 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from agent.agent import HEARTBEAT_WAIT_MS, Agent, AgentConfig, AgentError, attempts_root
-from agent.executor import Executor, MockExecutor, SubprocessExecutor, TaskUser
+from agent.executor import (
+    Executor,
+    ExecutorError,
+    MockExecutor,
+    SubprocessExecutor,
+    TaskUser,
+)
 from agent.metrics import AgentMetrics
 from agent.model import Resources
 from agent.session import GrpcSession
+from agent.slurm import SlurmExecutor, partition_capacity
 from agent.store import StoreError
 from raftsched import config, eventlog, tls
 from raftsched.clock import configure_skew_from_env
@@ -98,10 +106,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory for the agent's durable state and attempt dirs (task "
                              "stdout/stderr); one agent per directory "
                              f"(default: ${DATA_DIR_ENV})")
-    parser.add_argument("--executor", choices=("subprocess", "mock"), default="subprocess",
-                        help="subprocess: run each task's command for real (default); mock: "
-                             "pretend, for tests and benchmarks (argv 'mock sleep_ms=N exit=K "
-                             "fail_attempts=M')")
+    parser.add_argument("--executor", choices=("subprocess", "mock", "slurm"),
+                        default="subprocess",
+                        help="subprocess: run each task's command for real (default); slurm: "
+                             "submit each task as a job to the Slurm partition "
+                             "--slurm-partition (sbatch/scontrol/scancel found on PATH, the "
+                             "cluster through $SLURM_CONF; capacity and capabilities are read "
+                             "from the partition with sinfo); mock: pretend, for tests and "
+                             "benchmarks (argv 'mock sleep_ms=N exit=K fail_attempts=M')")
+    parser.add_argument("--slurm-partition", default="", metavar="NAME",
+                        help="the Slurm partition this cluster stands for (--executor slurm)")
     parser.add_argument("--tls-ca", metavar="PEM",
                         help=f"the cluster's CA (or ${tls.CA_ENV}); required unless --insecure-dev")
     parser.add_argument("--tls-cert", metavar="PEM",
@@ -161,7 +175,10 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[str],
                             hint=f"tasks start in their work dir, but their HOME and "
                                  f"RAFTSCHED_CHECKPOINT_DIR paths do not resolve for them: let "
                                  f"{task_user.name} traverse {blocked} (chmod o+x)")
-        executor = _executor(args.executor, config.data_dir, task_user)
+        if args.executor == "slurm":
+            config = _slurm_config(config, str(args.slurm_partition))
+        executor = _executor(args.executor, config.data_dir, task_user,
+                             str(args.slurm_partition))
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INVALID
@@ -333,10 +350,30 @@ def _make_private(data_dir: Path) -> None:
             child.chmod(child.stat().st_mode & 0o700)
 
 
-def _executor(kind: str, data_dir: Path, task_user: TaskUser | None) -> Executor:
+def _executor(kind: str, data_dir: Path, task_user: TaskUser | None,
+              partition: str) -> Executor:
     if kind == "mock":
         return MockExecutor()
+    if kind == "slurm":
+        return SlurmExecutor(attempts_root(data_dir), partition)
     return SubprocessExecutor(attempts_root(data_dir), task_user=task_user)
+
+
+def _slurm_config(config: AgentConfig, partition: str) -> AgentConfig:
+    """The cluster's capacity and capabilities as the Slurm partition has them (its nodes'
+    features become capabilities, beside --capabilities)."""
+    if not partition:
+        raise UsageError("--executor slurm needs --slurm-partition NAME")
+    try:
+        found = partition_capacity(partition)
+    except ExecutorError as error:
+        raise UsageError(f"--slurm-partition {partition}: {error}") from None
+    capabilities = tuple(dict.fromkeys((*config.capabilities, *found.capabilities)))
+    log.info("slurm_partition", partition=partition, cpu_milli=found.cpu_milli,
+             memory_mb=found.memory_mb, gpu=found.gpu, capabilities=",".join(capabilities))
+    return dataclasses.replace(config, capacity=Resources(found.cpu_milli, found.memory_mb,
+                                                          found.gpu),
+                               capabilities=capabilities)
 
 
 def _install_signal_handlers(agent: Agent) -> None:

@@ -24,3 +24,32 @@ ensure_system_packages() {
         fi
     fi
 }
+
+# The Slurm integration tests (tests/support/slurm.py) start a private single-node Slurm: the
+# Debian packages slurm-wlm (slurmctld, slurmd, the client commands) and munge (munged,
+# mungekey), installed without recommends when missing and we are root; their Debian services
+# are not started. Never fatal: without them those tests skip and say what is missing.
+ensure_slurm() {
+    local tool
+    for tool in sbatch slurmctld slurmd munged mungekey; do
+        command -v "$tool" >/dev/null 2>&1 || break
+        tool=""
+    done
+    [ -z "$tool" ] && return 0
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "warning: $tool missing: slurm-wlm and munge not installed (not root or no apt-get)" >&2
+        return 0
+    fi
+    local packages=(slurm-wlm munge)
+    echo "installing system packages: ${packages[*]}" >&2
+    local log="${TMPDIR:-/tmp}/raftsched-apt.log"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get install -y -q --no-install-recommends "${packages[@]}" >>"$log" 2>&1; then
+        # A fresh machine may have no package lists yet.
+        if ! { apt-get update -q \
+                && apt-get install -y -q --no-install-recommends "${packages[@]}"; } \
+                >>"$log" 2>&1; then
+            echo "warning: apt-get could not install ${packages[*]} (log: $log)" >&2
+        fi
+    fi
+}
