@@ -15,9 +15,10 @@ by its name in `squeue`; a fence whose job is nowhere never started (the agent r
 Following: `poll` asks `scontrol show job -o ID` for each job it watches (Slurm keeps a
 finished job for `MinJobAge`); the end state maps to a completion: COMPLETED → exit 0, FAILED
 → its exit code (128 + the signal for a signal), TIMEOUT → timed out, CANCELLED after our
-`scancel` → killed, and Slurm's own failures (NODE_FAIL, BOOT_FAIL, OUT_OF_MEMORY, DEADLINE,
-PREEMPTED, CANCELLED by someone else) → no exit code with Slurm's reason. A job Slurm no longer
-knows ends with no exit code too ("forgotten by Slurm"). `kill` is `scancel`.
+`scancel` → killed. Slurm's own failures (NODE_FAIL, BOOT_FAIL, PREEMPTED, REVOKED, CANCELLED
+by someone else) and a job Slurm forgot before its end was seen → killed too, with Slurm's
+reason: the scheduler retries those on its infrastructure budget. OUT_OF_MEMORY, DEADLINE and
+other ends are the task's own: no exit code, an application failure. `kill` is `scancel`.
 
 Capacity: `partition_capacity` reads the partition's cpus, memory, GRES gpus and node
 features (capabilities) with `sinfo`.
@@ -47,6 +48,9 @@ JOB_FILE = "slurm.json"
 JOB_NAME_PREFIX = "rs-"
 WORK_DIR = "work"
 SIGNAL_EXIT_BASE = 128
+INFRASTRUCTURE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "CANCELLED",
+                                   "REVOKED"})
+"""Slurm end states that are no failure of the task's: an infrastructure failure for retries."""
 _PENDING_STATES = frozenset({"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
                              "REQUEUED", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED"})
 
@@ -171,8 +175,9 @@ class SlurmExecutor:
         done = self._run(["scontrol", "show", "job", "-o", job.job_id], self._env)
         if done.returncode != 0:
             if "Invalid job id" in (done.stderr + done.stdout):
-                return Completion(job.fence, None, reason=f"Slurm job {job.job_id} was "
-                                  "forgotten by Slurm before its end was seen")
+                return Completion(job.fence, None, killed=True,
+                                  reason=f"Slurm job {job.job_id} was forgotten by Slurm "
+                                  "before its end was seen")
             return None  # the controller is unreachable now: ask again later
         fields = parse_job_line(done.stdout)
         state = fields.get("JobState", "")
@@ -211,7 +216,10 @@ def completion_of(fence: int, state: str, exit_code: str, reason: str,
         return Completion(fence, None, killed=True, reason="cancelled (scancel)")
     why = f"Slurm ended the job {state}" + (f" ({reason})" if reason and reason != "None"
                                              else "")
-    return Completion(fence, None, reason=why)
+    # Not the task's doing (a node failed, an administrator or Slurm's preemption cancelled
+    # it): reported KILLED, which the scheduler retries on the infrastructure budget, sparing
+    # the task's own max_attempts. OUT_OF_MEMORY, DEADLINE and the like are the task's own.
+    return Completion(fence, None, killed=state in INFRASTRUCTURE_STATES, reason=why)
 
 
 def parse_job_line(text: str) -> dict[str, str]:

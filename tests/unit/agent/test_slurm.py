@@ -81,8 +81,10 @@ def test_a_refusal_by_sbatch_is_an_executor_error_naming_it(tmp_path: Path) -> N
     ("FAILED", "0:9", False, Completion(7, 137)),
     ("TIMEOUT", "0:15", False, Completion(7, None, timed_out=True, reason="Slurm time limit")),
     ("CANCELLED", "0:15", True, Completion(7, None, killed=True, reason="cancelled (scancel)")),
-    ("CANCELLED", "0:15", False, Completion(7, None, reason="Slurm ended the job CANCELLED")),
-    ("NODE_FAIL", "0:0", False, Completion(7, None, reason="Slurm ended the job NODE_FAIL")),
+    ("CANCELLED", "0:15", False,  # by an administrator: not the task's failure
+     Completion(7, None, killed=True, reason="Slurm ended the job CANCELLED")),
+    ("NODE_FAIL", "0:0", False,
+     Completion(7, None, killed=True, reason="Slurm ended the job NODE_FAIL")),
     ("OUT_OF_MEMORY", "0:125", False,
      Completion(7, None, reason="Slurm ended the job OUT_OF_MEMORY")),
 ])
@@ -109,6 +111,7 @@ def test_a_job_slurm_forgot_ends_without_an_exit_code(tmp_path: Path) -> None:
     executor.start(assignment())
     (completion,) = executor.poll()
     assert completion.exit_code is None and "forgotten by Slurm" in completion.reason
+    assert completion.killed  # an infrastructure failure: retried on that budget
 
 
 def test_kill_is_scancel_and_the_end_says_killed(tmp_path: Path) -> None:
