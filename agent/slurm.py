@@ -16,7 +16,8 @@ Following: `poll` asks `scontrol show job -o ID` for each job it watches (Slurm 
 finished job for `MinJobAge`); the end state maps to a completion: COMPLETED → exit 0, FAILED
 → its exit code (128 + the signal for a signal), TIMEOUT → timed out, CANCELLED after our
 `scancel` → killed. Slurm's own failures (NODE_FAIL, BOOT_FAIL, PREEMPTED, REVOKED, CANCELLED
-by someone else) and a job Slurm forgot before its end was seen → killed too, with Slurm's
+by someone else) and a job Slurm forgot before its end was seen (and that its jobcomp/filetxt
+log, when it keeps one, does not record either) → killed too, with Slurm's
 reason: the scheduler retries those on its infrastructure budget. OUT_OF_MEMORY, DEADLINE and
 other ends are the task's own: no exit code, an application failure. `kill` is `scancel`.
 
@@ -85,6 +86,8 @@ class SlurmExecutor:
         self._env = dict(os.environ if env is None else env)
         self._lock = threading.Lock()
         self._jobs: dict[int, _Job] = {}
+        self._jobcomp: str | None = None
+        """Slurm's job completion log ("" when it keeps none); None until looked up."""
         root.mkdir(parents=True, exist_ok=True)
 
     def attempt_dir(self, fence: int) -> str:
@@ -175,6 +178,11 @@ class SlurmExecutor:
         done = self._run(["scontrol", "show", "job", "-o", job.job_id], self._env)
         if done.returncode != 0:
             if "Invalid job id" in (done.stderr + done.stdout):
+                recorded = self._from_jobcomp(job.job_id)
+                if recorded is not None:  # purged after MinJobAge: its completion record
+                    return completion_of(job.fence, recorded.get("JobState", ""),
+                                         recorded.get("ExitCode", ""), "",
+                                         job.kill_requested)
                 return Completion(job.fence, None, killed=True,
                                   reason=f"Slurm job {job.job_id} was forgotten by Slurm "
                                   "before its end was seen")
@@ -185,6 +193,27 @@ class SlurmExecutor:
             return None
         return completion_of(job.fence, state, fields.get("ExitCode", ""),
                              fields.get("Reason", ""), job.kill_requested)
+
+    def _from_jobcomp(self, job_id: str) -> dict[str, str] | None:
+        """The job's line in the jobcomp/filetxt log, when Slurm keeps one (JobCompType,
+        JobCompLoc from `scontrol show config`, looked up once), else None."""
+        if self._jobcomp is None:
+            done = self._run(["scontrol", "show", "config"], self._env)
+            config = {key.strip(): value.strip() for key, _, value in
+                      (line.partition("=") for line in done.stdout.splitlines())}
+            location = config.get("JobCompLoc", "")
+            self._jobcomp = location if config.get("JobCompType") == "jobcomp/filetxt" \
+                and location.startswith("/") else ""
+        if not self._jobcomp:
+            return None
+        try:
+            with open(self._jobcomp, encoding="utf-8", errors="replace") as records:
+                for line in records:
+                    if line.startswith(f"JobId={job_id} "):
+                        return parse_job_line(line)
+        except OSError:
+            return None
+        return None
 
     def running(self) -> list[int]:
         with self._lock:

@@ -106,7 +106,8 @@ def test_poll_reads_scontrol_until_the_job_ends(tmp_path: Path) -> None:
 
 def test_a_job_slurm_forgot_ends_without_an_exit_code(tmp_path: Path) -> None:
     slurm = FakeSlurm(sbatch=[(0, "4242")],
-                      scontrol=[(1, "slurm_load_jobs error: Invalid job id specified")])
+                      scontrol=[(1, "slurm_load_jobs error: Invalid job id specified"),
+                                (0, "JobCompType             = jobcomp/none\n")])
     executor = SlurmExecutor(tmp_path, "debug", run=slurm)
     executor.start(assignment())
     (completion,) = executor.poll()
@@ -160,3 +161,18 @@ def test_partition_capacity_sums_the_nodes_and_reads_features_and_gpus() -> None
 def test_parse_job_line_keeps_the_first_value_of_each_key() -> None:
     fields = parse_job_line("JobId=1 JobState=FAILED ExitCode=3:0 Command=/bin/sh -c x=1")
     assert fields["JobState"] == "FAILED" and fields["ExitCode"] == "3:0"
+
+
+def test_a_job_slurm_purged_is_read_from_its_completion_log(tmp_path: Path) -> None:
+    """Finished while the agent was down and purged after MinJobAge: jobcomp/filetxt has it."""
+    jobcomp = tmp_path / "jobcomp.txt"
+    jobcomp.write_text("JobId=4241 UserId=root(0) JobState=COMPLETED ExitCode=0:0\n"
+                       "JobId=4242 UserId=root(0) Name=rs-7 JobState=FAILED Partition=debug "
+                       "ExitCode=3:0 NodeList=vm\n")
+    config = f"JobCompLoc              = {jobcomp}\nJobCompType             = jobcomp/filetxt\n"
+    slurm = FakeSlurm(sbatch=[(0, "4242")],
+                      scontrol=[(1, "slurm_load_jobs error: Invalid job id specified"),
+                                (0, config)])
+    executor = SlurmExecutor(tmp_path / "attempts", "debug", run=slurm)
+    executor.start(assignment())
+    assert executor.poll() == [Completion(7, 3)]
