@@ -226,10 +226,17 @@ def test_kill_reaches_a_paused_child(supervisor: sv.Supervisor, tmp_path: Path) 
 
 def test_what_is_left_of_a_group_dies_with_its_leader(supervisor: sv.Supervisor,
                                                       tmp_path: Path) -> None:
-    child = supervisor.start("parent", python(ORPHAN_A_GRANDCHILD), tmp_path / "parent.log")
+    gate = tmp_path / "gate"
+    # The parent waits for the gate before it exits: exiting at once, it could be reaped (and
+    # its group killed) before the grandchild was even looked at.
+    child = supervisor.start("parent", python(
+        ORPHAN_A_GRANDCHILD + "; import os, time; "
+        f"[time.sleep(0.01) for _ in iter(lambda: os.path.exists({str(gate)!r}), True)]"),
+        tmp_path / "parent.log")
     grandchild = grandchild_of(child)
     try:
         assert grandchild.is_running()
+        gate.touch()
         assert child.wait(WAIT_TIMEOUT_S) == 0  # reaping the leader kills the rest of its group
         wait_until(lambda: not grandchild.is_running(), "the orphan gone")
     finally:
