@@ -10,6 +10,17 @@ MAX_OPTION_SECONDS = 24 * 3600.0
 """A duration option is at most a day."""
 
 
+def count(text: str) -> int:
+    """A whole number, 0 or more (a limit where 0 means none)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
 def positive_int(text: str) -> int:
     try:
         value = int(text)

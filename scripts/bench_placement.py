@@ -45,6 +45,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from bench_fsm import CallCounter  # the one machine-independent cost counter
 
 from raftsched import limits
 from raftsched.spec.wire import doc_to_wire
@@ -126,17 +129,6 @@ class Figures:
 def pct(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
-class CallCounter:
-    """Counts Python and C function calls while installed with sys.setprofile."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-
-    def __call__(self, frame: Any, event: str, arg: Any) -> None:
-        if event in ("call", "c_call"):
-            self.calls += 1
 
 
 class Bench:

@@ -22,6 +22,7 @@ from raftsched.cli.common import (
 )
 from raftsched.cli.snapshot import register_snapshot
 from raftsched.errors import Code, RaftschedError
+from raftsched.options import count, positive_int
 
 # --- admin ----------------------------------------------------------------------------------------
 
@@ -143,12 +144,12 @@ def _register_tenants(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         '"max_running", "configured", "queued",\n           "running", "reserved", '
         '"dominant_share", "changed"}')
     setting.add_argument("tenant", metavar="TENANT", help="a tenant name, or '*' for defaults")
-    setting.add_argument("--weight", type=_positive_int, metavar="W",
+    setting.add_argument("--weight", type=positive_int, metavar="W",
                          help="fair-share weight, 1..10000 (default 1)")
-    setting.add_argument("--max-queued", type=_count, metavar="N",
+    setting.add_argument("--max-queued", type=count, metavar="N",
                          help="tasks it may have queued (pending, runnable, backing off) at "
                               "once; 0 = no limit of its own")
-    setting.add_argument("--max-running", type=_count, metavar="N",
+    setting.add_argument("--max-running", type=count, metavar="N",
                          help="tasks it may have placed (assigned or running) at once; 0 = no "
                               "limit of its own")
     setting.set_defaults(handler=_run_tenant_set)
@@ -160,23 +161,6 @@ def _register_tenants(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         '"max_running", "configured",\n           "queued", "running", "reserved", '
         '"dominant_share"}], "queued_total", "max_queued_tasks"}')
     listing.set_defaults(handler=_run_tenant_list, reads_only=True)
-
-
-def _positive_int(text: str) -> int:
-    value = _count(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
 
 
 def _run_tenant_set(args: argparse.Namespace) -> int:
