@@ -310,9 +310,15 @@ class Agent:
         self._stop.wait(delay_ms / 1000)
 
     def _free(self) -> Resources:
+        """What this cluster can still admit: its capacity less what its attempts hold, and no
+        more than the executor itself sees free (a Slurm partition other users share)."""
         free = self._config.capacity
         for record in self._running.values():
             free = free.minus(record.resources)
+        seen = self._executor.observed_free()
+        if seen is not None:
+            free = Resources(min(free.cpu_milli, seen.cpu_milli),
+                             min(free.memory_mb, seen.memory_mb), min(free.gpu, seen.gpu))
         return free
 
     def _handle(self, directives: Directives) -> bool:

@@ -27,7 +27,7 @@ from typing import Protocol
 
 from agent import runner
 from agent.files import read_json, write_json_atomic
-from agent.model import Assignment, AttemptRecord, Completion
+from agent.model import Assignment, AttemptRecord, Completion, Resources
 from raftsched import limits, procfs
 from raftsched.protocol import task_key
 
@@ -143,6 +143,12 @@ class Executor(Protocol):
     def subscribe(self, listener: Callable[[], None]) -> None:
         """`listener` is called (from any thread) when poll() may have something new; an
         executor that cannot tell never calls it and is polled on a timer."""
+        ...
+
+    def observed_free(self) -> Resources | None:
+        """What the executor itself sees free (a Slurm partition shared with other users), as
+        of its last poll; None when the agent's own accounting is all there is. Cheap: the
+        agent asks under its lock."""
         ...
 
     def close(self) -> None:
@@ -330,6 +336,9 @@ class SubprocessExecutor:
 
     def subscribe(self, listener: Callable[[], None]) -> None:
         return  # cannot tell without a thread of its own: the agent polls on a timer
+
+    def observed_free(self) -> Resources | None:
+        return None  # the machine is the agent's alone: its own accounting is the truth
 
     def close(self) -> None:
         with self._lock:
@@ -530,6 +539,9 @@ class MockExecutor:
     def subscribe(self, listener: Callable[[], None]) -> None:
         with self._condition:
             self._listeners.append(listener)
+
+    def observed_free(self) -> Resources | None:
+        return None
 
     def close(self) -> None:
         with self._condition:

@@ -22,7 +22,9 @@ reason: the scheduler retries those on its infrastructure budget. OUT_OF_MEMORY,
 other ends are the task's own: no exit code, an application failure. `kill` is `scancel`.
 
 Capacity: `partition_capacity` reads the partition's cpus, memory, GRES gpus and node
-features (capabilities) with `sinfo`.
+features (capabilities) with `sinfo`; every OBSERVE_EVERY_S the executor also asks how many
+of them are idle (other users' jobs take them too), and the agent admits no more than that
+and reports it to the leader as its observed free capacity.
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ import os
 import shlex
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from agent.executor import ATTEMPT_DIR_DIGITS, ExecutorError, Launch, task_env
-from agent.model import Assignment, AttemptRecord, Completion
+from agent.model import Assignment, AttemptRecord, Completion, Resources
 from raftsched.eventlog import EventLogger
 
 log = EventLogger("agent.slurm")
@@ -49,6 +52,13 @@ JOB_FILE = "slurm.json"
 JOB_NAME_PREFIX = "rs-"
 WORK_DIR = "work"
 SIGNAL_EXIT_BASE = 128
+OBSERVE_EVERY_S = 5.0
+"""How often the executor asks Slurm how many of the partition's cpus are idle."""
+UNAVAILABLE_NODE_STATES = frozenset({"down", "drain", "drng", "fail", "failg", "maint",
+                                     "boot", "futr", "futur", "unk", "npc", "pow_dn"})
+"""sinfo's short node states (%t) whose cpus take no new job."""
+UNBOUNDED = 2**62
+"""An observation that bounds nothing (memory, gpus: the agent's own accounting decides)."""
 INFRASTRUCTURE_STATES = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED", "CANCELLED",
                                    "REVOKED"})
 """Slurm end states that are no failure of the task's: an infrastructure failure for retries."""
@@ -88,6 +98,8 @@ class SlurmExecutor:
         self._jobs: dict[int, _Job] = {}
         self._jobcomp: str | None = None
         """Slurm's job completion log ("" when it keeps none); None until looked up."""
+        self._observed: Resources | None = None
+        self._observed_at = float("-inf")
         root.mkdir(parents=True, exist_ok=True)
 
     def attempt_dir(self, fence: int) -> str:
@@ -165,7 +177,32 @@ class SlurmExecutor:
                         error=(done.stderr or done.stdout).strip()[:300])
         return True
 
+    def observed_free(self) -> Resources | None:
+        return self._observed
+
+    def _observe(self) -> None:
+        """Every OBSERVE_EVERY_S (from poll, not under the agent's lock): the partition's idle
+        cpus, which other users' jobs take too. Memory and gpus stay the agent's accounting."""
+        now = time.monotonic()
+        if now - self._observed_at < OBSERVE_EVERY_S:
+            return
+        self._observed_at = now
+        done = self._run(["sinfo", "-h", "-N", "-p", self._partition, "-o", "%n %C %t"],
+                         self._env)
+        if done.returncode != 0:
+            return  # keep the last observation; the controller may be back soon
+        idle: dict[str, int] = {}
+        for line in done.stdout.splitlines():
+            parts = line.split()
+            if len(parts) < 3 or parts[2].rstrip("*~#!%$@^-") in UNAVAILABLE_NODE_STATES:
+                continue
+            counts = parts[1].split("/")  # allocated/idle/other/total
+            if len(counts) == 4 and counts[1].isdigit():
+                idle[parts[0]] = int(counts[1])
+        self._observed = Resources(sum(idle.values()) * 1000, UNBOUNDED, UNBOUNDED)
+
     def poll(self) -> list[Completion]:
+        self._observe()
         with self._lock:
             jobs = list(self._jobs.values())
         completions = [c for c in (self._check(job) for job in jobs) if c is not None]

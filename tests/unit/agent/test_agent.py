@@ -336,3 +336,24 @@ def test_a_finished_report_carries_the_capacity_it_freed(tmp_path: Path,
     assert started_with is not None and started_with.free == Resources(2500, 3996, 1)
     sequence = [o.seq for o, _ in calls if o is not None] + [b.seq for b in session.beats]
     assert len(set(sequence)) == len(sequence)  # one counter for heartbeats and reports
+
+
+class _BusyPartition(MockExecutor):
+    """An executor that sees less free than the agent's own accounting (a shared partition)."""
+
+    def observed_free(self) -> Resources | None:
+        return Resources(500, 10**9, 10**9)
+
+
+def test_the_agent_admits_no_more_than_its_executor_sees_free(tmp_path: Path) -> None:
+    session = FakeSession()
+    executor = _BusyPartition()
+    try:
+        with running_agent(config(tmp_path), session, executor):
+            session.wait_beats(1, "a heartbeat")
+            assert session.beats[-1].free == Resources(500, 4096, 1)  # cpu: the executor's view
+            session.assign(assignment(1, command=("mock",), resources=Resources(1000, 10, 0)))
+            _wait_kinds(session, 1, REJECTED)  # 1 cpu asked, half a cpu idle
+    finally:
+        executor.close()
+    assert executor.started == []

@@ -33,6 +33,8 @@ class FakeSlurm:
     def __call__(self, argv: Sequence[str],
                  env: dict[str, str] | None) -> subprocess.CompletedProcess[str]:
         self.calls.append((list(argv), env))
+        if argv[0] == "sinfo" and not self.answers.get("sinfo"):
+            return subprocess.CompletedProcess(list(argv), 1, "", "not scripted")  # no view
         code, out = self.answers[argv[0]].pop(0)
         return subprocess.CompletedProcess(list(argv), code, out if code == 0 else "",
                                            "" if code == 0 else out)
@@ -176,3 +178,14 @@ def test_a_job_slurm_purged_is_read_from_its_completion_log(tmp_path: Path) -> N
     executor = SlurmExecutor(tmp_path / "attempts", "debug", run=slurm)
     executor.start(assignment())
     assert executor.poll() == [Completion(7, 3)]
+
+
+def test_poll_observes_the_partitions_idle_cpus(tmp_path: Path) -> None:
+    """Other users' jobs take the partition's cpus too: the agent admits no more than Slurm
+    says are idle (nodes that take no job left out)."""
+    sinfo = "vm 4/12/0/16 mix\nn2 0/8/0/8 drain*\nn3 2/6/0/8 alloc\n"
+    executor = SlurmExecutor(tmp_path, "debug", run=FakeSlurm(sinfo=[(0, sinfo)]))
+    assert executor.observed_free() is None  # nothing asked yet
+    assert executor.poll() == []
+    seen = executor.observed_free()
+    assert seen is not None and seen.cpu_milli == 18_000
