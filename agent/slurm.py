@@ -29,7 +29,6 @@ and reports it to the leader as its observed free capacity.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import shlex
@@ -41,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent.executor import ATTEMPT_DIR_DIGITS, ExecutorError, Launch, task_env
+from agent.files import read_json, write_json_atomic
 from agent.model import Assignment, AttemptRecord, Completion, Resources
 from raftsched.eventlog import EventLogger
 
@@ -121,7 +121,7 @@ class SlurmExecutor:
         job_id = done.stdout.strip().split(";")[0]
         if not job_id.isdigit():
             raise ExecutorError(f"sbatch answered {done.stdout.strip()[:100]!r}, not a job id")
-        _write_durably(directory / JOB_FILE, {"job_id": job_id, "fence": assignment.fence})
+        write_json_atomic(directory / JOB_FILE, {"job_id": job_id, "fence": assignment.fence})
         with self._lock:
             self._jobs[assignment.fence] = _Job(assignment.fence, job_id)
         log.info("slurm_job_submitted", fence=assignment.fence, slurm_job=job_id)
@@ -153,7 +153,7 @@ class SlurmExecutor:
             job_id = self._find_by_name(record.fence)  # died between sbatch and the write
             if job_id is None:
                 return False
-            _write_durably(directory / JOB_FILE, {"job_id": job_id, "fence": record.fence})
+            write_json_atomic(directory / JOB_FILE, {"job_id": job_id, "fence": record.fence})
         with self._lock:
             self._jobs.setdefault(record.fence, _Job(record.fence, job_id))
         log.info("slurm_job_adopted", fence=record.fence, slurm_job=job_id)
@@ -299,27 +299,12 @@ def parse_job_line(text: str) -> dict[str, str]:
     return fields
 
 
-def _write_durably(path: Path, document: dict[str, object]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as out:
-        json.dump(document, out)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-    descriptor = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
 def _read_job_id(path: Path) -> str | None:
     try:
-        with open(path, encoding="utf-8") as source:
-            document = json.load(source)
+        document = read_json(path)
     except (OSError, ValueError):
         return None
-    job_id = document.get("job_id") if isinstance(document, dict) else None
+    job_id = document.get("job_id") if document is not None else None
     return job_id if isinstance(job_id, str) and job_id.isdigit() else None
 
 

@@ -12,22 +12,20 @@ MAX_OPTION_SECONDS = 24 * 3600.0
 
 def count(text: str) -> int:
     """A whole number, 0 or more (a limit where 0 means none)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+    return _integer_at_least(text, 0, "must be 0 or more")
 
 
 def positive_int(text: str) -> int:
+    return _integer_at_least(text, 1, "must be at least 1")
+
+
+def _integer_at_least(text: str, low: int, rule: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    if value < low:
+        raise argparse.ArgumentTypeError(f"{rule}, got {value}")
     return value
 
 

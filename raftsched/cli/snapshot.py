@@ -86,9 +86,7 @@ def register_snapshot(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def _run_save(args: argparse.Namespace) -> int:
     target = Path(args.file)
-    if target.exists() and not args.force:
-        raise CommandError(Code.ALREADY_EXISTS, f"{target} exists",
-                           hint="pass --force to replace it")
+    _refuse_to_overwrite(target, args.force)
     partial = target.with_name(target.name + ".partial")
     try:
         out = partial.open("wb")
@@ -133,9 +131,7 @@ def _run_save(args: argparse.Namespace) -> int:
 
 def _run_export(args: argparse.Namespace) -> int:
     target = Path(args.file)
-    if target.exists() and not args.force:
-        raise CommandError(Code.ALREADY_EXISTS, f"{target} exists",
-                           hint="pass --force to replace it")
+    _refuse_to_overwrite(target, args.force)
     if not Path(args.data_dir).is_dir():
         raise CommandError(Code.FAILED_PRECONDITION, f"{args.data_dir} is not a directory")
     # Imported by name: the Raft adapter (and pysyncobj) only for this command.
@@ -155,6 +151,12 @@ def _run_export(args: argparse.Namespace) -> int:
         print(f"exported {args.data_dir} at index {exported.index} (term {exported.term}; "
               f"{exported.replayed} journal entries replayed) to {target}")
     return EXIT_OK
+
+
+def _refuse_to_overwrite(target: Path, force: bool) -> None:
+    if target.exists() and not force:
+        raise CommandError(Code.ALREADY_EXISTS, f"{target} exists",
+                           hint="pass --force to replace it")
 
 
 def _run_inspect(args: argparse.Namespace) -> int:

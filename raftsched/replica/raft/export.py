@@ -31,6 +31,7 @@ from raftsched.replica.raft.node import (
     _entry_out,
     _lock_data_dir,
 )
+from raftsched.replica.raft.restore import write_snapshot_file
 from raftsched.state import fsm, snapshot
 from raftsched.state.model import State
 
@@ -74,14 +75,9 @@ def export_state(data_dir: str, out_path: str) -> Exported:
         if last[1] == 0:
             raise RaftschedError(Code.FAILED_PRECONDITION,
                                  f"{data_dir} holds no log entry yet: nothing to export")
-        tmp_path = out_path + ".partial"
-        with open(tmp_path, "wb") as out:
-            snapshot.dump_to(out, state, {"format": EXTRA_FORMAT, "last": _entry_out(last),
-                                          "previous": _entry_out(previous),
-                                          "members": sorted(members)})
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp_path, out_path)
+        write_snapshot_file(out_path, state, {
+            "format": EXTRA_FORMAT, "last": _entry_out(last), "previous": _entry_out(previous),
+            "members": sorted(members)})
     finally:
         os.close(lock)
     return Exported(last[1], last[2], replayed, tuple(sorted(members)))

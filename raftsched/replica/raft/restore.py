@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from raftsched.errors import Code, RaftschedError
 from raftsched.replica.raft.journal import DurableJournal
 from raftsched.replica.raft.membership import check_address
 from raftsched.replica.raft.node import DUMP_FILE_NAME, JOURNAL_FILE_NAME
 from raftsched.state import snapshot
+from raftsched.state.model import State
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +62,7 @@ def seed_data_dir(data_dir: str, source: str, self_address: str, peers: list[str
                              f"--restore-from {source} is not a saved snapshot: {error}") from None
     members = tuple(sorted({self_address, *peers}))
     os.makedirs(data_dir, exist_ok=True)
-    tmp_path = dump_path + ".tmp"
-    with open(tmp_path, "wb") as out:
-        snapshot.dump_to(out, state, {**extra, "members": list(members)})
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp_path, dump_path)
+    write_snapshot_file(dump_path, state, {**extra, "members": list(members)})
     journal = DurableJournal(journal_path, dump_path=dump_path)
     try:
         journal.setRaftCommitIndex(last[1])
@@ -73,3 +70,19 @@ def seed_data_dir(data_dir: str, source: str, self_address: str, peers: list[str
     finally:
         journal._destroy()
     return Seeded(last[1], last[2], members)
+
+
+def write_snapshot_file(path: str, state: State, extra: Any) -> None:
+    """`state` and its Raft bookkeeping as a snapshot file at `path`, whole or not at all:
+    written to PATH.partial, fsync'd, renamed into place, the directory fsync'd."""
+    partial = path + ".partial"
+    with open(partial, "wb") as out:
+        snapshot.dump_to(out, state, extra)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(partial, path)
+    directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)

@@ -5,6 +5,7 @@ real Slurm: tests/integration/test_slurm_executor.py.)"""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
@@ -64,7 +65,7 @@ def test_start_submits_one_job_with_the_tasks_resources_and_records_its_id(
     assert argv[-1] == "--wrap=sh -c 'echo '\"'\"'a b'\"'\"''"
     assert env is not None and env["SLURM_CONF"] == "/c" and env["RAFTSCHED_FENCE"] == "7"
     assert env["X"] == "1"
-    assert (directory / JOB_FILE).read_text() == '{"job_id": "4242", "fence": 7}'
+    assert json.loads((directory / JOB_FILE).read_text()) == {"job_id": "4242", "fence": 7}
     assert executor.running() == [7]
 
 
