@@ -57,9 +57,9 @@ READ_CONFIRM_TIMEOUT_S = 2.0
 LARGE_SPEC_WAIT_S = 30.0
 """A large spec waits this long at most for its turn to be parsed."""
 WATCH_POLL_S = 1.0
+"""A watch re-checks its job at least this often (and at every applied entry)."""
 LOG_FOLLOW_POLL_S = 0.5
 """`task logs --follow` asks the agent again this often while the output does not grow."""
-"""A watch re-checks its job at least this often (and at every applied entry)."""
 JOB_ID_SLUG_CHARS = 40
 
 T = TypeVar("T")
@@ -431,7 +431,6 @@ class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
         except RaftschedError as error:
             self.ctx.abort(context, error)
         return rpc.reported_to_pb(reported)
-
 
     def SendLog(self, request: Any, context: grpc.ServicerContext) -> Any:
         if len(request.data) > LOG_CHUNK_BYTES:
