@@ -177,8 +177,7 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[str],
                                  f"{task_user.name} traverse {blocked} (chmod o+x)")
         if args.executor == "slurm":
             config = _slurm_config(config, str(args.slurm_partition))
-        executor = _executor(args.executor, config.data_dir, task_user,
-                             str(args.slurm_partition))
+        executor = _executor(args.executor, config, task_user, str(args.slurm_partition))
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INVALID
@@ -350,13 +349,14 @@ def _make_private(data_dir: Path) -> None:
             child.chmod(child.stat().st_mode & 0o700)
 
 
-def _executor(kind: str, data_dir: Path, task_user: TaskUser | None,
+def _executor(kind: str, config: AgentConfig, task_user: TaskUser | None,
               partition: str) -> Executor:
     if kind == "mock":
         return MockExecutor()
     if kind == "slurm":
-        return SlurmExecutor(attempts_root(data_dir), partition)
-    return SubprocessExecutor(attempts_root(data_dir), task_user=task_user)
+        return SlurmExecutor(attempts_root(config.data_dir), partition,
+                             cluster_id=config.cluster_id)
+    return SubprocessExecutor(attempts_root(config.data_dir), task_user=task_user)
 
 
 def _slurm_config(config: AgentConfig, partition: str) -> AgentConfig:

@@ -5,21 +5,29 @@ client commands (found on PATH; the cluster through `SLURM_CONF`): its cpus, mem
 (`--gres=gpu:N`), time limit (from `timeout_s`), working directory, the task's environment with
 the RAFTSCHED_* fence variables (the sbatch process's own environment, exported), and its
 stdout and stderr into the attempt dir — so `task logs` reads them as it reads a local task's.
-The job is named `rs-FENCE` and its comment says `raftsched job/task fence F`.
+The job is named `rs-FENCE` and its comment says `raftsched CLUSTER job/task fence F`.
 
 Durability: the Slurm job id is written (fsync'd) to the attempt dir's `slurm.json` before
 `start` returns, so before the agent reports the attempt STARTED. A restarted agent `adopt`s
 the attempt from that file; if the agent died between `sbatch` and that write, it finds the job
 by its name in `squeue`; a fence whose job is nowhere never started (the agent rejects it).
 
-Following: `poll` asks `scontrol show job -o ID` for each job it watches (Slurm keeps a
-finished job for `MinJobAge`); the end state maps to a completion: COMPLETED → exit 0, FAILED
-→ its exit code (128 + the signal for a signal), TIMEOUT → timed out, CANCELLED after our
-`scancel` → killed. Slurm's own failures (NODE_FAIL, BOOT_FAIL, PREEMPTED, REVOKED, CANCELLED
+Following: every LIST_EVERY_S `poll` lists the partition's jobs with one `squeue` (Slurm keeps
+a finished job for `MinJobAge`) and asks `scontrol show job -o ID` only about a watched job that
+is no longer queued or running there; the end state maps to a completion: COMPLETED → exit 0,
+FAILED → its exit code (128 + the signal for a signal), TIMEOUT → timed out, CANCELLED after our
+`scancel` → killed. The task's `timeout_s` is the agent's to enforce to the second (Slurm's own
+`--time` counts whole minutes and is only the backstop): a job running longer is `scancel`ed
+and reported timed out. Slurm's own failures (NODE_FAIL, BOOT_FAIL, PREEMPTED, REVOKED, CANCELLED
 by someone else) and a job Slurm forgot before its end was seen (and that its jobcomp/filetxt
 log, when it keeps one, does not record either) → killed too, with Slurm's
 reason: the scheduler retries those on its infrastructure budget. OUT_OF_MEMORY, DEADLINE and
 other ends are the task's own: no exit code, an application failure. `kill` is `scancel`.
+
+Stale jobs: a queued or running job of this agent's cluster (its name `rs-FENCE`, its comment
+`raftsched CLUSTER ...`) whose fence the agent is not watching — left by an attempt the agent
+gave up (it was never recorded, or the data dir was lost) — is `scancel`ed by the same listing,
+first right after a restart's adoption. Jobs of other clusters and users are left alone.
 
 Capacity: `partition_capacity` reads the partition's cpus, memory, GRES gpus and node
 features (capabilities) with `sinfo`; every OBSERVE_EVERY_S the executor also asks how many
@@ -54,6 +62,11 @@ WORK_DIR = "work"
 SIGNAL_EXIT_BASE = 128
 OBSERVE_EVERY_S = 5.0
 """How often the executor asks Slurm how many of the partition's cpus are idle."""
+LIST_EVERY_S = 0.5
+"""How often the executor lists the partition's jobs (one squeue for all it watches): how soon
+an end, an overrun time limit or a stale job is seen, and at most this many calls a second to
+the controller, whatever the number of jobs."""
+SECONDS_PER_DAY = 86_400
 UNAVAILABLE_NODE_STATES = frozenset({"down", "drain", "drng", "fail", "failg", "maint",
                                      "boot", "futr", "futur", "unk", "npc", "pow_dn"})
 """sinfo's short node states (%t) whose cpus take no new job."""
@@ -82,20 +95,42 @@ def run_command(argv: Sequence[str],
 class _Job:
     fence: int
     job_id: str
+    timeout_ms: int = 0
     kill_requested: bool = False
+    timed_out: bool = False
+    """scancel'ed by the agent for running longer than timeout_ms."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """One job of the partition as `squeue` lists it."""
+
+    state: str
+    run_s: int | None
+    name: str
+    comment: str
 
 
 class SlurmExecutor:
-    def __init__(self, root: Path, partition: str, *, run: Runner = run_command,
-                 env: dict[str, str] | None = None) -> None:
-        """`root`: the attempt dirs (stdout, stderr, slurm.json); `env`: the environment the
-        client commands see (SLURM_CONF), default this process's."""
+    def __init__(self, root: Path, partition: str, *, cluster_id: str = "",
+                 run: Runner = run_command, env: dict[str, str] | None = None,
+                 list_every_s: float = LIST_EVERY_S) -> None:
+        """`root`: the attempt dirs (stdout, stderr, slurm.json); `cluster_id`: the cluster
+        this agent speaks for, in each job's comment (without it no stale job is cancelled);
+        `env`: the environment the client commands see (SLURM_CONF), default this
+        process's."""
         self._root = root
         self._partition = partition
+        self._cluster = cluster_id
         self._run = run
         self._env = dict(os.environ if env is None else env)
+        self._list_every_s = list_every_s
+        self._listed_at = float("-inf")
         self._lock = threading.Lock()
         self._jobs: dict[int, _Job] = {}
+        self._starting: set[int] = set()
+        """Fences between the start of their sbatch and their entry in _jobs: not stale."""
+        self._cancelled_stale: set[str] = set()
         self._jobcomp: str | None = None
         """Slurm's job completion log ("" when it keeps none); None until looked up."""
         self._observed: Resources | None = None
@@ -114,24 +149,33 @@ class SlurmExecutor:
             raise ExecutorError(f"cannot make the attempt dir {directory}: {error}") from error
         argv = self.sbatch_argv(assignment, directory)
         env = {**self._env, **task_env(assignment, self._env)}
-        done = self._run(argv, env)
-        if done.returncode != 0:
-            raise ExecutorError(f"sbatch refused fence {assignment.fence}: "
-                                f"{(done.stderr or done.stdout).strip()[:500]}")
-        job_id = done.stdout.strip().split(";")[0]
-        if not job_id.isdigit():
-            raise ExecutorError(f"sbatch answered {done.stdout.strip()[:100]!r}, not a job id")
-        write_json_atomic(directory / JOB_FILE, {"job_id": job_id, "fence": assignment.fence})
+        fence = assignment.fence
         with self._lock:
-            self._jobs[assignment.fence] = _Job(assignment.fence, job_id)
-        log.info("slurm_job_submitted", fence=assignment.fence, slurm_job=job_id)
+            self._starting.add(fence)
+        try:
+            done = self._run(argv, env)
+            if done.returncode != 0:
+                raise ExecutorError(f"sbatch refused fence {fence}: "
+                                    f"{(done.stderr or done.stdout).strip()[:500]}")
+            job_id = done.stdout.strip().split(";")[0]
+            if not job_id.isdigit():
+                raise ExecutorError(f"sbatch answered {done.stdout.strip()[:100]!r}, "
+                                    "not a job id")
+            write_json_atomic(directory / JOB_FILE, {"job_id": job_id, "fence": fence,
+                                                     "timeout_ms": assignment.timeout_ms})
+            with self._lock:
+                self._jobs[fence] = _Job(fence, job_id, assignment.timeout_ms)
+        finally:
+            with self._lock:
+                self._starting.discard(fence)
+        log.info("slurm_job_submitted", fence=fence, slurm_job=job_id)
         return Launch(str(directory))
 
     def sbatch_argv(self, assignment: Assignment, directory: Path) -> list[str]:
         resources = assignment.resources
         argv = ["sbatch", "--parsable", f"--partition={self._partition}",
                 f"--job-name={JOB_NAME_PREFIX}{assignment.fence}",
-                f"--comment=raftsched {assignment.job_id}/{assignment.task_id} fence "
+                f"--comment={self._tag()}{assignment.job_id}/{assignment.task_id} fence "
                 f"{assignment.fence}",
                 f"--cpus-per-task={max(1, math.ceil(resources.cpu_milli / 1000))}",
                 f"--output={directory / 'stdout'}", f"--error={directory / 'stderr'}",
@@ -146,16 +190,20 @@ class SlurmExecutor:
         argv.append(f"--wrap={shlex.join(assignment.command)}")
         return argv
 
+    def _tag(self) -> str:
+        """How this agent's jobs' comments begin."""
+        return f"raftsched {self._cluster} " if self._cluster else "raftsched "
+
     def adopt(self, record: AttemptRecord) -> bool:
         directory = Path(record.attempt_dir)
-        job_id = _read_job_id(directory / JOB_FILE)
+        job_id, timeout_ms = _read_job(directory / JOB_FILE)
         if job_id is None:
             job_id = self._find_by_name(record.fence)  # died between sbatch and the write
             if job_id is None:
                 return False
             write_json_atomic(directory / JOB_FILE, {"job_id": job_id, "fence": record.fence})
         with self._lock:
-            self._jobs.setdefault(record.fence, _Job(record.fence, job_id))
+            self._jobs.setdefault(record.fence, _Job(record.fence, job_id, timeout_ms))
         log.info("slurm_job_adopted", fence=record.fence, slurm_job=job_id)
         return True
 
@@ -171,10 +219,7 @@ class SlurmExecutor:
         if job is None:
             return False
         job.kill_requested = True
-        done = self._run(["scancel", job.job_id], self._env)
-        if done.returncode != 0:
-            log.warning("scancel_failed", fence=fence, slurm_job=job.job_id,
-                        error=(done.stderr or done.stdout).strip()[:300])
+        self._scancel(fence, job.job_id)
         return True
 
     def observed_free(self) -> Resources | None:
@@ -203,13 +248,79 @@ class SlurmExecutor:
 
     def poll(self) -> list[Completion]:
         self._observe()
+        now = time.monotonic()
+        if now - self._listed_at < self._list_every_s:
+            return []
+        self._listed_at = now
+        listing = self._list()
+        if listing is None:
+            return []  # the controller is unreachable now: ask again later
         with self._lock:
             jobs = list(self._jobs.values())
-        completions = [c for c in (self._check(job) for job in jobs) if c is not None]
+            # Read after the listing: a job it shows was submitted before, so its fence is
+            # in _jobs or still in _starting, never wrongly stale.
+            known = set(self._jobs) | self._starting
+        completions: list[Completion] = []
+        for job in jobs:
+            seen = listing.get(job.job_id)
+            if seen is not None and seen.state in _PENDING_STATES:
+                self._enforce_time_limit(job, seen)
+                continue
+            completion = self._check(job)  # ended, or submitted after the listing was taken
+            if completion is not None:
+                completions.append(completion)
+        self._cancel_stale(listing, known)
         with self._lock:
             for completion in completions:
                 self._jobs.pop(completion.fence, None)
         return completions
+
+    def _list(self) -> dict[str, _Listed] | None:
+        """The partition's jobs Slurm remembers, any state, by job id (None: no answer)."""
+        done = self._run(["squeue", "-h", "-t", "all", "-p", self._partition,
+                          "-o", "%i|%T|%M|%j|%k"], self._env)
+        if done.returncode != 0:
+            log.warning("squeue_failed", error=(done.stderr or done.stdout).strip()[:300])
+            return None
+        listing: dict[str, _Listed] = {}
+        for line in done.stdout.splitlines():
+            parts = line.split("|", 4)
+            if len(parts) == 5 and parts[0].isdigit():
+                listing[parts[0]] = _Listed(parts[1], run_seconds(parts[2]), parts[3],
+                                            parts[4])
+        return listing
+
+    def _enforce_time_limit(self, job: _Job, seen: _Listed) -> None:
+        """The task's timeout_s, to the second: Slurm's --time counts whole minutes."""
+        if job.timeout_ms <= 0 or job.timed_out or job.kill_requested or seen.run_s is None \
+                or seen.run_s * 1000 < job.timeout_ms:
+            return
+        job.timed_out = True
+        log.info("slurm_job_timed_out", fence=job.fence, slurm_job=job.job_id,
+                 timeout_ms=job.timeout_ms, run_s=seen.run_s)
+        self._scancel(job.fence, job.job_id)
+
+    def _cancel_stale(self, listing: dict[str, _Listed], known: set[int]) -> None:
+        """scancel for this cluster's queued or running jobs whose fence nobody watches."""
+        if not self._cluster:
+            return
+        tag = self._tag()
+        self._cancelled_stale &= set(listing)
+        for job_id, seen in listing.items():
+            fence = fence_of(seen.name)
+            if fence is None or fence in known or seen.state not in _PENDING_STATES \
+                    or not seen.comment.startswith(tag) or job_id in self._cancelled_stale:
+                continue
+            self._cancelled_stale.add(job_id)
+            log.warning("stale_slurm_job_cancelled", fence=fence, slurm_job=job_id,
+                        state=seen.state)
+            self._scancel(fence, job_id)
+
+    def _scancel(self, fence: int, job_id: str) -> None:
+        done = self._run(["scancel", job_id], self._env)
+        if done.returncode != 0:
+            log.warning("scancel_failed", fence=fence, slurm_job=job_id,
+                        error=(done.stderr or done.stdout).strip()[:300])
 
     def _check(self, job: _Job) -> Completion | None:
         done = self._run(["scontrol", "show", "job", "-o", job.job_id], self._env)
@@ -217,9 +328,8 @@ class SlurmExecutor:
             if "Invalid job id" in (done.stderr + done.stdout):
                 recorded = self._from_jobcomp(job.job_id)
                 if recorded is not None:  # purged after MinJobAge: its completion record
-                    return completion_of(job.fence, recorded.get("JobState", ""),
-                                         recorded.get("ExitCode", ""), "",
-                                         job.kill_requested)
+                    return self._completion(job, recorded.get("JobState", ""),
+                                            recorded.get("ExitCode", ""), "")
                 return Completion(job.fence, None, killed=True,
                                   reason=f"Slurm job {job.job_id} was forgotten by Slurm "
                                   "before its end was seen")
@@ -228,8 +338,15 @@ class SlurmExecutor:
         state = fields.get("JobState", "")
         if not state or state in _PENDING_STATES:
             return None
-        return completion_of(job.fence, state, fields.get("ExitCode", ""),
-                             fields.get("Reason", ""), job.kill_requested)
+        return self._completion(job, state, fields.get("ExitCode", ""),
+                                fields.get("Reason", ""))
+
+    @staticmethod
+    def _completion(job: _Job, state: str, exit_code: str, reason: str) -> Completion:
+        if state == "CANCELLED" and job.timed_out and not job.kill_requested:
+            return Completion(job.fence, None, timed_out=True,
+                              reason=f"timed out after {job.timeout_ms} ms (scancel)")
+        return completion_of(job.fence, state, exit_code, reason, job.kill_requested)
 
     def _from_jobcomp(self, job_id: str) -> dict[str, str] | None:
         """The job's line in the jobcomp/filetxt log, when Slurm keeps one (JobCompType,
@@ -299,13 +416,38 @@ def parse_job_line(text: str) -> dict[str, str]:
     return fields
 
 
-def _read_job_id(path: Path) -> str | None:
+def _read_job(path: Path) -> tuple[str | None, int]:
+    """The Slurm job id (None when unknown) and the task's timeout_ms in a slurm.json."""
     try:
         document = read_json(path)
     except (OSError, ValueError):
+        return None, 0
+    if document is None:
+        return None, 0
+    job_id, timeout_ms = document.get("job_id"), document.get("timeout_ms")
+    return (job_id if isinstance(job_id, str) and job_id.isdigit() else None,
+            timeout_ms if isinstance(timeout_ms, int) and timeout_ms > 0 else 0)
+
+
+def run_seconds(text: str) -> int | None:
+    """squeue's %M (time used: M:SS, H:MM:SS or D-HH:MM:SS) in seconds; None if unreadable."""
+    days, _, clock = text.strip().rpartition("-")
+    parts = clock.split(":")
+    if not (days == "" or days.isdigit()) or not 2 <= len(parts) <= 3 \
+            or not all(part.isdigit() for part in parts):
         return None
-    job_id = document.get("job_id") if document is not None else None
-    return job_id if isinstance(job_id, str) and job_id.isdigit() else None
+    seconds = 0
+    for part in parts:
+        seconds = seconds * 60 + int(part)
+    return seconds + (int(days) * SECONDS_PER_DAY if days else 0)
+
+
+def fence_of(job_name: str) -> int | None:
+    """The fence in a job name `rs-FENCE`; None for any other name."""
+    digits = job_name.removeprefix(JOB_NAME_PREFIX)
+    if digits == job_name or not digits.isdigit() or digits.startswith("0"):
+        return None
+    return int(digits)
 
 
 @dataclass(frozen=True, slots=True)

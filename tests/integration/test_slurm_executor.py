@@ -3,7 +3,10 @@ slurmctld + slurmd + munged (tests/support/slurm.py) behind one agent of a real 
 cluster. The agent advertises the partition's capacity; a DAG runs with every task as one Slurm
 job (outputs readable with `task logs`, an exit code mapped to a failed task); a cancelled job
 is `scancel`ed in Slurm; the agent killed with SIGKILL mid-task and restarted re-adopts the Slurm
-job: one result, and no second Slurm job for the fence. Skipped, loudly, where Slurm cannot run."""
+job: one result, and no second Slurm job for the fence; a task that runs past its timeout_s
+is cancelled in Slurm and TIMED_OUT (to the second, though Slurm's own limit counts minutes); a
+leftover job tagged for the cluster with a fence the agent does not watch is cancelled. Skipped,
+loudly, where Slurm cannot run."""
 
 from __future__ import annotations
 
@@ -31,6 +34,11 @@ LONG = """\
 name: long
 tasks:
   - {id: nap, command: [sleep, "600"]}
+"""
+OVERRUN = """\
+name: overrun
+tasks:
+  - {id: slow, command: [sleep, "600"], timeout_s: 3, retry: {max_attempts: 1}}
 """
 SHORT_NAP = """\
 name: short-nap
@@ -120,3 +128,36 @@ def test_an_agent_killed_mid_task_re_adopts_its_slurm_job(cluster: LocalCluster,
     assert len(slurm_jobs_named(slurm, f"rs-{fence}")) == 1  # no second Slurm job
     out = cluster.cli("task", "logs", job_id, "nap")
     assert out.stdout == "rested\n", out.stderr
+
+
+def test_a_task_past_its_timeout_is_cancelled_in_slurm_and_timed_out(cluster: LocalCluster,
+                                                                      slurm: LocalSlurm) -> None:
+    client = cluster.client()
+    job_id = client.submit(OVERRUN).job_id
+    wait_for(lambda: client.get_job(job_id).state == "FAILED" or None, STATE_TIMEOUT_S,
+             "the overrunning task to fail")
+    (attempt,) = client.task_history(job_id, "slow").attempts
+    assert attempt.state == "TIMED_OUT"
+    (slurm_id,) = slurm_jobs_named(slurm, f"rs-{attempt.fence}")
+    job = slurm.job(slurm_id)
+    assert job.get("JobState") == "CANCELLED", job  # by the agent, long before Slurm's minute
+    assert job.get("TimeLimit") == "00:01:00", job  # Slurm's own limit: the backstop
+
+
+def test_a_leftover_job_of_the_cluster_is_cancelled_and_no_other(cluster: LocalCluster,
+                                                                  slurm: LocalSlurm) -> None:
+    """Jobs tagged for this cluster with a fence the agent does not watch (an attempt it gave
+    up, a lost data dir) are stale: cancelled. Another cluster's job is left alone."""
+    def sbatch(name: str, comment: str) -> str:
+        done = slurm.run("sbatch", "--parsable", f"--partition={slurm.partition}",
+                         f"--job-name={name}", f"--comment={comment}", "--output=/dev/null",
+                         "--wrap=sleep 600")
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip().split(";")[0]
+
+    stale = sbatch("rs-987654", "raftsched hpc lost/task fence 987654")
+    other = sbatch("rs-987655", "raftsched west some/task fence 987655")
+    wait_for(lambda: slurm.job(stale).get("JobState") == "CANCELLED" or None, STATE_TIMEOUT_S,
+             "the agent to cancel the stale job")
+    assert slurm.job(other).get("JobState") in ("PENDING", "RUNNING")
+    slurm.run("scancel", other)
