@@ -120,6 +120,11 @@ RUN_TIMEOUT_GRACE_MS = 30_000
 not reported it itself."""
 MAX_TOKENS = 1_000
 """API tokens the state holds; a new one beyond it is RESOURCE_EXHAUSTED (revoke one first)."""
+MAX_REVOKED_CERTS = 10_000
+"""Revoked client certificates the state remembers (`admin cert revoke`); one more is
+RESOURCE_EXHAUSTED. Each is a fingerprint, a subject and a reason: ~0.5 KB."""
+MAX_CERT_SUBJECT_CHARS = 256
+"""The subject (common name) kept with a revoked certificate, for `admin cert list`."""
 MAX_TOKEN_NOTE_CHARS = 200
 """The free-text note an operator attaches to a token (who holds it, what for)."""
 

@@ -17,7 +17,10 @@ deployment issues them from its own CA (README: "Certificates").
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import os
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +37,8 @@ CERT_ENV = "RAFTSCHED_TLS_CERT"
 KEY_ENV = "RAFTSCHED_TLS_KEY"
 MAX_PEM_BYTES = 1024 * 1024
 """A CA bundle, certificate or key file larger than this is refused, not read."""
+FINGERPRINT_CACHE_SIZE = 4096
+"""Peer certificates whose fingerprint a replica remembers (one sha256 per new certificate)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +115,50 @@ def common_name(context: grpc.ServicerContext) -> str | None:
         return None
     value = names[0]
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def peer_fingerprint(context: grpc.ServicerContext) -> str | None:
+    """The sha256 (hex) of the verified client certificate's DER bytes, or None on a
+    plaintext connection: what `raftsched admin cert revoke` names."""
+    auth = context.auth_context()
+    pems = auth.get("x509_pem_cert") if auth else None
+    if not pems:
+        return None
+    pem = pems[0]
+    return _pem_fingerprint(pem if isinstance(pem, bytes) else str(pem).encode())
+
+
+@functools.lru_cache(maxsize=FINGERPRINT_CACHE_SIZE)
+def _pem_fingerprint(pem: bytes) -> str:
+    der = ssl.PEM_cert_to_DER_cert(pem.decode("ascii", "replace"))
+    return hashlib.sha256(der).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class CertIdentity:
+    fingerprint: str
+    """sha256 of the DER bytes, lowercase hex."""
+    subject: str
+    """The common name ("" when it has none)."""
+
+
+def certificate_identity(path: Path) -> CertIdentity:
+    """The fingerprint and common name of the first certificate in a PEM file (RaftschedError
+    INVALID_ARGUMENT naming the file when it holds none)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+
+    data = _read(path, "certificate")
+    try:
+        cert = x509.load_pem_x509_certificate(data)
+    except ValueError as error:
+        raise RaftschedError(Code.INVALID_ARGUMENT,
+                             f"{path}: not a PEM certificate ({error})") from None
+    names = cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)
+    subject = names[0].value if names else ""
+    return CertIdentity(cert.fingerprint(hashes.SHA256()).hex(),
+                        subject if isinstance(subject, str) else subject.decode())
 
 
 def agent_name(cluster_id: str) -> str:

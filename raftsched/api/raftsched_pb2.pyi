@@ -376,7 +376,7 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., seq: _Optional[int] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., running: _Optional[_Iterable[int]] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("job_id", "task_id", "fence", "attempt", "command", "env", "cwd", "resources", "timeout_ms", "idempotency_key", "kill_grace_ms", "checkpoint")
+    __slots__ = ("job_id", "task_id", "fence", "attempt", "command", "env", "cwd", "resources", "timeout_ms", "idempotency_key", "kill_grace_ms", "checkpoint", "tenant")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -396,6 +396,7 @@ class Assignment(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     KILL_GRACE_MS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_id: str
     fence: int
@@ -408,7 +409,8 @@ class Assignment(_message.Message):
     idempotency_key: str
     kill_grace_ms: int
     checkpoint: bool
-    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., kill_grace_ms: _Optional[int] = ..., checkpoint: _Optional[bool] = ...) -> None: ...
+    tenant: str
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., kill_grace_ms: _Optional[int] = ..., checkpoint: _Optional[bool] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class KillDirective(_message.Message):
     __slots__ = ("job_id", "task_id", "fence")
@@ -495,6 +497,46 @@ class ReportResponse(_message.Message):
     term: int
     verdicts: _containers.RepeatedCompositeFieldContainer[ReportVerdict]
     def __init__(self, term: _Optional[int] = ..., verdicts: _Optional[_Iterable[_Union[ReportVerdict, _Mapping]]] = ...) -> None: ...
+
+class RevokeCertificateRequest(_message.Message):
+    __slots__ = ("fingerprint", "subject", "reason")
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    fingerprint: str
+    subject: str
+    reason: str
+    def __init__(self, fingerprint: _Optional[str] = ..., subject: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class RevokeCertificateResponse(_message.Message):
+    __slots__ = ("fingerprint", "created")
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    fingerprint: str
+    created: bool
+    def __init__(self, fingerprint: _Optional[str] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class ListRevokedCertificatesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RevokedCertificate(_message.Message):
+    __slots__ = ("fingerprint", "subject", "reason", "revoked_ms")
+    FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REVOKED_MS_FIELD_NUMBER: _ClassVar[int]
+    fingerprint: str
+    subject: str
+    reason: str
+    revoked_ms: int
+    def __init__(self, fingerprint: _Optional[str] = ..., subject: _Optional[str] = ..., reason: _Optional[str] = ..., revoked_ms: _Optional[int] = ...) -> None: ...
+
+class ListRevokedCertificatesResponse(_message.Message):
+    __slots__ = ("certificates",)
+    CERTIFICATES_FIELD_NUMBER: _ClassVar[int]
+    certificates: _containers.RepeatedCompositeFieldContainer[RevokedCertificate]
+    def __init__(self, certificates: _Optional[_Iterable[_Union[RevokedCertificate, _Mapping]]] = ...) -> None: ...
 
 class SaveSnapshotRequest(_message.Message):
     __slots__ = ()

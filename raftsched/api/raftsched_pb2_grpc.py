@@ -739,6 +739,16 @@ class AdminStub:
                 request_serializer=raftsched_dot_v1_dot_raftsched__pb2.SaveSnapshotRequest.SerializeToString,
                 response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.SnapshotChunk.FromString,
                 _registered_method=True)
+        self.RevokeCertificate = channel.unary_unary(
+                '/raftsched.v1.Admin/RevokeCertificate',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.RevokeCertificateRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.RevokeCertificateResponse.FromString,
+                _registered_method=True)
+        self.ListRevokedCertificates = channel.unary_unary(
+                '/raftsched.v1.Admin/ListRevokedCertificates',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListRevokedCertificatesRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListRevokedCertificatesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -824,6 +834,20 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RevokeCertificate(self, request, context):
+        """Refuse a client certificate (an agent's or a user's) on every replica from now on (admin
+        only): known by the sha256 of its DER bytes. Revoking one twice is no error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRevokedCertificates(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -881,6 +905,16 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.SaveSnapshot,
                     request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.SaveSnapshotRequest.FromString,
                     response_serializer=raftsched_dot_v1_dot_raftsched__pb2.SnapshotChunk.SerializeToString,
+            ),
+            'RevokeCertificate': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeCertificate,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.RevokeCertificateRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.RevokeCertificateResponse.SerializeToString,
+            ),
+            'ListRevokedCertificates': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRevokedCertificates,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListRevokedCertificatesRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListRevokedCertificatesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1183,6 +1217,60 @@ class Admin:
             '/raftsched.v1.Admin/SaveSnapshot',
             raftsched_dot_v1_dot_raftsched__pb2.SaveSnapshotRequest.SerializeToString,
             raftsched_dot_v1_dot_raftsched__pb2.SnapshotChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeCertificate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Admin/RevokeCertificate',
+            raftsched_dot_v1_dot_raftsched__pb2.RevokeCertificateRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.RevokeCertificateResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRevokedCertificates(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Admin/ListRevokedCertificates',
+            raftsched_dot_v1_dot_raftsched__pb2.ListRevokedCertificatesRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.ListRevokedCertificatesResponse.FromString,
             options,
             channel_credentials,
             insecure,

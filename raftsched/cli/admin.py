@@ -1,5 +1,5 @@
 """`raftsched admin status|add-replica|remove-replica|remove-cluster|drain|undrain|
-tenant set|list|token create|list|revoke|snapshot save|inspect`."""
+tenant set|list|token create|list|revoke|cert revoke|list|snapshot save|inspect`."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from raftsched.cli import render
+from raftsched.cli.certs import register_certs
 from raftsched.cli.common import (
     CONNECTION,
     EXIT_OK,
@@ -31,7 +32,7 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
     admin = commands.add_parser(
         "admin", help="replicas, leadership, compute clusters, membership",
         description="Operate the scheduler: raftsched admin status|add-replica|remove-replica|"
-                    "remove-cluster|drain|undrain|tenant|token|snapshot.")
+                    "remove-cluster|drain|undrain|tenant|token|cert|snapshot.")
     sub = admin.add_subparsers(title="admin commands", metavar="COMMAND", required=True)
     parents = [common, CONNECTION]
 
@@ -84,13 +85,15 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
         "Forget compute cluster CLUSTER_ID (its history stays in the tasks' attempts). Refused "
         "while it has live attempts or unconfirmed kill directives: stop its agent first and "
         "wait until the cluster is LOST and its attempts are replaced or confirmed dead, or "
-        "cancel their jobs. An agent that registers again under that id brings it back.",
+        "cancel their jobs. An agent that registers again under that id brings it back (to keep "
+        "a compromised agent out, revoke its certificate: admin cert revoke).",
         'output:\n  "removed cluster CLUSTER_ID"\n  --json: {"cluster_id"}')
     gone.add_argument("cluster_id", metavar="CLUSTER_ID")
     gone.set_defaults(handler=_run_remove_cluster)
     _register_drain(sub, parents)
     _register_tenants(sub, parents)
     _register_tokens(sub, parents)
+    register_certs(sub, parents)
     register_snapshot(sub, common)
 
 

@@ -265,6 +265,15 @@ class Client:
         return self._call(pb_grpc.AdminStub, "RemoveCluster",
                           pb.RemoveClusterRequest(cluster_id=cluster_id))
 
+    def revoke_certificate(self, fingerprint: str, subject: str = "", reason: str = "") -> Any:
+        """Refuse a client certificate from now on (admin only)."""
+        return self._call(pb_grpc.AdminStub, "RevokeCertificate", pb.RevokeCertificateRequest(
+            fingerprint=fingerprint, subject=subject, reason=reason))
+
+    def list_revoked_certificates(self) -> Any:
+        return self._call(pb_grpc.AdminStub, "ListRevokedCertificates",
+                          pb.ListRevokedCertificatesRequest())
+
     def list_tokens(self) -> Any:
         return self._call(pb_grpc.AdminStub, "ListTokens", pb.ListTokensRequest())
 

@@ -12,6 +12,8 @@ secret.
   only them, and every call naming a job of another tenant answers NOT_FOUND, exactly as for a
   job that does not exist (no oracle). A token of tenant `*` acts for every tenant.
 - Admin: `ClusterStatus` needs `operator`; membership and tokens need `admin`.
+- Any call: a client certificate an admin revoked (`raftsched admin cert revoke`, by the sha256
+  of its DER bytes, kept in the replicated state) is UNAUTHENTICATED, whatever it presents.
 `METHOD_RULES` holds one rule per RPC; `guard` refuses to wrap a service with an RPC it does not
 name, so a new RPC without a rule cannot be served, and tests call every RPC as every kind of
 caller (tests/integration/test_tls.py, test_tokens.py). With `--insecure-dev` there is no
@@ -34,7 +36,7 @@ from raftsched import tls
 from raftsched.eventlog import EventLogger
 from raftsched.replica import views
 from raftsched.spec.issue import show
-from raftsched.state.fsm import token_of
+from raftsched.state.fsm import cert_revoked, token_of
 from raftsched.state.model import ALL_TENANTS, Role, State, TokenRecord
 from raftsched.tokens import parse_token, secret_digest
 
@@ -70,6 +72,8 @@ METHOD_RULES: dict[str, Rule] = {
     "raftsched.v1.Admin/SetTenant": Rule.ADMIN,
     "raftsched.v1.Admin/ListTenants": Rule.OPERATOR,
     "raftsched.v1.Admin/SaveSnapshot": Rule.ADMIN,
+    "raftsched.v1.Admin/RevokeCertificate": Rule.ADMIN,
+    "raftsched.v1.Admin/ListRevokedCertificates": Rule.OPERATOR,
 }
 _NEEDS = {Rule.USER: Role.USER, Rule.OPERATOR: Role.OPERATOR, Rule.ADMIN: Role.ADMIN}
 
@@ -120,6 +124,15 @@ class Refused(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def check_not_revoked(fingerprint: str | None, caller: str | None, reader: StateReader) -> None:
+    """Refused when the client certificate was revoked. Read on this replica: a follower a
+    moment behind the commit may still admit it for that moment (README: Guarantees)."""
+    if fingerprint is not None and reader.read(lambda s: cert_revoked(s, fingerprint)):
+        raise Refused(grpc.StatusCode.UNAUTHENTICATED,
+                      f"the certificate of {caller or 'this caller'!r} (sha256 {fingerprint}) "
+                      "was revoked: ask an admin for a new one")
 
 
 def check_agent(caller: str | None, request: Any) -> None:
@@ -234,6 +247,7 @@ def _checked(method: Callable[[Any, grpc.ServicerContext], Any], rule: Rule, nam
     def admit(request: Any, context: grpc.ServicerContext) -> Caller | None:
         caller = tls.common_name(context)
         try:
+            check_not_revoked(tls.peer_fingerprint(context), caller, reader)
             if rule is Rule.AGENT:
                 check_agent(caller, request)
                 return None

@@ -41,6 +41,7 @@ from raftsched.state import commands as c
 from raftsched.state.model import TERMINAL_JOB_STATES, State
 from raftsched.state.policy import policy_of
 from raftsched.state.results import (
+    CertRevoked,
     ClusterDrained,
     ClusterRemoved,
     JobCancelled,
@@ -593,6 +594,23 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         log.info("snapshot_saved", index=index, term=term, bytes=size,
                  ms=round((self.ctx.clock.monotonic_s() - started) * 1000))
         yield pb.SnapshotChunk(sha256=digest.hexdigest())
+
+    def RevokeCertificate(self, request: Any, context: grpc.ServicerContext) -> Any:
+        result = self.ctx.propose(context, c.CertRevoke(
+            request.fingerprint.strip().lower(), request.subject, request.reason,
+            self.ctx.clock.now_ms()))
+        assert isinstance(result, CertRevoked), result
+        who = identity.current_caller()
+        log.info("certificate_revoked", fingerprint=result.fingerprint, subject=request.subject,
+                 created=result.created, by=who.token.id if who is not None else "")
+        return pb.RevokeCertificateResponse(fingerprint=result.fingerprint,
+                                            created=result.created)
+
+    def ListRevokedCertificates(self, request: Any, context: grpc.ServicerContext) -> Any:
+        revoked = self.ctx.current_read(context, lambda s: [
+            pb.RevokedCertificate(fingerprint=r.fingerprint, subject=r.subject, reason=r.reason,
+                                  revoked_ms=r.revoked_ms) for r in s.revoked_certs.values()])
+        return pb.ListRevokedCertificatesResponse(certificates=revoked)
 
     def ListTokens(self, request: Any, context: grpc.ServicerContext) -> Any:
         tokens = self.ctx.current_read(context, lambda s: [

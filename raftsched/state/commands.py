@@ -43,6 +43,7 @@ class Tag(IntEnum):
     CLUSTER_REMOVE = 12
     TENANT_SET = 13
     CLUSTER_DRAIN = 14
+    CERT_REVOKE = 15
 
 
 class ClusterStatus(IntEnum):
@@ -229,6 +230,17 @@ class ClusterDrain:
     reason: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class CertRevoke:
+    """Refuse a client certificate from now on (an admin's decision, for a stolen or retired
+    agent's or user's key): known by the sha256 of its DER bytes."""
+
+    fingerprint: str
+    subject: str
+    reason: str
+    now_ms: int
+
+
 Command = (
     JobSubmit
     | JobCancel
@@ -244,6 +256,7 @@ Command = (
     | ClusterRemove
     | TenantSet
     | ClusterDrain
+    | CertRevoke
 )
 
 # --- encoding -----------------------------------------------------------------------------------
@@ -304,6 +317,8 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
                                     cmd.now_ms]
         case ClusterDrain():
             return Tag.CLUSTER_DRAIN, [cmd.cluster_id, cmd.drain, cmd.now_ms, cmd.reason]
+        case CertRevoke():
+            return Tag.CERT_REVOKE, [cmd.fingerprint, cmd.subject, cmd.reason, cmd.now_ms]
     raise TypeError(f"not a command: {cmd!r}")
 
 
@@ -581,6 +596,13 @@ def _decode_cluster_drain(p: Any) -> ClusterDrain:
                         _int(now_ms, "now_ms"), _reason(reason, "reason"))
 
 
+def _decode_cert_revoke(p: Any) -> CertRevoke:
+    fingerprint, subject, reason, now_ms = _fields(p, 4, "CERT_REVOKE")
+    return CertRevoke(_str(fingerprint, "fingerprint"),
+                      _str(subject, "subject", limits.MAX_CERT_SUBJECT_CHARS),
+                      _reason(reason, "reason"), _int(now_ms, "now_ms"))
+
+
 _DECODERS = {
     Tag.JOB_SUBMIT: _decode_submit,
     Tag.JOB_CANCEL: _decode_cancel,
@@ -596,6 +618,7 @@ _DECODERS = {
     Tag.CLUSTER_REMOVE: _decode_cluster_remove,
     Tag.TENANT_SET: _decode_tenant_set,
     Tag.CLUSTER_DRAIN: _decode_cluster_drain,
+    Tag.CERT_REVOKE: _decode_cert_revoke,
 }
 
 

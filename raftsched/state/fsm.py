@@ -31,6 +31,7 @@ from raftsched.state.commands import (
     AssignBatch,
     AttemptMarkLost,
     Barrier,
+    CertRevoke,
     ClusterDrain,
     ClusterRegister,
     ClusterRemove,
@@ -72,6 +73,7 @@ from raftsched.state.model import (
     JobState,
     Note,
     ReadyQueue,
+    RevokedCert,
     Role,
     ShapeQueue,
     State,
@@ -90,6 +92,7 @@ from raftsched.state.results import (
     Assigned,
     AssignResult,
     BarrierResult,
+    CertRevoked,
     ClusterDrained,
     ClusterRegistered,
     ClusterRemoved,
@@ -194,6 +197,8 @@ def apply_command(state: State, cmd: Command) -> Outcome:
             return apply_tenant_set(state, cmd)
         case ClusterDrain():
             return apply_cluster_drain(state, cmd)
+        case CertRevoke():
+            return apply_cert_revoke(state, cmd)
     raise AssertionError(f"unhandled command {cmd!r}")
 
 
@@ -361,6 +366,48 @@ def apply_cluster_drain(state: State, cmd: ClusterDrain) -> Applied[ClusterDrain
     cluster.draining = cmd.drain
     cluster.drain_reason = cmd.reason if cmd.drain else ""
     return Applied(ClusterDrained(cluster.id, cmd.drain, changed))
+
+
+# --- revoked certificates -----------------------------------------------------------------------
+
+CERT_FINGERPRINT_CHARS = 64
+"""A certificate fingerprint: the sha256 of its DER bytes, in lowercase hex."""
+
+
+def apply_cert_revoke(state: State, cmd: CertRevoke) -> Applied[CertRevoked] | Rejected:
+    """Remember a revoked client certificate. Revoking one twice is no error (`created=False`,
+    the first record stays); there is no un-revoke: issue a new certificate."""
+    problem = cert_revoke_problem(cmd)
+    if problem is not None:
+        return Rejected(Code.INVALID_ARGUMENT, problem)
+    if cmd.fingerprint in state.revoked_certs:
+        return Applied(CertRevoked(cmd.fingerprint, created=False))
+    if len(state.revoked_certs) >= limits.MAX_REVOKED_CERTS:
+        return Rejected(Code.RESOURCE_EXHAUSTED,
+                        f"{len(state.revoked_certs)} certificates revoked, the bound "
+                        f"MAX_REVOKED_CERTS={limits.MAX_REVOKED_CERTS}: rotate the CA")
+    state.revoked_certs[cmd.fingerprint] = RevokedCert(cmd.fingerprint, cmd.subject,
+                                                       cmd.reason, state.now_ms)
+    return Applied(CertRevoked(cmd.fingerprint, created=True))
+
+
+def cert_revoke_problem(cmd: CertRevoke) -> str | None:
+    """Why a CERT_REVOKE is malformed (INVALID_ARGUMENT), naming the field, or None."""
+    if len(cmd.fingerprint) != CERT_FINGERPRINT_CHARS \
+            or not _HEX_DIGITS.issuperset(cmd.fingerprint):
+        return (f"fingerprint: must be the sha256 of the certificate, "
+                f"{CERT_FINGERPRINT_CHARS} lowercase hex characters, got {show(cmd.fingerprint)}")
+    if len(cmd.subject) > limits.MAX_CERT_SUBJECT_CHARS:
+        return (f"subject: must be at most MAX_CERT_SUBJECT_CHARS="
+                f"{limits.MAX_CERT_SUBJECT_CHARS} characters, got {len(cmd.subject)}")
+    if len(cmd.reason) > limits.MAX_REASON_CHARS:
+        return (f"reason: must be at most MAX_REASON_CHARS={limits.MAX_REASON_CHARS} "
+                f"characters, got {len(cmd.reason)}")
+    return None
+
+
+def cert_revoked(state: State, fingerprint: str) -> bool:
+    return fingerprint in state.revoked_certs
 
 
 def token_of(state: State, token_id: str) -> TokenRecord | None:

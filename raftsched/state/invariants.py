@@ -20,8 +20,9 @@ import itertools
 from raftsched import limits
 from raftsched.spec.job import runs_when_upstream_done
 from raftsched.state import feasibility, policy
-from raftsched.state.commands import TokenPut
+from raftsched.state.commands import CertRevoke, TokenPut
 from raftsched.state.fsm import (
+    cert_revoke_problem,
     derive_job_state,
     derive_usage,
     ready_entry_live,
@@ -87,6 +88,7 @@ def check_invariants(state: State) -> None:
     assert state.kill_count == sum(len(c.kills) for c in state.clusters.values())
     assert len(state.idempotency) <= len(state.idempotency_order)
     _check_tokens(state)
+    _check_revoked_certs(state)
     assert len(state.preempted_ms) <= policy.MAX_PREEMPTIONS_PER_WINDOW
     _check_aging(state)
     usage, queued_total = derive_usage(state)
@@ -200,6 +202,17 @@ def _check_cluster(state: State, cluster: Cluster) -> None:
         holder = state.jobs[job_id].tasks[index]
         assert holder.state == _RUNNABLE and holder.reserved_on == cluster.id, \
             f"cluster {cluster.id} reserved for {job_id}/{holder.spec.id} ({holder.state.name})"
+
+
+def _check_revoked_certs(state: State) -> None:
+    assert len(state.revoked_certs) <= limits.MAX_REVOKED_CERTS, len(state.revoked_certs)
+    revoked_ms = 0
+    for fingerprint, cert in state.revoked_certs.items():
+        assert cert.fingerprint == fingerprint, (fingerprint, cert.fingerprint)
+        problem = cert_revoke_problem(CertRevoke(fingerprint, cert.subject, cert.reason, 0))
+        assert problem is None, f"revoked certificate {fingerprint}: {problem}"
+        assert revoked_ms <= cert.revoked_ms <= state.now_ms, f"{fingerprint} out of order"
+        revoked_ms = cert.revoked_ms
 
 
 def _check_tokens(state: State) -> None:

@@ -275,6 +275,19 @@ TOKEN_DIGEST_BYTES = 32
 """A token's digest: the sha256 of its secret."""
 
 
+@dataclass(frozen=True, slots=True)
+class RevokedCert:
+    """A client certificate (an agent's or a user's) replicas refuse from now on, known by the
+    sha256 of its DER bytes (`raftsched.tls.fingerprint`)."""
+
+    fingerprint: str
+    """64 lowercase hex characters."""
+    subject: str
+    """Its common name as the admin gave it (for listings; not checked against the cert)."""
+    reason: str
+    revoked_ms: int
+
+
 @dataclass(slots=True)
 class TokenRecord:
     """An API token as the state holds it. The secret never enters the log or the state: the
@@ -407,6 +420,9 @@ class State:
     """Raft address -> gRPC address, as announced in barriers."""
     tokens: dict[str, TokenRecord] = field(default_factory=dict)
     """API tokens by id, in creation order (at most MAX_TOKENS)."""
+    revoked_certs: dict[str, RevokedCert] = field(default_factory=dict)
+    """Revoked client certificates by fingerprint, in revocation order (at most
+    MAX_REVOKED_CERTS)."""
     tenants: dict[str, TenantPolicy] = field(default_factory=dict)
     """Tenant policies set by admins, in the order first set (at most MAX_TENANTS)."""
     usage: dict[str, TenantUsage] = field(default_factory=dict)

@@ -158,6 +158,13 @@ class ClusterDrained:
     changed: bool
 
 
+@dataclass(frozen=True, slots=True)
+class CertRevoked:
+    fingerprint: str
+    created: bool
+    """False: it was revoked already (the first revocation's subject and reason stay)."""
+
+
 Result = (
     JobSubmitted
     | JobCancelled
@@ -173,5 +180,6 @@ Result = (
     | ClusterRemoved
     | TenantSetResult
     | ClusterDrained
+    | CertRevoked
 )
 """What `fsm.Applied.result` holds: one type per command."""

@@ -23,6 +23,8 @@ and preemptions; and ready-queue entries ranked by `model.ready_rank_ms` (class,
 priority with aging). Earlier formats load with no tenant policies, no
 drains and the tasks' ready times at their jobs' submission; their ready queues are rebuilt
 from the RUNNABLE tasks in the new order.
+Revoked client certificates (fingerprint, subject, reason, ms) are a third element of that
+record, present only when there are some: a snapshot without any is byte for byte format 4's.
 Tenant usage is derived, never stored (`fsm.derive_usage`).
 """
 
@@ -53,6 +55,7 @@ from raftsched.state.model import (
     Note,
     ReadyEntry,
     ReadyQueue,
+    RevokedCert,
     Role,
     ShapeQueue,
     State,
@@ -124,11 +127,15 @@ def dump_to(target: IO[bytes], state: State, extra: Any = None) -> None:
         [t.id, t.digest, t.tenant, t.role.value, t.created_ms, t.note]
         for t in state.tokens.values()
     ]))
-    out.write(packer.pack([
+    policy: list[Any] = [
         [[t.name, t.weight, t.max_queued, t.max_running, t.updated_ms]
          for t in state.tenants.values()],
         list(state.preempted_ms),
-    ]))
+    ]
+    if state.revoked_certs:  # absent when none: snapshots without any are as format 4 wrote
+        policy.append([[r.fingerprint, r.subject, r.reason, r.revoked_ms]
+                       for r in state.revoked_certs.values()])
+    out.write(packer.pack(policy))
     out.write(packer.pack(extra))
     target.write(out.crc.to_bytes(_CRC_BYTES, "big"))
 
@@ -310,10 +317,13 @@ def _read_records(unpacker: msgpack.Unpacker, version: int,
             state.tokens[token_id] = TokenRecord(token_id, digest, tenant, Role(role),
                                                  created_ms, note)
     if version >= _POLICY_SINCE_VERSION:
-        tenants, preempted_ms = next(unpacker)
+        tenants, preempted_ms, *revoked = next(unpacker)
         for name, weight, max_queued, max_running, updated_ms in tenants:
             state.tenants[name] = TenantPolicy(name, weight, max_queued, max_running, updated_ms)
         state.preempted_ms = deque(preempted_ms)
+        for fingerprint, subject, reason, revoked_ms in (revoked[0] if revoked else ()):
+            state.revoked_certs[fingerprint] = RevokedCert(fingerprint, subject, reason,
+                                                           revoked_ms)
     for job in state.jobs.values():
         if job.state not in TERMINAL_JOB_STATES:
             for task_state, count in enumerate(job.counts):

@@ -1,9 +1,11 @@
 """Integration: the gRPC API over mutual TLS (raftsched/tls.py, raftsched/replica/identity.py)
 on a real cluster. Every RPC of every service is called as every kind of caller, so a new RPC
-without a rule fails here; the agent-impersonation and forged-report probes are refused."""
+without a rule fails here; the agent-impersonation and forged-report probes are refused; a
+revoked certificate is refused on every call."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -164,3 +166,62 @@ def test_servers_refuse_to_run_without_tls_unless_told_insecure(tmp_path: Path) 
     plain = _start(["agent", "--cluster-id", "east", "--servers", "127.0.0.1:2",
                     "--data-dir", str(tmp_path / "b")], tmp_path)
     assert plain.returncode == 2 and "--insecure-dev" in plain.stderr, plain.stderr
+
+
+def test_a_revoked_certificate_is_refused_and_a_new_one_for_the_cluster_works(
+        cluster: LocalCluster) -> None:
+    """A stolen agent key: the admin revokes its certificate through the CLI; the agent's
+    calls are refused, its cluster stops being READY; a new certificate for the same cluster
+    id works. A revoked user certificate is refused whatever token it carries."""
+    agent = cluster.add_agent("east")
+    cluster.wait_clusters_ready("east")
+    east = cluster.agent_tls("east")  # reissued: the running agent read the previous one
+    assert east is not None
+    stolen = tls.certificate_identity(east.cert)  # what the agent now runs with after restart
+    agent.kill()
+    agent.start()
+    cluster.wait_clusters_ready("east")
+    revoked = cluster.cli("admin", "cert", "revoke", str(east.cert), "--reason", "stolen",
+                          "--json")
+    assert revoked.returncode == 0, revoked.stderr
+    assert json.loads(revoked.stdout) == {"fingerprint": stolen.fingerprint,
+                                          "subject": "raftsched-agent:east", "created": True}
+    client = cluster.client()
+    wait_for(lambda: {c.cluster_id: c.status for c in client.cluster_status().clusters}
+             ["east"] != "READY" or None, EXIT_TIMEOUT_S, "east to stop being READY")
+    gateway = pb.DESCRIPTOR.services_by_name["AgentGateway"]
+    with _channel(cluster, east) as channel:
+        assert _call(channel, gateway, gateway.methods_by_name["Register"],
+                     pb.RegisterRequest(cluster_id="east", incarnation=99)) \
+            == grpc.StatusCode.UNAUTHENTICATED
+    listed = json.loads(cluster.cli("admin", "cert", "list", "--json").stdout)
+    assert [(r["fingerprint"], r["reason"]) for r in listed] == [(stolen.fingerprint, "stolen")]
+    again = cluster.cli("admin", "cert", "revoke", str(east.cert))
+    assert again.returncode == 0 and "revoked already" in again.stdout, again
+
+    cluster.agent_tls("east")  # a new certificate, same cluster id: the agent is welcome back
+    agent.kill()
+    agent.start()
+    cluster.wait_clusters_ready("east")
+
+    assert cluster.authority is not None
+    mallory = pki.issue_user(cluster.authority, "mallory")
+    colons = ":".join(f"{b:02X}" for b in bytes.fromhex(
+        tls.certificate_identity(mallory.cert).fingerprint))  # as openssl prints it
+    assert cluster.cli("admin", "cert", "revoke", "--fingerprint", colons).returncode == 0
+    admin = pb.DESCRIPTOR.services_by_name["Admin"]
+    with _channel(cluster, mallory) as channel:
+        assert _call(channel, admin, admin.methods_by_name["ClusterStatus"],
+                     pb.ClusterStatusRequest()) == grpc.StatusCode.UNAUTHENTICATED
+
+
+@pytest.mark.parametrize(("argv", "fragment"), [
+    ((), "CERT_PEM or --fingerprint"),
+    (("--fingerprint", "abc"), "--fingerprint: the sha256"),
+    (("/nonexistent.pem",), "not a regular file"),
+])
+def test_cert_revoke_names_what_is_wrong_and_revokes_nothing(
+        cluster: LocalCluster, argv: tuple[str, ...], fragment: str) -> None:
+    done = cluster.cli("admin", "cert", "revoke", *argv)
+    assert done.returncode == 2 and fragment in done.stderr, done
+    assert json.loads(cluster.cli("admin", "cert", "list", "--json").stdout) == []

@@ -196,8 +196,11 @@ def _token_revoke(ch: Chooser, h: Harness) -> c.Command:
     return c.TokenRevoke(ch.choice(tokens if tokens and ch.int(0, 3) else TOKEN_IDS), h.now_ms)
 
 
+CERT_FINGERPRINTS = ("0" * 64, "ab" * 32, "0123456789abcdef" * 4, "not-a-fingerprint")
+
+
 def next_command(ch: Chooser, h: Harness, job_counter: list[int]) -> c.Command:
-    kind = ch.int(0, 24)
+    kind = ch.int(0, 25)
     if kind <= 2:
         job_counter[0] += 1
         wire = doc_to_wire(random_job(ch))
@@ -228,5 +231,8 @@ def next_command(ch: Chooser, h: Harness, job_counter: list[int]) -> c.Command:
                            ch.choice([0, 0, 1, 3]), h.now_ms)
     if kind == 24:
         return c.ClusterDrain(ch.choice(CLUSTERS), bool(ch.int(0, 1)), h.now_ms, "gen")
+    if kind == 25:  # a few fingerprints, so that some are revoked twice; now and then malformed
+        return c.CertRevoke(ch.choice(CERT_FINGERPRINTS), "raftsched-agent:gen", "gen",
+                            h.now_ms)
     h.now_ms += ch.choice([0, 100, 1_000, 5_000, 40_000, 70_000])
     return c.Tick(h.now_ms, ch.int(0, 2**64 - 1))

@@ -36,5 +36,5 @@ def test_services_are_importable_and_complete() -> None:
         "AgentGateway": ["Register", "Heartbeat", "Report", "SendLog"],
         "Admin": ["ClusterStatus", "AddReplica", "RemoveReplica", "CreateToken", "RevokeToken",
                   "ListTokens", "RemoveCluster", "DrainCluster", "SetTenant", "ListTenants",
-                  "SaveSnapshot"],
+                  "SaveSnapshot", "RevokeCertificate", "ListRevokedCertificates"],
     }

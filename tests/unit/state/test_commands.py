@@ -33,6 +33,7 @@ EXAMPLES: list[c.Command] = [
     c.ClusterDrain("east", True, 21, "kernel upgrade"),
     c.ClusterDrain("east", False, 22),
     c.AssignBatch(23, (c.Placement("j1", "a", "east"),), (c.Reservation("j1", "big", "west"),)),
+    c.CertRevoke("ab" * 32, "raftsched-agent:east", "key left on a laptop", 24),
 ]
 
 
@@ -47,7 +48,7 @@ def test_tags_are_append_only() -> None:
         "JOB_SUBMIT": 1, "JOB_CANCEL": 2, "CLUSTER_REGISTER": 3, "CLUSTER_STATUS": 4,
         "ASSIGN_BATCH": 5, "REPORT_BATCH": 6, "TICK": 7, "ATTEMPT_MARK_LOST": 8, "BARRIER": 9,
         "TOKEN_PUT": 10, "TOKEN_REVOKE": 11, "CLUSTER_REMOVE": 12, "TENANT_SET": 13,
-            "CLUSTER_DRAIN": 14,
+            "CLUSTER_DRAIN": 14, "CERT_REVOKE": 15,
     }
 
 
