@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -29,6 +29,7 @@ from agent import runner
 from agent.files import read_json, write_json_atomic
 from agent.model import Assignment, AttemptRecord, Completion, Resources
 from raftsched import limits, procfs
+from raftsched.eventlog import EventLogger
 from raftsched.protocol import task_key
 
 KILL_GRACE_MS = 5_000
@@ -56,6 +57,8 @@ MOCK_BAD_ARGUMENT_EXIT_CODE = 2
 MOCK_CLOSE_TIMEOUT_MS = 2_000
 MOCK_IDLE_WAIT_MS = 1_000
 """The mock's timer thread re-checks at least this often (start and close also wake it)."""
+
+log = EventLogger("agent")
 
 
 WORK_DIR = "work"
@@ -194,12 +197,16 @@ class SubprocessExecutor:
     def __init__(self, root: Path, *, max_output_bytes: int = limits.MAX_TASK_OUTPUT_BYTES,
                  kill_grace_ms: int = KILL_GRACE_MS,
                  startup_grace_ms: int = WRAPPER_STARTUP_GRACE_MS,
-                 python: str = sys.executable, task_user: TaskUser | None = None) -> None:
+                 python: str = sys.executable, task_user: TaskUser | None = None,
+                 tenant_users: Mapping[str, TaskUser] | None = None) -> None:
         """`task_user`: run every task as this account (the wrapper stays the agent's, so a
-        task can neither signal it nor write its result); None: as the agent's own user."""
+        task can neither signal it nor write its result); None: as the agent's own user.
+        `tenant_users`: the tasks of these tenants run as these accounts instead (`raftsched
+        agent --tenant-task-users`), so that tenants cannot read each other's work."""
         assert max_output_bytes >= 0 and kill_grace_ms >= 0 and startup_grace_ms >= 0
         self._root = root
         self._task_user = task_user
+        self._tenant_users = dict(tenant_users or {})
         self._max_output_bytes = max_output_bytes
         self._kill_grace_ms = kill_grace_ms
         self._startup_grace_ms = startup_grace_ms
@@ -209,7 +216,7 @@ class SubprocessExecutor:
         root.mkdir(parents=True, exist_ok=True)
         self._checkpoints = root.parent / CHECKPOINTS_DIR
         self._checkpoints.mkdir(mode=0o700, exist_ok=True)
-        if task_user is not None:
+        if task_user is not None or self._tenant_users:
             for directory in (root.parent, root, self._checkpoints):
                 directory.chmod(TRAVERSE_ONLY)
         _sweep_checkpoints(self._checkpoints, time.time() - CHECKPOINT_KEEP_S)
@@ -220,11 +227,26 @@ class SubprocessExecutor:
         digest = hashlib.sha256(task_key(job_id, task_id).encode()).hexdigest()[:32]
         return self._checkpoints / digest
 
-    def _checkpoint(self, assignment: Assignment) -> Path:
-        """Creates (or keeps) the task's checkpoint directory, owned by the task's user."""
+    def user_of(self, assignment: Assignment) -> TaskUser | None:
+        """The account the assignment's task runs as (None: the agent's own): its tenant's,
+        else the agent's task user."""
+        return self._tenant_users.get(assignment.tenant, self._task_user)
+
+    def _checkpoint(self, assignment: Assignment, user: TaskUser | None) -> Path:
+        """Creates (or keeps) the task's checkpoint directory, owned by the task's user. One
+        that another account owns (the operator changed --task-user or --tenant-task-users
+        since an earlier attempt) is discarded, not handed over: what it holds was writable by
+        that account, which may be another tenant's."""
         directory = self.checkpoint_dir(assignment.job_id, assignment.task_id)
+        uid = os.geteuid() if user is None else user.uid
+        with contextlib.suppress(FileNotFoundError):
+            owner = directory.stat(follow_symlinks=False).st_uid
+            if owner != uid:
+                log.warning("checkpoint_discarded", job=assignment.job_id,
+                            task=assignment.task_id, fence=assignment.fence, owner_uid=owner,
+                            task_uid=uid, reason="written by another account")
+                _discard(directory, assignment.fence)
         directory.mkdir(mode=0o700, exist_ok=True)
-        user = self._task_user
         if user is not None:
             os.chown(directory, user.uid, user.gid)
         os.utime(directory)  # fresh for CHECKPOINT_KEEP_S
@@ -245,12 +267,12 @@ class SubprocessExecutor:
             work = directory / WORK_DIR
             work.mkdir(mode=0o700)
             env = task_env(assignment, dict(os.environ))
-            user = self._task_user
+            user = self.user_of(assignment)
             if user is not None:
                 directory.chmod(TRAVERSE_ONLY)
                 os.chown(work, user.uid, user.gid)
                 env.update(HOME=str(work), USER=user.name, LOGNAME=user.name)
-            checkpoint = self._checkpoint(assignment) if assignment.checkpoint else None
+            checkpoint = self._checkpoint(assignment, user) if assignment.checkpoint else None
             if checkpoint is not None:
                 env[CHECKPOINT_ENV_VAR] = str(checkpoint)
             write_json_atomic(directory / runner.SPEC_FILE, {
@@ -260,11 +282,11 @@ class SubprocessExecutor:
                 "kill_grace_ms": assignment.kill_grace_ms or self._kill_grace_ms,
                 "user": None if user is None else [user.uid, user.gid],
                 "checkpoint_dir": None if checkpoint is None else str(checkpoint)})
-            with (directory / "wrapper.log").open("ab") as log:
+            with (directory / "wrapper.log").open("ab") as wrapper_log:
                 process = subprocess.Popen(
                     [self._python, "-m", "agent.runner", str(directory)], cwd=directory,
-                    env=_runner_env(), stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    start_new_session=True, close_fds=True)
+                    env=_runner_env(), stdin=subprocess.DEVNULL, stdout=wrapper_log,
+                    stderr=wrapper_log, start_new_session=True, close_fds=True)
         except OSError as error:
             raise ExecutorError(f"cannot start fence {assignment.fence}: {error}") from error
         ticks = procfs.start_ticks(process.pid)
@@ -394,6 +416,14 @@ class SubprocessExecutor:
             # started the task: the kill did what it was asked.
             return Completion(watched.fence, None, killed=True, reason=f"killed ({why})")
         return Completion(watched.fence, VANISHED_EXIT_CODE, reason=why)
+
+
+def _discard(directory: Path, fence: int) -> None:
+    """Removes a checkpoint directory: renamed away first (atomic), so the task's fresh one is
+    made whatever the removal leaves behind (the sweep takes any rest later)."""
+    aside = directory.with_name(f"{directory.name}.discarded-{fence}")
+    directory.rename(aside)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _sweep_checkpoints(checkpoints: Path, older_than_s: float) -> None:

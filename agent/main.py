@@ -16,6 +16,7 @@ import re
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
 
@@ -56,6 +57,10 @@ MAX_METRICS_PORT = 65_535
 MAX_HEARTBEAT_WAIT_MS = 60_000
 DEFAULT_ROOT_TASK_USER = "nobody"
 """Tasks of an agent running as root run as this account unless --task-user says otherwise."""
+MAX_TENANT_TASK_USERS = 1_000
+"""Entries of --tenant-task-users (a machine has a few dozen accounts for tenants at most)."""
+UNLISTED_TENANTS = "(tenants not listed)"
+"""How `shared_task_users` names the tenants that run as --task-user."""
 PRIVATE_UMASK = 0o077
 """Everything the agent creates (lmdb stores, attempt records, task output) is its own alone."""
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -131,6 +136,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              f"'{DEFAULT_ROOT_TASK_USER}' when the agent runs as root, else the "
                              "agent's own user; '' (empty) runs tasks as the agent's own user "
                              "even as root (tasks can then read the agent's data dir)")
+    parser.add_argument("--tenant-task-users", default="", metavar="TENANT=USER,...",
+                        help="run the tasks of these tenants as these accounts instead (names "
+                             "or uids, e.g. analytics=rs-analytics,web=rs-web; subprocess "
+                             "executor, agent as root), so that tasks of different tenants "
+                             "cannot read, write or signal each other's work dirs, checkpoints "
+                             "or processes even when they run at once; tenants not listed run "
+                             "as --task-user. An account must exist and not be root (the "
+                             "agent's own). Tenants may share an account (then they are not "
+                             "isolated from each other, and the agent warns at start). Read at "
+                             "start: a change applies to attempts started after it (running "
+                             "ones keep their account; a task's checkpoint that another "
+                             "account wrote is discarded) (default: none)")
     parser.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
                         help="serve Prometheus metrics on 127.0.0.1:PORT (default: 0, off)")
     parser.add_argument("--metrics-address", default=None,
@@ -166,18 +183,12 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[str],
     metrics = AgentMetrics()
     try:
         task_user = _task_user(args.task_user) if args.executor == "subprocess" else None
-        if task_user is not None:
-            _make_private(config.data_dir)
-            blocked = task_user.blocked_at(config.data_dir)
-            if blocked is not None:
-                log.warning("task_user_cannot_reach_data_dir", user=task_user.name,
-                            blocked=str(blocked),
-                            hint=f"tasks start in their work dir, but their HOME and "
-                                 f"RAFTSCHED_CHECKPOINT_DIR paths do not resolve for them: let "
-                                 f"{task_user.name} traverse {blocked} (chmod o+x)")
+        tenant_users = _tenant_task_users(str(args.tenant_task_users), args.executor)
+        _prepare_task_users(config.data_dir, task_user, tenant_users)
         if args.executor == "slurm":
             config = _slurm_config(config, str(args.slurm_partition))
-        executor = _executor(args.executor, config, task_user, str(args.slurm_partition))
+        executor = _executor(args.executor, config, task_user, str(args.slurm_partition),
+                             tenant_users)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INVALID
@@ -339,6 +350,88 @@ def _task_user(option: str | None) -> TaskUser | None:
     return user
 
 
+def _tenant_task_users(option: str, executor: str) -> dict[str, TaskUser]:
+    """`--tenant-task-users a=u1,b=u2` as {tenant: account}; UsageError naming what is wrong."""
+    names = _tenant_user_names(option)
+    if not names:
+        return {}
+    if executor != "subprocess":
+        why = ("Slurm runs each job as the account that submits it, the agent's"
+               if executor == "slurm" else "the mock executor runs no processes")
+        raise UsageError(f"--tenant-task-users applies to --executor subprocess only ({why})")
+    if os.geteuid() != 0:
+        raise UsageError("--tenant-task-users: running tasks as other users needs the agent "
+                         "to run as root")
+    return {tenant: _tenant_user(tenant, name) for tenant, name in names.items()}
+
+
+def _tenant_user_names(text: str) -> dict[str, str]:
+    """The TENANT=USER pairs of `text`, checked for form only (no account is looked up)."""
+    found: dict[str, str] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        tenant, equals, name = (part.strip() for part in item.partition("="))
+        if not equals or not tenant or not name:
+            raise UsageError(f"--tenant-task-users: {item!r} is not TENANT=USER")
+        if len(tenant) > MAX_ID_CHARS or not _ID.fullmatch(tenant):
+            raise UsageError(f"--tenant-task-users: {item!r}: {tenant!r} is not a tenant name "
+                             f"(letters, digits, '_', '.', '-' (not first), at most "
+                             f"{MAX_ID_CHARS} characters)")
+        if tenant in found:
+            raise UsageError(f"--tenant-task-users: tenant {tenant!r} is named twice")
+        found[tenant] = name
+    if len(found) > MAX_TENANT_TASK_USERS:
+        raise UsageError(f"--tenant-task-users: at most {MAX_TENANT_TASK_USERS} tenants")
+    return found
+
+
+def _tenant_user(tenant: str, name: str) -> TaskUser:
+    where = f"--tenant-task-users: {tenant}={name}"
+    try:
+        user = TaskUser.resolve(name)
+    except (KeyError, ValueError, OverflowError):
+        raise UsageError(f"{where}: no such user on this machine") from None
+    if user.uid == 0:  # the agent's own account too: a mapping needs the agent to run as root
+        raise UsageError(f"{where}: that is root, the agent's own account: the tenant's tasks "
+                         "would not be isolated (they could read the agent's data dir and keys)")
+    return user
+
+
+def _prepare_task_users(data_dir: Path, task_user: TaskUser | None,
+                        tenant_users: Mapping[str, TaskUser]) -> None:
+    """When tasks run as other accounts: the data dir made private, and a warning for each
+    account that cannot reach it and each account several tenants share."""
+    users = {user.uid: user for user in (task_user, *tenant_users.values()) if user is not None}
+    if not users:
+        return
+    _make_private(data_dir)
+    for user in users.values():
+        blocked = user.blocked_at(data_dir)
+        if blocked is not None:
+            log.warning("task_user_cannot_reach_data_dir", user=user.name, blocked=str(blocked),
+                        hint=f"tasks start in their work dir, but their HOME and "
+                             f"RAFTSCHED_CHECKPOINT_DIR paths do not resolve for them: let "
+                             f"{user.name} traverse {blocked} (chmod o+x)")
+    for user, tenants in shared_task_users(task_user, tenant_users):
+        log.warning("task_user_shared", user=user.name, tenants=",".join(tenants),
+                    hint="tasks of these tenants can read, write and signal each other's: give "
+                         "each its own account in --tenant-task-users to isolate them")
+
+
+def shared_task_users(task_user: TaskUser | None, tenant_users: Mapping[str, TaskUser]
+                      ) -> list[tuple[TaskUser, list[str]]]:
+    """Each account that runs the tasks of more than one tenant of --tenant-task-users (the
+    tenants not listed there count as one, UNLISTED_TENANTS, when they share --task-user), with
+    those tenants; by uid, so two names of one uid are one account."""
+    by_uid: dict[int, tuple[TaskUser, list[str]]] = {}
+    if task_user is not None:
+        by_uid[task_user.uid] = (task_user, [UNLISTED_TENANTS])
+    for tenant, user in sorted(tenant_users.items()):
+        by_uid.setdefault(user.uid, (user, []))[1].append(tenant)
+    return [(user, tenants) for user, tenants in by_uid.values() if len(tenants) > 1]
+
+
 def _make_private(data_dir: Path) -> None:
     """What a data dir made by an older agent (umask 022) holds directly (lmdb stores, the lock
     file) becomes the agent's alone; attempt and checkpoint dirs are handled by the executor."""
@@ -350,13 +443,14 @@ def _make_private(data_dir: Path) -> None:
 
 
 def _executor(kind: str, config: AgentConfig, task_user: TaskUser | None,
-              partition: str) -> Executor:
+              partition: str, tenant_users: Mapping[str, TaskUser] | None = None) -> Executor:
     if kind == "mock":
         return MockExecutor()
     if kind == "slurm":
         return SlurmExecutor(attempts_root(config.data_dir), partition,
                              cluster_id=config.cluster_id)
-    return SubprocessExecutor(attempts_root(config.data_dir), task_user=task_user)
+    return SubprocessExecutor(attempts_root(config.data_dir), task_user=task_user,
+                              tenant_users=tenant_users)
 
 
 def _slurm_config(config: AgentConfig, partition: str) -> AgentConfig:

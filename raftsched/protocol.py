@@ -146,6 +146,8 @@ class Assignment:
     """SIGTERM to SIGKILL when the attempt is killed or times out; 0: the agent's default."""
     checkpoint: bool = False
     """The task keeps a checkpoint directory on this cluster across its attempts."""
+    tenant: str = ""
+    """The job's tenant: an agent may run each tenant's tasks as an account of its own."""
 
     @property
     def task_key(self) -> str:

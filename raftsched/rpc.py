@@ -450,7 +450,8 @@ def assignment_to_pb(assignment: Assignment) -> Any:
         attempt=assignment.attempt, command=list(assignment.command), env=dict(assignment.env),
         cwd=assignment.cwd, resources=resources_to_pb(assignment.resources),
         timeout_ms=assignment.timeout_ms, idempotency_key=assignment.idempotency_key,
-        kill_grace_ms=assignment.kill_grace_ms, checkpoint=assignment.checkpoint)
+        kill_grace_ms=assignment.kill_grace_ms, checkpoint=assignment.checkpoint,
+        tenant=assignment.tenant)
 
 
 def assignment_from_pb(message: Any) -> Assignment:
@@ -459,7 +460,8 @@ def assignment_from_pb(message: Any) -> Assignment:
         attempt=int(message.attempt), command=tuple(message.command), env=dict(message.env),
         cwd=message.cwd, resources=resources_from_pb(message.resources),
         timeout_ms=int(message.timeout_ms), idempotency_key=message.idempotency_key,
-        kill_grace_ms=max(0, int(message.kill_grace_ms)), checkpoint=bool(message.checkpoint))
+        kill_grace_ms=max(0, int(message.kill_grace_ms)), checkpoint=bool(message.checkpoint),
+        tenant=str(message.tenant))
 
 
 def directives_to_pb(directives: Directives) -> Any:

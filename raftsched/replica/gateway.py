@@ -244,5 +244,5 @@ def _assignment(job: Job, task: Task, number: int, fence: int) -> Assignment:
         # Stable across a task's attempts (the fence tells attempts apart): external effects
         # keyed by it happen once per task.
         timeout_ms=spec.timeout_ms or 0, idempotency_key=task_key(job.id, spec.id),
-        kill_grace_ms=spec.grace_ms or 0, checkpoint=spec.checkpoint,
+        kill_grace_ms=spec.grace_ms or 0, checkpoint=spec.checkpoint, tenant=job.spec.tenant,
     )

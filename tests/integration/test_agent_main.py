@@ -1,5 +1,6 @@
-"""`raftsched agent` (agent.main): argument errors, the data dir, and the agent as a real
-process over gRPC, killed with SIGKILL mid-task and restarted."""
+"""`raftsched agent` (agent.main): argument errors (--tenant-task-users among them, from the
+command line and the config file), the data dir, and the agent as a real process over gRPC,
+killed with SIGKILL mid-task and restarted."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from agent.agent import Agent
 from agent.executor import MockExecutor
 from agent.main import add_arguments, main
 from agent.model import ReportKind
+from raftsched import config as config_file
 from tests.support import paths
 from tests.support.agent import (
     FakeSession,
@@ -40,7 +42,8 @@ def test_help_explains_every_option() -> None:
     add_arguments(parser)
     text = parser.format_help()
     for option in ("--cluster-id", "--servers", "--capabilities", "--cpu", "--memory-mb",
-                   "--gpu", "--data-dir", "--executor", "--metrics-port", "--metrics-address"):
+                   "--gpu", "--data-dir", "--executor", "--metrics-port", "--metrics-address",
+                   "--task-user", "--tenant-task-users"):
         assert option in text
     for action in parser._actions:
         assert action.help, f"{action.option_strings} has no help"
@@ -74,6 +77,75 @@ def test_bad_arguments_are_one_clear_error(argv: list[str], message: str,
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+TENANTS_ARGV = ["--cluster-id", "east", "--servers", "127.0.0.1:1", "--insecure-dev"]
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="SKIPPED LOUDLY: checking the accounts "
+                                "of --tenant-task-users needs root (CI runs as root)")
+
+
+@pytest.mark.parametrize(("value", "extra", "message"), [
+    ("alpha", (), "--tenant-task-users: 'alpha' is not TENANT=USER"),
+    ("=bin", (), "--tenant-task-users: '=bin' is not TENANT=USER"),
+    ("alpha=", (), "--tenant-task-users: 'alpha=' is not TENANT=USER"),
+    ("al/pha=bin", (), "'al/pha' is not a tenant name"),
+    ("alpha=bin, alpha=sys", (), "--tenant-task-users: tenant 'alpha' is named twice"),
+    ("alpha=bin", ("--executor", "mock"),
+     "--tenant-task-users applies to --executor subprocess only (the mock executor"),
+    ("alpha=bin", ("--executor", "slurm", "--slurm-partition", "p"),
+     "subprocess only (Slurm runs each job as the account that submits it"),
+    pytest.param("alpha=no-such-account-here", (),
+                 "--tenant-task-users: alpha=no-such-account-here: no such user on this machine",
+                 marks=needs_root),
+    pytest.param("alpha=bin,beta=root", (), "--tenant-task-users: beta=root: that is root",
+                 marks=needs_root),
+    pytest.param("beta=0", (), "--tenant-task-users: beta=0: that is root", marks=needs_root),
+])
+def test_bad_tenant_task_users_are_one_clear_error(
+        value: str, extra: tuple[str, ...], message: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*TENANTS_ARGV, "--data-dir", str(tmp_path / "data"), *extra]
+    assert main([*argv, "--tenant-task-users", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err, err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "data").exists()  # refused before anything was made
+
+
+def test_tenant_task_users_need_the_agent_to_run_as_root(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    argv = [*TENANTS_ARGV, "--data-dir", str(tmp_path / "data")]
+    assert main([*argv, "--tenant-task-users", "alpha=bin"]) == 2
+    assert capsys.readouterr().err == ("error: --tenant-task-users: running tasks as other "
+                                       "users needs the agent to run as root\n")
+
+
+def test_tenant_task_users_come_from_the_config_file_unless_the_flag_says(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    parser = argparse.ArgumentParser(prog="raftsched agent")
+    add_arguments(parser)
+    plain = tmp_path / "plain.toml"
+    plain.write_text('[agent]\ncluster-id = "east"\n')
+    assert config_file.parse_args(parser, ["--config", str(plain)], "agent") \
+        .tenant_task_users == ""
+    mapped = tmp_path / "agent.toml"
+    mapped.write_text('[agent]\ncluster-id = "east"\n'
+                      'tenant-task-users = ["alpha=bin", "alpha=sys"]\n')
+    parser = argparse.ArgumentParser(prog="raftsched agent")
+    add_arguments(parser)
+    args = config_file.parse_args(parser, ["--config", str(mapped)], "agent")
+    assert args.tenant_task_users == "alpha=bin,alpha=sys"
+    parser = argparse.ArgumentParser(prog="raftsched agent")
+    add_arguments(parser)
+    args = config_file.parse_args(
+        parser, ["--config", str(mapped), "--tenant-task-users", "beta=bin"], "agent")
+    assert args.tenant_task_users == "beta=bin"
+    argv = ["--config", str(mapped), "--servers", "127.0.0.1:1", "--insecure-dev",
+            "--data-dir", str(tmp_path / "data")]
+    assert main(argv) == 2
+    assert "--tenant-task-users: tenant 'alpha' is named twice" in capsys.readouterr().err
 
 
 def test_an_unusable_data_dir_is_a_clear_error(tmp_path: Path,

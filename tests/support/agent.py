@@ -1,10 +1,11 @@
 """Helpers for the agent tests: deadline polling, an in-memory leader, an agent in a thread,
-and cleanup of every process an attempt dir names."""
+cleanup of every process an attempt dir names, and spare accounts to run tasks as."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pwd
 import signal
 import threading
 import time
@@ -61,10 +62,10 @@ def assignment(fence: int, *, job_id: str = "job", task_id: str = "t",
                command: Sequence[str] = ("mock",), attempt: int = 1,
                resources: Resources = TASK_RESOURCES, timeout_ms: int = 0,
                env: dict[str, str] | None = None, cwd: str = "", kill_grace_ms: int = 0,
-               checkpoint: bool = False) -> Assignment:
+               checkpoint: bool = False, tenant: str = "") -> Assignment:
     return Assignment(job_id, task_id, fence, attempt, tuple(command), dict(env or {}), cwd,
                       resources, timeout_ms, f"{job_id}/{task_id}/{attempt}", kill_grace_ms,
-                      checkpoint)
+                      checkpoint, tenant)
 
 
 class FakeSession:
@@ -227,6 +228,24 @@ def running_agent(agent_config: AgentConfig, session: FakeSession,
         assert not thread.is_alive(), "the agent did not stop"
     if errors:
         raise errors[0]
+
+
+SPARE_ACCOUNTS = ("games", "bin", "sys", "daemon", "man", "lp")
+"""Unprivileged accounts every Debian base image has (base-passwd) that own nothing a test task
+could harm: tests that run tasks as several accounts take theirs from here (`nobody` is the
+agent's default task user, so it is left out)."""
+
+
+def spare_accounts(count: int) -> list[str]:
+    """`count` accounts of SPARE_ACCOUNTS present here, each of its own uid (fewer if this
+    machine lacks them: the caller skips, saying so)."""
+    found: dict[int, str] = {}
+    for name in SPARE_ACCOUNTS:
+        with contextlib.suppress(KeyError):
+            uid = pwd.getpwnam(name).pw_uid
+            if uid != 0 and len(found) < count:
+                found.setdefault(uid, name)
+    return list(found.values())
 
 
 def kill_attempt_processes(root: Path) -> None:

@@ -57,7 +57,7 @@ class SessionGateway(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
                 command=list(a.command), env=a.env, cwd=a.cwd,
                 resources=pb.Resources(cpu_milli=a.resources.cpu_milli,
                                        memory_mb=a.resources.memory_mb, gpu=a.resources.gpu),
-                timeout_ms=a.timeout_ms, idempotency_key=a.idempotency_key)
+                timeout_ms=a.timeout_ms, idempotency_key=a.idempotency_key, tenant=a.tenant)
                 for a in directives.assignments],
             kills=[pb.KillDirective(job_id=k.job_id, task_id=k.task_id, fence=k.fence)
                    for k in directives.kills])

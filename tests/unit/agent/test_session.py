@@ -187,12 +187,12 @@ def test_heartbeat_carries_the_beat_and_brings_directives(
         servers: list[tuple[str, FakeGateway]]) -> None:
     address, gateway = servers[0]
     sent = assignment(12, command=("sh", "-c", "true"), env={"A": "1"}, cwd="/srv",
-                      resources=Resources(1500, 256, 1), timeout_ms=9000)
+                      resources=Resources(1500, 256, 1), timeout_ms=9000, tenant="analytics")
     gateway.heartbeat_response = pb.HeartbeatResponse(term=8, assignments=[pb.Assignment(
         job_id=sent.job_id, task_id=sent.task_id, fence=sent.fence, attempt=sent.attempt,
         command=list(sent.command), env=sent.env, cwd=sent.cwd,
         resources=pb.Resources(cpu_milli=1500, memory_mb=256, gpu=1), timeout_ms=9000,
-        idempotency_key=sent.idempotency_key)], kills=[pb.KillDirective(
+        idempotency_key=sent.idempotency_key, tenant="analytics")], kills=[pb.KillDirective(
             job_id="job", task_id="u", fence=3)])
     session = GrpcSession([address])
     try:

@@ -467,15 +467,15 @@ def test_agent_register_heartbeat_report_round_trip(replica: Replica) -> None:
     assert replica.node.state.jobs[job_id].state.name == "SUCCEEDED"
 
 
-def test_an_assignment_carries_the_tasks_grace_and_checkpoint(replica: Replica) -> None:
+def test_an_assignment_carries_the_tasks_grace_checkpoint_and_tenant(replica: Replica) -> None:
     register_east(replica)
-    replica.submit(job_doc([task_doc("t", grace_s=2.5, checkpoint=True)]))
+    replica.submit(job_doc([task_doc("t", grace_s=2.5, checkpoint=True)], tenant="analytics"))
     replica.submit(job_doc([task_doc("plain")]))
     replica.leader._round()
     beat = rpc.beat_to_pb(Beat("east", 1, 1, Resources(4000, 4096, 0), (), 0))
     directives = rpc.directives_from_pb(replica.gateway.Heartbeat(beat, FakeContext()))
-    got = {a.task_id: (a.kill_grace_ms, a.checkpoint) for a in directives.assignments}
-    assert got == {"t": (2_500, True), "plain": (0, False)}
+    got = {a.task_id: (a.kill_grace_ms, a.checkpoint, a.tenant) for a in directives.assignments}
+    assert got == {"t": (2_500, True, "analytics"), "plain": (0, False, "default")}
 
 
 def test_a_heartbeat_from_an_unknown_incarnation_is_told_to_register(replica: Replica) -> None:
