@@ -61,6 +61,9 @@ MAX_TENANT_TASK_USERS = 1_000
 """Entries of --tenant-task-users (a machine has a few dozen accounts for tenants at most)."""
 UNLISTED_TENANTS = "(tenants not listed)"
 """How `shared_task_users` names the tenants that run as --task-user."""
+_NO_USER_SWITCH = {"slurm": "Slurm runs each job as the account that submits it, the agent's",
+                   "mock": "the mock executor runs no processes"}
+"""Why an executor takes no --task-user / --tenant-task-users."""
 PRIVATE_UMASK = 0o077
 """Everything the agent creates (lmdb stores, attempt records, task output) is its own alone."""
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
@@ -182,6 +185,9 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[str],
     stop = threading.Event()
     metrics = AgentMetrics()
     try:
+        if args.executor != "subprocess" and args.task_user:
+            raise UsageError(f"--task-user applies to --executor subprocess only "
+                             f"({_NO_USER_SWITCH[args.executor]})")
         task_user = _task_user(args.task_user) if args.executor == "subprocess" else None
         tenant_users = _tenant_task_users(str(args.tenant_task_users), args.executor)
         _prepare_task_users(config.data_dir, task_user, tenant_users)
@@ -356,9 +362,8 @@ def _tenant_task_users(option: str, executor: str) -> dict[str, TaskUser]:
     if not names:
         return {}
     if executor != "subprocess":
-        why = ("Slurm runs each job as the account that submits it, the agent's"
-               if executor == "slurm" else "the mock executor runs no processes")
-        raise UsageError(f"--tenant-task-users applies to --executor subprocess only ({why})")
+        raise UsageError(f"--tenant-task-users applies to --executor subprocess only "
+                         f"({_NO_USER_SWITCH[executor]})")
     if os.geteuid() != 0:
         raise UsageError("--tenant-task-users: running tasks as other users needs the agent "
                          "to run as root")

@@ -112,6 +112,21 @@ def test_bad_tenant_task_users_are_one_clear_error(
     assert not (tmp_path / "data").exists()  # refused before anything was made
 
 
+@pytest.mark.parametrize(("executor", "why"), [
+    (("--executor", "mock"), "(the mock executor runs no processes)"),
+    (("--executor", "slurm", "--slurm-partition", "p"), "(Slurm runs each job as the account"),
+])
+def test_a_task_user_for_an_executor_that_cannot_switch_is_refused(
+        executor: tuple[str, ...], why: str, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    argv = [*TENANTS_ARGV, "--data-dir", str(tmp_path / "data"), *executor]
+    assert main([*argv, "--task-user", "nobody"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --task-user applies to --executor subprocess only ") \
+        and why in err, err
+    assert not (tmp_path / "data").exists()
+
+
 def test_tenant_task_users_need_the_agent_to_run_as_root(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
