@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 _DEV_JSON = (
     '  --json: {"servers": [gRPC addresses], "replicas": [{"id", "pid", "address", '
     '"raft_address",\n           "leader", "alive"}], "agents": [{"cluster", "pid", "alive", '
-    '"status"}],\n           "metrics": [URL of each replica\'s and agent\'s /metrics], '
-    '"dir", ...}')
+    '"status",\n           "executor", "resources"}], "metrics": [URL of each replica\'s and '
+    'agent\'s\n           /metrics], "slurm": {"conf", "partition", "daemons": [{"name", '
+    '"pid", "alive"}]} | null,\n           "dir", ...}')
 
 
 def register_dev(commands: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -50,7 +51,9 @@ def register_dev(commands: Subparsers, common: argparse.ArgumentParser) -> None:
         sub, "down", [common, directory], "stop the dev cluster's processes",
         "Stop exactly the processes recorded in DIR/cluster.json: each is signalled only if its "
         "pid still has the recorded start time (SIGTERM, then SIGKILL after "
-        "STOP_TIMEOUT_S). Removes the state file and nothing else: logs, secret and data stay. "
+        "STOP_TIMEOUT_S). A private Slurm ('dev up --slurm') goes last: its jobs are "
+        "cancelled and their processes waited for, then its daemons are stopped the same way. "
+        "Removes the state file and nothing else: logs, secret and data stay. "
         "Running it again is harmless.",
         "output:\n  a table NAME PID OUTCOME (stopped, killed, not running), or that nothing "
         'was recorded\n  --json: {"dir", "recorded": true|false, "stopped": [{"name", "pid", '
@@ -60,6 +63,7 @@ def register_dev(commands: Subparsers, common: argparse.ArgumentParser) -> None:
 
 def _register_dev_up(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     from raftsched.dev import cluster as dc
+    from raftsched.dev import slurm as dev_slurm
 
     up = command_parser(
         sub, "up", parents, "start replicas and agents locally and wait until ready",
@@ -69,10 +73,14 @@ def _register_dev_up(sub: Subparsers, parents: list[argparse.ArgumentParser]) ->
         "replicas, each agent and you (raftsched-user:LOGIN, which the other commands then "
         "present), and logs in DIR/logs; wait until a replica leads and every agent's "
         "cluster is READY. Agents: cpu-east [linux], gpu-west [linux, gpu] (2 GPUs), then "
-        "agent-3, ... [linux]. On failure, stop what was started and show the failing log.",
+        "agent-3, ... [linux]. With --slurm, first a private single-node Slurm in DIR/slurm "
+        "(munged, slurmctld, slurmd, recorded like the other processes), and cpu-east's agent "
+        "fronts its partition (--executor slurm): cpu-east's tasks run as Slurm jobs. On "
+        "failure, stop what was started and show the failing log.",
         "output:\n  progress lines on stderr, then tables of replicas (pid, gRPC and Raft "
-        "address, role)\n  and agents; exit 0 when ready, 2 if a process exits while starting "
-        f"or a cluster\n  already runs in DIR, 3 on timeout\n{_DEV_JSON}")
+        "address, role)\n  and agents; exit 0 when ready, 2 if a process exits while starting, "
+        "a cluster\n  already runs in DIR or --slurm cannot run here (not root, Slurm not "
+        f"installed),\n  3 on timeout\n{_DEV_JSON}")
     up.add_argument("--replicas", type=int, choices=dc.REPLICA_COUNTS,
                     default=dc.DEFAULT_REPLICAS)
     up.add_argument("--agents", type=int, choices=range(dc.MAX_AGENTS + 1),
@@ -89,6 +97,13 @@ def _register_dev_up(sub: Subparsers, parents: list[argparse.ArgumentParser]) ->
                     help="no CA, no secret: every process runs with --insecure-dev (plaintext "
                     "gRPC and Raft without authentication; the other commands then speak "
                     "plaintext to it)")
+    up.add_argument("--slurm", action="store_true",
+                    help="also start a private single-node Slurm in DIR/slurm (partition "
+                    f"{dev_slurm.PARTITION}: {dc.SLURM_AGENT.cpu} cpus, "
+                    f"{dc.SLURM_AGENT.memory_mb} MB, features "
+                    f"{','.join(dc.SLURM_AGENT.capabilities)}) and run {dc.SLURM_AGENT.cluster}'s "
+                    "agent in front of it (--executor slurm). Needs root and the Debian "
+                    "packages slurm-wlm and munge (scripts/demo --slurm installs them)")
     up.set_defaults(handler=_run_dev_up)
 
 
@@ -104,12 +119,17 @@ def _register_dev_add_agent(sub: Subparsers, parents: list[argparse.ArgumentPars
         "DIR/logs/ID.log; record it in DIR/cluster.json, so that 'dev status' shows it and "
         "'dev down' stops it, and wait until the cluster reports ID READY. On failure, stop "
         "it, forget it and show its log. Sizes and capabilities default like 'raftsched "
-        "agent': this machine's cores and memory, no GPU, no capabilities.",
+        "agent': this machine's cores and memory, no GPU, no capabilities, no custom "
+        "resources. With --executor slurm the agent fronts a Slurm partition instead (its "
+        "sizes and node features are the partition's): that of the dev cluster's own Slurm "
+        "('dev up --slurm', whose SLURM_CONF it gets), else of the Slurm $SLURM_CONF names.",
         "output:\n  progress lines on stderr, then the agent (pid, capabilities, sizes, "
         "status, log);\n  exit 0 when READY, 2 if no dev cluster runs in DIR, ID is invalid "
-        "or taken, a size\n  is bad or the agent exits while starting, 3 on timeout\n"
+        "or taken, a size\n  or --resources is bad, Slurm does not answer or has no such "
+        "partition, or the agent\n  exits while starting, 3 on timeout\n"
         '  --json: {"cluster", "pid", "alive", "capabilities", "status", "cpu", "memory_mb", '
-        '"gpu",\n           "metrics_port", "data_dir", "log"} (an agent of dev status --json)')
+        '"gpu",\n           "metrics_port", "data_dir", "log", "resources": {NAME: COUNT}, '
+        '"executor",\n           "slurm_partition"} (an agent of dev status --json)')
     add.add_argument("--cluster-id", required=True, metavar="ID",
                      help="the new compute cluster's id, as jobs pin it with 'cluster:' "
                      "(letters, digits, '_', '.', '-'; not taken by a recorded agent)")
@@ -119,10 +139,18 @@ def _register_dev_add_agent(sub: Subparsers, parents: list[argparse.ArgumentPars
                      help="CPU cores it hands out (default: this machine's)")
     add.add_argument("--memory-mb", type=int, default=None, metavar="MB",
                      help="memory it hands out, in MiB (default: this machine's)")
-    add.add_argument("--gpu", type=int, default=0, metavar="N",
+    add.add_argument("--gpu", type=int, default=None, metavar="N",
                      help="GPUs it hands out (default: 0)")
-    add.add_argument("--executor", choices=dc.EXECUTORS, default=None,
-                     help="mock or subprocess (default: the one the cluster was started with)")
+    add.add_argument("--resources", default="", metavar="NAME=COUNT,...",
+                     help="named custom resources it offers, e.g. fpga=2,license=10 (default: "
+                     "none)")
+    add.add_argument("--executor", choices=dc.AGENT_EXECUTORS, default=None,
+                     help="mock, subprocess, or slurm: submit each task to the Slurm partition "
+                     "--slurm-partition (default: the one the cluster was started with)")
+    add.add_argument("--slurm-partition", default="", metavar="NAME",
+                     help="with --executor slurm: the partition it fronts ('debug' in the "
+                     "private Slurm of 'dev up --slurm'); its cpus, memory, gpus and node "
+                     "features replace --cpu, --memory-mb, --gpu and join --capabilities")
     add.add_argument("--timeout", type=positive_seconds, default=dc.UP_TIMEOUT_S,
                      metavar="SECONDS",
                      help=f"wait this long for READY (UP_TIMEOUT_S, default {dc.UP_TIMEOUT_S:g})")
@@ -144,14 +172,16 @@ def _run_dev_up(args: argparse.Namespace) -> int:
     from raftsched.dev import cluster as devcluster
 
     options = devcluster.UpOptions(_dev_dir(args), args.replicas, args.agents, args.executor,
-                                   args.timeout, insecure=args.insecure_dev)
+                                   args.timeout, insecure=args.insecure_dev, slurm=args.slurm)
     state, view = devcluster.up(options, progress=_progress)
     document = devcluster.cluster_doc(state, view)
     if args.json:
         print_json(document)
         return EXIT_OK
+    slurm = (f"; a private Slurm, partition {state.slurm.partition}"
+             if state.slurm is not None else "")
     print(f"dev cluster up: {len(state.replicas)} replicas, {len(state.agents)} agents "
-          f"({state.executor} executor)\n")
+          f"({state.executor} executor{slurm})\n")
     print(render.dev_cluster_text(document))
     print(f"\nuse it:  export RAFTSCHED_DEV_DIR={state.dir}   (or RAFTSCHED_SERVERS="
           f"{','.join(state.servers)}{_tls_exports(state)})")
@@ -165,7 +195,9 @@ def _run_dev_add_agent(args: argparse.Namespace) -> int:
     capabilities = tuple(c.strip() for c in str(args.capabilities).split(",") if c.strip())
     options = devcluster.AddAgentOptions(_dev_dir(args), args.cluster_id, capabilities,
                                          args.cpu, args.memory_mb, args.gpu, args.executor,
-                                         args.timeout)
+                                         args.timeout,
+                                         devcluster.parse_resources(str(args.resources)),
+                                         str(args.slurm_partition).strip())
     state, entry, view = devcluster.add_agent(options, progress=_progress)
     document = devcluster.agent_doc(entry, view)
     if args.json:
@@ -207,7 +239,7 @@ def _run_dev_down(args: argparse.Namespace) -> int:
     from raftsched.dev import cluster as devcluster
 
     directory = _dev_dir(args)
-    results = devcluster.down(directory)
+    results = devcluster.down(directory, _progress)
     stopped = [{"name": r.name, "pid": r.pid, "outcome": r.outcome} for r in results or []]
     if args.json:
         print_json({"dir": str(directory.resolve()), "recorded": results is not None,

@@ -484,14 +484,25 @@ def dev_cluster_text(cluster: Doc) -> str:
     replicas = [[r["id"], r["pid"], _alive(r["alive"]), r["address"], r["raft_address"],
                  "leader" if r["leader"] else ("follower" if r["alive"] else None)]
                 for r in cluster["replicas"]]
-    agents = [[a["cluster"], a["pid"], _alive(a["alive"]), ",".join(a.get("capabilities", [])),
+    with_resources = any(a.get("resources") for a in cluster["agents"])
+    agents = [[a["cluster"], a["pid"], _alive(a["alive"]), _executor(a),
+               ",".join(a.get("capabilities", [])),
+               *([_resources(a.get("resources", {}))] if with_resources else []),
                a.get("status")] for a in cluster["agents"]]
     lines = [table(["REPLICA", "PID", "PROCESS", "GRPC", "RAFT", "ROLE"], replicas, right=[1])]
     if agents:
-        lines += ["", table(["AGENT", "PID", "PROCESS", "CAPABILITIES", "STATUS"], agents,
-                            right=[1])]
+        headers = ["AGENT", "PID", "PROCESS", "EXECUTOR", "CAPABILITIES",
+                   *(["RESOURCES"] if with_resources else []), "STATUS"]
+        lines += ["", table(headers, agents, right=[1])]
+    slurm = cluster.get("slurm")
+    if slurm:
+        daemons = [[d["name"], d["pid"], _alive(d["alive"]), d["log"]] for d in slurm["daemons"]]
+        lines += ["", table(["SLURM DAEMON", "PID", "PROCESS", "LOG"], daemons, right=[1])]
     lines += ["", f"dir:     {cluster['dir']}  (logs in {cluster['dir']}/logs)",
               f"servers: {','.join(cluster['servers'])}"]
+    if slurm:
+        lines.append(f"slurm:   partition {slurm['partition']}; client commands need "
+                     f"SLURM_CONF={slurm['conf']}")
     user_tls = cluster.get("user_tls")
     if cluster.get("insecure"):
         lines.append("tls:     none: plaintext, no authentication (--insecure-dev)")
@@ -508,9 +519,22 @@ def dev_agent_text(agent: Doc) -> str:
     return "\n".join([
         table(["AGENT", "PID", "PROCESS", "CAPABILITIES", "CPU", "MEMORY MB", "GPU", "STATUS"],
               [row], right=[1, 4, 5, 6]),
-        "", f"log:     {agent['log']}", f"data:    {agent['data_dir']}",
-        f"metrics: 127.0.0.1:{agent['metrics_port']}"])
+        "", f"executor:  {_executor(agent)}",
+        f"resources: {_resources(agent.get('resources', {})) or 'none'}",
+        f"log:       {agent['log']}", f"data:      {agent['data_dir']}",
+        f"metrics:   127.0.0.1:{agent['metrics_port']}"])
 
 
 def _alive(alive: bool) -> str:
     return "alive" if alive else "DEAD"
+
+
+def _executor(agent: Doc) -> str:
+    """mock, subprocess, or `slurm:PARTITION`."""
+    executor = str(agent.get("executor") or "")
+    partition = agent.get("slurm_partition")
+    return f"{executor}:{partition}" if partition else executor
+
+
+def _resources(resources: Mapping[str, int]) -> str:
+    return ",".join(f"{name}={count}" for name, count in resources.items())

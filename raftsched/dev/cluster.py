@@ -11,20 +11,29 @@ localhost), one per agent (raftsched-agent:CLUSTER) and one for the local user
 makes none of these: every process runs with --insecure-dev (plaintext, no secret). It waits,
 up to a named timeout, until a replica says it leads and every agent's cluster is READY; on any
 failure it stops what it started and raises a `DevClusterError` carrying the tail of the log
-that explains it.
+that explains it. `up --slurm` first starts a private single-node Slurm in DIR/slurm
+(`raftsched.dev.slurm`: munged, slurmctld, slurmd, each recorded as soon as it is spawned; the
+node has cpu-east's size and its capabilities as features) and runs cpu-east's agent with
+`--executor slurm --slurm-partition debug` and that Slurm's SLURM_CONF in its environment.
 
-`add_agent` starts one more agent on the running cluster (a cluster of another id, size or
-executor, for tests, benchmarks and demos): it checks the shape by the agent's own rules, issues
-its certificate from the CA in DIR/tls (`pki.load_authority`), spawns it like `up` does, records
-it, and waits until its cluster is READY; on failure it stops the agent and forgets it again.
-`status` and `down` treat it like any agent `up` started.
+`add_agent` starts one more agent on the running cluster (a cluster of another id, size,
+executor or custom resources, for tests, benchmarks and demos): it checks the shape by the
+agent's own rules, issues its certificate from the CA in DIR/tls (`pki.load_authority`), spawns
+it like `up` does, records it, and waits until its cluster is READY; on failure it stops the
+agent and forgets it again. A Slurm agent (`executor="slurm"`) fronts a partition of the
+cluster's own private Slurm, else of the Slurm SLURM_CONF names; its sizes and node features are
+read from the partition first (`agent.slurm.partition_capacity`), so a Slurm that does not
+answer or has no such partition is refused before anything starts. `status` and `down` treat it
+like any agent `up` started.
 
 DIR/cluster.json records every process: its identity (pid and start time from /proc, see
 `supervisor.Identity`) and addresses. `down` signals a pid only while /proc still shows that same
 start time, so it never signals a process that merely reused the pid; it stops exactly those
 processes (`supervisor.stop_all`: SIGTERM to the process group, a named wait, then SIGKILL),
-removes the state file and nothing else (logs, secret and data stay), and is idempotent. Linux
-only (/proc).
+removes the state file and nothing else (logs, secret and data stay), and is idempotent. The
+private Slurm's daemons go last, once no agent submits any more: its jobs are cancelled through
+its controller and their processes waited for, then the daemons stop the same way, slurmd
+first (`raftsched.dev.slurm.stop_daemons`). Linux only (/proc).
 
 A run's Raft and agent data go to DIR/data/RUN/NAME with a fresh RUN per `up`: a replica
 restarted on an old data dir would remember the previous run's membership and ports.
@@ -38,16 +47,18 @@ import getpass
 import json
 import os
 import secrets
-import socket
+import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import raftsched
 from raftsched import limits, procfs
+from raftsched.dev import slurm as private_slurm
+from raftsched.dev.ports import LOOPBACK, pick_free_ports, port_open
 from raftsched.dev.supervisor import (
     Child,
     Identity,
@@ -86,7 +97,13 @@ MAX_RECORDED_AGENTS = 64
 MAX_CPU_CORES = limits.MAX_CPU_MILLI // 1000
 """The largest `add-agent --cpu`: the most a cluster may declare (`limits.MAX_CPU_MILLI`)."""
 EXECUTORS = ("mock", "subprocess")
+"""What `up --executor` runs the agents with (the cluster's executor)."""
 DEFAULT_EXECUTOR = "mock"
+SLURM_EXECUTOR = "slurm"
+AGENT_EXECUTORS = (*EXECUTORS, SLURM_EXECUTOR)
+"""What one agent may run with (`add-agent --executor`; cpu-east's with `up --slurm`)."""
+SLURM_DIR_NAME = "slurm"
+"""DIR/slurm: the private Slurm of `up --slurm` (its conf, state, spool, logs)."""
 UP_TIMEOUT_S = 60.0
 """How long `up` waits for a leader and then for every agent to be READY, and `add-agent` for
 its agent's cluster. (How long `down` waits for processes to exit: `supervisor.TERM_TIMEOUT_S`
@@ -94,13 +111,11 @@ and `KILL_TIMEOUT_S`.)"""
 POLL_INTERVAL_S = 0.2
 PROBE_TIMEOUT_S = 1.0
 """Deadline of one ClusterStatus call while polling."""
-CONNECT_TIMEOUT_S = 0.2
 PROGRESS_EVERY_S = 5.0
 SECRET_BYTES = 32
-MAX_PORTS = 128
-LOOPBACK = "127.0.0.1"
 RESERVED_ENV = ("RAFTSCHED_SECRET", "RAFTSCHED_SERVERS", DEV_DIR_ENV)
-"""Not passed on to the processes: everything they need is on their command line."""
+"""Not passed on to the processes: everything they need is on their command line (a Slurm
+agent also gets SLURM_CONF in its environment)."""
 READY = "READY"
 
 Progress = Callable[[str], None]
@@ -119,6 +134,10 @@ class DevClusterError(RaftschedError):
 # --- the shape of a dev cluster ----------------------------------------------------------------
 
 
+Resources = tuple[tuple[str, int], ...]
+"""Named custom resources an agent offers (`--resources NAME=COUNT,...`), sorted by name."""
+
+
 @dataclass(frozen=True, slots=True)
 class AgentShape:
     cluster: str
@@ -126,12 +145,18 @@ class AgentShape:
     cpu: int
     memory_mb: int
     gpu: int
+    resources: Resources = ()
 
 
 FIRST_AGENTS = (
     AgentShape("cpu-east", ("linux",), cpu=4, memory_mb=8192, gpu=0),
     AgentShape("gpu-west", ("linux", "gpu"), cpu=4, memory_mb=16384, gpu=2),
 )
+
+
+SLURM_AGENT = FIRST_AGENTS[0]
+"""The agent `up --slurm` puts in front of the private Slurm, whose node has its size and its
+capabilities as features."""
 
 
 def agent_shapes(count: int) -> list[AgentShape]:
@@ -166,6 +191,47 @@ class AgentEntry:
     metrics_port: int
     data_dir: str
     log: str
+    resources: Resources = ()
+    """In the state file: {NAME: COUNT}."""
+    executor: str = ""
+    """mock, subprocess or slurm; "": the cluster's (a state file written before agents
+    recorded theirs)."""
+    slurm_partition: str = ""
+    """With the slurm executor: the partition the agent fronts."""
+
+
+@dataclass(frozen=True, slots=True)
+class DaemonEntry:
+    """One daemon of the private Slurm."""
+
+    name: str
+    pid: int
+    start_time_ticks: int
+    log: str
+
+
+@dataclass(slots=True)
+class SlurmEntry:
+    """The private Slurm `up --slurm` started in DIR/slurm."""
+
+    dir: str
+    conf: str
+    """Its slurm.conf: the SLURM_CONF of its client commands and of its agents."""
+    partition: str
+    jobcomp: str
+    """Its job completion log (jobcomp/filetxt): one line per finished job."""
+    socket_dir: str = ""
+    """A temporary directory holding munge's socket when DIR is too deep ("": none); `down`
+    removes it."""
+    daemons: list[DaemonEntry] = field(default_factory=list)
+
+    def processes(self) -> dict[str, Recorded]:
+        return {d.name: Recorded(d.name, Identity(d.pid, d.start_time_ticks))
+                for d in self.daemons}
+
+    def client_env(self, base: Mapping[str, str]) -> dict[str, str]:
+        """`base` with SLURM_CONF naming this Slurm (and no other Slurm's settings)."""
+        return private_slurm.client_env(Path(self.conf), base)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +284,8 @@ class ClusterState:
     user_tls: TlsPaths | None = None
     """The local user's certificate (raftsched-user:LOGIN) and the cluster's CA; None with
     `insecure`."""
+    slurm: SlurmEntry | None = None
+    """The private Slurm of `up --slurm`; None without."""
 
     @property
     def servers(self) -> list[str]:
@@ -229,12 +297,18 @@ class ClusterState:
         return None if self.insecure else self.user_tls
 
     def processes(self) -> list[Recorded]:
+        """The replicas and agents (the private Slurm's daemons: `slurm_daemons`)."""
         return ([Recorded(r.id, Identity(r.pid, r.start_time_ticks)) for r in self.replicas]
                 + [Recorded(a.cluster, Identity(a.pid, a.start_time_ticks))
                    for a in self.agents])
 
+    def slurm_daemons(self) -> list[Recorded]:
+        return list(self.slurm.processes().values()) if self.slurm is not None else []
+
     def to_doc(self) -> dict[str, Any]:
         doc = asdict(self)
+        for agent, entry in zip(doc["agents"], self.agents, strict=True):
+            agent["resources"] = dict(entry.resources)
         doc["version"] = STATE_VERSION
         return doc
 
@@ -245,14 +319,10 @@ class ClusterState:
             raise ValueError("not a JSON object")
         if doc.get("version") != STATE_VERSION:
             raise ValueError(f"version {doc.get('version')!r}, expected {STATE_VERSION}")
-        replicas = [ReplicaEntry(**_entry(ReplicaEntry, item)) for item in _list(doc, "replicas")]
-        agents = []
-        for item in _list(doc, "agents"):
-            values = _entry(AgentEntry, item)
-            values["capabilities"] = tuple(values["capabilities"])
-            agents.append(AgentEntry(**values))
         directory, executor, secret_file = (_string(doc, name)
                                             for name in ("dir", "executor", "secret_file"))
+        replicas = [ReplicaEntry(**_entry(ReplicaEntry, item)) for item in _list(doc, "replicas")]
+        agents = [_agent_entry(item) for item in _list(doc, "agents")]
         created_ms = doc.get("created_ms")
         if not isinstance(created_ms, int):
             raise ValueError("created_ms must be an integer")
@@ -261,7 +331,33 @@ class ClusterState:
         if not isinstance(insecure, bool):
             raise ValueError("insecure must be true or false")
         return cls(directory, executor, secret_file, created_ms, replicas, agents, insecure,
-                   _tls_paths(doc.get("user_tls")))
+                   _tls_paths(doc.get("user_tls")), _slurm_entry(doc.get("slurm")))
+
+
+def _agent_entry(item: object) -> AgentEntry:
+    values = _entry(AgentEntry, item)
+    values["capabilities"] = tuple(values["capabilities"])
+    resources = values.get("resources", {})
+    if not isinstance(resources, dict) or not all(
+            isinstance(name, str) and isinstance(count, int) and not isinstance(count, bool)
+            for name, count in resources.items()):
+        raise ValueError("an agent's resources must be {NAME: COUNT}")
+    values["resources"] = tuple(sorted(resources.items()))
+    return AgentEntry(**values)
+
+
+def _slurm_entry(item: object) -> SlurmEntry | None:
+    if item is None:
+        return None
+    values = _entry(SlurmEntry, item)
+    if not all(isinstance(values.get(name, ""), str)
+               for name in ("dir", "conf", "partition", "jobcomp", "socket_dir")):
+        raise ValueError("slurm's dir, conf, partition, jobcomp and socket_dir must be strings")
+    daemons = values.get("daemons", [])
+    if not isinstance(daemons, list):
+        raise ValueError("slurm's daemons must be a list")
+    values["daemons"] = [DaemonEntry(**_entry(DaemonEntry, daemon)) for daemon in daemons]
+    return SlurmEntry(**values)
 
 
 def _tls_paths(item: object) -> TlsPaths | None:
@@ -290,13 +386,18 @@ def _string(doc: dict[str, Any], key: str) -> str:
     return value
 
 
-def _entry(kind: type[ReplicaEntry] | type[AgentEntry], item: object) -> dict[str, Any]:
-    """The fields of one recorded process; its identity (pid, start time) must be integers."""
+def _entry(kind: type[ReplicaEntry] | type[AgentEntry] | type[DaemonEntry] | type[SlurmEntry],
+           item: object) -> dict[str, Any]:
+    """The fields of one recorded entry (those with a default may be missing: written before
+    they were); a process's identity (pid, start time) must be integers."""
     names = [f.name for f in fields(kind)]
-    if not isinstance(item, dict) or set(names) - set(item):
-        raise ValueError(f"a {kind.__name__} needs the fields {', '.join(names)}")
-    Identity.from_doc(item)
-    return {name: item[name] for name in names}
+    required = [f.name for f in fields(kind)
+                if f.default is MISSING and f.default_factory is MISSING]
+    if not isinstance(item, dict) or set(required) - set(item):
+        raise ValueError(f"a {kind.__name__} needs the fields {', '.join(required)}")
+    if "pid" in names:
+        Identity.from_doc(item)
+    return {name: item[name] for name in names if name in item}
 
 
 # --- state file, secret, lock ------------------------------------------------------------------
@@ -410,28 +511,6 @@ def local_user_name() -> str:
 # --- processes ---------------------------------------------------------------------------------
 
 
-def pick_free_ports(count: int, host: str = LOOPBACK) -> list[int]:
-    """`count` distinct ports that were free on `host` a moment ago (bound to port 0 together,
-    then released; a process elsewhere could still take one before our servers bind it)."""
-    assert 0 < count <= MAX_PORTS
-    with contextlib.ExitStack() as stack:
-        ports = []
-        for _ in range(count):
-            sock = stack.enter_context(socket.socket(socket.AF_INET, socket.SOCK_STREAM))
-            sock.bind((host, 0))
-            ports.append(int(sock.getsockname()[1]))
-    return ports
-
-
-def port_open(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> bool:
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
-
-
 def require_proc() -> None:
     if not procfs.available():
         raise DevClusterError(Code.FAILED_PRECONDITION,
@@ -458,12 +537,19 @@ def replica_command(raft_address: str, grpc_address: str, peers: Sequence[str], 
 
 
 def agent_command(shape: AgentShape, servers: Sequence[str], data_dir: Path, executor: str,
-                  metrics_port: int, *, tls: TlsPaths | None) -> list[str]:
-    """`python -m raftsched agent ...`; without TLS files: --insecure-dev."""
+                  metrics_port: int, *, tls: TlsPaths | None,
+                  slurm_partition: str = "") -> list[str]:
+    """`python -m raftsched agent ...`; without TLS files: --insecure-dev. A Slurm agent gets
+    --slurm-partition instead of sizes (it reads its partition's with sinfo)."""
+    assert (executor == SLURM_EXECUTOR) == bool(slurm_partition)
+    sizes = (["--slurm-partition", slurm_partition] if slurm_partition else
+             ["--cpu", str(shape.cpu), "--memory-mb", str(shape.memory_mb), "--gpu",
+              str(shape.gpu)])
+    resources = ",".join(f"{name}={count}" for name, count in shape.resources)
     return [sys.executable, "-m", "raftsched", "agent", "--cluster-id", shape.cluster,
             "--servers", ",".join(servers), "--capabilities", ",".join(shape.capabilities),
-            "--cpu", str(shape.cpu), "--memory-mb", str(shape.memory_mb), "--gpu",
-            str(shape.gpu), "--data-dir", str(data_dir), "--executor", executor,
+            *sizes, *(["--resources", resources] if resources else []),
+            "--data-dir", str(data_dir), "--executor", executor,
             "--metrics-port", str(metrics_port),
             *(tls.flags() if tls is not None else ["--insecure-dev"])]
 
@@ -477,14 +563,20 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def spawn_process(name: str, argv: list[str], log_path: Path, cwd: Path) -> Child:
-    """Start `argv` through the supervisor: its own session, output appended to `log_path`."""
-    child = Child(name, argv, log_path, env=child_env(), cwd=cwd)
+def spawn_process(name: str, argv: list[str], log_path: Path, cwd: Path,
+                  env: Mapping[str, str] | None = None) -> Child:
+    """Start `argv` through the supervisor: its own session, output appended to `log_path`,
+    with `env` (default `child_env()`)."""
+    child = Child(name, argv, log_path, env=child_env() if env is None else env, cwd=cwd)
     child.start(note="raftsched dev")
     return child
 
 
-Spawn = Callable[[str, list[str], Path, Path], Child]
+class Spawn(Protocol):
+    """`spawn_process`, or a stand-in for tests."""
+
+    def __call__(self, name: str, argv: list[str], log_path: Path, cwd: Path,
+                 env: Mapping[str, str] | None = None) -> Child: ...
 
 
 # --- asking the cluster ------------------------------------------------------------------------
@@ -546,16 +638,22 @@ class UpOptions:
     timeout_s: float = UP_TIMEOUT_S
     insecure: bool = False
     """--insecure-dev: no CA, no secret, plaintext everywhere."""
+    slurm: bool = False
+    """--slurm: also a private Slurm in DIR/slurm, with cpu-east's agent in front of it."""
 
 
 def up(options: UpOptions, *, progress: Progress, spawn: Spawn = spawn_process,
        probe: Probe = probe_cluster, clock: Callable[[], float] = time.monotonic,
        sleep: Callable[[float], None] = time.sleep) -> tuple[ClusterState, ClusterView]:
     """Start a dev cluster in `options.dir` and wait until it has a leader and every agent is
-    READY. On failure (or Ctrl-C) stop what was started and re-raise."""
+    READY. With `options.slurm`, first a private Slurm in DIR/slurm (its daemons recorded like
+    the other processes), and cpu-east's agent runs in front of its partition. On failure (or
+    Ctrl-C) stop what was started and re-raise."""
     assert options.replicas in REPLICA_COUNTS and 0 <= options.agents <= MAX_AGENTS
     assert options.executor in EXECUTORS
     require_proc()
+    if options.slurm and (reason := private_slurm.slurm_available()) is not None:
+        raise DevClusterError(Code.FAILED_PRECONDITION, f"--slurm: {reason}")
     directory = options.dir.resolve()
     with exclusive(directory):
         _refuse_if_running(directory, progress)
@@ -582,7 +680,8 @@ def _refuse_if_running(directory: Path, progress: Progress) -> None:
     previous = load_state(directory)
     if previous is None:
         return
-    alive = [process for process in previous.processes() if process.alive()]
+    alive = [process for process in previous.processes() + previous.slurm_daemons()
+             if process.alive()]
     if alive:
         names = ", ".join(f"{process.name} (pid {process.pid})" for process in alive)
         raise DevClusterError(Code.FAILED_PRECONDITION,
@@ -590,6 +689,8 @@ def _refuse_if_running(directory: Path, progress: Progress) -> None:
                               f"stop it first with: raftsched dev down --dir {directory}")
     progress(f"forgetting the earlier dev cluster recorded in {directory} (none of its "
              f"processes is running)")
+    if previous.slurm is not None and previous.slurm.socket_dir:
+        shutil.rmtree(previous.slurm.socket_dir, ignore_errors=True)
     state_path(directory).unlink()
 
 
@@ -611,8 +712,9 @@ class _Launch:
         self.children: dict[str, Child] = {}
         self.logs: dict[str, str] = {}
 
-    def _spawn(self, name: str, argv: list[str], log: Path) -> Identity:
-        child = self.spawn(name, argv, log, Path(self.state.dir))
+    def _spawn(self, name: str, argv: list[str], log: Path,
+               env: Mapping[str, str] | None = None) -> Identity:
+        child = self.spawn(name, argv, log, Path(self.state.dir), env)
         self.children[name] = child
         self.logs[name] = str(log)
         assert child.identity is not None
@@ -681,8 +783,11 @@ class _Starter(_Launch):
         self.options, self.certificates = options, certificates
         run = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}"
         self.run_dir = Path(state.dir) / DATA_DIR_NAME / run
+        self.slurm: private_slurm.LocalSlurm | None = None
 
     def run(self) -> ClusterView:
+        if self.options.slurm:
+            self._start_slurm()
         count = self.options.replicas
         ports = pick_free_ports(3 * count + self.options.agents)
         rafts = [f"{LOOPBACK}:{port}" for port in ports[:count]]
@@ -696,8 +801,10 @@ class _Starter(_Launch):
         shapes = agent_shapes(self.options.agents)
         if not shapes:
             return view
-        self.progress(f"starting {len(shapes)} agents ({self.options.executor} executor): "
-                      + ", ".join(shape.cluster for shape in shapes))
+        in_slurm = (f"; {SLURM_AGENT.cluster}: Slurm partition {self.slurm.partition}"
+                    if self.slurm is not None else "")
+        self.progress(f"starting {len(shapes)} agents ({self.options.executor} executor"
+                      f"{in_slurm}): " + ", ".join(shape.cluster for shape in shapes))
         for index, shape in enumerate(shapes):
             self._start_agent(shape, ports[3 * count + index])
         names = [shape.cluster for shape in shapes]
@@ -722,15 +829,61 @@ class _Starter(_Launch):
                                                 metrics_port, str(data_dir), str(log)))
         save_state(self.state)
 
+    def _start_slurm(self) -> None:
+        """The private Slurm in DIR/slurm: one node of cpu-east's size whose features are its
+        capabilities, each daemon recorded as soon as it is spawned."""
+        remaining_s = max(self.deadline_s - self.clock(), POLL_INTERVAL_S)
+        self.slurm = private_slurm.LocalSlurm(
+            Path(self.state.dir) / SLURM_DIR_NAME, start_timeout_s=remaining_s,
+            cpus=SLURM_AGENT.cpu, memory_mb=SLURM_AGENT.memory_mb,
+            features=SLURM_AGENT.capabilities, spawn=self._spawn_daemon)
+        self.progress(f"starting a private Slurm in {self.slurm.directory} (munged, slurmctld, "
+                      f"slurmd; partition {self.slurm.partition}: one node of "
+                      f"{SLURM_AGENT.cpu} cpus, {SLURM_AGENT.memory_mb} MB, features "
+                      f"{','.join(SLURM_AGENT.capabilities)})")
+        try:
+            self.slurm.start()
+        except private_slurm.SlurmError as error:
+            log = str(error.log) if error.log is not None else None
+            raise DevClusterError(Code.FAILED_PRECONDITION,
+                                  f"the private Slurm did not start: {error.message}; its logs "
+                                  f"are in {self.slurm.log_dir}",
+                                  log=log, log_tail=log_tail(log) if log else ()) from None
+        self.progress(f"Slurm node {self.slurm.node} idle after {self.slurm.startup_s or 0:.1f} "
+                      f"s (SLURM_CONF={self.slurm.conf})")
+
+    def _spawn_daemon(self, name: str, argv: list[str], log: Path, env: dict[str, str],
+                      cwd: Path) -> Child:
+        """Start one daemon of the private Slurm and record it at once (so that `down` stops
+        it even if this `up` dies)."""
+        slurm = self.slurm
+        assert slurm is not None
+        env = {key: value for key, value in env.items() if key not in RESERVED_ENV}
+        child = self.spawn(name, argv, log, cwd, env)
+        assert child.identity is not None
+        if self.state.slurm is None:
+            self.state.slurm = SlurmEntry(str(slurm.directory), str(slurm.conf),
+                                          slurm.partition, str(slurm.jobcomp),
+                                          str(slurm.socket_dir or ""))
+        self.state.slurm.daemons.append(DaemonEntry(name, *child.identity,
+                                                    str(slurm.log_dir / f"{name}.log")))
+        save_state(self.state)
+        return child
+
     def _start_agent(self, shape: AgentShape, metrics_port: int) -> None:
         data_dir, log = self._prepare(shape.cluster)
-        argv = agent_command(shape, self.state.servers, data_dir, self.options.executor,
-                             metrics_port, tls=self.certificates.agents[shape.cluster]
-                             if self.certificates else None)
-        pid, start = self._spawn(shape.cluster, argv, log)
+        executor, partition, env = self.options.executor, "", None
+        if self.state.slurm is not None and shape.cluster == SLURM_AGENT.cluster:
+            executor, partition = SLURM_EXECUTOR, self.state.slurm.partition
+            env = self.state.slurm.client_env(child_env())
+        argv = agent_command(shape, self.state.servers, data_dir, executor, metrics_port,
+                             tls=self.certificates.agents[shape.cluster]
+                             if self.certificates else None, slurm_partition=partition)
+        pid, start = self._spawn(shape.cluster, argv, log, env)
         self.state.agents.append(AgentEntry(shape.cluster, pid, start, shape.capabilities,
                                             shape.cpu, shape.memory_mb, shape.gpu, metrics_port,
-                                            str(data_dir), str(log)))
+                                            str(data_dir), str(log), shape.resources, executor,
+                                            partition))
         save_state(self.state)
 
     def _prepare(self, name: str) -> tuple[Path, Path]:
@@ -739,10 +892,23 @@ class _Starter(_Launch):
         return data_dir, Path(self.state.dir) / LOG_DIR_NAME / f"{name}.log"
 
     def abort(self) -> None:
-        if not self._stop_children():
+        """Stop the agents and replicas, then the private Slurm; forget them unless one
+        survived SIGKILL (then `down` retries)."""
+        results = self._stop_children()
+        if self.slurm is not None:
+            stopped = self.slurm.stop()
+            results += stopped.results
+            _report_job_processes(stopped.job_processes, self.progress)
+        if not results or any(r.outcome is StopOutcome.SURVIVED for r in results):
             return
         with contextlib.suppress(FileNotFoundError):
             state_path(Path(self.state.dir)).unlink()
+
+
+def _report_job_processes(pids: Sequence[int], progress: Progress) -> None:
+    if pids:
+        progress(f"warning: Slurm job processes {', '.join(map(str, pids))} outlived the "
+                 f"private Slurm's daemons (left alone: only recorded processes are signalled)")
 
 
 def _all_ready(view: ClusterView | None, names: Sequence[str]) -> bool:
@@ -770,19 +936,26 @@ class AddAgentOptions:
     cluster: str
     capabilities: tuple[str, ...] = ()
     cpu: int | None = None
-    """Cores; None: this machine's, as `raftsched agent` defaults."""
+    """Cores; None: this machine's, as `raftsched agent` defaults (a Slurm agent: its
+    partition's)."""
     memory_mb: int | None = None
     """None: this machine's memory, as `raftsched agent` defaults."""
-    gpu: int = 0
+    gpu: int | None = None
+    """None: 0."""
     executor: str | None = None
     """None: the executor the cluster was started with."""
     timeout_s: float = UP_TIMEOUT_S
+    resources: Resources = ()
+    """Named custom resources (`parse_resources`)."""
+    slurm_partition: str = ""
+    """With executor "slurm": the partition the agent fronts."""
 
 
 def requested_shape(options: AddAgentOptions) -> AgentShape:
     """The agent `options` asks for, with the agent's defaults (this machine's cores and memory,
-    no GPU, no capabilities) and its rules for ids and sizes; INVALID_ARGUMENT naming the option
-    otherwise."""
+    no GPU, no capabilities, no custom resources) and its rules for ids and sizes;
+    INVALID_ARGUMENT naming the option otherwise. A Slurm agent's sizes are 0 here: its
+    partition's replace them (`add_agent`)."""
     from raftsched.spec.job import id_problem  # the one id rule, the agent's --cluster-id's too
 
     problem = id_problem(options.cluster)
@@ -796,15 +969,86 @@ def requested_shape(options: AddAgentOptions) -> AgentShape:
         problem = id_problem(capability)
         if problem is not None:
             raise DevClusterError(Code.INVALID_ARGUMENT, f"--capabilities: each {problem}")
+    check_resources(options.resources)
+    if _check_executor(options):
+        return AgentShape(options.cluster, capabilities, 0, 0, 0, options.resources)
     cpu = options.cpu if options.cpu is not None else os.cpu_count() or 1
     memory_mb = options.memory_mb if options.memory_mb is not None else machine_memory_mb()
+    gpu = options.gpu or 0
     for option, value, most in (("--cpu", cpu, MAX_CPU_CORES),
                                 ("--memory-mb", memory_mb, limits.MAX_MEMORY_MB),
-                                ("--gpu", options.gpu, limits.MAX_GPU)):
+                                ("--gpu", gpu, limits.MAX_GPU)):
         if not 0 <= value <= most:
             raise DevClusterError(Code.INVALID_ARGUMENT,
                                   f"{option} {value}: between 0 and {most}")
-    return AgentShape(options.cluster, capabilities, cpu, memory_mb, options.gpu)
+    return AgentShape(options.cluster, capabilities, cpu, memory_mb, gpu, options.resources)
+
+
+def _check_executor(options: AddAgentOptions) -> bool:
+    """Whether `options` ask for a Slurm agent, which needs --slurm-partition and takes no
+    sizes (the agent reads its partition's); INVALID_ARGUMENT otherwise."""
+    assert options.executor is None or options.executor in AGENT_EXECUTORS
+    if options.executor != SLURM_EXECUTOR:
+        if options.slurm_partition:
+            raise DevClusterError(Code.INVALID_ARGUMENT, "--slurm-partition goes with "
+                                                         "--executor slurm")
+        return False
+    if not options.slurm_partition:
+        raise DevClusterError(Code.INVALID_ARGUMENT,
+                              "--executor slurm needs --slurm-partition NAME (the private Slurm "
+                              f"of 'raftsched dev up --slurm' has partition "
+                              f"{private_slurm.PARTITION!r})")
+    sizes = [option for option, value in (("--cpu", options.cpu),
+                                          ("--memory-mb", options.memory_mb),
+                                          ("--gpu", options.gpu)) if value is not None]
+    if sizes:
+        raise DevClusterError(Code.INVALID_ARGUMENT,
+                              f"{', '.join(sizes)}: not with --executor slurm (a Slurm "
+                              f"agent's capacity is its partition's, read with sinfo)")
+    return True
+
+
+def parse_resources(text: str) -> Resources:
+    """`fpga=2,license=10` as sorted (name, count) pairs, by the agent's `--resources` rules;
+    INVALID_ARGUMENT naming the entry that is wrong."""
+    found: dict[str, int] = {}
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        name, equals, count_text = item.partition("=")
+        name = name.strip()
+        try:
+            count = int(count_text) if equals else None
+        except ValueError:
+            count = None
+        if count is None:
+            raise DevClusterError(Code.INVALID_ARGUMENT, f"--resources: {item!r} is not "
+                                                         f"NAME=COUNT (a whole number)")
+        if name in found:
+            raise DevClusterError(Code.INVALID_ARGUMENT, f"--resources: {name!r} is named "
+                                                         f"twice")
+        found[name] = count
+    resources = tuple(sorted(found.items()))
+    check_resources(resources)
+    return resources
+
+
+def check_resources(resources: Resources) -> None:
+    """The agent's rules for custom resources: valid names, counts 1..MAX_CUSTOM_RESOURCE_COUNT,
+    at most MAX_CUSTOM_RESOURCES_PER_CLUSTER; INVALID_ARGUMENT naming what is wrong."""
+    from raftsched.spec.job import id_problem
+
+    if len(resources) > limits.MAX_CUSTOM_RESOURCES_PER_CLUSTER:
+        raise DevClusterError(Code.INVALID_ARGUMENT, f"--resources: at most "
+                                                     f"{limits.MAX_CUSTOM_RESOURCES_PER_CLUSTER}")
+    for name, count in resources:
+        problem = id_problem(name)
+        if problem is not None:
+            raise DevClusterError(Code.INVALID_ARGUMENT, f"--resources: each name {problem}")
+        if not 1 <= count <= limits.MAX_CUSTOM_RESOURCE_COUNT:
+            raise DevClusterError(Code.INVALID_ARGUMENT,
+                                  f"--resources: {name}={count}: the count must be 1.."
+                                  f"{limits.MAX_CUSTOM_RESOURCE_COUNT}")
 
 
 def machine_memory_mb() -> int:
@@ -823,7 +1067,6 @@ def add_agent(options: AddAgentOptions, *, progress: Progress, spawn: Spawn = sp
     until its cluster is READY. Refuses (before starting anything) a bad shape, a cluster id
     already recorded, and a directory without a running cluster. On failure (or Ctrl-C) stop
     the agent, forget it and re-raise."""
-    assert options.executor is None or options.executor in EXECUTORS
     require_proc()
     shape = requested_shape(options)
     directory = options.dir.resolve()
@@ -832,10 +1075,14 @@ def add_agent(options: AddAgentOptions, *, progress: Progress, spawn: Spawn = sp
         state = recorded_state(directory)
         _refuse_to_add(state, shape.cluster)
         executor = options.executor or state.executor
+        env = None
+        if executor == SLURM_EXECUTOR:
+            env = _slurm_env(state)
+            shape = _slurm_shape(shape, options.slurm_partition, env, state.slurm is not None)
         tls = None if state.insecure else _issue_agent_certificate(directory, shape.cluster)
         adder = _Adder(state, options.timeout_s, spawn, probe, progress, clock, sleep)
         try:
-            entry = adder.start(shape, executor, tls)
+            entry = adder.start(shape, executor, tls, env, options.slurm_partition)
             return state, entry, adder.wait_ready(shape.cluster)
         except BaseException:
             adder.abort()
@@ -884,6 +1131,44 @@ def _refuse_to_add(state: ClusterState, cluster: str) -> None:
                               f"agents (MAX_RECORDED_AGENTS)")
 
 
+def _slurm_env(state: ClusterState) -> dict[str, str]:
+    """The environment of a Slurm agent: SLURM_CONF naming the dev cluster's private Slurm when
+    it has one (FAILED_PRECONDITION if that one no longer runs), else this environment's."""
+    if state.slurm is None:
+        return child_env()
+    dead = [d for d in state.slurm.processes().values() if not d.alive()]
+    if dead:
+        names = ", ".join(f"{d.name} (pid {d.pid})" for d in dead)
+        raise DevClusterError(Code.FAILED_PRECONDITION,
+                              f"the private Slurm of the dev cluster in {state.dir} is not "
+                              f"running ({names} gone); restart the cluster: raftsched dev down "
+                              f"--dir {state.dir}; raftsched dev up --slurm --dir {state.dir}")
+    return state.slurm.client_env(child_env())
+
+
+def _slurm_shape(shape: AgentShape, partition: str, env: dict[str, str],
+                 own: bool) -> AgentShape:
+    """`shape` with the partition's sizes, and its nodes' features beside the capabilities, as
+    the agent will read them (`agent.slurm.partition_capacity`); FAILED_PRECONDITION saying
+    which Slurm was asked when it does not answer or has no such partition."""
+    from agent.executor import ExecutorError
+    from agent.slurm import partition_capacity
+
+    try:
+        found = partition_capacity(partition, env)
+    except ExecutorError as error:
+        asked = ("the dev cluster's private Slurm" if own else
+                 f"the Slurm SLURM_CONF={env['SLURM_CONF']} names" if env.get("SLURM_CONF")
+                 else "the Slurm of this machine's default configuration (SLURM_CONF is unset)")
+        raise DevClusterError(Code.FAILED_PRECONDITION,
+                              f"--slurm-partition {partition}: {error} (asked {asked}; "
+                              f"--executor slurm needs a Slurm: the dev cluster's own, from "
+                              f"'raftsched dev up --slurm', or one SLURM_CONF names)") from None
+    capabilities = tuple(dict.fromkeys((*shape.capabilities, *found.capabilities)))
+    return replace(shape, capabilities=capabilities, cpu=found.cpu_milli // 1000,
+                   memory_mb=found.memory_mb, gpu=found.gpu)
+
+
 def _issue_agent_certificate(directory: Path, cluster: str) -> TlsPaths:
     """raftsched-agent:CLUSTER, signed by the CA `up` made in DIR/tls."""
     from raftsched.dev import pki  # cryptography: loaded only when a certificate is issued
@@ -906,7 +1191,8 @@ class _Adder(_Launch):
 
     entry: AgentEntry | None = None
 
-    def start(self, shape: AgentShape, executor: str, tls: TlsPaths | None) -> AgentEntry:
+    def start(self, shape: AgentShape, executor: str, tls: TlsPaths | None,
+              env: dict[str, str] | None = None, slurm_partition: str = "") -> AgentEntry:
         directory = Path(self.state.dir)
         # The run's data dir, next to the replicas'. A failed earlier add of this id left its
         # agent's data there: the new agent resumes from it, as a restarted agent would.
@@ -915,15 +1201,18 @@ class _Adder(_Launch):
         (directory / LOG_DIR_NAME).mkdir(exist_ok=True)
         log = directory / LOG_DIR_NAME / f"{shape.cluster}.log"
         metrics_port = pick_free_ports(1)[0]
-        self.progress(f"starting agent {shape.cluster} ({executor} executor; cpu {shape.cpu}, "
-                      f"memory {shape.memory_mb} MB, gpu {shape.gpu}; capabilities "
-                      f"{','.join(shape.capabilities) or 'none'}; log {log})")
+        partition = f", Slurm partition {slurm_partition}" if slurm_partition else ""
+        resources = ",".join(f"{name}={count}" for name, count in shape.resources)
+        self.progress(f"starting agent {shape.cluster} ({executor} executor{partition}; cpu "
+                      f"{shape.cpu}, memory {shape.memory_mb} MB, gpu {shape.gpu}; capabilities "
+                      f"{','.join(shape.capabilities) or 'none'}; resources {resources or 'none'}"
+                      f"; log {log})")
         argv = agent_command(shape, self.state.servers, data_dir, executor, metrics_port,
-                             tls=tls)
-        pid, start = self._spawn(shape.cluster, argv, log)
+                             tls=tls, slurm_partition=slurm_partition)
+        pid, start = self._spawn(shape.cluster, argv, log, env)
         self.entry = AgentEntry(shape.cluster, pid, start, shape.capabilities, shape.cpu,
                                 shape.memory_mb, shape.gpu, metrics_port, str(data_dir),
-                                str(log))
+                                str(log), shape.resources, executor, slurm_partition)
         self.state.agents.append(self.entry)
         save_state(self.state)
         return self.entry
@@ -951,7 +1240,8 @@ def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]
     """What `dev up` and `dev status` print with --json: {"servers", "replicas": [{"id", "pid",
     "address", "raft_address", "leader", "alive"}], "agents": [{"cluster", "pid", "alive"}],
     "metrics": [URL of every replica's and agent's /metrics], "dir", "insecure", "user_tls":
-    {"ca", "cert", "key"} | null} and a few more fields."""
+    {"ca", "cert", "key"} | null, "slurm": {"dir", "conf", "partition", "jobcomp", "daemons":
+    [{"name", "pid", "alive", "log"}]} | null} and a few more fields."""
     leader = view.leader if view is not None else ""
     replicas = [{
         "id": r.id, "pid": r.pid, "address": r.grpc_address, "raft_address": r.raft_address,
@@ -959,7 +1249,7 @@ def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]
         "alive": Identity(r.pid, r.start_time_ticks).is_running(),
         "metrics_port": r.metrics_port, "data_dir": r.data_dir, "log": r.log,
     } for r in state.replicas]
-    agents = [agent_doc(agent, view) for agent in state.agents]
+    agents = [agent_doc(agent, view, state.executor) for agent in state.agents]
     user_tls = state.client_tls
     ports = [r.metrics_port for r in state.replicas] + [a.metrics_port for a in state.agents]
     metrics = [metrics_url(port) for port in ports if port]
@@ -967,7 +1257,16 @@ def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]
             "metrics": metrics,
             "leader": leader, "executor": state.executor, "secret_file": state.secret_file,
             "insecure": state.insecure,
-            "user_tls": asdict(user_tls) if user_tls is not None else None}
+            "user_tls": asdict(user_tls) if user_tls is not None else None,
+            "slurm": slurm_doc(state.slurm) if state.slurm is not None else None}
+
+
+def slurm_doc(slurm: SlurmEntry) -> dict[str, Any]:
+    return {"dir": slurm.dir, "conf": slurm.conf, "partition": slurm.partition,
+            "jobcomp": slurm.jobcomp,
+            "daemons": [{"name": d.name, "pid": d.pid,
+                         "alive": Identity(d.pid, d.start_time_ticks).is_running(),
+                         "log": d.log} for d in slurm.daemons]}
 
 
 def metrics_url(port: int) -> str:
@@ -975,10 +1274,11 @@ def metrics_url(port: int) -> str:
     return f"http://127.0.0.1:{port}/metrics"
 
 
-def agent_doc(agent: AgentEntry, view: ClusterView | None) -> dict[str, Any]:
+def agent_doc(agent: AgentEntry, view: ClusterView | None,
+              cluster_executor: str = "") -> dict[str, Any]:
     """One agent as `dev status --json` and `dev add-agent --json` print it: {"cluster", "pid",
     "alive", "capabilities", "status", "cpu", "memory_mb", "gpu", "metrics_port", "data_dir",
-    "log"}."""
+    "log", "resources": {NAME: COUNT}, "executor", "slurm_partition" ("" unless slurm)}."""
     return {
         "cluster": agent.cluster, "pid": agent.pid,
         "alive": Identity(agent.pid, agent.start_time_ticks).is_running(),
@@ -986,6 +1286,8 @@ def agent_doc(agent: AgentEntry, view: ClusterView | None) -> dict[str, Any]:
         "status": view.clusters.get(agent.cluster, "") if view is not None else "",
         "cpu": agent.cpu, "memory_mb": agent.memory_mb, "gpu": agent.gpu,
         "metrics_port": agent.metrics_port, "data_dir": agent.data_dir, "log": agent.log,
+        "resources": dict(agent.resources), "executor": agent.executor or cluster_executor,
+        "slurm_partition": agent.slurm_partition,
     }
 
 
@@ -999,9 +1301,12 @@ def status(directory: Path,
     return state, probe(live, state.client_tls) if live else None
 
 
-def down(directory: Path) -> list[StopResult] | None:
+def down(directory: Path, progress: Progress = lambda message: None) -> list[StopResult] | None:
     """Stop the processes recorded in DIR/cluster.json and remove that file; None when nothing
-    is recorded (already down). Raises, keeping the file, if a process survives SIGKILL."""
+    is recorded (already down). The agents and replicas go first (so nothing submits to Slurm
+    any more), then the private Slurm: its jobs cancelled, their processes waited for, its
+    daemons stopped (`private_slurm.stop_daemons`). Raises, keeping the file, if a process
+    survives SIGKILL."""
     require_proc()
     directory = directory.resolve()
     if load_state(directory) is None:  # before `exclusive`, which would create the directory
@@ -1011,6 +1316,12 @@ def down(directory: Path) -> list[StopResult] | None:
         if state is None:
             return None
         results = stop_all(state.processes())
+        if state.slurm is not None:
+            stopped = private_slurm.stop_daemons(state.slurm.processes(), Path(state.slurm.conf))
+            results += stopped.results
+            _report_job_processes(stopped.job_processes, progress)
+            if state.slurm.socket_dir:
+                shutil.rmtree(state.slurm.socket_dir, ignore_errors=True)
         survivors = [r for r in results if r.outcome is StopOutcome.SURVIVED]
         if survivors:
             names = ", ".join(f"{r.name} (pid {r.pid})" for r in survivors)

@@ -25,7 +25,8 @@ ensure_system_packages() {
     fi
 }
 
-# The Slurm integration tests (tests/support/slurm.py) start a private single-node Slurm: the
+# The Slurm integration tests and `scripts/demo --slurm` (raftsched/dev/slurm.py, through
+# tests/support/slurm.py and `raftsched dev up --slurm`) start a private single-node Slurm: the
 # Debian packages slurm-wlm (slurmctld, slurmd, the client commands) and munge (munged,
 # mungekey), installed without recommends when missing and we are root; their Debian services
 # are not started. Never fatal: without them those tests skip and say what is missing.

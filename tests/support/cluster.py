@@ -20,7 +20,7 @@ import grpc
 from raftsched import tls
 from raftsched.client.client import Client
 from raftsched.dev import pki
-from raftsched.dev.cluster import pick_free_ports, port_open
+from raftsched.dev.ports import pick_free_ports, port_open
 from raftsched.dev.supervisor import Child, Supervisor
 from raftsched.errors import RaftschedError
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from raftsched.dev.cluster import pick_free_ports
+from raftsched.dev.ports import pick_free_ports
 from raftsched.dev.supervisor import Supervisor
 from tests.support import cluster, paths
 

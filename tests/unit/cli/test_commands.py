@@ -826,6 +826,59 @@ def test_dev_up_refuses_bad_options(capsys: pytest.CaptureFixture[str], argv: li
     assert run(capsys, "dev", "up", *argv)[0] == 2
 
 
+def test_dev_up_slurm(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                     tmp_path: Path) -> None:
+    asked: list[devcluster.UpOptions] = []
+
+    def up(options: devcluster.UpOptions, *, progress: Any) -> Any:
+        asked.append(options)
+        state = own_state(tmp_path)
+        state.slurm = devcluster.SlurmEntry(str(tmp_path / "slurm"), "/d/slurm.conf", "debug",
+                                            "/d/jobcomp.txt")
+        return state, VIEW
+
+    monkeypatch.setattr(devcluster, "up", up)
+    code, out, _ = run(capsys, "dev", "up", "--dir", str(tmp_path), "--slurm")
+    assert code == 0 and asked == [devcluster.UpOptions(tmp_path, slurm=True)]
+    assert out.splitlines()[0] == ("dev cluster up: 2 replicas, 1 agents (mock executor; a "
+                                   "private Slurm, partition debug)")
+    assert "slurm:   partition debug; client commands need SLURM_CONF=/d/slurm.conf" in out
+    code, document = run_json(capsys, "dev", "up", "--dir", str(tmp_path), "--slurm")
+    assert code == 0 and document["slurm"]["conf"] == "/d/slurm.conf"
+
+
+def test_dev_add_agent_passes_slurm_and_resources(capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch,
+                                                  tmp_path: Path) -> None:
+    asked: list[devcluster.AddAgentOptions] = []
+    entry = devcluster.AgentEntry("hpc", os.getpid(), 1, ("linux",), 8, 4000, 0, 9, "d", "l",
+                                  (("lic", 2),), "slurm", "debug")
+
+    def add_agent(options: devcluster.AddAgentOptions, *, progress: Any) -> Any:
+        asked.append(options)
+        return own_state(tmp_path), entry, VIEW
+
+    monkeypatch.setattr(devcluster, "add_agent", add_agent)
+    code, document = run_json(capsys, "dev", "add-agent", "--dir", str(tmp_path),
+                              "--cluster-id", "hpc", "--executor", "slurm",
+                              "--slurm-partition", "debug", "--resources", "lic=2, fpga=1")
+    assert code == 0
+    assert asked == [devcluster.AddAgentOptions(tmp_path, "hpc", executor="slurm",
+                                                resources=(("fpga", 1), ("lic", 2)),
+                                                slurm_partition="debug")]
+    assert (document["resources"], document["executor"], document["slurm_partition"]) == (
+        {"lic": 2}, "slurm", "debug")
+    code, out, _ = run(capsys, "dev", "add-agent", "--dir", str(tmp_path), "--cluster-id", "x",
+                       "--gpu", "0")
+    assert code == 0 and asked[-1].gpu == 0 and asked[-1].executor is None
+    assert "executor:  slurm:debug" in out and "resources: lic=2" in out
+    code, _, err = run(capsys, "dev", "add-agent", "--dir", str(tmp_path), "--cluster-id", "x",
+                       "--resources", "lic")
+    assert (code, err) == (2, "error: INVALID_ARGUMENT: --resources: 'lic' is not NAME=COUNT "
+                              "(a whole number)\n")
+    assert run(capsys, "dev", "add-agent", "--cluster-id", "x", "--executor", "docker")[0] == 2
+
+
 def test_dev_up_failure_shows_the_log_tail(capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch,
                                            tmp_path: Path) -> None:
@@ -880,7 +933,7 @@ def test_dev_down(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Monkey
                   tmp_path: Path) -> None:
     results = [devcluster.StopResult("replica-1", 10, "stopped"),
                devcluster.StopResult("cpu-east", 11, "not running")]
-    monkeypatch.setattr(devcluster, "down", lambda directory: results)
+    monkeypatch.setattr(devcluster, "down", lambda directory, progress: results)
     code, out, _ = run(capsys, "dev", "down", "--dir", str(tmp_path))
     assert code == 0
     assert out.splitlines()[:3] == ["NAME       PID  OUTCOME", "replica-1   10  stopped",
@@ -894,7 +947,8 @@ def test_dev_dir_defaults_to_the_environment(capsys: pytest.CaptureFixture[str],
                                              tmp_path: Path) -> None:
     seen: list[Path] = []
     monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(tmp_path / "from-env"))
-    monkeypatch.setattr(devcluster, "down", lambda directory: seen.append(directory))
+    monkeypatch.setattr(devcluster, "down",
+                        lambda directory, progress: seen.append(directory))
     run(capsys, "dev", "down")
     monkeypatch.delenv(devcluster.DEV_DIR_ENV)
     run(capsys, "dev", "down")

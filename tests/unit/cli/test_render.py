@@ -237,19 +237,53 @@ def test_dev_cluster_text() -> None:
             {"id": "replica-2", "pid": 200, "alive": False, "address": "127.0.0.1:2",
              "raft_address": "127.0.0.1:12", "leader": False}],
         "agents": [{"cluster": "gpu-west", "pid": 30, "alive": True,
-                    "capabilities": ["linux", "gpu"], "status": "READY"}],
+                    "capabilities": ["linux", "gpu"], "status": "READY",
+                    "executor": "subprocess", "resources": {}, "slurm_partition": ""}],
     }
     assert render.dev_cluster_text(document).splitlines() == [
         "REPLICA    PID  PROCESS  GRPC         RAFT          ROLE",
         "replica-1   10  alive    127.0.0.1:1  127.0.0.1:11  leader",
         "replica-2  200  DEAD     127.0.0.1:2  127.0.0.1:12  -",
         "",
-        "AGENT     PID  PROCESS  CAPABILITIES  STATUS",
-        "gpu-west   30  alive    linux,gpu     READY",
+        "AGENT     PID  PROCESS  EXECUTOR    CAPABILITIES  STATUS",
+        "gpu-west   30  alive    subprocess  linux,gpu     READY",
         "",
         "dir:     /d  (logs in /d/logs)",
         "servers: 127.0.0.1:1,127.0.0.1:2",
     ]
+
+
+def test_dev_cluster_text_with_a_private_slurm_and_custom_resources() -> None:
+    document = {
+        "dir": "/d", "servers": ["127.0.0.1:1"],
+        "replicas": [{"id": "replica-1", "pid": 10, "alive": True, "address": "127.0.0.1:1",
+                      "raft_address": "127.0.0.1:11", "leader": True}],
+        "agents": [{"cluster": "cpu-east", "pid": 30, "alive": True, "capabilities": ["linux"],
+                    "status": "READY", "executor": "slurm", "slurm_partition": "debug",
+                    "resources": {"fpga": 1, "lic": 2}}],
+        "slurm": {"dir": "/d/slurm", "conf": "/d/slurm/slurm.conf", "partition": "debug",
+                  "jobcomp": "/d/slurm/jobcomp.txt",
+                  "daemons": [{"name": "slurmd", "pid": 42, "alive": False,
+                               "log": "/d/slurm/log/slurmd.log"}]},
+    }
+    assert render.dev_cluster_text(document).splitlines() == [
+        "REPLICA    PID  PROCESS  GRPC         RAFT          ROLE",
+        "replica-1   10  alive    127.0.0.1:1  127.0.0.1:11  leader",
+        "",
+        "AGENT     PID  PROCESS  EXECUTOR     CAPABILITIES  RESOURCES     STATUS",
+        "cpu-east   30  alive    slurm:debug  linux         fpga=1,lic=2  READY",
+        "",
+        "SLURM DAEMON  PID  PROCESS  LOG",
+        "slurmd         42  DEAD     /d/slurm/log/slurmd.log",
+        "",
+        "dir:     /d  (logs in /d/logs)",
+        "servers: 127.0.0.1:1",
+        "slurm:   partition debug; client commands need SLURM_CONF=/d/slurm/slurm.conf",
+    ]
+    agent = {**document["agents"][0], "cpu": 4, "memory_mb": 8192, "gpu": 0,
+             "log": "/d/logs/cpu-east.log", "data_dir": "/d/data/cpu-east", "metrics_port": 9}
+    assert render.dev_agent_text(agent).splitlines()[3:5] == [
+        "executor:  slurm:debug", "resources: fpga=1,lic=2"]
 
 
 @pytest.mark.parametrize(("counts", "bar"), [

@@ -11,7 +11,7 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,8 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from raftsched.dev import cluster as dc
+from raftsched.dev import ports
+from raftsched.dev import slurm as private_slurm
 from raftsched.dev import supervisor as sv
 from raftsched.errors import Code
 
@@ -120,16 +122,16 @@ def test_recorded_processes_are_the_state_files_identities(tmp_path: Path) -> No
 
 
 def test_pick_free_ports_gives_distinct_bindable_ports() -> None:
-    ports = dc.pick_free_ports(12)
-    assert len(set(ports)) == 12
-    for port in ports:
+    picked = ports.pick_free_ports(12)
+    assert len(set(picked)) == 12
+    for port in picked:
         with socket.socket() as sock:
-            sock.bind((dc.LOOPBACK, port))
-    assert not dc.port_open(f"{dc.LOOPBACK}:{ports[0]}")
+            sock.bind((ports.LOOPBACK, port))
+    assert not ports.port_open(f"{ports.LOOPBACK}:{picked[0]}")
     with socket.socket() as server:
-        server.bind((dc.LOOPBACK, 0))
+        server.bind((ports.LOOPBACK, 0))
         server.listen()
-        assert dc.port_open(f"{dc.LOOPBACK}:{server.getsockname()[1]}")
+        assert ports.port_open(f"{ports.LOOPBACK}:{server.getsockname()[1]}")
 
 
 def test_secret_is_fresh_random_and_owner_only(tmp_path: Path) -> None:
@@ -238,15 +240,18 @@ class Stand:
     def __init__(self, children: list[sv.Child]) -> None:
         self.children = children
         self.argvs: dict[str, list[str]] = {}
+        self.envs: dict[str, Mapping[str, str] | None] = {}
         self.failing: set[str] = set()
         self.views: list[dc.ClusterView | None] = [None, leader_view(), ready_view()]
         self.probes = 0
         self.probed_with: list[dc.TlsPaths | None] = []
         self.interrupt_at_probe: int | None = None
 
-    def spawn(self, name: str, argv: list[str], log: Path, cwd: Path) -> sv.Child:
+    def spawn(self, name: str, argv: list[str], log: Path, cwd: Path,
+              env: Mapping[str, str] | None = None) -> sv.Child:
         assert log.stem == name
         self.argvs[name] = argv
+        self.envs[name] = env
         stand_in = (["sh", "-c", f"echo {name} cannot start >&2; exit 3"]
                     if name in self.failing else SLEEPER)
         child = dc.spawn_process(name, stand_in, log, cwd)
@@ -523,7 +528,10 @@ def test_add_agent_starts_records_and_waits_for_it_and_down_stops_it(
     document = dc.agent_doc(entry, view)
     assert document == dc.cluster_doc(state, view)["agents"][-1]
     assert set(document) == {"cluster", "pid", "alive", "capabilities", "status", "cpu",
-                             "memory_mb", "gpu", "metrics_port", "data_dir", "log"}
+                             "memory_mb", "gpu", "metrics_port", "data_dir", "log",
+                             "resources", "executor", "slurm_partition"}
+    assert (document["resources"], document["executor"], document["slurm_partition"]) == (
+        {}, "mock", "")
     assert (document["status"], document["alive"], document["capabilities"]) == (
         "READY", True, ["linux", "fast"])
 
@@ -649,4 +657,337 @@ def test_ctrl_c_during_add_agent_stops_and_forgets_it(stand: Stand, tmp_path: Pa
                      spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None)
     assert stand.children[-1].poll() is not None
     assert dc.load_state(tmp_path) == before
+    dc.down(tmp_path)
+
+
+# --- custom resources, Slurm agents and the private Slurm of `up --slurm` -----------------------
+
+
+def slurm_state(directory: Path) -> dc.ClusterState:
+    state = sample_state(directory)
+    state.agents.append(dc.AgentEntry("cpu-east", 102, 557, ("linux",), 4, 8192, 0, 9003,
+                                      "/d/a2", "/d/logs/a2.log", (("fpga", 1), ("lic", 2)),
+                                      "slurm", "debug"))
+    state.slurm = dc.SlurmEntry("/d/slurm", "/d/slurm/slurm.conf", "debug",
+                                "/d/slurm/jobcomp.txt", "/tmp/rs-munge-x", [
+                                    dc.DaemonEntry("munged", 103, 558, "/d/slurm/log/munged.log"),
+                                    dc.DaemonEntry("slurmctld", 104, 559, "/d/s/slurmctld.log")])
+    return state
+
+
+def test_the_private_slurm_and_an_agents_resources_round_trip(tmp_path: Path) -> None:
+    state = slurm_state(tmp_path)
+    dc.save_state(state)
+    assert dc.load_state(tmp_path) == state
+    document = json.loads((tmp_path / "cluster.json").read_text())
+    assert document["agents"][1]["resources"] == {"fpga": 1, "lic": 2}
+    assert (document["agents"][1]["executor"], document["agents"][1]["slurm_partition"]) == (
+        "slurm", "debug")
+    assert document["slurm"]["daemons"][1] == {"name": "slurmctld", "pid": 104,
+                                               "start_time_ticks": 559,
+                                               "log": "/d/s/slurmctld.log"}
+    assert document["slurm"]["socket_dir"] == "/tmp/rs-munge-x"
+    # the daemons are not among the processes `down` stops first
+    assert [p.name for p in state.processes()] == ["replica-1", "gpu-west", "cpu-east"]
+    assert state.slurm_daemons() == [sv.Recorded("munged", sv.Identity(103, 558)),
+                                     sv.Recorded("slurmctld", sv.Identity(104, 559))]
+    shown = dc.cluster_doc(state, None)
+    assert shown["slurm"] == {"dir": "/d/slurm", "conf": "/d/slurm/slurm.conf",
+                              "partition": "debug", "jobcomp": "/d/slurm/jobcomp.txt",
+                              "daemons": [{"name": "munged", "pid": 103, "alive": False,
+                                           "log": "/d/slurm/log/munged.log"},
+                                          {"name": "slurmctld", "pid": 104, "alive": False,
+                                           "log": "/d/s/slurmctld.log"}]}
+    assert {key: shown["agents"][1][key] for key in ("resources", "executor",
+                                                     "slurm_partition")} == {
+        "resources": {"fpga": 1, "lic": 2}, "executor": "slurm", "slurm_partition": "debug"}
+    assert state.slurm.client_env({"SLURM_JOB_ID": "7", "KEEP": "1"}) == {
+        "KEEP": "1", "SLURM_CONF": "/d/slurm/slurm.conf"}
+
+
+def test_a_state_file_from_before_slurm_and_resources_still_loads(tmp_path: Path) -> None:
+    document = sample_state(tmp_path).to_doc()
+    del document["slurm"]
+    for key in ("resources", "executor", "slurm_partition"):
+        del document["agents"][0][key]
+    (tmp_path / "cluster.json").write_text(json.dumps(document))
+    state = dc.load_state(tmp_path)
+    assert state is not None and state.slurm is None and state.slurm_daemons() == []
+    assert state.agents[0].resources == () and state.agents[0].executor == ""
+    agent = dc.cluster_doc(state, None)["agents"][0]
+    assert (agent["executor"], agent["resources"]) == ("mock", {})  # the cluster's executor
+    assert dc.cluster_doc(state, None)["slurm"] is None
+
+
+@pytest.mark.parametrize("mutate", [
+    lambda d: d["agents"][1].update(resources={"lic": "2"}),
+    lambda d: d["agents"][1].update(resources=[["lic", 2]]),
+    lambda d: d.update(slurm={"dir": "/d/slurm"}),
+    lambda d: d["slurm"].update(conf=5),
+    lambda d: d["slurm"].update(daemons="munged"),
+    lambda d: d["slurm"]["daemons"][0].update(pid="103"),
+    lambda d: d["slurm"]["daemons"][0].pop("start_time_ticks"),
+])
+def test_a_damaged_slurm_or_resources_entry_is_refused(tmp_path: Path, mutate: Any) -> None:
+    document = slurm_state(tmp_path).to_doc()
+    mutate(document)
+    (tmp_path / "cluster.json").write_text(json.dumps(document))
+    with pytest.raises(dc.DevClusterError, match="is not a raftsched dev cluster state file"):
+        dc.load_state(tmp_path)
+
+
+@pytest.mark.parametrize(("text", "resources"), [
+    ("", ()), (" , ", ()), ("lic=2", (("lic", 2),)),
+    ("matlab_license=10, fpga=2", (("fpga", 2), ("matlab_license", 10))),
+    (f"big={1_000_000_000}", (("big", 1_000_000_000),)),
+])
+def test_parse_resources(text: str, resources: dc.Resources) -> None:
+    assert dc.parse_resources(text) == resources
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("lic", "--resources: 'lic' is not NAME=COUNT"),
+    ("lic=two", "--resources: 'lic=two' is not NAME=COUNT"),
+    ("lic=2,lic=3", "--resources: 'lic' is named twice"),
+    ("lic=0", "--resources: lic=0: the count must be 1..1000000000"),
+    ("lic=1000000001", "--resources: lic=1000000001: the count must be 1.."),
+    ("=2", "--resources: each name must use only"),
+    ("l c=2", "--resources: each name must use only"),
+    (",".join(f"r{i}=1" for i in range(33)), "--resources: at most 32"),
+])
+def test_bad_resources_are_refused_naming_the_entry(text: str, message: str) -> None:
+    with pytest.raises(dc.DevClusterError) as caught:
+        dc.parse_resources(text)
+    assert caught.value.code is Code.INVALID_ARGUMENT
+    assert caught.value.message.startswith(message), caught.value.message
+
+
+def test_a_slurm_agents_shape_leaves_its_sizes_to_the_partition() -> None:
+    shape = dc.requested_shape(dc.AddAgentOptions(Path("d"), "hpc", ("linux",),
+                                                  executor="slurm", slurm_partition="debug",
+                                                  resources=(("lic", 2),)))
+    assert shape == dc.AgentShape("hpc", ("linux",), 0, 0, 0, (("lic", 2),))
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"executor": "slurm"}, "--executor slurm needs --slurm-partition NAME"),
+    ({"executor": "slurm", "slurm_partition": "p", "cpu": 2, "gpu": 0},
+     "--cpu, --gpu: not with --executor slurm"),
+    ({"executor": "slurm", "slurm_partition": "p", "memory_mb": 5}, "--memory-mb: not with"),
+    ({"slurm_partition": "p"}, "--slurm-partition goes with --executor slurm"),
+    ({"executor": "subprocess", "slurm_partition": "p"}, "--slurm-partition goes with"),
+    ({"resources": (("lic", 0),)}, "--resources: lic=0: the count must be"),
+])
+def test_a_bad_slurm_or_resources_request_is_refused(options: dict[str, Any],
+                                                     message: str) -> None:
+    with pytest.raises(dc.DevClusterError) as caught:
+        dc.requested_shape(dc.AddAgentOptions(Path("d"), "hpc", **options))
+    assert caught.value.code is Code.INVALID_ARGUMENT
+    assert caught.value.message.startswith(message), caught.value.message
+
+
+def test_the_command_of_a_slurm_agent_and_of_one_with_resources(tmp_path: Path) -> None:
+    shape = dc.AgentShape("hpc", ("linux",), 4, 8192, 0, (("fpga", 1), ("lic", 2)))
+    argv = dc.agent_command(shape, ["127.0.0.1:2"], tmp_path / "a", "slurm", 8, tls=None,
+                            slurm_partition="debug")
+    assert argv[3:] == ["agent", "--cluster-id", "hpc", "--servers", "127.0.0.1:2",
+                        "--capabilities", "linux", "--slurm-partition", "debug",
+                        "--resources", "fpga=1,lic=2", "--data-dir", str(tmp_path / "a"),
+                        "--executor", "slurm", "--metrics-port", "8", "--insecure-dev"]
+    plain = dc.agent_command(shape, ["127.0.0.1:2"], tmp_path / "a", "mock", 8, tls=None)
+    assert plain[plain.index("--cpu"):plain.index("--data-dir")] == [
+        "--cpu", "4", "--memory-mb", "8192", "--gpu", "0", "--resources", "fpga=1,lic=2"]
+
+
+class FakeSlurm:
+    """Stands in for `private_slurm.LocalSlurm`: its three daemons are the stand's `sleep`s,
+    spawned through the hook `up` passes; `fail` makes `start` fail after spawning them."""
+
+    fail = False
+    made: list[FakeSlurm] = []
+
+    def __init__(self, directory: Path, *, start_timeout_s: float, cpus: int, memory_mb: int,
+                 features: Sequence[str], spawn: Any) -> None:
+        self.directory, self.partition, self.node = directory, "debug", "node-1"
+        self.conf, self.jobcomp = directory / "slurm.conf", directory / "jobcomp.txt"
+        self.log_dir, self.socket_dir, self.startup_s = directory / "log", None, 0.1
+        self.size = (cpus, memory_mb, tuple(features))
+        self.spawn, self.children = spawn, {}
+        self.made.append(self)
+
+    def start(self) -> None:
+        for name in ("munged", "slurmctld", "slurmd"):
+            self.children[name] = self.spawn(name, ["sleep", "60"],
+                                             self.log_dir / f"{name}.out",
+                                             {"SLURM_CONF": str(self.conf)}, self.directory)
+        if self.fail:
+            raise private_slurm.SlurmError("no node node-1 idle within 1 s",
+                                           log=self.log_dir / "slurmd.out")
+
+    def stop(self) -> private_slurm.Stopped:
+        return private_slurm.stop_daemons(self.children, self.conf)
+
+
+@pytest.fixture
+def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """`up --slurm` with FakeSlurm; returns what the daemons were alive for when the Slurm's
+    jobs were cancelled (so: after the agents and replicas stopped, before the daemons)."""
+    cancelled: list[str] = []
+    monkeypatch.setattr(private_slurm, "slurm_available", lambda: None)
+    monkeypatch.setattr(private_slurm, "LocalSlurm", FakeSlurm)
+    monkeypatch.setattr(FakeSlurm, "made", [])
+
+    def cancel(env: Mapping[str, str], cwd: Path) -> None:
+        state = dc.load_state(cwd.parent)
+        assert state is not None and env["SLURM_CONF"] == str(cwd / "slurm.conf")
+        cancelled.extend(p.name for p in state.processes() + state.slurm_daemons()
+                         if p.alive())
+
+    monkeypatch.setattr(private_slurm, "cancel_jobs", cancel)
+    return cancelled
+
+
+def test_up_slurm_records_the_daemons_and_puts_cpu_east_in_front_of_it(
+        stand: Stand, tmp_path: Path, fake_slurm: list[str]) -> None:
+    messages: list[str] = []
+    state, _ = dc.up(dc.UpOptions(tmp_path, slurm=True, executor="subprocess"),
+                     progress=messages.append, spawn=stand.spawn, probe=stand.probe,
+                     sleep=lambda s: None)
+    (slurm,) = FakeSlurm.made
+    assert slurm.directory == tmp_path / "slurm"
+    assert slurm.size == (4, 8192, ("linux",))  # cpu-east's size; its capability as a feature
+    assert state.slurm is not None and dc.load_state(tmp_path) == state
+    assert [d.name for d in state.slurm.daemons] == ["munged", "slurmctld", "slurmd"]
+    for daemon in state.slurm_daemons():
+        assert daemon.identity == slurm.children[daemon.name].identity and daemon.alive()
+    assert (state.slurm.conf, state.slurm.partition) == (str(slurm.conf), "debug")
+    assert state.slurm.daemons[2].log == str(tmp_path / "slurm" / "log" / "slurmd.log")
+    east, west = stand.argvs["cpu-east"], stand.argvs["gpu-west"]
+    assert east[east.index("--executor") + 1] == "slurm" and "--cpu" not in east
+    assert east[east.index("--slurm-partition") + 1] == "debug"
+    assert east[east.index("--capabilities") + 1] == "linux"
+    cpu_east_env = stand.envs["cpu-east"]
+    assert cpu_east_env is not None and cpu_east_env["SLURM_CONF"] == str(slurm.conf)
+    assert west[west.index("--executor") + 1] == "subprocess" and stand.envs["gpu-west"] is None
+    assert [(a.cluster, a.executor, a.slurm_partition) for a in state.agents] == [
+        ("cpu-east", "slurm", "debug"), ("gpu-west", "subprocess", "")]
+    assert messages[0].startswith(f"starting a private Slurm in {tmp_path / 'slurm'}")
+    assert any("cpu-east: Slurm partition debug" in m for m in messages)
+    with pytest.raises(dc.DevClusterError, match="already running"):
+        dc.up(dc.UpOptions(tmp_path, slurm=True), progress=messages.append, spawn=stand.spawn,
+              probe=stand.probe, sleep=lambda s: None)
+
+    results = dc.down(tmp_path)
+    assert results is not None
+    assert [(r.name, r.outcome) for r in results] == [
+        ("replica-1", "stopped"), ("replica-2", "stopped"), ("replica-3", "stopped"),
+        ("cpu-east", "stopped"), ("gpu-west", "stopped"),
+        ("slurmd", "stopped"), ("slurmctld", "stopped"), ("munged", "stopped")]
+    assert fake_slurm == ["munged", "slurmctld", "slurmd"]  # jobs cancelled after the agents
+    assert not any(d.alive() for d in state.slurm_daemons())
+    assert not (tmp_path / "cluster.json").exists()
+
+
+def test_up_slurm_stops_the_daemons_it_recorded_when_slurm_does_not_start(
+        stand: Stand, tmp_path: Path, fake_slurm: list[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FakeSlurm, "fail", True)
+    with pytest.raises(dc.DevClusterError) as caught:
+        dc.up(dc.UpOptions(tmp_path, slurm=True), progress=lambda m: None, spawn=stand.spawn,
+              probe=stand.probe, sleep=lambda s: None)
+    error = caught.value
+    assert error.code is Code.FAILED_PRECONDITION
+    assert error.message.startswith("the private Slurm did not start: no node node-1 idle")
+    assert error.log == str(tmp_path / "slurm" / "log" / "slurmd.out")
+    assert error.log_tail and error.log_tail[0].startswith("--- ")  # the supervisor's header
+    assert len(stand.children) == 3 and all(c.poll() is not None for c in stand.children)
+    assert fake_slurm == ["munged", "slurmctld", "slurmd"]
+    assert not (tmp_path / "cluster.json").exists()
+
+
+def test_up_slurm_is_refused_in_one_line_where_slurm_cannot_run(
+        stand: Stand, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(private_slurm, "slurm_available", lambda: "a private Slurm needs root")
+    with pytest.raises(dc.DevClusterError) as caught:
+        dc.up(dc.UpOptions(tmp_path, slurm=True), progress=lambda m: None, spawn=stand.spawn,
+              probe=stand.probe)
+    assert caught.value.code is Code.FAILED_PRECONDITION
+    assert caught.value.message == "--slurm: a private Slurm needs root"
+    assert stand.children == [] and not (tmp_path / "cluster.json").exists()
+
+
+def test_add_agent_slurm_fronts_the_clusters_own_slurm_with_its_partitions_size(
+        stand: Stand, tmp_path: Path, fake_slurm: list[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import agent.slurm
+    from agent.executor import ExecutorError
+
+    asked: list[tuple[str, dict[str, str] | None]] = []
+
+    def capacity(partition: str, env: dict[str, str] | None = None) -> Any:
+        asked.append((partition, env))
+        if partition != "debug":
+            raise ExecutorError(f"Slurm partition {partition!r} has no node")
+        return agent.slurm.PartitionCapacity(8000, 4000, 1, ("linux", "big-mem"))
+
+    monkeypatch.setattr(agent.slurm, "partition_capacity", capacity)
+    state, _ = dc.up(dc.UpOptions(tmp_path, slurm=True), progress=lambda m: None,
+                     spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None)
+    assert state.slurm is not None
+    messages: list[str] = []
+    state, entry, _ = add(stand, tmp_path, "hpc", messages=messages, executor="slurm",
+                          slurm_partition="debug", capabilities=("hpc",),
+                          resources=(("lic", 2),))
+    assert asked[-1][0] == "debug" and asked[-1][1] is not None
+    assert asked[-1][1]["SLURM_CONF"] == state.slurm.conf
+    assert (entry.cpu, entry.memory_mb, entry.gpu, entry.capabilities) == (
+        8, 4000, 1, ("hpc", "linux", "big-mem"))
+    assert (entry.executor, entry.slurm_partition, entry.resources) == ("slurm", "debug",
+                                                                       (("lic", 2),))
+    argv, env = stand.argvs["hpc"], stand.envs["hpc"]
+    assert argv[argv.index("--slurm-partition") + 1] == "debug" and "--cpu" not in argv
+    assert argv[argv.index("--resources") + 1] == "lic=2"
+    assert env is not None and env["SLURM_CONF"] == state.slurm.conf
+    assert messages[0].startswith("starting agent hpc (slurm executor, Slurm partition debug; "
+                                  "cpu 8, memory 4000 MB, gpu 1; capabilities hpc,linux,big-mem;"
+                                  " resources lic=2;")
+    document = dc.agent_doc(entry, None)
+    assert (document["resources"], document["executor"], document["slurm_partition"]) == (
+        {"lic": 2}, "slurm", "debug")
+
+    with pytest.raises(dc.DevClusterError) as caught:
+        add(stand, tmp_path, "hpc2", executor="slurm", slurm_partition="gpu")
+    assert caught.value.code is Code.FAILED_PRECONDITION
+    assert caught.value.message.startswith("--slurm-partition gpu: Slurm partition 'gpu' has "
+                                           "no node (asked the dev cluster's private Slurm;")
+    slurmctld = next(c for c in stand.children if c.name == "slurmctld")
+    slurmctld.kill()
+    with pytest.raises(dc.DevClusterError, match="private Slurm of the dev cluster in .* is not "
+                                                 r"running \(slurmctld \(pid \d+\) gone\)"):
+        add(stand, tmp_path, "hpc3", executor="slurm", slurm_partition="debug")
+    dc.down(tmp_path)
+
+
+def test_add_agent_slurm_without_a_private_slurm_asks_the_one_slurm_conf_names(
+        stand: Stand, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import agent.slurm
+    from agent.executor import ExecutorError
+
+    def capacity(partition: str, env: dict[str, str] | None = None) -> Any:
+        assert env is not None
+        raise ExecutorError(f"sinfo -p {partition}: cannot reach {env.get('SLURM_CONF')}")
+
+    monkeypatch.setattr(agent.slurm, "partition_capacity", capacity)
+    up(stand, tmp_path)
+    monkeypatch.setenv("SLURM_CONF", "/etc/slurm/site.conf")
+    with pytest.raises(dc.DevClusterError) as caught:
+        add(stand, tmp_path, "hpc", executor="slurm", slurm_partition="gpu")
+    assert caught.value.message.startswith(
+        "--slurm-partition gpu: sinfo -p gpu: cannot reach /etc/slurm/site.conf (asked the "
+        "Slurm SLURM_CONF=/etc/slurm/site.conf names;")
+    monkeypatch.delenv("SLURM_CONF")
+    with pytest.raises(dc.DevClusterError, match="the Slurm of this machine's default "
+                                                 "configuration"):
+        add(stand, tmp_path, "hpc", executor="slurm", slurm_partition="gpu")
+    assert "hpc" not in stand.argvs
     dc.down(tmp_path)
