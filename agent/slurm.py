@@ -389,10 +389,12 @@ def completion_of(fence: int, state: str, exit_code: str, reason: str,
     signal_number = int(signal) if signal.isdigit() else 0
     if state == "COMPLETED":
         return Completion(fence, 0)
-    if state == "FAILED":
+    if state == "FAILED":  # the same reasons the subprocess executor's wrapper gives
         if signal_number:
-            return Completion(fence, SIGNAL_EXIT_BASE + signal_number)
-        return Completion(fence, status if status is not None else 1)
+            return Completion(fence, SIGNAL_EXIT_BASE + signal_number,
+                              reason=f"terminated by signal {signal_number}")
+        code_or_one = status if status is not None else 1
+        return Completion(fence, code_or_one, reason=f"exit code {code_or_one}")
     if state == "TIMEOUT":
         return Completion(fence, None, timed_out=True, reason="Slurm time limit")
     if state == "CANCELLED" and kill_requested:

@@ -87,8 +87,8 @@ def test_a_refusal_by_sbatch_is_an_executor_error_naming_it(tmp_path: Path) -> N
 
 @pytest.mark.parametrize(("state", "exit_code", "killed", "expected"), [
     ("COMPLETED", "0:0", False, Completion(7, 0)),
-    ("FAILED", "3:0", False, Completion(7, 3)),
-    ("FAILED", "0:9", False, Completion(7, 137)),
+    ("FAILED", "3:0", False, Completion(7, 3, reason="exit code 3")),
+    ("FAILED", "0:9", False, Completion(7, 137, reason="terminated by signal 9")),
     ("TIMEOUT", "0:15", False, Completion(7, None, timed_out=True, reason="Slurm time limit")),
     ("CANCELLED", "0:15", True, Completion(7, None, killed=True, reason="cancelled (scancel)")),
     ("CANCELLED", "0:15", False,  # by an administrator: not the task's failure
@@ -119,7 +119,7 @@ def test_poll_lists_the_partition_once_and_asks_scontrol_only_about_ended_jobs(
     executor = SlurmExecutor(tmp_path, "debug", run=slurm, list_every_s=0)
     executor.start(assignment())
     assert executor.poll() == [] and executor.poll() == []
-    assert executor.poll() == [Completion(7, 3)]
+    assert executor.poll() == [Completion(7, 3, reason="exit code 3")]
     assert [argv[0] for argv, _ in slurm.calls] == ["sbatch", "sinfo", "squeue", "squeue",
                                                     "squeue", "scontrol"]
     assert slurm.calls[2][0] == ["squeue", "-h", "-t", "all", "-p", "debug",
@@ -304,7 +304,7 @@ def test_a_job_slurm_purged_is_read_from_its_completion_log(tmp_path: Path) -> N
                                 (0, config)])
     executor = SlurmExecutor(tmp_path / "attempts", "debug", run=slurm, list_every_s=0)
     executor.start(assignment())
-    assert executor.poll() == [Completion(7, 3)]
+    assert executor.poll() == [Completion(7, 3, reason="exit code 3")]
 
 
 def test_poll_observes_the_partitions_idle_cpus(tmp_path: Path) -> None:
