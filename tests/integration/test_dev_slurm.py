@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ import pytest
 from raftsched.dev import cluster as dc
 from raftsched.dev import slurm as private_slurm
 from raftsched.dev.supervisor import log_tail, stop_all
+from tests.support.slurm import wait_until
 
 pytest.importorskip("raftsched.replica.main")
 pytest.importorskip("agent.main")
@@ -36,7 +37,6 @@ UP_TIMEOUT_S = 60.0
 COMMAND_TIMEOUT_S = 90.0
 """One CLI command's wall clock (`dev up` included)."""
 JOB_TIMEOUT_S = 30.0
-POLL_S = 0.2
 PINNED = """\
 name: through-slurm
 tenant: demo
@@ -62,15 +62,6 @@ def parsed(result: subprocess.CompletedProcess[str]) -> Any:
     assert result.returncode == 0 and "Traceback" not in result.stderr, (
         f"exit {result.returncode}\n{result.stdout}\n{result.stderr}")
     return json.loads(result.stdout)
-
-
-def wait_until(condition: Callable[[], bool], what: Callable[[], str],
-               timeout_s: float = JOB_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s: {what()}")
-        time.sleep(POLL_S)
 
 
 @pytest.fixture
@@ -127,7 +118,7 @@ def test_dev_up_slurm_runs_cpu_easts_tasks_as_slurm_jobs_and_down_stops_its_daem
         return job["state"] in ("SUCCEEDED", "FAILED", "CANCELLED")
 
     wait_until(ended, lambda: f"job {job_id} is {job.get('state')}; cpu-east's log:\n"
-                              + "\n".join(log_tail(east["log"])))
+                              + "\n".join(log_tail(east["log"])), JOB_TIMEOUT_S)
     assert job["state"] == "SUCCEEDED", job
     (hello,) = parsed(raftsched(dev_dir, "job", "tasks", job_id, "--json"))
     assert hello["cluster"] == "cpu-east"
@@ -139,7 +130,7 @@ def test_dev_up_slurm_runs_cpu_easts_tasks_as_slurm_jobs_and_down_stops_its_daem
     slurm_job = json.loads(record_file.read_text())["job_id"]
     jobcomp = Path(slurm["jobcomp"])
     wait_until(lambda: jobcomp.exists() and f"Name=rs-{fence} " in jobcomp.read_text(),
-               lambda: f"no line for rs-{fence} in {jobcomp}")
+               lambda: f"no line for rs-{fence} in {jobcomp}", JOB_TIMEOUT_S)
     (line,) = [line for line in jobcomp.read_text().splitlines() if f"Name=rs-{fence} " in line]
     assert line.startswith(f"JobId={slurm_job} ") and "JobState=COMPLETED" in line, line
     logs = raftsched(dev_dir, "task", "logs", job_id, "hello")

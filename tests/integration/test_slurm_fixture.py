@@ -6,17 +6,16 @@ Slurm is not installed (scripts/test installs slurm-wlm and munge as root) or we
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.slurm import LocalSlurm, local_slurm
+from tests.support.slurm import LocalSlurm, local_slurm, wait_until
 
 pytestmark = [pytest.mark.integration]
 
 JOB_TIMEOUT_S = 60.0
-POLL_S = 0.1
 
 
 @pytest.fixture(scope="module")
@@ -26,15 +25,6 @@ def slurm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSlurm]:
         print(f"\nLocalSlurm: node idle {cluster.startup_s:.2f} s after munged started, "
               f"{time.monotonic() - started:.2f} s in all")
         yield cluster
-
-
-def wait_until(condition: Callable[[], bool], what: Callable[[], str],
-               timeout_s: float = JOB_TIMEOUT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s: {what()}")
-        time.sleep(POLL_S)
 
 
 def submit(slurm: LocalSlurm, *argv: str) -> str:
@@ -51,7 +41,7 @@ def wait_state(slurm: LocalSlurm, job_id: str, state: str) -> dict[str, str]:
         return job.get("JobState") == state
 
     wait_until(reached, lambda: f"job {job_id} is {job.get('JobState')}, not {state}\n"
-                                f"{slurm.logs()}")
+                                f"{slurm.logs()}", JOB_TIMEOUT_S)
     return job
 
 
@@ -63,7 +53,7 @@ def jobcomp_line(slurm: LocalSlurm, job_id: str) -> str:
         lines[:] = [line for line in text.splitlines() if line.startswith(f"JobId={job_id} ")]
         return bool(lines)
 
-    wait_until(logged, lambda: f"no line for job {job_id} in {slurm.jobcomp}")
+    wait_until(logged, lambda: f"no line for job {job_id} in {slurm.jobcomp}", JOB_TIMEOUT_S)
     assert len(lines) == 1, lines
     return lines[0]
 

@@ -11,7 +11,7 @@ import signal
 import socket
 import stat
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,15 +93,6 @@ def test_not_json_at_all(tmp_path: Path) -> None:
 
 
 # --- processes ----------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def children() -> Iterator[list[sv.Child]]:
-    """Processes a test starts; killed (group and all) and reaped at the end whatever happened."""
-    started: list[sv.Child] = []
-    yield started
-    for child in started:
-        child.kill()
 
 
 def start(children: list[sv.Child], argv: Sequence[str], tmp_path: Path) -> sv.Recorded:

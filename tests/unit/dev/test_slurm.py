@@ -6,21 +6,12 @@ test_dev_slurm.py."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from raftsched.dev import slurm as private_slurm
 from raftsched.dev import supervisor as sv
-
-
-@pytest.fixture
-def children() -> Iterator[list[sv.Child]]:
-    started: list[sv.Child] = []
-    yield started
-    for child in started:
-        child.kill()
 
 
 def start(children: list[sv.Child], name: str, tmp_path: Path,
