@@ -158,7 +158,9 @@ FIRST_ANSWER_S = 15.0
 """Every watch must be answered (a first message, or refused) within this: none waits for a
 worker."""
 OBSERVE_S = 4.0
-"""How long agents must stay READY with the streams held: beyond the fixture's lost-after (3 s)."""
+"""How long agents must stay un-LOST with the streams held: past the fixture's lost-after, 3 s."""
+READY_AGAIN_S = 10.0
+"""Then both READY, streams still held (a heartbeat a busy machine delayed has come since)."""
 OPEN = "open"
 
 
@@ -171,7 +173,7 @@ def first_answer(call: Any) -> Any:
         return error.code()
 
 
-def test_watch_streams_past_the_caps_are_refused_and_agents_stay_ready(
+def test_watch_streams_past_the_caps_are_refused_and_agents_stay_served(
         cluster: LocalCluster) -> None:
     """The probe: MAX_RPC_WORKERS WatchJob streams at once (they took every RPC worker; agents
     went SUSPECT then LOST). From one host, MAX_STREAMS_PER_HOST open and the rest are
@@ -202,9 +204,13 @@ def test_watch_streams_past_the_caps_are_refused_and_agents_stay_ready(
 
         deadline = time.monotonic() + OBSERVE_S
         while time.monotonic() < deadline:  # an invariant over a window, not a wait
+            # Starved heartbeats make a cluster LOST within the fixture's 3 s; a busy machine
+            # may delay one past its 1 s suspect-after, a blip the next heartbeat heals.
             states = {c.cluster_id: c.status for c in client.cluster_status().clusters}
-            assert states == {"east": "READY", "west": "READY"}, states
+            assert set(states) == {"east", "west"} and "LOST" not in states.values(), states
             time.sleep(0.2)
+        wait_for(lambda: all(c.status == "READY" for c in client.cluster_status().clusters)
+                 or None, READY_AGAIN_S, "both clusters READY with the streams still held")
         assert client.submit(UNPLACEABLE).job_id != job_id
     finally:
         for call in calls:
