@@ -23,6 +23,7 @@ from raftsched.dev import pki
 from raftsched.dev.ports import pick_free_ports, port_open
 from raftsched.dev.supervisor import Child, Supervisor
 from raftsched.errors import RaftschedError
+from tests.support.agent import kill_attempt_processes
 
 T = TypeVar("T")
 START_TIMEOUT_S = 30.0
@@ -216,6 +217,10 @@ class LocalCluster:
         for client in self.clients:
             client.close()
         self.supervisor.close()
+        # Subprocess tasks outlive their agent by design (the next agent adopts them): those
+        # our agents started and left (a test that failed before its task ended) go too.
+        for cluster_id in self.agents:
+            kill_attempt_processes(self.root / f"agent-{cluster_id}" / "attempts")
 
     def logs(self) -> str:
         return "\n".join(f"--- {child.name}\n" + "\n".join(child.log_tail())
