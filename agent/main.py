@@ -67,6 +67,7 @@ _NO_USER_SWITCH = {"slurm": "Slurm runs each job as the account that submits it,
 PRIVATE_UMASK = 0o077
 """Everything the agent creates (lmdb stores, attempt records, task output) is its own alone."""
 _ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+ID_RULE = "letters, digits, '_', '.' and '-', starting with a letter or digit"
 _ADDRESS = re.compile(r"[^\s,]+:[0-9]{1,5}")
 
 log = EventLogger("agent")
@@ -286,28 +287,50 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
 
 
 def _custom_resources(text: str) -> tuple[tuple[str, int], ...]:
-    """`--resources fpga=2,license=10` as sorted (name, count) pairs; UsageError naming the
-    entry that is wrong."""
+    try:
+        return parse_custom_resources(text)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+
+
+def parse_custom_resources(text: str) -> tuple[tuple[str, int], ...]:
+    """`--resources fpga=2,license=10` as sorted (name, count) pairs; ValueError naming the
+    entry that is wrong. `raftsched dev add-agent --resources` checks with this too."""
     found: dict[str, int] = {}
     for item in (part.strip() for part in text.split(",")):
         if not item:
             continue
         name, equals, count_text = item.partition("=")
-        if not equals or len(name) > MAX_ID_CHARS or not _ID.fullmatch(name):
-            raise UsageError(f"--resources: {item!r} is not NAME=COUNT with a valid name")
         try:
-            count = int(count_text)
+            count = int(count_text) if equals else None
         except ValueError:
-            raise UsageError(f"--resources: {item!r}: the count is not a whole number") from None
-        if not 1 <= count <= MAX_CUSTOM_RESOURCE_COUNT:
-            raise UsageError(f"--resources: {item!r}: the count must be 1.."
-                             f"{MAX_CUSTOM_RESOURCE_COUNT}")
+            count = None
+        if count is None:
+            raise ValueError(f"--resources: {item!r} is not NAME=COUNT (a whole number)")
         if name in found:
-            raise UsageError(f"--resources: {name!r} is named twice")
+            raise ValueError(f"--resources: {name!r} is named twice")
         found[name] = count
-    if len(found) > MAX_CUSTOM_RESOURCES_PER_CLUSTER:
-        raise UsageError(f"--resources: at most {MAX_CUSTOM_RESOURCES_PER_CLUSTER}")
-    return tuple(sorted(found.items()))
+    pairs = tuple(sorted(found.items()))
+    problem = custom_resources_problem(pairs)
+    if problem is not None:
+        raise ValueError(problem)
+    return pairs
+
+
+def custom_resources_problem(pairs: tuple[tuple[str, int], ...]) -> str | None:
+    """Why these (name, count) pairs break the rules of custom resources (names are ids, counts
+    1..MAX_CUSTOM_RESOURCE_COUNT, at most MAX_CUSTOM_RESOURCES_PER_CLUSTER), naming the one
+    that does, or None."""
+    if len(pairs) > MAX_CUSTOM_RESOURCES_PER_CLUSTER:
+        return f"--resources: at most {MAX_CUSTOM_RESOURCES_PER_CLUSTER}"
+    for name, count in pairs:
+        if len(name) > MAX_ID_CHARS or not _ID.fullmatch(name):
+            return (f"--resources: each name must use only {ID_RULE}, at most {MAX_ID_CHARS} "
+                    f"characters, got {name!r}")
+        if not 1 <= count <= MAX_CUSTOM_RESOURCE_COUNT:
+            return (f"--resources: {name}={count}: the count must be 1.."
+                    f"{MAX_CUSTOM_RESOURCE_COUNT}")
+    return None
 
 
 def _tls(args: argparse.Namespace, cluster_id: str) -> tls.TlsFiles | None:

@@ -1011,44 +1011,22 @@ def _check_executor(options: AddAgentOptions) -> bool:
 def parse_resources(text: str) -> Resources:
     """`fpga=2,license=10` as sorted (name, count) pairs, by the agent's `--resources` rules;
     INVALID_ARGUMENT naming the entry that is wrong."""
-    found: dict[str, int] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
-        name, equals, count_text = item.partition("=")
-        name = name.strip()
-        try:
-            count = int(count_text) if equals else None
-        except ValueError:
-            count = None
-        if count is None:
-            raise DevClusterError(Code.INVALID_ARGUMENT, f"--resources: {item!r} is not "
-                                                         f"NAME=COUNT (a whole number)")
-        if name in found:
-            raise DevClusterError(Code.INVALID_ARGUMENT, f"--resources: {name!r} is named "
-                                                         f"twice")
-        found[name] = count
-    resources = tuple(sorted(found.items()))
-    check_resources(resources)
-    return resources
+    from agent.main import parse_custom_resources
+
+    try:
+        return parse_custom_resources(text)
+    except ValueError as error:
+        raise DevClusterError(Code.INVALID_ARGUMENT, str(error)) from None
 
 
 def check_resources(resources: Resources) -> None:
-    """The agent's rules for custom resources: valid names, counts 1..MAX_CUSTOM_RESOURCE_COUNT,
-    at most MAX_CUSTOM_RESOURCES_PER_CLUSTER; INVALID_ARGUMENT naming what is wrong."""
-    from raftsched.spec.job import id_problem
+    """The agent's rules for custom resources (`agent.main.custom_resources_problem`);
+    INVALID_ARGUMENT naming what is wrong."""
+    from agent.main import custom_resources_problem
 
-    if len(resources) > limits.MAX_CUSTOM_RESOURCES_PER_CLUSTER:
-        raise DevClusterError(Code.INVALID_ARGUMENT, f"--resources: at most "
-                                                     f"{limits.MAX_CUSTOM_RESOURCES_PER_CLUSTER}")
-    for name, count in resources:
-        problem = id_problem(name)
-        if problem is not None:
-            raise DevClusterError(Code.INVALID_ARGUMENT, f"--resources: each name {problem}")
-        if not 1 <= count <= limits.MAX_CUSTOM_RESOURCE_COUNT:
-            raise DevClusterError(Code.INVALID_ARGUMENT,
-                                  f"--resources: {name}={count}: the count must be 1.."
-                                  f"{limits.MAX_CUSTOM_RESOURCE_COUNT}")
+    problem = custom_resources_problem(resources)
+    if problem is not None:
+        raise DevClusterError(Code.INVALID_ARGUMENT, problem)
 
 
 def machine_memory_mb() -> int:
