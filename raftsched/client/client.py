@@ -185,24 +185,32 @@ class Client:
         after that raises UNAVAILABLE (ask again, with --tail or from an offset)."""
         request = pb.TaskLogsRequest(job_id=job_id, task_id=task_id, attempt=attempt,
                                      stream=stream, follow=follow, tail_bytes=tail_bytes)
+        timeout = LOGS_FOLLOW_TIMEOUT_S if follow else LOGS_TIMEOUT_S
+        address, head, messages = self._first_message(lambda channel: pb_grpc.SchedulerStub(
+            channel).TaskLogs(request, metadata=self._metadata, timeout=timeout))
+        if head is None:
+            return
+        yield head
+        try:
+            yield from messages
+        except grpc.RpcError as error:
+            raise error_from_rpc(error, address) from None
+
+    def _first_message(self, open_stream: Callable[[grpc.Channel], Iterator[Any]]
+                       ) -> tuple[str, Any, Iterator[Any]]:
+        """Opens a server stream on the leader (following it, retrying by the policy) until its
+        first message arrives: (the address, that message or None when the stream ended
+        without one, the rest of the stream)."""
         attempts = retry.Attempts(self._servers, self._policy, on_retry=self._on_retry)
         for address in attempts:
-            stub = pb_grpc.SchedulerStub(self._channel(address))
-            messages = stub.TaskLogs(request, metadata=self._metadata,
-                                     timeout=LOGS_FOLLOW_TIMEOUT_S if follow else LOGS_TIMEOUT_S)
+            stream = open_stream(self._channel(address))
             try:
-                head = next(messages)
+                return address, next(stream), stream
             except grpc.RpcError as error:
                 attempts.failed(error_from_rpc(error, address), address)
-                continue
             except StopIteration:
-                return
-            yield head
-            try:
-                yield from messages
-            except grpc.RpcError as error:
-                raise error_from_rpc(error, address) from None
-            return
+                return address, None, stream
+        raise AssertionError("retry.Attempts ends by raising")  # pragma: no cover
 
     # -- admin -----------------------------------------------------------------------------------
 
@@ -212,25 +220,17 @@ class Client:
         each chunk. Follows the leader until the first byte arrives; a stream broken after that
         raises UNAVAILABLE, as does a size or sha256 that does not match what arrived: the
         caller then discards what `out` holds (and may try again)."""
-        attempts = retry.Attempts(self._servers, self._policy, on_retry=self._on_retry)
-        for address in attempts:
-            stub = pb_grpc.AdminStub(self._channel(address))
-            stream = stub.SaveSnapshot(pb.SaveSnapshotRequest(), metadata=self._metadata,
-                                       timeout=SNAPSHOT_STREAM_TIMEOUT_S)
-            try:
-                head = next(stream)
-            except grpc.RpcError as error:
-                attempts.failed(error_from_rpc(error, address), address)
-                continue
-            except StopIteration:
-                raise RaftschedError(Code.UNAVAILABLE, f"{address} sent no snapshot") from None
-            try:
-                return _receive_snapshot(head, stream, out, progress)
-            except grpc.RpcError as error:
-                failed = error_from_rpc(error, address)
-                raise RaftschedError(Code.UNAVAILABLE, f"the snapshot stream from {address} "
-                                     f"broke: {failed.message}") from None
-        raise AssertionError("retry.Attempts ends by raising")  # pragma: no cover
+        address, head, stream = self._first_message(lambda channel: pb_grpc.AdminStub(
+            channel).SaveSnapshot(pb.SaveSnapshotRequest(), metadata=self._metadata,
+                                  timeout=SNAPSHOT_STREAM_TIMEOUT_S))
+        if head is None:
+            raise RaftschedError(Code.UNAVAILABLE, f"{address} sent no snapshot")
+        try:
+            return _receive_snapshot(head, stream, out, progress)
+        except grpc.RpcError as error:
+            failed = error_from_rpc(error, address)
+            raise RaftschedError(Code.UNAVAILABLE, f"the snapshot stream from {address} "
+                                 f"broke: {failed.message}") from None
 
     def cluster_status(self, server: str | None = None, *, include_digest: bool = False) -> Any:
         """Ask `server` (or each configured replica in turn until one answers): any replica can
