@@ -10,8 +10,6 @@ from raftsched.cli import render
 from raftsched.cli.common import EXIT_OK, command_parser, connect, print_json
 from raftsched.errors import Code, RaftschedError
 
-FINGERPRINT_HEX_CHARS = 64
-
 
 def register_certs(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     group = sub.add_parser(
@@ -58,12 +56,14 @@ def _target(args: argparse.Namespace) -> tuple[str, str]:
 
         found = certificate_identity(Path(args.cert))
         return found.fingerprint, found.subject
+    from raftsched.state.commands import CertRevoke
+    from raftsched.state.fsm import CERT_FINGERPRINT_CHARS, cert_revoke_problem
+
     fingerprint = str(args.fingerprint).replace(":", "").strip().lower()
-    if len(fingerprint) != FINGERPRINT_HEX_CHARS \
-            or any(ch not in "0123456789abcdef" for ch in fingerprint):
+    if cert_revoke_problem(CertRevoke(fingerprint, "", "", 0)) is not None:  # the replicas' rule
         raise RaftschedError(Code.INVALID_ARGUMENT,
                              f"--fingerprint: the sha256 of the certificate, "
-                             f"{FINGERPRINT_HEX_CHARS} hex digits (colons allowed), got "
+                             f"{CERT_FINGERPRINT_CHARS} hex digits (colons allowed), got "
                              f"{args.fingerprint!r}")
     return fingerprint, args.subject or ""
 
