@@ -162,6 +162,10 @@ class FakeClient:
         self._call("revoke_token", token_id)
         return pb.RevokeTokenResponse(token_id=token_id)
 
+    def revoke_certificate(self, fingerprint: str, subject: str = "", reason: str = "") -> Any:
+        self._call("revoke_certificate", fingerprint, subject, reason)
+        return pb.RevokeCertificateResponse(fingerprint=fingerprint, created=True)
+
     def list_tokens(self) -> Any:
         self._call("list_tokens")
         return pb.ListTokensResponse(tokens=[pb.TokenInfo(
@@ -537,6 +541,27 @@ def test_admin_remove_cluster_and_tokens(capsys: pytest.CaptureFixture[str],
     assert (code, out) == (0, "revoked 0123456789abcdef\n")
     code, _, err = run(capsys, "admin", "token", "create", "--tenant", "ml", "--role", "root")
     assert code == 2 and "invalid choice" in err
+
+
+def test_admin_cert_revoke_normalises_a_fingerprint_and_refuses_a_muddled_target(
+        capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
+    """A fingerprint as openssl prints it (colons, upper case) is sent as the replicas keep it;
+    naming no certificate or two, or a --subject beside CERT_PEM, is refused before any call."""
+    colons = ":".join(["AB"] * 32)
+    code, document = run_json(capsys, "admin", "cert", "revoke", "--fingerprint", colons,
+                              "--subject", "raftsched-agent:east", "--reason", "stolen")
+    assert code == 0 and document == {"fingerprint": "ab" * 32,
+                                      "subject": "raftsched-agent:east", "created": True}
+    assert fake.calls[-1] == ("revoke_certificate", ("ab" * 32, "raftsched-agent:east",
+                                                     "stolen"))
+    calls = len(fake.calls)
+    for argv, says in (((), "CERT_PEM or --fingerprint SHA256 (one)"),
+                       (("c.pem", "--fingerprint", "ab" * 32), "CERT_PEM or --fingerprint"),
+                       (("c.pem", "--subject", "x"), "--subject goes with --fingerprint"),
+                       (("--fingerprint", "ab" * 31), "--fingerprint: the sha256")):
+        code, _, err = run(capsys, "admin", "cert", "revoke", *argv)
+        assert code == 2 and says in err, (argv, err)
+    assert len(fake.calls) == calls  # nothing was sent
 
 
 def test_admin_drain_and_undrain(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
