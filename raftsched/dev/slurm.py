@@ -215,15 +215,10 @@ class LocalSlurm:
 
     def job(self, job_id: str) -> dict[str, str]:
         """`scontrol show job -o ID` as a dict ({} once the controller forgot the job)."""
+        from agent.slurm import parse_job_line  # the agent reads scontrol the same way
+
         result = self.run("scontrol", "show", "job", "-o", job_id)
-        if result.returncode != 0:
-            return {}
-        fields: dict[str, str] = {}
-        for word in result.stdout.split():
-            key, sep, value = word.partition("=")
-            if sep and key not in fields:
-                fields[key] = value
-        return fields
+        return parse_job_line(result.stdout) if result.returncode == 0 else {}
 
     # --- start ------------------------------------------------------------------------------
 
