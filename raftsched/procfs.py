@@ -27,14 +27,19 @@ class ProcStat(NamedTuple):
     state: str
     """One letter: R S D T t Z X ..."""
     start_ticks: int
+    ppid: int
+    comm: str
+    """The command name (the executable's, at most 15 characters)."""
 
 
 def parse_stat(text: str) -> ProcStat:
-    """The state and start time from a /proc/PID/stat line. The command name (field 2) is in
-    parentheses and may itself hold spaces and parentheses, so fields are counted from the last
-    ')'."""
-    rest = text[text.rindex(")") + 2:].split()
-    return ProcStat(rest[0], int(rest[STARTTIME_FIELD - 3]))
+    """The state, start time, parent and command name from a /proc/PID/stat line. The command
+    name (field 2) is in parentheses and may itself hold spaces and parentheses, so fields are
+    counted from the last ')'."""
+    close = text.rindex(")")
+    rest = text[close + 2:].split()
+    return ProcStat(rest[0], int(rest[STARTTIME_FIELD - 3]), int(rest[1]),
+                    text[text.index("(") + 1:close])
 
 
 def read_stat(pid: int) -> str | None:
@@ -68,6 +73,22 @@ def is_alive(pid: int, expected_start_ticks: int | None, read: StatReader = read
     if stat is None or stat.state in GONE_STATES:
         return False
     return expected_start_ticks is None or stat.start_ticks == expected_start_ticks
+
+
+def pids() -> list[int]:
+    """Every process id /proc lists now."""
+    try:
+        return [int(entry.name) for entry in PROC_ROOT.iterdir() if entry.name.isdigit()]
+    except OSError:
+        return []
+
+
+def read_environ(pid: int) -> list[bytes] | None:
+    """`pid`'s environment as NAME=VALUE entries, or None when it is gone or not ours to read."""
+    try:
+        return (PROC_ROOT / str(pid) / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
 
 
 def available() -> bool:

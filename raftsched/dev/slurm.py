@@ -34,6 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import NamedTuple
 
+from raftsched import procfs
 from raftsched.dev.ports import pick_free_ports
 from raftsched.dev.supervisor import Child, Stoppable, StopResult, stop_all
 
@@ -434,22 +435,20 @@ def job_processes(conf: Path, daemons: set[int]) -> list[int]:
     (slurmctld's slurmscriptd: `daemons` and their children) are left out, as is a shell or an
     agent that merely has the same SLURM_CONF."""
     marker = b"SLURM_CONF=" + os.fsencode(conf)
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) in daemons:
+    found = []
+    for pid in procfs.pids():
+        if pid in daemons:
             continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-            comm, _, rest = (entry / "stat").read_text().rpartition(")")
-            state, ppid = rest.split()[:2]
-        except (OSError, ValueError):  # gone, or not ours to read
+        environ = procfs.read_environ(pid)
+        stat = procfs.process_stat(pid) if environ is not None else None
+        if environ is None or stat is None:  # gone, or not ours to read
             continue
         # A zombie (slurmstepd waits a second or two here for pid 1 to reap it) is done.
-        if state == "Z" or int(ppid) in daemons or marker not in environ:
+        if stat.state in procfs.GONE_STATES or stat.ppid in daemons or marker not in environ:
             continue
-        if comm.endswith("(slurmstepd") or any(v.startswith(b"SLURM_JOB_ID=") for v in environ):
-            pids.append(int(entry.name))
-    return sorted(pids)
+        if stat.comm == "slurmstepd" or any(v.startswith(b"SLURM_JOB_ID=") for v in environ):
+            found.append(pid)
+    return sorted(found)
 
 
 def wait_job_processes(conf: Path, timeout_s: float, daemons: set[int]) -> list[int]:

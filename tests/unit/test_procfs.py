@@ -22,7 +22,16 @@ def stat_line(state: str, start_ticks: int, command: str = "sh") -> str:
 
 
 def test_parse_stat_survives_odd_command_names() -> None:
-    assert procfs.parse_stat(stat_line("S", 22, "a) (b c")) == ("S", 22)
+    assert procfs.parse_stat(stat_line("S", 22, "a) (b c")) == ("S", 22, 0, "a) (b c")
+
+
+def test_this_process_is_listed_with_its_parent_name_and_environment() -> None:
+    stat = procfs.process_stat(os.getpid())
+    assert stat is not None and stat.ppid == os.getppid() and stat.comm
+    assert os.getpid() in procfs.pids()
+    environ = procfs.read_environ(os.getpid())
+    assert environ is not None and any(entry.startswith(b"PATH=") for entry in environ)
+    assert procfs.read_environ(PID_ABOVE_MAX) is None
 
 
 def test_start_ticks_and_liveness_of_this_process() -> None:
