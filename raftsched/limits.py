@@ -138,13 +138,36 @@ MAX_RPC_WORKERS = 64
 """Concurrent RPCs per replica (long polls and watches hold one each)."""
 
 MAX_STREAMS = MAX_RPC_WORKERS // 4
-"""Long-lived server streams (WatchJob, reflection) one replica holds open at once, each on an
-RPC worker for its whole life: the other three quarters of the workers are always left to
-heartbeats, reports and submits. Past it a new stream is RESOURCE_EXHAUSTED (retry later)."""
+"""Long-lived server streams (WatchJob, TaskLogs, SaveSnapshot, reflection, health watches) one
+replica holds open at once, each on an RPC worker for its whole life: the other three quarters
+of the workers are always left to heartbeats, reports and submits. Past it a new stream is
+RESOURCE_EXHAUSTED (retry later)."""
 
-MAX_STREAMS_PER_HOST = MAX_STREAMS // 2
-"""Of MAX_STREAMS, what one client host (the peer address without its port) may hold, so one
-client cannot take them all. Past it a new stream from that host is RESOURCE_EXHAUSTED."""
+MAX_STREAMS_PER_CALLER = MAX_STREAMS // 2
+"""Of MAX_STREAMS, what one caller may hold, so one caller cannot take them all: a caller is a
+token (users), a compute cluster (agents), a certificate (token-less health and reflection
+streams), or the client host under --insecure-dev. Past it a new stream of that caller is
+RESOURCE_EXHAUSTED. (Per caller, not per host: one token's watches from a shared host no longer
+block every other tenant's.)"""
+
+ADMIN_STREAM_RESERVE = 2
+"""Of MAX_STREAMS, how many only admin-role tokens may take: an admin's SaveSnapshot or watch is
+served while other callers hold every ordinary slot."""
+
+MAX_STREAM_AGE_S = 15 * 60.0
+"""A WatchJob, TaskLogs, health-watch or reflection stream is ended by the server after this
+long (`raftsched replica --max-stream-age-s`), so that its slot is contended for again. WatchJob
+and TaskLogs end cleanly with the trailer STREAM_END_KEY=max-age and the client re-opens them
+where they were (the CLI never notices); a reflection stream is cancelled."""
+
+REFUSED_CALL_LOG_LINES = 20
+"""`call_refused` warning lines a replica writes per REFUSED_CALL_LOG_WINDOW_S beyond the first
+refusal of each kind (RPC and status code), which is always written: a flood of bad tokens or
+revoked certificates cannot fill the log. A `call_refused_suppressed` line at the end of each
+window counts what was left out."""
+
+REFUSED_CALL_LOG_WINDOW_S = 10.0
+"""The window of REFUSED_CALL_LOG_LINES."""
 
 MAX_MESSAGE_BYTES = MAX_SPEC_BYTES + 1024 * 1024
 """A gRPC message either way: the largest spec plus room for the envelope."""

@@ -246,6 +246,30 @@ _HANDLER_FACTORIES = {
 """(request streaming, response streaming) -> the handler's behaviour field and its factory."""
 
 
+STREAM_END_KEY = "raftsched-stream-end"
+"""Trailing metadata of a server stream the replica ended on purpose while there was more to
+come; its value says why (STREAM_END_MAX_AGE). A stream that ended without it ended because it
+was done (a terminal job, the whole output)."""
+STREAM_END_MAX_AGE = "max-age"
+"""The stream reached the replica's maximum stream age (limits.MAX_STREAM_AGE_S): re-open it
+where it was (the client does: `Client.watch`, `Client.task_logs`)."""
+
+
+def ended_for_age(call: Any) -> bool:
+    """Whether a server stream that finished (its iterator is exhausted) was ended by the
+    replica for its age, rather than because it was done."""
+    trailers = call.trailing_metadata() or ()
+    return any(key == STREAM_END_KEY and value == STREAM_END_MAX_AGE for key, value in trailers)
+
+
+def handler_parts(handler: Any) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """A gRPC method handler's behaviour, and the factory that makes a handler of its kind (for
+    interceptors that wrap the behaviour: this one, `replica.identity.IdentityCheck`)."""
+    field, factory = _HANDLER_FACTORIES[(bool(handler.request_streaming),
+                                         bool(handler.response_streaming))]
+    return getattr(handler, field), factory
+
+
 def _guarded_handler(handler: Any, refusal: RaftschedError, replica: str) -> Any:
     """`handler` with a deserializer that cannot raise and a behaviour that aborts with
     `refusal` on a request that did not decode."""

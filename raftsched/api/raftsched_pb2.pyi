@@ -8,20 +8,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class TaskLogsRequest(_message.Message):
-    __slots__ = ("job_id", "task_id", "attempt", "stream", "follow", "tail_bytes")
+    __slots__ = ("job_id", "task_id", "attempt", "stream", "follow", "tail_bytes", "offset")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
     FOLLOW_FIELD_NUMBER: _ClassVar[int]
     TAIL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_id: str
     attempt: int
     stream: str
     follow: bool
     tail_bytes: int
-    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., stream: _Optional[str] = ..., follow: _Optional[bool] = ..., tail_bytes: _Optional[int] = ...) -> None: ...
+    offset: int
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., stream: _Optional[str] = ..., follow: _Optional[bool] = ..., tail_bytes: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class TaskLogsChunk(_message.Message):
     __slots__ = ("data", "offset", "attempt", "fence", "cluster_id", "attempt_state")
@@ -673,18 +675,20 @@ class ListTokensRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class TokenInfo(_message.Message):
-    __slots__ = ("token_id", "tenant", "role", "note", "created_ms")
+    __slots__ = ("token_id", "tenant", "role", "note", "created_ms", "acts_as")
     TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    ACTS_AS_FIELD_NUMBER: _ClassVar[int]
     token_id: str
     tenant: str
     role: str
     note: str
     created_ms: int
-    def __init__(self, token_id: _Optional[str] = ..., tenant: _Optional[str] = ..., role: _Optional[str] = ..., note: _Optional[str] = ..., created_ms: _Optional[int] = ...) -> None: ...
+    acts_as: str
+    def __init__(self, token_id: _Optional[str] = ..., tenant: _Optional[str] = ..., role: _Optional[str] = ..., note: _Optional[str] = ..., created_ms: _Optional[int] = ..., acts_as: _Optional[str] = ...) -> None: ...
 
 class ListTokensResponse(_message.Message):
     __slots__ = ("tokens",)

@@ -24,7 +24,7 @@ from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.client import retry
 from raftsched.client.retry import RetryPolicy, Servers
 from raftsched.errors import Code, RaftschedError
-from raftsched.rpc import CHANNEL_OPTIONS, error_from_rpc
+from raftsched.rpc import CHANNEL_OPTIONS, ended_for_age, error_from_rpc, retryable
 from raftsched.spec.job import parse_spec_text
 
 DEFAULT_CALL_TIMEOUT_S = 10.0
@@ -51,6 +51,9 @@ LOGS_FOLLOW_TIMEOUT_S = 7 * 24 * 3600.0
 SNAPSHOT_STREAM_TIMEOUT_S = 3_600.0
 """A snapshot save: the leader writes it (up to limits.SNAPSHOT_SAVE_TIMEOUT_S), then streams it."""
 TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+STREAM_WAIT_BACKOFF_MAX_S = 1.0
+"""Opening a stream a replica refused for lack of stream slots (RESOURCE_EXHAUSTED) is tried
+again this often at the least, within the retry budget (the CLI's --timeout)."""
 
 OnRetry = Callable[[RaftschedError, float], None]
 """Told of each failed try that will be retried (the error, the wait before the next try)."""
@@ -82,7 +85,12 @@ class Client:
                                    backoff_initial_s=BACKOFF_MIN_S, backoff_max_s=BACKOFF_MAX_S)
         self._watch_policy = RetryPolicy(budget_s=retry_budget_s, max_attempts=WATCH_RECONNECTS,
                                          backoff_initial_s=BACKOFF_MIN_S,
-                                         backoff_max_s=BACKOFF_MAX_S)
+                                         backoff_max_s=STREAM_WAIT_BACKOFF_MAX_S)
+        # Enough tries to wait out the whole budget for a stream slot, a try a second at most.
+        self._stream_policy = RetryPolicy(
+            budget_s=retry_budget_s, backoff_initial_s=BACKOFF_MIN_S,
+            backoff_max_s=STREAM_WAIT_BACKOFF_MAX_S,
+            max_attempts=MAX_CALL_ATTEMPTS + int(retry_budget_s / STREAM_WAIT_BACKOFF_MAX_S * 2))
         self._on_retry = on_retry
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
@@ -163,18 +171,26 @@ class Client:
 
     def watch(self, job_id: str) -> Iterator[Any]:
         """Yield the job each time it changes, until it is terminal. After a leader change the
-        stream is re-opened on the new leader (`WATCH_RECONNECTS` times in a row at most)."""
-        attempts = retry.Attempts(self._servers, self._watch_policy, on_retry=self._on_retry)
+        stream is re-opened on the new leader (`WATCH_RECONNECTS` times in a row at most); a
+        stream the replica ended for its age is re-opened at once; a replica out of stream
+        slots (RESOURCE_EXHAUSTED) is asked again within the retry budget."""
+        attempts = retry.Attempts(self._servers, self._watch_policy, on_retry=self._on_retry,
+                                  retryable=_stream_retryable)
         request = pb.WatchJobRequest(job_id=job_id)
+        last: Any = None
         for address in attempts:
-            stub = pb_grpc.SchedulerStub(self._channel(address))
+            stream = pb_grpc.SchedulerStub(self._channel(address)).WatchJob(
+                request, metadata=self._metadata)
             try:
-                for job in stub.WatchJob(request, metadata=self._metadata):
+                for job in stream:
                     attempts.progressed()
-                    yield job
+                    if job != last:  # a re-opened stream starts with the job as it is
+                        yield job
+                        last = job
                     if job.state in TERMINAL_JOB_STATES:
                         return
-                return
+                if not ended_for_age(stream):
+                    return
             except grpc.RpcError as error:
                 attempts.failed(error_from_rpc(error, address), address)
 
@@ -182,26 +198,43 @@ class Client:
                   follow: bool = False, tail_bytes: int = 0) -> Iterator[Any]:
         """The attempt's output as TaskLogsChunk messages: the first names the attempt, the
         rest carry data in order. Follows the leader until the first message; a stream broken
-        after that raises UNAVAILABLE (ask again, with --tail or from an offset)."""
+        after that raises UNAVAILABLE (ask again, with --tail or from an offset). A stream the
+        replica ended for its age is re-opened where it was (that attempt, that offset)."""
         request = pb.TaskLogsRequest(job_id=job_id, task_id=task_id, attempt=attempt,
                                      stream=stream, follow=follow, tail_bytes=tail_bytes)
-        timeout = LOGS_FOLLOW_TIMEOUT_S if follow else LOGS_TIMEOUT_S
-        address, head, messages = self._first_message(lambda channel: pb_grpc.SchedulerStub(
-            channel).TaskLogs(request, metadata=self._metadata, timeout=timeout))
-        if head is None:
-            return
-        yield head
-        try:
-            yield from messages
-        except grpc.RpcError as error:
-            raise error_from_rpc(error, address) from None
+        head: Any = None
+        while True:
+            address, first, messages = self._open_logs(request)
+            if first is None:
+                return
+            if head is None:
+                head = first
+                yield head
+            try:
+                for message in messages:
+                    request.offset = message.offset + len(message.data)
+                    yield message
+            except grpc.RpcError as error:
+                raise error_from_rpc(error, address) from None
+            if not ended_for_age(messages):
+                return
+            request.attempt = head.attempt  # resume the attempt we were reading
+            if request.offset:
+                request.tail_bytes = 0
 
-    def _first_message(self, open_stream: Callable[[grpc.Channel], Iterator[Any]]
-                       ) -> tuple[str, Any, Iterator[Any]]:
-        """Opens a server stream on the leader (following it, retrying by the policy) until its
-        first message arrives: (the address, that message or None when the stream ended
-        without one, the rest of the stream)."""
-        attempts = retry.Attempts(self._servers, self._policy, on_retry=self._on_retry)
+    def _open_logs(self, request: Any) -> tuple[str, Any, Any]:
+        timeout = LOGS_FOLLOW_TIMEOUT_S if request.follow else LOGS_TIMEOUT_S
+        return self._first_message(lambda channel: pb_grpc.SchedulerStub(
+            channel).TaskLogs(request, metadata=self._metadata, timeout=timeout))
+
+    def _first_message(self, open_stream: Callable[[grpc.Channel], Any]
+                       ) -> tuple[str, Any, Any]:
+        """Opens a server stream on the leader (following it, retrying by the policy, and
+        waiting for a stream slot within the retry budget) until its first message arrives:
+        (the address, that message or None when the stream ended without one, the rest of the
+        stream: the call, whose trailers say whether it ended for its age)."""
+        attempts = retry.Attempts(self._servers, self._stream_policy, on_retry=self._on_retry,
+                                  retryable=_stream_retryable)
         for address in attempts:
             stream = open_stream(self._channel(address))
             try:
@@ -312,6 +345,13 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _stream_retryable(error: RaftschedError) -> bool:
+    """Opening a stream is tried again on what any call is, and when the replica holds every
+    stream slot it may give this caller (RESOURCE_EXHAUSTED): slots free up, and streams end
+    at the replica's maximum stream age."""
+    return retryable(error) or error.code == Code.RESOURCE_EXHAUSTED
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,6 +31,7 @@ from raftsched.replica.service import (
     AgentGatewayService,
     ChangeFeed,
     Context,
+    HealthService,
     SchedulerService,
     enable_reflection,
 )
@@ -104,6 +105,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "members becoming --raft and --peers. Give every replica of the new "
                              "cluster the same FILE. Refused if the data dir holds a replica's "
                              "state already")
+    parser.add_argument("--max-stream-age-s", type=positive_seconds,
+                        default=limits.MAX_STREAM_AGE_S, metavar="SECONDS",
+                        help="end a WatchJob, TaskLogs, health-watch or reflection stream after "
+                             "this long so that its slot is contended for again; the client "
+                             "re-opens a watch or log stream where it was (default "
+                             f"{limits.MAX_STREAM_AGE_S:g})")
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on 127.0.0.1:PORT (0: off)")
     parser.add_argument("--metrics-address", type=metrics_address, default=None,
@@ -201,7 +208,8 @@ def run(args: argparse.Namespace) -> int:
                                  lost_after_s=args.lost_after_s, on_office=on_office),
                     version=changes.version)
     try:
-        server = _server(Context(node, leader, clock, changes, args.grpc), args.grpc, tls_files)
+        server = _server(Context(node, leader, clock, changes, args.grpc,
+                                 max_stream_age_s=args.max_stream_age_s), args.grpc, tls_files)
     except RaftschedError as error:
         node.close()
         print(f"error: {error.message}", file=sys.stderr)
@@ -260,23 +268,25 @@ def _server(ctx: Context, address: str, tls_files: tls.TlsFiles | None) -> grpc.
     """The gRPC server: mutual TLS with `tls_files` and every RPC checked against its caller's
     certificate (`identity`); plaintext and unchecked without (--insecure-dev)."""
     services = [pb.DESCRIPTOR.services_by_name[n] for n in ("Scheduler", "AgentGateway", "Admin")]
+    served = [*services, *_STANDARD_SERVICES]
+    # Every method of every service served is checked against its caller by one interceptor
+    # (built even when it is not installed: an RPC without a rule is a KeyError at start).
+    check = identity.IdentityCheck(served, ctx)
+    interceptors: list[grpc.ServerInterceptor] = [
+        # An undecodable request is INVALID_ARGUMENT, not INTERNAL with a logged traceback.
+        rpc.RequestGuard(served, replica=address),
+        *([check] if tls_files is not None else [])]
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=limits.MAX_RPC_WORKERS, thread_name_prefix="rpc"),
-        # An undecodable request is INVALID_ARGUMENT, not INTERNAL with a logged traceback.
-        interceptors=[rpc.RequestGuard([*services, *_STANDARD_SERVICES], replica=address)],
+        interceptors=interceptors,
         options=[("grpc.max_receive_message_length", limits.MAX_MESSAGE_BYTES),
                  ("grpc.max_send_message_length", limits.MAX_MESSAGE_BYTES),
                  ("grpc.so_reuseport", 0)],
     )
-    secure = tls_files is not None
-    by_name = {service.name: service for service in services}
-    pb_grpc.add_SchedulerServicer_to_server(identity.guard(
-        SchedulerService(ctx), by_name["Scheduler"], secure=secure, reader=ctx), server)
-    pb_grpc.add_AgentGatewayServicer_to_server(identity.guard(
-        AgentGatewayService(ctx), by_name["AgentGateway"], secure=secure, reader=ctx), server)
-    pb_grpc.add_AdminServicer_to_server(identity.guard(
-        AdminService(ctx, address), by_name["Admin"], secure=secure, reader=ctx), server)
-    health_servicer = health.HealthServicer()
+    pb_grpc.add_SchedulerServicer_to_server(SchedulerService(ctx), server)
+    pb_grpc.add_AgentGatewayServicer_to_server(AgentGatewayService(ctx), server)
+    pb_grpc.add_AdminServicer_to_server(AdminService(ctx, address), server)
+    health_servicer = HealthService(ctx)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     _track_health(ctx, health_servicer)
     names = [service.full_name for service in services]

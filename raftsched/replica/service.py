@@ -21,6 +21,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import grpc
+from grpc_health.v1 import health
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
 from raftsched import limits, rpc, tokens
@@ -38,6 +39,7 @@ from raftsched.spec.issue import show
 from raftsched.spec.job import SpecError, parse_spec_text, with_idempotency_key
 from raftsched.spec.wire import to_wire
 from raftsched.state import commands as c
+from raftsched.state.fsm import honoured_role, token_put_problem, token_scope_problem
 from raftsched.state.model import TERMINAL_JOB_STATES, State
 from raftsched.state.policy import policy_of
 from raftsched.state.results import (
@@ -99,41 +101,49 @@ def peer_host(peer: str) -> str:
 
 
 class StreamSlots:
-    """The long-lived server streams open on this replica, in all and per client host. A stream
+    """The long-lived server streams open on this replica, in all and per caller. A stream
     holds an RPC worker for its whole life, so without a bound MAX_RPC_WORKERS of them (64
     WatchJobs) took every worker: heartbeats waited, agents went SUSPECT then LOST, clients
-    timed out. `acquire` refuses past limits.MAX_STREAMS, or limits.MAX_STREAMS_PER_HOST for
-    one host, and says which."""
+    timed out. `acquire` refuses past limits.MAX_STREAMS_PER_CALLER for one caller (a token, a
+    cluster, a certificate: `identity.Principal.key`), past MAX_STREAMS less
+    ADMIN_STREAM_RESERVE for any caller but an admin, past MAX_STREAMS for an admin, and says
+    which."""
 
     def __init__(self, total: int = limits.MAX_STREAMS,
-                 per_host: int = limits.MAX_STREAMS_PER_HOST) -> None:
+                 per_caller: int = limits.MAX_STREAMS_PER_CALLER,
+                 admin_reserve: int = limits.ADMIN_STREAM_RESERVE) -> None:
+        assert 0 < per_caller <= total - admin_reserve and admin_reserve >= 0
         self._lock = threading.Lock()
         self._total = total
-        self._per_host = per_host
-        self._by_host: dict[str, int] = {}
-        """Open streams per host; a host without any has no key."""
+        self._per_caller = per_caller
+        self._admin_reserve = admin_reserve
+        self._by_caller: dict[str, int] = {}
+        """Open streams per caller; a caller without any has no key."""
         self._open = 0
 
-    def acquire(self, host: str) -> str | None:
-        """Take a slot for a stream from `host`: None, or why not (a message for the client)."""
+    def acquire(self, caller: str, admin: bool = False) -> str | None:
+        """Take a slot for a stream of `caller`: None, or why not (a message for the client)."""
         with self._lock:
-            held = self._by_host.get(host, 0)
-            if held >= self._per_host:
-                return (f"{held} streams are open from {host}, the most one client host may "
-                        f"hold (MAX_STREAMS_PER_HOST); retry later")
-            if self._open >= self._total:
-                return (f"{self._total} streams are open on this replica, the most it holds "
-                        f"(MAX_STREAMS); retry later")
-            self._by_host[host] = held + 1
+            held = self._by_caller.get(caller, 0)
+            if held >= self._per_caller:
+                return (f"{held} streams are open for {caller}, the most one caller may hold "
+                        f"(MAX_STREAMS_PER_CALLER); retry later")
+            room = self._total if admin else self._total - self._admin_reserve
+            if self._open >= room:
+                kept = "" if admin else f", {self._admin_reserve} of them kept for admins " \
+                    "(ADMIN_STREAM_RESERVE)"
+                return (f"{self._open} streams are open on this replica, the most it holds "
+                        f"(MAX_STREAMS={self._total}{kept}); retry later")
+            self._by_caller[caller] = held + 1
             self._open += 1
             return None
 
-    def release(self, host: str) -> None:
+    def release(self, caller: str) -> None:
         with self._lock:
-            held = self._by_host.pop(host)
-            assert held > 0 and self._open > 0, host
+            held = self._by_caller.pop(caller)
+            assert held > 0 and self._open > 0, caller
             if held > 1:
-                self._by_host[host] = held - 1
+                self._by_caller[caller] = held - 1
             self._open -= 1
 
     def open_count(self) -> int:
@@ -141,12 +151,28 @@ class StreamSlots:
             return self._open
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class StreamLease:
+    """A stream slot held, and until when (the replica's maximum stream age)."""
+
+    ends_s: float
+    """On `monotonic`'s clock."""
+    monotonic: Callable[[], float]
+
+    def expired(self) -> bool:
+        return self.monotonic() >= self.ends_s
+
+    def remaining_s(self) -> float:
+        return max(0.0, self.ends_s - self.monotonic())
+
+
 class Context:
     """What the servicers share: the node, the leader loop, time, the stream slots, and the
     error plumbing."""
 
     def __init__(self, node: Any, leader: Leader, clock: Clock, changes: ChangeFeed,
-                 grpc_address: str = "") -> None:
+                 grpc_address: str = "", max_stream_age_s: float = limits.MAX_STREAM_AGE_S
+                 ) -> None:
         self.node = node
         self.grpc_address = grpc_address
         """This replica's own gRPC address (marks its answers, see `rpc.abort`)."""
@@ -155,6 +181,8 @@ class Context:
         self.changes = changes
         self.rng = random.SystemRandom()
         self.streams = StreamSlots()
+        self.max_stream_age_s = max_stream_age_s
+        """A stream ends after this long (limits.MAX_STREAM_AGE_S, --max-stream-age-s)."""
         self.logs = LogBroker(changes.notify)
 
     def leader_grpc_address(self) -> str | None:
@@ -171,17 +199,42 @@ class Context:
                   violations=violations)
 
     @contextlib.contextmanager
-    def stream_slot(self, context: grpc.ServicerContext) -> Iterator[None]:
+    def stream_slot(self, context: grpc.ServicerContext) -> Iterator[StreamLease]:
         """Hold one of `streams` for the `with` block (a server stream's life, however it ends:
-        client cancel, last message, error); RESOURCE_EXHAUSTED when none is free."""
-        host = peer_host(context.peer())
-        refusal = self.streams.acquire(host)
+        client cancel, last message, error), for the checked caller (`identity`; the client
+        host under --insecure-dev, where every caller may do anything); RESOURCE_EXHAUSTED when
+        none is free. The lease says when the stream has lived the maximum stream age."""
+        principal = identity.current_principal()
+        caller, admin = (principal.key, principal.admin) if principal is not None \
+            else (f"host {peer_host(context.peer())}", True)
+        refusal = self.streams.acquire(caller, admin)
         if refusal is not None:
             self.abort(context, RaftschedError(Code.RESOURCE_EXHAUSTED, refusal))
         try:
+            yield StreamLease(self.clock.monotonic_s() + self.max_stream_age_s,
+                              self.clock.monotonic_s)
+        finally:
+            self.streams.release(caller)
+
+    def end_for_age(self, context: grpc.ServicerContext) -> None:
+        """Mark a stream about to end (OK) as ended for its age: the client re-opens it."""
+        context.set_trailing_metadata(((rpc.STREAM_END_KEY, rpc.STREAM_END_MAX_AGE),))
+
+    @contextlib.contextmanager
+    def cancelled_at_age(self, lease: StreamLease, cancel: Callable[[], Any]) -> Iterator[None]:
+        """Call `cancel` once `lease` has reached its age, unless the block is over first: for
+        streams that block where they cannot look at the time (reflection, health watches)."""
+        timer = threading.Timer(lease.remaining_s(), cancel)
+        timer.daemon = True
+        timer.start()
+        try:
             yield
         finally:
-            self.streams.release(host)
+            timer.cancel()
+
+    def leads(self) -> bool:
+        """Leads, its election barrier applied (`Leader.leading`)."""
+        return self.leader.leading()
 
     def require_leader(self, context: grpc.ServicerContext) -> None:
         if not self.leader.leading():
@@ -306,18 +359,20 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
             context, lambda s: views.explain_task(s, request.job_id, request.task_id))
 
     def WatchJob(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        with self.ctx.stream_slot(context):
-            yield from self._watch(request, context)
+        with self.ctx.stream_slot(context) as lease:
+            yield from self._watch(request, context, lease)
 
     def TaskLogs(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        with self.ctx.stream_slot(context):
-            yield from self._task_logs(request, context)
+        with self.ctx.stream_slot(context) as lease:
+            yield from self._task_logs(request, context, lease)
 
-    def _task_logs(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    def _task_logs(self, request: Any, context: grpc.ServicerContext,
+                   lease: StreamLease) -> Iterator[Any]:
         """Piece after piece of the attempt's output file, each fetched from its agent
         (`logs.LogBroker`). Without follow: up to the file's size at the first piece. With
         follow: on while the attempt is live, polling every LOG_FOLLOW_POLL_S when nothing is
-        new, then up to the size its agent reports once it has ended."""
+        new, then up to the size its agent reports once it has ended. From `request.offset`
+        when set (a resumed stream); ended for its age when the lease is (`end_for_age`)."""
         stream = request.stream or LOG_STREAMS[0]
         if stream not in LOG_STREAMS:
             self.ctx.abort(context, RaftschedError(
@@ -328,10 +383,13 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
             s, request.job_id, request.task_id, request.attempt))
         yield pb.TaskLogsChunk(attempt=source.number, fence=source.fence,
                                cluster_id=source.cluster_id, attempt_state=source.state)
-        offset = -min(request.tail_bytes, limits.MAX_LOG_TAIL_BYTES) if request.tail_bytes \
-            else 0
+        offset = request.offset or (-min(request.tail_bytes, limits.MAX_LOG_TAIL_BYTES)
+                                    if request.tail_bytes else 0)
         end: int | None = None
         while context.is_active():
+            if lease.expired():
+                self.ctx.end_for_age(context)
+                return
             try:
                 chunk = self.ctx.logs.fetch(source.cluster_id, source.fence, stream, offset)
             except RaftschedError as error:
@@ -355,7 +413,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
                     continue
                 time.sleep(LOG_FOLLOW_POLL_S)  # not the change feed: it moves at every commit
 
-    def _watch(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+    def _watch(self, request: Any, context: grpc.ServicerContext,
+               lease: StreamLease) -> Iterator[Any]:
         last: Any = None
         seen = self.ctx.changes.version()
         job = self.ctx.current_read(context, lambda s: views.job_of(s, request.job_id))
@@ -369,7 +428,10 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
                 last = message
             if message.state in _TERMINAL_NAMES:
                 return
-            seen = self.ctx.changes.wait(seen, WATCH_POLL_S)
+            if lease.expired():
+                self.ctx.end_for_age(context)
+                return
+            seen = self.ctx.changes.wait(seen, min(WATCH_POLL_S, lease.remaining_s()))
             self.ctx.require_leader(context)
 
 
@@ -444,7 +506,9 @@ class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
 
 class ReflectionService(reflection.ReflectionServicer):  # type: ignore[misc]
     """gRPC server reflection whose streams take a stream slot like WatchJob's: a reflection
-    stream holds an RPC worker until its client closes it."""
+    stream holds an RPC worker until its client closes it, or until the maximum stream age,
+    when it is cancelled (it waits for its client's next request, where no clock is looked at;
+    grpcurl opens one per command)."""
 
     def __init__(self, ctx: Context, service_names: list[str]) -> None:
         super().__init__(service_names)
@@ -452,8 +516,28 @@ class ReflectionService(reflection.ReflectionServicer):  # type: ignore[misc]
 
     def ServerReflectionInfo(self, request_iterator: Iterator[Any],
                              context: grpc.ServicerContext) -> Iterator[Any]:
-        with self.ctx.stream_slot(context):
+        with self.ctx.stream_slot(context) as lease, \
+                self.ctx.cancelled_at_age(lease, context.cancel):
             yield from super().ServerReflectionInfo(request_iterator, context)
+
+
+class HealthService(health.HealthServicer):  # type: ignore[misc]
+    """The standard health service, whose Watch streams take a stream slot and end at the
+    maximum stream age (OK, trailer STREAM_END_KEY). Its Watch is the blocking kind, holding an
+    RPC worker: the interceptors wrap every handler, which hides the non-blocking kind."""
+
+    def __init__(self, ctx: Context) -> None:
+        super().__init__(experimental_non_blocking=False)
+        self.ctx = ctx
+
+    def Watch(self, request: Any, context: grpc.ServicerContext,
+              send_response_callback: Any = None) -> Iterator[Any]:
+        with self.ctx.stream_slot(context) as lease:
+            watcher = super().Watch(request, context)
+            with self.ctx.cancelled_at_age(lease, watcher.close):
+                yield from watcher
+            if lease.expired():
+                self.ctx.end_for_age(context)
 
 
 def enable_reflection(ctx: Context, service_names: list[str], server: grpc.Server) -> None:
@@ -501,9 +585,12 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         """A new token: its secret is made here and answered once; the log and the state get
         its sha256 only."""
         made = tokens.new_token()
-        result = self.ctx.propose(context, c.TokenPut(
-            made.token_id, made.digest, request.tenant, request.role, request.note,
-            self.ctx.clock.now_ms()))
+        command = c.TokenPut(made.token_id, made.digest, request.tenant, request.role,
+                             request.note, self.ctx.clock.now_ms())
+        problem = token_put_problem(command) or token_scope_problem(command)  # apply: again
+        if problem is not None:
+            self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, problem))
+        result = self.ctx.propose(context, command)
         # created is False only for a retried copy of this very proposal (same id and digest).
         assert isinstance(result, TokenPutResult) and result.token_id == made.token_id, result
         who = identity.current_caller()
@@ -615,7 +702,8 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
     def ListTokens(self, request: Any, context: grpc.ServicerContext) -> Any:
         tokens = self.ctx.current_read(context, lambda s: [
             pb.TokenInfo(token_id=t.id, tenant=t.tenant, role=t.role.value, note=t.note,
-                         created_ms=t.created_ms) for t in s.tokens.values()])
+                         created_ms=t.created_ms, acts_as=honoured_role(t).value)
+            for t in s.tokens.values()])
         return pb.ListTokensResponse(tokens=tokens)
 
     def RemoveReplica(self, request: Any, context: grpc.ServicerContext) -> Any:

@@ -220,7 +220,7 @@ def apply_token_put(state: State, cmd: TokenPut) -> Applied[TokenPutResult] | Re
     """Create a token. The same id again with the same digest, tenant and role is a retry
     (`created=False`); with any of them different it is ALREADY_EXISTS. A bootstrap token
     changes nothing once an admin token exists."""
-    problem = token_put_problem(cmd)
+    problem = token_put_problem(cmd) or token_scope_problem(cmd)
     if problem is not None:
         return Rejected(Code.INVALID_ARGUMENT, problem)
     role = _ROLES[cmd.role]
@@ -270,6 +270,18 @@ def token_put_problem(cmd: TokenPut) -> str | None:
     return None
 
 
+def token_scope_problem(cmd: TokenPut) -> str | None:
+    """Why a new token's role does not fit its tenant (INVALID_ARGUMENT), or None: an operator
+    or admin token is of every tenant, since the Admin RPCs act on every tenant. Older versions
+    made such tokens of one tenant, and a state may hold one (it is well formed, and honoured as
+    a user: `honoured_role`); a new one is refused."""
+    if cmd.role != Role.USER and cmd.tenant != ALL_TENANTS:
+        return (f"role: an {cmd.role} token acts for every tenant, so its tenant must be "
+                f"{ALL_TENANTS!r}, got tenant {show(cmd.tenant)}: give --tenant '{ALL_TENANTS}', "
+                f"or --role user for a token of tenant {show(cmd.tenant)}")
+    return None
+
+
 def is_token_id(value: str) -> bool:
     """Exactly TOKEN_ID_CHARS lowercase hex characters."""
     return len(value) == TOKEN_ID_CHARS and _HEX_DIGITS.issuperset(value)
@@ -291,12 +303,12 @@ def apply_token_revoke(state: State, cmd: TokenRevoke) -> Applied[TokenRevokeRes
     record = state.tokens.get(cmd.token_id)
     if record is None:
         return Rejected(Code.NOT_FOUND, f"token {show(cmd.token_id)} not found")
-    if record.role == Role.ADMIN and _admin_count(state) == 1:
+    if honoured_role(record) == Role.ADMIN and _admin_count(state) == 1:
         return Rejected(Code.FAILED_PRECONDITION,
                         f"token {cmd.token_id} is the last admin token: without one the cluster "
                         f"cannot be managed; create another admin token first")
     del state.tokens[cmd.token_id]
-    assert _admin_count(state) > 0 or record.role != Role.ADMIN
+    assert _admin_count(state) > 0 or honoured_role(record) != Role.ADMIN
     return Applied(TokenRevokeResult(cmd.token_id))
 
 
@@ -415,13 +427,21 @@ def token_of(state: State, token_id: str) -> TokenRecord | None:
     return state.tokens.get(token_id)
 
 
+def honoured_role(token: TokenRecord) -> Role:
+    """The role a token acts with: its own when it is of every tenant; `user` otherwise. An
+    operator or admin token of one tenant cannot be made any more (`token_put_problem`), but
+    an older version made them and a snapshot may hold one: its tenant could not be kept by the
+    Admin RPCs, so it is honoured as a user of its tenant only."""
+    return token.role if token.tenant == ALL_TENANTS else Role.USER
+
+
 def _has_admin(state: State) -> bool:
-    return any(token.role == Role.ADMIN for token in state.tokens.values())
+    return any(honoured_role(token) == Role.ADMIN for token in state.tokens.values())
 
 
 def _admin_count(state: State) -> int:
     """O(tokens), at most MAX_TOKENS: only token commands ask, and they are rare."""
-    return sum(1 for token in state.tokens.values() if token.role == Role.ADMIN)
+    return sum(1 for token in state.tokens.values() if honoured_role(token) == Role.ADMIN)
 
 
 # --- job submit ---------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """The CLI's client certificate: where it comes from (--tls-* flags, $RAFTSCHED_TLS_*, the recorded
 dev cluster, --insecure-dev), and what a refused handshake or certificate looks like — one
 `error:` line with a hint, at once, never a traceback — against a real in-process gRPC server
-that requires client certificates (the replica's `identity.guard` on a stand-in servicer)."""
+that requires client certificates (the replica's `identity.IdentityCheck` before a stand-in
+servicer)."""
 
 from __future__ import annotations
 
@@ -230,6 +231,9 @@ class OneToken:
     def current_read(self, context: Any, fn: Any) -> Any:
         return fn(self.state)
 
+    def leads(self) -> bool:
+        return True
+
 
 @dataclass
 class Served:
@@ -247,9 +251,9 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     issued = Pki(user=pki.issue_user(authority, "ada"), agent=pki.issue_agent(authority, "east"),
                  impostor=pki.issue_user(foreign, "ada"), foreign_ca=foreign.ca_path)
     scheduler = pb.DESCRIPTOR.services_by_name["Scheduler"]
-    secure = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    pb_grpc.add_SchedulerServicer_to_server(
-        identity.guard(Jobs(), scheduler, secure=True, reader=OneToken()), secure)
+    secure = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
+                         interceptors=[identity.IdentityCheck([scheduler], OneToken())])
+    pb_grpc.add_SchedulerServicer_to_server(Jobs(), secure)
     port = secure.add_secure_port(
         "127.0.0.1:0", pki.issue_replica(authority, []).server_credentials())
     plain = grpc.server(futures.ThreadPoolExecutor(max_workers=4))

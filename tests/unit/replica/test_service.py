@@ -523,20 +523,25 @@ def test_peer_host_drops_the_port(peer: str, host: str) -> None:
     assert service.peer_host(peer) == host
 
 
-def test_stream_slots_are_bounded_per_host_and_in_all_and_given_back() -> None:
-    slots = service.StreamSlots(total=3, per_host=2)
+def test_stream_slots_are_bounded_per_caller_and_in_all_and_given_back() -> None:
+    slots = service.StreamSlots(total=4, per_caller=2, admin_reserve=1)
     assert slots.acquire("a") is None and slots.acquire("a") is None
     refusal = slots.acquire("a")
-    assert refusal is not None and "MAX_STREAMS_PER_HOST" in refusal and "retry later" in refusal
+    assert refusal is not None and "MAX_STREAMS_PER_CALLER" in refusal and "retry later" in refusal
     assert slots.acquire("b") is None
     refusal = slots.acquire("c")
-    assert refusal is not None and "(MAX_STREAMS)" in refusal and "retry later" in refusal
+    assert refusal is not None and "MAX_STREAMS=4" in refusal and "ADMIN_STREAM_RESERVE" in refusal
+    assert slots.acquire("root", admin=True) is None  # the slot kept for admins
+    refusal = slots.acquire("root", admin=True)
+    assert refusal is not None and "MAX_STREAMS=4" in refusal and "ADMIN" not in refusal
     slots.release("a")
+    slots.release("root")
     assert slots.acquire("c") is None and slots.open_count() == 3
 
 
 def test_the_stream_caps_leave_most_rpc_workers_to_unary_calls() -> None:
-    assert 0 < limits.MAX_STREAMS_PER_HOST < limits.MAX_STREAMS
+    assert 0 < limits.MAX_STREAMS_PER_CALLER \
+        <= limits.MAX_STREAMS - limits.ADMIN_STREAM_RESERVE < limits.MAX_STREAMS
     assert limits.MAX_STREAMS <= limits.MAX_RPC_WORKERS // 4
 
 
@@ -549,6 +554,19 @@ class PeerContext(FakeContext):
         return self._peer
 
 
+def test_a_watch_ends_at_the_maximum_stream_age_with_the_max_age_trailer(
+        replica: Replica) -> None:
+    job_id = replica.submit(one_task_doc()).job_id
+    replica.scheduler.ctx.max_stream_age_s = 60.0
+    context = PeerContext("ipv4:10.0.0.9:1")
+    stream = replica.scheduler.WatchJob(pb.WatchJobRequest(job_id=job_id), context)
+    assert next(stream).job_id == job_id
+    replica.clock.advance(61.0)
+    assert next(stream, None) is None  # ended, cleanly, with the job not terminal
+    assert context.trailing == ((rpc.STREAM_END_KEY, rpc.STREAM_END_MAX_AGE),)
+    assert replica.scheduler.ctx.streams.open_count() == 0
+
+
 def test_a_watch_past_the_cap_is_resource_exhausted_and_an_ended_one_frees_its_slot(
         replica: Replica) -> None:
     job_id = replica.submit(one_task_doc()).job_id
@@ -559,11 +577,11 @@ def test_a_watch_past_the_cap_is_resource_exhausted_and_an_ended_one_frees_its_s
         assert next(stream).job_id == job_id  # open: it holds a slot
         return stream
 
-    streams = [watch(port) for port in range(limits.MAX_STREAMS_PER_HOST)]
+    streams = [watch(port) for port in range(limits.MAX_STREAMS_PER_CALLER)]
     with pytest.raises(Aborted) as caught:
         watch(9999)
     assert caught.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "MAX_STREAMS_PER_HOST" in caught.value.details
+    assert "MAX_STREAMS_PER_CALLER" in caught.value.details
     streams.pop().close()  # the client went away (gRPC closes the generator)
     streams.append(watch(9999))
     streams.pop().close()
