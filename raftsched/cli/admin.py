@@ -212,7 +212,9 @@ def _register_tokens(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         description="API tokens (admin role needed). A token has a role — user (submit, read and "
         "cancel jobs), operator (also admin status), admin (also membership and tokens) — and "
         "a tenant ('*': every tenant); a token of one tenant sees and touches only that "
-        "tenant's jobs. Callers pass it with --token or $RAFTSCHED_TOKEN.")
+        "tenant's jobs. Operator and admin tokens are of tenant '*' (one of another tenant, "
+        "made by an older version, acts as a user). Callers pass it with --token or "
+        "$RAFTSCHED_TOKEN.")
     commands = token.add_subparsers(title="token commands", metavar="COMMAND", required=True)
     create = command_parser(
         commands, "create", parents, "make a token (its secret is shown once)",
@@ -221,14 +223,18 @@ def _register_tokens(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         'output:\n  "token TOKEN_ID (ROLE, tenant TENANT): rst_..."\n'
         '  --json: {"token_id", "token", "tenant", "role"}')
     create.add_argument("--tenant", required=True,
-                        help="the tenant it acts for; '*' for every tenant")
+                        help="the tenant it acts for; '*' for every tenant (operator and admin "
+                             "tokens: '*' only)")
     create.add_argument("--role", required=True, choices=("user", "operator", "admin"))
     create.add_argument("--note", default="", help="who or what holds it (shown by token list)")
     create.set_defaults(handler=_run_token_create)
     listing = command_parser(
         commands, "list", parents, "every token (never their secrets)",
-        "List the tokens: id, role, tenant, note, when made.",
-        'output:\n  a table\n  --json: [{"token_id", "tenant", "role", "note", "created_ms"}]')
+        "List the tokens: id, role, tenant, note, when made. A role shown as 'admin -> user' "
+        "is an operator or admin token of one tenant, made by an older version: it acts as a "
+        "user of its tenant (revoke it, make a '*' one if it is needed).",
+        'output:\n  a table\n  --json: [{"token_id", "tenant", "role", "acts_as", "note", '
+        '"created_ms"}]')
     listing.set_defaults(handler=_run_token_list, reads_only=True)
     revoke = command_parser(
         commands, "revoke", parents, "revoke a token at once",
@@ -258,13 +264,15 @@ def _run_token_create(args: argparse.Namespace) -> int:
 def _run_token_list(args: argparse.Namespace) -> int:
     with connect(args) as client:
         reply = client.list_tokens()
-    rows = [{"token_id": t.token_id, "tenant": t.tenant, "role": t.role, "note": t.note,
-             "created_ms": t.created_ms} for t in reply.tokens]
+    rows = [{"token_id": t.token_id, "tenant": t.tenant, "role": t.role,
+             "acts_as": t.acts_as or t.role, "note": t.note, "created_ms": t.created_ms}
+            for t in reply.tokens]
     if args.json:
         print_json(rows)
     else:
         print(render.table(["TOKEN", "ROLE", "TENANT", "CREATED", "NOTE"],
-                           [[r["token_id"], r["role"], r["tenant"],
+                           [[r["token_id"], r["role"] if r["acts_as"] == r["role"]
+                             else f"{r['role']} -> {r['acts_as']}", r["tenant"],
                              render.format_time_ms(r["created_ms"]), r["note"]] for r in rows]))
     return EXIT_OK
 

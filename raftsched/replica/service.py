@@ -219,6 +219,7 @@ class Context:
     def end_for_age(self, context: grpc.ServicerContext) -> None:
         """Mark a stream about to end (OK) as ended for its age: the client re-opens it."""
         context.set_trailing_metadata(((rpc.STREAM_END_KEY, rpc.STREAM_END_MAX_AGE),))
+        log.info("stream_ended_for_age", peer=context.peer(), max_age_s=self.max_stream_age_s)
 
     @contextlib.contextmanager
     def cancelled_at_age(self, lease: StreamLease, cancel: Callable[[], Any]) -> Iterator[None]:
