@@ -536,7 +536,7 @@ def test_admin_remove_cluster_and_tokens(capsys: pytest.CaptureFixture[str],
     assert fake.calls[-1] == ("create_token", ("ml", "user", "ci"))
     code, document = run_json(capsys, "admin", "token", "list")
     assert document == [{"token_id": "0123456789abcdef", "tenant": "*", "role": "admin",
-                         "note": "bootstrap", "created_ms": 1_000}]
+                         "acts_as": "admin", "note": "bootstrap", "created_ms": 1_000}]
     code, out, _ = run(capsys, "admin", "token", "revoke", "0123456789abcdef")
     assert (code, out) == (0, "revoked 0123456789abcdef\n")
     code, _, err = run(capsys, "admin", "token", "create", "--tenant", "ml", "--role", "root")
