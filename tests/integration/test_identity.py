@@ -319,6 +319,35 @@ def test_a_watch_past_the_maximum_stream_age_resumes_to_the_jobs_end(tmp_path: P
         ended = [line for line in cluster.logs().splitlines()
                  if "stream_ended_for_age" in line]
         assert ended, "no stream was ended for its age: the test proved nothing"
+        _token_less_streams_end_at_their_age(cluster)
+
+
+def _token_less_streams_end_at_their_age(cluster: LocalCluster) -> None:
+    """A health watch ends (OK, the max-age trailer); a reflection stream waiting for its
+    client's next request is cancelled: neither keeps its slot past the age."""
+    stop = threading.Event()
+
+    def requests() -> Iterator[Any]:
+        yield reflection_pb2.ServerReflectionRequest(list_services="")
+        stop.wait(STREAM_DEADLINE_S)  # then nothing more: the server waits for the next one
+
+    with _leader_channel(cluster, cluster.user_tls) as channel:
+        watch = health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(),
+                                                          timeout=STREAM_DEADLINE_S)
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel).ServerReflectionInfo(
+            requests(), timeout=STREAM_DEADLINE_S)
+        try:
+            assert _first(watch) == "open" and _first(reflection) == "open"
+            for _ in watch:  # SERVING does not change: the stream ends at its age
+                pass
+            assert rpc.ended_for_age(watch)
+            with pytest.raises(grpc.RpcError) as ended:
+                next(reflection)
+            assert ended.value.code() == grpc.StatusCode.CANCELLED
+        finally:
+            stop.set()
+            watch.cancel()
+            reflection.cancel()
 
 
 # --- finding 9: unknown tokens ----------------------------------------------------------------
