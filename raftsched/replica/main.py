@@ -240,8 +240,9 @@ def run(args: argparse.Namespace) -> int:
 
 _STANDARD_SERVICES = (health_pb2.DESCRIPTOR.services_by_name["Health"],
                       reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"])
-"""Served beside ours: undecodable requests to them are INVALID_ARGUMENT too, not gRPC's
-INTERNAL with a logged traceback."""
+"""Served beside ours, through the same interceptors: undecodable requests to them are
+INVALID_ARGUMENT too, not gRPC's INTERNAL with a logged traceback, and their callers are checked
+(`identity.Rule.CERTIFICATE`)."""
 
 
 def _bootstrap_commands(path: str | None) -> tuple[Callable[[int], bytes], ...]:
