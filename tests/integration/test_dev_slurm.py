@@ -15,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,14 +66,15 @@ def parsed(result: subprocess.CompletedProcess[str]) -> Any:
 
 
 @pytest.fixture
-def dev_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A short directory (slurmd's step sockets must fit in a socket path; pytest keeps it, logs
-    included, like any tmp_path) whose recorded processes are stopped at the end whatever
+def dev_dir() -> Iterator[Path]:
+    """A short directory in the temp dir (slurmd's step sockets must fit in a socket path; kept,
+    logs included, like a tmp_path) whose recorded processes are stopped at the end whatever
     happened."""
     reason = private_slurm.slurm_available()
     if reason is not None:
         pytest.skip(reason)
-    directory = tmp_path_factory.mktemp("dev")
+    # Not below pytest's 0700 base dir: gpu-west's task account must pass through to it.
+    directory = Path(tempfile.mkdtemp(prefix="rs-dev-"))
     try:
         yield directory
     finally:
