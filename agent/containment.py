@@ -184,9 +184,10 @@ class AttemptContainment:
                    os.geteuid() if not user else int(user[0]))
 
     def prepare(self) -> None:
-        """Makes the attempt's cgroup (OSError if it cannot)."""
+        """Makes the attempt's cgroup (OSError if it cannot), and the agent's parent cgroup if
+        a stopping agent removed it meanwhile (it does when no attempt cgroup is left)."""
         if self.cgroup is not None:
-            self.cgroup.mkdir(exist_ok=True)
+            self.cgroup.mkdir(parents=True, exist_ok=True)
 
     def enter(self) -> None:
         """In the task's process between fork and exec, before it leaves root: join the
