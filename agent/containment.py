@@ -101,8 +101,7 @@ def choose(requested: str, cluster_id: str, attempts_root: Path) -> Containment:
     assert requested in CHOICES, requested
     if requested == MODE_SESSION:
         return session_mode("asked for (--task-containment session)")
-    digest = hashlib.sha256(str(attempts_root.resolve()).encode()).hexdigest()
-    parent, why = agent_cgroup(f"{cluster_id}-{digest[:AGENT_DIGEST_CHARS]}")
+    parent, why = agent_cgroup(agent_cgroup_name(cluster_id, attempts_root))
     if parent is not None:
         return Containment(MODE_CGROUP, parent, why)
     if requested == MODE_CGROUP:
@@ -110,9 +109,14 @@ def choose(requested: str, cluster_id: str, attempts_root: Path) -> Containment:
     return session_mode(why)
 
 
-def agent_cgroup(name: str) -> tuple[Path | None, str]:
-    """The agent's parent cgroup, made if missing, and why; (None, why not) when there is no
-    writable cgroup v2 hierarchy with cgroup.kill."""
+def agent_cgroup_name(cluster_id: str, attempts_root: Path) -> str:
+    digest = hashlib.sha256(str(attempts_root.resolve()).encode()).hexdigest()
+    return f"{cluster_id}-{digest[:AGENT_DIGEST_CHARS]}"
+
+
+def agent_cgroup_path(name: str) -> tuple[Path | None, str]:
+    """Where the parent cgroup named `name` of an agent running in this process's cgroup is
+    (made or not), or (None, why there is none)."""
     try:
         mounts, own = MOUNTS_FILE.read_text(), OWN_CGROUP_FILE.read_text()
     except OSError as error:
@@ -123,13 +127,21 @@ def agent_cgroup(name: str) -> tuple[Path | None, str]:
     path = own_cgroup(own)
     if path is None:
         return None, "this process is in no cgroup v2 group"
-    parent = mount / path.lstrip("/") / CGROUP_PARENT / name
+    return mount / path.lstrip("/") / CGROUP_PARENT / name, ""
+
+
+def agent_cgroup(name: str) -> tuple[Path | None, str]:
+    """The agent's parent cgroup, made if missing, and why; (None, why not) when there is no
+    writable cgroup v2 hierarchy with cgroup.kill."""
+    parent, why = agent_cgroup_path(name)
+    if parent is None:
+        return None, why
     try:
         parent.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         return None, f"cannot create {parent}: {error.strerror}"
     if not (parent / "cgroup.kill").exists():
-        return None, f"{mount} has no cgroup.kill (Linux 5.14 and later have it)"
+        return None, f"{parent} has no cgroup.kill (Linux 5.14 and later have it)"
     if not os.access(parent / "cgroup.procs", os.W_OK):
         return None, f"{parent}/cgroup.procs is not writable by this user"
     return parent, f"one cgroup per attempt under {parent}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -67,18 +68,18 @@ def parsed(result: subprocess.CompletedProcess[str]) -> Any:
 
 @pytest.fixture
 def dev_dir() -> Iterator[Path]:
-    """A short directory in the temp dir (slurmd's step sockets must fit in a socket path; kept,
-    logs included, like a tmp_path) whose recorded processes are stopped at the end whatever
-    happened."""
+    """A short directory in the temp dir (slurmd's step sockets must fit in a socket path; not
+    below pytest's 0700 base dir, which gpu-west's task account could not pass through) whose
+    recorded processes are stopped, and which is removed, at the end whatever happened."""
     reason = private_slurm.slurm_available()
     if reason is not None:
         pytest.skip(reason)
-    # Not below pytest's 0700 base dir: gpu-west's task account must pass through to it.
     directory = Path(tempfile.mkdtemp(prefix="rs-dev-"))
     try:
         yield directory
     finally:
         reap(directory)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def reap(directory: Path) -> None:
