@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import json
 import os
 import signal
 import socket
@@ -304,8 +305,26 @@ def test_a_data_dir_the_task_account_cannot_reach_stops_the_agent_at_start() -> 
         assert f"cannot pass through {closed} (mode 0700, owner uid 0)" in lines[0]
         assert f"chmod o+x {closed}" in lines[0]
         closed.chmod(0o711)  # the fix it names: the agent starts (and is stopped at once)
-        with _agent_process("127.0.0.1:1", data_dir, "--task-user", "nobody") as agent:
+        port = _free_port()
+        with _agent_process("127.0.0.1:1", data_dir, "--task-user", "nobody",
+                            "--metrics-port", str(port)) as agent:
             log = closed / "agent.log"
             wait_until(lambda: log.exists() and "task_containment" in log.read_text(),
                        "the agent to pass its start-up checks", PROCESS_TIMEOUT_S)
             assert agent.poll() is None
+            mode = next(json.loads(line)["mode"] for line in log.read_text().splitlines()
+                        if '"task_containment"' in line)
+            assert mode in ("cgroup", "session")
+            # How an operator tells which containment an agent uses, beside the log line.
+            wait_until(lambda: f'raftsched_agent_task_containment{{mode="{mode}"}} 1.0'
+                       in _scrape(port), "the containment metric", PROCESS_TIMEOUT_S)
+
+
+def _scrape(port: int) -> str:
+    """The agent's /metrics, or '' while it does not serve them yet."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                    timeout=PROCESS_TIMEOUT_S) as response:
+            return str(response.read().decode())
+    except OSError:
+        return ""
