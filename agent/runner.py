@@ -173,9 +173,12 @@ class _Enter:
         except OSError as error:
             self._fail(f"cannot join the attempt's cgroup: {error}".encode())
         if self._identity is not None:
-            os.setgroups([])
-            os.setgid(self._identity[1])
-            os.setuid(self._identity[0])
+            try:
+                os.setgroups([])
+                os.setgid(self._identity[1])
+                os.setuid(self._identity[0])
+            except OSError as error:
+                self._fail(f"cannot switch to uid {self._identity[0]}: {error}".encode())
         _die_with_wrapper()
         if os.getppid() != self._wrapper_pid:
             os._exit(EXIT_CANNOT_START)  # the wrapper died before the request took hold
