@@ -42,7 +42,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 from agent.containment import AttemptContainment
 from agent.files import read_json, write_json_atomic
@@ -187,7 +187,7 @@ class _Enter:
         except OSError:
             self._fail(self._cwd_problem)  # ENOENT and EACCES alike: no oracle about paths
 
-    def _fail(self, problem: bytes) -> None:
+    def _fail(self, problem: bytes) -> NoReturn:
         os.write(self._report_fd, problem)
         raise _CannotStart
 
