@@ -208,8 +208,7 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[str],
         executor = _executor(args.executor, config, task_user, str(args.slurm_partition),
                              tenant_users, str(args.task_containment))
         if isinstance(executor, SubprocessExecutor):
-            check_task_users_reach(executor.task_dirs(), task_user, tenant_users)
-            _announce_containment(executor.containment, metrics)
+            _check_subprocess(executor, task_user, tenant_users, metrics)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INVALID
@@ -521,6 +520,18 @@ def _executor(kind: str, config: AgentConfig, task_user: TaskUser | None,
         raise UsageError(str(error)) from None
     return SubprocessExecutor(root, task_user=task_user, tenant_users=tenant_users,
                               containment=chosen)
+
+
+def _check_subprocess(executor: SubprocessExecutor, task_user: TaskUser | None,
+                      tenant_users: Mapping[str, TaskUser], metrics: AgentMetrics) -> None:
+    """The task accounts reach their dirs (else UsageError, and the executor is closed: its
+    empty cgroup goes); then says how attempts are contained."""
+    try:
+        check_task_users_reach(executor.task_dirs(), task_user, tenant_users)
+    except UsageError:
+        executor.close()
+        raise
+    _announce_containment(executor.containment, metrics)
 
 
 def _announce_containment(chosen: containment.Containment, metrics: AgentMetrics) -> None:

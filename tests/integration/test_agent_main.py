@@ -31,6 +31,7 @@ from tests.support.agent import (
     assignment,
     config,
     kill_attempt_processes,
+    remove_agent_cgroups,
     wait_until,
 )
 from tests.support.agent_gateway import serve
@@ -216,6 +217,7 @@ def _agent_process(address: str, data_dir: Path, *extra: str) -> Iterator[subpro
         if process.poll() is None:
             process.kill()
         process.wait(PROCESS_TIMEOUT_S)
+        remove_agent_cgroups("east", data_dir / "attempts")  # a SIGKILLed agent leaves them
 
 
 @pytest.mark.integration
