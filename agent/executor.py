@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agent import runner
+from agent.containment import AttemptContainment, Containment, kill_cgroup, session_mode
 from agent.files import read_json, write_json_atomic
 from agent.model import Assignment, AttemptRecord, Completion, Resources
 from raftsched import limits, procfs
@@ -87,24 +88,33 @@ class TaskUser:
         return cls(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
     def blocked_at(self, path: Path) -> Path | None:
-        """The first directory above `path` this user may not pass through (None: it reaches
-        `path`). A task starts in its work dir whatever its ancestors are (the wrapper changes
-        there before it switches user), but absolute paths under a blocked ancestor (its HOME,
-        RAFTSCHED_CHECKPOINT_DIR) do not resolve for it."""
-        for directory in reversed(path.resolve().parents):
+        """The first directory from / down to `path` itself that this account may not pass
+        through (None: it reaches into `path`). Asked of a child process switched to the
+        account's uid and gid with no supplementary groups, as its tasks run, so that the
+        answer is the kernel's (ACLs included); needs root unless the account is this
+        process's. OSError when the child cannot switch."""
+        chain = [*reversed(path.resolve().parents), path.resolve()]
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: system calls only, then _exit whatever happens
             try:
-                found = directory.stat()
-            except OSError:
-                return directory
-            if found.st_uid == self.uid:
-                allowed = found.st_mode & stat.S_IXUSR
-            elif found.st_gid == self.gid:
-                allowed = found.st_mode & stat.S_IXGRP
-            else:
-                allowed = found.st_mode & stat.S_IXOTH
-            if not allowed:
-                return directory
-        return None
+                if self.uid != os.geteuid():
+                    os.setgroups([])
+                    os.setgid(self.gid)
+                    os.setuid(self.uid)
+                index = next((i for i, directory in enumerate(chain)
+                              if not os.access(directory, os.X_OK)), len(chain))
+                os.write(write_fd, str(index).encode())
+            finally:
+                os._exit(0)
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as pipe:
+            answer = pipe.read()
+        os.waitpid(pid, 0)
+        if not answer:
+            raise OSError(f"cannot switch to account {self.name} (uid {self.uid}) to check {path}")
+        index = int(answer)
+        return chain[index] if index < len(chain) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,11 +208,15 @@ class SubprocessExecutor:
                  kill_grace_ms: int = KILL_GRACE_MS,
                  startup_grace_ms: int = WRAPPER_STARTUP_GRACE_MS,
                  python: str = sys.executable, task_user: TaskUser | None = None,
-                 tenant_users: Mapping[str, TaskUser] | None = None) -> None:
+                 tenant_users: Mapping[str, TaskUser] | None = None,
+                 containment: Containment | None = None) -> None:
         """`task_user`: run every task as this account (the wrapper stays the agent's, so a
         task can neither signal it nor write its result); None: as the agent's own user.
         `tenant_users`: the tasks of these tenants run as these accounts instead (`raftsched
-        agent --tenant-task-users`), so that tenants cannot read each other's work."""
+        agent --tenant-task-users`), so that tenants cannot read each other's work.
+        `containment`: how an attempt's end ends all it started (`agent.containment`; None:
+        the session fallback). In cgroup mode, attempt cgroups left by wrappers that died
+        (with whatever still runs in them) are removed here."""
         assert max_output_bytes >= 0 and kill_grace_ms >= 0 and startup_grace_ms >= 0
         self._root = root
         self._task_user = task_user
@@ -211,6 +225,7 @@ class SubprocessExecutor:
         self._kill_grace_ms = kill_grace_ms
         self._startup_grace_ms = startup_grace_ms
         self._python = python
+        self.containment = containment or session_mode("no cgroup asked for")
         self._lock = threading.Lock()
         self._watched: dict[int, _Watched] = {}
         root.mkdir(parents=True, exist_ok=True)
@@ -220,6 +235,22 @@ class SubprocessExecutor:
             for directory in (root.parent, root, self._checkpoints):
                 directory.chmod(TRAVERSE_ONLY)
         _sweep_checkpoints(self._checkpoints, time.time() - CHECKPOINT_KEEP_S)
+        self._sweep_cgroups()
+
+    def task_dirs(self) -> list[Path]:
+        """The directories below which tasks get their work dir (also their HOME) and their
+        checkpoint dir: every task account must be able to pass through them."""
+        return [self._root, self._checkpoints]
+
+    def _sweep_cgroups(self) -> None:
+        """Kills and removes the attempt cgroups whose wrapper is gone (an agent or machine
+        crash left them); a live wrapper ends its own."""
+        for fence, cgroup in self.containment.attempt_cgroups():
+            wrapper = _wrapper_of(Path(self.attempt_dir(fence)))
+            if wrapper is not None and procfs.is_alive(*wrapper):
+                continue
+            gone = kill_cgroup(cgroup)
+            log.info("attempt_cgroup_swept", fence=fence, cgroup=str(cgroup), removed=gone)
 
     def checkpoint_dir(self, job_id: str, task_id: str) -> Path:
         """The task's checkpoint directory on this agent (named by a digest of its ids, which
@@ -281,7 +312,8 @@ class SubprocessExecutor:
                 "max_output_bytes": self._max_output_bytes,
                 "kill_grace_ms": assignment.kill_grace_ms or self._kill_grace_ms,
                 "user": None if user is None else [user.uid, user.gid],
-                "checkpoint_dir": None if checkpoint is None else str(checkpoint)})
+                "checkpoint_dir": None if checkpoint is None else str(checkpoint),
+                "containment": self.containment.for_attempt(assignment.fence)})
             with (directory / "wrapper.log").open("ab") as wrapper_log:
                 process = subprocess.Popen(
                     [self._python, "-m", "agent.runner", str(directory)], cwd=directory,
@@ -365,6 +397,9 @@ class SubprocessExecutor:
     def close(self) -> None:
         with self._lock:
             self._watched.clear()
+        if self.containment.parent is not None:
+            with contextlib.suppress(OSError):  # busy while attempts run on: they stay
+                self.containment.parent.rmdir()
 
     def _check(self, watched: _Watched) -> Completion | None:
         """The attempt's completion if its wrapper is done, else None."""
@@ -403,14 +438,17 @@ class SubprocessExecutor:
 
     def _vanished(self, watched: _Watched, why: str) -> Completion:
         """The wrapper is gone without a result. Its task cannot outlive it (PDEATHSIG), but
-        the task's group is killed here too in case something of it escaped."""
+        whatever else the attempt started is ended here (its cgroup, or its session and the
+        processes carrying its fence), as the wrapper would have."""
         try:
+            spec = read_json(watched.attempt_dir / runner.SPEC_FILE)
             task = read_json(watched.attempt_dir / runner.TASK_FILE)
         except ValueError:
-            task = None
-        if task is not None and procfs.is_alive(int(task["pid"]), task.get("start_ticks")):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(task["pid"]), signal.SIGKILL)
+            spec, task = None, None
+        if spec is not None:
+            pid = None if task is None else int(task["pid"])
+            ticks = None if task is None else task.get("start_ticks")
+            AttemptContainment.from_spec(spec).end(pid, None if ticks is None else int(ticks))
         if watched.kill_requested:
             # SIGTERM reached the wrapper before its handler was installed, i.e. before it
             # started the task: the kill did what it was asked.
@@ -436,6 +474,18 @@ def _sweep_checkpoints(checkpoints: Path, older_than_s: float) -> None:
                     shutil.rmtree(entry, ignore_errors=True)
                 else:
                     entry.unlink()
+
+
+def _wrapper_of(attempt_dir: Path) -> tuple[int, int | None] | None:
+    """The pid and start ticks in the attempt's wrapper.json, or None."""
+    try:
+        found = read_json(attempt_dir / runner.WRAPPER_FILE)
+    except ValueError:
+        return None
+    if found is None:
+        return None
+    ticks = found.get("start_ticks")
+    return int(found["pid"]), None if ticks is None else int(ticks)
 
 
 def _identity(watched: _Watched) -> tuple[int | None, int | None]:

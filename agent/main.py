@@ -23,6 +23,7 @@ from types import FrameType
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from agent import containment
 from agent.agent import HEARTBEAT_WAIT_MS, Agent, AgentConfig, AgentError, attempts_root
 from agent.executor import (
     Executor,
@@ -152,6 +153,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "start: a change applies to attempts started after it (running "
                              "ones keep their account; a task's checkpoint that another "
                              "account wrote is discarded) (default: none)")
+    parser.add_argument("--task-containment", choices=containment.CHOICES,
+                        default=containment.AUTO,
+                        help="how the end of an attempt ends every process its task started "
+                             "(subprocess executor): cgroup: one cgroup v2 group per attempt, "
+                             "killed whole (needs a writable cgroup v2 hierarchy, as root); "
+                             "session: the task's session and the processes of its account "
+                             "that carry its RAFTSCHED_FENCE (a process that leaves the session "
+                             "and clears its environment escapes); auto: cgroup where it can, "
+                             "else session (default). The agent logs task_containment at start "
+                             "and exports raftsched_agent_task_containment{mode}")
     parser.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
                         help="serve Prometheus metrics on 127.0.0.1:PORT (default: 0, off)")
     parser.add_argument("--metrics-address", default=None,
@@ -195,7 +206,9 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[str],
         if args.executor == "slurm":
             config = _slurm_config(config, str(args.slurm_partition))
         executor = _executor(args.executor, config, task_user, str(args.slurm_partition),
-                             tenant_users)
+                             tenant_users, str(args.task_containment))
+        if isinstance(executor, SubprocessExecutor):
+            _check_subprocess(executor, task_user, tenant_users, metrics)
     except UsageError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INVALID
@@ -429,22 +442,44 @@ def _tenant_user(tenant: str, name: str) -> TaskUser:
 def _prepare_task_users(data_dir: Path, task_user: TaskUser | None,
                         tenant_users: Mapping[str, TaskUser]) -> None:
     """When tasks run as other accounts: the data dir made private, and a warning for each
-    account that cannot reach it and each account several tenants share."""
+    account several tenants share."""
     users = {user.uid: user for user in (task_user, *tenant_users.values()) if user is not None}
     if not users:
         return
     _make_private(data_dir)
-    for user in users.values():
-        blocked = user.blocked_at(data_dir)
-        if blocked is not None:
-            log.warning("task_user_cannot_reach_data_dir", user=user.name, blocked=str(blocked),
-                        hint=f"tasks start in their work dir, but their HOME and "
-                             f"RAFTSCHED_CHECKPOINT_DIR paths do not resolve for them: let "
-                             f"{user.name} traverse {blocked} (chmod o+x)")
     for user, tenants in shared_task_users(task_user, tenant_users):
         log.warning("task_user_shared", user=user.name, tenants=",".join(tenants),
                     hint="tasks of these tenants can read, write and signal each other's: give "
                          "each its own account in --tenant-task-users to isolate them")
+
+
+def check_task_users_reach(directories: list[Path], task_user: TaskUser | None,
+                           tenant_users: Mapping[str, TaskUser]) -> None:
+    """UsageError naming the first of `directories` (where tasks get their work dirs, HOME and
+    checkpoint dirs) that a task account cannot reach, the directory in its way and the fix:
+    absolute paths the agent hands to tasks (HOME, RAFTSCHED_CHECKPOINT_DIR) would not
+    resolve for them, and a checkpoint saved there would be lost without a word."""
+    users = {user.uid: user for user in (task_user, *tenant_users.values()) if user is not None}
+    for user in users.values():
+        for directory in directories:
+            try:
+                blocked = user.blocked_at(directory)
+            except OSError as error:
+                raise UsageError(str(error)) from None
+            if blocked is not None:
+                raise UsageError(
+                    f"task account {user.name} (uid {user.uid}) cannot pass through {blocked} "
+                    f"({_mode_of(blocked)}) to reach {directory}, where its tasks get their "
+                    f"work dir, HOME and checkpoint dir: let it through (chmod o+x {blocked}) "
+                    f"or put --data-dir where every directory above it lets others pass")
+
+
+def _mode_of(directory: Path) -> str:
+    try:
+        found = directory.stat()
+    except OSError as error:
+        return error.strerror or "unreadable"
+    return f"mode {found.st_mode & 0o7777:04o}, owner uid {found.st_uid}"
 
 
 def shared_task_users(task_user: TaskUser | None, tenant_users: Mapping[str, TaskUser]
@@ -471,14 +506,39 @@ def _make_private(data_dir: Path) -> None:
 
 
 def _executor(kind: str, config: AgentConfig, task_user: TaskUser | None,
-              partition: str, tenant_users: Mapping[str, TaskUser] | None = None) -> Executor:
+              partition: str, tenant_users: Mapping[str, TaskUser] | None = None,
+              task_containment: str = containment.AUTO) -> Executor:
     if kind == "mock":
         return MockExecutor()
     if kind == "slurm":
         return SlurmExecutor(attempts_root(config.data_dir), partition,
                              cluster_id=config.cluster_id)
-    return SubprocessExecutor(attempts_root(config.data_dir), task_user=task_user,
-                              tenant_users=tenant_users)
+    root = attempts_root(config.data_dir)
+    try:
+        chosen = containment.choose(task_containment, config.cluster_id, root)
+    except containment.ContainmentError as error:
+        raise UsageError(str(error)) from None
+    return SubprocessExecutor(root, task_user=task_user, tenant_users=tenant_users,
+                              containment=chosen)
+
+
+def _check_subprocess(executor: SubprocessExecutor, task_user: TaskUser | None,
+                      tenant_users: Mapping[str, TaskUser], metrics: AgentMetrics) -> None:
+    """The task accounts reach their dirs (else UsageError, and the executor is closed: its
+    empty cgroup goes); then says how attempts are contained."""
+    try:
+        check_task_users_reach(executor.task_dirs(), task_user, tenant_users)
+    except UsageError:
+        executor.close()
+        raise
+    _announce_containment(executor.containment, metrics)
+
+
+def _announce_containment(chosen: containment.Containment, metrics: AgentMetrics) -> None:
+    """The start-up line and the metric that tell an operator how attempts are contained."""
+    log.info("task_containment", mode=chosen.mode, cgroup=str(chosen.parent or ""),
+             reason=chosen.reason)
+    metrics.task_containment.labels(mode=chosen.mode).set(1)
 
 
 def _slurm_config(config: AgentConfig, partition: str) -> AgentConfig:

@@ -46,6 +46,10 @@ class AgentMetrics:
         self.slots_idle = Counter(
             "raftsched_agent_slots_idle", "Freed slots that no work filled within "
             "IDLE_AFTER_S (idle capacity, not a slow scheduler).", registry=self.registry)
+        self.task_containment = Gauge(
+            "raftsched_agent_task_containment", "1 for the way this agent ends every process "
+            "of an attempt (mode: cgroup or session; agent/containment.py).", ["mode"],
+            registry=self.registry)
         self.stale_directives = Counter(
             "raftsched_agent_stale_directives", "Heartbeat answers ignored for a lower term.",
             registry=self.registry)

@@ -5,23 +5,28 @@ agent then watches the attempt dir, and a restarted agent picks the attempt up a
 Standard library only, besides the agent's file helpers and the shared leaf `raftsched.procfs`.
 
 In ATTEMPT_DIR the wrapper reads `spec.json` (argv, env, cwd, timeout_ms, max_output_bytes,
-kill_grace_ms, user: [uid, gid] or null; checkpoint_dir is the executor's) and writes:
+kill_grace_ms, user: [uid, gid] or null, containment: see `agent.containment`; checkpoint_dir is
+the executor's) and writes:
 - `wrapper.json` {pid, start_ticks} first, so a restarted agent can find it;
-- `task.json` {pid, start_ticks} once the task runs (the task leads a process group of its own);
+- `task.json` {pid, start_ticks} once the task runs (the task leads a session and process group
+  of its own);
 - `stdout`, `stderr`: the task's output, each capped at max_output_bytes; the pipes are drained to
   the end past the cap so the task never blocks on a full pipe;
-- `result.json` {exit_code, timed_out, killed, reason, ...} last, atomically.
+- `result.json` {exit_code, timed_out, killed, reason, contained, ...} last, atomically.
 
-Timeout or SIGTERM/SIGINT/SIGHUP to the wrapper (a kill directive): SIGTERM to the task's group,
-SIGKILL after kill_grace_ms; exit_code is then null and timed_out or killed is true. A task that
-could not be started gets exit code 127 (not found) or 126 (any other OS error), like a shell;
+Timeout or SIGTERM/SIGINT/SIGHUP to the wrapper (a kill directive): SIGTERM to the task's group
+(and, in cgroup mode, to every process of the attempt), SIGKILL after kill_grace_ms; exit_code is
+then null and timed_out or killed is true. A task that could not be started gets exit code 127
+(not found) or 126 (any other reason, a cwd its account may not enter included), like a shell;
 one ended by signal N gets 128+N. When the wrapper dies the task is SIGKILLed by the kernel
-(PR_SET_PDEATHSIG), so a task never outlives the one process that can report its result; when
-the task's leader exits, whatever is left of its process group is SIGKILLed.
+(PR_SET_PDEATHSIG). When the task's first process exits, every other process of the attempt is
+SIGKILLed before the result is written (`agent.containment`: its cgroup, else its session and
+the processes carrying its fence): nothing an attempt started outlives it.
 
 With `user` set, the wrapper (the agent's user, typically root) starts the task as that uid and
-gid with no supplementary groups: the task cannot signal the wrapper, write any file of the
-attempt dir but its own `work/`, or read the wrapper's /proc/PID/environ.
+gid with no supplementary groups, and the task enters its cwd only after that switch: the task
+cannot signal the wrapper, write any file of the attempt dir but its own `work/`, read the
+wrapper's /proc/PID/environ, or start in a directory its account may not enter.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import pwd
 import select
 import signal
 import subprocess
@@ -36,8 +42,9 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
+from agent.containment import AttemptContainment
 from agent.files import read_json, write_json_atomic
 from raftsched.procfs import start_ticks
 
@@ -142,21 +149,92 @@ def _exited(pid: int) -> bool:
     return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
 
-def _spawn(spec: dict[str, Any], attempt_dir: Path) -> subprocess.Popen[bytes] | dict[str, Any]:
-    cwd = spec.get("cwd") or str(attempt_dir)
-    user = spec.get("user")
-    identity: dict[str, Any] = {} if not user else {
-        "user": int(user[0]), "group": int(user[1]), "extra_groups": []}
+class _Enter:
+    """preexec_fn of the task's process (after fork and setsid, before exec; the wrapper has no
+    other thread yet, so this is safe): joins the attempt's cgroup while still root, switches
+    to the task's account, then asks for SIGKILL when the wrapper dies (the switch would clear
+    an earlier request) and only then enters the task's cwd, as the task's account: a directory
+    it may not enter starts nothing. Why it failed goes to `report_fd` (closed on exec)."""
+
+    def __init__(self, spec: dict[str, Any], cwd: str, containment: AttemptContainment,
+                 report_fd: int) -> None:
+        user = spec.get("user")
+        self._identity = None if not user else (int(user[0]), int(user[1]))
+        self._cwd = cwd
+        self._containment = containment
+        self._report_fd = report_fd
+        self._wrapper_pid = os.getpid()
+        self._cwd_problem = (f"cannot enter cwd {cwd} as {_account(self._identity)}: it does "
+                             f"not exist or that account may not enter it").encode()
+
+    def __call__(self) -> None:
+        try:
+            self._containment.enter()
+        except OSError as error:
+            self._fail(f"cannot join the attempt's cgroup: {error}".encode())
+        if self._identity is not None:
+            try:
+                os.setgroups([])
+                os.setgid(self._identity[1])
+                os.setuid(self._identity[0])
+            except OSError as error:
+                self._fail(f"cannot switch to uid {self._identity[0]}: {error}".encode())
+        _die_with_wrapper()
+        if os.getppid() != self._wrapper_pid:
+            os._exit(EXIT_CANNOT_START)  # the wrapper died before the request took hold
+        try:
+            os.chdir(self._cwd)
+        except OSError:
+            self._fail(self._cwd_problem)  # ENOENT and EACCES alike: no oracle about paths
+
+    def _fail(self, problem: bytes) -> NoReturn:
+        os.write(self._report_fd, problem)
+        raise _CannotStart
+
+
+class _CannotStart(Exception):
+    """Raised in the task's process before exec: Popen reports it as a SubprocessError."""
+
+
+def _account(identity: tuple[int, int] | None) -> str:
+    uid = os.geteuid() if identity is None else identity[0]
     try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _spawn(spec: dict[str, Any], attempt_dir: Path, containment: AttemptContainment
+           ) -> subprocess.Popen[bytes] | dict[str, Any]:
+    cwd = spec.get("cwd") or str(attempt_dir)
+    report_read, report_write = os.pipe()  # both close on exec
+    try:
+        containment.prepare()
+        enter = _Enter(spec, cwd, containment, report_write)
         return subprocess.Popen(
-            list(spec["argv"]), env=dict(spec["env"]), cwd=cwd, stdin=subprocess.DEVNULL,
+            list(spec["argv"]), env=dict(spec["env"]), stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            close_fds=True, preexec_fn=_die_with_wrapper,  # safe: no other thread exists yet
-            **identity)
+            close_fds=True, preexec_fn=enter)
     except FileNotFoundError as error:
         return _result(EXIT_NOT_FOUND, reason=f"cannot start: {error}")
     except OSError as error:
         return _result(EXIT_CANNOT_START, reason=f"cannot start: {error}")
+    except subprocess.SubprocessError:
+        os.close(report_write)
+        report_write = -1
+        return _result(EXIT_CANNOT_START, reason=f"cannot start: {_read_all(report_read)}")
+    finally:
+        os.close(report_read)
+        if report_write >= 0:
+            os.close(report_write)
+
+
+def _read_all(descriptor: int) -> str:
+    """What the task's process reported before it failed (its write end is closed)."""
+    chunks = []
+    while chunk := os.read(descriptor, DRAIN_CHUNK_BYTES):
+        chunks.append(chunk)
+    return b"".join(chunks).decode(errors="replace") or "the task's process failed before exec"
 
 
 def _result(exit_code: int | None, *, timed_out: bool = False, killed: bool = False,
@@ -164,8 +242,8 @@ def _result(exit_code: int | None, *, timed_out: bool = False, killed: bool = Fa
     return {"exit_code": exit_code, "timed_out": timed_out, "killed": killed, "reason": reason}
 
 
-def _supervise(process: subprocess.Popen[bytes], spec: dict[str, Any],
-               stop: _Stop, wakeup: _Wakeup) -> dict[str, Any]:
+def _supervise(process: subprocess.Popen[bytes], spec: dict[str, Any], stop: _Stop,
+               wakeup: _Wakeup, containment: AttemptContainment) -> dict[str, Any]:
     """Waits for the task, enforcing the timeout and kill requests; returns the result.
     Sleeps until the task exits, a signal arrives or a deadline passes (no busy polling)."""
     timeout_ms = int(spec.get("timeout_ms") or 0)
@@ -182,21 +260,26 @@ def _supervise(process: subprocess.Popen[bytes], spec: dict[str, Any],
             cause = "timed_out"
         if cause is not None and term_sent_s is None:
             term_sent_s = now_s
-            _kill_group(process.pid, signal.SIGTERM)
+            containment.terminate(process.pid, signal.SIGTERM)
         elif term_sent_s is not None and not killed_hard and now_s - term_sent_s >= grace_s:
             killed_hard = True
-            _kill_group(process.pid, signal.SIGKILL)
+            containment.terminate(process.pid, signal.SIGKILL)
         wake_s = [now_s + SUPERVISE_MAX_SLEEP_MS / 1000]
         if cause is None and deadline_s is not None:
             wake_s.append(deadline_s)
         if term_sent_s is not None and not killed_hard:
             wake_s.append(term_sent_s + grace_s)
         wakeup.sleep(max(0.0, min(wake_s) - now_s))
-    # The leader has exited but is not reaped yet, so its pid still names its group: whatever is
-    # left of the group dies now, and the group id cannot have been reused by anyone else.
+    # The leader has exited but is not reaped yet, so its pid still names its group and its
+    # session: whatever is left of the group dies now, then every other process of the attempt
+    # (its cgroup, or its session and the processes that carry its fence), before the result
+    # is written: an attempt that ended has nothing left running.
     _kill_group(process.pid, signal.SIGKILL)
+    contained = containment.end(process.pid)
     returncode = process.wait(timeout=REAP_TIMEOUT_MS / 1000)
-    return _classify(returncode, cause, timeout_ms, stop, killed_hard)
+    result = _classify(returncode, cause, timeout_ms, stop, killed_hard)
+    result["contained"] = contained
+    return result
 
 
 def _classify(returncode: int, cause: str | None, timeout_ms: int, stop: _Stop,
@@ -231,8 +314,10 @@ def run(attempt_dir: Path) -> int:
         write_json_atomic(attempt_dir / RESULT_FILE, _result(
             None, killed=True, reason=f"killed before start: the wrapper got {stop.requested_by}"))
         return 0
-    spawned = _spawn(spec, attempt_dir)
+    containment = AttemptContainment.from_spec(spec)
+    spawned = _spawn(spec, attempt_dir, containment)
     if isinstance(spawned, dict):
+        containment.end(None)  # its cgroup, if it was made
         write_json_atomic(attempt_dir / RESULT_FILE, spawned)
         return 0
     process = spawned
@@ -244,7 +329,7 @@ def run(attempt_dir: Path) -> int:
               _Drain(process.stderr, attempt_dir / STDERR_FILE, cap_bytes)]
     for drain in drains:
         drain.start()
-    result = _supervise(process, spec, stop, wakeup)
+    result = _supervise(process, spec, stop, wakeup, containment)
     deadline_s = time.monotonic() + DRAIN_JOIN_TIMEOUT_MS / 1000
     for drain in drains:
         drain.join(timeout=max(0.0, deadline_s - time.monotonic()))

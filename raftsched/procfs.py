@@ -17,6 +17,8 @@ from typing import NamedTuple
 PROC_ROOT = Path("/proc")
 STARTTIME_FIELD = 22
 """`starttime` in proc(5), counted from 1; the fields after `comm` (field 2) start at field 3."""
+SESSION_FIELD = 6
+"""`session` in proc(5), counted as STARTTIME_FIELD is."""
 GONE_STATES = frozenset({"Z", "X", "x"})
 """States of a process that has exited (zombie: not reaped yet; dead)."""
 
@@ -30,16 +32,19 @@ class ProcStat(NamedTuple):
     ppid: int
     comm: str
     """The command name (the executable's, at most 15 characters)."""
+    session: int = 0
+    """The session id (`session`, field 6): the pid of the session's leader, which no new
+    process is given while the session has members."""
 
 
 def parse_stat(text: str) -> ProcStat:
-    """The state, start time, parent and command name from a /proc/PID/stat line. The command
-    name (field 2) is in parentheses and may itself hold spaces and parentheses, so fields are
-    counted from the last ')'."""
+    """The state, start time, parent, command name and session from a /proc/PID/stat line. The
+    command name (field 2) is in parentheses and may itself hold spaces and parentheses, so
+    fields are counted from the last ')'."""
     close = text.rindex(")")
     rest = text[close + 2:].split()
     return ProcStat(rest[0], int(rest[STARTTIME_FIELD - 3]), int(rest[1]),
-                    text[text.index("(") + 1:close])
+                    text[text.index("(") + 1:close], int(rest[SESSION_FIELD - 3]))
 
 
 def read_stat(pid: int) -> str | None:
@@ -87,6 +92,14 @@ def read_environ(pid: int) -> list[bytes] | None:
     """`pid`'s environment as NAME=VALUE entries, or None when it is gone or not ours to read."""
     try:
         return (PROC_ROOT / str(pid) / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+
+
+def owner_uid(pid: int) -> int | None:
+    """The effective uid `pid` runs as (the owner of /proc/PID), or None when it is gone."""
+    try:
+        return (PROC_ROOT / str(pid)).stat().st_uid
     except OSError:
         return None
 

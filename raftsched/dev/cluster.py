@@ -100,6 +100,9 @@ EXECUTORS = ("mock", "subprocess")
 """What `up --executor` runs the agents with (the cluster's executor)."""
 DEFAULT_EXECUTOR = "mock"
 SLURM_EXECUTOR = "slurm"
+TRAVERSE_BITS = 0o011
+"""go+x: what `dev up` adds to DIR and the directories on the way to each subprocess agent's
+data dir when it runs as root (its tasks run as another account and must pass through)."""
 AGENT_EXECUTORS = (*EXECUTORS, SLURM_EXECUTOR)
 """What one agent may run with (`add-agent --executor`; cpu-east's with `up --slurm`)."""
 SLURM_DIR_NAME = "slurm"
@@ -712,6 +715,21 @@ class _Launch:
         self.children: dict[str, Child] = {}
         self.logs: dict[str, str] = {}
 
+    def _let_tasks_through(self, data_dir: Path, executor: str) -> None:
+        """A subprocess agent running as root runs tasks as an unprivileged account, which
+        must pass through every directory above its data dir to reach its work and checkpoint
+        dirs (the agent refuses to start otherwise): DIR (0700 when made by `mktemp -d`) and
+        the directories below it on the way get o+x (g+x too), and the progress says so.
+        Nothing in them becomes listable; DIR/logs is made the owner's alone."""
+        if executor != "subprocess" or os.geteuid() != 0:
+            return
+        directory = Path(self.state.dir)
+        opened = [str(path) for path in traversable(directory, data_dir.parent)]
+        (directory / LOG_DIR_NAME).chmod(0o700)  # what passing through DIR must not expose
+        if opened:
+            self.progress(f"let task accounts pass through {', '.join(opened)} (chmod go+x): "
+                          "tasks reach their work and checkpoint dirs by absolute path")
+
     def _spawn(self, name: str, argv: list[str], log: Path,
                env: Mapping[str, str] | None = None) -> Identity:
         child = self.spawn(name, argv, log, Path(self.state.dir), env)
@@ -876,6 +894,7 @@ class _Starter(_Launch):
         if self.state.slurm is not None and shape.cluster == SLURM_AGENT.cluster:
             executor, partition = SLURM_EXECUTOR, self.state.slurm.partition
             env = self.state.slurm.client_env(child_env())
+        self._let_tasks_through(data_dir, executor)
         argv = agent_command(shape, self.state.servers, data_dir, executor, metrics_port,
                              tls=self.certificates.agents[shape.cluster]
                              if self.certificates else None, slurm_partition=partition)
@@ -903,6 +922,19 @@ class _Starter(_Launch):
             return
         with contextlib.suppress(FileNotFoundError):
             state_path(Path(self.state.dir)).unlink()
+
+
+def traversable(top: Path, bottom: Path) -> list[Path]:
+    """Adds go+x to `top` and every directory below it down to `bottom` that lacks it; the
+    directories changed."""
+    chain = [bottom, *bottom.parents]
+    changed = []
+    for directory in reversed(chain[:chain.index(top) + 1]):
+        mode = directory.stat().st_mode & 0o7777
+        if mode & TRAVERSE_BITS != TRAVERSE_BITS:
+            directory.chmod(mode | TRAVERSE_BITS)
+            changed.append(directory)
+    return changed
 
 
 def _report_job_processes(pids: Sequence[int], progress: Progress) -> None:
@@ -1185,6 +1217,7 @@ class _Adder(_Launch):
                       f"{shape.cpu}, memory {shape.memory_mb} MB, gpu {shape.gpu}; capabilities "
                       f"{','.join(shape.capabilities) or 'none'}; resources {resources or 'none'}"
                       f"; log {log})")
+        self._let_tasks_through(data_dir, executor)
         argv = agent_command(shape, self.state.servers, data_dir, executor, metrics_port,
                              tls=tls, slurm_partition=slurm_partition)
         pid, start = self._spawn(shape.cluster, argv, log, env)

@@ -6,7 +6,6 @@ import signal
 import time
 from collections.abc import Iterator
 from concurrent import futures
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -17,7 +16,14 @@ from raftsched import limits, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.errors import Code, RaftschedError
-from tests.support.cluster import LocalCluster, plus_one, running, wait_for, with_token
+from tests.support.cluster import (
+    LocalCluster,
+    plus_one,
+    running,
+    task_user_root,
+    wait_for,
+    with_token,
+)
 
 pytestmark = [pytest.mark.integration]
 
@@ -34,9 +40,10 @@ tasks:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    with running(tmp_path, replica_flags=["--suspect-after-s", "1",
-                                          "--lost-after-s", "3"]) as local:
+def cluster() -> Iterator[LocalCluster]:
+    # Not tmp_path (below a 0700 dir): the subprocess agent's task account must pass through.
+    with task_user_root("raftsched-agents-") as root, \
+            running(root, replica_flags=["--suspect-after-s", "1", "--lost-after-s", "3"]) as local:
         local.add_agent("east", capabilities="linux")
         local.add_agent("west", capabilities="linux,gpu", gpu=1)
         local.wait_clusters_ready("east", "west")

@@ -13,8 +13,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,18 +67,19 @@ def parsed(result: subprocess.CompletedProcess[str]) -> Any:
 
 
 @pytest.fixture
-def dev_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A short directory (slurmd's step sockets must fit in a socket path; pytest keeps it, logs
-    included, like any tmp_path) whose recorded processes are stopped at the end whatever
-    happened."""
+def dev_dir() -> Iterator[Path]:
+    """A short directory in the temp dir (slurmd's step sockets must fit in a socket path; not
+    below pytest's 0700 base dir, which gpu-west's task account could not pass through) whose
+    recorded processes are stopped, and which is removed, at the end whatever happened."""
     reason = private_slurm.slurm_available()
     if reason is not None:
         pytest.skip(reason)
-    directory = tmp_path_factory.mktemp("dev")
+    directory = Path(tempfile.mkdtemp(prefix="rs-dev-"))
     try:
         yield directory
     finally:
         reap(directory)
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def reap(directory: Path) -> None:

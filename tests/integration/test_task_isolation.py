@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import LocalCluster, running, wait_for
+from tests.support.cluster import LocalCluster, running, task_user_root, wait_for
 
 pytestmark = [
     pytest.mark.integration,
@@ -35,8 +35,8 @@ PROBES = {
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    with running(tmp_path) as local:
+def cluster() -> Iterator[LocalCluster]:
+    with task_user_root("raftsched-isolation-") as root, running(root) as local:
         yield local
 
 
@@ -45,7 +45,7 @@ def _fence(cluster: LocalCluster, job_id: str) -> int:
 
 
 def test_a_task_cannot_touch_the_agent_other_attempts_or_its_own_result(
-        cluster: LocalCluster, tmp_path: Path) -> None:
+        cluster: LocalCluster) -> None:
     cluster.add_agent("iso", executor="subprocess")
     cluster.wait_clusters_ready("iso")
     client = cluster.client()
@@ -54,11 +54,11 @@ def test_a_task_cannot_touch_the_agent_other_attempts_or_its_own_result(
         "env: {API_TOKEN: hunter2}}\n").job_id
     wait_for(lambda: client.get_job(secret_job).state == "SUCCEEDED" or None, 60,
              "the job with a secret to finish")
-    attempts = tmp_path / "agent-iso" / "attempts"
+    attempts = cluster.root / "agent-iso" / "attempts"
     other_spec = attempts / f"{_fence(cluster, secret_job):020d}" / "spec.json"
     assert "hunter2" in other_spec.read_text()  # the file is there: only access is refused
 
-    journal = tmp_path / "replica-0" / "raft.journal"
+    journal = cluster.root / "replica-0" / "raft.journal"
     assert journal.exists() and journal.stat().st_mode & 0o077 == 0, oct(journal.stat().st_mode)
     script = "\n".join(
         f'if {command} >/dev/null 2>&1; then echo "ALLOWED {name}"; '
@@ -78,3 +78,33 @@ def test_a_task_cannot_touch_the_agent_other_attempts_or_its_own_result(
     # Its real exit code, not a forged success; and its wrapper lived to report it.
     assert client.get_job(job_id).state == "FAILED"
     assert task.exit_code == 3, task
+
+
+def test_a_cwd_the_task_account_may_not_enter_starts_nothing(cluster: LocalCluster) -> None:
+    """`cwd: /root` (root-only) and a missing cwd fail alike, exit 126, with a reason naming
+    the cwd and the account, and the command never runs (issue 21, finding 14): the wrapper
+    enters the cwd as the task's account, after the switch, not as root before it."""
+    cluster.add_agent("iso", executor="subprocess")
+    cluster.wait_clusters_ready("iso")
+    client = cluster.client()
+    ran = cluster.root / "ran"
+    ran.mkdir(mode=0o777)
+    ran.chmod(0o777)  # the task account may write here: a marker proves the command ran
+    jobs = {}
+    for cwd in ("/root", "/root/no-such-dir", "/no-such-dir"):
+        spec = {"name": "cwd", "tasks": [{
+            "id": "t", "cwd": cwd, "retry": {"max_attempts": 1},
+            "command": ["sh", "-c", f"touch {ran}/marker-$RAFTSCHED_FENCE"]}]}
+        jobs[cwd] = client.submit(json.dumps(spec)).job_id
+    reasons = {}
+    for cwd, job_id in jobs.items():
+        wait_for(lambda job_id=job_id: client.get_job(job_id).state in ("FAILED", "SUCCEEDED")
+                 or None, 60, f"the job with cwd {cwd} to end")
+        attempt = client.task_history(job_id, "t").attempts[-1]
+        assert (client.get_job(job_id).state, attempt.exit_code) == ("FAILED", 126), attempt
+        reasons[cwd] = attempt.reason
+    assert list(ran.iterdir()) == [], "a command ran in a cwd its account may not enter"
+    for cwd, reason in reasons.items():
+        assert reason == (f"cannot start: cannot enter cwd {cwd} as nobody (uid "
+                          f"{pwd.getpwnam('nobody').pw_uid}): it does not exist or that "
+                          "account may not enter it"), reason

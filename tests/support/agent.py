@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agent import containment
 from agent.agent import Agent, AgentConfig
 from agent.executor import Executor
 from agent.files import read_json
@@ -269,6 +270,19 @@ def kill_attempt_processes(root: Path) -> None:
             pids.append(pid)
     for pid in pids:
         reap(pid)
+
+
+def remove_agent_cgroups(cluster_id: str, attempts: Path) -> None:
+    """Kills what is left in the attempt cgroups of the agent of `cluster_id` whose attempts
+    dir is `attempts` (one this process started: it runs in this process's cgroup) and removes
+    them and its parent cgroup (a SIGKILLed agent leaves them)."""
+    parent, _ = containment.agent_cgroup_path(containment.agent_cgroup_name(cluster_id, attempts))
+    if parent is None or not parent.is_dir():
+        return
+    for _, cgroup in containment.Containment(containment.MODE_CGROUP, parent).attempt_cgroups():
+        containment.kill_cgroup(cgroup)
+    with contextlib.suppress(OSError):
+        parent.rmdir()
 
 
 def reap(pid: int) -> None:

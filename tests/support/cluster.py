@@ -23,7 +23,7 @@ from raftsched.dev import pki
 from raftsched.dev.ports import pick_free_ports, port_open
 from raftsched.dev.supervisor import Child, Supervisor
 from raftsched.errors import RaftschedError
-from tests.support.agent import kill_attempt_processes
+from tests.support.agent import kill_attempt_processes, remove_agent_cgroups
 
 T = TypeVar("T")
 START_TIMEOUT_S = 30.0
@@ -220,7 +220,9 @@ class LocalCluster:
         # Subprocess tasks outlive their agent by design (the next agent adopts them): those
         # our agents started and left (a test that failed before its task ended) go too.
         for cluster_id in self.agents:
-            kill_attempt_processes(self.root / f"agent-{cluster_id}" / "attempts")
+            attempts = self.root / f"agent-{cluster_id}" / "attempts"
+            kill_attempt_processes(attempts)
+            remove_agent_cgroups(cluster_id, attempts)
 
     def logs(self) -> str:
         return "\n".join(f"--- {child.name}\n" + "\n".join(child.log_tail())

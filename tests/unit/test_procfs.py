@@ -22,12 +22,15 @@ def stat_line(state: str, start_ticks: int, command: str = "sh") -> str:
 
 
 def test_parse_stat_survives_odd_command_names() -> None:
-    assert procfs.parse_stat(stat_line("S", 22, "a) (b c")) == ("S", 22, 0, "a) (b c")
+    assert procfs.parse_stat(stat_line("S", 22, "a) (b c")) == ("S", 22, 0, "a) (b c", 0)
 
 
 def test_this_process_is_listed_with_its_parent_name_and_environment() -> None:
     stat = procfs.process_stat(os.getpid())
     assert stat is not None and stat.ppid == os.getppid() and stat.comm
+    assert stat.session == os.getsid(0)
+    assert procfs.owner_uid(os.getpid()) == os.geteuid()
+    assert procfs.owner_uid(PID_ABOVE_MAX) is None
     assert os.getpid() in procfs.pids()
     environ = procfs.read_environ(os.getpid())
     assert environ is not None and any(entry.startswith(b"PATH=") for entry in environ)

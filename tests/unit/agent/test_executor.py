@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from agent import runner
+from agent import containment, runner
 from agent.executor import (
     VANISHED_EXIT_CODE,
     Launch,
@@ -388,6 +389,8 @@ def test_checkpoints_of_other_tasks_are_apart_and_stale_ones_are_swept(root: Pat
     assert kept.exists() and not stale.exists()
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="SKIPPED LOUDLY: the check switches to the "
+                    "account in a child process, which needs root (CI runs as root)")
 def test_a_task_user_is_told_where_it_cannot_pass() -> None:
     stranger = TaskUser("stranger", 65_000, 65_000)
     # Under /tmp (every ancestor passable), not pytest's tmp_path (below a 0700 dir).
@@ -404,3 +407,67 @@ def test_a_task_user_is_told_where_it_cannot_pass() -> None:
         closed.chmod(0o701)
         assert stranger.blocked_at(data) is None
         assert stranger.blocked_at(top / "missing" / "data") == top / "missing"
+
+
+def _cgroup_or_skip(root: Path) -> containment.Containment:
+    if os.geteuid() != 0:
+        pytest.skip("SKIPPED LOUDLY: attempt cgroups need root here (CI runs as root)")
+    try:
+        return containment.choose(containment.MODE_CGROUP, "sweep-test", root)
+    except containment.ContainmentError as error:
+        pytest.skip(f"SKIPPED LOUDLY: no cgroup containment on this machine: {error}")
+
+
+def test_an_attempt_cgroup_left_by_a_dead_wrapper_is_swept_at_start(root: Path) -> None:
+    """After a crash, an attempt cgroup whose wrapper is gone still holds what its task
+    started: a new executor kills it and removes the cgroup; one whose wrapper lives (it will
+    end its attempt itself) is left alone."""
+    chosen = _cgroup_or_skip(root)
+    assert chosen.parent is not None
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        for fence, wrapper_ticks in ((1, -1), (2, start_ticks(os.getpid()))):
+            attempt = root / f"{fence:020d}"
+            attempt.mkdir(parents=True)
+            write_json_atomic(attempt / runner.WRAPPER_FILE,
+                              {"pid": os.getpid(), "start_ticks": wrapper_ticks})
+            cgroup = chosen.parent / containment.attempt_name(fence)
+            cgroup.mkdir()
+            processes.append(subprocess.Popen(
+                ["sleep", "300"], preexec_fn=containment.AttemptContainment(
+                    cgroup, (), os.geteuid()).enter))
+        SubprocessExecutor(root, containment=chosen).close()
+        assert processes[0].wait(timeout=10) == -signal.SIGKILL
+        assert not (chosen.parent / containment.attempt_name(1)).exists()
+        assert processes[1].poll() is None  # its wrapper (this process) lives
+    finally:
+        for fence in (1, 2):
+            containment.kill_cgroup(chosen.parent / containment.attempt_name(fence))
+        for process in processes:
+            process.wait(timeout=10)
+        chosen.parent.rmdir()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="SKIPPED LOUDLY: a task account other than the "
+                    "agent's needs root (CI runs as root)")
+def test_a_cwd_is_entered_as_the_task_account_after_the_switch() -> None:
+    nobody = TaskUser.resolve("nobody")
+    with tempfile.TemporaryDirectory() as name:
+        top = Path(name)
+        top.chmod(0o711)
+        attempts = top / "data" / "attempts"
+        executor = SubprocessExecutor(attempts, task_user=nobody)
+        try:
+            denied = _run(executor, 1, "sh", "-c", "id -u > /dev/null", cwd="/root")
+            missing = _run(executor, 2, "true", cwd="/no-such-dir")
+            allowed = _run(executor, 3, "sh", "-c", "pwd; id -u", cwd="/tmp")
+        finally:
+            executor.close()
+            kill_attempt_processes(attempts)
+        for completion, cwd in ((denied, "/root"), (missing, "/no-such-dir")):
+            assert (completion.exit_code, completion.reason) == (
+                126, f"cannot start: cannot enter cwd {cwd} as nobody (uid {nobody.uid}): it "
+                     "does not exist or that account may not enter it")
+        assert allowed.exit_code == 0
+        output = (attempts / f"{3:020d}" / runner.STDOUT_FILE).read_text()
+        assert output == f"/tmp\n{nobody.uid}\n"

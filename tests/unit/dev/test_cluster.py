@@ -982,3 +982,36 @@ def test_add_agent_slurm_without_a_private_slurm_asks_the_one_slurm_conf_names(
         add(stand, tmp_path, "hpc", executor="slurm", slurm_partition="gpu")
     assert "hpc" not in stand.argvs
     dc.down(tmp_path)
+
+
+def test_traversable_adds_go_x_from_the_top_down_to_the_bottom_only(tmp_path: Path) -> None:
+    top = tmp_path / "dev"
+    bottom = top / "data" / "run"
+    (bottom / "cpu-east").mkdir(parents=True)
+    for directory in (top, top / "data", bottom, bottom / "cpu-east"):
+        directory.chmod(0o700)
+    (top / "data").chmod(0o711)
+    assert dc.traversable(top, bottom) == [top, bottom]
+    modes = [stat.S_IMODE(d.stat().st_mode) for d in (top, top / "data", bottom)]
+    assert modes == [0o711, 0o711, 0o711]
+    assert stat.S_IMODE((bottom / "cpu-east").stat().st_mode) == 0o700  # the agent's own
+    assert stat.S_IMODE(tmp_path.stat().st_mode) & 0o011 == 0  # nothing above the top
+
+
+def test_up_as_root_lets_task_accounts_through_to_subprocess_agents_and_says_so(
+        stand: Stand, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    top = tmp_path / "dev"
+    top.mkdir(mode=0o700)
+    messages: list[str] = []
+    state, _ = dc.up(dc.UpOptions(top, executor="subprocess"), progress=messages.append,
+                     spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None)
+    data_dir = Path(state.agents[0].data_dir)
+    assert all(stat.S_IMODE(d.stat().st_mode) & 0o011 == 0o011
+               for d in (top, data_dir.parent.parent, data_dir.parent))
+    assert stat.S_IMODE((top / "logs").stat().st_mode) == 0o700
+    said = [m for m in messages if m.startswith("let task accounts pass through ")]
+    assert len(said) == 1 and said[0].startswith(f"let task accounts pass through {top}")
+    assert said[0].endswith("(chmod go+x): tasks reach their work and checkpoint dirs by "
+                            "absolute path")  # once: the second agent found them open
+    dc.down(top)
