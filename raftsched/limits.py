@@ -169,7 +169,7 @@ MAX_GRPC_CONNECTIONS = 4_096
 hold one each, a user's command one while it runs. A replica takes at most half its open-file
 limit (RLIMIT_NOFILE) if that is lower, so that connections never starve its journal, snapshots
 and Raft peers of file descriptors. grpc offers no cap per remote address: that one is the host
-firewall's (deploy/README.md). `raftsched replica --max-connections` changes it."""
+firewall's (deploy/README.md). `raftsched replica --max-grpc-connections` changes it."""
 
 MAX_MESSAGE_BYTES = MAX_SPEC_BYTES + 1024 * 1024
 """A gRPC message either way: the largest spec plus room for the envelope."""
