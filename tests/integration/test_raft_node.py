@@ -889,14 +889,18 @@ def unauthenticated(replica: Any) -> dict[str, int]:
     return dict(replica.status()["unauthenticated_connections"])
 
 
+@pytest.mark.parametrize("secret", [SECRET, None], ids=["secret", "insecure-dev"])
 def test_unauthenticated_raft_connections_are_capped_per_address_and_timed_out(
-        clusters: Callable[..., Cluster]) -> None:
+        clusters: Callable[..., Cluster], secret: str | None) -> None:
     """The probe held 301 idle connections on a Raft port for over 20 s. Now, on the leader:
     past the cap of one address the next ones are closed at accept, while another address is
     still accepted; every one that never authenticates is closed by the deadline (silent ones
     and half frames alike); the cluster commits meanwhile, with no election; one warning
-    counts them, not a line per connection."""
-    cluster = clusters(3, extra_args=["--handshake-timeout-s", str(HANDSHAKE_TIMEOUT_S)])
+    counts them, not a line per connection. Without a secret (insecure dev mode) a connection
+    authenticates by naming a member: the same bounds hold."""
+    insecure = [] if secret else ["--insecure-dev"]
+    cluster = clusters(3, secret=secret,
+                       extra_args=["--handshake-timeout-s", str(HANDSHAKE_TIMEOUT_S), *insecure])
     cluster.start()
     leader = cluster.wait_leader()
     leader.ok("submit before-probe")
