@@ -390,7 +390,7 @@ class SyncingTransport(TCPTransport):  # type: ignore[misc]
         if report is not None:
             log.warning("raft_unauthenticated_connections_closed", over_cap=report.over_cap,
                         handshake_timeout=report.handshake_timeout, pending=report.pending,
-                        addresses=",".join(report.addresses), other_addresses=report.unnamed,
+                        addresses=",".join(report.addresses), from_other_addresses=report.unnamed,
                         timeout_s=self.handshakes.timeout_s,
                         max_per_address=self.handshakes.max_per_address,
                         max_total=self.handshakes.max_total)
