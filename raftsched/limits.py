@@ -169,6 +169,31 @@ window counts what was left out."""
 REFUSED_CALL_LOG_WINDOW_S = 10.0
 """The window of REFUSED_CALL_LOG_LINES."""
 
+HANDSHAKE_TIMEOUT_S = 10.0
+"""A connection to a replica's Raft or gRPC port that has not authenticated this long after it
+was accepted is closed. Raft: the peer has not proved the cluster secret and said which member
+it is (one round trip: milliseconds between healthy replicas, whose election timeout is 1 s).
+gRPC: the TLS handshake (and HTTP/2's opening) is not done (grpc's
+`grpc.server_handshake_timeout_ms`, whose own default is 120 s). An authenticated connection is
+never closed for being idle. `raftsched replica --handshake-timeout-s` changes it."""
+
+MAX_UNAUTHENTICATED_RAFT_CONNECTIONS_PER_ADDRESS = MAX_REPLICAS
+"""Incoming Raft connections from one remote address (the peer's IP) not yet authenticated, at
+once (see HANDSHAKE_TIMEOUT_S); one more is closed as soon as it is accepted. Room for every
+other member on one host reconnecting at the same moment."""
+
+MAX_UNAUTHENTICATED_RAFT_CONNECTIONS = 8 * MAX_UNAUTHENTICATED_RAFT_CONNECTIONS_PER_ADDRESS
+"""The same, from every address together: what they can hold of the replica's file
+descriptors (shared with its journal, snapshots and peers) stays small."""
+
+MAX_GRPC_CONNECTIONS = 4_096
+"""Incoming gRPC connections one replica holds at once, authenticated or not (grpc's
+`grpc.max_allowed_incoming_connections`): one more is closed as soon as it is accepted. Agents
+hold one each, a user's command one while it runs. A replica takes at most half its open-file
+limit (RLIMIT_NOFILE) if that is lower, so that connections never starve its journal, snapshots
+and Raft peers of file descriptors. grpc offers no cap per remote address: that one is the host
+firewall's (deploy/README.md). `raftsched replica --max-grpc-connections` changes it."""
+
 MAX_MESSAGE_BYTES = MAX_SPEC_BYTES + 1024 * 1024
 """A gRPC message either way: the largest spec plus room for the envelope."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
+import resource
 import signal
 import sys
 import threading
@@ -111,6 +112,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "this long so that its slot is contended for again; the client "
                              "re-opens a watch or log stream where it was (default "
                              f"{limits.MAX_STREAM_AGE_S:g})")
+    _add_connection_arguments(parser)
     parser.add_argument("--metrics-port", type=int, default=0,
                         help="serve Prometheus metrics on 127.0.0.1:PORT (0: off)")
     parser.add_argument("--metrics-address", type=metrics_address, default=None,
@@ -122,6 +124,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info", type=str.lower, choices=eventlog.LEVELS,
                         help="log events at this level and above, as JSON lines on stderr "
                              "(default info)")
+
+
+def _add_connection_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--handshake-timeout-s", type=positive_seconds,
+                        default=limits.HANDSHAKE_TIMEOUT_S, metavar="SECONDS",
+                        help="close a connection to the Raft or gRPC port that has not "
+                             "authenticated (the cluster secret; TLS) this long after it was "
+                             f"accepted (default {limits.HANDSHAKE_TIMEOUT_S:g})")
+    parser.add_argument("--max-grpc-connections", type=positive_int,
+                        default=limits.MAX_GRPC_CONNECTIONS, metavar="N",
+                        help="gRPC connections held at once, authenticated or not; one more is "
+                             "closed at accept (default "
+                             f"{limits.MAX_GRPC_CONNECTIONS}, and at most half the open-file "
+                             "limit)")
 
 
 def _secret(args: argparse.Namespace) -> str | None:
@@ -185,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
     changes = ChangeFeed()
     telemetry = metrics.ReplicaMetrics()
     try:
-        tuning: dict[str, Any] = {}
+        tuning: dict[str, Any] = {"handshake_timeout_s": args.handshake_timeout_s}
         if args.snapshot_entries is not None:
             tuning["compaction_min_entries"] = args.snapshot_entries
         if args.snapshot_interval_s is not None:
@@ -209,7 +225,8 @@ def run(args: argparse.Namespace) -> int:
                     version=changes.version)
     try:
         server = _server(Context(node, leader, clock, changes, args.grpc,
-                                 max_stream_age_s=args.max_stream_age_s), args.grpc, tls_files)
+                                 max_stream_age_s=args.max_stream_age_s), args.grpc, tls_files,
+                         _connection_options(args.handshake_timeout_s, args.max_grpc_connections))
     except RaftschedError as error:
         node.close()
         print(f"error: {error.message}", file=sys.stderr)
@@ -265,9 +282,29 @@ def _bootstrap_commands(path: str | None) -> tuple[Callable[[int], bytes], ...]:
                                                "bootstrap", now_ms, bootstrap=True)),)
 
 
-def _server(ctx: Context, address: str, tls_files: tls.TlsFiles | None) -> grpc.Server:
+def _connection_options(handshake_timeout_s: float,
+                        max_connections: int) -> list[tuple[str, int]]:
+    """grpc's own bounds on the connections of the gRPC port (both checked by tests against
+    the grpcio in use: tests/integration/test_connection_limits.py). A connection whose TLS
+    handshake is not done within `handshake_timeout_s` is closed; past `max_connections` (at
+    most half this process's open-file limit) one more is closed at accept. An authenticated
+    connection is never closed for being idle (no `grpc.max_connection_idle_ms`): agents' long
+    polls and users' watches keep theirs."""
+    allowed = max_connections
+    soft_limit, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft_limit != resource.RLIM_INFINITY and max_connections > soft_limit // 2:
+        allowed = max(1, soft_limit // 2)
+        log.warning("grpc_connections_capped_by_open_file_limit", max_connections=allowed,
+                    requested=max_connections, open_file_limit=soft_limit)
+    return [("grpc.server_handshake_timeout_ms", max(1, round(handshake_timeout_s * 1000))),
+            ("grpc.max_allowed_incoming_connections", allowed)]
+
+
+def _server(ctx: Context, address: str, tls_files: tls.TlsFiles | None,
+            connection_options: list[tuple[str, int]]) -> grpc.Server:
     """The gRPC server: mutual TLS with `tls_files` and every RPC checked against its caller's
-    certificate (`identity`); plaintext and unchecked without (--insecure-dev)."""
+    certificate (`identity`); plaintext and unchecked without (--insecure-dev).
+    `connection_options`: `_connection_options`."""
     services = [pb.DESCRIPTOR.services_by_name[n] for n in ("Scheduler", "AgentGateway", "Admin")]
     served = [*services, *_STANDARD_SERVICES]
     # Every method of every service served is checked against its caller by one interceptor
@@ -282,7 +319,7 @@ def _server(ctx: Context, address: str, tls_files: tls.TlsFiles | None) -> grpc.
         interceptors=interceptors,
         options=[("grpc.max_receive_message_length", limits.MAX_MESSAGE_BYTES),
                  ("grpc.max_send_message_length", limits.MAX_MESSAGE_BYTES),
-                 ("grpc.so_reuseport", 0)],
+                 ("grpc.so_reuseport", 0), *connection_options],
     )
     pb_grpc.add_SchedulerServicer_to_server(SchedulerService(ctx), server)
     pb_grpc.add_AgentGatewayServicer_to_server(AgentGatewayService(ctx), server)

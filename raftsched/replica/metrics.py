@@ -6,7 +6,9 @@ Two kinds, so that summing over the replicas of one cluster never multiplies a f
   `raftsched_replica_leader` (1 on the leader only), `raftsched_raft_term`,
   `raftsched_leader_changes_total` (this replica becoming or ceasing to be leader),
   `raftsched_proposals_total{outcome}` and `raftsched_commit_latency_seconds` (entries this
-  replica proposed: append -> applied here, majority commit included).
+  replica proposed: append -> applied here, majority commit included),
+  `raftsched_raft_connections_closed_total{reason}` (Raft connections closed on a peer that
+  broke a bound: `frame_too_large`, `over_cap`, `handshake_timeout`).
 - **The replicated state's** (the leader alone exports them, followers omit them: every replica
   holds the same state, so `sum()` over replicas gives the leader's value once, and a query
   keeps working across a failover): tasks by state, jobs, clusters by status, per-cluster
@@ -38,6 +40,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
+from raftsched.replica.raft.handshakes import ClosedConnections
 from raftsched.spec.job import PriorityClass
 from raftsched.state import policy
 from raftsched.state.commands import ClusterStatus
@@ -112,11 +115,25 @@ class StateCollector(Collector):
                                 "cluster has a leader)", value=1 if leader else 0)
         yield GaugeMetricFamily("raftsched_raft_term", "this replica's current Raft term",
                                 value=self._node.term())
+        yield closed_connections_family(self._node.closed_connections())
         if not leader:
             return  # the replicated state's figures come from the leader only (see above)
         free = self._reported_free()
         yield from self._node.read(lambda state: state_families(state, free))
         yield unusable_family(self._unusable())
+
+
+def closed_connections_family(closed: ClosedConnections) -> Metric:
+    """`RaftNode.closed_connections()`, by reason."""
+    family = CounterMetricFamily(
+        "raftsched_raft_connections_closed", "Raft connections this replica closed on a peer "
+        "that broke a bound: a frame over its size (frame_too_large), an unauthenticated "
+        "connection over the caps per address or in all (over_cap), or one not authenticated "
+        "within the handshake timeout (handshake_timeout).", labels=["reason"])
+    family.add_metric(["frame_too_large"], closed.frame_too_large)
+    family.add_metric(["over_cap"], closed.over_cap)
+    family.add_metric(["handshake_timeout"], closed.handshake_timeout)
+    return family
 
 
 def unusable_family(unusable: dict[str, Free]) -> Metric:

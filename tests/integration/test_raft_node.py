@@ -3,6 +3,7 @@ real 3-4 process clusters on 127.0.0.1 driven through tests/raft_proc.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import signal
@@ -24,12 +25,14 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.replica.raft import node as raft_node
 from raftsched.replica.raft import transport as raft_transport
 from raftsched.replica.raft.errors import NotLeader
+from raftsched.replica.raft.handshakes import REPORT_PERIOD_S
 from raftsched.replica.raft.journal import DurableJournal
 from raftsched.replica.raft.node import JOURNAL_FILE_NAME, RaftNode
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state import fsm
 from raftsched.state.fsm import Applied
+from tests.support import raw_sockets
 from tests.support.raft_harness import Cluster, free_ports, wait_for
 
 JOB_WIRE = doc_to_wire({"name": "n", "allow_unschedulable": True,
@@ -869,3 +872,67 @@ def test_a_huge_or_negative_frame_length_is_refused_before_buffering(
             r.status()), 30.0, f"{replica.address} to hear of term {term}")
         assert status["term"] == term, "an election happened"
         assert status["leader"] == leader.address
+
+
+# --- unauthenticated connections (transport.SyncingTransport, handshakes.HandshakeGuard) ------
+
+HANDSHAKE_TIMEOUT_S = 3.0
+"""The replicas' --handshake-timeout-s here (limits.HANDSHAKE_TIMEOUT_S by default)."""
+CLOSE_SLACK_S = 10.0
+"""How long after its deadline a connection may still be open on a busy machine."""
+OVER_CAP = 3
+HALF_FRAME = struct.pack("i", 100) + b"x" * 10
+"""A frame header promising 100 bytes and 10 of them: a handshake begun and never finished."""
+
+
+def unauthenticated(replica: Any) -> dict[str, int]:
+    return dict(replica.status()["unauthenticated_connections"])
+
+
+@pytest.mark.parametrize("secret", [SECRET, None], ids=["secret", "insecure-dev"])
+def test_unauthenticated_raft_connections_are_capped_per_address_and_timed_out(
+        clusters: Callable[..., Cluster], secret: str | None) -> None:
+    """The probe held 301 idle connections on a Raft port for over 20 s. Now, on the leader:
+    past the cap of one address the next ones are closed at accept, while another address is
+    still accepted; every one that never authenticates is closed by the deadline (silent ones
+    and half frames alike); the cluster commits meanwhile, with no election; one warning
+    counts them, not a line per connection. Without a secret (insecure dev mode) a connection
+    authenticates by naming a member: the same bounds hold."""
+    insecure = [] if secret else ["--insecure-dev"]
+    cluster = clusters(3, secret=secret,
+                       extra_args=["--handshake-timeout-s", str(HANDSHAKE_TIMEOUT_S), *insecure])
+    cluster.start()
+    leader = cluster.wait_leader()
+    leader.ok("submit before-probe")
+    term = leader.status()["term"]
+    cap = limits.MAX_UNAUTHENTICATED_RAFT_CONNECTIONS_PER_ADDRESS
+    started = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        def opened(source: str, send: bytes = b"") -> socket.socket:
+            return stack.enter_context(raw_sockets.connect(leader.raft_port, source, send))
+
+        held = [opened("127.0.0.2", HALF_FRAME if i % 2 else b"") for i in range(cap)]
+        wait_for(lambda: unauthenticated(leader)["pending"] == cap, 10.0, "the leader to hold them")
+        over = [opened("127.0.0.2") for _ in range(OVER_CAP)]
+        for sock in over:
+            raw_sockets.wait_closed(sock, HANDSHAKE_TIMEOUT_S + CLOSE_SLACK_S)
+        assert all(raw_sockets.is_open(sock) for sock in held), "not at accept, but a timeout"
+        elsewhere = opened("127.0.0.3")
+        wait_for(lambda: unauthenticated(leader)["pending"] == cap + 1, 10.0,
+                 "a connection from another address to be held too")
+        assert leader.ok("submit during-probe") == {
+            "applied": {"job_id": "during-probe", "created": True}}
+        for sock in [*held, elsewhere]:
+            raw_sockets.wait_closed(
+                sock, started + HANDSHAKE_TIMEOUT_S + CLOSE_SLACK_S - time.monotonic())
+        elapsed_s = time.monotonic() - started
+    assert elapsed_s >= HANDSHAKE_TIMEOUT_S, "closed before the deadline"
+    assert unauthenticated(leader) == {"pending": 0, "over_cap": OVER_CAP,
+                                       "handshake_timeout": cap + 1}
+    assert leader.ok("submit after-probe") == {
+        "applied": {"job_id": "after-probe", "created": True}}
+    for replica in cluster.replicas:
+        status = replica.status()
+        assert status["term"] == term and status["leader"] == leader.address, "an election"
+    warnings = leader.log_text().count("raft_unauthenticated_connections_closed")
+    assert 1 <= warnings <= 1 + elapsed_s // REPORT_PERIOD_S, warnings

@@ -8,6 +8,7 @@ from typing import Any
 
 from raftsched.clock import ManualClock
 from raftsched.replica.leader import Leader, LeaderConfig
+from raftsched.replica.raft.handshakes import ClosedConnections
 from raftsched.state import commands as c
 from raftsched.state import fsm, invariants
 from raftsched.state.model import State
@@ -32,6 +33,7 @@ class MemoryNode:
         self.current_term = 3
         self.proposed: list[str] = []
         self.applied = 0
+        self.closed = ClosedConnections(0, 0, 0)
 
     def propose(self, data: bytes, timeout_s: float) -> fsm.Outcome:
         self.proposed.append(type(c.decode(data)).__name__)
@@ -52,6 +54,9 @@ class MemoryNode:
 
     def term(self) -> int:
         return self.current_term
+
+    def closed_connections(self) -> ClosedConnections:
+        return self.closed
 
 
 def make_leader(node: MemoryNode, clock: ManualClock) -> Leader:

@@ -186,6 +186,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--no-fsync", action="store_true")
     parser.add_argument("--compaction-entries", type=int, default=None)
     parser.add_argument("--compaction-time-s", type=float, default=None)
+    parser.add_argument("--handshake-timeout-s", type=float, default=None)
     args = parser.parse_args(argv)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO,
                         format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
@@ -194,6 +195,8 @@ def main(argv: list[str]) -> int:
         tuning["compaction_min_entries"] = args.compaction_entries
     if args.compaction_time_s is not None:
         tuning["compaction_min_time_s"] = args.compaction_time_s
+    if args.handshake_timeout_s is not None:
+        tuning["handshake_timeout_s"] = args.handshake_timeout_s
     try:
         node = RaftNode(args.address, [p for p in args.peers.split(",") if p], args.data_dir,
                         args.secret, insecure_dev=args.insecure_dev, **tuning)

@@ -75,6 +75,11 @@ pysyncobj internals this module relies on (re-check them when changing the pinne
 - Message dicts: `type` ('append_entries', 'next_node_idx', ...), and for append_entries
   `term`, `prevLogIdx`, `prevLogTerm`, `entries` or `transmission` or `serialized`; for
   next_node_idx `reset`, `success`. pysyncobj ignores `Transport.send`'s result for these.
+- `TCPTransport` hands every accepted connection to `_onNewIncomingConnection` before setting
+  any callback on it, keeps it in `_unknownConnections` until its peer proved the secret and
+  named itself (`_onIncomingMessageReceived`), and hears of every close in `_onDisconnected`;
+  `_onTick` is its tick callback. `SyncingTransport` caps and times out unauthenticated
+  connections there (transport.py, handshakes.py).
 - `TCPTransport.send` is the single exit for Raft messages (`transportClass` parameter);
   `addOnTickCallback`; properties `raftLastApplied`, `raftCommitIndex`, `raftCurrentTerm`,
   `otherNodes`; `_isLeader`, `_getLeader`, `transferLeadership`, `addNodeToCluster`,
@@ -119,6 +124,7 @@ from raftsched.replica.raft import membership
 from raftsched.replica.raft.alarms import ALARM_FILTER, LibraryAlarms
 from raftsched.replica.raft.applier import Applier, PendingApply
 from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
+from raftsched.replica.raft.handshakes import ClosedConnections
 from raftsched.replica.raft.journal import DurableJournal, Entry, pending_journal
 from raftsched.replica.raft.transport import SyncingTransport
 from raftsched.state import fsm, snapshot
@@ -383,7 +389,8 @@ class RaftNode:
                  compaction_min_entries: int = LOG_COMPACTION_MIN_ENTRIES,
                  compaction_min_time_s: float = LOG_COMPACTION_MIN_TIME_S,
                  applied_log: str | None = None,
-                 on_proposal: ProposalObserver | None = None) -> None:
+                 on_proposal: ProposalObserver | None = None,
+                 handshake_timeout_s: float = limits.HANDSHAKE_TIMEOUT_S) -> None:
         membership.check_address(self_address)
         for peer in peers:
             membership.check_address(peer)
@@ -415,6 +422,8 @@ class RaftNode:
         self._tick_thread_id: int | None = None
         self._first_tick = threading.Event()
         self._transport: SyncingTransport | None = None
+        self._handshake_timeout_s = handshake_timeout_s
+        """An incoming Raft connection not authenticated this long is closed (transport.py)."""
         self._dumps_written = 0
         self._dump_waiters: list[_DumpWaiter] = []
         self._dump_waiters_lock = threading.Lock()
@@ -471,7 +480,8 @@ class RaftNode:
 
         def transport(sync_obj: Any, self_node: Any, other_nodes: Any) -> SyncingTransport:
             self._transport = SyncingTransport(sync_obj, self_node, other_nodes,
-                                                journal=self._journal, on_tick=self._on_tick)
+                                                journal=self._journal, on_tick=self._on_tick,
+                                                handshake_timeout_s=self._handshake_timeout_s)
             return self._transport
 
         with pending_journal(self._journal):
@@ -813,6 +823,19 @@ class RaftNode:
     def term(self) -> int:
         return int(self._obj.raftCurrentTerm)
 
+    def closed_connections(self) -> ClosedConnections:
+        """Raft connections closed on a peer that broke a bound, since the start (metrics)."""
+        if self._transport is None:
+            return ClosedConnections(0, 0, 0)
+        return self._transport.closed_connections()
+
+    def _unauthenticated_connections(self) -> dict[str, int]:
+        """Incoming connections waiting for their handshake now, and those closed so far."""
+        transport = self._transport
+        if transport is None:
+            return {}
+        return {"pending": transport.handshakes.pending, **asdict(transport.handshakes.totals)}
+
     def leader_address(self) -> str | None:
         """The last leader this replica heard of (may be stale; may be itself)."""
         leader = self._obj._getLeader()
@@ -851,6 +874,7 @@ class RaftNode:
                 **asdict(journal.stats),
             },
             "replication": asdict(self._transport.replication) if self._transport else {},
+            "unauthenticated_connections": self._unauthenticated_connections(),
             "apply_backlog": self._applier.backlog,
             "dumps_written": self._dumps_written,
             "dumps_loaded": self._dumps_loaded,

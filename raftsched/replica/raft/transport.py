@@ -8,11 +8,17 @@ buffer 2 GiB, or declare a negative length. `BoundedTcpConnection` checks every 
 its header arrives; this module installs it at import in place of pysyncobj's `TcpConnection` (the
 module globals of `pysyncobj.tcp_server` and `pysyncobj.transport`, the two places that build
 connections), and `SyncingTransport` gives every connection its bound.
+
+An incoming connection that has not authenticated (proved the secret and said which member it
+is) is capped per remote address and in total, and closed past `limits.HANDSHAKE_TIMEOUT_S`
+(`handshakes.HandshakeGuard`, driven by `SyncingTransport`): pysyncobj itself held one that
+sends nothing forever.
 """
 
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +28,12 @@ import pysyncobj.transport as _pysyncobj_transport
 from pysyncobj.tcp_connection import TcpConnection
 from pysyncobj.transport import TCPTransport
 
+from raftsched import limits
+from raftsched.eventlog import EventLogger
+from raftsched.replica.raft.handshakes import ClosedConnections, HandshakeGuard
 from raftsched.replica.raft.journal import DurableJournal
+
+log = EventLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -110,6 +121,16 @@ class BoundedTcpConnection(TcpConnection):  # type: ignore[misc]
     def disconnect(self) -> None:
         self._next_header = 0  # pysyncobj empties the buffer
         super().disconnect()
+
+    def remote_host(self) -> str | None:
+        """The peer's IP address; None once the socket is closed or no longer connected."""
+        sock = self._TcpConnection__socket
+        if sock is None:
+            return None
+        try:
+            return str(sock.getpeername()[0])
+        except OSError:
+            return None
 
     def _TcpConnection__processRead(self) -> bool:
         more = bool(super()._TcpConnection__processRead())
@@ -202,10 +223,17 @@ class SyncingTransport(TCPTransport):  # type: ignore[misc]
     (4): every connection, incoming or outgoing, is a `BoundedTcpConnection` given
     `max_frame_bytes` (derived from the conf pysyncobj sends with); refusals are counted in
     `replication.refused_frames`.
+
+    (5): an incoming connection waits for its handshake under `handshakes` (a HandshakeGuard):
+    over its caps it is closed at accept, before pysyncobj hears of it; it is settled when it
+    leaves pysyncobj's `_unknownConnections` (the peer proved the secret and named itself) or
+    closes; past `handshake_timeout_s` a tick closes it. Each tick logs what was closed as one
+    warning with counts, at most every handshakes.REPORT_PERIOD_S.
     """
 
     def __init__(self, syncObj: Any, selfNode: Any, otherNodes: Any,
-                 journal: DurableJournal, on_tick: Callable[[], None]) -> None:
+                 journal: DurableJournal, on_tick: Callable[[], None],
+                 handshake_timeout_s: float = limits.HANDSHAKE_TIMEOUT_S) -> None:
         self.max_frame_bytes = max_frame_bytes(syncObj.conf.appendEntriesBatchSizeBytes,
                                                syncObj.conf.logCompactionBatchSize)
         """The bound on every frame this replica receives (`BoundedTcpConnection`)."""
@@ -217,6 +245,9 @@ class SyncingTransport(TCPTransport):  # type: ignore[misc]
         self._held: dict[Any, tuple[dict[str, Any], int]] = {}
         """Per follower: the append_entries held back, and its entry bytes."""
         self.replication = ReplicationStats()
+        self.handshakes: HandshakeGuard[BoundedTcpConnection] = HandshakeGuard(
+            handshake_timeout_s, limits.MAX_UNAUTHENTICATED_RAFT_CONNECTIONS_PER_ADDRESS,
+            limits.MAX_UNAUTHENTICATED_RAFT_CONNECTIONS)
         super().__init__(syncObj, selfNode, otherNodes)
         syncObj.addOnTickCallback(on_tick)
 
@@ -335,7 +366,39 @@ class SyncingTransport(TCPTransport):  # type: ignore[misc]
 
     def _onNewIncomingConnection(self, conn: Any) -> None:
         self._bound(conn)
+        host = conn.remote_host()
+        if host is None or not self.handshakes.admit(conn, host, time.monotonic()):
+            conn.disconnect()  # none of pysyncobj's callbacks is set yet: it never hears of it
+            return
         super()._onNewIncomingConnection(conn)
+
+    def _onIncomingMessageReceived(self, conn: Any, message: Any) -> None:
+        super()._onIncomingMessageReceived(conn, message)
+        if conn not in self._unknownConnections:  # it named itself (or pysyncobj closed it)
+            self.handshakes.settle(conn)
+
+    def _onDisconnected(self, conn: Any) -> None:
+        self.handshakes.settle(conn)
+        super()._onDisconnected(conn)
+
+    def _onTick(self) -> None:
+        super()._onTick()
+        now_s = time.monotonic()
+        for conn in self.handshakes.expire(now_s):
+            conn.disconnect()
+        report = self.handshakes.report(now_s)
+        if report is not None:
+            log.warning("raft_unauthenticated_connections_closed", over_cap=report.over_cap,
+                        handshake_timeout=report.handshake_timeout, pending=report.pending,
+                        addresses=",".join(report.addresses), from_other_addresses=report.unnamed,
+                        timeout_s=self.handshakes.timeout_s,
+                        max_per_address=self.handshakes.max_per_address,
+                        max_total=self.handshakes.max_total)
+
+    def closed_connections(self) -> ClosedConnections:
+        totals = self.handshakes.totals
+        return ClosedConnections(self.replication.refused_frames, totals.over_cap,
+                                 totals.handshake_timeout)
 
     def _bound(self, conn: Any) -> None:
         assert isinstance(conn, BoundedTcpConnection), \

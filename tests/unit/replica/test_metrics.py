@@ -14,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from raftsched.options import metrics_address, metrics_endpoint
 from raftsched.protocol import ReportVerdict
 from raftsched.replica.metrics import ReplicaMetrics, StateCollector
+from raftsched.replica.raft.handshakes import ClosedConnections
 from raftsched.state import commands as c
 from raftsched.state.model import PLACEMENT_LATENCY_BUCKETS_MS, TaskState
 from tests.support.fsmkit import Harness, job_doc, task_doc
@@ -94,9 +95,20 @@ def test_a_follower_exports_no_figure_of_the_replicated_state() -> None:
     exports the state's figures; every replica exports whether it leads and its term."""
     h = busy()
     leader, follower = scrape(h, leading=True), scrape(h, leading=False)
-    assert {name for name, _ in follower} == {"raftsched_replica_leader", "raftsched_raft_term"}
+    assert {name for name, _ in follower} == {"raftsched_replica_leader", "raftsched_raft_term",
+                                              "raftsched_raft_connections_closed_total"}
     assert {"raftsched_live_tasks", "raftsched_jobs", "raftsched_placements_total",
             "raftsched_cluster_capacity"} <= {name for name, _ in leader}
+
+
+def test_every_replica_counts_the_raft_connections_it_closed_by_reason() -> None:
+    node = MemoryNode()
+    node.closed = ClosedConnections(frame_too_large=1, over_cap=7, handshake_timeout=3)
+    for leading in (True, False):
+        families = StateCollector(node, lambda leading=leading: leading, dict).collect()
+        closed = {s.labels["reason"]: s.value for f in families for s in f.samples
+                  if s.name == "raftsched_raft_connections_closed_total"}
+        assert closed == {"frame_too_large": 1, "over_cap": 7, "handshake_timeout": 3}
 
 
 def test_scrape_of_an_empty_state_is_all_zeros() -> None:
