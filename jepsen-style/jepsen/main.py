@@ -28,6 +28,7 @@ from typing import Any
 from jepsen import checker as checker_mod
 from jepsen.cluster import ClusterUnderTest
 from jepsen.history import History
+from jepsen.hostile import HOSTILE_CLUSTER
 from jepsen.nemesis import GROUPS, KINDS, FaultError, Nemesis, parse_faults
 from jepsen.netns import Net, NetError, iptables_binary
 from jepsen.workload import ClientWorker
@@ -191,7 +192,7 @@ def _harness(args: argparse.Namespace) -> int:
     meta = {"seed": args.seed, "nodes": args.nodes, "agents": agents, "clients": args.clients,
             "time_s": args.time, "faults": list(kinds), "lost_after_s": args.lost_after_s,
             "suspect_after_s": args.suspect_after_s, "liveness_bound_s": args.liveness_bound_s,
-            "started": stamp, "argv": sys.argv[1:]}
+            "hostile_cluster": HOSTILE_CLUSTER, "started": stamp, "argv": sys.argv[1:]}
     (root / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     _say(f"jepsen-style: seed {args.seed}, {args.nodes} replicas, {args.agents} agents, "
          f"{args.clients} clients, {args.time:g} s, faults {','.join(kinds)}\n"
@@ -234,6 +235,8 @@ def _harness(args: argparse.Namespace) -> int:
         net.heal()
         touched = cluster.ensure_running()
         history.event("harness", "heal", {"restarted_or_resumed": touched})
+        left = [job for worker in workers for job in worker.cancel_outstanding()]
+        history.event("harness", "cleanup", {"long_jobs_not_cancelled": left})
         _say(f"  healed at {history.now():.1f} s; waiting up to {args.liveness_bound_s:g} s "
              "for every acknowledged job to finish")
         acked = sorted({job for w in workers for job in w.acked.values()})
