@@ -232,11 +232,7 @@ def _harness(args: argparse.Namespace) -> int:
         errors = [w.error for w in workers if w.error] + ([nemesis.error] if nemesis.error else [])
         if errors:
             failure = f"harness thread failed: {errors[0]!r}"
-        net.heal()
-        touched = cluster.ensure_running()
-        history.event("harness", "heal", {"restarted_or_resumed": touched})
-        left = [job for worker in workers for job in worker.cancel_outstanding()]
-        history.event("harness", "cleanup", {"long_jobs_not_cancelled": left})
+        _heal(cluster, net, workers, history)
         _say(f"  healed at {history.now():.1f} s; waiting up to {args.liveness_bound_s:g} s "
              "for every acknowledged job to finish")
         acked = sorted({job for w in workers for job in w.acked.values()})
@@ -277,6 +273,16 @@ def _harness(args: argparse.Namespace) -> int:
     if failure is not None or report.violations:
         return EXIT_VIOLATION
     return EXIT_OK if report.liveness_met else EXIT_LIVENESS
+
+
+def _heal(cluster: ClusterUnderTest, net: Net, workers: list[ClientWorker],
+          history: History) -> None:
+    """End every fault, then cancel the long jobs the clients left running."""
+    net.heal()
+    touched = cluster.ensure_running()
+    history.event("harness", "heal", {"restarted_or_resumed": touched})
+    left = [job for worker in workers for job in worker.cancel_outstanding()]
+    history.event("harness", "cleanup", {"long_jobs_not_cancelled": left})
 
 
 def _interrupt(_number: int, _frame: FrameType | None) -> None:
