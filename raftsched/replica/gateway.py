@@ -96,6 +96,8 @@ class AgentGateway:
         for good). The entry carries only the attempts the state knows for this cluster; the
         running ones it does not know come back in `stop`: the agent stops them itself."""
         command = _register_command(registration, self.clock.now_ms())
+        if not self.leader.leading():  # the split below must read a leader's applied state
+            raise RaftschedError(Code.UNAVAILABLE, "not the leader")
         self._check_incarnation(registration.cluster_id, registration.incarnation)
         ours, stop = self._split(registration.cluster_id, registration.known)
         result = propose(self.node, self.leader, dataclasses.replace(command, known=ours))
