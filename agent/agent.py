@@ -63,6 +63,8 @@ from raftsched.protocol import Observation, ReportVerdict
 
 log = EventLogger("agent")
 
+assert limits.MAX_ATTEMPT_RECORDS <= limits.MAX_REGISTER_KNOWN_ATTEMPTS  # one Register lists all
+
 HEARTBEAT_WAIT_MS = 1_000
 """Long-poll wait asked of the leader (it caps it too)."""
 POLL_INTERVAL_MS = 50
@@ -244,10 +246,24 @@ class Agent:
             self._config.capacity, known, self._config.custom))
         with self._lock:
             self._fences.raise_term(registered.term)
+            self._stop_unknown(registered.stop)
         self._need_register.clear()
         log.info("agent_registered", cluster=self._config.cluster_id, incarnation=self._incarnation,
                  term=registered.term, known=len(known), lost=registered.lost,
-                 kills=registered.kills)
+                 kills=registered.kills, stop=len(registered.stop))
+
+    def _stop_unknown(self, stop: Sequence[KillDirective]) -> None:
+        """Stops the running attempts the scheduler answered it does not know as this
+        cluster's (`Registered.stop`: forgotten jobs, a restored older state): the kill
+        directive's path without a directive. Their KILLED reports are answered not_found and
+        leave the outbox. Only attempts this agent runs are touched."""
+        for kill in stop[:limits.MAX_REGISTER_KNOWN_ATTEMPTS]:
+            if kill.fence not in self._running or kill.fence in self._kills_requested:
+                continue
+            if self._executor.kill(kill.fence):
+                self._kills_requested.add(kill.fence)
+                log.warning("attempt_not_known_stopped", fence=kill.fence, job=kill.job_id,
+                            task=kill.task_id)
 
     # -- heartbeat thread ----------------------------------------------------------------------
 

@@ -48,6 +48,7 @@ from raftsched.limits import (
     MAX_ID_CHARS,
 )
 from raftsched.options import metrics_address, metrics_endpoint
+from raftsched.protocol import id_problem, show
 
 SERVERS_ENV = "RAFTSCHED_SERVERS"
 DATA_DIR_ENV = "RAFTSCHED_AGENT_DATA_DIR"
@@ -67,8 +68,6 @@ _NO_USER_SWITCH = {"slurm": "Slurm runs each job as the account that submits it,
 """Why an executor takes no --task-user / --tenant-task-users."""
 PRIVATE_UMASK = 0o077
 """Everything the agent creates (lmdb stores, attempt records, task output) is its own alone."""
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-ID_RULE = "letters, digits, '_', '.' and '-', starting with a letter or digit"
 _ADDRESS = re.compile(r"[^\s,]+:[0-9]{1,5}")
 
 log = EventLogger("agent")
@@ -258,9 +257,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
     cluster_id = str(args.cluster_id)
-    if len(cluster_id) > MAX_ID_CHARS or not _ID.fullmatch(cluster_id):
-        raise UsageError(f"--cluster-id {cluster_id!r}: letters, digits, '_', '.', '-' "
-                         f"(not first), at most {MAX_ID_CHARS} characters")
+    problem = id_problem(cluster_id)  # the replicas' rule for a Register's cluster id
+    if problem is not None:
+        raise UsageError(f"--cluster-id {problem}")
     servers = [s.strip() for s in str(args.servers).split(",") if s.strip()]
     if not servers:
         raise UsageError(f"no scheduler addresses: pass --servers or set ${SERVERS_ENV}")
@@ -272,8 +271,10 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
     if len(capabilities) > MAX_CAPABILITIES_PER_CLUSTER:
         raise UsageError(f"--capabilities: at most {MAX_CAPABILITIES_PER_CLUSTER}")
     for capability in capabilities:
-        if len(capability) > MAX_ID_CHARS or not _ID.fullmatch(capability):
-            raise UsageError(f"--capabilities: {capability!r} is not a valid name")
+        problem = id_problem(capability)
+        if problem is not None:
+            raise UsageError(f"--capabilities: {show(capability)} is not a valid name: it "
+                             f"{problem}")
     if not args.cpu >= 0 or args.cpu > 1_000_000:  # also refuses NaN
         raise UsageError(f"--cpu {args.cpu}: a number of cores between 0 and 1000000")
     if args.memory_mb < 0 or args.gpu < 0:
@@ -337,9 +338,9 @@ def custom_resources_problem(pairs: tuple[tuple[str, int], ...]) -> str | None:
     if len(pairs) > MAX_CUSTOM_RESOURCES_PER_CLUSTER:
         return f"--resources: at most {MAX_CUSTOM_RESOURCES_PER_CLUSTER}"
     for name, count in pairs:
-        if len(name) > MAX_ID_CHARS or not _ID.fullmatch(name):
-            return (f"--resources: each name must use only {ID_RULE}, at most {MAX_ID_CHARS} "
-                    f"characters, got {name!r}")
+        problem = id_problem(name)
+        if problem is not None:
+            return f"--resources: each name {problem}"
         if not 1 <= count <= MAX_CUSTOM_RESOURCE_COUNT:
             return (f"--resources: {name}={count}: the count must be 1.."
                     f"{MAX_CUSTOM_RESOURCE_COUNT}")
@@ -415,10 +416,10 @@ def _tenant_user_names(text: str) -> dict[str, str]:
         tenant, equals, name = (part.strip() for part in item.partition("="))
         if not equals or not tenant or not name:
             raise UsageError(f"--tenant-task-users: {item!r} is not TENANT=USER")
-        if len(tenant) > MAX_ID_CHARS or not _ID.fullmatch(tenant):
-            raise UsageError(f"--tenant-task-users: {item!r}: {tenant!r} is not a tenant name "
-                             f"(letters, digits, '_', '.', '-' (not first), at most "
-                             f"{MAX_ID_CHARS} characters)")
+        problem = id_problem(tenant)
+        if problem is not None:
+            raise UsageError(f"--tenant-task-users: {item!r}: {tenant!r} is not a tenant name: "
+                             f"it {problem}")
         if tenant in found:
             raise UsageError(f"--tenant-task-users: tenant {tenant!r} is named twice")
         found[tenant] = name

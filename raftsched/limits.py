@@ -106,7 +106,20 @@ MAX_IDEMPOTENCY_KEYS = 1_000_000
 IDEMPOTENCY_TTL_MS = 24 * 3600 * 1000
 MAX_NOTES_PER_TASK = 32
 """Late/duplicate report notes kept per task; past it they are only counted."""
-MAX_KILL_DIRECTIVES = 1_000_000
+MAX_KILL_DIRECTIVES_PER_CLUSTER = 20_000
+"""Kill directives one cluster holds unconfirmed (fences its agent must stop and has not yet
+reported stopped). An honest agent confirms each within a heartbeat or two and runs at most
+MAX_RUNNING_ATTEMPTS at once, so it never comes near; an agent that stops confirming reaches it,
+and then each kill it is owed is counted (`Cluster.kills_unrecorded`), never silently dropped:
+its cluster takes no new work (`feasibility.Unfit.KILLS_UNRECORDED`) until its agent confirms
+kills and registers again, which re-derives a kill for every stale attempt it still holds.
+Only kills for attempts the state placed on that cluster are ever recorded there."""
+MAX_KILL_DIRECTIVES = MAX_CLUSTERS * MAX_KILL_DIRECTIVES_PER_CLUSTER
+"""Kill directives the whole state may hold: derived, no bound of its own."""
+MAX_REGISTER_KNOWN_ATTEMPTS = 100_000
+"""Attempts one Register may list (`known`): what a real agent may hold, MAX_ATTEMPT_RECORDS
+(running, or finished with their report unacked). More is RESOURCE_EXHAUSTED before anything is
+proposed; the CLUSTER_REGISTER entry carries only those the state knows for that cluster."""
 MAX_TIMER_EXPIRIES_PER_TICK = 100_000
 """One TICK handles at most this many expired timers; the rest wait for the next TICK."""
 MAX_INFRA_RETRIES = 10

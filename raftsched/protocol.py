@@ -4,16 +4,57 @@ state machine answers, the attempts an agent holds, resources, and the gRPC meta
 A shared leaf: it imports nothing of raftsched but the limits, so the pure state machine
 (`raftsched.state`), the replica and the agent all use these very types instead of copies. The
 numbering of `ReportKind` is the proto's `AgentReport.Kind` (append-only, like the log's tags).
+The one rule for ids (`id_problem`) lives here too: job specs, the state machine, the replicas
+and the agent's command line all check cluster ids, capabilities, task ids and tenant names
+with it.
 """
 
 from __future__ import annotations
 
 import enum
+import re
+import reprlib
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from raftsched import limits
+
 LEADER_METADATA_KEY = "raftsched-leader"
 """Trailing metadata of an UNAVAILABLE answer from a follower: the leader's gRPC address."""
+
+ID_RULE = "letters, digits, '_', '.' and '-', starting with a letter or digit"
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+_REPR = reprlib.Repr()
+_REPR.maxstring = 60
+_REPR.maxother = 60
+_REPR.maxlong = 40
+_REPR.maxlist = 6
+_REPR.maxtuple = 6
+_REPR.maxdict = 4
+_REPR.maxset = 6
+_REPR.maxlevel = 2
+
+
+def show(value: object) -> str:
+    """A short repr of a user-supplied value for an error message (long values are truncated;
+    control characters are escaped, as repr does)."""
+    try:
+        return _REPR.repr(value)
+    except ValueError:  # an int past sys.get_int_max_str_digits()
+        return f"<{type(value).__name__} too large to show>"
+
+
+def id_problem(value: object) -> str | None:
+    """Why `value` is not an id (a job, task, cluster or capability id, a tenant name), or None:
+    1..MAX_ID_CHARS of ID_RULE."""
+    if not isinstance(value, str):
+        return f"must be a string, got {show(value)}"
+    if len(value) > limits.MAX_ID_CHARS:
+        return f"must be at most {limits.MAX_ID_CHARS} characters, got {len(value)}"
+    if not _ID.fullmatch(value):
+        return f"must use only {ID_RULE}, got {show(value)}"
+    return None
 
 
 class ReportKind(enum.IntEnum):
@@ -185,6 +226,10 @@ class Registered:
     leader: str
     lost: int
     kills: int
+    stop: tuple[KillDirective, ...] = ()
+    """Running attempts the agent listed that the scheduler does not know as this cluster's
+    (unknown job, task or fence, or another cluster's): not ours, stop them. Nothing is
+    recorded about them; their reports are answered not_found (or wrong_cluster)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -445,12 +445,21 @@ def registration_from_pb(message: Any) -> Registration:
 
 def registered_to_pb(registered: Registered) -> Any:
     return pb.RegisterResponse(term=registered.term, leader=registered.leader,
-                               lost=registered.lost, kills=registered.kills)
+                               lost=registered.lost, kills=registered.kills,
+                               stop=[kill_to_pb(k) for k in registered.stop])
 
 
 def registered_from_pb(message: Any) -> Registered:
     return Registered(int(message.term), str(message.leader), int(message.lost),
-                      int(message.kills))
+                      int(message.kills), tuple(kill_from_pb(k) for k in message.stop))
+
+
+def kill_to_pb(kill: KillDirective) -> Any:
+    return pb.KillDirective(job_id=kill.job_id, task_id=kill.task_id, fence=kill.fence)
+
+
+def kill_from_pb(message: Any) -> KillDirective:
+    return KillDirective(str(message.job_id), str(message.task_id), int(message.fence))
 
 
 def beat_to_pb(beat: Beat) -> Any:
@@ -492,8 +501,7 @@ def directives_to_pb(directives: Directives) -> Any:
     return pb.HeartbeatResponse(
         term=directives.term, reregister=directives.reregister,
         assignments=[assignment_to_pb(a) for a in directives.assignments],
-        kills=[pb.KillDirective(job_id=k.job_id, task_id=k.task_id, fence=k.fence)
-               for k in directives.kills],
+        kills=[kill_to_pb(k) for k in directives.kills],
         log_requests=[pb.LogRequest(request_id=r.request_id, fence=r.fence, stream=r.stream,
                                     offset=r.offset, max_bytes=r.max_bytes)
                       for r in directives.log_requests])
@@ -502,8 +510,7 @@ def directives_to_pb(directives: Directives) -> Any:
 def directives_from_pb(message: Any) -> Directives:
     return Directives(int(message.term),
                       tuple(assignment_from_pb(a) for a in message.assignments),
-                      tuple(KillDirective(k.job_id, k.task_id, int(k.fence))
-                            for k in message.kills),
+                      tuple(kill_from_pb(k) for k in message.kills),
                       bool(message.reregister),
                       tuple(LogRequest(r.request_id, int(r.fence), r.stream, int(r.offset),
                                        int(r.max_bytes)) for r in message.log_requests))

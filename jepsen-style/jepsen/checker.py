@@ -31,6 +31,10 @@ What it reads (see `jepsen.history` for the history schema):
   effect), ledger_format. A start without an end (a killed task) cannot be shown to overlap.
 - `logs/agent-<cluster>.log`: agent_start_assigned (an agent starts only fences committed to its
   cluster), agent_start_once; `stale_fence_rejected` events are counted.
+- kills (`jepsen.kills`, on the replay): kill_liveness (every kill owed to an honest agent — an
+  attempt the scheduler ended under it — is settled by its report or registration within
+  KILL_LIVENESS_BOUND_S of replicated time while its cluster is READY), hostile_no_kills (the
+  hostile-agent fault's cluster never holds a kill directive).
 - the `liveness` event and the replayed final state: liveness_met, pending jobs.
 Also: fsm_apply (the FSM raised while replaying: the replay stops there) and history_format (a
 line of the history that is not JSON or not the schema, but for a torn last line).
@@ -50,6 +54,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jepsen.kills import KillLiveness
 from raftsched.eventlog import Event, read_events
 from raftsched.protocol import task_key
 from raftsched.replica.applied_log import AppliedLog, read_applied_log
@@ -128,6 +133,13 @@ class Report:
     ledger_starts: int = 0
     ledger_unended: int = 0
     """Ledger starts with no end line (killed tasks): their overlap cannot be judged."""
+    kills_settled: int = 0
+    """Kills owed to honest agents and settled in time (kill_liveness)."""
+    kills_unjudged: int = 0
+    """Owed kills still open when the log ends (within the bound, or their cluster not READY)."""
+    kill_settle_p50_s: float | None = None
+    kill_settle_max_s: float | None = None
+    """READY time from an attempt's end to its agent's word that it is gone."""
     replicas: dict[str, dict[str, Any]] = field(default_factory=dict)
     """name -> first/last index, entries, re-applied records, torn tail bytes of its log."""
 
@@ -392,6 +404,7 @@ class _Read:
 class _Replay:
     state: State = field(default_factory=State)
     auditor: LogAuditor = field(default_factory=LogAuditor)
+    kills: KillLiveness = field(default_factory=lambda: KillLiveness(None, None))
     last_index: int = 0
     complete: bool = False
     broken: bool = False
@@ -399,9 +412,9 @@ class _Replay:
 
 
 def replay(merged: dict[int, bytes], reads: list[_Read], replicas: list[_Replica],
-           found: _Findings) -> _Replay:
+           found: _Findings, kills: KillLiveness | None = None) -> _Replay:
     """Apply the merged log in index order; compare reads and digests at their indices."""
-    run = _Replay()
+    run = _Replay() if kills is None else _Replay(kills=kills)
     reads = sorted(reads, key=lambda r: r.applied_index)
     digests = _digest_points(replicas, found)
     points = sorted(digests)
@@ -430,6 +443,7 @@ def replay(merged: dict[int, bytes], reads: list[_Read], replicas: list[_Replica
         run.complete = True
     if not run.broken:
         run.auditor.finish(run.last_index, run.state)
+        _kill_figures(run.kills, found)
     _after_replay(run, reads[read_at:], {p: digests[p] for p in points[point_at:]}, stop, found)
     return run
 
@@ -441,6 +455,7 @@ def _apply(run: _Replay, index: int, entry: bytes, found: _Findings) -> bool:
         command = None
     if command is not None:
         run.auditor.before(index, command, run.state)
+        run.kills.before(run.state)
     try:
         outcome = fsm.apply_command(run.state, command) if command is not None \
             else fsm.apply(run.state, entry)
@@ -450,6 +465,9 @@ def _apply(run: _Replay, index: int, entry: bytes, found: _Findings) -> bool:
         return False
     if command is not None:
         run.auditor.observe(index, command, outcome, run.state)
+        run.kills.after(index, command, run.state,
+                        lambda check, message, indices, keys: found.violate(
+                            check, message, indices=indices, keys=keys))
     run.last_index = index
     found.report.entries_replayed += 1
     return True
@@ -483,6 +501,33 @@ def _after_replay(run: _Replay, reads: list[_Read], digests: dict[int, list[_Rep
     if late:
         found.note(f"{late} reads report an applied_index past the replayed log (index "
                    f"{run.last_index}): not compared")
+
+
+def _kill_figures(kills: KillLiveness, found: _Findings) -> None:
+    kills.finish()
+    report = found.report
+    found.count("kill_liveness", kills.checked)
+    found.count("hostile_no_kills", kills.hostile_checked)
+    report.kills_settled = len(kills.latencies_ms)
+    report.kills_unjudged = kills.unjudged
+    if kills.latencies_ms:
+        ordered = sorted(kills.latencies_ms)
+        report.kill_settle_p50_s = ordered[math.ceil(0.5 * len(ordered)) - 1] / 1000
+        report.kill_settle_max_s = ordered[-1] / 1000
+
+
+def _kills_for(results_dir: Path) -> KillLiveness:
+    """The kill-liveness judge for this run: meta.json names the honest clusters (its agents)
+    and the hostile agent's; without them every cluster is judged."""
+    try:
+        meta = json.loads((results_dir / "meta.json").read_text())
+    except (OSError, ValueError):
+        meta = {}
+    meta = _dict(meta)
+    agents = meta.get("agents")
+    honest = frozenset(map(str, agents)) if isinstance(agents, dict) else None
+    hostile = meta.get("hostile_cluster")
+    return KillLiveness(honest, hostile if isinstance(hostile, str) else None)
 
 
 def _digest_points(replicas: list[_Replica], found: _Findings) -> dict[int, list[_Replica]]:
@@ -1143,7 +1188,7 @@ def check(results_dir: Path) -> Report:
     if not merged:
         found.note("no applied log holds any entry: the log checks did nothing")
     reads = collect_reads(history.ops, found)
-    run = replay(merged, reads, replicas, found)
+    run = replay(merged, reads, replicas, found, _kills_for(results_dir))
     found.report.violations[:0] = run.auditor.violations
     for name, count in run.auditor.checks.items():
         found.count(name, count)
@@ -1201,8 +1246,16 @@ def _statistics(report: Report) -> list[str]:
         f"external duplicate effects: {report.external_duplicate_effects}",
         f"stale fence rejections: {report.stale_fence_rejections}",
         f"ledger: {report.ledger_starts} starts, {report.ledger_unended} without an end line",
+        f"kills settled: {_kills_row(report)}",
     ]
     return lines
+
+
+def _kills_row(report: Report) -> str:
+    timing = (f", p50 {report.kill_settle_p50_s:.2f} s, max {report.kill_settle_max_s:.2f} s"
+              if report.kill_settle_p50_s is not None and report.kill_settle_max_s is not None
+              else "")
+    return f"{report.kills_settled}{timing} ({report.kills_unjudged} open at the end)"
 
 
 def format_report(report: Report) -> str:
@@ -1243,6 +1296,8 @@ def format_table(report: Report, *, seed: int | None = None, nodes: int | None =
     rows.append(("external duplicate effects (a task's effect completed twice)",
                  str(report.external_duplicate_effects)))
     rows.append(("stale-fence rejections by agents", str(report.stale_fence_rejections)))
+    rows.append(("kills owed to honest agents settled (READY time p50 / max)",
+                 _kills_row(report)))
     rows.append(("recovery: fault end to next ok operation",
                  f"p50 {report.recovery_p50_s:.2f} s, max {report.recovery_max_s:.2f} s"
                  if report.recovery_p50_s is not None and report.recovery_max_s is not None

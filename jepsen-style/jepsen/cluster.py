@@ -3,7 +3,8 @@ namespace (see netns.py), with their data, logs and applied logs under the resul
 
 The gRPC API is mutual TLS, as in production: a throwaway CA in RESULTS/tls (`raftsched.dev.pki`)
 signs one replica certificate naming every replica's IP, one certificate per agent
-(raftsched-agent:CLUSTER) and one for the harness's clients (raftsched-user:jepsen).
+(raftsched-agent:CLUSTER) and one for the harness's clients (raftsched-user:jepsen), and one
+for the hostile-agent fault (raftsched-agent:hostile, a cluster no real agent runs).
 
 Every node program is a child of the harness's process supervisor (`raftsched.dev.supervisor`):
 only processes started here are ever signalled, each in its own process group. Clock skew
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from jepsen.hostile import HOSTILE_CLUSTER
 from jepsen.netns import Net, NodeNs
 from raftsched.client.client import Client
 from raftsched.clock import WALL_CLOCK_SKEW_ENV
@@ -112,6 +114,8 @@ class ClusterUnderTest:
         authority = pki.create_authority(self.root / "tls")
         replica_tls = pki.issue_replica(authority, [spaces[n].ip for n in names])
         self.user_tls: TlsFiles = pki.issue_user(authority, USER_NAME)
+        self.hostile_tls: TlsFiles = pki.issue_agent(authority, HOSTILE_CLUSTER)
+        """A real agent certificate for a cluster no agent runs: the hostile-agent fault's."""
         token_file = self.root / "tls" / "admin.token"
         self.admin_token = pki.write_admin_token(token_file)
         """The bootstrap admin token (every tenant): the workload acts for several tenants."""

@@ -13,6 +13,7 @@ Every line has:
   "value"    a dict, by f and type:
 
   submit invoke  {"key": idempotency key, unique per logical job, "tenant": str,
+                  "long": true for a long job (one task its client cancels after the ack),
                   "try": 1 for the first call of that key, 2+ for retries after info,
                   "failure_policy": str,
                   "tasks": {task_id: {"depends_on": [ids], "fail_attempts": n, "max_attempts": n,
@@ -26,6 +27,10 @@ Every line has:
                   "applied_index": int (the Raft index the view reflects)}
   read fail/info {"job_id", "error", "message"}
   fault event    {"kind": fault kind, "phase": "start" | "end", "targets": [node names], ...}
+  hostile event  process "nemesis", at the end of a hostile-agent fault: {"cluster",
+                 "registers", "claimed", "told_to_stop", "kills_recorded", "refused": {why: n}}
+  cleanup event  {"long_jobs_not_cancelled": [job ids]}: after the heal the harness cancels
+                 the long jobs the clients left running
   final event    {"replicas": [{"name", "applied_index", "state_index", "state_digest", "term",
                    "applied_log": path relative to the results dir}]}
   liveness event {"bound_s", "waited_s", "met": bool, "pending": [job ids not terminal]}

@@ -28,6 +28,7 @@ from typing import Any
 from jepsen import checker as checker_mod
 from jepsen.cluster import ClusterUnderTest
 from jepsen.history import History
+from jepsen.hostile import HOSTILE_CLUSTER
 from jepsen.nemesis import GROUPS, KINDS, FaultError, Nemesis, parse_faults
 from jepsen.netns import Net, NetError, iptables_binary
 from jepsen.workload import ClientWorker
@@ -191,7 +192,7 @@ def _harness(args: argparse.Namespace) -> int:
     meta = {"seed": args.seed, "nodes": args.nodes, "agents": agents, "clients": args.clients,
             "time_s": args.time, "faults": list(kinds), "lost_after_s": args.lost_after_s,
             "suspect_after_s": args.suspect_after_s, "liveness_bound_s": args.liveness_bound_s,
-            "started": stamp, "argv": sys.argv[1:]}
+            "hostile_cluster": HOSTILE_CLUSTER, "started": stamp, "argv": sys.argv[1:]}
     (root / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     _say(f"jepsen-style: seed {args.seed}, {args.nodes} replicas, {args.agents} agents, "
          f"{args.clients} clients, {args.time:g} s, faults {','.join(kinds)}\n"
@@ -231,9 +232,7 @@ def _harness(args: argparse.Namespace) -> int:
         errors = [w.error for w in workers if w.error] + ([nemesis.error] if nemesis.error else [])
         if errors:
             failure = f"harness thread failed: {errors[0]!r}"
-        net.heal()
-        touched = cluster.ensure_running()
-        history.event("harness", "heal", {"restarted_or_resumed": touched})
+        _heal(cluster, net, workers, history)
         _say(f"  healed at {history.now():.1f} s; waiting up to {args.liveness_bound_s:g} s "
              "for every acknowledged job to finish")
         acked = sorted({job for w in workers for job in w.acked.values()})
@@ -274,6 +273,16 @@ def _harness(args: argparse.Namespace) -> int:
     if failure is not None or report.violations:
         return EXIT_VIOLATION
     return EXIT_OK if report.liveness_met else EXIT_LIVENESS
+
+
+def _heal(cluster: ClusterUnderTest, net: Net, workers: list[ClientWorker],
+          history: History) -> None:
+    """End every fault, then cancel the long jobs the clients left running."""
+    net.heal()
+    touched = cluster.ensure_running()
+    history.event("harness", "heal", {"restarted_or_resumed": touched})
+    left = [job for worker in workers for job in worker.cancel_outstanding()]
+    history.event("harness", "cleanup", {"long_jobs_not_cancelled": left})
 
 
 def _interrupt(_number: int, _frame: FrameType | None) -> None:

@@ -16,19 +16,25 @@ from dataclasses import dataclass
 
 from jepsen.cluster import ClusterUnderTest
 from jepsen.history import History
+from jepsen.hostile import HOSTILE_CLUSTER, HOSTILE_HOLD_S, HostileAgent
 
 KILL_KINDS = ("kill-leader", "kill-random", "kill-minority", "kill-all")
 PARTITION_KINDS = ("partition-leader", "partition-halves", "partition-bridge", "partition-ring")
 SKEW_KINDS = ("skew-replica", "skew-replicas", "skew-agent")
-KINDS = (*KILL_KINDS, "pause-leader", *PARTITION_KINDS, "agent-cut", "agent-kill", *SKEW_KINDS)
+KINDS = (*KILL_KINDS, "pause-leader", *PARTITION_KINDS, "agent-cut", "agent-kill", *SKEW_KINDS,
+         "hostile-agent")
 GROUPS = {
     "kill": KILL_KINDS,
     "pause": ("pause-leader",),
     "partition": PARTITION_KINDS,
     "agent": ("agent-cut", "agent-kill"),
     "skew": SKEW_KINDS,
+    "hostile": ("hostile-agent",),
     "all": KINDS,
 }
+HOSTILE_SEED_SALT = 0x4057
+"""The hostile agent draws from its own generator (seed ^ this): its lists never shift the
+schedule of the other faults."""
 QUIET_S = (1.0, 3.0)
 """Uniform range of the pause between two faults."""
 DOWN_S = (1.0, 3.0)
@@ -105,6 +111,8 @@ class Nemesis:
         self.injected: dict[str, int] = {}
         self._thread = threading.Thread(target=self._loop, name="nemesis", daemon=True)
         self.error: BaseException | None = None
+        self._seed = seed
+        self._hostile: HostileAgent | None = None
 
     def start(self) -> None:
         self._thread.start()
@@ -190,6 +198,9 @@ class Nemesis:
             return Fault(kind, list(replicas), rng.uniform(*SKEW_HOLD_S),
                          lambda: self._rolling_restart(dict.fromkeys(replicas, 0)),
                          {"skew_s": skews})
+        if kind == "hostile-agent":
+            return Fault(kind, [HOSTILE_CLUSTER], rng.uniform(*HOSTILE_HOLD_S),
+                         self._start_hostile(), {})
         if kind in ("skew-replica", "skew-agent"):
             name = rng.choice(replicas if kind == "skew-replica" else agents)
             skew = rng.choice((-1, 1)) * rng.randint(*SKEW_RANGE_S)
@@ -199,6 +210,23 @@ class Nemesis:
             return Fault(kind, [name], rng.uniform(*SKEW_HOLD_S),
                          lambda: self._restart([name]), {"skew_s": skew})
         raise FaultError(f"unknown fault kind {kind!r}")
+
+    def _start_hostile(self) -> Callable[[], None]:
+        """Start a flood; returns its end, which records what the flood did."""
+        if self._hostile is None:
+            cluster = self._cluster
+            self._hostile = HostileAgent(list(cluster.grpc.values()), cluster.hostile_tls,
+                                         cluster.client(timeout_s=5.0, retry_budget_s=5.0),
+                                         random.Random(self._seed ^ HOSTILE_SEED_SALT))
+        hostile = self._hostile
+        hostile.start()
+
+        def end() -> None:
+            self._history.event("nemesis", "hostile", hostile.stop())
+            if hostile.error is not None:
+                raise hostile.error
+
+        return end
 
     def _partition_groups(self, kind: str, replicas: list[str],
                           agents: list[str]) -> tuple[list[list[str]], dict[str, object]]:

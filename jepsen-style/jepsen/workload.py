@@ -2,6 +2,11 @@
 whose outcome is unknown is retried later with the same key), cancel some, and read job status.
 Every call is an invoke and an ok / fail / info in the history.
 
+Some jobs are long: one task that would run for minutes, which its client cancels a second or
+two after the submit is acknowledged, so that every run kills running tasks through the
+scheduler (the checker's kill_liveness property); the harness cancels the long jobs still
+running when the clients stop, after the heal.
+
 Tasks are real subprocesses that append `start` and `end` lines keyed by their idempotency key
 and fence to the external ledger, so duplicate external effects can be counted; some fail their
 first attempt on purpose to exercise retries.
@@ -12,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +53,18 @@ RETRY_SHARE = 0.3
 """When a submit's outcome is unknown, the chance per operation to retry it now."""
 FAILURE_POLICIES = ("skip_downstream", "fail_fast", "continue")
 TENANTS = ("alpha", "beta")
+LONG_SHARE = 0.3
+"""Of the new submits, the share that is a long job (cancelled CANCEL_AFTER_S after its ack)."""
+LONG_TASK_S = 300
+"""A long job's task runs this long unless it is killed: far past any run and its liveness wait,
+so a kill that does not happen shows."""
+LONG_TIMEOUT_S = 2 * LONG_TASK_S
+CANCEL_AFTER_S = (1.0, 3.0)
+"""When a client cancels its long job, after the submit was acknowledged: the task is running."""
+RECANCEL_AFTER_S = 0.5
+"""A cancel whose outcome is unknown is sent again this much later."""
+MAX_CLEANUP_TRIES = 10
+"""Tries per long job when the harness cancels what the clients left running."""
 
 
 def task_script(fail_attempts: int, sleep_s: float) -> str:
@@ -58,6 +76,19 @@ def task_script(fail_attempts: int, sleep_s: float) -> str:
         f'rc=0; [ "$RAFTSCHED_ATTEMPT" -le {fail_attempts} ] && rc=1\n'
         'echo "end $k $rc" >> "$LEDGER"\n'
         'exit $rc\n')
+
+
+def make_long_job(rng: random.Random, key: str, ledger: Path) -> tuple[str, dict[str, Any]]:
+    """A job of one task that runs LONG_TASK_S unless killed: its spec text and description."""
+    tenant = rng.choice(TENANTS)
+    task = {"id": "t0", "command": ["sh", "-c", task_script(0, LONG_TASK_S)],
+            "env": {"LEDGER": str(ledger)}, "resources": {"cpu": 0.5, "memory_mb": 64},
+            "requires": ["linux"], "retry": {"max_attempts": 1}, "timeout_s": LONG_TIMEOUT_S}
+    spec = {"name": f"jepsen-long-{key}", "tenant": tenant, "tasks": [task]}
+    return json.dumps(spec), {"key": key, "tenant": tenant, "failure_policy": "skip_downstream",
+                              "long": True, "tasks": {"t0": {
+                                  "depends_on": [], "fail_attempts": 0, "max_attempts": 1,
+                                  "run_s": LONG_TASK_S, "timeout_s": LONG_TIMEOUT_S}}}
 
 
 def make_job(rng: random.Random, key: str, ledger: Path) -> tuple[str, dict[str, Any]]:
@@ -117,6 +148,8 @@ class ClientWorker:
     unknown: list[PendingSubmit] = field(default_factory=list)
     acked: dict[str, str] = field(default_factory=dict)
     """idempotency key -> job id."""
+    long_jobs: dict[str, float] = field(default_factory=dict)
+    """Long jobs acknowledged and not yet cancelled -> when to cancel (monotonic s)."""
     error: BaseException | None = None
 
     def __post_init__(self) -> None:
@@ -144,6 +177,10 @@ class ClientWorker:
             client.close()
 
     def _one(self, client: Client) -> None:
+        due = [job_id for job_id, at in self.long_jobs.items() if at <= time.monotonic()]
+        if due:
+            self._cancel_long(client, due[0])
+            return
         if self.unknown and self._rng.random() < RETRY_SHARE:
             self._submit(client, self.unknown.pop(0))
             return
@@ -151,7 +188,8 @@ class ClientWorker:
         if roll < SUBMIT_SHARE or not self.jobs:
             self._submitted += 1
             key = f"c{self.process}-{self.seed}-{self._submitted}"
-            text, value = make_job(self._rng, key, self.ledger)
+            make = make_long_job if self._rng.random() < LONG_SHARE else make_job
+            text, value = make(self._rng, key, self.ledger)
             self._submit(client, PendingSubmit(key, text, value))
         elif roll < SUBMIT_SHARE + READ_SHARE:
             self._read(client, self._rng.choice(self.jobs))
@@ -176,6 +214,9 @@ class ClientWorker:
         self.acked[pending.key] = submitted.job_id
         if submitted.job_id not in self.jobs:
             self.jobs.append(submitted.job_id)
+        if pending.value.get("long") and submitted.job_id not in self.long_jobs:
+            self.long_jobs[submitted.job_id] = time.monotonic() + self._rng.uniform(
+                *CANCEL_AFTER_S)
 
     def _read(self, client: Client, job_id: str) -> None:
         op = self.history.invoke(self.process, "read", {"job_id": job_id})
@@ -189,16 +230,41 @@ class ClientWorker:
             "job_id": job_id, "state": job.state, "tasks": dict(job.tasks),
             "applied_index": job.applied_index})
 
-    def _cancel(self, client: Client, job_id: str) -> None:
+    def _cancel(self, client: Client, job_id: str) -> str:
+        """One cancel operation; its outcome (ok, fail or info)."""
         op = self.history.invoke(self.process, "cancel", {"job_id": job_id})
         try:
             reply = client.cancel(job_id, reason="jepsen-style workload")
         except RaftschedError as error:
-            self.history.complete(self.process, op, _kind(error), "cancel", {
+            kind = _kind(error)
+            self.history.complete(self.process, op, kind, "cancel", {
                 "job_id": job_id, "error": error.code.value, "message": error.message})
-            return
+            return kind
         self.history.complete(self.process, op, "ok", "cancel", {
             "job_id": job_id, "cancelled": reply.changed})
+        return "ok"
+
+    def _cancel_long(self, client: Client, job_id: str) -> None:
+        """Cancel a long job; one whose outcome is unknown is tried again a little later."""
+        if self._cancel(client, job_id) == "info":
+            self.long_jobs[job_id] = time.monotonic() + RECANCEL_AFTER_S
+        else:
+            del self.long_jobs[job_id]
+
+    def cancel_outstanding(self) -> list[str]:
+        """After the run (the client thread has stopped): cancel the long jobs still running,
+        each tried up to MAX_CLEANUP_TRIES times; returns those that could not be cancelled."""
+        client = Client(self.servers, timeout_s=CALL_TIMEOUT_S, retry_budget_s=RETRY_BUDGET_S,
+                        tls_files=self.tls_files, token=self.token)
+        try:
+            for job_id in sorted(self.long_jobs):
+                for _ in range(MAX_CLEANUP_TRIES):
+                    if self._cancel(client, job_id) != "info":
+                        del self.long_jobs[job_id]
+                        break
+        finally:
+            client.close()
+        return sorted(self.long_jobs)
 
 
 def _kind(error: RaftschedError) -> str:

@@ -350,16 +350,18 @@ class RegisterRequest(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., capabilities: _Optional[_Iterable[str]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., known: _Optional[_Iterable[_Union[KnownAttempt, _Mapping]]] = ..., custom: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
-    __slots__ = ("term", "leader", "lost", "kills")
+    __slots__ = ("term", "leader", "lost", "kills", "stop")
     TERM_FIELD_NUMBER: _ClassVar[int]
     LEADER_FIELD_NUMBER: _ClassVar[int]
     LOST_FIELD_NUMBER: _ClassVar[int]
     KILLS_FIELD_NUMBER: _ClassVar[int]
+    STOP_FIELD_NUMBER: _ClassVar[int]
     term: int
     leader: str
     lost: int
     kills: int
-    def __init__(self, term: _Optional[int] = ..., leader: _Optional[str] = ..., lost: _Optional[int] = ..., kills: _Optional[int] = ...) -> None: ...
+    stop: _containers.RepeatedCompositeFieldContainer[KillDirective]
+    def __init__(self, term: _Optional[int] = ..., leader: _Optional[str] = ..., lost: _Optional[int] = ..., kills: _Optional[int] = ..., stop: _Optional[_Iterable[_Union[KillDirective, _Mapping]]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("cluster_id", "incarnation", "seq", "free", "running", "wait_ms")
@@ -713,7 +715,7 @@ class ReplicaInfo(_message.Message):
     def __init__(self, raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., leader: _Optional[bool] = ...) -> None: ...
 
 class ComputeCluster(_message.Message):
-    __slots__ = ("cluster_id", "status", "capacity", "reserved", "capabilities", "incarnation", "live_attempts", "pending_kills", "heartbeat_age_ms", "draining", "drain_reason", "degraded_until_ms", "reserved_for", "custom", "custom_reserved")
+    __slots__ = ("cluster_id", "status", "capacity", "reserved", "capabilities", "incarnation", "live_attempts", "pending_kills", "heartbeat_age_ms", "draining", "drain_reason", "degraded_until_ms", "reserved_for", "custom", "custom_reserved", "kills_unrecorded")
     class CustomEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -743,6 +745,7 @@ class ComputeCluster(_message.Message):
     RESERVED_FOR_FIELD_NUMBER: _ClassVar[int]
     CUSTOM_FIELD_NUMBER: _ClassVar[int]
     CUSTOM_RESERVED_FIELD_NUMBER: _ClassVar[int]
+    KILLS_UNRECORDED_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     status: str
     capacity: Resources
@@ -758,7 +761,8 @@ class ComputeCluster(_message.Message):
     reserved_for: str
     custom: _containers.ScalarMap[str, int]
     custom_reserved: _containers.ScalarMap[str, int]
-    def __init__(self, cluster_id: _Optional[str] = ..., status: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., reserved: _Optional[_Union[Resources, _Mapping]] = ..., capabilities: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., live_attempts: _Optional[int] = ..., pending_kills: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., draining: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., degraded_until_ms: _Optional[int] = ..., reserved_for: _Optional[str] = ..., custom: _Optional[_Mapping[str, int]] = ..., custom_reserved: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    kills_unrecorded: int
+    def __init__(self, cluster_id: _Optional[str] = ..., status: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., reserved: _Optional[_Union[Resources, _Mapping]] = ..., capabilities: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., live_attempts: _Optional[int] = ..., pending_kills: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., draining: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., degraded_until_ms: _Optional[int] = ..., reserved_for: _Optional[str] = ..., custom: _Optional[_Mapping[str, int]] = ..., custom_reserved: _Optional[_Mapping[str, int]] = ..., kills_unrecorded: _Optional[int] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
     __slots__ = ("leader", "term", "replicas", "clusters", "commit_index", "applied_index", "responder", "state_digest", "state_index", "tenants", "queued_total", "max_queued_tasks", "now_ms")

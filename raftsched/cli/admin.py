@@ -45,7 +45,8 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
         "output:\n  the leader line, a table of replicas, a table of compute clusters\n"
         '  --json: {"leader", "term", "replicas": [{"raft_address", "grpc_address", "leader"}],'
         '\n           "clusters": [{"cluster", "status", "capabilities", "capacity", "reserved",'
-        ' "draining",\n             "drain_reason", "degraded_until_ms", "reserved_for", ...}],'
+        ' "draining",\n             "drain_reason", "degraded_until_ms", "reserved_for",'
+        ' "pending_kills",\n             "kills_unrecorded", ...}],'
         '\n           "tenants": [{"tenant", "weight", "max_queued", "max_running", "queued",'
         ' "running", ...}],\n           "queued_total", "max_queued_tasks", "now_ms",'
         '\n           "commit_index", "applied_index", "responder", "state_index",'

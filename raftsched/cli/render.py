@@ -150,6 +150,7 @@ def compute_cluster_doc(cluster: Any) -> Doc:
         "reserved_for": cluster.reserved_for,
         "custom": dict(sorted(cluster.custom.items())),
         "custom_reserved": dict(sorted(cluster.custom_reserved.items())),
+        "kills_unrecorded": cluster.kills_unrecorded,
     }
 
 
@@ -445,6 +446,11 @@ def _cluster_note(cluster: Doc, now_ms: int) -> str:
     if cluster.get("degraded_until_ms", 0) > now_ms:
         parts.append(f"degraded (attempts of many tasks failed there) for another "
                      f"{format_duration_ms(cluster['degraded_until_ms'] - now_ms)}")
+    if cluster.get("kills_unrecorded"):
+        parts.append(f"{cluster['kills_unrecorded']} kill(s) owed could not be recorded: its "
+                     f"agent left {cluster['pending_kills']} unconfirmed "
+                     "(MAX_KILL_DIRECTIVES_PER_CLUSTER); no new work until it confirms them "
+                     "and registers again")
     if cluster.get("reserved_for"):
         parts.append(f"reserved for {cluster['reserved_for']} (a large task that waited for "
                      "room)")
@@ -464,6 +470,8 @@ def compute_clusters_table(clusters: Sequence[Doc], now_ms: int = 0) -> str:
         status = cluster["status"]
         if cluster.get("draining"):
             status += " (draining)"
+        elif cluster.get("kills_unrecorded"):
+            status += " (kills unrecorded)"
         elif cluster.get("degraded_until_ms", 0) > now_ms:
             status += " (degraded)"
         rows.append([

@@ -9,6 +9,7 @@ DEADLINE_EXCEEDED when a proposal's outcome is unknown, the state machine's code
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,6 +23,7 @@ from raftsched.protocol import (
     Beat,
     Directives,
     KillDirective,
+    KnownAttempt,
     LogChunk,
     Observation,
     Registered,
@@ -86,10 +88,24 @@ class AgentGateway:
 
     def register(self, registration: Registration) -> Registered:
         """Reconcile the agent's attempts with ours (`leader` of the answer is left empty for
-        the transport to fill in). An incarnation more than MAX_INCARNATION_STEP ahead of the
-        registered one is refused before anything is proposed: agents add one per start, and a
-        jump to 2**64 - 1 would lock every later start of the real agent out for good."""
-        cluster_id, incarnation = registration.cluster_id, registration.incarnation
+        the transport to fill in). Refused before anything is proposed: a malformed cluster id
+        or capability (INVALID_ARGUMENT, the state machine's own rule), more known attempts
+        than MAX_REGISTER_KNOWN_ATTEMPTS (RESOURCE_EXHAUSTED), an incarnation more than
+        MAX_INCARNATION_STEP ahead of the registered one (FAILED_PRECONDITION: agents add one
+        per start, and a jump to 2**64 - 1 would lock every later start of the real agent out
+        for good). The entry carries only the attempts the state knows for this cluster; the
+        running ones it does not know come back in `stop`: the agent stops them itself."""
+        command = _register_command(registration, self.clock.now_ms())
+        if not self.leader.leading():  # the split below must read a leader's applied state
+            raise RaftschedError(Code.UNAVAILABLE, "not the leader")
+        self._check_incarnation(registration.cluster_id, registration.incarnation)
+        ours, stop = self._split(registration.cluster_id, registration.known)
+        result = propose(self.node, self.leader, dataclasses.replace(command, known=ours))
+        assert isinstance(result, ClusterRegistered), result
+        self.leader.registered(registration.cluster_id, registration.incarnation)
+        return Registered(self.node.term(), "", result.lost, result.kills, stop)
+
+    def _check_incarnation(self, cluster_id: str, incarnation: int) -> None:
         current = self.node.read(lambda s: _incarnation(s, cluster_id))
         if current is not None and incarnation > current + MAX_INCARNATION_STEP:
             raise RaftschedError(
@@ -97,14 +113,20 @@ class AgentGateway:
                 f"cluster {cluster_id}: incarnation {incarnation} is more than "
                 f"{MAX_INCARNATION_STEP:,} ahead of the registered {current} (an agent adds one "
                 "per start)")
-        capacity = registration.capacity
-        result = propose(self.node, self.leader, c.ClusterRegister(
-            registration.cluster_id, registration.incarnation, registration.capabilities,
-            capacity.cpu_milli, capacity.memory_mb, capacity.gpu, self.clock.now_ms(),
-            registration.known, registration.custom))
-        assert isinstance(result, ClusterRegistered), result
-        self.leader.registered(registration.cluster_id, registration.incarnation)
-        return Registered(self.node.term(), "", result.lost, result.kills)
+
+    def _split(self, cluster_id: str, known: Sequence[KnownAttempt],
+               ) -> tuple[tuple[KnownAttempt, ...], tuple[KillDirective, ...]]:
+        """`split_known` over the applied state, MAX_BATCH_ITEMS attempts per read, so a long
+        list never holds the apply lock for long."""
+        ours: list[KnownAttempt] = []
+        stop: list[KillDirective] = []
+        step = limits.MAX_BATCH_ITEMS
+        for start in range(0, len(known), step):
+            chunk = known[start:start + step]
+            found = self.node.read(lambda s, part=chunk: split_known(s, cluster_id, part))
+            ours += found[0]
+            stop += found[1]
+        return tuple(ours), tuple(stop)
 
     def heartbeat(self, beat: Beat, active: Callable[[], bool] = lambda: True) -> Directives:
         """Record the heartbeat, then answer with what is due for this agent; with
@@ -163,6 +185,48 @@ class AgentGateway:
         return Reported(self.node.term(), verdicts)
 
 
+def _register_command(registration: Registration, now_ms: int) -> c.ClusterRegister:
+    """The CLUSTER_REGISTER a registration asks for, without its known attempts (the gateway
+    adds those the state knows); RaftschedError when the state machine would refuse it as
+    malformed or the agent lists more attempts than one registration may."""
+    if len(registration.known) > limits.MAX_REGISTER_KNOWN_ATTEMPTS:
+        raise RaftschedError(Code.RESOURCE_EXHAUSTED,
+                             f"known: {len(registration.known):,} attempts, over "
+                             f"MAX_REGISTER_KNOWN_ATTEMPTS={limits.MAX_REGISTER_KNOWN_ATTEMPTS:,}")
+    capacity = registration.capacity
+    command = c.ClusterRegister(
+        registration.cluster_id, registration.incarnation, registration.capabilities,
+        capacity.cpu_milli, capacity.memory_mb, capacity.gpu, now_ms, (), registration.custom)
+    problem = fsm.cluster_register_problem(command)
+    if problem is not None:
+        raise RaftschedError(Code.INVALID_ARGUMENT, problem)
+    return command
+
+
+def split_known(state: State, cluster_id: str, known: Sequence[KnownAttempt],
+                ) -> tuple[list[KnownAttempt], list[KillDirective]]:
+    """The agent's attempts that reconciliation acts on — live here, or placed here, ended and
+    still running (`fsm.attempt_of_cluster`, the rule apply re-checks) — and, apart, the running
+    ones the state does not know as this cluster's (an unknown job, task or fence, or another
+    cluster's attempt): not ours, to be stopped by the agent with nothing recorded. A finished
+    attempt the state does not know needs nothing: its report is answered not_found. O(known)."""
+    cluster = state.clusters.get(cluster_id)
+    live = cluster.live if cluster is not None else {}
+    ours: list[KnownAttempt] = []
+    stop: list[KillDirective] = []
+    for held in known:
+        if held.fence in live:
+            ours.append(held)
+        elif not held.running:
+            continue
+        elif fsm.attempt_of_cluster(state, cluster_id, held.job_id, held.task_id,
+                                    held.fence) is not None:
+            ours.append(held)
+        else:
+            stop.append(KillDirective(held.job_id, held.task_id, held.fence))
+    return ours, stop
+
+
 def _releases(state: State, cluster_id: str, reports: Sequence[Report],
               ) -> dict[int, tuple[int, int, int]]:
     """fence -> resources of the live attempts on this cluster that these reports end."""
@@ -185,9 +249,17 @@ def _releases(state: State, cluster_id: str, reports: Sequence[Report],
 
 
 def _registered(state: State, cluster_id: str, incarnation: int) -> bool:
+    """The leader knows this incarnation and has nothing for it that needs a registration. A
+    cluster owed kills it could not record (`Cluster.kills_unrecorded`) is asked to register
+    again once its agent has confirmed enough of them that fewer than half the bound
+    (MAX_KILL_DIRECTIVES_PER_CLUSTER) are pending: the registration re-derives each kill still
+    owed, and the cluster takes new work again."""
     cluster = state.clusters.get(cluster_id)
-    return (cluster is not None and cluster.incarnation == incarnation
-            and cluster.status != c.ClusterStatus.LOST)
+    if cluster is None or cluster.incarnation != incarnation \
+            or cluster.status == c.ClusterStatus.LOST:
+        return False
+    return (not cluster.kills_unrecorded
+            or 2 * len(cluster.kills) >= limits.MAX_KILL_DIRECTIVES_PER_CLUSTER)
 
 
 # --- what an agent must hear now ------------------------------------------------------------------

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from raftsched import limits
 from raftsched.clock import Clock
 from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
@@ -105,6 +106,8 @@ class _Term:
     (see `releasing`)."""
     unusable: dict[str, Free] = field(default_factory=dict)
     last_unusable_s: float = float("-inf")
+    unrecorded: dict[str, int] = field(default_factory=dict)
+    """cluster -> its count of kills not recorded (`Cluster.kills_unrecorded`) last logged."""
 
 
 class Leader:
@@ -264,6 +267,7 @@ class Leader:
             self._take_office(term)
             return
         self._check_health()
+        self._warn_unrecorded_kills()
         self._place()
         self._tick_if_due()
         self._look_for_unusable()
@@ -368,6 +372,26 @@ class Leader:
                 self._node.propose(c.encode(c.ClusterStatusChange(
                     cluster_id, wanted, self._clock.now_ms(), reason)), PROPOSE_TIMEOUT_S)
                 log.info("cluster_status", cluster=cluster_id, status=wanted.name, reason=reason)
+
+    def _warn_unrecorded_kills(self) -> None:
+        """A warning each time a cluster's count of kills it could not record grows (its agent
+        does not confirm kills: `Cluster.kills_unrecorded`), and a line when it is back to 0."""
+        counts = self._node.read(lambda s: {
+            cid: (cl.kills_unrecorded, len(cl.kills)) for cid, cl in s.clusters.items()
+            if cl.kills_unrecorded or cid in self._term.unrecorded})
+        for cluster_id, (count, pending) in sorted(counts.items()):
+            logged = self._term.unrecorded.get(cluster_id, 0)
+            if count > logged:
+                log.warning("kills_unrecorded", cluster=cluster_id, unrecorded=count,
+                            pending=pending, bound=limits.MAX_KILL_DIRECTIVES_PER_CLUSTER,
+                            effect="no new work there until its agent confirms kills and "
+                                   "registers again")
+            elif count == 0:
+                log.info("kills_recorded_again", cluster=cluster_id, pending=pending)
+            if count:
+                self._term.unrecorded[cluster_id] = count
+            else:
+                self._term.unrecorded.pop(cluster_id, None)
 
     def _wanted_status(self, status: c.ClusterStatus, silent_s: float) -> c.ClusterStatus | None:
         if status == c.ClusterStatus.READY and silent_s >= self._config.suspect_after_s:

@@ -13,7 +13,8 @@ Two kinds, so that summing over the replicas of one cluster never multiplies a f
   holds the same state, so `sum()` over replicas gives the leader's value once, and a query
   keeps working across a failover): tasks by state, jobs, clusters by status, per-cluster
   capacity (total, committed to live attempts, and the free capacity its agent last reported
-  to the leader), the contention policy's per-tenant and per-cluster figures, and the counts of
+  to the leader), per-cluster kill directives pending and kills not recorded past the
+  cluster's bound, the contention policy's per-tenant and per-cluster figures, and the counts of
   what applying entries did (`model.Stats`: placements and how long tasks waited for them,
   dropped placements, preemptions, retries by class, agents' reports by verdict — late and
   duplicate ones included). Those counts start from zero when the replica starts, like any
@@ -151,7 +152,7 @@ def unusable_family(unusable: dict[str, Free]) -> Metric:
 def state_families(state: State, reported_free: dict[str, Free]) -> list[Metric]:
     """Every family of the replicated state, read in O(clusters + tenants)."""
     return [*_task_families(state), *_cluster_families(state, reported_free),
-            *_policy_families(state), *_stats_families(state)]
+            *_kill_families(state), *_policy_families(state), *_stats_families(state)]
 
 
 def _task_families(state: State) -> list[Metric]:
@@ -212,6 +213,21 @@ def _cluster_families(state: State, reported_free: dict[str, Free]) -> list[Metr
         len(cluster.live) for cluster in state.clusters.values()
         if cluster.status == ClusterStatus.SUSPECT))
     return [by_status, total, committed, reported, live, stranded]
+
+
+def _kill_families(state: State) -> list[Metric]:
+    pending = GaugeMetricFamily("raftsched_cluster_pending_kills",
+                                "kill directives a cluster's agent has not yet confirmed",
+                                labels=["cluster"])
+    unrecorded = GaugeMetricFamily(
+        "raftsched_cluster_kills_unrecorded",
+        "kills owed to a cluster that MAX_KILL_DIRECTIVES_PER_CLUSTER kept out (its agent does "
+        "not confirm kills): above 0, no new work there until its agent registers again",
+        labels=["cluster"])
+    for cluster in sorted(state.clusters.values(), key=lambda c: c.id):
+        pending.add_metric([cluster.id], len(cluster.kills))
+        unrecorded.add_metric([cluster.id], cluster.kills_unrecorded)
+    return [pending, unrecorded]
 
 
 def _add_resources(family: GaugeMetricFamily, cluster_id: str, values: Free) -> None:

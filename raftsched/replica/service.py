@@ -472,7 +472,7 @@ class AgentGatewayService(pb_grpc.AgentGatewayServicer):  # type: ignore[misc]
         except RaftschedError as error:
             self.ctx.abort(context, error)
         log.info("agent_registered", cluster=request.cluster_id, incarnation=request.incarnation,
-                 lost=registered.lost, kills=registered.kills)
+                 lost=registered.lost, kills=registered.kills, stop=len(registered.stop))
         return rpc.registered_to_pb(dataclasses.replace(registered,
                                                         leader=_self_address(self.ctx)))
 

@@ -218,7 +218,7 @@ def compute_cluster(state: State, cluster: Cluster, heartbeat_age_ms: int) -> pb
         heartbeat_age_ms=heartbeat_age_ms, draining=cluster.draining,
         drain_reason=cluster.drain_reason, degraded_until_ms=cluster.degraded_until_ms,
         reserved_for=_holder_name(state, cluster), custom=cluster.custom,
-        custom_reserved=cluster.reserved_custom,
+        custom_reserved=cluster.reserved_custom, kills_unrecorded=cluster.kills_unrecorded,
     )
 
 

@@ -7,28 +7,11 @@ do not import each other. The public name is `raftsched.spec.SpecIssue`.
 from __future__ import annotations
 
 import re
-import reprlib
 from dataclasses import dataclass
 
+from raftsched.protocol import show as show  # one rendering of a value in an error message
+
 _TASK_PREFIX = re.compile(r"tasks\[\d+\]")
-
-_REPR = reprlib.Repr()
-_REPR.maxstring = 60
-_REPR.maxother = 60
-_REPR.maxlong = 40
-_REPR.maxlist = 6
-_REPR.maxtuple = 6
-_REPR.maxdict = 4
-_REPR.maxset = 6
-_REPR.maxlevel = 2
-
-
-def show(value: object) -> str:
-    """A short repr of a user-supplied value for an error message (long values are truncated)."""
-    try:
-        return _REPR.repr(value)
-    except ValueError:  # an int past sys.get_int_max_str_digits()
-        return f"<{type(value).__name__} too large to show>"
 
 
 @dataclass(frozen=True, slots=True)

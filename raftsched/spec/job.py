@@ -33,6 +33,7 @@ from yaml.constructor import ConstructorError, SafeConstructor
 from yaml.reader import ReaderError
 
 from raftsched import limits
+from raftsched.protocol import id_problem as id_problem  # the one id rule, shared with agents
 from raftsched.spec.dag import check_graph
 from raftsched.spec.issue import SpecIssue, show
 
@@ -55,10 +56,8 @@ __all__ = [
 
 RESERVED_ENV_PREFIX: Final = "RAFTSCHED_"
 
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
-_ID_RULE = "letters, digits, '_', '.' and '-', starting with a letter or digit"
 
 _JOB_FIELDS: Final = (
     "name", "tenant", "priority", "failure_policy", "idempotency_key", "allow_unschedulable",
@@ -618,16 +617,6 @@ def _is_integer(value: object) -> TypeGuard[int]:
 
 def _fmt(number: float) -> str:
     return str(int(number)) if float(number).is_integer() else repr(float(number))
-
-
-def id_problem(value: object) -> str | None:
-    if not isinstance(value, str):
-        return f"must be a string, got {show(value)}"
-    if len(value) > limits.MAX_ID_CHARS:
-        return f"must be at most {limits.MAX_ID_CHARS} characters, got {len(value)}"
-    if not _ID.fullmatch(value):
-        return f"must use only {_ID_RULE}, got {show(value)}"
-    return None
 
 
 def _text_problem(value: str) -> str | None:

@@ -30,7 +30,6 @@ from raftsched import limits
 from raftsched.spec.dag import check_graph
 from raftsched.spec.job import (
     _ENV_NAME,
-    _ID,
     RESERVED_ENV_PREFIX,
     FailurePolicy,
     JobSpec,
@@ -42,6 +41,7 @@ from raftsched.spec.job import (
     SpecIssue,
     TaskSpec,
     Trigger,
+    id_problem,
     validate_job_doc,
 )
 
@@ -240,8 +240,7 @@ def _member(members: dict[str, _E], value: Any) -> _E:
 
 
 def _is_id(value: Any) -> bool:
-    return (type(value) is str and len(value) <= limits.MAX_ID_CHARS
-            and _ID.fullmatch(value) is not None)
+    return type(value) is str and id_problem(value) is None
 
 
 def _is_int(value: Any, low: int, high: int) -> bool:

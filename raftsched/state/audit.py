@@ -51,8 +51,8 @@ Checks (the names in `Violation.check` and `LogAuditor.checks`):
 - idempotency_key_unique: a (tenant, idempotency key) creates one job, unless the first job's key
   record can have gone (its TTL passed, the job was forgotten, or the key table was full).
 - placement_open: an attempt is created only on a cluster that, just before the ASSIGN_BATCH
-  applied, was READY, not draining and not degraded at the batch's `now_ms`
-  (`degraded_until_ms <= now_ms`).
+  applied, was READY, not draining, owed no unrecorded kill and was not degraded at the
+  batch's `now_ms` (`degraded_until_ms <= now_ms`).
 - reservation_respected: an attempt is created on a cluster kept for a task
   (`Cluster.reserved_for` as it was just before the item applied; the batch's own reservations
   apply after its items) only for that task, unless the task could
@@ -606,6 +606,8 @@ def _closed(cluster: Cluster | None, now_ms: int) -> str | None:
         return f"was {cluster.status.name}"
     if cluster.draining:
         return "was draining"
+    if cluster.kills_unrecorded:
+        return f"owed {cluster.kills_unrecorded} kill directive(s) it could not record"
     if cluster.degraded_until_ms > now_ms:
         return f"was degraded until {cluster.degraded_until_ms} ms (the batch's now_ms is " \
                f"{now_ms})"

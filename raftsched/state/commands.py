@@ -429,7 +429,8 @@ def _decode_register(p: Any) -> ClusterRegister:
         memory_mb=_int(mem, "memory_mb", 0, limits.MAX_MEMORY_MB),
         gpu=_int(gpu, "gpu", 0, limits.MAX_GPU),
         now_ms=_int(now_ms, "now_ms"),
-        known=tuple(_decode_known(k) for k in _list(known, "known", limits.MAX_BATCH_ITEMS)),
+        known=tuple(_decode_known(k) for k in _list(known, "known",
+                                                     limits.MAX_REGISTER_KNOWN_ATTEMPTS)),
         custom=_decode_custom(custom_raw),
     )
 

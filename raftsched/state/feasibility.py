@@ -1,7 +1,8 @@
 """The one feasibility rule: can this task go on this cluster, given the room it has free?
 
-A task fits a cluster when the cluster is READY, neither draining nor degraded, the task is not
-pinned to another cluster, the cluster advertises every capability the task requires, and the
+A task fits a cluster when the cluster is READY, neither draining nor degraded, owes no kill
+directive it could not record (`Cluster.kills_unrecorded`), the task is not pinned to another
+cluster, the cluster advertises every capability the task requires, and the
 task's cpu, memory, gpu and named custom resources each fit in the cluster's free room. The
 same rule serves three callers, so they cannot disagree:
 - `fsm.apply_assign_batch` re-validates each placement against the committed reservations;
@@ -24,6 +25,7 @@ import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from raftsched import limits
 from raftsched.spec.job import TaskSpec
 from raftsched.state.commands import ClusterStatus
 from raftsched.state.model import Cluster
@@ -37,6 +39,8 @@ class Unfit(enum.Enum):
     CLUSTER_NOT_READY = "cluster_not_ready"
     CLUSTER_DRAINING = "cluster_draining"
     CLUSTER_DEGRADED = "cluster_degraded"
+    KILLS_UNRECORDED = "kills_unrecorded"
+    """Its agent left MAX_KILL_DIRECTIVES_PER_CLUSTER kills unconfirmed and more were owed."""
     PINNED_ELSEWHERE = "pinned_elsewhere"
     MISSING_CAPABILITIES = "missing_capabilities"
     NO_ROOM = "no_room"
@@ -71,6 +75,8 @@ def unfit(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_mb:
         return Unfit.CLUSTER_DRAINING
     if cluster.degraded_until_ms > now_ms:
         return Unfit.CLUSTER_DEGRADED
+    if cluster.kills_unrecorded:
+        return Unfit.KILLS_UNRECORDED
     if spec.cluster is not None and spec.cluster != cluster.id:
         return Unfit.PINNED_ELSEWHERE
     if spec.requires and not cluster.capabilities.issuperset(spec.requires):
@@ -107,6 +113,8 @@ def explain(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_m
     elif reason is Unfit.CLUSTER_DEGRADED:
         detail = (f"cluster {cluster.id} is degraded (attempts of many tasks failed there) "
                   f"until {cluster.degraded_until_ms} ms")
+    elif reason is Unfit.KILLS_UNRECORDED:
+        detail = kills_unrecorded_detail(cluster)
     elif reason is Unfit.PINNED_ELSEWHERE:
         detail = f"task is pinned to cluster {spec.cluster}"
     elif reason is Unfit.MISSING_CAPABILITIES:
@@ -121,6 +129,14 @@ def explain(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_m
         ) if needed > free]
         detail = f"cluster {cluster.id} has no room: {', '.join(short)}"
     return Infeasible(reason, detail)
+
+
+def kills_unrecorded_detail(cluster: Cluster) -> str:
+    """Why a cluster whose agent does not confirm kills takes no new work."""
+    return (f"cluster {cluster.id} owes {cluster.kills_unrecorded} kill directive(s) it could not "
+            f"record: its agent left {len(cluster.kills)} unconfirmed (the bound "
+            f"MAX_KILL_DIRECTIVES_PER_CLUSTER={limits.MAX_KILL_DIRECTIVES_PER_CLUSTER}); no new "
+            "work until the agent confirms kills and registers again")
 
 
 def explain_committed(spec: TaskSpec, cluster: Cluster, now_ms: int) -> Infeasible | None:

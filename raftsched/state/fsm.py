@@ -23,7 +23,7 @@ from raftsched import limits
 from raftsched.errors import Code
 from raftsched.protocol import ReportVerdict
 from raftsched.spec.issue import show
-from raftsched.spec.job import FailurePolicy, JobSpec, OnLost, SpecError, Trigger
+from raftsched.spec.job import FailurePolicy, JobSpec, OnLost, SpecError, Trigger, id_problem
 from raftsched.spec.job import id_problem as tenant_name_problem  # the spec's one rule
 from raftsched.spec.wire import validate_wire
 from raftsched.state import feasibility, policy
@@ -314,20 +314,21 @@ def apply_token_revoke(state: State, cmd: TokenRevoke) -> Applied[TokenRevokeRes
 
 def apply_cluster_remove(state: State, cmd: ClusterRemove) -> Applied[ClusterRemoved] | Rejected:
     """Forget a cluster an admin decommissions. Refused while anything still runs or may run
-    there (live attempts, kill directives the agent has not confirmed): first cancel or wait,
-    or let the cluster go LOST so its attempts are replaced or confirmed dead. Finished
-    attempts keep its id in their history; tasks pinned to it wait (explain says why); an agent
-    that registers again under that id brings it back."""
+    there (live attempts): first cancel or wait, or let the cluster go LOST so its attempts are
+    replaced or confirmed dead. Its unconfirmed kill directives go with it: an agent that
+    registers again under that id brings the cluster back, and its registration re-derives a
+    kill for every stale attempt it still runs. Finished attempts keep its id in their history;
+    tasks pinned to it wait (explain says why)."""
     cluster = state.clusters.get(cmd.cluster_id)
     if cluster is None:
         return Rejected(Code.NOT_FOUND, f"cluster {show(cmd.cluster_id)} not found")
-    if cluster.live or cluster.kills:
+    if cluster.live:
         return Rejected(Code.FAILED_PRECONDITION,
-                        f"cluster {cmd.cluster_id} still has {len(cluster.live)} live attempt(s) "
-                        f"and {len(cluster.kills)} kill directive(s) unconfirmed: stop its agent "
-                        "and wait until it is LOST and its attempts are replaced or confirmed "
-                        "dead, or cancel their jobs, then remove it")
+                        f"cluster {cmd.cluster_id} still has {len(cluster.live)} live "
+                        "attempt(s): stop its agent and wait until it is LOST and its attempts "
+                        "are replaced or confirmed dead, or cancel their jobs, then remove it")
     assert not (cluster.reserved_cpu_milli or cluster.reserved_memory_mb or cluster.reserved_gpu)
+    _drop_kills(state, cluster)
     if cluster.reserved_for is not None:
         job_id, index = cluster.reserved_for
         _release_reservation(state, state.jobs[job_id].tasks[index])
@@ -604,7 +605,11 @@ def _cancel_open_tasks(state: State, job: Job, reason: str) -> int:
 
 def apply_cluster_register(state: State,
                            cmd: ClusterRegister) -> Applied[ClusterRegistered] | Rejected:
+    problem = cluster_register_problem(cmd)
+    if problem is not None:
+        return Rejected(Code.INVALID_ARGUMENT, problem)
     cluster = state.clusters.get(cmd.cluster_id)
+    created = cluster is None
     if cluster is None:
         if len(state.clusters) >= limits.MAX_CLUSTERS:
             return Rejected(Code.RESOURCE_EXHAUSTED, f"MAX_CLUSTERS={limits.MAX_CLUSTERS} reached")
@@ -615,8 +620,7 @@ def apply_cluster_register(state: State,
             status_since_ms=cmd.now_ms, custom=dict(cmd.custom),
         )
         state.clusters[cluster.id] = cluster
-        return Applied(ClusterRegistered(cluster.id, created=True, lost=0, kills=0))
-    if cmd.incarnation < cluster.incarnation:
+    elif cmd.incarnation < cluster.incarnation:
         return Rejected(Code.FAILED_PRECONDITION,
                         f"cluster {cluster.id}: incarnation {cmd.incarnation} is older than "
                         f"{cluster.incarnation}")
@@ -628,12 +632,46 @@ def apply_cluster_register(state: State,
         cluster.status, cluster.status_since_ms = ClusterStatus.READY, cmd.now_ms
     lost, kills = _reconcile(state, cluster, cmd)
     _refresh_overcommit(cluster)
-    return Applied(ClusterRegistered(cluster.id, created=False, lost=lost, kills=kills))
+    return Applied(ClusterRegistered(cluster.id, created=created, lost=lost, kills=kills))
+
+
+def cluster_register_problem(cmd: ClusterRegister) -> str | None:
+    """Why a CLUSTER_REGISTER is malformed (INVALID_ARGUMENT), naming the field, or None: the
+    cluster id and every capability follow the spec's id rule (so no empty id, no control
+    characters for `admin status` to print). Pure: the gateway asks before proposing, apply
+    asks again (a replicated command is not trusted because a proposer sent it)."""
+    problem = id_problem(cmd.cluster_id)
+    if problem is not None:
+        return f"cluster_id: {problem}"
+    if len(cmd.capabilities) > limits.MAX_CAPABILITIES_PER_CLUSTER:
+        return (f"capabilities: at most MAX_CAPABILITIES_PER_CLUSTER="
+                f"{limits.MAX_CAPABILITIES_PER_CLUSTER}, got {len(cmd.capabilities)}")
+    for position, capability in enumerate(cmd.capabilities):
+        problem = id_problem(capability)
+        if problem is not None:
+            return f"capabilities[{position}]: {problem}"
+    for name, count in cmd.custom:
+        problem = id_problem(name)
+        if problem is not None:
+            return f"custom: a resource name {problem}"
+        if not 1 <= count <= limits.MAX_CUSTOM_RESOURCE_COUNT:
+            return (f"custom[{name}]: must be in 1..{limits.MAX_CUSTOM_RESOURCE_COUNT}, "
+                    f"got {count}")
+    for name, value, most in (("cpu_milli", cmd.cpu_milli, limits.MAX_CPU_MILLI),
+                              ("memory_mb", cmd.memory_mb, limits.MAX_MEMORY_MB),
+                              ("gpu", cmd.gpu, limits.MAX_GPU)):
+        if not 0 <= value <= most:
+            return f"capacity.{name}: must be in 0..{most}, got {value}"
+    return None
 
 
 def _reconcile(state: State, cluster: Cluster, cmd: ClusterRegister) -> tuple[int, int]:
     """Match the agent's attempts with ours: current ones resume, unknown ones are lost (the
-    agent never admitted them, so nothing runs), stale ones the agent holds are killed."""
+    agent never admitted them, so nothing runs), and stale ones the agent still runs are killed
+    — only those the state placed on this very cluster (`attempt_of_cluster`). What else the
+    agent claims (unknown jobs, tasks or fences, another cluster's attempts) is recorded nowhere:
+    the gateway tells the agent to stop those itself (`Registered.stop`). The count of kills not
+    recorded starts over: this registration re-derives every kill the agent is owed."""
     known = {k.fence: k for k in cmd.known}
     lost = 0
     for fence, (job_id, index) in list(cluster.live.items()):
@@ -649,13 +687,26 @@ def _reconcile(state: State, cluster: Cluster, cmd: ClusterRegister) -> tuple[in
             lost += 1
         elif held.running and attempt.state == _A_ASSIGNED:
             _mark_started(state, job, task, attempt)
+    cluster.kills_unrecorded = 0
     kills = 0
     for fence, held in sorted(known.items()):
         # Not running means finished with the result still in the agent's outbox: no kill.
-        if held.running and fence not in cluster.kills:
-            _add_kill(state, cluster, fence, held.job_id, held.task_id)
-            kills += 1
+        if held.running and fence not in cluster.kills and attempt_of_cluster(
+                state, cluster.id, held.job_id, held.task_id, fence) is not None:
+            kills += _add_kill(state, cluster, fence, held.job_id, held.task_id)
     return lost, kills
+
+
+def attempt_of_cluster(state: State, cluster_id: str, job_id: str, task_id: str,
+                       fence: int) -> Attempt | None:
+    """The attempt of that task with that fence, if the state placed it on `cluster_id`; None
+    for an unknown job, task or fence, or another cluster's attempt. O(the task's attempts)."""
+    job = state.jobs.get(job_id)
+    index = None if job is None else job.index_of.get(task_id)
+    if job is None or index is None:
+        return None
+    attempt = _find_attempt(job.tasks[index], fence)
+    return attempt if attempt is not None and attempt.cluster_id == cluster_id else None
 
 
 def _refresh_overcommit(cluster: Cluster) -> None:
@@ -673,12 +724,15 @@ def apply_cluster_status(state: State,
     lost = 0
     if cmd.status == ClusterStatus.LOST:
         lost = _lose_cluster_attempts(state, cluster, cmd.reason or "cluster lost")
+        _drop_kills(state, cluster)
     return Applied(ClusterStatusChanged(cluster.id, changed=True, lost=lost))
 
 
 def _lose_cluster_attempts(state: State, cluster: Cluster, reason: str) -> int:
     """`on_lost: replace` attempts become LOST and their tasks go back to the queue with a new
-    fence to come; `on_lost: wait` attempts stay as they are (unknown), never run twice."""
+    fence to come; `on_lost: wait` attempts stay as they are (unknown), never run twice. No
+    kill is recorded for them: the agent hears nothing until it registers again, and that
+    registration's reconcile kills each one it still runs."""
     lost = 0
     for _fence, (job_id, index) in sorted(cluster.live.items()):
         job = state.jobs[job_id]
@@ -687,10 +741,18 @@ def _lose_cluster_attempts(state: State, cluster: Cluster, reason: str) -> int:
             continue
         attempt = task.current
         assert attempt is not None
-        _end_attempt(state, job, task, attempt, AttemptState.LOST, reason, kill=True)
+        _end_attempt(state, job, task, attempt, AttemptState.LOST, reason, kill=False)
         _infra_failure(state, job, task, immediate=True, entropy=0)
         lost += 1
     return lost
+
+
+def _drop_kills(state: State, cluster: Cluster) -> None:
+    """Forget the cluster's kill directives (LOST, removed): its agent cannot hear them until it
+    registers again, and that registration re-derives each one it is still owed."""
+    state.kill_count -= len(cluster.kills)
+    cluster.kills.clear()
+    cluster.kills_unrecorded = 0
 
 
 # --- assignment ---------------------------------------------------------------------------------
@@ -1250,12 +1312,19 @@ def _end_attempt(state: State, job: Job, task: Task, attempt: Attempt, outcome: 
         _add_kill(state, cluster, attempt.fence, job.id, spec.id)
 
 
-def _add_kill(state: State, cluster: Cluster, fence: int, job_id: str, task_id: str) -> None:
-    if state.kill_count >= limits.MAX_KILL_DIRECTIVES:
-        return  # past the bound the agent's fence check still refuses the stale attempt's result
-    if fence not in cluster.kills:
-        cluster.kills[fence] = (job_id, task_id)
-        state.kill_count += 1
+def _add_kill(state: State, cluster: Cluster, fence: int, job_id: str, task_id: str) -> int:
+    """Record that the cluster's agent must stop `fence`: 1 when recorded, else 0. Not on a
+    LOST cluster (its agent's next registration re-derives it); past the cluster's bound it is
+    counted in `kills_unrecorded`, which closes the cluster to new work until that
+    registration: never dropped unseen."""
+    if fence in cluster.kills or cluster.status == ClusterStatus.LOST:
+        return 0
+    if len(cluster.kills) >= limits.MAX_KILL_DIRECTIVES_PER_CLUSTER:
+        cluster.kills_unrecorded += 1
+        return 0
+    cluster.kills[fence] = (job_id, task_id)
+    state.kill_count += 1
+    return 1
 
 
 def _app_failure(state: State, job: Job, task: Task, exit_code: int | None,

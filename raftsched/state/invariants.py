@@ -4,7 +4,8 @@ O(state), so it is for tests, simulations and the log auditor (every so many ent
 for a replica's apply path. Checks: counters (live jobs, tasks, per-state task counts, ready
 queue sizes, kill directives) match what they count; a job's state is the one its tasks derive;
 fences are unique and grow along each task's attempts; only a task's current attempt may be
-live, and exactly when the task is ASSIGNED or RUNNING, registered on its cluster; dependencies
+live, and exactly when the task is ASSIGNED or RUNNING, registered on its cluster; a kill
+directive names an ended attempt placed on its cluster, within the cluster's bound; dependencies
 were satisfied before a task became runnable; each cluster's reservations are the sum of its
 live attempts and fit its capacity unless it is marked overcommitted; API tokens are within
 MAX_TOKENS, each well-formed as TOKEN_PUT requires, keyed by its id, and in creation order;
@@ -20,8 +21,9 @@ import itertools
 from raftsched import limits
 from raftsched.spec.job import runs_when_upstream_done
 from raftsched.state import feasibility, policy
-from raftsched.state.commands import CertRevoke, TokenPut
+from raftsched.state.commands import CertRevoke, ClusterStatus, TokenPut
 from raftsched.state.fsm import (
+    attempt_of_cluster,
     cert_revoke_problem,
     derive_job_state,
     derive_usage,
@@ -86,6 +88,7 @@ def check_invariants(state: State) -> None:
     for cluster in state.clusters.values():
         _check_cluster(state, cluster)
     assert state.kill_count == sum(len(c.kills) for c in state.clusters.values())
+    assert state.kill_count <= limits.MAX_KILL_DIRECTIVES
     assert len(state.idempotency) <= len(state.idempotency_order)
     _check_tokens(state)
     _check_revoked_certs(state)
@@ -202,6 +205,23 @@ def _check_cluster(state: State, cluster: Cluster) -> None:
         holder = state.jobs[job_id].tasks[index]
         assert holder.state == _RUNNABLE and holder.reserved_on == cluster.id, \
             f"cluster {cluster.id} reserved for {job_id}/{holder.spec.id} ({holder.state.name})"
+    _check_kills(state, cluster)
+
+
+def _check_kills(state: State, cluster: Cluster) -> None:
+    """A kill directive names an ended attempt the state placed on this cluster (or one of a
+    job since forgotten); at most MAX_KILL_DIRECTIVES_PER_CLUSTER; none on a LOST cluster."""
+    assert len(cluster.kills) <= limits.MAX_KILL_DIRECTIVES_PER_CLUSTER, cluster.id
+    assert cluster.kills_unrecorded >= 0, cluster.id
+    if cluster.status == ClusterStatus.LOST:
+        assert not cluster.kills and not cluster.kills_unrecorded, f"LOST {cluster.id} kills"
+    for fence, (job_id, task_id) in cluster.kills.items():
+        if job_id not in state.jobs:
+            continue
+        attempt = attempt_of_cluster(state, cluster.id, job_id, task_id, fence)
+        assert attempt is not None, f"cluster {cluster.id}: kill of unknown {job_id}/{task_id} " \
+                                    f"fence {fence}"
+        assert attempt.state not in LIVE_ATTEMPT_STATES, f"kill of live fence {fence}"
 
 
 def _check_revoked_certs(state: State) -> None:

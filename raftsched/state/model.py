@@ -176,7 +176,12 @@ class Cluster:
     """The part of `live` whose jobs are preemptible: what the planner's preemption pass walks
     (derived: kept on every transition, rebuilt when a snapshot loads, not in snapshots)."""
     kills: dict[int, tuple[str, str]] = field(default_factory=dict)
-    """fence -> (job id, task id) the agent must stop, until it confirms."""
+    """fence -> (job id, task id) the agent must stop, until it confirms: only attempts the
+    state placed here, at most limits.MAX_KILL_DIRECTIVES_PER_CLUSTER."""
+    kills_unrecorded: int = 0
+    """Kills owed here that the bound kept out of `kills` since the agent last registered: while
+    above 0 the cluster takes no new work (`feasibility.Unfit.KILLS_UNRECORDED`); its agent's
+    next registration re-derives a kill for every stale attempt it still holds."""
     overcommitted: bool = False
     """Set when a re-registration shrank capacity below what live attempts hold."""
     draining: bool = False

@@ -137,8 +137,9 @@ def dominant_share(usage: TenantUsage | None, weight: int, total: Totals,
 
 
 def cluster_open(cluster: Cluster, now_ms: int | None) -> bool:
-    """READY, not draining and (when `now_ms` is given) not degraded: may take new work."""
-    if cluster.status != ClusterStatus.READY or cluster.draining:
+    """READY, not draining, owing no unrecorded kill and (when `now_ms` is given) not
+    degraded: may take new work (`feasibility.unfit`'s cluster rules)."""
+    if cluster.status != ClusterStatus.READY or cluster.draining or cluster.kills_unrecorded:
         return False
     return now_ms is None or cluster.degraded_until_ms <= now_ms
 

@@ -25,6 +25,9 @@ drains and the tasks' ready times at their jobs' submission; their ready queues 
 from the RUNNABLE tasks in the new order.
 Revoked client certificates (fingerprint, subject, reason, ms) are a third element of that
 record, present only when there are some: a snapshot without any is byte for byte format 4's.
+Likewise a cluster's record grows by its custom resources (21st field) only when it offers some,
+and by its count of kill directives it could not record (22nd, the 21st then present, maybe
+empty) only when that count is not 0.
 Tenant usage is derived, never stored (`fsm.derive_usage`).
 """
 
@@ -149,8 +152,10 @@ def _cluster_record(c: Cluster) -> list[Any]:
         c.drain_reason, c.degraded_until_ms, [list(o) for o in c.outcomes],
         None if c.reserved_for is None else list(c.reserved_for), c.reserved_since_ms,
     ]
-    if c.custom:  # only then: a cluster without custom resources keeps its earlier bytes
+    if c.custom or c.kills_unrecorded:  # only then: such a cluster keeps its earlier bytes
         record.append([[name, count] for name, count in sorted(c.custom.items())])
+    if c.kills_unrecorded:  # likewise: the count only where kills were not recorded
+        record.append(c.kills_unrecorded)
     return record
 
 
@@ -374,6 +379,7 @@ def _cluster_from(r: list[Any]) -> Cluster:
         reserved_for=tuple(r[18]) if len(r) > 18 and r[18] is not None else None,
         reserved_since_ms=r[19] if len(r) > 19 else 0,
         custom={name: count for name, count in r[20]} if len(r) > 20 else {},
+        kills_unrecorded=r[21] if len(r) > 21 else 0,
     )
 
 

@@ -55,6 +55,10 @@ def test_help_explains_every_option() -> None:
 @pytest.mark.parametrize(("argv", "message"), [
     (["--cluster-id", "east", "--data-dir", "d"], "no scheduler addresses"),
     (["--cluster-id", "ea/st", "--servers", "h:1", "--data-dir", "d"], "--cluster-id"),
+    (["--cluster-id", "", "--servers", "h:1", "--data-dir", "d"],
+     "--cluster-id must use only letters"),  # the replicas' rule for a Register (issue 21)
+    (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--capabilities",
+      "linux,gpu\x1b[31m"], "'gpu\\x1b[31m' is not a valid name: it must use only"),
     (["--cluster-id", "east", "--servers", "nohost", "--data-dir", "d"], "is not HOST:PORT"),
     (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--cpu", "-1"], "--cpu"),
     (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--gpu", "-2"], "--gpu"),

@@ -768,3 +768,73 @@ def test_agent_events_are_parsed_for_the_history(tmp_path: Path) -> None:
     assert finished["cluster"] == "east" and finished["where"] == "agent-east.log:3"
     assert (finished["fence"], finished["exit_code"]) == (12, -9)
     assert finished["reason"] == "killed by the agent" and finished["job"] == "j1"
+
+
+# --- kill liveness (jepsen.kills) ---------------------------------------------------------------
+
+
+def _cancelled_running(run: Run, cluster: str = "east") -> int:
+    """A job whose one task runs on `cluster` and is cancelled: a kill is owed its agent."""
+    run.submit(3, "jk", "kk", "alpha", [task_doc("z")])
+    fence = run.run_attempt(cluster, "jk", "z", end=False)
+    run.h.cancel("jk")
+    run.sync()
+    return fence
+
+
+def test_a_kill_the_agent_reports_in_time_is_settled(run: Run, tmp_path: Path) -> None:
+    fence = _cancelled_running(run)
+    run.h.tick(2_000)
+    assert run.h.report("east", c.Report(c.ReportKind.KILLED, "jk", "z", fence)) == ["late"]
+    run.h.tick(60_000)
+    run.sync()
+    report = checker.check(run.write(tmp_path))
+    assert report.violations == [], [checker.format_violation(v) for v in report.violations]
+    assert report.kills_settled == 1 and report.kill_settle_max_s == 2.0
+    assert report.invariants_checked["kill_liveness"] == 1
+
+
+def test_a_kill_never_settled_on_a_ready_cluster_is_a_kill_liveness_violation(
+        run: Run, tmp_path: Path) -> None:
+    fence = _cancelled_running(run)
+    for _ in range(20):  # 20 s of replicated time; east stays READY, its agent says nothing
+        run.h.tick(1_000)
+    run.sync()
+    report = checker.check(run.write(tmp_path))
+    assert checks(report) == {"kill_liveness"}
+    message = report.violations[0].message
+    assert f"jk/z fence {fence} on east ended CANCELLED" in message
+    assert "within 15 s of replicated time while east was READY" in message
+
+
+def test_a_kill_owed_to_a_cut_off_cluster_waits_for_its_registration(
+        run: Run, tmp_path: Path) -> None:
+    """A LOST cluster cannot hear its kills: its clock stops; registering again without the
+    attempt settles it (the agent does not run it); one it still runs is killed then."""
+    fence = _cancelled_running(run)
+    run.h.status("east", c.ClusterStatus.LOST)
+    run.h.tick(120_000)
+    run.h.register("east", incarnation=2, known=(c.KnownAttempt("jk", "z", fence, True),))
+    run.h.tick(3_000)
+    run.h.report("east", c.Report(c.ReportKind.KILLED, "jk", "z", fence))
+    run.sync()
+    report = checker.check(run.write(tmp_path))
+    assert report.violations == [], [checker.format_violation(v) for v in report.violations]
+    assert report.kills_settled == 1 and report.kill_settle_max_s == 3.0
+
+
+def test_the_hostile_agents_cluster_holding_a_kill_is_a_violation(run: Run,
+                                                                  tmp_path: Path) -> None:
+    """hostile_no_kills: in a run nothing is placed on the hostile cluster, so a kill there
+    can only come from what its agent claimed (here, made possible by placing a task there)."""
+    run.h.register("hostile")
+    run.agents["hostile"] = []
+    fence = _cancelled_running(run, "hostile")
+    run.h.register("hostile", incarnation=2, known=(c.KnownAttempt("jk", "z", fence, True),))
+    run.sync()
+    root = run.write(tmp_path)
+    (root / "meta.json").write_text(json.dumps({"seed": 1, "nodes": 3, "agents": {
+        "east": {}, "west": {}}, "hostile_cluster": "hostile"}))
+    report = checker.check(root)
+    assert checks(report) == {"hostile_no_kills"}
+    assert "its cluster hostile holds 1 kill directive(s)" in report.violations[0].message

@@ -45,3 +45,9 @@ def test_majorities_ring_gives_every_node_a_different_majority(seed: int) -> Non
     assert len(set(sees.values())) == 5, (seed, sees)
     for a, b in combinations(nodes, 2):  # any two majorities overlap: no split brain possible
         assert sees[a] & sees[b], (seed, a, b)
+
+
+def test_the_hostile_agent_is_a_group_of_its_own_and_part_of_all() -> None:
+    assert parse_faults("hostile", 3) == ("hostile-agent",)
+    assert parse_faults("kill-leader,hostile-agent", 3) == ("kill-leader", "hostile-agent")
+    assert "hostile-agent" in parse_faults("all", 3)

@@ -1,7 +1,8 @@
-"""CI's short jepsen-style run: 3 replicas and 2 agents in private network namespaces, 3 clients,
-a fixed seed, kill + partition + pause faults. Fails on any safety violation, on unmet liveness,
-or when the run did not exercise what it claims (no faults, no acknowledged jobs). Skipped, with
-the reason printed, only where network namespaces cannot be made."""
+"""CI's short jepsen-style runs: 3 replicas and 2 agents in private network namespaces, 3
+clients, a fixed seed; kill + partition + pause faults, and a shorter one with the hostile agent.
+Fails on any safety violation, on unmet liveness, or when the run did not exercise what it
+claims (no faults, no acknowledged jobs, no kills). Skipped, with the reason printed, only where
+network namespaces cannot be made."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,15 +23,20 @@ ROOT = paths.REPO
 CI_SEED = 20261130
 CI_ARGS = ["--nodes", "3", "--time", "45", "--seed", str(CI_SEED), "--clients", "3",
            "--faults", "kill,partition,pause", "--liveness-bound-s", "60"]
+HOSTILE_ARGS = ["--nodes", "3", "--time", "20", "--seed", str(CI_SEED), "--clients", "3",
+                "--faults", "hostile,kill-leader", "--liveness-bound-s", "60"]
+"""20 s: one or two floods of the hostile agent beside leader kills."""
 RUN_TIMEOUT_S = 240
 EXIT_NO_NAMESPACES = 77
 
 
-def test_short_fixed_seed_run_has_no_violations_and_meets_liveness(tmp_path: Path) -> None:
+def _run(tmp_path: Path, args: list[str]) -> tuple[dict[str, Any], Path]:
+    """One jepsen-style run; its --json output and results folder (skips where namespaces
+    cannot be made; fails with the table and stderr on a non-zero exit)."""
     results = tmp_path / "results"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(ROOT / "jepsen-style"), str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-m", "jepsen.main", *CI_ARGS,
+    done = subprocess.run([sys.executable, "-m", "jepsen.main", *args,
                            "--results", str(results), "--json"],
                           capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env,
                           check=False)
@@ -38,15 +45,39 @@ def test_short_fixed_seed_run_has_no_violations_and_meets_liveness(tmp_path: Pat
         pytest.skip("jepsen-style CI run SKIPPED, network namespaces are impossible here: "
                     + " ".join(done.stderr.split()))
     table = (results / "results.txt").read_text() if (results / "results.txt").exists() else ""
-    assert done.returncode == 0, (f"jepsen-style run exited {done.returncode} (seed {CI_SEED})"
+    assert done.returncode == 0, (f"jepsen-style run exited {done.returncode} ({args})"
                                   f"\n{table}\n--- stderr\n{done.stderr[-6000:]}")
-    out = json.loads(done.stdout.strip().splitlines()[-1])
-    report = out["report"]
+    out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["harness_failure"] is None
+    assert out["report"]["violations"] == []
+    assert out["report"]["liveness_met"] is True
+    return out, results
+
+
+def test_short_fixed_seed_run_has_no_violations_and_meets_liveness(tmp_path: Path) -> None:
+    out, _ = _run(tmp_path, CI_ARGS)
+    report = out["report"]
     assert sum(out["faults_injected"].values()) >= 3, out["faults_injected"]
-    assert report["violations"] == []
-    assert report["liveness_met"] is True
     ops = report["ops"]
     assert ops["submit"]["ok"] >= 20, ops
     assert ops["read"]["ok"] >= 10, ops
+    assert ops["cancel"]["ok"] >= 5, ops  # the long jobs: tasks killed through the scheduler
     assert report["entries_replayed"] > 0
+    assert report["invariants_checked"]["kill_liveness"] >= 5
+
+
+def test_a_hostile_agent_flooding_register_kills_nothing_and_delays_no_kill(
+        tmp_path: Path) -> None:
+    """The hostile-agent fault (issue 21): an agent certificate of its own, phantom running
+    attempts by the hundred thousand. Its cluster never holds a kill directive; every kill
+    owed to the honest agents is settled in time."""
+    out, results = _run(tmp_path, HOSTILE_ARGS)
+    report = out["report"]
+    assert out["faults_injected"].get("hostile-agent", 0) >= 1, out["faults_injected"]
+    assert report["invariants_checked"]["hostile_no_kills"] >= 10
+    assert report["invariants_checked"]["kill_liveness"] >= 3
+    floods = [json.loads(line)["value"] for line in
+              (results / "history.jsonl").read_text().splitlines()
+              if '"f": "hostile"' in line]
+    assert floods and all(flood["kills_recorded"] == 0 for flood in floods)
+    assert sum(flood["told_to_stop"] for flood in floods) >= 10_000

@@ -221,8 +221,17 @@ class SimAgent:
         if self.rng.random() < self.faults.lost:
             return False  # committed, answer lost: registers again (same incarnation)
         self.durable.raise_term(registered.term)
+        self._stop_unknown(registered.stop)
         self.need_register = False
         return True
+
+    def _stop_unknown(self, stop: Sequence[KillDirective]) -> None:
+        """Agent._stop_unknown: running attempts the scheduler does not know as ours stop."""
+        for kill in stop:
+            process = self.processes.get(kill.fence)
+            if kill.fence in self.running and process is not None and process.done is None:
+                process.kill_requested = True
+                self.kills_requested.add(kill.fence)
 
     def beat(self, gateway: Gateway) -> Directives | None:
         self.seq += 1

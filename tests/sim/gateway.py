@@ -49,7 +49,7 @@ class Gateway:
         except RaftschedError as error:
             raise self._error(error, "Register", reregister=False) from None
         return Registered(registered.term, self.node.leader_address(), registered.lost,
-                          registered.kills)
+                          registered.kills, registered.stop)
 
     def heartbeat(self, beat: Beat) -> Directives:
         try:

@@ -99,6 +99,8 @@ class FakeSession:
         self.keep_redelivering = False
         """Keep delivering an assignment after its STARTED report (a slow commit)."""
         self.reregister_next = False
+        self.stop_on_register: tuple[KillDirective, ...] = ()
+        """`Registered.stop` of the next registrations: attempts the leader does not know."""
         self.incarnation: int | None = None
         self.log_chunks: list[tuple[str, Any]] = []
         """(cluster id, LogChunk) of every SendLog, in order."""
@@ -110,7 +112,7 @@ class FakeSession:
             self.registrations.append(registration)
             self.incarnation = registration.incarnation
             self.condition.notify_all()
-            return Registered(self.term, "fake-leader", 0, 0)
+            return Registered(self.term, "fake-leader", 0, 0, self.stop_on_register)
 
     def heartbeat(self, beat: Beat) -> Directives:
         with self.condition:

@@ -156,6 +156,10 @@ def _register(ch: Chooser, h: Harness) -> c.Command:
              for f, (j, i) in cluster.live.items() if ch.int(0, 3)]
     if ch.int(0, 3) == 0:
         known.append(c.KnownAttempt("ghost", "t0", ch.int(1, h.state.fence + 1), True))
+    attempts = _attempts(h)
+    if attempts and ch.int(0, 2) == 0:  # a stale attempt of its own (killed) or another's
+        job_id, task_id, attempt = ch.choice(attempts)
+        known.append(c.KnownAttempt(job_id, task_id, attempt.fence, bool(ch.int(0, 3))))
     cpu = ch.choice([2000, 4000, 8000])
     return c.ClusterRegister(cluster_id, cluster.incarnation + ch.int(0, 1), CAPS[cluster_id],
                              cpu, 4096, cluster.gpu, h.now_ms, tuple(known))

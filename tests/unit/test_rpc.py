@@ -15,6 +15,7 @@ from raftsched import limits, rpc
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.errors import Code, CouldNotConnect, RaftschedError
+from raftsched.protocol import KillDirective, Registered
 
 REPLICA = "127.0.0.1:9"
 HANDLER_WAIT_S = 10.0
@@ -185,3 +186,11 @@ def test_fitted_violations_keeps_the_leading_ones_within_the_bound() -> None:
     assert kept == violations[:len(kept)] and 0 < len(kept) < 100
     size = sum(len(f) + len(d) + 12 for f, d in kept)
     assert size <= limits.MAX_STATUS_VIOLATIONS_BYTES < size + len("field99") + 100 + 12
+
+
+def test_a_registration_answer_round_trips_with_the_attempts_to_stop() -> None:
+    answer = Registered(7, "leader:1", 1, 2, (KillDirective("j", "t", 5),
+                                              KillDirective("ghost", "u", 2**63)))
+    assert rpc.registered_from_pb(rpc.registered_to_pb(answer)) == answer
+    wire = rpc.registered_to_pb(Registered(7, "", 0, 0)).SerializeToString()
+    assert rpc.registered_from_pb(pb.RegisterResponse.FromString(wire)).stop == ()

@@ -290,6 +290,24 @@ def test_reregisters_with_its_attempts_when_the_leader_asks(tmp_path: Path,
     assert [(k.fence, k.running) for k in again.known] == [(1, True)]
 
 
+def test_attempts_the_leader_does_not_know_are_stopped_at_registration(
+        tmp_path: Path, executor: MockExecutor) -> None:
+    """`Registered.stop` (issue 21): the agent stops those of its running attempts, by the
+    kill path, and touches nothing else (a fence it does not run draws no report)."""
+    session = FakeSession()
+    with running_agent(config(tmp_path), session, executor) as agent:
+        session.assign(assignment(1, task_id="a", command=("mock", "sleep_ms=60000")),
+                       assignment(2, task_id="b", command=("mock", "sleep_ms=60000")))
+        _wait_kinds(session, 1, STARTED)
+        _wait_kinds(session, 2, STARTED)
+        session.stop_on_register = (KillDirective("job", "a", 1), KillDirective("x", "y", 99))
+        session.reregister_next = True
+        _wait_kinds(session, 1, KILLED)
+        assert agent.running() == [2]
+    assert session.kinds(1) == [STARTED, KILLED] and session.kinds(99) == []
+    assert session.kinds(2) == [STARTED]
+
+
 def test_one_data_dir_serves_one_agent(tmp_path: Path, executor: MockExecutor) -> None:
     first = Agent(config(tmp_path), FakeSession(), executor)
     try:

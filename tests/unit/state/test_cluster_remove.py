@@ -36,15 +36,20 @@ def test_an_idle_cluster_is_removed_and_its_history_stays() -> None:
     assert "east" in h.state.clusters
 
 
-def test_a_pending_kill_directive_keeps_the_cluster() -> None:
+def test_pending_kill_directives_go_with_the_cluster_and_come_back_with_its_agent() -> None:
+    """An agent that never confirms its kills cannot keep its cluster from being removed; if it
+    registers again still running the attempt, the registration records the kill anew."""
     h = Harness()
     h.register("east")
     h.submit("j", job_doc([task_doc("t")]))
     fence = h.assign_one("j", "t", "east")
     h.started("east", "j", "t", fence)
     h.cancel("j")  # the agent must still confirm the kill
-    outcome = h.run(c.ClusterRemove("east", h.state.now_ms))
-    assert isinstance(outcome, fsm.Rejected) and "kill directive" in outcome.reason
+    assert h.state.clusters["east"].kills == {fence: ("j", "t")}
+    assert h.expect(c.ClusterRemove("east", h.state.now_ms), ClusterRemoved).cluster_id == "east"
+    assert "east" not in h.state.clusters and h.state.kill_count == 0
+    h.register("east", incarnation=2, known=(c.KnownAttempt("j", "t", fence, True),))
+    assert h.state.clusters["east"].kills == {fence: ("j", "t")}
 
 
 def test_the_command_round_trips() -> None:
