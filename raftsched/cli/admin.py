@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from raftsched import limits
 from raftsched.cli import render
 from raftsched.cli.certs import register_certs
 from raftsched.cli.common import (
@@ -23,7 +24,7 @@ from raftsched.cli.common import (
 )
 from raftsched.cli.snapshot import register_snapshot
 from raftsched.errors import Code, RaftschedError
-from raftsched.options import count, positive_int
+from raftsched.options import integer
 
 # --- admin ----------------------------------------------------------------------------------------
 
@@ -128,6 +129,9 @@ def _run_drain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_TASK_LIMIT = integer(0, limits.MAX_TASKS_IN_STATE, "0: no limit of its own")
+
+
 def _register_tenants(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     tenant = sub.add_parser(
         "tenant", help="tenants' fair-share weights and queue limits",
@@ -147,12 +151,12 @@ def _register_tenants(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         '"max_running", "configured", "queued",\n           "running", "reserved", '
         '"dominant_share", "changed"}')
     setting.add_argument("tenant", metavar="TENANT", help="a tenant name, or '*' for defaults")
-    setting.add_argument("--weight", type=positive_int, metavar="W",
-                         help="fair-share weight, 1..10000 (default 1)")
-    setting.add_argument("--max-queued", type=count, metavar="N",
+    setting.add_argument("--weight", type=integer(1, limits.MAX_TENANT_WEIGHT), metavar="W",
+                         help=f"fair-share weight, 1..{limits.MAX_TENANT_WEIGHT} (default 1)")
+    setting.add_argument("--max-queued", type=_TASK_LIMIT, metavar="N",
                          help="tasks it may have queued (pending, runnable, backing off) at "
                               "once; 0 = no limit of its own")
-    setting.add_argument("--max-running", type=count, metavar="N",
+    setting.add_argument("--max-running", type=_TASK_LIMIT, metavar="N",
                          help="tasks it may have placed (assigned or running) at once; 0 = no "
                               "limit of its own")
     setting.set_defaults(handler=_run_tenant_set)

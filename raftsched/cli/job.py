@@ -17,7 +17,7 @@ from raftsched.cli.common import (
     unknown_outcome,
 )
 from raftsched.errors import RaftschedError
-from raftsched.options import positive_int
+from raftsched.options import INT32_MAX, integer
 
 # --- job ------------------------------------------------------------------------------------------
 
@@ -76,7 +76,7 @@ def register_job(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     listing.add_argument("--tenant", default="", help="only this tenant's jobs")
     listing.add_argument("--state", default="", type=str.upper, choices=JOB_STATES,
                          help="only jobs in this state")
-    listing.add_argument("--limit", type=positive_int, default=0, metavar="N",
+    listing.add_argument("--limit", type=integer(1, INT32_MAX), default=0, metavar="N",
                          help="at most N jobs (default: the server's page size)")
     listing.add_argument("--page-token", default="", metavar="TOKEN",
                          help="the next page, from a previous listing")
