@@ -18,6 +18,7 @@ from raftsched.cli.common import (
     Subparsers,
     command_parser,
     connect,
+    free_text,
     parse_addresses,
     print_json,
     unknown_outcome,
@@ -74,9 +75,10 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
 
     remove = command_parser(
         sub, "remove-replica", parents, "remove a replica from the Raft cluster",
-        "Remove a replica from the Raft membership. The leader cannot remove itself: it hands "
-        "leadership over first. Refused when the live members left would not be a majority "
-        "of the new membership (remove the dead replica, not a live one).",
+        "Remove a replica from the Raft membership. The leader cannot remove itself: stop that "
+        "replica first (another one is elected), then remove it as a dead member. Refused when "
+        "the live members left would not be a majority of the new membership (remove the dead "
+        "replica, not a live one).",
         'output:\n  "removed RAFT_ADDR; members: ..."\n  --json: {"raft_address", "members": '
         '[...]}')
     remove.add_argument("raft_address", metavar="RAFT_ADDR")
@@ -106,7 +108,8 @@ def _register_drain(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         "replicated state: it survives leader changes and the agent's restarts.",
         'output:\n  "draining CLUSTER_ID"\n  --json: {"cluster_id", "draining": true, "changed"}')
     drain.add_argument("cluster_id", metavar="CLUSTER_ID")
-    drain.add_argument("--reason", default="", help="why (shown by status and task explain)")
+    drain.add_argument("--reason", default="", type=free_text,
+                       help="why (printable text; shown by status and task explain)")
     drain.set_defaults(handler=_run_drain, drain=True)
     undrain = command_parser(
         sub, "undrain", parents, "resume new placements on a drained compute cluster",
@@ -227,7 +230,8 @@ def _register_tokens(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     create.add_argument("--tenant", required=True,
                         help="the tenant it acts for; '*' for every tenant")
     create.add_argument("--role", required=True, choices=("user", "operator", "admin"))
-    create.add_argument("--note", default="", help="who or what holds it (shown by token list)")
+    create.add_argument("--note", default="", type=free_text,
+                        help="who or what holds it (shown by token list)")
     create.set_defaults(handler=_run_token_create)
     listing = command_parser(
         commands, "list", parents, "every token (never their secrets)",

@@ -12,6 +12,7 @@ from raftsched.cli.common import (
     Subparsers,
     command_parser,
     connect,
+    free_text,
     now_ms,
     print_json,
     unknown_outcome,
@@ -89,7 +90,8 @@ def register_job(commands: Subparsers, common: argparse.ArgumentParser) -> None:
         'output:\n  "cancelled job JOB: N task(s) cancelled", or that nothing changed\n'
         '  --json: {"job_id", "cancelled": N, "changed": true|false}')
     cancel.add_argument("job_id", metavar="JOB")
-    cancel.add_argument("--reason", default="", help="recorded with the cancellation")
+    cancel.add_argument("--reason", default="", type=free_text,
+                        help="recorded with the cancellation (printable text)")
     cancel.set_defaults(handler=_run_job_cancel)
 
 

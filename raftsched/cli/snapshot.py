@@ -24,6 +24,7 @@ from raftsched.cli.common import (
 from raftsched.errors import Code, RaftschedError
 from raftsched.state import snapshot
 from raftsched.state.model import TERMINAL_JOB_STATES
+from raftsched.state.text import visible
 
 PROGRESS_EVERY_BYTES = 16 * 1024 * 1024
 """`save` says how far it got on stderr this often (and at the end)."""
@@ -164,7 +165,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
         "state time", render.format_time_ms(document["now_ms"]))
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
-        print(f"{label:<{width}}  {value}")
+        print(f"{label:<{width}}  {visible(value)}")
     return EXIT_OK
 
 

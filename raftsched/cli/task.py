@@ -19,6 +19,7 @@ from raftsched.cli.common import (
 )
 from raftsched.options import UINT32_MAX, UINT64_MAX, integer
 from raftsched.protocol import LOG_STREAMS
+from raftsched.state.text import visible
 
 # --- task -----------------------------------------------------------------------------------------
 
@@ -114,9 +115,10 @@ def _run_task_logs(args: argparse.Namespace) -> int:
                 if head is None:
                     head = message
                     if not args.json:
-                        print(f"== {args.job_id}/{args.task_id} attempt {head.attempt} (fence "
-                              f"{head.fence}) on {head.cluster_id}, {head.attempt_state}: "
-                              f"{args.stream} ==", file=sys.stderr, flush=True)
+                        print(visible(f"== {args.job_id}/{args.task_id} attempt "
+                                      f"{head.attempt} (fence {head.fence}) on "
+                                      f"{head.cluster_id}, {head.attempt_state}: "
+                                      f"{args.stream} =="), file=sys.stderr, flush=True)
                     continue
                 if not received:
                     first_offset = message.offset

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from raftsched.cli import main as cli
+from raftsched.cli.common import free_text
 from raftsched.options import BoundedOption, positive_seconds
 
 NUMERIC_TYPES = (int, float)
@@ -115,7 +116,7 @@ def _argv(path: tuple[str, ...], action: argparse.Action, value: str) -> list[st
                    if not a.option_strings and a.required and a.nargs is None
                    and not isinstance(a, argparse._SubParsersAction)]
     required = [arg for a in parser._actions if a.option_strings and a.required
-                for arg in (a.option_strings[0], "x")]
+                for arg in (a.option_strings[0], str(next(iter(a.choices or ["x"]))))]
     return [*path, *positionals, *required, action.option_strings[0], value]
 
 
@@ -167,3 +168,24 @@ def test_the_issues_examples_are_usage_errors_without_a_traceback(argv: tuple[st
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     assert f"error: argument {argv[-2]}:" in result.stderr, result.stderr
+
+
+FREE_TEXT = [(path, action) for path, _parser, action in ALL if action.type is free_text]
+
+
+def test_the_free_text_options_are_those_the_replicas_store() -> None:
+    assert {_name(path, action) for path, action in FREE_TEXT} == {
+        "job cancel --reason", "admin drain --reason", "admin token create --note",
+        "admin cert revoke --subject", "admin cert revoke --reason"}
+
+
+@pytest.mark.parametrize(("path", "action"), FREE_TEXT, ids=[_name(*n) for n in FREE_TEXT])
+def test_unprintable_free_text_is_a_usage_error_before_anything_is_sent(
+        path: tuple[str, ...], action: argparse.Action,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 21, finding 12: the replicas refuse it too (and the state machine at apply)."""
+    argv = _argv(path, action, "\x1b[2J\nfake line")
+    assert cli.main([*argv, "--servers", "127.0.0.1:1", "--insecure-dev"]) == 2
+    err = capsys.readouterr().err
+    assert f"argument {action.option_strings[0]}: must be printable text" in err, err
+    assert "\x1b" not in err
