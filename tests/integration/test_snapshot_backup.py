@@ -187,6 +187,7 @@ def test_a_lost_majority_is_recovered_from_a_survivors_data_dir(
     assert exported.returncode == 0, exported.stdout + exported.stderr
     document = json.loads(exported.stdout)
     assert document["index"] > 0 and document["replayed"] >= 1  # journal entries after the dump
+    assert stat.S_IMODE(rescued.stat().st_mode) == 0o600  # env values inside: owner only
     summary = json.loads(run("admin", "snapshot", "inspect", str(rescued)).stdout)
     assert (summary["index"], summary["jobs"]) == (document["index"], 12)
 
