@@ -37,17 +37,20 @@ from agent.model import Resources
 from agent.session import GrpcSession
 from agent.slurm import SlurmExecutor, partition_capacity
 from agent.store import StoreError
-from raftsched import config, eventlog, tls
+from raftsched import config, eventlog, options, tls
 from raftsched.clock import configure_skew_from_env
 from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.limits import (
     MAX_CAPABILITIES_PER_CLUSTER,
+    MAX_CPU_MILLI,
     MAX_CUSTOM_RESOURCE_COUNT,
     MAX_CUSTOM_RESOURCES_PER_CLUSTER,
+    MAX_GPU,
     MAX_ID_CHARS,
+    MAX_MEMORY_MB,
 )
-from raftsched.options import metrics_address, metrics_endpoint
+from raftsched.options import integer, metrics_address, metrics_endpoint, port
 from raftsched.protocol import id_problem, show
 
 SERVERS_ENV = "RAFTSCHED_SERVERS"
@@ -104,12 +107,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(resources.custom) is placed here only while enough are free; "
                              "the scheduler counts what tasks hold, the agent cannot observe "
                              "them (default: none)")
-    parser.add_argument("--cpu", type=float, default=float(os.cpu_count() or 1), metavar="CORES",
+    parser.add_argument("--cpu", type=options.number(0, MAX_CPU_MILLI / 1000),
+                        default=float(os.cpu_count() or 1), metavar="CORES",
                         help="CPU cores the agent may hand out, fractions allowed "
                              "(default: this machine's cores)")
-    parser.add_argument("--memory-mb", type=int, default=_total_memory_mb(), metavar="MB",
+    parser.add_argument("--memory-mb", type=integer(0, MAX_MEMORY_MB),
+                        default=_total_memory_mb(), metavar="MB",
                         help="memory the agent may hand out, in MiB (default: this machine's)")
-    parser.add_argument("--gpu", type=int, default=0, metavar="N",
+    parser.add_argument("--gpu", type=integer(0, MAX_GPU), default=0, metavar="N",
                         help="GPUs the agent may hand out (default: 0)")
     parser.add_argument("--data-dir", default=os.environ.get(DATA_DIR_ENV, ""), metavar="DIR",
                         help="directory for the agent's durable state and attempt dirs (task "
@@ -162,13 +167,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and clears its environment escapes); auto: cgroup where it can, "
                              "else session (default). The agent logs task_containment at start "
                              "and exports raftsched_agent_task_containment{mode}")
-    parser.add_argument("--metrics-port", type=int, default=0, metavar="PORT",
+    parser.add_argument("--metrics-port", type=port, default=0, metavar="PORT",
                         help="serve Prometheus metrics on 127.0.0.1:PORT (default: 0, off)")
     parser.add_argument("--metrics-address", default=None,
                         metavar="HOST:PORT",
                         help="serve Prometheus metrics on HOST:PORT instead, e.g. 0.0.0.0:9101 "
                              "so that a Prometheus on another host can scrape (port 0: off)")
-    parser.add_argument("--heartbeat-wait-ms", type=int, default=HEARTBEAT_WAIT_MS,
+    parser.add_argument("--heartbeat-wait-ms", type=integer(0, MAX_HEARTBEAT_WAIT_MS),
+                        default=HEARTBEAT_WAIT_MS,
                         metavar="MS", help="long-poll wait of each heartbeat; the leader caps "
                                            f"it (default: {HEARTBEAT_WAIT_MS})")
     parser.add_argument("--log-level", default="info", type=str.lower, choices=eventlog.LEVELS,

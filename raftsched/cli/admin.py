@@ -8,6 +8,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from raftsched import limits
 from raftsched.cli import render
 from raftsched.cli.certs import register_certs
 from raftsched.cli.common import (
@@ -17,13 +18,14 @@ from raftsched.cli.common import (
     Subparsers,
     command_parser,
     connect,
+    free_text,
     parse_addresses,
     print_json,
     unknown_outcome,
 )
 from raftsched.cli.snapshot import register_snapshot
 from raftsched.errors import Code, RaftschedError
-from raftsched.options import count, positive_int
+from raftsched.options import integer
 
 # --- admin ----------------------------------------------------------------------------------------
 
@@ -74,9 +76,10 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
 
     remove = command_parser(
         sub, "remove-replica", parents, "remove a replica from the Raft cluster",
-        "Remove a replica from the Raft membership. The leader cannot remove itself: it hands "
-        "leadership over first. Refused when the live members left would not be a majority "
-        "of the new membership (remove the dead replica, not a live one).",
+        "Remove a replica from the Raft membership. The leader cannot remove itself: stop that "
+        "replica first (another one is elected), then remove it as a dead member. Refused when "
+        "the live members left would not be a majority of the new membership (remove the dead "
+        "replica, not a live one).",
         'output:\n  "removed RAFT_ADDR; members: ..."\n  --json: {"raft_address", "members": '
         '[...]}')
     remove.add_argument("raft_address", metavar="RAFT_ADDR")
@@ -106,7 +109,8 @@ def _register_drain(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         "replicated state: it survives leader changes and the agent's restarts.",
         'output:\n  "draining CLUSTER_ID"\n  --json: {"cluster_id", "draining": true, "changed"}')
     drain.add_argument("cluster_id", metavar="CLUSTER_ID")
-    drain.add_argument("--reason", default="", help="why (shown by status and task explain)")
+    drain.add_argument("--reason", default="", type=free_text,
+                       help="why (printable text; shown by status and task explain)")
     drain.set_defaults(handler=_run_drain, drain=True)
     undrain = command_parser(
         sub, "undrain", parents, "resume new placements on a drained compute cluster",
@@ -129,6 +133,9 @@ def _run_drain(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+_TASK_LIMIT = integer(0, limits.MAX_TASKS_IN_STATE, "0: no limit of its own")
+
+
 def _register_tenants(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     tenant = sub.add_parser(
         "tenant", help="tenants' fair-share weights and queue limits",
@@ -148,12 +155,12 @@ def _register_tenants(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         '"max_running", "configured", "queued",\n           "running", "reserved", '
         '"dominant_share", "changed"}')
     setting.add_argument("tenant", metavar="TENANT", help="a tenant name, or '*' for defaults")
-    setting.add_argument("--weight", type=positive_int, metavar="W",
-                         help="fair-share weight, 1..10000 (default 1)")
-    setting.add_argument("--max-queued", type=count, metavar="N",
+    setting.add_argument("--weight", type=integer(1, limits.MAX_TENANT_WEIGHT), metavar="W",
+                         help=f"fair-share weight, 1..{limits.MAX_TENANT_WEIGHT} (default 1)")
+    setting.add_argument("--max-queued", type=_TASK_LIMIT, metavar="N",
                          help="tasks it may have queued (pending, runnable, backing off) at "
                               "once; 0 = no limit of its own")
-    setting.add_argument("--max-running", type=count, metavar="N",
+    setting.add_argument("--max-running", type=_TASK_LIMIT, metavar="N",
                          help="tasks it may have placed (assigned or running) at once; 0 = no "
                               "limit of its own")
     setting.set_defaults(handler=_run_tenant_set)
@@ -227,7 +234,8 @@ def _register_tokens(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
                         help="the tenant it acts for; '*' for every tenant (operator and admin "
                              "tokens: '*' only)")
     create.add_argument("--role", required=True, choices=("user", "operator", "admin"))
-    create.add_argument("--note", default="", help="who or what holds it (shown by token list)")
+    create.add_argument("--note", default="", type=free_text,
+                        help="who or what holds it (shown by token list)")
     create.set_defaults(handler=_run_token_create)
     listing = command_parser(
         commands, "list", parents, "every token (never their secrets)",

@@ -6,9 +6,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from raftsched import limits
 from raftsched.cli import render
-from raftsched.cli.common import EXIT_OK, command_parser, connect, print_json
+from raftsched.cli.common import EXIT_OK, command_parser, connect, free_text, print_json
 from raftsched.errors import Code, RaftschedError
+from raftsched.state.text import visible
 
 
 def register_certs(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -32,9 +34,9 @@ def register_certs(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
                         help="the certificate (PEM) to revoke")
     revoke.add_argument("--fingerprint", metavar="SHA256",
                         help="revoke by fingerprint instead (when the file is gone)")
-    revoke.add_argument("--subject", default=None, metavar="NAME",
+    revoke.add_argument("--subject", default=None, type=free_text, metavar="NAME",
                         help="with --fingerprint: its common name, for listings")
-    revoke.add_argument("--reason", default="", help="why (shown by cert list)")
+    revoke.add_argument("--reason", default="", type=free_text, help="why (shown by cert list)")
     revoke.set_defaults(handler=_run_revoke)
     listing = command_parser(
         commands, "list", parents, "every revoked certificate",
@@ -55,7 +57,9 @@ def _target(args: argparse.Namespace) -> tuple[str, str]:
         from raftsched.tls import certificate_identity  # not at start-up: it imports grpc
 
         found = certificate_identity(Path(args.cert))
-        return found.fingerprint, found.subject
+        # The common name is the certificate's, not ours to refuse: kept in its visible form
+        # (the replicas store printable text only), cut to what they keep.
+        return found.fingerprint, visible(found.subject)[:limits.MAX_CERT_SUBJECT_CHARS]
     from raftsched.state.commands import CertRevoke
     from raftsched.state.fsm import CERT_FINGERPRINT_CHARS, cert_revoke_problem
 

@@ -17,6 +17,7 @@ from raftsched import limits
 from raftsched.errors import Code, CouldNotConnect, RaftschedError
 from raftsched.options import positive_seconds
 from raftsched.spec.job import SpecIssue
+from raftsched.state.text import unprintable, visible
 
 if TYPE_CHECKING:  # raftsched.tls imports grpc: only the commands that connect load it
     from raftsched.tls import TlsFiles
@@ -168,6 +169,16 @@ class Interrupted(Exception):
     """Ctrl-C, with what it leaves behind (e.g. a job that goes on)."""
 
 
+def free_text(text: str) -> str:
+    """The value type of a free-text option the replicas store (--reason, --note, --subject):
+    their rule (`raftsched.state.text`, printable text), so that a value they would refuse is
+    a usage error (exit 2) before anything is sent."""
+    problem = unprintable(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
+
+
 def print_json(document: Any) -> None:
     print(json.dumps(document))
 
@@ -202,7 +213,7 @@ def report_error(args: argparse.Namespace, error: RaftschedError) -> int:
                   file=sys.stderr)
             print("\n".join(log_tail), file=sys.stderr)
             print("---", file=sys.stderr)
-        print(f"error: {error.code.value}: {message}" + (f"; {hint}" if hint else ""),
+        print(visible(f"error: {error.code.value}: {message}" + (f"; {hint}" if hint else "")),
               file=sys.stderr)
     return EXIT_FOR_CODE.get(error.code, EXIT_INVALID)
 

@@ -8,9 +8,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from raftsched import limits
 from raftsched.cli import render
 from raftsched.cli.common import EXIT_OK, TLS_ENV, Subparsers, command_parser, print_json
-from raftsched.options import positive_seconds
+from raftsched.options import integer, positive_seconds
 
 if TYPE_CHECKING:
     from raftsched.dev.cluster import ClusterState
@@ -81,9 +82,10 @@ def _register_dev_up(sub: Subparsers, parents: list[argparse.ArgumentParser]) ->
         "address, role)\n  and agents; exit 0 when ready, 2 if a process exits while starting, "
         "a cluster\n  already runs in DIR or --slurm cannot run here (not root, Slurm not "
         f"installed),\n  3 on timeout\n{_DEV_JSON}")
-    up.add_argument("--replicas", type=int, choices=dc.REPLICA_COUNTS,
+    up.add_argument("--replicas", type=integer(min(dc.REPLICA_COUNTS), max(dc.REPLICA_COUNTS)),
+                    choices=dc.REPLICA_COUNTS,
                     default=dc.DEFAULT_REPLICAS)
-    up.add_argument("--agents", type=int, choices=range(dc.MAX_AGENTS + 1),
+    up.add_argument("--agents", type=integer(0, dc.MAX_AGENTS), choices=range(dc.MAX_AGENTS + 1),
                     default=dc.DEFAULT_AGENTS, metavar=f"0..{dc.MAX_AGENTS}",
                     help=f"agents to start (default {dc.DEFAULT_AGENTS})")
     up.add_argument("--executor", choices=dc.EXECUTORS, default=dc.DEFAULT_EXECUTOR,
@@ -135,11 +137,12 @@ def _register_dev_add_agent(sub: Subparsers, parents: list[argparse.ArgumentPars
                      "(letters, digits, '_', '.', '-'; not taken by a recorded agent)")
     add.add_argument("--capabilities", default="", metavar="CAP,...",
                      help="capabilities it offers, comma-separated (default: none)")
-    add.add_argument("--cpu", type=int, default=None, metavar="CORES",
+    add.add_argument("--cpu", type=integer(0, dc.MAX_CPU_CORES), default=None, metavar="CORES",
                      help="CPU cores it hands out (default: this machine's)")
-    add.add_argument("--memory-mb", type=int, default=None, metavar="MB",
+    add.add_argument("--memory-mb", type=integer(0, limits.MAX_MEMORY_MB), default=None,
+                     metavar="MB",
                      help="memory it hands out, in MiB (default: this machine's)")
-    add.add_argument("--gpu", type=int, default=None, metavar="N",
+    add.add_argument("--gpu", type=integer(0, limits.MAX_GPU), default=None, metavar="N",
                      help="GPUs it hands out (default: 0)")
     add.add_argument("--resources", default="", metavar="NAME=COUNT,...",
                      help="named custom resources it offers, e.g. fpga=2,license=10 (default: "

@@ -12,12 +12,13 @@ from raftsched.cli.common import (
     Subparsers,
     command_parser,
     connect,
+    free_text,
     now_ms,
     print_json,
     unknown_outcome,
 )
 from raftsched.errors import RaftschedError
-from raftsched.options import positive_int
+from raftsched.options import INT32_MAX, integer
 
 # --- job ------------------------------------------------------------------------------------------
 
@@ -76,7 +77,7 @@ def register_job(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     listing.add_argument("--tenant", default="", help="only this tenant's jobs")
     listing.add_argument("--state", default="", type=str.upper, choices=JOB_STATES,
                          help="only jobs in this state")
-    listing.add_argument("--limit", type=positive_int, default=0, metavar="N",
+    listing.add_argument("--limit", type=integer(1, INT32_MAX), default=0, metavar="N",
                          help="at most N jobs (default: the server's page size)")
     listing.add_argument("--page-token", default="", metavar="TOKEN",
                          help="the next page, from a previous listing")
@@ -89,7 +90,8 @@ def register_job(commands: Subparsers, common: argparse.ArgumentParser) -> None:
         'output:\n  "cancelled job JOB: N task(s) cancelled", or that nothing changed\n'
         '  --json: {"job_id", "cancelled": N, "changed": true|false}')
     cancel.add_argument("job_id", metavar="JOB")
-    cancel.add_argument("--reason", default="", help="recorded with the cancellation")
+    cancel.add_argument("--reason", default="", type=free_text,
+                        help="recorded with the cancellation (printable text)")
     cancel.set_defaults(handler=_run_job_cancel)
 
 

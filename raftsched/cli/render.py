@@ -6,6 +6,10 @@ Two layers, both pure (no I/O, no clock: times are passed in):
   Their keys are the CLI's JSON contract (README "CLI"); adding a key is fine, renaming is not.
 - `*_text` functions and `table` turn those same dicts into human output, so the two outputs
   cannot disagree. Columns are aligned; numbers are right-aligned; a missing value prints "-".
+  Every value from the cluster passes through `visible` (raftsched.state.text) on its way to
+  the terminal: a reason, a note, a certificate's subject with a control character (an
+  agent's report, a certificate, older state) shows it escaped (`\x1b`, `\n`) and can
+  neither move the cursor nor fake a line. `--json` prints the exact text (JSON escapes it).
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, tzinfo
 from typing import Any
+
+from raftsched.state.text import visible
 
 TERMINAL_TASK_STATES = frozenset({"SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"})
 TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
@@ -226,7 +232,7 @@ def _cell(value: object) -> str:
         return MISSING
     if isinstance(value, bool):
         return "yes" if value else "no"
-    return str(value)
+    return visible(str(value))
 
 
 def format_time_ms(ms: int, tz: tzinfo | None = None, *, now_ms: int | None = None) -> str:
@@ -322,7 +328,7 @@ def job_text(job: Doc, tz: tzinfo | None = None, *, now_ms: int | None = None) -
     if job.get("reason"):
         rows.append(("reason", job["reason"]))
     width = max(len(label) for label, _ in rows)
-    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
+    return "\n".join(f"{label:<{width}}  {visible(value)}" for label, value in rows)
 
 
 def jobs_table(jobs: Sequence[Doc], tz: tzinfo | None = None, *,
@@ -362,17 +368,19 @@ def history_text(history: Doc, tz: tzinfo | None = None, *, now_ms: int | None =
     """`task history`: the task line, the attempts table, then the report notes."""
     failures = (f"{history['app_failures']} application / {history['infra_failures']} "
                 f"infrastructure failure(s)")
-    lines = [f"task {history['job_id']}/{history['task_id']}  {history['state']}  ({failures})"]
+    lines = [visible(f"task {history['job_id']}/{history['task_id']}  {history['state']}  "
+                     f"({failures})")]
     if history.get("reason"):
-        lines.append(f"reason: {history['reason']}")
+        lines.append(f"reason: {visible(history['reason'])}")
     lines.append("")
     lines.append(_attempts_table(history["attempts"], tz, now_ms))
     notes = history["notes"]
     if notes or history.get("notes_dropped"):
         lines += ["", "reports that changed nothing:"]
-        lines += [f"  {note['kind']} {note['report']} report for fence {note['fence']} at "
-                  f"{format_time_ms(note['at_ms'], tz, now_ms=now_ms)}"
-                  + (f": {note['detail']}" if note.get("detail") else "") for note in notes]
+        lines += [visible(f"  {note['kind']} {note['report']} report for fence {note['fence']} "
+                          f"at {format_time_ms(note['at_ms'], tz, now_ms=now_ms)}"
+                          + (f": {note['detail']}" if note.get("detail") else ""))
+                  for note in notes]
         if history.get("notes_dropped"):
             lines.append(f"  ... and {history['notes_dropped']} more not kept")
     return "\n".join(lines)
@@ -401,7 +409,7 @@ def explain_text(explanation: Doc) -> str:
     """`task explain`: the state and summary, then each cluster's verdict."""
     summary = explanation["summary"]
     state = explanation["state"]
-    lines = [f"{state}: {summary}" if summary and summary != state else state]
+    lines = [visible(f"{state}: {summary}" if summary and summary != state else state)]
     if explanation["clusters"]:
         rows = [[verdict["cluster"], verdict["eligible"], verdict["reason"]]
                 for verdict in explanation["clusters"]]
@@ -415,8 +423,9 @@ def explain_text(explanation: Doc) -> str:
 def cluster_status_text(status: Doc) -> str:
     """`admin status`: leadership, the replicas, the compute clusters."""
     leader = status["leader"] or "unknown (no leader known to this replica)"
-    lines = [f"leader {leader}  term {status['term']}  commit index {status['commit_index']}"
-             f"  applied {status['applied_index']}  (answered by {status['responder'] or '?'})"]
+    lines = [visible(f"leader {leader}  term {status['term']}  commit index "
+                     f"{status['commit_index']}  applied {status['applied_index']}  (answered "
+                     f"by {status['responder'] or '?'})")]
     if status.get("state_digest"):
         lines.append(f"state digest {status['state_digest']} at index {status['state_index']}")
     lines.append("")
@@ -459,7 +468,7 @@ def _cluster_note(cluster: Doc, now_ms: int) -> str:
         parts.append("custom resources " + ", ".join(
             f"{name} {held.get(name, 0)}/{total} in use"
             for name, total in cluster["custom"].items()))
-    return f"cluster {cluster['cluster']}: {'; '.join(parts)}" if parts else ""
+    return visible(f"cluster {cluster['cluster']}: {'; '.join(parts)}") if parts else ""
 
 
 def compute_clusters_table(clusters: Sequence[Doc], now_ms: int = 0) -> str:

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from raftsched import files
 from raftsched.cli import render
 from raftsched.cli.common import (
     CONNECTION,
@@ -24,6 +24,7 @@ from raftsched.cli.common import (
 from raftsched.errors import Code, RaftschedError
 from raftsched.state import snapshot
 from raftsched.state.model import TERMINAL_JOB_STATES
+from raftsched.state.text import visible
 
 PROGRESS_EVERY_BYTES = 16 * 1024 * 1024
 """`save` says how far it got on stderr this often (and at the end)."""
@@ -42,11 +43,15 @@ def register_snapshot(sub: Any, common: argparse.ArgumentParser) -> None:
         "Ask the leader for a snapshot of the whole replicated state taken now (its forked "
         "child writes one, as for log compaction: the leader keeps serving) and write it to "
         "FILE, checked against the sha256 the leader sends. Admin role. The file is written "
-        "to FILE.partial and renamed once complete, so FILE is never half a snapshot.",
+        "to FILE.partial, made new and readable by you only (mode 0600: a snapshot holds "
+        "every job's env values), and renamed once complete, so FILE is never half a "
+        "snapshot. An existing FILE.partial (another save's, or a planted link) is refused, "
+        "never written through or removed.",
         "output:\n  progress on stderr; then \"saved snapshot at index I (term T): N bytes "
         "to FILE\"\n"
         '  --json: {"file", "index", "term", "bytes", "sha256"}\n'
-        "  exit 2 if FILE exists (without --force) or its directory is not writable")
+        "  exit 2 if FILE exists (without --force), FILE.partial exists, or its directory is "
+        "not writable")
     save.add_argument("file", metavar="FILE")
     save.add_argument("--force", action="store_true", help="replace FILE if it exists")
     save.set_defaults(handler=_run_save)
@@ -87,12 +92,7 @@ def register_snapshot(sub: Any, common: argparse.ArgumentParser) -> None:
 def _run_save(args: argparse.Namespace) -> int:
     target = Path(args.file)
     _refuse_to_overwrite(target, args.force)
-    partial = target.with_name(target.name + ".partial")
-    try:
-        out = partial.open("wb")
-    except OSError as error:
-        raise CommandError(Code.FAILED_PRECONDITION,
-                           f"cannot write {partial}: {error.strerror}") from None
+    partial = f"{target}{files.PARTIAL_SUFFIX}"
     shown = [0]
 
     def progress(received: int, size: int) -> None:
@@ -101,24 +101,19 @@ def _run_save(args: argparse.Namespace) -> int:
             print(f"received {received / 1e6:.1f} of {size / 1e6:.1f} MB", file=sys.stderr,
                   flush=True)
 
-    done = False
     try:
-        with out, connect(args) as client:
+        with connect(args) as client, files.written_whole(str(target)) as out:
             print("asking the leader for a snapshot (it writes one now)", file=sys.stderr,
                   flush=True)
             saved = client.save_snapshot(out, progress)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(partial, target)
-        done = True
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted: {target} was not written") from None
+    except files.InTheWay as error:
+        raise CommandError(Code.FAILED_PRECONDITION, str(error),
+                           details={"partial": error.partial}) from None
     except OSError as error:
         raise CommandError(Code.FAILED_PRECONDITION,
                            f"cannot write {partial}: {error.strerror}") from None
-    finally:
-        if not done:
-            partial.unlink(missing_ok=True)
     document = {"file": str(target), "index": saved.index, "term": saved.term,
                 "bytes": saved.size, "sha256": saved.sha256}
     if args.json:
@@ -170,7 +165,7 @@ def _run_inspect(args: argparse.Namespace) -> int:
         "state time", render.format_time_ms(document["now_ms"]))
     width = max(len(label) for label, _ in rows)
     for label, value in rows:
-        print(f"{label:<{width}}  {value}")
+        print(f"{label:<{width}}  {visible(value)}")
     return EXIT_OK
 
 

@@ -17,8 +17,9 @@ from raftsched.cli.common import (
     now_ms,
     print_json,
 )
-from raftsched.options import positive_int
+from raftsched.options import UINT32_MAX, UINT64_MAX, integer
 from raftsched.protocol import LOG_STREAMS
+from raftsched.state.text import visible
 
 # --- task -----------------------------------------------------------------------------------------
 
@@ -69,13 +70,13 @@ def register_task(commands: Subparsers, common: argparse.ArgumentParser) -> None
         'replaced)}')
     logs.add_argument("job_id", metavar="JOB")
     logs.add_argument("task_id", metavar="TASK")
-    logs.add_argument("--attempt", type=positive_int, default=0, metavar="N",
+    logs.add_argument("--attempt", type=integer(1, UINT32_MAX), default=0, metavar="N",
                       help="attempt number, 1 for the first (default: the latest)")
     logs.add_argument("--stream", choices=LOG_STREAMS, default=LOG_STREAMS[0],
                       help="which output (default stdout)")
     logs.add_argument("--follow", "-f", action="store_true",
                       help="keep printing while the attempt runs")
-    logs.add_argument("--tail", type=positive_int, default=0, metavar="BYTES",
+    logs.add_argument("--tail", type=integer(1, UINT64_MAX), default=0, metavar="BYTES",
                       help="start this many bytes before the end (default: from the start)")
     logs.set_defaults(handler=_run_task_logs, reads_only=True)
 
@@ -114,9 +115,10 @@ def _run_task_logs(args: argparse.Namespace) -> int:
                 if head is None:
                     head = message
                     if not args.json:
-                        print(f"== {args.job_id}/{args.task_id} attempt {head.attempt} (fence "
-                              f"{head.fence}) on {head.cluster_id}, {head.attempt_state}: "
-                              f"{args.stream} ==", file=sys.stderr, flush=True)
+                        print(visible(f"== {args.job_id}/{args.task_id} attempt "
+                                      f"{head.attempt} (fence {head.fence}) on "
+                                      f"{head.cluster_id}, {head.attempt_state}: "
+                                      f"{args.stream} =="), file=sys.stderr, flush=True)
                     continue
                 if not received:
                     first_offset = message.offset

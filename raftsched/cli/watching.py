@@ -28,6 +28,7 @@ from raftsched.cli.common import (
     print_json,
 )
 from raftsched.errors import Code
+from raftsched.state.text import visible
 
 REDRAW_EVERY_S = 1.0
 """The in-place line's elapsed time moves at least this often, even when the job does not."""
@@ -136,7 +137,7 @@ def print_outcome(args: argparse.Namespace, document: dict[str, Any], final: dic
     print()
     print(render.tasks_table(tasks))
     print()
-    print(f"job {final['job_id']} {final['state']}{took}: {done}/{total} tasks done "
-          f"({render.state_counts_text(final['tasks'])})"
-          + (f"; {final['reason']}" if final["reason"] else ""))
+    print(visible(f"job {final['job_id']} {final['state']}{took}: {done}/{total} tasks done "
+                  f"({render.state_counts_text(final['tasks'])})"
+                  + (f"; {final['reason']}" if final["reason"] else "")))
     return code

@@ -24,7 +24,13 @@ from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import ProposalClock, SystemClock, configure_skew_from_env
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
-from raftsched.options import metrics_address, metrics_endpoint, positive_int, positive_seconds
+from raftsched.options import (
+    metrics_address,
+    metrics_endpoint,
+    port,
+    positive_int,
+    positive_seconds,
+)
 from raftsched.replica import identity, metrics
 from raftsched.replica.leader import LOST_AFTER_S, SUSPECT_AFTER_S, Leader, LeaderConfig
 from raftsched.replica.service import (
@@ -84,10 +90,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "role admin for every tenant, unless an admin token exists already. "
                              "Give every replica the same file; remove it once other admin "
                              "tokens exist")
-    parser.add_argument("--suspect-after-s", type=float, default=SUSPECT_AFTER_S,
+    parser.add_argument("--suspect-after-s", type=positive_seconds, default=SUSPECT_AFTER_S,
                         help="a cluster whose agent is silent this long gets no new work "
                              f"(SUSPECT; default {SUSPECT_AFTER_S:g})")
-    parser.add_argument("--lost-after-s", type=float, default=LOST_AFTER_S,
+    parser.add_argument("--lost-after-s", type=positive_seconds, default=LOST_AFTER_S,
                         help="silent this long, its attempts are LOST and `on_lost: replace` "
                              f"tasks run elsewhere (default {LOST_AFTER_S:g})")
     parser.add_argument("--applied-log", metavar="FILE",
@@ -113,7 +119,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "re-opens a watch or log stream where it was (default "
                              f"{limits.MAX_STREAM_AGE_S:g})")
     _add_connection_arguments(parser)
-    parser.add_argument("--metrics-port", type=int, default=0,
+    parser.add_argument("--metrics-port", type=port, default=0,
                         help="serve Prometheus metrics on 127.0.0.1:PORT (0: off)")
     parser.add_argument("--metrics-address", type=metrics_address, default=None,
                         metavar="HOST:PORT",

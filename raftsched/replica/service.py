@@ -53,6 +53,7 @@ from raftsched.state.results import (
     TokenPutResult,
     TokenRevokeResult,
 )
+from raftsched.state.text import text_problem
 
 log = EventLogger("raftsched.service")
 
@@ -346,6 +347,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         return self.ctx.current_read(context, lambda s: views.list_tasks(s, request.job_id))
 
     def CancelJob(self, request: Any, context: grpc.ServicerContext) -> Any:
+        refuse_unprintable(self.ctx, context, reason=request.reason)
         result = self.ctx.propose(context, c.JobCancel(request.job_id, self.ctx.clock.now_ms(),
                                                        request.reason[:limits.MAX_REASON_CHARS]))
         assert isinstance(result, JobCancelled), result
@@ -585,6 +587,7 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
     def CreateToken(self, request: Any, context: grpc.ServicerContext) -> Any:
         """A new token: its secret is made here and answered once; the log and the state get
         its sha256 only."""
+        refuse_unprintable(self.ctx, context, note=request.note)
         made = tokens.new_token()
         command = c.TokenPut(made.token_id, made.digest, request.tenant, request.role,
                              request.note, self.ctx.clock.now_ms())
@@ -614,6 +617,7 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         return pb.RemoveClusterResponse(cluster_id=request.cluster_id)
 
     def DrainCluster(self, request: Any, context: grpc.ServicerContext) -> Any:
+        refuse_unprintable(self.ctx, context, reason=request.reason)
         result = self.ctx.propose(context, c.ClusterDrain(
             request.cluster_id, request.drain, self.ctx.clock.now_ms(),
             request.reason[:limits.MAX_REASON_CHARS]))
@@ -684,6 +688,7 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         yield pb.SnapshotChunk(sha256=digest.hexdigest())
 
     def RevokeCertificate(self, request: Any, context: grpc.ServicerContext) -> Any:
+        refuse_unprintable(self.ctx, context, subject=request.subject, reason=request.reason)
         result = self.ctx.propose(context, c.CertRevoke(
             request.fingerprint.strip().lower(), request.subject, request.reason,
             self.ctx.clock.now_ms()))
@@ -724,3 +729,12 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
                                                 request.raft_address, request.grpc_address))
         log.info("replica_added" if add else "replica_removed", raft=request.raft_address)
         return pb.ReplicaResponse(members=self.ctx.node.members())
+
+
+def refuse_unprintable(ctx: Context, context: grpc.ServicerContext, **fields: str) -> None:
+    """INVALID_ARGUMENT naming the field, before anything is proposed, for free text the state
+    machine would refuse (`text_problem`: not printable); it checks again at apply."""
+    for field, value in fields.items():
+        problem = text_problem(field, value)
+        if problem is not None:
+            ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, problem), [(field, problem)])

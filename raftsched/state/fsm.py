@@ -109,6 +109,7 @@ from raftsched.state.results import (
     TokenPutResult,
     TokenRevokeResult,
 )
+from raftsched.state.text import text_problem
 
 # Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
 _PENDING = TaskState.PENDING
@@ -263,8 +264,8 @@ def token_put_problem(cmd: TokenPut) -> str | None:
     if len(cmd.note) > limits.MAX_TOKEN_NOTE_CHARS:
         return (f"note: must be at most MAX_TOKEN_NOTE_CHARS={limits.MAX_TOKEN_NOTE_CHARS} "
                 f"characters, got {len(cmd.note)}")
-    if not cmd.note.isprintable():
-        return f"note: must be printable text (no control characters), got {show(cmd.note)}"
+    if (problem := text_problem("note", cmd.note)) is not None:
+        return problem
     if cmd.bootstrap and cmd.role != Role.ADMIN:
         return f"bootstrap: the bootstrap token must have role 'admin', got {show(cmd.role)}"
     return None
@@ -372,6 +373,8 @@ def tenant_set_problem(cmd: TenantSet) -> str | None:
 
 
 def apply_cluster_drain(state: State, cmd: ClusterDrain) -> Applied[ClusterDrained] | Rejected:
+    if (problem := text_problem("reason", cmd.reason)) is not None:
+        return Rejected(Code.INVALID_ARGUMENT, problem)
     cluster = state.clusters.get(cmd.cluster_id)
     if cluster is None:
         return Rejected(Code.NOT_FOUND, f"cluster {show(cmd.cluster_id)} not found")
@@ -416,7 +419,7 @@ def cert_revoke_problem(cmd: CertRevoke) -> str | None:
     if len(cmd.reason) > limits.MAX_REASON_CHARS:
         return (f"reason: must be at most MAX_REASON_CHARS={limits.MAX_REASON_CHARS} "
                 f"characters, got {len(cmd.reason)}")
-    return None
+    return text_problem("subject", cmd.subject) or text_problem("reason", cmd.reason)
 
 
 def cert_revoked(state: State, fingerprint: str) -> bool:
@@ -573,6 +576,8 @@ def _expire_oldest_key(state: State) -> None:
 
 
 def apply_job_cancel(state: State, cmd: JobCancel) -> Applied[JobCancelled] | Rejected:
+    if (problem := text_problem("reason", cmd.reason)) is not None:
+        return Rejected(Code.INVALID_ARGUMENT, problem)
     job = state.jobs.get(cmd.job_id)
     if job is None:
         return Rejected(Code.NOT_FOUND, f"job {cmd.job_id} not found")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -186,6 +187,7 @@ def test_a_lost_majority_is_recovered_from_a_survivors_data_dir(
     assert exported.returncode == 0, exported.stdout + exported.stderr
     document = json.loads(exported.stdout)
     assert document["index"] > 0 and document["replayed"] >= 1  # journal entries after the dump
+    assert stat.S_IMODE(rescued.stat().st_mode) == 0o600  # env values inside: owner only
     summary = json.loads(run("admin", "snapshot", "inspect", str(rescued)).stdout)
     assert (summary["index"], summary["jobs"]) == (document["index"], 12)
 
@@ -194,3 +196,36 @@ def test_a_lost_majority_is_recovered_from_a_survivors_data_dir(
     new.admin_token = old.admin_token
     new.start()
     assert jobs_of(new) == before
+
+
+def test_save_writes_a_private_file_and_refuses_a_planted_partial(tmp_path: Path) -> None:
+    """Issue 21, finding 8: the backup (every job's env values) was written 0644, and a
+    FILE.partial symlink planted by another local user was followed: the admin's save
+    overwrote the file it pointed to."""
+    cluster = LocalCluster(tmp_path / "c", replica_count=1)
+    try:
+        cluster.start()
+        old_umask = os.umask(0o022)  # the usual umask: the file must be 0600 all the same
+        try:
+            backup = tmp_path / "backup.snap"
+            cli(cluster, "admin", "snapshot", "save", str(backup))
+            assert stat.S_IMODE(backup.stat().st_mode) == 0o600
+            assert not backup.with_name("backup.snap.partial").exists()
+
+            victim = tmp_path / "victim"
+            victim.write_text("not yours\n")
+            planted = tmp_path / "second.snap.partial"
+            planted.symlink_to(victim)
+            refused = cluster.cli("admin", "snapshot", "save", str(tmp_path / "second.snap"))
+        finally:
+            os.umask(old_umask)
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert "Traceback" not in refused.stderr
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: FAILED_PRECONDITION: "), lines
+        assert f"a symbolic link to {victim}" in lines[0] and "remove it" in lines[0]
+        assert victim.read_text() == "not yours\n"  # nothing written through the link
+        assert planted.is_symlink()  # and the link left where it was
+        assert not (tmp_path / "second.snap").exists()
+    finally:
+        cluster.close()

@@ -921,8 +921,10 @@ class RaftNode:
             if address == self._address:
                 raise RaftschedError(
                     Code.FAILED_PRECONDITION,
-                    f"{address} is the leader and cannot remove itself: call "
-                    "transfer_leadership() here, then remove it on the new leader",
+                    f"{address} is the leader, and the leader cannot remove itself: stop "
+                    f"the replica at {address} (another one is elected leader), then run "
+                    f"`raftsched admin remove-replica {address}` again to remove it as a dead "
+                    "member",
                 )
             members = self.members()
             membership.check_remove(members, self._lagging(members), address)

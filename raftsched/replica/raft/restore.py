@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from raftsched import files
 from raftsched.errors import Code, RaftschedError
 from raftsched.replica.raft.journal import DurableJournal
 from raftsched.replica.raft.membership import check_address
@@ -73,16 +74,12 @@ def seed_data_dir(data_dir: str, source: str, self_address: str, peers: list[str
 
 
 def write_snapshot_file(path: str, state: State, extra: Any) -> None:
-    """`state` and its Raft bookkeeping as a snapshot file at `path`, whole or not at all:
-    written to PATH.partial, fsync'd, renamed into place, the directory fsync'd."""
-    partial = path + ".partial"
-    with open(partial, "wb") as out:
-        snapshot.dump_to(out, state, extra)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(partial, path)
-    directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY | os.O_DIRECTORY)
+    """`state` and its Raft bookkeeping as a snapshot file at `path`, whole or not at all and
+    readable by its owner only (`files.written_whole`: PATH.partial made new with mode 0600,
+    fsync'd, renamed into place, the directory fsync'd). FAILED_PRECONDITION when PATH.partial
+    exists already (nothing is written through it)."""
     try:
-        os.fsync(directory)
-    finally:
-        os.close(directory)
+        with files.written_whole(path) as out:
+            snapshot.dump_to(out, state, extra)
+    except files.InTheWay as error:
+        raise RaftschedError(Code.FAILED_PRECONDITION, str(error)) from None

@@ -169,7 +169,7 @@ _LONG_NOTE = "n" * (limits.MAX_TOKEN_NOTE_CHARS + 1)
     ({"role": "Admin"}, "role: must be one of 'user', 'operator', 'admin', got 'Admin'"),
     ({"role": ""}, "role: must be one of"),
     ({"note": _LONG_NOTE}, "note: longer than 200 characters"),  # decode's bound
-    ({"note": "two\nlines"}, "note: must be printable text (no control characters)"),
+    ({"note": "two\nlines"}, "note: must be printable text (no control or format characters"),
     ({"note": "bell\x07"}, "note: must be printable text"),
     ({"bootstrap": True, "role": "user"}, "bootstrap: the bootstrap token must have role 'admin'"),
 ])
