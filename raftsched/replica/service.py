@@ -732,8 +732,9 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
 
 
 def refuse_unprintable(ctx: Context, context: grpc.ServicerContext, **fields: str) -> None:
-    """INVALID_ARGUMENT naming the field, before anything is proposed, for free text the state
-    machine would refuse (`text_problem`: not printable); it checks again at apply."""
+    """INVALID_ARGUMENT naming the field, before anything is proposed, for free text that is not
+    printable (`text_problem`). The state machine stores such text escaped rather than refuse
+    it (raftsched/state/text.py), so this is where a caller hears of it."""
     for field, value in fields.items():
         problem = text_problem(field, value)
         if problem is not None:

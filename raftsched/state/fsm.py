@@ -109,7 +109,7 @@ from raftsched.state.results import (
     TokenPutResult,
     TokenRevokeResult,
 )
-from raftsched.state.text import text_problem
+from raftsched.state.text import text_problem, visible
 
 # Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
 _PENDING = TaskState.PENDING
@@ -373,14 +373,12 @@ def tenant_set_problem(cmd: TenantSet) -> str | None:
 
 
 def apply_cluster_drain(state: State, cmd: ClusterDrain) -> Applied[ClusterDrained] | Rejected:
-    if (problem := text_problem("reason", cmd.reason)) is not None:
-        return Rejected(Code.INVALID_ARGUMENT, problem)
     cluster = state.clusters.get(cmd.cluster_id)
     if cluster is None:
         return Rejected(Code.NOT_FOUND, f"cluster {show(cmd.cluster_id)} not found")
     changed = cluster.draining != cmd.drain
     cluster.draining = cmd.drain
-    cluster.drain_reason = cmd.reason if cmd.drain else ""
+    cluster.drain_reason = visible(cmd.reason)[:limits.MAX_REASON_CHARS] if cmd.drain else ""
     return Applied(ClusterDrained(cluster.id, cmd.drain, changed))
 
 
@@ -402,8 +400,9 @@ def apply_cert_revoke(state: State, cmd: CertRevoke) -> Applied[CertRevoked] | R
         return Rejected(Code.RESOURCE_EXHAUSTED,
                         f"{len(state.revoked_certs)} certificates revoked, the bound "
                         f"MAX_REVOKED_CERTS={limits.MAX_REVOKED_CERTS}: rotate the CA")
-    state.revoked_certs[cmd.fingerprint] = RevokedCert(cmd.fingerprint, cmd.subject,
-                                                       cmd.reason, state.now_ms)
+    state.revoked_certs[cmd.fingerprint] = RevokedCert(
+        cmd.fingerprint, visible(cmd.subject)[:limits.MAX_CERT_SUBJECT_CHARS],
+        visible(cmd.reason)[:limits.MAX_REASON_CHARS], state.now_ms)
     return Applied(CertRevoked(cmd.fingerprint, created=True))
 
 
@@ -419,7 +418,7 @@ def cert_revoke_problem(cmd: CertRevoke) -> str | None:
     if len(cmd.reason) > limits.MAX_REASON_CHARS:
         return (f"reason: must be at most MAX_REASON_CHARS={limits.MAX_REASON_CHARS} "
                 f"characters, got {len(cmd.reason)}")
-    return text_problem("subject", cmd.subject) or text_problem("reason", cmd.reason)
+    return None
 
 
 def cert_revoked(state: State, fingerprint: str) -> bool:
@@ -576,8 +575,6 @@ def _expire_oldest_key(state: State) -> None:
 
 
 def apply_job_cancel(state: State, cmd: JobCancel) -> Applied[JobCancelled] | Rejected:
-    if (problem := text_problem("reason", cmd.reason)) is not None:
-        return Rejected(Code.INVALID_ARGUMENT, problem)
     job = state.jobs.get(cmd.job_id)
     if job is None:
         return Rejected(Code.NOT_FOUND, f"job {cmd.job_id} not found")
@@ -586,7 +583,7 @@ def apply_job_cancel(state: State, cmd: JobCancel) -> Applied[JobCancelled] | Re
             return Applied(JobCancelled(job.id, cancelled=0, changed=False))
         return Rejected(Code.FAILED_PRECONDITION, f"job {job.id} is already {job.state.name}")
     job.cancel_requested = True
-    job.reason = cmd.reason or "cancelled by request"
+    job.reason = visible(cmd.reason)[:limits.MAX_REASON_CHARS] or "cancelled by request"
     cancelled = _cancel_open_tasks(state, job, f"job cancelled: {job.reason}")
     return Applied(JobCancelled(job.id, cancelled=cancelled, changed=True))
 

@@ -3,9 +3,11 @@ subject and reason — and how any text from the state is shown on a terminal.
 
 One rule for stored text, the job spec's rule for a job's name: printable (`str.isprintable`:
 no C0 or C1 control character, no DEL, no format character such as the bidi override U+202E,
-no line or paragraph separator; a plain space is fine). The replicas check it before they
-propose and the state machine again at apply (a proposer is not trusted); the CLI checks it
-before it sends.
+no line or paragraph separator; a plain space is fine). The CLI checks it before it sends and
+the replicas before they propose. The state machine does not refuse a cancel, drain or
+revocation for its text (a log written before the rule must replay to the same outcome: the job
+still cancelled, the certificate still revoked); it stores the text through `visible`, escaped.
+A token's note was refused at apply before the rule and still is.
 
 Text the state holds can still be unprintable: an agent's report of why an attempt ended, a
 certificate's common name, state written before the rule. `visible` shows it on a terminal

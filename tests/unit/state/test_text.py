@@ -1,5 +1,6 @@
 """The one rule for free text the state stores (printable, `raftsched.state.text`), checked
-again by the state machine at apply (a proposer is not trusted), and `visible`, which shows
+by the replicas before they propose (the state machine stores it escaped, so that a log
+written before the rule replays to the same outcome), and `visible`, which shows
 any text on a terminal with its unprintable characters escaped (issue 21, finding 12)."""
 
 from __future__ import annotations
@@ -63,14 +64,22 @@ def refused(outcome: fsm.Outcome, field: str) -> None:
 
 
 @pytest.mark.parametrize("value", UNPRINTABLE)
-def test_the_state_machine_refuses_unprintable_free_text_at_apply(h: Harness,
-                                                                  value: str) -> None:
-    refused(h.run(c.JobCancel("j1", h.now_ms, value)), "reason")
-    assert not h.job("j1").cancel_requested and h.job("j1").reason == ""
-    refused(h.run(c.ClusterDrain("east", True, h.now_ms, value)), "reason")
-    assert not h.state.clusters["east"].draining
-    refused(h.run(c.CertRevoke("ab" * 32, value, "", h.now_ms)), "subject")
-    refused(h.run(c.CertRevoke("ab" * 32, "", value, h.now_ms)), "reason")
-    assert not h.state.revoked_certs
+def test_the_state_machine_applies_unprintable_free_text_escaped(h: Harness, value: str) -> None:
+    """The replicas refuse such text before proposing; an entry that carries it anyway (a log
+    written before the rule) keeps its outcome, with the text stored escaped."""
+    h.ok(c.JobCancel("j1", h.now_ms, value))
+    assert h.job("j1").cancel_requested and h.job("j1").reason == visible(value)
+    h.ok(c.ClusterDrain("east", True, h.now_ms, value))
+    assert h.state.clusters["east"].draining
+    assert h.state.clusters["east"].drain_reason == visible(value)
+    h.ok(c.CertRevoke("ab" * 32, value, value, h.now_ms))
+    record = h.state.revoked_certs["ab" * 32]
+    assert (record.subject, record.reason) == (visible(value), visible(value))
+    assert all(text.isprintable() for text in (record.subject, record.reason,
+                                               h.job("j1").reason))
+
+
+@pytest.mark.parametrize("value", UNPRINTABLE)
+def test_a_token_note_stays_refused_at_apply(h: Harness, value: str) -> None:
     refused(h.run(c.TokenPut("0" * 16, b"d" * 32, "*", "user", value, h.now_ms)), "note")
     assert not h.state.tokens
