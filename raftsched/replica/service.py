@@ -591,7 +591,7 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         made = tokens.new_token()
         command = c.TokenPut(made.token_id, made.digest, request.tenant, request.role,
                              request.note, self.ctx.clock.now_ms())
-        problem = token_put_problem(command) or token_scope_problem(command)  # apply: again
+        problem = token_put_problem(command) or token_scope_problem(command)
         if problem is not None:
             self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, problem))
         result = self.ctx.propose(context, command)

@@ -220,8 +220,10 @@ _ROLES = {role.value: role for role in Role}
 def apply_token_put(state: State, cmd: TokenPut) -> Applied[TokenPutResult] | Rejected:
     """Create a token. The same id again with the same digest, tenant and role is a retry
     (`created=False`); with any of them different it is ALREADY_EXISTS. A bootstrap token
-    changes nothing once an admin token exists."""
-    problem = token_put_problem(cmd) or token_scope_problem(cmd)
+    changes nothing once an admin token exists. An operator or admin token of one tenant is
+    kept as older versions kept it (a log written then must replay the same); the replicas
+    refuse to propose a new one (`token_scope_problem`) and honour one only as a user."""
+    problem = token_put_problem(cmd)
     if problem is not None:
         return Rejected(Code.INVALID_ARGUMENT, problem)
     role = _ROLES[cmd.role]
@@ -275,7 +277,7 @@ def token_scope_problem(cmd: TokenPut) -> str | None:
     """Why a new token's role does not fit its tenant (INVALID_ARGUMENT), or None: an operator
     or admin token is of every tenant, since the Admin RPCs act on every tenant. Older versions
     made such tokens of one tenant, and a state may hold one (it is well formed, and honoured as
-    a user: `honoured_role`); a new one is refused."""
+    a user: `honoured_role`); the replicas refuse to propose a new one."""
     if cmd.role != Role.USER and cmd.tenant != ALL_TENANTS:
         return (f"role: an {cmd.role} token acts for every tenant, so its tenant must be "
                 f"{ALL_TENANTS!r}, got tenant {show(cmd.tenant)}: give --tenant '{ALL_TENANTS}', "
