@@ -60,8 +60,6 @@ def test_help_explains_every_option() -> None:
     (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--capabilities",
       "linux,gpu\x1b[31m"], "'gpu\\x1b[31m' is not a valid name: it must use only"),
     (["--cluster-id", "east", "--servers", "nohost", "--data-dir", "d"], "is not HOST:PORT"),
-    (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--cpu", "-1"], "--cpu"),
-    (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--gpu", "-2"], "--gpu"),
     (["--cluster-id", "east", "--servers", "h:1"], "no data dir"),
     (["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", "--capabilities", "a b"],
      "not a valid name"),
@@ -84,6 +82,19 @@ def test_bad_arguments_are_one_clear_error(argv: list[str], message: str,
     assert main(argv) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--cpu", "-1"], "argument --cpu: must be in 0..1e+06, got -1"),
+    (["--gpu", "-2"], "argument --gpu: must be in 0..1000000, got -2"),
+])
+def test_out_of_range_numbers_are_usage_errors(argv: list[str], message: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """Bounded number options (raftsched.options) refuse before anything starts: argparse's
+    usage line, then the one error naming the option."""
+    assert main(["--cluster-id", "east", "--servers", "h:1", "--data-dir", "d", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("usage: ") and message in err and "Traceback" not in err
 
 
 TENANTS_ARGV = ["--cluster-id", "east", "--servers", "127.0.0.1:1", "--insecure-dev"]
