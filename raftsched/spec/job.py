@@ -37,6 +37,7 @@ from yaml.reader import ReaderError
 from raftsched import limits
 from raftsched.spec.dag import check_graph
 from raftsched.spec.issue import SpecIssue, show
+from raftsched.spec.packing import list_in_pieces
 
 __all__ = [
     "FailurePolicy",
@@ -285,9 +286,19 @@ class JobSpec:
         return doc
 
     def digest(self) -> bytes:
-        """sha256 of the msgpack encoding of `to_doc()` (its key order is fixed)."""
-        packed: bytes = msgpack.packb(self.to_doc(), use_bin_type=True)
-        return hashlib.sha256(packed).digest()
+        """sha256 of the msgpack encoding of `to_doc()` (its key order is fixed). Every replica
+        computes it at apply, so the tasks are packed and hashed in pieces (`packing`)."""
+        doc = self.to_doc()
+        packer = msgpack.Packer(use_bin_type=True)
+        hasher = hashlib.sha256(packer.pack_map_header(len(doc)))
+        for key, value in doc.items():
+            hasher.update(packer.pack(key))
+            if key == "tasks":
+                for piece in list_in_pieces(packer, value):
+                    hasher.update(piece)
+            else:
+                hasher.update(packer.pack(value))
+        return hasher.digest()
 
 
 class SpecError(Exception):
