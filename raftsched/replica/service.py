@@ -30,16 +30,16 @@ from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.protocol import LOG_STREAMS
-from raftsched.replica import identity, views
+from raftsched.replica import gc_pause, identity, views
 from raftsched.replica.gateway import PROPOSE_TIMEOUT_S, AgentGateway, propose
 from raftsched.replica.leader import Leader
 from raftsched.replica.logs import LOG_CHUNK_BYTES, LogBroker
 from raftsched.spec.issue import show
-from raftsched.spec.job import SpecError, parse_spec_text, with_idempotency_key
-from raftsched.spec.wire import to_wire
+from raftsched.spec.job import JobSpec, SpecError, parse_submitted_text, with_idempotency_key
+from raftsched.spec.wire import decode_wire, drop_items, release_wire, to_wire
 from raftsched.state import commands as c
 from raftsched.state.model import TERMINAL_JOB_STATES, State
-from raftsched.state.policy import policy_of
+from raftsched.state.policy import policy_of, refusal_before_proposal
 from raftsched.state.results import (
     CertRevoked,
     ClusterDrained,
@@ -223,10 +223,11 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
 
     @contextlib.contextmanager
     def _parsing(self, context: grpc.ServicerContext, size: int) -> Iterator[None]:
-        """Parse at most MAX_CONCURRENT_LARGE_SPECS large specs at once: parsing is pure Python
-        holding the interpreter lock, and several at once starve the replica's Raft thread
-        (heartbeats late, elections). Waiting for a turn is bounded; past it RESOURCE_EXHAUSTED
-        says when to retry."""
+        """Parse at most MAX_CONCURRENT_LARGE_SPECS large specs at once, with the cyclic GC
+        paused (`gc_pause`): decoding and validating run beside the replica's Raft thread and
+        yield the interpreter lock often, but several at once, or a full collection over the
+        millions of objects a big spec is made of, starve it (heartbeats late, elections).
+        Waiting for a turn is bounded; past it RESOURCE_EXHAUSTED says when to retry."""
         if size < limits.LARGE_SPEC_BYTES:
             yield
             return
@@ -236,34 +237,78 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
                 f"{limits.MAX_CONCURRENT_LARGE_SPECS} large job specs (over "
                 f"{limits.LARGE_SPEC_BYTES} bytes) are being parsed; retry in a few seconds"))
         try:
-            yield
+            with gc_pause.paused():
+                yield
         finally:
             self._large_specs.release()
 
     def SubmitJob(self, request: Any, context: grpc.ServicerContext) -> Any:
-        try:
-            with self._parsing(context, _utf8_size(request.spec)):
-                spec = parse_spec_text(request.spec, source="spec")
-        except SpecError as error:
-            self._refuse_spec(context, error, "spec")
-        if request.idempotency_key:
-            try:
-                spec = with_idempotency_key(spec, request.idempotency_key)
-            except SpecError as error:
-                self._refuse_spec(context, error, "")
-        try:
-            identity.require_tenant(spec.tenant)
-        except identity.Refused as refused:
-            context.abort(refused.code, refused.message)
+        self.ctx.require_leader(context)  # a follower does not decode what it cannot propose
+        spec, wire = self._admitted(request, context)
         # 64 random bits: unique among millions of jobs of one name (32 bits were not).
         job_id = f"{_SLUG.sub('-', spec.name)[:JOB_ID_SLUG_CHARS].strip('-') or 'job'}-" \
                  f"{self.ctx.rng.getrandbits(64):016x}"
-        result = self.ctx.propose(context, c.JobSubmit(job_id, to_wire(spec),
-                                                       self.ctx.clock.now_ms()))
+        # Both forms of the spec are freed task by task: whole, a big one held the interpreter
+        # lock for as long as building it would (25 ms at 100,000 tasks, more with env).
+        tasks = list(spec.tasks)
+        task_count = len(tasks)
+        del spec
+        try:
+            result = self.ctx.propose(context, c.JobSubmit(job_id, wire,
+                                                           self.ctx.clock.now_ms()))
+        finally:
+            release_wire(wire)
+            drop_items(tasks)
         assert isinstance(result, JobSubmitted), result
-        log.info("job_submitted", job=result.job_id, created=result.created,
-                 tasks=len(spec.tasks))
+        log.info("job_submitted", job=result.job_id, created=result.created, tasks=task_count)
         return pb.SubmitJobResponse(job_id=result.job_id, created=result.created)
+
+    def _admitted(self, request: Any, context: grpc.ServicerContext) -> tuple[JobSpec, list[Any]]:
+        """The validated spec of a SubmitJob and the wire form to propose, or abort: a bad spec
+        or key INVALID_ARGUMENT, another tenant's PERMISSION_DENIED, a submit JOB_SUBMIT would
+        refuse by the applied state RESOURCE_EXHAUSTED. A large spec is admitted in its turn
+        with the cyclic GC paused (`_parsing`)."""
+        if bool(request.spec) == bool(request.spec_wire):
+            both = "both are set" if request.spec else "neither is set"
+            message = (f"exactly one of spec (a YAML or JSON document) and spec_wire (its wire "
+                       f"form) must be set; {both}")
+            self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, message),
+                           [("spec", message), ("spec_wire", message)])
+        size = len(request.spec_wire) if request.spec_wire else _utf8_size(request.spec)
+        with self._parsing(context, size):
+            spec = self._submitted_spec(request, context)
+            if request.idempotency_key:
+                try:
+                    spec = with_idempotency_key(spec, request.idempotency_key)
+                except SpecError as error:
+                    self._refuse_spec(context, error, "")
+            try:
+                identity.require_tenant(spec.tenant)
+            except identity.Refused as refused:
+                context.abort(refused.code, refused.message)
+            self._refuse_before_proposal(context, spec)
+            return spec, to_wire(spec)
+
+    def _submitted_spec(self, request: Any, context: grpc.ServicerContext) -> JobSpec:
+        """The validated spec of its document (`spec`, YAML or JSON, parsed only up to
+        MAX_YAML_SPEC_BYTES / MAX_JSON_SPEC_BYTES) or of its wire form (`spec_wire`, decoded
+        within bounds)."""
+        field = "spec_wire" if request.spec_wire else "spec"
+        try:
+            if request.spec_wire:
+                return decode_wire(request.spec_wire)
+            return parse_submitted_text(request.spec, source="spec")
+        except SpecError as error:
+            self._refuse_spec(context, error, field)
+
+    def _refuse_before_proposal(self, context: grpc.ServicerContext, spec: JobSpec) -> None:
+        """RESOURCE_EXHAUSTED, before anything is written to the log, for a submit JOB_SUBMIT
+        would refuse by the applied state's bounds and queue limits (the same rule, message and
+        retry-after: `policy.refusal_before_proposal`); apply checks again."""
+        refusal = self.ctx.read(lambda s: refusal_before_proposal(s, spec))
+        if refusal is not None:
+            self.ctx.abort(context, RaftschedError(Code.RESOURCE_EXHAUSTED, refusal.reason,
+                                                   retry_after_ms=refusal.retry_after_ms))
 
     def _refuse_spec(self, context: grpc.ServicerContext, error: SpecError,
                      field: str) -> NoReturn:
