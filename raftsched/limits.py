@@ -13,7 +13,20 @@ from __future__ import annotations
 
 # --- job spec -----------------------------------------------------------------------------------
 MAX_SPEC_BYTES = 32 * 1024 * 1024
-"""Largest job spec file or submitted document, in bytes."""
+"""Largest job spec file or submitted document, in bytes; also the largest wire form
+(SubmitJobRequest.spec_wire) a replica decodes."""
+MAX_YAML_SPEC_BYTES = 128 * 1024
+"""Largest YAML document a replica parses (SubmitJob's `spec`); a larger one is refused, saying
+to send JSON or the wire form (the CLI and the Python client parse files themselves and send
+the wire form). Parsing holds the interpreter lock that the replica's Raft thread needs (libyaml
+and the cyclic GC it sets off), and a hold longer than the 0.4 s election timeout costs the
+leadership: 22 MB of YAML held it ~10 s. The longest hold while parsing the worst shapes found
+(flow sequences and mappings of one-character items), `scripts/bench spec` at load 1 on 2
+cores: 24-31 ms at 128 KiB, 49-71 ms at 256 KiB (150 ms at 512 KiB)."""
+MAX_JSON_SPEC_BYTES = 512 * 1024
+"""Largest JSON document a replica parses (SubmitJob's `spec`); a larger one is refused, saying
+to send the wire form. Measured as MAX_YAML_SPEC_BYTES is, worst shape `[[],[],...]`: 16-28 ms
+at 512 KiB, 42-66 ms at 1 MiB, 2.9 s at 32 MiB."""
 MAX_TASKS_PER_JOB = 100_000
 MAX_DEPENDENCIES_PER_TASK = 10_000
 MAX_COMMAND_ARGS = 1_024
@@ -215,7 +228,8 @@ MAX_LONG_POLL_MS = 5_000
 
 LARGE_SPEC_BYTES = 256 * 1024
 MAX_CONCURRENT_LARGE_SPECS = 1
-"""Specs of LARGE_SPEC_BYTES or more one replica parses at once (the rest wait their turn)."""
+"""Specs of LARGE_SPEC_BYTES or more (document or wire form) one replica submits at once, from
+decode to commit (the rest wait their turn)."""
 
 MAX_REPORTED_SPEC_ISSUES = 20
 """Spec problems named in one INVALID_ARGUMENT answer (the count of the rest follows)."""

@@ -42,12 +42,14 @@ class TaskLogsChunk(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., offset: _Optional[int] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., cluster_id: _Optional[str] = ..., attempt_state: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("spec", "idempotency_key")
+    __slots__ = ("spec", "idempotency_key", "spec_wire")
     SPEC_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    SPEC_WIRE_FIELD_NUMBER: _ClassVar[int]
     spec: str
     idempotency_key: str
-    def __init__(self, spec: _Optional[str] = ..., idempotency_key: _Optional[str] = ...) -> None: ...
+    spec_wire: bytes
+    def __init__(self, spec: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., spec_wire: _Optional[bytes] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job_id", "created")

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeAlias
 from raftsched import limits
 from raftsched.errors import Code, CouldNotConnect, RaftschedError
 from raftsched.options import positive_seconds
-from raftsched.spec.job import SpecIssue
+from raftsched.spec.job import JobSpec, SpecIssue
 from raftsched.state.text import unprintable, visible
 
 if TYPE_CHECKING:  # raftsched.tls imports grpc: only the commands that connect load it
@@ -70,7 +70,7 @@ exit status: 0 ok; 2 refused (bad input, unknown id, key conflict, wrong state, 
 class ClientLike(Protocol):
     """What the CLI uses of `raftsched.client.Client` (tests pass a fake)."""
 
-    def submit(self, spec_text: str | bytes, idempotency_key: str | None = None) -> Any: ...
+    def submit_spec(self, spec: JobSpec, idempotency_key: str | None = None) -> Any: ...
     def get_job(self, job_id: str) -> Any: ...
     def list_jobs(self, tenant: str = "", state: str = "", limit: int = 0,
                   page_token: str = "") -> Any: ...

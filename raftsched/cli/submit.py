@@ -1,4 +1,5 @@
-"""`raftsched submit FILE [--watch]`: validate locally, submit with an idempotency key, follow."""
+"""`raftsched submit FILE [--watch]`: validate locally, submit the wire form with an idempotency
+key, follow."""
 
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ from raftsched.spec.job import JobSpec, SpecError, SpecIssue, parse_spec_text
 
 _SUBMIT_HELP = """\
 Validate a job spec locally (exactly like `raftsched validate`), then submit it to the
-scheduler. Every submission carries an idempotency key (--idempotency-key, else the spec's
+scheduler in its wire form (the replicas parse no YAML or JSON, whatever the file's size).
+Every submission carries an idempotency key (--idempotency-key, else the spec's
 idempotency_key, else a fresh one): sending the same spec again with the same key returns the
 same job instead of creating a second one, so a submit whose outcome is unknown is safe to
 repeat. With --watch, follow the job until it finishes."""
@@ -73,7 +75,10 @@ def _run_submit(args: argparse.Namespace) -> int:
         return _spec_refused(args, error)
     key = _idempotency_key(args.idempotency_key, spec)
     with connect(args) as client:
-        submitted = _submit(client, text, key, args.file)
+        try:
+            submitted = _submit(client, spec, key, args.file)
+        except SpecError as error:  # its wire form is too large
+            return _spec_refused(args, error)
         document: dict[str, Any] = {"job_id": submitted.job_id, "created": submitted.created,
                                     "idempotency_key": key}
         if not args.json:
@@ -124,11 +129,12 @@ def _idempotency_key(flag: str | None, spec: JobSpec) -> str:
     return key
 
 
-def _submit(client: ClientLike, text: bytes | str, key: str, file: str) -> Any:
+def _submit(client: ClientLike, spec: JobSpec, key: str, file: str) -> Any:
+    """Send the spec validated here in its wire form (the replicas parse no document)."""
     retry = (f"running the same command again with --idempotency-key {key} is safe: the "
              "scheduler then returns the job instead of creating a second one")
     try:
-        return client.submit(text, idempotency_key=key)
+        return client.submit_spec(spec, idempotency_key=key)
     except RaftschedError as error:
         raise unknown_outcome(error, "the job", retry) from None
     except KeyboardInterrupt:

@@ -18,14 +18,15 @@ from typing import Any, BinaryIO
 
 import grpc
 
-from raftsched import tls
+from raftsched import limits, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.client import retry
 from raftsched.client.retry import RetryPolicy, Servers
 from raftsched.errors import Code, RaftschedError
 from raftsched.rpc import CHANNEL_OPTIONS, ended_for_age, error_from_rpc, retryable
-from raftsched.spec.job import parse_spec_text
+from raftsched.spec.job import JobSpec, SpecError, SpecIssue, parse_spec_text
+from raftsched.spec.wire import pack_wire
 
 DEFAULT_CALL_TIMEOUT_S = 10.0
 """Deadline of one RPC attempt."""
@@ -134,16 +135,25 @@ class Client:
     # -- scheduler -------------------------------------------------------------------------------
 
     def submit(self, spec_text: str | bytes, idempotency_key: str | None = None) -> Submitted:
-        """Validate locally (SpecError names every problem), then submit. Without a key in the
-        spec or the call, one is made here so that retries cannot create a second job."""
-        spec = parse_spec_text(spec_text)
+        """Parse and validate the document locally (SpecError names every problem), then
+        `submit_spec`."""
+        return self.submit_spec(parse_spec_text(spec_text), idempotency_key)
+
+    def submit_spec(self, spec: JobSpec, idempotency_key: str | None = None) -> Submitted:
+        """Submit a validated spec in its wire form (SubmitJobRequest.spec_wire: the replicas
+        parse no document, whatever its size). Without a key in the spec or the call, one is
+        made here so that retries cannot create a second job. SpecError when the wire form is
+        over MAX_SPEC_BYTES."""
         key = idempotency_key or spec.idempotency_key or f"auto-{uuid.uuid4().hex}"
-        text = spec_text.decode("utf-8") if isinstance(spec_text, bytes) else spec_text
-        # The leader parses, validates and commits the spec before it answers: a job at the
-        # task limit (~6 MB) takes it ~10 s on a busy 2-core machine, so big specs get longer.
-        timeout_s = max(self._timeout_s, len(text) / 1e6 * SUBMIT_TIMEOUT_PER_MB_S)
+        wire = pack_wire(spec)
+        if len(wire) > limits.MAX_SPEC_BYTES:
+            raise SpecError([SpecIssue("", f"the spec's wire form is {len(wire)} bytes; a job "
+                                           f"spec may be at most {limits.MAX_SPEC_BYTES} bytes")])
+        # The leader decodes, validates and commits the spec before it answers: a job at the
+        # task limit (~7 MB) takes it seconds on a busy 2-core machine, so big specs get longer.
+        timeout_s = max(self._timeout_s, len(wire) / 1e6 * SUBMIT_TIMEOUT_PER_MB_S)
         reply = self._call(pb_grpc.SchedulerStub, "SubmitJob",
-                           pb.SubmitJobRequest(spec=text, idempotency_key=key), timeout_s)
+                           pb.SubmitJobRequest(spec_wire=wire, idempotency_key=key), timeout_s)
         return Submitted(reply.job_id, reply.created, key)
 
     def get_job(self, job_id: str) -> Any:

@@ -13,6 +13,8 @@ Choices worth knowing:
   sorted. A duplicate in `depends_on` is an error.
 - When `retry.backoff_max_s` is absent it defaults to max(DEFAULT_BACKOFF_MAX_S, backoff_s).
 - A key repeated in one mapping of the file is an error (YAML and JSON would keep the last one).
+- A text that starts as a JSON object (`{` after whitespace) is read as JSON; when it is not
+  valid JSON, nor a YAML flow mapping, the JSON error is the one reported (line, column).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from raftsched import limits
 from raftsched.protocol import id_problem as id_problem  # the one id rule, shared with agents
 from raftsched.spec.dag import check_graph
 from raftsched.spec.issue import SpecIssue, show
+from raftsched.spec.packing import list_in_pieces
 
 __all__ = [
     "FailurePolicy",
@@ -49,6 +52,7 @@ __all__ = [
     "TaskSpec",
     "Trigger",
     "parse_spec_text",
+    "parse_submitted_text",
     "runs_when_upstream_done",
     "validate_job_doc",
     "with_idempotency_key",
@@ -281,9 +285,22 @@ class JobSpec:
         return doc
 
     def digest(self) -> bytes:
-        """sha256 of the msgpack encoding of `to_doc()` (its key order is fixed)."""
-        packed: bytes = msgpack.packb(self.to_doc(), use_bin_type=True)
-        return hashlib.sha256(packed).digest()
+        """sha256 of the msgpack encoding of `to_doc()` (its key order is fixed). Every replica
+        computes it at apply, so the tasks are packed and hashed in pieces (`packing`)."""
+        doc = self.to_doc()
+        packer = msgpack.Packer(use_bin_type=True)
+        hasher = hashlib.sha256(packer.pack_map_header(len(doc)))
+        for key, value in doc.items():
+            hasher.update(packer.pack(key))
+            if key == "tasks":
+                for piece in list_in_pieces(packer, value):
+                    hasher.update(piece)
+            else:
+                hasher.update(packer.pack(value))
+        tasks = doc["tasks"]
+        while tasks:  # freed one at a time: whole, 100,000 task documents are one long C call
+            tasks.pop()
+        return hasher.digest()
 
 
 class SpecError(Exception):
@@ -337,13 +354,21 @@ def with_idempotency_key(spec: JobSpec, key: str) -> JobSpec:
 
 def parse_spec_text(text: str | bytes, *, source: str = "<spec>") -> JobSpec:
     """Parse JSON (when the text is a JSON object) or else YAML, then validate it."""
-    return validate_job_doc(_load_document(text, source))
+    return validate_job_doc(_load_document(text, source, bounded=False))
+
+
+def parse_submitted_text(text: str | bytes, *, source: str) -> JobSpec:
+    """`parse_spec_text` as a replica runs it on a document a client sent: YAML of at most
+    MAX_YAML_SPEC_BYTES, JSON of at most MAX_JSON_SPEC_BYTES (a larger one is a SpecError
+    saying to send the wire form). The parsers hold the interpreter lock that the replica's
+    Raft thread needs for as long as they run (see limits.py)."""
+    return validate_job_doc(_load_document(text, source, bounded=True))
 
 
 # --- text -> document -----------------------------------------------------------------------------
 
 
-def _load_document(text: str | bytes, source: str) -> object:
+def _load_document(text: str | bytes, source: str, *, bounded: bool) -> object:
     size = len(text) if isinstance(text, bytes) else _utf8_size(text)
     if size > limits.MAX_SPEC_BYTES:
         _fail_file(f"{source} is {size} bytes; a job spec may be at most "
@@ -356,12 +381,45 @@ def _load_document(text: str | bytes, source: str) -> object:
     text = text.removeprefix("\ufeff")
     if not text.strip():
         _fail_file(f"{source} is empty")
-    doc = _parse_json_object(text, source)
-    if doc is _MISSING:
-        doc = _parse_yaml(text, source)
+    doc = _parse_text(text, source, size if bounded else None)
     if doc is None:
         _fail_file(f"{source} holds no document (only comments?)")
     return doc
+
+
+_JSON_START = re.compile(r"[ \t\r\n]*\{")
+"""A document meant as JSON: a JSON object (after JSON whitespace)."""
+
+
+def _parse_text(text: str, source: str, bounded_size: int | None) -> object:
+    """The document: JSON when the text starts as a JSON object, else YAML. A text that starts
+    as a JSON object but is not one may still be a YAML flow mapping; when it is not that either,
+    the JSON error is the one reported. `bounded_size` (the text's bytes) applies the replicas'
+    parse bounds; None parses any size."""
+    yaml_allowed = bounded_size is None or bounded_size <= limits.MAX_YAML_SPEC_BYTES
+    if _JSON_START.match(text) is None:
+        if not yaml_allowed:
+            _fail_file(f"{source} is {bounded_size} bytes of YAML; YAML specs over "
+                       f"{limits.MAX_YAML_SPEC_BYTES} bytes are not parsed by the replicas: "
+                       f"send JSON (up to {limits.MAX_JSON_SPEC_BYTES} bytes) or the wire "
+                       f"form ({_WIRE_HINT})")
+        return _parse_yaml(text, source)
+    if bounded_size is not None and bounded_size > limits.MAX_JSON_SPEC_BYTES:
+        _fail_file(f"{source} is {bounded_size} bytes of JSON; JSON specs over "
+                   f"{limits.MAX_JSON_SPEC_BYTES} bytes are not parsed by the replicas: send "
+                   f"the wire form ({_WIRE_HINT})")
+    try:
+        return _parse_json_object(text, source)
+    except SpecError as json_error:
+        if not yaml_allowed:
+            raise
+        try:
+            return _parse_yaml(text, source)
+        except SpecError:
+            raise json_error from None
+
+
+_WIRE_HINT = "SubmitJobRequest.spec_wire; the raftsched CLI and Python client send it"
 
 
 def _utf8_size(text: str) -> int:
@@ -386,14 +444,18 @@ def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _parse_json_object(text: str, source: str) -> object:
-    """The parsed object when `text` is a JSON object, else _MISSING (then it is read as YAML)."""
+    """The parsed JSON object (`text` starts as one); SpecError naming where it is not JSON."""
     try:
-        doc = json.loads(text, object_pairs_hook=_unique_pairs)
+        return json.loads(text, object_pairs_hook=_unique_pairs)
     except _DuplicateKey as error:
         _fail_file(f"{source}: duplicate key {show(error.key)} in a JSON object")
-    except (ValueError, RecursionError):  # JSONDecodeError, too many digits, nesting
-        return _MISSING
-    return doc if isinstance(doc, dict) else _MISSING
+    except json.JSONDecodeError as error:
+        _fail_file(f"invalid JSON in {source} at line {error.lineno}, column {error.colno}: "
+                   f"{error.msg}")
+    except RecursionError:
+        _fail_file(f"invalid JSON in {source}: nested too deeply")
+    except ValueError as error:  # an integer of too many digits
+        _fail_file(f"invalid JSON in {source}: {(str(error).splitlines() or ['?'])[0]}")
 
 
 class _UniqueKeyConstructor(SafeConstructor):

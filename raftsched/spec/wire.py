@@ -24,7 +24,10 @@ from __future__ import annotations
 import enum
 import itertools
 import math
+from collections.abc import Callable
 from typing import Any, TypeVar
+
+import msgpack
 
 from raftsched import limits
 from raftsched.spec.dag import check_graph
@@ -182,6 +185,163 @@ def _seconds(milli: Any) -> Any:
     return milli / 1000 if type(milli) is int else milli
 
 
+# --- the wire form as bytes (SubmitJobRequest.spec_wire) ----------------------------------------
+
+
+def pack_wire(spec: JobSpec) -> bytes:
+    """The msgpack bytes of `to_wire(spec)`: what a client sends instead of the document."""
+    packed: bytes = msgpack.packb(to_wire(spec), use_bin_type=True)
+    return packed
+
+
+def decode_wire(data: bytes) -> JobSpec:
+    """The JobSpec of wire-form bytes a client sent; SpecError when they are not a valid one,
+    with the same issues a document would get (`validate_wire`).
+
+    The bytes are bounded (MAX_SPEC_BYTES) and decoded one retry policy and one task at a time,
+    each within what a valid one can hold (`_ItemBudget`), with msgpack's own limits on every
+    string and array: a replica decodes them in a thread beside its Raft thread, and a decode
+    that built millions of objects in one C call (or freed them in one) would hold the
+    interpreter lock past an election timeout. The decoded lists are released the same way."""
+    if len(data) > limits.MAX_SPEC_BYTES:
+        raise SpecError([SpecIssue("", f"the wire form is {len(data)} bytes; a job spec may be "
+                                       f"at most {limits.MAX_SPEC_BYTES} bytes")])
+    try:
+        wire = _unpack(data)
+    except msgpack.OutOfData:
+        raise SpecError([SpecIssue("", "malformed wire-form job spec: the bytes end inside "
+                                       "the job")]) from None
+    except (ValueError, msgpack.UnpackException, _OverBudget) as error:
+        raise SpecError([SpecIssue("", f"malformed wire-form job spec: {_problem(error)}")]) \
+            from None
+    try:
+        return validate_wire(wire)
+    finally:
+        release_wire(wire)
+
+
+_WIRE_STRING_BYTES = max(limits.MAX_COMMAND_BYTES, limits.MAX_ENV_BYTES, 4 * limits.MAX_CWD_CHARS,
+                         4 * limits.MAX_NAME_CHARS, 4 * limits.MAX_IDEMPOTENCY_KEY_CHARS)
+"""No string of a valid wire form is longer, in UTF-8 bytes."""
+_WIRE_ARRAY_ITEMS = max(limits.MAX_DEPENDENCIES_PER_TASK, limits.MAX_COMMAND_ARGS,
+                        limits.MAX_ENV_VARS, limits.MAX_NON_RETRYABLE_EXIT_CODES, _JOB_FIELDS)
+"""No array inside a task or a retry policy of a valid wire form is longer. (The job, its
+retry table and its task list are read array by array: `_unpack`.)"""
+_ITEM_ARRAYS = 6 + limits.MAX_ENV_VARS + limits.MAX_CUSTOM_RESOURCES_PER_TASK
+"""Arrays in one task of a valid wire form at most: itself, command, env, requires, depends_on,
+custom, and one per env pair and custom pair (a retry policy has 2)."""
+_ITEM_ELEMENTS = (_TASK_FIELDS_OF[WIRE_VERSION] + limits.MAX_COMMAND_ARGS
+                  + 3 * limits.MAX_ENV_VARS + limits.MAX_REQUIRES_PER_TASK
+                  + limits.MAX_DEPENDENCIES_PER_TASK + 3 * limits.MAX_CUSTOM_RESOURCES_PER_TASK)
+"""Array elements in one task of a valid wire form at most (a retry policy has fewer)."""
+
+
+_MSGPACK_BOUNDS = (
+    ("max_map_len", "a map (a wire form holds arrays and scalars only)"),
+    ("max_bin_len", "a binary value (a wire form holds arrays and scalars only)"),
+    ("max_ext_len", "an extension value (a wire form holds arrays and scalars only)"),
+    ("max_str_len", f"a string of more than {_WIRE_STRING_BYTES} bytes (no field of a job spec "
+                    "is that long)"),
+    ("max_array_len", f"an array of more than {_WIRE_ARRAY_ITEMS} items inside a task or retry "
+                      "policy (no list of one is that long)"),
+)
+"""msgpack's refusal (its message names the bound) -> what it means for a wire form."""
+
+
+def _problem(error: Exception) -> str:
+    text = str(error)
+    for bound, meaning in _MSGPACK_BOUNDS:
+        if bound in text:
+            return f"{meaning}: {text}"
+    return text or type(error).__name__
+
+
+class _OverBudget(Exception):
+    """A task (or retry policy, or job field) holds more than any valid one can."""
+
+
+class _ItemBudget:
+    """msgpack's list_hook while one item is decoded: counts its arrays and their elements, and
+    stops the decode past what a valid task holds. Being Python, each call also lets the
+    interpreter switch threads: a decode never runs longer than one array at a time."""
+
+    def __init__(self) -> None:
+        self.arrays = 0
+        self.elements = 0
+
+    def read(self, unpack: Callable[[], Any]) -> Any:
+        self.arrays = self.elements = 0
+        return unpack()
+
+    def array(self, values: list[Any]) -> list[Any]:
+        self.arrays += 1
+        self.elements += len(values)
+        if self.arrays > _ITEM_ARRAYS or self.elements > _ITEM_ELEMENTS:
+            raise _OverBudget(f"an item holds more than {_ITEM_ARRAYS} arrays or "
+                              f"{_ITEM_ELEMENTS} array elements, more than any task can")
+        return values
+
+
+def _unpack(data: bytes) -> list[Any]:
+    """The wire form's lists, the job's fields read one by one and its retry table and tasks
+    item by item (ValueError, msgpack.UnpackException or _OverBudget when malformed)."""
+    budget = _ItemBudget()
+    unpacker = msgpack.Unpacker(
+        raw=False, max_buffer_size=max(len(data), 1), max_str_len=_WIRE_STRING_BYTES,
+        max_bin_len=0, max_ext_len=0, max_map_len=0, max_array_len=_WIRE_ARRAY_ITEMS,
+        list_hook=budget.array)
+    unpacker.feed(data)
+    fields = _array_header(unpacker, "the job", _JOB_FIELDS)
+    if fields not in (_V1_JOB_FIELDS, _JOB_FIELDS):
+        raise ValueError(f"a job is a list of {_V1_JOB_FIELDS} or {_JOB_FIELDS} fields, "
+                         f"got {fields}")
+    wire = [budget.read(unpacker.unpack) for _ in range(6)]
+    wire.append(_items(unpacker, budget, "the retry table"))
+    wire.append(_items(unpacker, budget, "the task list"))
+    wire.extend(budget.read(unpacker.unpack) for _ in range(fields - _V1_JOB_FIELDS))
+    if unpacker.tell() != len(data):
+        raise ValueError(f"{len(data) - unpacker.tell()} bytes follow the job")
+    return wire
+
+
+def _items(unpacker: msgpack.Unpacker, budget: _ItemBudget, what: str) -> Any:
+    """The retry table or the task list, item by item; any other value as it is (within the
+    item budget), for the validator to name."""
+    try:
+        count = unpacker.read_array_header()
+    except ValueError:  # not an array: nothing was read
+        return budget.read(unpacker.unpack)
+    if count > limits.MAX_TASKS_PER_JOB:
+        raise ValueError(f"{what} has {count} entries; at most {limits.MAX_TASKS_PER_JOB}")
+    return [budget.read(unpacker.unpack) for _ in range(count)]
+
+
+def _array_header(unpacker: msgpack.Unpacker, what: str, most: int) -> int:
+    try:
+        count: int = unpacker.read_array_header()
+    except ValueError:
+        raise ValueError(f"{what} is not an array") from None
+    if count > most:
+        raise ValueError(f"{what} has {count} entries; at most {most}")
+    return count
+
+
+def release_wire(wire: list[Any]) -> None:
+    """Empty a wire form (decoded, or made by `to_wire`) one task at a time (`drop_items`),
+    where it would otherwise be freed whole."""
+    for items in wire:
+        if type(items) is list:
+            drop_items(items)
+
+
+def drop_items(items: list[Any]) -> None:
+    """Empty `items` one at a time, from the end. Freeing a list of a million objects whole is
+    one C call holding the interpreter lock (~30 ms per million); item by item, the interpreter
+    switches threads in between."""
+    while items:
+        items.pop()
+
+
 # --- validation ---------------------------------------------------------------------------------
 
 
@@ -222,7 +382,10 @@ def validate_wire(wire: object) -> JobSpec:
         doc = wire_to_doc(wire)
     except (TypeError, ValueError, KeyError, IndexError):
         raise SpecError([SpecIssue("", "malformed wire-form job spec")]) from None
-    return validate_job_doc(doc)
+    try:
+        return validate_job_doc(doc)
+    finally:
+        drop_items(doc["tasks"])
 
 
 def _need(condition: bool) -> None:

@@ -23,6 +23,7 @@ from raftsched import limits
 from raftsched.protocol import KnownAttempt as KnownAttempt
 from raftsched.protocol import Report as Report
 from raftsched.protocol import ReportKind as ReportKind
+from raftsched.spec import packing
 from raftsched.spec.job import id_problem
 
 
@@ -324,12 +325,38 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
 
 def encode(cmd: Command) -> bytes:
     tag, payload = _payload(cmd)
-    packed: bytes = msgpack.packb(payload, use_bin_type=True)
+    packed = _pack_large_submit(cmd) if isinstance(cmd, JobSubmit) else None
+    if packed is None:
+        packed = msgpack.packb(payload, use_bin_type=True)
     data = bytes((tag,)) + packed
     if len(data) > limits.MAX_ENTRY_BYTES:
         raise CommandError(f"command {tag.name} is {len(data)} bytes, over "
                            f"MAX_ENTRY_BYTES={limits.MAX_ENTRY_BYTES}")
     return data
+
+
+_SPEC_RETRIES, _SPEC_TASKS = 6, 7
+"""Where the retry table and the task list sit in a spec's wire form (`spec.wire`)."""
+
+
+def _pack_large_submit(cmd: JobSubmit) -> bytes | None:
+    """`msgpack.packb` of the JOB_SUBMIT payload, byte for byte, its spec's retry table and
+    task list packed in pieces (`packing`); None when its spec has no more tasks than one piece
+    (or is not a wire form: `decode` judges it)."""
+    spec = cmd.spec
+    if (type(spec) is not list or len(spec) <= _SPEC_TASKS or type(spec[_SPEC_TASKS]) is not list
+            or len(spec[_SPEC_TASKS]) <= packing.PACK_PIECE_ITEMS):
+        return None
+    packer = msgpack.Packer(use_bin_type=True)
+    parts = [packer.pack_array_header(3), packer.pack(cmd.job_id),
+             packer.pack_array_header(len(spec))]
+    for index, field in enumerate(spec):
+        if index in (_SPEC_RETRIES, _SPEC_TASKS) and type(field) is list:
+            parts.extend(packing.list_in_pieces(packer, field))
+        else:
+            parts.append(packer.pack(field))
+    parts.append(packer.pack(cmd.now_ms))
+    return b"".join(parts)
 
 
 # --- decoding -----------------------------------------------------------------------------------

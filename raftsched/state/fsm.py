@@ -469,7 +469,7 @@ def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Re
                     f"for job {record.job_id} with a different spec",
                 )
             return Applied(JobSubmitted(record.job_id, created=False))
-    refusal = _check_submit_bounds(state, cmd.job_id, spec) or _check_contention(state, spec)
+    refusal = _check_submit_bounds(state, cmd.job_id, spec) or _check_unschedulable(state, spec)
     if refusal is not None:
         return refusal
     job = _create_job(state, cmd.job_id, spec, digest, cmd.now_ms)
@@ -479,34 +479,27 @@ def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Re
 
 
 def _check_submit_bounds(state: State, job_id: str, spec: JobSpec) -> Rejected | None:
+    """The job id, then `policy.admission_refusal` (the rule the leader also checks before
+    proposing): the state's bounds — room is made by forgetting the oldest finished jobs —
+    then the queue limits (RESOURCE_EXHAUSTED, with a retry-after hint)."""
     if not job_id:
         return Rejected(Code.INVALID_ARGUMENT, "job_id: must not be empty")
     if job_id in state.jobs:
         return Rejected(Code.ALREADY_EXISTS, f"job {job_id} already exists")
-    if state.live_jobs >= limits.MAX_LIVE_JOBS:
-        return Rejected(Code.RESOURCE_EXHAUSTED,
-                        f"{state.live_jobs} jobs are live, the bound MAX_LIVE_JOBS")
-    if state.task_count + len(spec.tasks) > limits.MAX_TASKS_IN_STATE:
-        return Rejected(Code.RESOURCE_EXHAUSTED,
-                        f"{state.task_count} tasks held; {len(spec.tasks)} more would pass "
-                        f"MAX_TASKS_IN_STATE={limits.MAX_TASKS_IN_STATE}")
-    if spec.tenant not in state.queues and len(state.queues) >= limits.MAX_TENANTS:
-        return Rejected(Code.RESOURCE_EXHAUSTED, f"MAX_TENANTS={limits.MAX_TENANTS} reached")
-    while len(state.jobs) >= limits.MAX_RETAINED_JOBS:
-        if not state.finished_jobs:
-            return Rejected(Code.RESOURCE_EXHAUSTED, "MAX_RETAINED_JOBS reached")
-        _forget_job(state, state.finished_jobs[0][1])
-    return None
+    refusal = policy.bounds_refusal(state, spec.tenant, len(spec.tasks))
+    if refusal is None:
+        while len(state.jobs) >= limits.MAX_RETAINED_JOBS:
+            assert state.finished_jobs, "bounds_refusal leaves finished jobs to forget"
+            _forget_job(state, state.finished_jobs[0][1])
+        refusal = policy.submit_refusal(state, spec.tenant, len(spec.tasks))
+    if refusal is None:
+        return None
+    return Rejected(Code.RESOURCE_EXHAUSTED, refusal.reason, refusal.retry_after_ms)
 
 
-def _check_contention(state: State, spec: JobSpec) -> Rejected | None:
-    """The queue limits (RESOURCE_EXHAUSTED, with a retry-after hint in the reason) and, unless
-    the job allows it, a task no registered cluster could ever take (FAILED_PRECONDITION)."""
-    refusal = policy.submit_refusal(state, spec.tenant, len(spec.tasks))
-    if refusal is not None:
-        return Rejected(Code.RESOURCE_EXHAUSTED,
-                        f"{refusal.message}; retry after {refusal.retry_after_ms} ms",
-                        refusal.retry_after_ms)
+def _check_unschedulable(state: State, spec: JobSpec) -> Rejected | None:
+    """Unless the job allows it, a task no registered cluster could ever take
+    (FAILED_PRECONDITION)."""
     if spec.allow_unschedulable:
         return None
     return _unschedulable(state, spec)

@@ -8,7 +8,9 @@ orders by them (`placement`), the read side explains with them (`views`): one co
   cpu, memory or gpu that its live attempts reserve, divided by its weight (`dominant_share`).
   Between tenants the planner serves the lowest share first.
 - Backpressure: a submit is refused (RESOURCE_EXHAUSTED) when it would take the tenant past its
-  `max_queued`, or all tenants past `limits.MAX_QUEUED_TASKS` (`submit_refusal`).
+  `max_queued`, or all tenants past `limits.MAX_QUEUED_TASKS` (`submit_refusal`), or the state
+  past one of its bounds (`admission_refusal`); the leader refuses it before proposing it too
+  (`refusal_before_proposal`), so a refused submit writes nothing to the log.
 - Degraded clusters: attempts of DEGRADE_FAILED_TASKS distinct tasks of DEGRADE_MIN_JOBS
   distinct jobs failed there within DEGRADE_WINDOW_MS, at least DEGRADE_FAILURE_RATIO of the
   attempts that ended there in it failed, and another cluster is open → no new work there for
@@ -77,12 +79,56 @@ def policy_of(state: State, tenant: str) -> TenantPolicy:
 
 @dataclass(frozen=True, slots=True)
 class Refusal:
-    """A submit past a queue limit: which limit, and when to try again."""
+    """A submit past a bound of the state (RESOURCE_EXHAUSTED): which limit, why, and when to
+    try again."""
 
     limit: str
-    """`max_queued` (the tenant's) or `MAX_QUEUED_TASKS` (every tenant's)."""
+    """`max_queued` (the tenant's), or a name in `limits` (`MAX_QUEUED_TASKS`, ...)."""
     message: str
     retry_after_ms: int
+    """Past a queue limit, which drains by itself: when to try again; 0 for none."""
+
+    @property
+    def reason(self) -> str:
+        """The message as a refused JOB_SUBMIT carries it, with the retry-after hint."""
+        if not self.retry_after_ms:
+            return self.message
+        return f"{self.message}; retry after {self.retry_after_ms} ms"
+
+
+def admission_refusal(state: State, tenant: str, tasks: int) -> Refusal | None:
+    """Why a new job of `tasks` tasks of `tenant` is refused now, or None: the state's bounds
+    (`bounds_refusal`), then the queue limits (`submit_refusal`). The rule JOB_SUBMIT applies
+    after the idempotency key, and the one the leader checks before it proposes."""
+    return bounds_refusal(state, tenant, tasks) or submit_refusal(state, tenant, tasks)
+
+
+def bounds_refusal(state: State, tenant: str, tasks: int) -> Refusal | None:
+    """Why a new job of `tasks` tasks of `tenant` would pass a bound of the state: live jobs,
+    tasks held, tenants, jobs retained (room is made by forgetting the oldest finished jobs, so
+    only unfinished ones count). Reads a few counters only."""
+    if state.live_jobs >= limits.MAX_LIVE_JOBS:
+        return Refusal("MAX_LIVE_JOBS",
+                       f"{state.live_jobs} jobs are live, the bound MAX_LIVE_JOBS", 0)
+    if state.task_count + tasks > limits.MAX_TASKS_IN_STATE:
+        return Refusal("MAX_TASKS_IN_STATE",
+                       f"{state.task_count} tasks held; {tasks} more would pass "
+                       f"MAX_TASKS_IN_STATE={limits.MAX_TASKS_IN_STATE}", 0)
+    if tenant not in state.queues and len(state.queues) >= limits.MAX_TENANTS:
+        return Refusal("MAX_TENANTS", f"MAX_TENANTS={limits.MAX_TENANTS} reached", 0)
+    if len(state.jobs) - len(state.finished_jobs) >= limits.MAX_RETAINED_JOBS:
+        return Refusal("MAX_RETAINED_JOBS", "MAX_RETAINED_JOBS reached", 0)
+    return None
+
+
+def refusal_before_proposal(state: State, spec: JobSpec) -> Refusal | None:
+    """What the leader answers a submit of `spec` without proposing it: `admission_refusal`,
+    unless the spec's idempotency key is known — then JOB_SUBMIT answers (the same job, or
+    ALREADY_EXISTS for another spec) whatever the limits say."""
+    key = spec.idempotency_key
+    if key is not None and (spec.tenant, key) in state.idempotency:
+        return None
+    return admission_refusal(state, spec.tenant, len(spec.tasks))
 
 
 def submit_refusal(state: State, tenant: str, tasks: int) -> Refusal | None:

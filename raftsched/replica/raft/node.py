@@ -118,6 +118,7 @@ from pysyncobj.version import VERSION as _PYSYNCOBJ_VERSION
 from raftsched import limits
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
+from raftsched.replica import gc_pause
 from raftsched.replica.applied_log import AppliedLogWriter
 from raftsched.replica.raft import dumps as _dumps  # noqa: F401  (installs ForkingSerializer)
 from raftsched.replica.raft import membership
@@ -1139,15 +1140,12 @@ def _quiet_gc(big: bool) -> Iterator[None]:
     if not big:
         yield
         return
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.collect(1)
-        gc.freeze()
-        if enabled:
-            gc.enable()
+    with gc_pause.paused():
+        try:
+            yield
+        finally:
+            gc.collect(1)
+            gc.freeze()
 
 
 def _lock_data_dir(data_dir: str) -> int:

@@ -23,6 +23,7 @@ from raftsched.cli import main as cli
 from raftsched.client.client import Submitted
 from raftsched.dev import cluster as devcluster
 from raftsched.errors import Code, RaftschedError
+from raftsched.spec.job import JobSpec
 from tests.support import paths
 
 EXAMPLES = paths.EXAMPLES
@@ -74,7 +75,7 @@ class FakeClient:
         if name in self.fail:
             raise self.fail[name]
 
-    def submit(self, spec_text: str | bytes, idempotency_key: str | None = None) -> Any:
+    def submit_spec(self, spec: JobSpec, idempotency_key: str | None = None) -> Any:
         self._call("submit", idempotency_key)
         assert idempotency_key is not None
         return Submitted("demo-1", self.created, idempotency_key)

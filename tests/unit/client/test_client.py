@@ -7,6 +7,8 @@ from typing import Any
 import pytest
 
 from raftsched.api import raftsched_pb2 as pb
+from raftsched.spec.job import parse_spec_text
+from raftsched.spec.wire import decode_wire, pack_wire
 
 
 def test_a_big_spec_gets_a_longer_submit_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -15,10 +17,12 @@ def test_a_big_spec_gets_a_longer_submit_deadline(monkeypatch: pytest.MonkeyPatc
     from raftsched.client import client as module
 
     seen: list[float | None] = []
+    requests: list[Any] = []
 
     def call(self: Any, stub: Any, method: str, request: Any,
              timeout_s: float | None = None) -> Any:
         seen.append(timeout_s)
+        requests.append(request)
         return pb.SubmitJobResponse(job_id="j", created=True)
 
     monkeypatch.setattr(module.Client, "_call", call)
@@ -29,5 +33,30 @@ def test_a_big_spec_gets_a_longer_submit_deadline(monkeypatch: pytest.MonkeyPatc
     client.submit(small)
     client.submit(big)
     assert seen[0] == 1
-    assert seen[1] == pytest.approx(len(big) / 1e6 * module.SUBMIT_TIMEOUT_PER_MB_S)
+    wire = requests[1].spec_wire
+    assert seen[1] == pytest.approx(len(wire) / 1e6 * module.SUBMIT_TIMEOUT_PER_MB_S)
     assert seen[1] > 4
+
+
+def test_the_client_sends_the_wire_form_of_the_spec_it_validated(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replicas parse no document the client could parse itself: a YAML file goes as its
+    wire form (`spec_wire`), the same bytes whether given as text or as a validated spec."""
+    from raftsched.client import client as module
+
+    requests: list[Any] = []
+
+    def call(self: Any, stub: Any, method: str, request: Any,
+             timeout_s: float | None = None) -> Any:
+        requests.append(request)
+        return pb.SubmitJobResponse(job_id="j", created=True)
+
+    monkeypatch.setattr(module.Client, "_call", call)
+    text = "name: s\nidempotency_key: k\ntasks:\n  - {id: t, command: [\"true\"]}\n"
+    client = module.Client(["127.0.0.1:1"])
+    client.submit(text)
+    client.submit_spec(parse_spec_text(text))
+    first, second = requests
+    assert first.spec == "" and first.idempotency_key == "k"
+    assert first.spec_wire == second.spec_wire == pack_wire(parse_spec_text(text))
+    assert decode_wire(first.spec_wire) == parse_spec_text(text)
