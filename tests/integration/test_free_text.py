@@ -17,7 +17,7 @@ import pytest
 
 from raftsched.dev import pki
 from raftsched.errors import Code, RaftschedError
-from tests.support.cluster import LocalCluster
+from tests.support.cluster import LocalCluster, running
 
 pytestmark = pytest.mark.integration
 
@@ -34,14 +34,8 @@ tasks:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    local = LocalCluster(tmp_path_factory.mktemp("free-text"), replica_count=1)
-    try:
-        yield local.start()
-    except BaseException:
-        print(local.logs())
-        raise
-    finally:
-        local.close()
+    with running(tmp_path_factory.mktemp("free-text"), replica_count=1) as local:
+        yield local
 
 
 def submit_waiting(cluster: LocalCluster, tmp_path: Path) -> str:

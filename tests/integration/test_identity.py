@@ -38,7 +38,7 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.replica.raft.restore import write_snapshot_file
 from raftsched.state import snapshot
 from raftsched.state.model import Role, TokenRecord
-from tests.support.cluster import LocalCluster, running, wait_for, with_token
+from tests.support.cluster import LocalCluster, code_of, running, wait_for, with_token
 
 pytestmark = [pytest.mark.integration]
 
@@ -49,14 +49,6 @@ RUNNING = "name: running\ntenant: {tenant}\ntasks:\n  - {{id: t, command: [mock,
 CALL_TIMEOUT_S = 10.0
 STREAM_DEADLINE_S = 120.0
 CLI_TIMEOUT_S = 120.0
-
-
-def _code(call: Any) -> Code | None:
-    try:
-        call()
-    except RaftschedError as error:
-        return error.code
-    return None
 
 
 def _first(call: Any) -> Any:
@@ -117,8 +109,8 @@ def test_an_admin_token_of_one_tenant_is_refused_and_an_old_one_acts_as_a_user(
                      lambda: as_legacy.save_snapshot(io.BytesIO()),
                      lambda: as_legacy.list_tenants(),
                      lambda: as_legacy.cluster_status()):
-            assert _code(call) == Code.PERMISSION_DENIED
-        assert _code(lambda: as_legacy.list_jobs()) is None  # a user of its tenant still
+            assert code_of(call) == Code.PERMISSION_DENIED
+        assert code_of(lambda: as_legacy.list_jobs()) is None  # a user of its tenant still
         tenants = {t.tenant: t for t in new.client().list_tenants().tenants}
         assert tenants["tb"].weight == 2
         listed = new.cli("admin", "token", "list", "--json")

@@ -21,9 +21,9 @@ from google.protobuf import message_factory
 
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.client.client import Client
-from raftsched.errors import Code, RaftschedError
+from raftsched.errors import Code
 from raftsched.replica.identity import Rule, rule_of
-from tests.support.cluster import LocalCluster, running, wait_for
+from tests.support.cluster import LocalCluster, code_of, running, wait_for
 from tests.support.paths import REPO
 
 pytestmark = [pytest.mark.integration]
@@ -49,14 +49,6 @@ def _as(cluster: LocalCluster, token: str | None) -> Client:
     return cluster.client(token=token, retry_budget_s=5)
 
 
-def _code(call: Any) -> Code | None:
-    try:
-        call()
-    except RaftschedError as error:
-        return error.code
-    return None
-
-
 def test_every_rpc_needs_a_token_of_its_role(cluster: LocalCluster) -> None:
     services = [pb.DESCRIPTOR.services_by_name[n] for n in ("Scheduler", "Admin")]
     tokens = {role: _token(cluster, "*", role) for role in ROLES}
@@ -69,7 +61,7 @@ def test_every_rpc_needs_a_token_of_its_role(cluster: LocalCluster) -> None:
                 request = message_factory.GetMessageClass(method.input_type)()
                 if "job_id" in request.DESCRIPTOR.fields_by_name:
                     request.job_id = "no-such-job"
-                code = _code(functools.partial(_invoke, client, service, method, request))
+                code = code_of(functools.partial(_invoke, client, service, method, request))
                 where = (service.name, method.name, role, code)
                 if rank < ROLE_NEEDED[rule]:
                     assert code == Code.PERMISSION_DENIED, where
@@ -94,14 +86,14 @@ def _invoke(client: Client, service: Any, method: Any, request: Any) -> Any:
 
 
 def test_no_malformed_or_revoked_token_is_unauthenticated(cluster: LocalCluster) -> None:
-    assert _code(lambda: _as(cluster, None).list_jobs()) == Code.UNAUTHENTICATED
+    assert code_of(lambda: _as(cluster, None).list_jobs()) == Code.UNAUTHENTICATED
     bogus = "rst_0123456789abcdef_" + "x" * 43
-    assert _code(lambda: _as(cluster, bogus).list_jobs()) == Code.UNAUTHENTICATED
+    assert code_of(lambda: _as(cluster, bogus).list_jobs()) == Code.UNAUTHENTICATED
     token = _token(cluster, "*", "user")
-    assert _code(lambda: _as(cluster, token).list_jobs()) is None
+    assert code_of(lambda: _as(cluster, token).list_jobs()) is None
     token_id = token.split("_")[1]
     cluster.client().revoke_token(token_id)
-    assert _code(lambda: _as(cluster, token).list_jobs()) == Code.UNAUTHENTICATED
+    assert code_of(lambda: _as(cluster, token).list_jobs()) == Code.UNAUTHENTICATED
     listed = [t.token_id for t in cluster.client().list_tokens().tokens]
     assert token_id not in listed
 
@@ -117,11 +109,11 @@ def test_a_tenants_token_neither_sees_nor_touches_another_tenants_jobs(
                  lambda: beta.cancel(mine), lambda: beta.task_history(mine, "t"),
                  lambda: beta.explain(mine, "t"), lambda: list(beta.watch(mine)),
                  lambda: beta.get_job("no-such-job")):
-        assert _code(call) == Code.NOT_FOUND  # the same answer as for no such job
+        assert code_of(call) == Code.NOT_FOUND  # the same answer as for no such job
     assert alpha.get_job(mine).state != "CANCELLED"
     assert [j.job_id for j in beta.list_jobs().jobs] == [theirs]
-    assert _code(lambda: beta.list_jobs(tenant="alpha")) == Code.PERMISSION_DENIED
-    assert _code(lambda: beta.submit(PARKED.format(tenant="alpha"))) == Code.PERMISSION_DENIED
+    assert code_of(lambda: beta.list_jobs(tenant="alpha")) == Code.PERMISSION_DENIED
+    assert code_of(lambda: beta.submit(PARKED.format(tenant="alpha"))) == Code.PERMISSION_DENIED
     everyone = {j.job_id for j in cluster.client().list_jobs().jobs}  # the admin token: "*"
     assert {mine, theirs} <= everyone
 

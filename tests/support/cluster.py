@@ -22,7 +22,7 @@ from raftsched.client.client import Client
 from raftsched.dev import pki
 from raftsched.dev.ports import pick_free_ports, port_open
 from raftsched.dev.supervisor import Child, Supervisor
-from raftsched.errors import RaftschedError
+from raftsched.errors import Code, RaftschedError
 from tests.support.agent import kill_attempt_processes, remove_agent_cgroups
 
 T = TypeVar("T")
@@ -278,3 +278,12 @@ class _Bearer(grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
 
 def plus_one(index: int | None) -> int | None:
     return None if index is None else index + 1
+
+
+def code_of(call: Callable[[], Any]) -> Code | None:
+    """The code `call` was refused with (a RaftschedError), or None when it went through."""
+    try:
+        call()
+    except RaftschedError as error:
+        return error.code
+    return None
