@@ -7,9 +7,7 @@ until the servers exist."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import pytest
 
 from raftsched import procfs
 from tests.support import paths
+from tests.support.cli import run_cli
 
 pytest.importorskip("raftsched.replica.main")
 pytest.importorskip("agent.main")
@@ -39,12 +38,7 @@ tasks:
 """Pinned to the added cluster, and too big for cpu-east and gpu-west (4 cores each)."""
 
 
-def raftsched(dev_dir: Path, *argv: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items()
-           if key != "RAFTSCHED_SERVERS" and not key.startswith("RAFTSCHED_TLS_")}
-    env["RAFTSCHED_DEV_DIR"] = str(dev_dir)
-    return subprocess.run([sys.executable, "-m", "raftsched", *argv], capture_output=True,
-                          text=True, timeout=timeout_s, env=env, check=False)
+raftsched = run_cli
 
 
 def parsed(result: subprocess.CompletedProcess[str]) -> Any:

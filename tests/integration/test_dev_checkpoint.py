@@ -7,18 +7,16 @@ $RAFTSCHED_CHECKPOINT_DIR: `dev up` lets it through and says so. Everything thro
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.support.cli import parsed_ok, run_cli
 from tests.support.cluster import wait_for
 
 pytestmark = [
@@ -62,18 +60,7 @@ tasks:
 """
 
 
-def raftsched(dev_dir: Path, *argv: str, timeout_s: float = 60) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items()
-           if key != "RAFTSCHED_SERVERS" and not key.startswith("RAFTSCHED_TLS_")}
-    env["RAFTSCHED_DEV_DIR"] = str(dev_dir)
-    return subprocess.run([sys.executable, "-m", "raftsched", *argv], capture_output=True,
-                          text=True, timeout=timeout_s, env=env, check=False)
-
-
-def parsed(result: subprocess.CompletedProcess[str]) -> Any:
-    assert result.returncode == 0 and "Traceback" not in result.stderr, (
-        f"exit {result.returncode}\n{result.stdout}\n{result.stderr}")
-    return json.loads(result.stdout)
+raftsched, parsed = run_cli, parsed_ok
 
 
 @pytest.fixture

@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -27,6 +25,7 @@ import pytest
 from raftsched.dev import cluster as dc
 from raftsched.dev import slurm as private_slurm
 from raftsched.dev.supervisor import log_tail, stop_all
+from tests.support.cli import parsed_ok, run_cli
 from tests.support.slurm import wait_until
 
 pytest.importorskip("raftsched.replica.main")
@@ -53,17 +52,10 @@ tasks:
 
 
 def raftsched(dev_dir: Path, *argv: str) -> subprocess.CompletedProcess[str]:
-    env = {key: value for key, value in os.environ.items()
-           if key != "RAFTSCHED_SERVERS" and not key.startswith(("RAFTSCHED_TLS_", "SLURM_"))}
-    env["RAFTSCHED_DEV_DIR"] = str(dev_dir)
-    return subprocess.run([sys.executable, "-m", "raftsched", *argv], capture_output=True,
-                          text=True, timeout=COMMAND_TIMEOUT_S, env=env, check=False)
+    return run_cli(dev_dir, *argv, timeout_s=COMMAND_TIMEOUT_S, hidden=("SLURM_",))
 
 
-def parsed(result: subprocess.CompletedProcess[str]) -> Any:
-    assert result.returncode == 0 and "Traceback" not in result.stderr, (
-        f"exit {result.returncode}\n{result.stdout}\n{result.stderr}")
-    return json.loads(result.stdout)
+parsed = parsed_ok
 
 
 @pytest.fixture
