@@ -106,8 +106,10 @@ def test_tenants_on_one_agent_run_as_their_own_accounts_and_cannot_reach_each_ot
     wait_for(lambda: (work / "where").exists() or None, STATE_TIMEOUT_S,
              "alpha's task to leave its secrets")
     checkpoint = (work / "where").read_text().strip()
-    task_file = read_json(_attempt_dir(cluster, fence) / runner.TASK_FILE)
-    assert task_file is not None
+    # The wrapper writes task.json once the task's exec went through (it reads the start's
+    # outcome first), which may be after the task's first lines ran.
+    task_file = wait_for(lambda: read_json(_attempt_dir(cluster, fence) / runner.TASK_FILE),
+                         STATE_TIMEOUT_S, "the wrapper to record alpha's task")
 
     agent = cluster.agents[AGENT]
     agent.kill()  # SIGKILL: alpha's task runs on under its wrapper; the next agent adopts it
