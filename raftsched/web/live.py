@@ -5,7 +5,8 @@ A thread follows the job's change stream (`changes`: today the job's WatchJob st
 function to change) and only marks the page dirty; the response loop then fetches the task list
 once (at most one refresh in flight per open page, at most one every
 `limits.WEB_LIVE_MIN_REFRESH_S`: changes in between coalesce) and sends
-`{"job_state": ..., "tasks": {task_id: state}}`. When the job is terminal it sends `end`.
+`{"job_state", "tasks": {task_id: state}, "rows": {task_id: [attempts, cluster, reason]},
+"counts": {state: n}}`. When the job is terminal it sends `end`.
 At most `limits.WEB_LIVE_MAX_STREAMS` streams are served at once (503 above)."""
 
 from __future__ import annotations
@@ -101,4 +102,5 @@ async def _snapshot(client: ConsoleClient, job_id: str) -> dict[str, object]:
     job = await call(client.get_job, job_id)
     tasks = await call(client.list_tasks, job_id)
     return {"job_state": job.state, "tasks": {t.task_id: t.state for t in tasks.tasks},
+            "rows": {t.task_id: [t.attempts, t.cluster, t.reason] for t in tasks.tasks},
             "counts": dict(job.tasks)}

@@ -151,6 +151,8 @@ def test_sign_in_list_graph_and_a_task_turning_succeeded_live(site: Site) -> Non
                            timeout=LIVE_TIMEOUT_MS)
     assert page.evaluate("window.__notReloaded") is True  # recoloured in place
     assert page.locator("#job-state").inner_text() == "SUCCEEDED"
+    assert page.locator('tr[data-task-id="after"] .attempts-cell').inner_text() == "1"
+    assert not page.locator("#cancel").is_visible()  # nothing left to cancel
     _shot(site, page, "03-job-succeeded")
 
 

@@ -23,10 +23,19 @@
         if (title) { title.textContent = id + ": " + state; }
         var cell = element.querySelector(".state-cell .state");
         if (cell) { setState(cell, state); cell.textContent = state; }
+        var row = doc.rows[id];
+        if (row && element.tagName === "TR") {
+          ["attempts", "cluster", "reason"].forEach(function (name, i) {
+            var td = element.querySelector("." + name + "-cell");
+            if (td) { td.textContent = String(row[i]); }
+          });
+        }
       });
     });
     var job = document.getElementById("job-state");
     if (job) { setState(job, doc.job_state); job.textContent = doc.job_state; }
+    var cancel = document.getElementById("cancel");
+    if (cancel && ["SUCCEEDED", "FAILED", "CANCELLED"].indexOf(doc.job_state) >= 0) { cancel.hidden = true; }
     var done = 0, total = 0;
     Object.keys(doc.counts).forEach(function (s) {
       total += doc.counts[s];
