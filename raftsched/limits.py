@@ -303,7 +303,7 @@ WEB_MAX_ID_CHARS = 256
 WEB_JOBS_PAGE = 50
 """Jobs on one page of /jobs (ListJobs' limit; its page token gives the next page)."""
 
-WEB_GRAPH_MAX_NODES = 500
+WEB_GRAPH_MAX_NODES = 2_000
 """A DAG with more tasks than this is drawn collapsed: one group node per layer with its
 counts per state, rather than a node per task."""
 
