@@ -106,7 +106,7 @@ async def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         return await run_in_threadpool(function, *args, **kwargs)
     except RaftschedError as error:
         raise PageError(STATUS_OF_CODE.get(error.code, 502),
-                        f"{error.code.value}: {error}") from None
+                        str(error)) from None
 
 
 def valid_id(value: str) -> str:

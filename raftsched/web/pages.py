@@ -202,7 +202,7 @@ def _chunks(client: ConsoleClient, job_id: str, task_id: str, stream: str) -> It
         for chunk in client.task_logs(job_id, task_id, stream=stream):
             yield chunk.data
     except RaftschedError as error:
-        yield f"\n[output ended: {error.code.value}: {error}]\n".encode()
+        yield f"\n[output ended: {error}]\n".encode()
 
 
 # --- operators: clusters, replicas, tenants -----------------------------------------------------

@@ -18,6 +18,7 @@ import os
 import socket
 import ssl
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,8 +120,8 @@ def _page(site: Site, token: str | None) -> Any:
     return page
 
 
-def _shot(site: Site, page: Any, name: str) -> None:
-    page.screenshot(path=str(site.shots / f"{name}.png"), full_page=True)
+def _shot(site: Site, page: Any, name: str, full_page: bool = True) -> None:
+    page.screenshot(path=str(site.shots / f"{name}.png"), full_page=full_page)
 
 
 def _task_states(site: Site) -> dict[str, str]:
@@ -189,6 +190,24 @@ def test_an_operator_cancels_through_the_page_and_the_cli_agrees(site: Site) -> 
         page.goto(site.url + path)
         assert page.locator("h1").count() == 1 and "403" not in page.title()
         _shot(site, page, name)
+
+
+def test_a_2000_task_job_draws_every_task(site: Site) -> None:
+    tasks = [{"id": "root", "command": ["true"], "requires": ["nowhere"]}] + [
+        {"id": f"t{i}", "command": ["true"], "depends_on": ["root"]} for i in range(1999)]
+    spec = json.dumps({"name": "wide", "tenant": "acme", "allow_unschedulable": True,
+                       "tasks": tasks})
+    wide = site.cluster.client(token=site.tokens["acme"]).submit(spec).job_id
+    page = _page(site, site.tokens["acme"])
+    started = time.monotonic()
+    page.goto(f"{site.url}/jobs/{wide}")
+    page.wait_for_selector("svg g[data-task-id]")
+    drawn_s = time.monotonic() - started
+    assert page.locator("svg g[data-task-id]").count() == 2000
+    assert page.locator("svg line").count() == 1999
+    print(f"a 2,000-task job page: graph drawn {drawn_s:.2f} s after navigation")
+    _shot(site, page, "12-job-2000-tasks", full_page=False)  # the first screen
+    site.cluster.client().cancel(wide)
 
 
 def test_strangers_and_other_tenants_see_nothing(site: Site) -> None:
