@@ -287,3 +287,16 @@ def _raw_get(host: str, port: int, path: str, headers: dict[str, str]) -> tuple[
         return response.status, response.read()
     finally:
         connection.close()
+
+
+def test_no_token_reaches_the_consoles_log(site: Site) -> None:
+    page = _page(site, None)
+    page.goto(f"{site.url}/login")
+    page.fill("input[name=token]", "rst_0123456789abcdef_not-a-real-token-secret")
+    page.click("button[type=submit]")
+    assert page.locator(".error").inner_text().startswith("this token is not valid")
+    web = next(c for c in site.cluster.supervisor.children if c.name == "web")
+    text = Path(web.log_path).read_text(errors="replace")
+    assert "web_listening" in text
+    for token in [*site.tokens.values(), "not-a-real-token-secret"]:
+        assert token.rsplit("_", 1)[-1] not in text
