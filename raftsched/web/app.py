@@ -12,10 +12,11 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from raftsched import limits
+from raftsched import eventlog, limits
 from raftsched.web import live, pages
 from raftsched.web.console import HERE, Console, Options, PageError, SignIn, error_page, to_sign_in
 
+LOG = eventlog.EventLogger("web")
 SECURITY_HEADERS = {
     "content-security-policy": "default-src 'self'; style-src 'self'; script-src 'self'; "
                                "img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
@@ -67,6 +68,9 @@ async def _http_error(request: Request, error: Exception) -> Response:
 
 
 async def _unexpected(request: Request, error: Exception) -> Response:
+    """A bug: logged (the path, never the query string, a cookie or a form), a clean 500."""
+    LOG.error("web_request_failed", method=request.method, path=request.url.path,
+              error=f"{type(error).__name__}: {error}")
     return error_page(request, 500, "the console failed to answer this request")
 
 

@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-import time
 from dataclasses import dataclass
 
 import uvicorn
 
-from raftsched import tls
+from raftsched import eventlog, tls
 from raftsched.errors import RaftschedError
 from raftsched.web.app import build_app
 from raftsched.web.console import ConsoleClient, Options
 
+LOG = eventlog.EventLogger("web")
 EXIT_USAGE = 2
 GRACEFUL_SHUTDOWN_S = 5.0
 """Open streams (live pages, downloads) get this long to end when the console stops."""
@@ -44,14 +43,14 @@ def client_factory(config: WebConfig) -> Options:
 
 def serve(config: WebConfig) -> None:
     """Serve until SIGINT/SIGTERM (uvicorn handles both)."""
+    eventlog.configure("info")
     app = build_app(client_factory(config))
     server = uvicorn.Server(uvicorn.Config(
         app, host=config.host, port=config.port, ssl_certfile=config.https_cert,
         ssl_keyfile=config.https_key, access_log=False, log_config=None, log_level="warning",
         timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN_S), server_header=False))
-    print(json.dumps({"ts": round(time.time(), 3), "event": "web_listening",
-                      "url": f"https://{config.host}:{config.port}/",
-                      "read_only": config.read_only}), flush=True, file=sys.stderr)
+    LOG.info("web_listening", url=f"https://{config.host}:{config.port}/",
+             read_only=config.read_only, servers=",".join(config.servers))
     server.run()
 
 
