@@ -112,8 +112,10 @@ async def job(request: Request) -> Response:
     drawing = layout.draw([layout.TaskNode(t.task_id, t.state, tuple(t.depends_on))
                            for t in tasks])
     done = sum(count for state, count in found.tasks.items() if state in TASK_TERMINAL)
-    return render(request, "job.html", job=found, tasks=tasks[:limits.WEB_TASK_TABLE_MAX_ROWS],
-                  hidden_rows=max(0, len(tasks) - limits.WEB_TASK_TABLE_MAX_ROWS),
+    rows = limits.WEB_TASK_TABLE_MAX_ROWS
+    return render(request, "job.html", job=found, tasks=tasks[:rows],
+                  hidden_rows=max(0, len(tasks) - rows),
+                  failures=[t for t in tasks if t.state == "FAILED"][:rows],
                   drawing=drawing, node_w=layout.NODE_W, node_h=layout.NODE_H,
                   done=done, can_cancel=_can_cancel(request, found))
 

@@ -20,7 +20,9 @@ JOB = pb.Job(job_id="j1", name="demo", tenant="t", state="RUNNING", total_tasks=
              tasks={"RUNNING": 1, "SUCCEEDED": 1})
 TASKS = pb.ListTasksResponse(job_id="j1", tasks=[
     pb.TaskSummary(task_id="a", state="SUCCEEDED", attempts=1),
-    pb.TaskSummary(task_id="b", state="RUNNING", attempts=1, depends_on=["a"])])
+    pb.TaskSummary(task_id="b", state="RUNNING", attempts=1, depends_on=["a"]),
+    pb.TaskSummary(task_id="c", state="FAILED", attempts=2, depends_on=["a"], exit_code=3,
+                   reason="<b>exit 3</b> after 2 attempts")])
 
 
 class FakeClient:
@@ -119,7 +121,10 @@ def test_the_job_page_draws_every_task_as_a_node_with_its_state(made: list[FakeC
     page = _signed_in(made, USER).get("/jobs/j1").text
     assert 'data-task-id="a" data-state="SUCCEEDED"' in page
     assert 'data-task-id="b" data-state="RUNNING"' in page
-    assert "<line " in page  # the edge a -> b
+    assert page.count("<line ") == 2  # a -> b, a -> c
+    failures = page.split('<ul class="failures">')[1].split("</ul>")[0]
+    assert "(exit 3): &lt;b&gt;exit 3&lt;/b&gt; after 2 attempts" in failures  # escaped
+    assert 'data-task-id="a"' not in failures and 'data-task-id="b"' not in failures
     assert "Cancel this job" in page
 
 
