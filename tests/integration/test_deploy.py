@@ -1,6 +1,6 @@
 """deploy/systemd: the example config files are accepted by the real option parsers (through
 both entry points, `raftsched replica|agent` and the server modules' own `main`), every option
-the examples and the units name exists, and `systemd-analyze verify` passes on both units.
+the examples and the units name exists, and `systemd-analyze verify` passes on every unit.
 No server process is started: `run` is replaced where an entry point would start one."""
 
 from __future__ import annotations
