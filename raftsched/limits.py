@@ -285,6 +285,41 @@ MAX_SERVERS = 64
 """Addresses one client or agent is configured with."""
 
 
+# --- web console (raftsched/web) ---------------------------------------------------------------
+
+WEB_MAX_SESSIONS = 1_000
+"""Signed-in browser sessions the console holds (each with its own client); signing in past it
+ends the session idle the longest."""
+
+WEB_SESSION_IDLE_S = 3_600.0
+"""A session unused this long is ended (its token forgotten): the user signs in again."""
+
+WEB_MAX_QUERY_BYTES = 4_096
+"""A request's query string, and a form's body, above this answer 414/413 before any work."""
+
+WEB_MAX_ID_CHARS = 256
+"""A job or task id in a path longer than this answers 404 without asking the replicas."""
+
+WEB_JOBS_PAGE = 50
+"""Jobs on one page of /jobs (ListJobs' limit; its page token gives the next page)."""
+
+WEB_GRAPH_MAX_NODES = 2_000
+"""A DAG with more tasks than this is drawn collapsed: one group node per layer with its
+counts per state, rather than a node per task."""
+
+WEB_TASK_TABLE_MAX_ROWS = 2_000
+"""Rows of a job page's task table; the rest are counted, not listed."""
+
+WEB_LOG_TAIL_MAX_BYTES = 1 << 20
+"""A task page shows at most this much of an output's end (the download has it all)."""
+
+WEB_LIVE_MAX_STREAMS = 200
+"""Live (server-sent events) streams the console serves at once; one more answers 503."""
+
+WEB_LIVE_MIN_REFRESH_S = 0.25
+"""A live page's task list is fetched at most this often (changes in between coalesce)."""
+
+
 # --- agent: its outbox, fences, executor and session ------------------------------------------
 
 REPORT_BATCH_MAX = 2_000

@@ -129,7 +129,7 @@ class ListTasksRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class TaskSummary(_message.Message):
-    __slots__ = ("task_id", "state", "attempts", "cluster", "fence", "exit_code", "reason")
+    __slots__ = ("task_id", "state", "attempts", "cluster", "fence", "exit_code", "reason", "depends_on")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -137,6 +137,7 @@ class TaskSummary(_message.Message):
     FENCE_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     state: str
     attempts: int
@@ -144,7 +145,8 @@ class TaskSummary(_message.Message):
     fence: int
     exit_code: int
     reason: str
-    def __init__(self, task_id: _Optional[str] = ..., state: _Optional[str] = ..., attempts: _Optional[int] = ..., cluster: _Optional[str] = ..., fence: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    depends_on: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, task_id: _Optional[str] = ..., state: _Optional[str] = ..., attempts: _Optional[int] = ..., cluster: _Optional[str] = ..., fence: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListTasksResponse(_message.Message):
     __slots__ = ("job_id", "tasks")

@@ -186,6 +186,10 @@ def _run_dev_up(args: argparse.Namespace) -> int:
     print(f"dev cluster up: {len(state.replicas)} replicas, {len(state.agents)} agents "
           f"({state.executor} executor{slurm})\n")
     print(render.dev_cluster_text(document))
+    if state.web is not None:
+        token = state.user_tls.token if state.user_tls is not None else ""
+        print(f"\nweb console: {state.web.url}  (sign in with an API token, e.g. the admin "
+              f"token in {token}; its certificate is signed by the dev CA)")
     print(f"\nuse it:  export RAFTSCHED_DEV_DIR={state.dir}   (or RAFTSCHED_SERVERS="
           f"{','.join(state.servers)}{_tls_exports(state)})")
     print(f"stop it: raftsched dev down --dir {state.dir}")

@@ -36,6 +36,12 @@ def _agent() -> ServerModule:
     return agent_main
 
 
+def _web() -> ServerModule:
+    from raftsched.web import main as web_main
+
+    return web_main
+
+
 @dataclass(frozen=True, slots=True)
 class Server:
     load: Callable[[], ServerModule]
@@ -59,6 +65,15 @@ SERVERS: dict[str, Server] = {
         "--insecure-dev), heartbeats its free capacity, admits fenced assignments, runs them "
         "(subprocess or mock executor) and reports results from a durable outbox. It logs "
         "'event key=value' lines on stderr and runs until SIGTERM or Ctrl-C.",
+    ),
+    "web": Server(
+        _web, "run the web console (HTTPS) for a cluster",
+        "Run the web console in the foreground: HTTPS pages of jobs, their DAG graphs, tasks, "
+        "attempts and output, clusters, replicas and tenants, live. Users sign in with their API "
+        "token; the console calls the replicas (--servers) as a client with its own certificate "
+        "(--tls-ca, --tls-cert, --tls-key) and the user's token. It serves HTTPS only "
+        "(--https-cert, --https-key). --read-only hides every action. It runs until SIGTERM or "
+        "Ctrl-C.",
     ),
 }
 

@@ -87,6 +87,8 @@ MAX_USER_NAME_CHARS = 32
 DEFAULT_USER_NAME = "dev"
 DATA_DIR_NAME = "data"
 STATE_VERSION = 1
+WEB_NAME = "web"
+"""The web console's name in cluster.json, the logs and `dev status`."""
 REPLICA_COUNTS = (3, 5)
 DEFAULT_REPLICAS = 3
 DEFAULT_AGENTS = 2
@@ -213,6 +215,16 @@ class DaemonEntry:
     log: str
 
 
+@dataclass(frozen=True, slots=True)
+class WebEntry:
+    """The web console `up` started (`raftsched web`, HTTPS on 127.0.0.1)."""
+
+    pid: int
+    start_time_ticks: int
+    url: str
+    log: str
+
+
 @dataclass(slots=True)
 class SlurmEntry:
     """The private Slurm `up --slurm` started in DIR/slurm."""
@@ -289,6 +301,8 @@ class ClusterState:
     `insecure`."""
     slurm: SlurmEntry | None = None
     """The private Slurm of `up --slurm`; None without."""
+    web: WebEntry | None = None
+    """The web console; None with `insecure` (it serves HTTPS with a certificate of the CA)."""
 
     @property
     def servers(self) -> list[str]:
@@ -300,10 +314,12 @@ class ClusterState:
         return None if self.insecure else self.user_tls
 
     def processes(self) -> list[Recorded]:
-        """The replicas and agents (the private Slurm's daemons: `slurm_daemons`)."""
+        """The replicas, agents and web console (the private Slurm's daemons: `slurm_daemons`)."""
         return ([Recorded(r.id, Identity(r.pid, r.start_time_ticks)) for r in self.replicas]
                 + [Recorded(a.cluster, Identity(a.pid, a.start_time_ticks))
-                   for a in self.agents])
+                   for a in self.agents]
+                + ([Recorded(WEB_NAME, Identity(self.web.pid, self.web.start_time_ticks))]
+                   if self.web is not None else []))
 
     def slurm_daemons(self) -> list[Recorded]:
         return list(self.slurm.processes().values()) if self.slurm is not None else []
@@ -333,8 +349,10 @@ class ClusterState:
         insecure = doc.get("insecure", "user_tls" not in doc)
         if not isinstance(insecure, bool):
             raise ValueError("insecure must be true or false")
+        web = doc.get("web")
         return cls(directory, executor, secret_file, created_ms, replicas, agents, insecure,
-                   _tls_paths(doc.get("user_tls")), _slurm_entry(doc.get("slurm")))
+                   _tls_paths(doc.get("user_tls")), _slurm_entry(doc.get("slurm")),
+                   WebEntry(**_entry(WebEntry, web)) if web is not None else None)
 
 
 def _agent_entry(item: object) -> AgentEntry:
@@ -389,8 +407,8 @@ def _string(doc: dict[str, Any], key: str) -> str:
     return value
 
 
-def _entry(kind: type[ReplicaEntry] | type[AgentEntry] | type[DaemonEntry] | type[SlurmEntry],
-           item: object) -> dict[str, Any]:
+def _entry(kind: type[ReplicaEntry] | type[AgentEntry] | type[DaemonEntry] | type[SlurmEntry]
+           | type[WebEntry], item: object) -> dict[str, Any]:
     """The fields of one recorded entry (those with a default may be missing: written before
     they were); a process's identity (pid, start time) must be integers."""
     names = [f.name for f in fields(kind)]
@@ -483,11 +501,14 @@ class Certificates:
     agents: dict[str, TlsPaths]
     """Compute cluster id -> its agent's certificate (raftsched-agent:CLUSTER)."""
     user: TlsPaths
+    web: TlsPaths
+    """The web console's: its client identity (raftsched-user:web-console) and HTTPS."""
 
 
 def issue_certificates(directory: Path, clusters: Sequence[str], user: str) -> Certificates:
     """A fresh CA in DIR/tls (replacing an earlier run's) and the certificates it signs: the
-    replicas' (127.0.0.1 and localhost), one per agent of `clusters`, and `user`'s."""
+    replicas' (127.0.0.1 and localhost), one per agent of `clusters`, `user`'s and the web
+    console's."""
     from raftsched.dev import pki  # cryptography and grpc: loaded only when a cluster starts
 
     authority = pki.create_authority(directory / TLS_DIR_NAME)
@@ -497,7 +518,8 @@ def issue_certificates(directory: Path, clusters: Sequence[str], user: str) -> C
         replica=TlsPaths.of(pki.issue_replica(authority, [LOOPBACK])),
         agents={cluster: TlsPaths.of(pki.issue_agent(authority, cluster))
                 for cluster in clusters},
-        user=TlsPaths.of(pki.issue_user(authority, user), token=str(token_file)))
+        user=TlsPaths.of(pki.issue_user(authority, user), token=str(token_file)),
+        web=TlsPaths.of(pki.issue_web(authority, [LOOPBACK])))
 
 
 def local_user_name() -> str:
@@ -555,6 +577,14 @@ def agent_command(shape: AgentShape, servers: Sequence[str], data_dir: Path, exe
             "--data-dir", str(data_dir), "--executor", executor,
             "--metrics-port", str(metrics_port),
             *(tls.flags() if tls is not None else ["--insecure-dev"])]
+
+
+def web_command(address: str, servers: Sequence[str], tls: TlsPaths) -> list[str]:
+    """`python -m raftsched web ...`: HTTPS on `address` with its certificate, which is also
+    its client identity towards the replicas."""
+    return [sys.executable, "-m", "raftsched", "web", "--listen", address,
+            "--servers", ",".join(servers), *tls.flags(), "--https-cert", tls.cert,
+            "--https-key", tls.key]
 
 
 def child_env() -> dict[str, str]:
@@ -647,11 +677,13 @@ class UpOptions:
 
 def up(options: UpOptions, *, progress: Progress, spawn: Spawn = spawn_process,
        probe: Probe = probe_cluster, clock: Callable[[], float] = time.monotonic,
-       sleep: Callable[[float], None] = time.sleep) -> tuple[ClusterState, ClusterView]:
+       sleep: Callable[[float], None] = time.sleep,
+       web_ready: Callable[[str], bool] = port_open) -> tuple[ClusterState, ClusterView]:
     """Start a dev cluster in `options.dir` and wait until it has a leader and every agent is
-    READY. With `options.slurm`, first a private Slurm in DIR/slurm (its daemons recorded like
-    the other processes), and cpu-east's agent runs in front of its partition. On failure (or
-    Ctrl-C) stop what was started and re-raise."""
+    READY, then start the web console (not with --insecure-dev) and wait until `web_ready`
+    (its address). With `options.slurm`, first a private Slurm in DIR/slurm (its daemons
+    recorded like the other processes), and cpu-east's agent runs in front of its partition.
+    On failure (or Ctrl-C) stop what was started and re-raise."""
     assert options.replicas in REPLICA_COUNTS and 0 <= options.agents <= MAX_AGENTS
     assert options.executor in EXECUTORS
     require_proc()
@@ -672,6 +704,7 @@ def up(options: UpOptions, *, progress: Progress, spawn: Spawn = spawn_process,
             state = ClusterState(str(directory), options.executor, str(write_secret(directory)),
                                  created_ms, user_tls=certificates.user)
         starter = _Starter(state, options, certificates, spawn, probe, progress, clock, sleep)
+        starter.web_ready = web_ready
         try:
             return state, starter.run()
         except BaseException:
@@ -802,12 +835,13 @@ class _Starter(_Launch):
         run = f"{time.strftime('%Y%m%dT%H%M%S')}-{secrets.token_hex(2)}"
         self.run_dir = Path(state.dir) / DATA_DIR_NAME / run
         self.slurm: private_slurm.LocalSlurm | None = None
+        self.web_ready: Callable[[str], bool] = port_open
 
     def run(self) -> ClusterView:
         if self.options.slurm:
             self._start_slurm()
         count = self.options.replicas
-        ports = pick_free_ports(3 * count + self.options.agents)
+        ports = pick_free_ports(3 * count + self.options.agents + 1)  # the last: the web's
         rafts = [f"{LOOPBACK}:{port}" for port in ports[:count]]
         grpcs = [f"{LOOPBACK}:{port}" for port in ports[count:2 * count]]
         self.progress(f"starting {count} replicas (logs in {self.state.dir}/{LOG_DIR_NAME})")
@@ -816,6 +850,12 @@ class _Starter(_Launch):
         view = self._wait("a leader", lambda v: v is not None and v.from_leader,
                           suspect=lambda v: "replica-1")
         self.progress(f"{view.leader} leads (term {view.term}) after {self._elapsed_s():.1f} s")
+        view = self._start_agents(view, ports[3 * count:-1])
+        self._start_web(ports[-1])
+        self._wait_web()
+        return view
+
+    def _start_agents(self, view: ClusterView, metrics_ports: list[int]) -> ClusterView:
         shapes = agent_shapes(self.options.agents)
         if not shapes:
             return view
@@ -824,7 +864,7 @@ class _Starter(_Launch):
         self.progress(f"starting {len(shapes)} agents ({self.options.executor} executor"
                       f"{in_slurm}): " + ", ".join(shape.cluster for shape in shapes))
         for index, shape in enumerate(shapes):
-            self._start_agent(shape, ports[3 * count + index])
+            self._start_agent(shape, metrics_ports[index])
         names = [shape.cluster for shape in shapes]
         view = self._wait("every agent to be READY", lambda v: _all_ready(v, names),
                           suspect=lambda v: _first_not_ready(v, names),
@@ -846,6 +886,29 @@ class _Starter(_Launch):
         self.state.replicas.append(ReplicaEntry(name, pid, start, grpc, rafts[index],
                                                 metrics_port, str(data_dir), str(log)))
         save_state(self.state)
+
+    def _start_web(self, port: int) -> None:
+        """The web console on `port` of 127.0.0.1, recorded at once (`down` stops it)."""
+        if self.certificates is None:
+            return
+        address = f"{LOOPBACK}:{port}"
+        log = Path(self.state.dir) / LOG_DIR_NAME / f"{WEB_NAME}.log"
+        pid, start = self._spawn(WEB_NAME, web_command(address, self.state.servers,
+                                                       self.certificates.web), log)
+        self.state.web = WebEntry(pid, start, f"https://{address}/", str(log))
+        save_state(self.state)
+
+    def _wait_web(self) -> None:
+        web = self.state.web
+        if web is None:
+            return
+        address = web.url.removeprefix("https://").rstrip("/")
+        while not self.web_ready(address):
+            self._check_children()
+            if self.clock() >= self.deadline_s:
+                self._timed_out(f"the web console listening on {address}", "", WEB_NAME)
+            self.sleep(POLL_INTERVAL_S)
+        self.progress(f"web console: {web.url}")
 
     def _start_slurm(self) -> None:
         """The private Slurm in DIR/slurm: one node of cpu-east's size whose features are its
@@ -1252,7 +1315,8 @@ def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]
     "address", "raft_address", "leader", "alive"}], "agents": [{"cluster", "pid", "alive"}],
     "metrics": [URL of every replica's and agent's /metrics], "dir", "insecure", "user_tls":
     {"ca", "cert", "key"} | null, "slurm": {"dir", "conf", "partition", "jobcomp", "daemons":
-    [{"name", "pid", "alive", "log"}]} | null} and a few more fields."""
+    [{"name", "pid", "alive", "log"}]} | null, "web": {"url", "pid", "alive", "log"} | null}
+    and a few more fields."""
     leader = view.leader if view is not None else ""
     replicas = [{
         "id": r.id, "pid": r.pid, "address": r.grpc_address, "raft_address": r.raft_address,
@@ -1269,7 +1333,13 @@ def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]
             "leader": leader, "executor": state.executor, "secret_file": state.secret_file,
             "insecure": state.insecure,
             "user_tls": asdict(user_tls) if user_tls is not None else None,
-            "slurm": slurm_doc(state.slurm) if state.slurm is not None else None}
+            "slurm": slurm_doc(state.slurm) if state.slurm is not None else None,
+            "web": web_doc(state.web) if state.web is not None else None}
+
+
+def web_doc(web: WebEntry) -> dict[str, Any]:
+    return {"url": web.url, "pid": web.pid,
+            "alive": Identity(web.pid, web.start_time_ticks).is_running(), "log": web.log}
 
 
 def slurm_doc(slurm: SlurmEntry) -> dict[str, Any]:

@@ -153,3 +153,10 @@ def issue_agent(authority: Authority, cluster_id: str) -> TlsFiles:
 
 def issue_user(authority: Authority, name: str) -> TlsFiles:
     return issue(authority, f"user-{name}", user_name(name))
+
+
+def issue_web(authority: Authority, hosts: Iterable[str] = ()) -> TlsFiles:
+    """The web console's certificate: a user identity (raftsched-user:web-console) for its
+    calls to the replicas, and its HTTPS listener's certificate for `hosts`."""
+    return issue(authority, "web", user_name("web-console"),
+                 hosts=sorted({"127.0.0.1", "localhost", *hosts}), server=True)

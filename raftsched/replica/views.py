@@ -105,7 +105,8 @@ def task_summary(task: Task, why: str = "") -> pb.TaskSummary:
     """`why`: the one reason a task that is not running waits (`waiting_reason`)."""
     attempt = task.current
     summary = pb.TaskSummary(task_id=task.spec.id, state=task.state.name,
-                             attempts=len(task.attempts), reason=why or task.reason)
+                             attempts=len(task.attempts), reason=why or task.reason,
+                             depends_on=task.spec.depends_on)
     if attempt is not None:
         summary.cluster = attempt.cluster_id
         summary.fence = attempt.fence

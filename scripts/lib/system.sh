@@ -54,3 +54,25 @@ ensure_slurm() {
         fi
     fi
 }
+
+# The web console's browser tests (tests/integration/test_web_console.py) drive Debian's
+# chromium headless through Playwright (its own browser downloads are not used), installed
+# without recommends when missing and we are root. Never fatal: without it those tests skip and
+# say what is missing.
+ensure_chromium() {
+    [ -x /usr/bin/chromium ] && return 0
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "warning: /usr/bin/chromium missing: chromium not installed (not root or no apt-get)" >&2
+        return 0
+    fi
+    echo "installing system packages: chromium" >&2
+    local log="${TMPDIR:-/tmp}/raftsched-apt.log"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get install -y -q --no-install-recommends chromium >>"$log" 2>&1; then
+        # A fresh machine may have no package lists yet.
+        if ! { apt-get update -q && apt-get install -y -q --no-install-recommends chromium; } \
+                >>"$log" 2>&1; then
+            echo "warning: apt-get could not install chromium (log: $log)" >&2
+        fi
+    fi
+}

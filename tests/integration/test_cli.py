@@ -7,7 +7,9 @@ until the servers exist."""
 from __future__ import annotations
 
 import json
+import ssl
 import subprocess
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +54,13 @@ def refused(result: subprocess.CompletedProcess[str], message: str) -> None:
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
 
 
+def _https_get(url: str, ca: Path) -> str:
+    """`url` over HTTPS, verified against `ca` (the dev CA signs the console's certificate)."""
+    context = ssl.create_default_context(cafile=str(ca))
+    with urllib.request.urlopen(url, context=context, timeout=30) as answer:
+        return str(answer.read().decode())
+
+
 def test_demo_runs_on_a_dev_cluster(tmp_path: Path) -> None:
     dev_dir = tmp_path / "dev"
     refused(raftsched(dev_dir, "dev", "add-agent", "--cluster-id", "big"),
@@ -67,6 +76,8 @@ def test_demo_runs_on_a_dev_cluster(tmp_path: Path) -> None:
         assert {agent["cluster"] for agent in cluster["agents"]} == {"cpu-east", "gpu-west"}
         assert cluster["insecure"] is False
         assert Path(cluster["user_tls"]["ca"]) == dev_dir / "tls" / "ca.pem"
+        login = _https_get(cluster["web"]["url"] + "login", dev_dir / "tls" / "ca.pem")
+        assert 'name="token"' in login  # the console, its certificate from the dev CA
 
         submit = raftsched(dev_dir, "submit", str(EXAMPLES / "demo.yaml"), "--watch", "--json",
                            timeout_s=WATCH_TIMEOUT_S)
@@ -92,6 +103,7 @@ def test_demo_runs_on_a_dev_cluster(tmp_path: Path) -> None:
 
         status = parsed(raftsched(dev_dir, "dev", "status", "--json"))
         assert all(process["alive"] for process in status["replicas"] + status["agents"])
+        assert status["web"]["alive"] and status["web"]["url"] == cluster["web"]["url"]
 
         refused(raftsched(dev_dir, "dev", "add-agent", "--cluster-id", "gpu-west"),
                 "error: ALREADY_EXISTS: --cluster-id 'gpu-west' is taken")
@@ -125,8 +137,8 @@ def test_demo_runs_on_a_dev_cluster(tmp_path: Path) -> None:
         down = raftsched(dev_dir, "dev", "down", "--dir", str(dev_dir), "--json")
     assert down.returncode == 0, down.stdout + down.stderr
     stopped = parsed(down)["stopped"]
-    assert [process["name"] for process in stopped][-1] == "big"
-    assert len(stopped) == 6
+    assert [process["name"] for process in stopped][-2:] == ["big", "web"]
+    assert len(stopped) == 7
     assert {process["outcome"] for process in stopped} == {"stopped"}
     assert not procfs.is_alive(big_pid, big_start_ticks)
     assert not (dev_dir / "cluster.json").exists()

@@ -1,0 +1,1 @@
+"""The web console: `raftsched web` (see README: Web console)."""

@@ -1,0 +1,162 @@
+"""What every handler of the console shares: its options, the session store, the templates,
+the signed-in session of a request, CSRF checks and the clean error pages.
+
+The console is a client like any other: each session holds its own `Client` made with the
+console's certificate (its TLS identity) and the user's token (their authority). Blocking gRPC
+calls run in Starlette's threadpool (`call`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import parse_qs
+
+import jinja2
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.templating import Jinja2Templates
+
+from raftsched import limits
+from raftsched.errors import Code, RaftschedError
+from raftsched.web.sessions import Session, SessionStore
+
+COOKIE = "raftsched_session"
+HERE = Path(__file__).parent
+STATUS_OF_CODE = {
+    Code.INVALID_ARGUMENT: 400, Code.NOT_FOUND: 404, Code.PERMISSION_DENIED: 403,
+    Code.FAILED_PRECONDITION: 409, Code.ALREADY_EXISTS: 409, Code.RESOURCE_EXHAUSTED: 429,
+    Code.UNAVAILABLE: 503, Code.DEADLINE_EXCEEDED: 504, Code.UNAUTHENTICATED: 401,
+}
+
+
+class ConsoleClient(Protocol):
+    """What the console asks of `raftsched.client.Client`."""
+    def get_job(self, job_id: str) -> Any: ...
+    def list_jobs(self, tenant: str = "", state: str = "", limit: int = 0,
+                  page_token: str = "") -> Any: ...
+    def list_tasks(self, job_id: str) -> Any: ...
+    def cancel(self, job_id: str, reason: str = "") -> Any: ...
+    def task_history(self, job_id: str, task_id: str) -> Any: ...
+    def explain(self, job_id: str, task_id: str) -> Any: ...
+    def watch(self, job_id: str) -> Iterator[Any]: ...
+    def task_logs(self, job_id: str, task_id: str, *, attempt: int = 0, stream: str = "stdout",
+                  follow: bool = False, tail_bytes: int = 0) -> Iterator[Any]: ...
+    def cluster_status(self, server: str | None = None, *,
+                       include_digest: bool = False) -> Any: ...
+    def list_tenants(self) -> Any: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class Options:
+    make_client: Callable[[str], ConsoleClient]
+    """A client acting with this token (the console's certificate, the configured servers)."""
+    read_only: bool = False
+    secure_cookie: bool = True
+    """The cookie's Secure flag (False only for tests over plain HTTP)."""
+
+
+class Console:
+    def __init__(self, options: Options) -> None:
+        self.options = options
+        self.sessions: SessionStore[ConsoleClient] = SessionStore(lambda c: c.close())
+        environment = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
+                                         autoescape=True, undefined=jinja2.StrictUndefined)
+        environment.filters["when"] = when
+        self.templates = Jinja2Templates(env=environment)
+
+
+class PageError(Exception):
+    """Answered as a clean error page with this HTTP status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def console_of(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
+
+
+def session_of(request: Request) -> Session[ConsoleClient] | None:
+    return console_of(request).sessions.get(request.cookies.get(COOKIE))
+
+
+def render(request: Request, template: str, http_status: int = 200, **values: Any) -> HTMLResponse:
+    console = console_of(request)
+    session = session_of(request)
+    context = {"session": session, "read_only": console.options.read_only, **values}
+    response: HTMLResponse = console.templates.TemplateResponse(request, template, context,
+                                                                status_code=http_status)
+    return response
+
+
+def error_page(request: Request, status: int, message: str) -> HTMLResponse:
+    return render(request, "error.html", http_status=status, status_code=status, message=message)
+
+
+async def call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """A blocking client call in the threadpool; its refusal becomes a PageError."""
+    try:
+        return await run_in_threadpool(function, *args, **kwargs)
+    except RaftschedError as error:
+        raise PageError(STATUS_OF_CODE.get(error.code, 502),
+                        str(error)) from None
+
+
+def valid_id(value: str) -> str:
+    """A job or task id from a path: too long, or with a slash or control character, is an id
+    no job has (404) and is not sent to the replicas."""
+    if not value or len(value) > limits.WEB_MAX_ID_CHARS or "/" in value or \
+            any(ord(ch) < 32 for ch in value) or value in (".", ".."):
+        raise PageError(404, "no such job or task")
+    return value
+
+
+async def form_of(request: Request) -> dict[str, str]:
+    """A urlencoded form body, bounded by `limits.WEB_MAX_QUERY_BYTES` (413 above)."""
+    body = b""
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limits.WEB_MAX_QUERY_BYTES:
+            raise PageError(413, "the form is too large")
+    try:
+        fields = parse_qs(body.decode(), keep_blank_values=True, max_num_fields=32)
+    except (UnicodeDecodeError, ValueError):
+        raise PageError(400, "the form is not a urlencoded form") from None
+    return {name: values[0] for name, values in fields.items()}
+
+
+def require_session(request: Request) -> Session[ConsoleClient]:
+    session = session_of(request)
+    if session is None:
+        raise SignIn()
+    return session
+
+
+class SignIn(Exception):
+    """No session: the browser is sent to the sign-in page."""
+
+
+def to_sign_in() -> Response:
+    return RedirectResponse("/login", status_code=303)
+
+
+async def checked_form(request: Request, session: Session[ConsoleClient]) -> dict[str, str]:
+    """The POSTed form, if it carries this session's CSRF token (else 403)."""
+    form = await form_of(request)
+    if not session.csrf_ok(form.get("csrf")):
+        raise PageError(403, "the form's CSRF token is missing or wrong: reload the page")
+    return form
+
+
+def when(ms: int) -> str:
+    """Milliseconds since the epoch as UTC text ("" for 0)."""
+    if not ms:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

@@ -1,0 +1,236 @@
+"""The console's pages: sign-in, jobs, a job (header, DAG graph, task table), a task (attempts,
+why not running, output), cancel (confirm, then POST), clusters, replicas, tenants.
+
+Every handler acts with the session's own client (the user's token): a user sees only their
+tenant's jobs, and a job of another tenant answers 404 exactly as an unknown one."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlencode
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import RedirectResponse, Response, StreamingResponse
+
+from raftsched import limits
+from raftsched.errors import Code, RaftschedError
+from raftsched.web import layout
+from raftsched.web.console import (
+    COOKIE,
+    ConsoleClient,
+    PageError,
+    call,
+    checked_form,
+    console_of,
+    form_of,
+    render,
+    require_session,
+    session_of,
+    valid_id,
+)
+
+JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
+TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"})
+STREAMS = ("stdout", "stderr")
+DEFAULT_TAIL_BYTES = 64 * 1024
+
+
+# --- sign-in ------------------------------------------------------------------------------------
+
+
+async def login_page(request: Request) -> Response:
+    return render(request, "login.html", error="")
+
+
+async def login(request: Request) -> Response:
+    form = await form_of(request)
+    token = form.get("token", "").strip()
+    console = console_of(request)
+    client = console.options.make_client(token)
+    try:
+        role = await run_in_threadpool(_role_of, client)
+    except RaftschedError as error:
+        client.close()
+        message = ("this token is not valid (unknown, revoked or mistyped)"
+                   if error.code in (Code.UNAUTHENTICATED, Code.INVALID_ARGUMENT)
+                   else f"the scheduler did not answer: {error.code.value}")
+        return render(request, "login.html", http_status=401, error=message)
+    session = console.sessions.open(client, role)
+    response = RedirectResponse("/jobs", status_code=303)
+    response.set_cookie(COOKIE, session.session_id, httponly=True, samesite="strict",
+                        secure=console.options.secure_cookie, path="/")
+    return response
+
+
+def _role_of(client: ConsoleClient) -> str:
+    """The token works (any call would do) and may, or may not, read tenants (operator+)."""
+    client.list_jobs(limit=1)
+    try:
+        client.list_tenants()
+    except RaftschedError as error:
+        if error.code == Code.PERMISSION_DENIED:
+            return "user"
+        raise
+    return "operator"
+
+
+async def logout(request: Request) -> Response:
+    session = require_session(request)
+    await checked_form(request, session)
+    console_of(request).sessions.close(session.session_id)
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+# --- jobs ---------------------------------------------------------------------------------------
+
+
+async def jobs(request: Request) -> Response:
+    session = require_session(request)
+    tenant = request.query_params.get("tenant", "")
+    state = request.query_params.get("state", "")
+    page = request.query_params.get("page", "")
+    if state and state not in JOB_STATES:
+        raise PageError(400, f"state {state!r} is not one of {', '.join(JOB_STATES)}")
+    answer = await call(session.client.list_jobs, tenant=tenant, state=state,
+                        limit=limits.WEB_JOBS_PAGE, page_token=page)
+    next_url = ("/jobs?" + urlencode({"tenant": tenant, "state": state,
+                                      "page": answer.next_page_token})
+                if answer.next_page_token else "")
+    return render(request, "jobs.html", jobs=answer.jobs, tenant=tenant, state=state,
+                  states=JOB_STATES, next_url=next_url)
+
+
+async def job(request: Request) -> Response:
+    session = require_session(request)
+    job_id = valid_id(request.path_params["job_id"])
+    found = await call(session.client.get_job, job_id)
+    tasks = (await call(session.client.list_tasks, job_id)).tasks
+    drawing = layout.draw([layout.TaskNode(t.task_id, t.state, tuple(t.depends_on))
+                           for t in tasks])
+    done = sum(count for state, count in found.tasks.items() if state in TASK_TERMINAL)
+    rows = limits.WEB_TASK_TABLE_MAX_ROWS
+    return render(request, "job.html", job=found, tasks=tasks[:rows],
+                  hidden_rows=max(0, len(tasks) - rows),
+                  failures=[t for t in tasks if t.state == "FAILED"][:rows],
+                  drawing=drawing, node_w=layout.NODE_W, node_h=layout.NODE_H,
+                  done=done, can_cancel=_can_cancel(request, found))
+
+
+def _can_cancel(request: Request, found: Any) -> bool:
+    return not console_of(request).options.read_only and found.state in ("PENDING", "RUNNING")
+
+
+async def cancel_page(request: Request) -> Response:
+    session = require_session(request)
+    job_id = valid_id(request.path_params["job_id"])
+    found = await call(session.client.get_job, job_id)
+    if not _can_cancel(request, found):
+        raise PageError(409 if not console_of(request).options.read_only else 403,
+                        "this job cannot be cancelled here")
+    affected = sum(count for state, count in found.tasks.items() if state not in TASK_TERMINAL)
+    return render(request, "cancel.html", job=found, affected=affected)
+
+
+async def cancel(request: Request) -> Response:
+    session = require_session(request)
+    job_id = valid_id(request.path_params["job_id"])
+    form = await checked_form(request, session)
+    if console_of(request).options.read_only:
+        raise PageError(403, "this console is read-only")
+    reason = form.get("reason", "")[:200] or "cancelled from the web console"
+    await call(session.client.cancel, job_id, reason)
+    return RedirectResponse(f"/jobs/{job_id}", status_code=303)
+
+
+# --- a task -------------------------------------------------------------------------------------
+
+
+async def task(request: Request) -> Response:
+    session = require_session(request)
+    job_id = valid_id(request.path_params["job_id"])
+    task_id = valid_id(request.path_params["task_id"])
+    stream, tail = _output_choice(request)
+    history = await call(session.client.task_history, job_id, task_id)
+    explained = await call(session.client.explain, job_id, task_id)
+    output, attempt = await call(_output_tail, session.client, job_id, task_id, stream, tail)
+    return render(request, "task.html", job_id=job_id, history=history, explained=explained,
+                  output=output, attempt=attempt, stream=stream, tail=tail, streams=STREAMS)
+
+
+def _output_choice(request: Request) -> tuple[str, int]:
+    stream = request.query_params.get("stream", "stdout")
+    if stream not in STREAMS:
+        raise PageError(400, f"stream {stream!r} is not one of {', '.join(STREAMS)}")
+    text = request.query_params.get("tail", str(DEFAULT_TAIL_BYTES))
+    if not text.isdigit() or not 0 < int(text) <= limits.WEB_LOG_TAIL_MAX_BYTES:
+        raise PageError(400, f"tail {text[:20]!r} is not a byte count from 1 to "
+                             f"{limits.WEB_LOG_TAIL_MAX_BYTES}")
+    return stream, int(text)
+
+
+def _output_tail(client: ConsoleClient, job_id: str, task_id: str, stream: str,
+                 tail: int) -> tuple[str, int]:
+    """The end of the latest attempt's output ("" and 0 when the task never ran)."""
+    data, attempt = b"", 0
+    try:
+        for chunk in client.task_logs(job_id, task_id, stream=stream, tail_bytes=tail):
+            attempt = attempt or chunk.attempt
+            data = (data + chunk.data)[-tail:]
+    except RaftschedError as error:
+        if error.code in (Code.NOT_FOUND, Code.FAILED_PRECONDITION) and not attempt:
+            return "", 0
+        raise
+    return data.decode(errors="replace"), attempt
+
+
+async def download(request: Request) -> Response:
+    session = require_session(request)
+    job_id = valid_id(request.path_params["job_id"])
+    task_id = valid_id(request.path_params["task_id"])
+    stream, _ = _output_choice(request)
+    await call(session.client.task_history, job_id, task_id)  # 404 before any byte is sent
+    name = f"{job_id}-{task_id}.{stream}.txt".replace('"', "")
+    return StreamingResponse(_chunks(session.client, job_id, task_id, stream),
+                             media_type="text/plain; charset=utf-8",
+                             headers={"content-disposition": f'attachment; filename="{name}"'})
+
+
+def _chunks(client: ConsoleClient, job_id: str, task_id: str, stream: str) -> Iterator[bytes]:
+    try:
+        for chunk in client.task_logs(job_id, task_id, stream=stream):
+            yield chunk.data
+    except RaftschedError as error:
+        yield f"\n[output ended: {error}]\n".encode()
+
+
+# --- operators: clusters, replicas, tenants -----------------------------------------------------
+
+
+async def clusters(request: Request) -> Response:
+    status = await _operator_call(request, "cluster_status")
+    return render(request, "clusters.html", status=status)
+
+
+async def replicas(request: Request) -> Response:
+    status = await _operator_call(request, "cluster_status")
+    return render(request, "replicas.html", status=status)
+
+
+async def tenants(request: Request) -> Response:
+    answer = await _operator_call(request, "list_tenants")
+    return render(request, "tenants.html", answer=answer)
+
+
+async def _operator_call(request: Request, method: str) -> Any:
+    session = require_session(request)
+    if session.role != "operator":
+        raise PageError(403, "this page is for operators and admins: your token's role is user")
+    return await call(getattr(session.client, method))
+
+
+async def home(request: Request) -> Response:
+    return RedirectResponse("/jobs" if session_of(request) else "/login", status_code=303)
