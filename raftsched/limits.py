@@ -186,6 +186,21 @@ long (`raftsched replica --max-stream-age-s`), so that its slot is contended for
 and TaskLogs end cleanly with the trailer STREAM_END_KEY=max-age and the client re-opens them
 where they were (the CLI never notices); a reflection stream is cancelled."""
 
+EVENT_RETENTION = 100_000
+"""Events of the event stream (WatchEvents) one replica keeps in memory, the newest, to serve
+resumes from (`raftsched replica --event-retention`): about 200 bytes each. A resume from an
+index older than what is kept, or from before this replica started or installed a snapshot, is
+FAILED_PRECONDITION "too old": list again, then watch from the list's applied_index."""
+
+EVENT_BATCH = 256
+"""Events one WatchEvents stream takes from the kept ones at a time: what a stream holds beyond
+its place in the log (a slow consumer costs no more; one that falls behind what is kept gets
+"too old")."""
+
+EVENT_PROGRESS_S = 5.0
+"""A WatchEvents stream whose filter matched nothing for this long while entries were applied
+sends a "progress" event carrying the last applied index, so its client's resume point moves."""
+
 REFUSED_CALL_LOG_LINES = 20
 """`call_refused` warning lines a replica writes per REFUSED_CALL_LOG_WINDOW_S beyond the first
 refusal of each kind (RPC and status code), which is always written: a flood of bad tokens or
