@@ -449,7 +449,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         """Kept events after the cursor, batch by batch (limits.EVENT_BATCH: a stream holds no
         more than that), then wait for the next entry. From now (from_index 0): a first
         "progress" event tells the client where it starts; a "progress" event again after
-        EVENT_PROGRESS_S of entries applied that matched nothing."""
+        EVENT_PROGRESS_S of entries applied that matched nothing, and before the stream ends for
+        its age (so the client resumes with no event twice)."""
         events = self.ctx.events
         cursor: Cursor = (from_index or events.last_index(), SEQ_END)
         told = from_index
@@ -472,7 +473,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
             if cursor[0] > told and (quiet or not told):
                 yield pb.Event(index=cursor[0], kind="progress")
                 told, quiet_since = cursor[0], self.ctx.clock.monotonic_s()
-            if lease.expired():
+            if lease.expired():  # every event up to the cursor's index was passed: say so,
+                yield pb.Event(index=cursor[0], kind="progress")  # the client resumes there
                 self.ctx.end_for_age(context)
                 return
             events.wait(seen, min(limits.EVENT_PROGRESS_S, lease.remaining_s()))

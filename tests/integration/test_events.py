@@ -5,6 +5,10 @@ a leader kill -9, "too old" past a small retention window, a tenant's token scop
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +24,8 @@ pytestmark = [pytest.mark.integration]
 
 RETENTION = 300
 """--event-retention of the replicas here: small, so that the window moves within a test."""
+MAX_AGE_S = 3
+"""--max-stream-age-s of the replicas here: streams end, and are resumed, within a test."""
 CHAIN = ("name: chain\ntenant: {tenant}\ntasks:\n"
          "  - {{id: a, command: [mock, sleep_ms={ms}]}}\n"
          "  - {{id: b, command: [mock, sleep_ms={ms}], depends_on: [a]}}\n"
@@ -30,7 +36,8 @@ EVENT_TIMEOUT_S = 120.0
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     with running(tmp_path_factory.mktemp("events"),
-                 replica_flags=["--event-retention", str(RETENTION)]) as local:
+                 replica_flags=["--event-retention", str(RETENTION),
+                                "--max-stream-age-s", str(MAX_AGE_S)]) as local:
         local.add_agent("east", cpu=8)
         local.wait_clusters_ready("east")
         yield local
@@ -54,6 +61,11 @@ def _collected(events: Iterator[Any], job_id: str) -> list[Any]:
     return got
 
 
+def _once(events: list[Any]) -> list[Any]:
+    """Each event once (a reconnect may repeat the events of one entry: at least once)."""
+    return list({(e.index, e.seq): e for e in events}.values())
+
+
 def test_list_then_watch_from_its_applied_index_sees_every_change_in_order(
         cluster: LocalCluster) -> None:
     client = cluster.client()
@@ -63,7 +75,8 @@ def test_list_then_watch_from_its_applied_index_sees_every_change_in_order(
     assert client.list_tasks(job_id).applied_index > listed.applied_index - 1
     got = _collected(client.watch_events(listed.applied_index, job_id=job_id), job_id)
     keys = [(e.index, e.seq) for e in got]
-    assert keys == sorted(keys) and len(set(keys)) == len(keys)
+    assert keys == sorted(keys)
+    got = _once(got)
     assert all(e.index > listed.applied_index for e in got)
     tasks = {t: [e.state for e in got if e.kind == "task" and e.task_id == t] for t in "abc"}
     for states in tasks.values():
@@ -144,3 +157,69 @@ def test_a_resume_survives_a_leader_kill(tmp_path: Path) -> None:
 
 def _key(event: Any) -> tuple[Any, ...]:
     return (event.index, event.seq, event.kind, event.task_id, event.state, event.fence)
+
+
+def test_the_cli_follows_across_stream_ends_in_json_lines_until_interrupted(
+        cluster: LocalCluster) -> None:
+    client = cluster.client()
+    start = client.list_jobs().applied_index
+    job_id = client.submit(CHAIN.format(tenant="acme", ms=1500)).job_id  # longer than MAX_AGE_S
+    assert cluster.user_tls is not None and cluster.admin_token is not None
+    argv = [sys.executable, "-m", "raftsched", "events", "--job", job_id, "--from", str(start),
+            "--json", "--servers", ",".join(cluster.grpc), "--tls-ca", str(cluster.user_tls.ca),
+            "--tls-cert", str(cluster.user_tls.cert), "--tls-key", str(cluster.user_tls.key),
+            "--token", cluster.admin_token]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAFTSCHED_")}
+    process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=env)
+    try:
+        lines = _collected(_json_lines(process), job_id)
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=EVENT_TIMEOUT_S) == 130
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    succeeded = [e.task_id for e in lines if e.kind == "task" and e.state == "SUCCEEDED"]
+    assert sorted(set(succeeded)) == ["a", "b", "c"], [vars(e) for e in lines]
+
+
+def test_a_stream_from_now_is_resumed_after_each_max_age_end(cluster: LocalCluster) -> None:
+    """The stream is open (its first, "progress" event came) before the job is submitted, and
+    the job runs longer than MAX_AGE_S: the replica ends the stream for its age at least once
+    meanwhile, and the client resumes it without losing an event or repeating one (the
+    replica's last "progress" event says where it ended)."""
+    client = cluster.client()
+    ended_before = _age_ends(cluster)
+    events = client.watch_events()
+    first = next(events)
+    assert first.kind == "progress" and first.index > 0
+    job_id = client.submit(CHAIN.format(tenant="acme", ms=1500)).job_id
+    got = _collected(events, job_id)
+    assert _age_ends(cluster) > ended_before
+    keys = [(e.index, e.seq) for e in got if e.kind != "progress"]
+    assert keys == sorted(set(keys)), keys  # resumed where it ended: no event twice
+    assert all(e.index > first.index for e in got)
+    tasks = {t: [e.state for e in got if e.kind == "task" and e.task_id == t] for t in "abc"}
+    assert all(states[-1] == "SUCCEEDED" and "RUNNING" in states for states in tasks.values()), \
+        tasks
+    assert [e.state for e in got if e.kind == "job"] == ["PENDING", "RUNNING", "SUCCEEDED"]
+
+
+def _age_ends(cluster: LocalCluster) -> int:
+    return sum((cluster.root / "logs" / f"r{i}.log").read_text().count("stream_ended_for_age")
+               for i in range(len(cluster.replicas)))
+
+
+class _Line:
+    def __init__(self, document: dict[str, Any]) -> None:
+        self.__dict__.update(document)
+
+
+def _json_lines(process: subprocess.Popen[str]) -> Iterator[Any]:
+    assert process.stdout is not None
+    for line in process.stdout:
+        document = json.loads(line)
+        assert set(document) == {"index", "seq", "kind", "job_id", "tenant", "task_id", "state",
+                                 "fence", "attempt", "cluster_id", "reason", "at_ms"}, document
+        yield _Line(document)
