@@ -208,11 +208,12 @@ class Client:
                      clusters: bool = False) -> Iterator[Any]:
         """Committed changes as Event messages, in (index, seq) order, from any replica, after
         `from_index` (0: from now; the first message is then a "progress" event naming the
-        index it starts after). Never ends by itself: a stream the replica ended for its age,
-        or a lost connection, is re-opened (on another replica if need be, within the retry
-        budget) from the last entry whose events were all yielded, so an event may come twice
-        after a reconnect, none is missed. A resume from before what the replica keeps raises
-        RaftschedError FAILED_PRECONDITION: list again, then watch from its applied_index."""
+        index it starts after). Never ends by itself: a stream the replica ended for its age
+        (after a "progress" event saying where) or a lost connection is re-opened (on another
+        replica if need be, within the retry budget) from the last entry whose events were all
+        yielded: after a lost connection an event may come twice, none is missed. A resume
+        from before what the replica keeps raises RaftschedError FAILED_PRECONDITION: list
+        again, then watch from its applied_index."""
         attempts = retry.Attempts(self._servers, self._watch_policy, on_retry=self._on_retry,
                                   retryable=_stream_retryable)
         done = from_index
