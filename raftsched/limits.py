@@ -190,7 +190,9 @@ EVENT_RETENTION = 100_000
 """Events of the event stream (WatchEvents) one replica keeps in memory, the newest, to serve
 resumes from (`raftsched replica --event-retention`): about 200 bytes each. A resume from an
 index older than what is kept, or from before this replica started or installed a snapshot, is
-FAILED_PRECONDITION "too old": list again, then watch from the list's applied_index."""
+FAILED_PRECONDITION "too old": list again, then watch from the list's applied_index. The newest
+entry's events are kept whole even past it (a job of MAX_TASKS_PER_JOB tasks submitted or
+cancelled), so a caught-up stream is never made too old by one large entry."""
 
 EVENT_BATCH = 256
 """Events one WatchEvents stream takes from the kept ones at a time: what a stream holds beyond

@@ -74,18 +74,22 @@ class EventLog:
                 self._events.clear()
                 self._floor = (index, SEQ_END)
             else:
+                older = len(self._events)
                 self._events.extend((index, seq, change) for seq, change in enumerate(changes))
-                self._drop_oldest()
+                self._drop_oldest(older)
             self._last_index = index
             self._version += 1
             self._condition.notify_all()
 
-    def _drop_oldest(self) -> None:
+    def _drop_oldest(self, older: int) -> None:
+        """Keep `retention` events, dropping only from the `older` ones: the newest entry is
+        kept whole, however many events it made (a submit or cancel of a job of many tasks),
+        so a stream that had caught up before it is never too old because of it."""
         excess = len(self._events) - self._retention
-        if excess <= 0:
+        if excess <= 0 or older == 0:
             return
         # Drop an eighth more than needed, so the list's front is cut once per many entries.
-        cut = min(len(self._events), excess + self._retention // 8)
+        cut = min(older, excess + self._retention // 8)
         index, seq, _ = self._events[cut - 1]
         self._floor = (index, seq)
         del self._events[:cut]

@@ -88,6 +88,17 @@ def test_a_resume_from_before_what_is_kept_is_too_old() -> None:
     assert [i for i, _, _ in kept] == list(range(raised.value.oldest + 1, 21))
 
 
+def test_an_entry_larger_than_the_window_is_kept_whole_for_a_stream_that_had_caught_up() -> None:
+    log = EventLog(retention=8)
+    for index in range(1, 6):
+        log.record(index, [_change()])
+    caught_up = (log.last_index(), SEQ_END)
+    log.record(6, [_change(job=f"j{n}") for n in range(20)])
+    assert [s for _, s, _ in log.after(caught_up, 100).events] == list(range(20))
+    with pytest.raises(TooOld):
+        log.after((4, SEQ_END), 100)
+
+
 def test_a_snapshot_install_starts_the_window_again() -> None:
     log = EventLog(retention=100)
     log.record(3, [_change()])
