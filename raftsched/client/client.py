@@ -207,8 +207,8 @@ class Client:
     def watch_events(self, from_index: int = 0, job_id: str = "", tenant: str = "",
                      clusters: bool = False) -> Iterator[Any]:
         """Committed changes as Event messages, in (index, seq) order, from any replica, after
-        `from_index` (0: from now; the first message is then a "progress" event naming the
-        index it starts after). Never ends by itself: a stream the replica ended for its age
+        `from_index` (0: from now). Each stream's first message is a "progress" event naming
+        the index it starts after. Never ends by itself: a stream the replica ended for its age
         (after a "progress" event saying where) or a lost connection is re-opened (on another
         replica if need be, within the retry budget) from the last entry whose events were all
         yielded: after a lost connection an event may come twice, none is missed. A resume

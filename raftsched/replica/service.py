@@ -447,13 +447,13 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
     def _events(self, from_index: int, wanted: EventFilter, context: grpc.ServicerContext,
                 lease: StreamLease) -> Iterator[Any]:
         """Kept events after the cursor, batch by batch (limits.EVENT_BATCH: a stream holds no
-        more than that), then wait for the next entry. From now (from_index 0): a first
-        "progress" event tells the client where it starts; a "progress" event again after
-        EVENT_PROGRESS_S of entries applied that matched nothing, and before the stream ends for
-        its age (so the client resumes with no event twice)."""
+        more than that), then wait for the next entry. A first "progress" event says where the
+        stream starts (from now: the last index applied here), at once; another after
+        EVENT_PROGRESS_S of entries applied that matched nothing, and one before the stream
+        ends for its age (so the client resumes with no event twice)."""
         events = self.ctx.events
         cursor: Cursor = (from_index or events.last_index(), SEQ_END)
-        told = from_index
+        told = -1
         quiet_since = self.ctx.clock.monotonic_s()
         while context.is_active():
             seen = events.version()
@@ -461,6 +461,9 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
                 batch = events.after(cursor, limits.EVENT_BATCH)
             except TooOld as too_old:
                 self.ctx.abort(context, RaftschedError(Code.FAILED_PRECONDITION, str(too_old)))
+            if told < 0:  # not too old: where it starts
+                yield pb.Event(index=cursor[0], kind="progress")
+                told = cursor[0]
             for index, seq, change in batch.events:
                 cursor = (index, seq)
                 if wanted.matches(change):
@@ -470,7 +473,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
                 continue  # more are kept: no wait
             cursor = max(cursor, (batch.last_index, SEQ_END))
             quiet = self.ctx.clock.monotonic_s() - quiet_since >= limits.EVENT_PROGRESS_S
-            if cursor[0] > told and (quiet or not told):
+            if cursor[0] > told and quiet:
                 yield pb.Event(index=cursor[0], kind="progress")
                 told, quiet_since = cursor[0], self.ctx.clock.monotonic_s()
             if lease.expired():  # every event up to the cursor's index was passed: say so,
