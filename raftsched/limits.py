@@ -164,10 +164,10 @@ MAX_RPC_WORKERS = 64
 """Concurrent RPCs per replica (long polls and watches hold one each)."""
 
 MAX_STREAMS = MAX_RPC_WORKERS // 4
-"""Long-lived server streams (WatchJob, TaskLogs, SaveSnapshot, reflection, health watches) one
-replica holds open at once, each on an RPC worker for its whole life: the other three quarters
-of the workers are always left to heartbeats, reports and submits. Past it a new stream is
-RESOURCE_EXHAUSTED (retry later)."""
+"""Long-lived server streams (WatchJob, WatchEvents, TaskLogs, SaveSnapshot, reflection, health
+watches) one replica holds open at once, each on an RPC worker for its whole life: the other
+three quarters of the workers are always left to heartbeats, reports and submits. Past it a new
+stream is RESOURCE_EXHAUSTED (retry later)."""
 
 MAX_STREAMS_PER_CALLER = MAX_STREAMS // 2
 """Of MAX_STREAMS, what one caller may hold, so one caller cannot take them all: a caller is a
@@ -181,10 +181,11 @@ ADMIN_STREAM_RESERVE = 2
 served while other callers hold every ordinary slot."""
 
 MAX_STREAM_AGE_S = 15 * 60.0
-"""A WatchJob, TaskLogs, health-watch or reflection stream is ended by the server after this
-long (`raftsched replica --max-stream-age-s`), so that its slot is contended for again. WatchJob
-and TaskLogs end cleanly with the trailer STREAM_END_KEY=max-age and the client re-opens them
-where they were (the CLI never notices); a reflection stream is cancelled."""
+"""A WatchJob, WatchEvents, TaskLogs, health-watch or reflection stream is ended by the server
+after this long (`raftsched replica --max-stream-age-s`), so that its slot is contended for
+again. WatchJob, WatchEvents and TaskLogs end cleanly with the trailer STREAM_END_KEY=max-age
+and the client re-opens them where they were (the CLI never notices); a reflection stream is
+cancelled."""
 
 EVENT_RETENTION = 100_000
 """Events of the event stream (WatchEvents) one replica keeps in memory, the newest, to serve
