@@ -115,9 +115,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "state already")
     parser.add_argument("--max-stream-age-s", type=positive_seconds,
                         default=limits.MAX_STREAM_AGE_S, metavar="SECONDS",
-                        help="end a WatchJob, TaskLogs, health-watch or reflection stream after "
-                             "this long so that its slot is contended for again; the client "
-                             "re-opens a watch or log stream where it was (default "
+                        help="end a WatchJob, WatchEvents, TaskLogs, health-watch or "
+                             "reflection stream after this long so that its slot is contended "
+                             "for again; the client re-opens a watch, event or log stream where "
+                             "it was (default "
                              f"{limits.MAX_STREAM_AGE_S:g})")
     parser.add_argument("--event-retention", type=positive_int, default=limits.EVENT_RETENTION,
                         metavar="N",
