@@ -164,10 +164,10 @@ MAX_RPC_WORKERS = 64
 """Concurrent RPCs per replica (long polls and watches hold one each)."""
 
 MAX_STREAMS = MAX_RPC_WORKERS // 4
-"""Long-lived server streams (WatchJob, TaskLogs, SaveSnapshot, reflection, health watches) one
-replica holds open at once, each on an RPC worker for its whole life: the other three quarters
-of the workers are always left to heartbeats, reports and submits. Past it a new stream is
-RESOURCE_EXHAUSTED (retry later)."""
+"""Long-lived server streams (WatchJob, WatchEvents, TaskLogs, SaveSnapshot, reflection, health
+watches) one replica holds open at once, each on an RPC worker for its whole life: the other
+three quarters of the workers are always left to heartbeats, reports and submits. Past it a new
+stream is RESOURCE_EXHAUSTED (retry later)."""
 
 MAX_STREAMS_PER_CALLER = MAX_STREAMS // 2
 """Of MAX_STREAMS, what one caller may hold, so one caller cannot take them all: a caller is a
@@ -181,10 +181,28 @@ ADMIN_STREAM_RESERVE = 2
 served while other callers hold every ordinary slot."""
 
 MAX_STREAM_AGE_S = 15 * 60.0
-"""A WatchJob, TaskLogs, health-watch or reflection stream is ended by the server after this
-long (`raftsched replica --max-stream-age-s`), so that its slot is contended for again. WatchJob
-and TaskLogs end cleanly with the trailer STREAM_END_KEY=max-age and the client re-opens them
-where they were (the CLI never notices); a reflection stream is cancelled."""
+"""A WatchJob, WatchEvents, TaskLogs, health-watch or reflection stream is ended by the server
+after this long (`raftsched replica --max-stream-age-s`), so that its slot is contended for
+again. WatchJob, WatchEvents and TaskLogs end cleanly with the trailer STREAM_END_KEY=max-age
+and the client re-opens them where they were (the CLI never notices); a reflection stream is
+cancelled."""
+
+EVENT_RETENTION = 100_000
+"""Events of the event stream (WatchEvents) one replica keeps in memory, the newest, to serve
+resumes from (`raftsched replica --event-retention`): about 200 bytes each. A resume from an
+index older than what is kept, or from before this replica started or installed a snapshot, is
+FAILED_PRECONDITION "too old": list again, then watch from the list's applied_index. The newest
+entry's events are kept whole even past it (a job of MAX_TASKS_PER_JOB tasks submitted or
+cancelled), so a caught-up stream is never made too old by one large entry."""
+
+EVENT_BATCH = 256
+"""Events one WatchEvents stream takes from the kept ones at a time: what a stream holds beyond
+its place in the log (a slow consumer costs no more; one that falls behind what is kept gets
+"too old")."""
+
+EVENT_PROGRESS_S = 5.0
+"""A WatchEvents stream whose filter matched nothing for this long while entries were applied
+sends a "progress" event carrying the last applied index, so its client's resume point moves."""
 
 REFUSED_CALL_LOG_LINES = 20
 """`call_refused` warning lines a replica writes per REFUSED_CALL_LOG_WINDOW_S beyond the first

@@ -58,6 +58,11 @@ class CallCounter:
             self.calls += 1
 
 
+COLLECT = False
+"""--collect: each entry's changes are collected (`State.changes`), as a replica does for its
+event stream."""
+
+
 class Runner:
     def __init__(self, counter: CallCounter | None = None) -> None:
         self.counter = counter
@@ -75,7 +80,9 @@ class Runner:
         t1 = time.perf_counter()
         if self.counter is not None:
             sys.setprofile(self.counter)
+        self.state.changes = [] if COLLECT else None
         outcome = fsm.apply(self.state, entry)
+        self.state.changes = None
         sys.setprofile(None)
         t2 = time.perf_counter()
         self.decode_s += t1 - t0
@@ -162,7 +169,12 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", type=int, default=10_000, help="size of the DAG in (a)/(b)")
     parser.add_argument("--big", type=int, default=100_000, help="large job in (c)/(d)")
+    parser.add_argument("--collect", action="store_true",
+                        help="collect each entry's changes, as a replica does for its event "
+                             "stream (State.changes)")
     args = parser.parse_args()
+    global COLLECT
+    COLLECT = args.collect
 
     print(f"raftsched fsm benchmark  (python {sys.version.split()[0]}, one core)")
     submit_s, run_s, r = bench_dag(args.tasks, width=100)

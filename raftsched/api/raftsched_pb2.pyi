@@ -115,12 +115,14 @@ class ListJobsRequest(_message.Message):
     def __init__(self, tenant: _Optional[str] = ..., state: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ("jobs", "next_page_token")
+    __slots__ = ("jobs", "next_page_token", "applied_index")
     JOBS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
     next_page_token: str
-    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    applied_index: int
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., applied_index: _Optional[int] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -149,12 +151,14 @@ class TaskSummary(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., state: _Optional[str] = ..., attempts: _Optional[int] = ..., cluster: _Optional[str] = ..., fence: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ListTasksResponse(_message.Message):
-    __slots__ = ("job_id", "tasks")
+    __slots__ = ("job_id", "tasks", "applied_index")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     tasks: _containers.RepeatedCompositeFieldContainer[TaskSummary]
-    def __init__(self, job_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSummary, _Mapping]]] = ...) -> None: ...
+    applied_index: int
+    def __init__(self, job_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskSummary, _Mapping]]] = ..., applied_index: _Optional[int] = ...) -> None: ...
 
 class CancelJobRequest(_message.Message):
     __slots__ = ("job_id", "reason")
@@ -243,6 +247,46 @@ class WatchJobRequest(_message.Message):
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+
+class WatchEventsRequest(_message.Message):
+    __slots__ = ("from_index", "job_id", "tenant", "clusters")
+    FROM_INDEX_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    CLUSTERS_FIELD_NUMBER: _ClassVar[int]
+    from_index: int
+    job_id: str
+    tenant: str
+    clusters: bool
+    def __init__(self, from_index: _Optional[int] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., clusters: _Optional[bool] = ...) -> None: ...
+
+class Event(_message.Message):
+    __slots__ = ("index", "seq", "kind", "job_id", "tenant", "task_id", "state", "fence", "attempt", "cluster_id", "reason", "at_ms")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    SEQ_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_ID_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    AT_MS_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    seq: int
+    kind: str
+    job_id: str
+    tenant: str
+    task_id: str
+    state: str
+    fence: int
+    attempt: int
+    cluster_id: str
+    reason: str
+    at_ms: int
+    def __init__(self, index: _Optional[int] = ..., seq: _Optional[int] = ..., kind: _Optional[str] = ..., job_id: _Optional[str] = ..., tenant: _Optional[str] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., cluster_id: _Optional[str] = ..., reason: _Optional[str] = ..., at_ms: _Optional[int] = ...) -> None: ...
 
 class ExplainTaskRequest(_message.Message):
     __slots__ = ("job_id", "task_id")

@@ -82,6 +82,11 @@ class SchedulerStub:
                 request_serializer=raftsched_dot_v1_dot_raftsched__pb2.TaskLogsRequest.SerializeToString,
                 response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.TaskLogsChunk.FromString,
                 _registered_method=True)
+        self.WatchEvents = channel.unary_stream(
+                '/raftsched.v1.Scheduler/WatchEvents',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.WatchEventsRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.Event.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -150,6 +155,13 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchEvents(self, request, context):
+        """Committed changes, in log order, from any replica: resumable by index, filtered on the server.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -197,6 +209,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.TaskLogs,
                     request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.TaskLogsRequest.FromString,
                     response_serializer=raftsched_dot_v1_dot_raftsched__pb2.TaskLogsChunk.SerializeToString,
+            ),
+            'WatchEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchEvents,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.WatchEventsRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.Event.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -445,6 +462,33 @@ class Scheduler:
             '/raftsched.v1.Scheduler/TaskLogs',
             raftsched_dot_v1_dot_raftsched__pb2.TaskLogsRequest.SerializeToString,
             raftsched_dot_v1_dot_raftsched__pb2.TaskLogsChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/raftsched.v1.Scheduler/WatchEvents',
+            raftsched_dot_v1_dot_raftsched__pb2.WatchEventsRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.Event.FromString,
             options,
             channel_credentials,
             insecure,

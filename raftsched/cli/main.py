@@ -34,6 +34,7 @@ from raftsched.cli.common import (
 )
 from raftsched.cli.completion import register_completion
 from raftsched.cli.dev import register_dev
+from raftsched.cli.events import register_events
 from raftsched.cli.job import register_job
 from raftsched.cli.servers import register_servers
 from raftsched.cli.submit import register_submit
@@ -114,6 +115,7 @@ _COMMANDS: tuple[Callable[[Subparsers, argparse.ArgumentParser], None], ...] = (
     register_submit,
     register_job,
     register_task,
+    register_events,
     register_admin,
     register_dev,
     register_servers,

@@ -204,6 +204,37 @@ class Client:
             except grpc.RpcError as error:
                 attempts.failed(error_from_rpc(error, address), address)
 
+    def watch_events(self, from_index: int = 0, job_id: str = "", tenant: str = "",
+                     clusters: bool = False) -> Iterator[Any]:
+        """Committed changes as Event messages, in (index, seq) order, from any replica, after
+        `from_index` (0: from now). Each stream's first message is a "progress" event naming
+        the index it starts after. Never ends by itself: a stream the replica ended for its age
+        (after a "progress" event saying where) or a lost connection is re-opened (on another
+        replica if need be, within the retry budget) from the last entry whose events were all
+        yielded: after a lost connection an event may come twice, none is missed. A resume
+        from before what the replica keeps raises RaftschedError FAILED_PRECONDITION: list
+        again, then watch from its applied_index."""
+        attempts = retry.Attempts(self._servers, self._watch_policy, on_retry=self._on_retry,
+                                  retryable=_stream_retryable)
+        done = from_index
+        # every event of the entries up to index `done` has been yielded
+        for address in attempts:
+            request = pb.WatchEventsRequest(from_index=done, job_id=job_id, tenant=tenant,
+                                            clusters=clusters)
+            stream = pb_grpc.SchedulerStub(self._channel(address)).WatchEvents(
+                request, metadata=self._metadata)
+            try:
+                for event in stream:
+                    attempts.progressed()
+                    # An entry's events come together: one of index i means all before i came.
+                    done = max(done, event.index if event.kind == "progress" else event.index - 1)
+                    yield event
+                if not ended_for_age(stream):
+                    attempts.failed(RaftschedError(Code.UNAVAILABLE, f"{address} ended the "
+                                                   "event stream"), address)
+            except grpc.RpcError as error:
+                attempts.failed(error_from_rpc(error, address), address)
+
     def task_logs(self, job_id: str, task_id: str, *, attempt: int = 0, stream: str = "stdout",
                   follow: bool = False, tail_bytes: int = 0) -> Iterator[Any]:
         """The attempt's output as TaskLogsChunk messages: the first names the attempt, the

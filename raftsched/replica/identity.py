@@ -243,10 +243,11 @@ def scope_request(who: Caller, request: Any, reader: StateReader,
             tenant = reader.current_read(context, lambda s: _tenant_of(s, job_id))
         if tenant is not None and not who.may_act_for(tenant):
             raise Refused(grpc.StatusCode.NOT_FOUND, views.job_not_found_message(job_id))
-    elif "tenant" in fields and request.DESCRIPTOR.name == "ListJobsRequest":
+    if "tenant" in fields and request.DESCRIPTOR.name in ("ListJobsRequest",
+                                                          "WatchEventsRequest"):
         if request.tenant and request.tenant != who.tenant:
             raise Refused(grpc.StatusCode.PERMISSION_DENIED,
-                          f"this token lists tenant {who.tenant!r} only")
+                          f"this token lists and watches tenant {who.tenant!r} only")
         request.tenant = who.tenant
 
 

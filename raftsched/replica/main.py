@@ -32,6 +32,7 @@ from raftsched.options import (
     positive_seconds,
 )
 from raftsched.replica import identity, metrics
+from raftsched.replica.events import EventLog
 from raftsched.replica.leader import LOST_AFTER_S, SUSPECT_AFTER_S, Leader, LeaderConfig
 from raftsched.replica.service import (
     AdminService,
@@ -114,10 +115,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "state already")
     parser.add_argument("--max-stream-age-s", type=positive_seconds,
                         default=limits.MAX_STREAM_AGE_S, metavar="SECONDS",
-                        help="end a WatchJob, TaskLogs, health-watch or reflection stream after "
-                             "this long so that its slot is contended for again; the client "
-                             "re-opens a watch or log stream where it was (default "
+                        help="end a WatchJob, WatchEvents, TaskLogs, health-watch or "
+                             "reflection stream after this long so that its slot is contended "
+                             "for again; the client re-opens a watch, event or log stream where "
+                             "it was (default "
                              f"{limits.MAX_STREAM_AGE_S:g})")
+    parser.add_argument("--event-retention", type=positive_int, default=limits.EVENT_RETENTION,
+                        metavar="N",
+                        help="keep the last N events of the event stream (WatchEvents) in memory "
+                             "for resumes; a resume from an older index is refused as too old "
+                             f"(default {limits.EVENT_RETENTION})")
     _add_connection_arguments(parser)
     parser.add_argument("--metrics-port", type=port, default=0,
                         help="serve Prometheus metrics on 127.0.0.1:PORT (0: off)")
@@ -205,6 +212,7 @@ def run(args: argparse.Namespace) -> int:
         log.info("replica_restored", source=args.restore_from, index=seeded.index,
                  term=seeded.term, members=",".join(seeded.members))
     changes = ChangeFeed()
+    events = EventLog(args.event_retention)
     telemetry = metrics.ReplicaMetrics()
     try:
         tuning: dict[str, Any] = {"handshake_timeout_s": args.handshake_timeout_s}
@@ -215,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
         node = RaftNode(args.raft, peers, args.data_dir, secret, insecure_dev=args.insecure_dev,
                         on_leader_change=telemetry.leadership_changed,
                         on_applied=changes.notify, applied_log=args.applied_log,
-                        on_proposal=telemetry.proposal, **tuning)
+                        on_proposal=telemetry.proposal, on_changes=events.record, **tuning)
     except RaftschedError as error:
         print(f"error: {error.message}", file=sys.stderr)
         return 2
@@ -231,7 +239,8 @@ def run(args: argparse.Namespace) -> int:
                     version=changes.version)
     try:
         server = _server(Context(node, leader, clock, changes, args.grpc,
-                                 max_stream_age_s=args.max_stream_age_s), args.grpc, tls_files,
+                                 max_stream_age_s=args.max_stream_age_s, events=events),
+                         args.grpc, tls_files,
                          _connection_options(args.handshake_timeout_s, args.max_grpc_connections))
     except RaftschedError as error:
         node.close()

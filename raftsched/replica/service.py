@@ -32,6 +32,7 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.protocol import LOG_STREAMS
 from raftsched.replica import gc_pause, identity, views
+from raftsched.replica.events import SEQ_END, Cursor, EventFilter, EventLog, TooOld
 from raftsched.replica.gateway import PROPOSE_TIMEOUT_S, AgentGateway, propose
 from raftsched.replica.leader import Leader
 from raftsched.replica.logs import LOG_CHUNK_BYTES, LogBroker
@@ -40,7 +41,7 @@ from raftsched.spec.job import JobSpec, SpecError, parse_submitted_text, with_id
 from raftsched.spec.wire import decode_wire, drop_items, release_wire, to_wire
 from raftsched.state import commands as c
 from raftsched.state.fsm import honoured_role, token_put_problem, token_scope_problem
-from raftsched.state.model import TERMINAL_JOB_STATES, State
+from raftsched.state.model import TERMINAL_JOB_STATES, Change, Role, State
 from raftsched.state.policy import policy_of, refusal_before_proposal
 from raftsched.state.results import (
     CertRevoked,
@@ -172,8 +173,8 @@ class Context:
     error plumbing."""
 
     def __init__(self, node: Any, leader: Leader, clock: Clock, changes: ChangeFeed,
-                 grpc_address: str = "", max_stream_age_s: float = limits.MAX_STREAM_AGE_S
-                 ) -> None:
+                 grpc_address: str = "", max_stream_age_s: float = limits.MAX_STREAM_AGE_S,
+                 events: EventLog | None = None) -> None:
         self.node = node
         self.grpc_address = grpc_address
         """This replica's own gRPC address (marks its answers, see `rpc.abort`)."""
@@ -185,6 +186,8 @@ class Context:
         self.max_stream_age_s = max_stream_age_s
         """A stream ends after this long (limits.MAX_STREAM_AGE_S, --max-stream-age-s)."""
         self.logs = LogBroker(changes.notify)
+        self.events = events if events is not None else EventLog()
+        """The events of the entries applied here (`RaftNode(on_changes=events.record)`)."""
 
     def leader_grpc_address(self) -> str | None:
         raft_leader = self.node.leader_address()
@@ -392,10 +395,16 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
             views.page_of(request)  # a malformed page is refused before any barrier is spent
         except RaftschedError as error:
             self.ctx.abort(context, error)
-        return self.ctx.current_read(context, lambda s: views.list_jobs(s, request))
+        message, index = self.ctx.current_read_indexed(
+            context, lambda s: views.list_jobs(s, request))
+        message.applied_index = index
+        return message
 
     def ListTasks(self, request: Any, context: grpc.ServicerContext) -> Any:
-        return self.ctx.current_read(context, lambda s: views.list_tasks(s, request.job_id))
+        message, index = self.ctx.current_read_indexed(
+            context, lambda s: views.list_tasks(s, request.job_id))
+        message.applied_index = index
+        return message
 
     def CancelJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         refuse_unprintable(self.ctx, context, reason=request.reason)
@@ -415,6 +424,63 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
     def WatchJob(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         with self.ctx.stream_slot(context) as lease:
             yield from self._watch(request, context, lease)
+
+    def WatchEvents(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        """The events of the entries applied on this replica (leader or follower) after
+        `from_index` (0: from now), in (index, seq) order, filtered here. A tenant's token has
+        its filter scoped to its tenant (identity.scope_request); cluster events need an
+        operator or admin token. A resume from before what is kept: FAILED_PRECONDITION."""
+        wanted = self._event_filter(request, context)
+        with self.ctx.stream_slot(context) as lease:
+            yield from self._events(request.from_index, wanted, context, lease)
+
+    def _event_filter(self, request: Any, context: grpc.ServicerContext) -> EventFilter:
+        who = identity.current_caller()
+        if request.clusters and who is not None and who.role not in (Role.OPERATOR,
+                                                                     Role.ADMIN):
+            message = (f"cluster events need an operator or admin token; this token acts as "
+                       f"{who.role.value}")
+            self.ctx.abort(context, RaftschedError(Code.PERMISSION_DENIED, message),
+                           [("clusters", message)])
+        return EventFilter(request.job_id, request.tenant, request.clusters)
+
+    def _events(self, from_index: int, wanted: EventFilter, context: grpc.ServicerContext,
+                lease: StreamLease) -> Iterator[Any]:
+        """Kept events after the cursor, batch by batch (limits.EVENT_BATCH: a stream holds no
+        more than that), then wait for the next entry. A first "progress" event says where the
+        stream starts (from now: the last index applied here), at once; another after
+        EVENT_PROGRESS_S of entries applied that matched nothing, and one before the stream
+        ends for its age (so the client resumes with no event twice)."""
+        events = self.ctx.events
+        cursor: Cursor = (from_index or events.last_index(), SEQ_END)
+        told = -1
+        quiet_since = self.ctx.clock.monotonic_s()
+        while context.is_active():
+            seen = events.version()
+            try:
+                batch = events.after(cursor, limits.EVENT_BATCH)
+            except TooOld as too_old:
+                self.ctx.abort(context, RaftschedError(Code.FAILED_PRECONDITION, str(too_old)))
+            if told < 0:  # not too old: where it starts
+                yield pb.Event(index=cursor[0], kind="progress")
+                told = cursor[0]
+            for index, seq, change in batch.events:
+                cursor = (index, seq)
+                if wanted.matches(change):
+                    yield _event_message(index, seq, change)
+                    told, quiet_since = index, self.ctx.clock.monotonic_s()
+            if len(batch.events) == limits.EVENT_BATCH:
+                continue  # more are kept: no wait
+            cursor = max(cursor, (batch.last_index, SEQ_END))
+            quiet = self.ctx.clock.monotonic_s() - quiet_since >= limits.EVENT_PROGRESS_S
+            if cursor[0] > told and quiet:
+                yield pb.Event(index=cursor[0], kind="progress")
+                told, quiet_since = cursor[0], self.ctx.clock.monotonic_s()
+            if lease.expired():  # every event up to the cursor's index was passed: say so,
+                yield pb.Event(index=cursor[0], kind="progress")  # the client resumes there
+                self.ctx.end_for_age(context)
+                return
+            events.wait(seen, min(limits.EVENT_PROGRESS_S, lease.remaining_s()))
 
     def TaskLogs(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         with self.ctx.stream_slot(context) as lease:
@@ -490,6 +556,13 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
 
 
 _TERMINAL_NAMES = frozenset(s.name for s in TERMINAL_JOB_STATES)
+
+
+def _event_message(index: int, seq: int, change: Change) -> Any:
+    kind, job_id, tenant, task_id, state, fence, attempt, cluster_id, reason, at_ms = change
+    return pb.Event(index=index, seq=seq, kind=kind, job_id=job_id, tenant=tenant,
+                    task_id=task_id, state=state, fence=fence, attempt=attempt,
+                    cluster_id=cluster_id, reason=reason, at_ms=at_ms)
 
 
 def _utf8_size(text: str) -> int:

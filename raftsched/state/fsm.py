@@ -67,6 +67,7 @@ from raftsched.state.model import (
     Aging,
     Attempt,
     AttemptState,
+    Change,
     Cluster,
     IdempotencyRecord,
     Job,
@@ -336,6 +337,7 @@ def apply_cluster_remove(state: State, cmd: ClusterRemove) -> Applied[ClusterRem
         job_id, index = cluster.reserved_for
         _release_reservation(state, state.jobs[job_id].tasks[index])
     del state.clusters[cmd.cluster_id]
+    _note_cluster(state, cmd.cluster_id, "REMOVED", "removed by an admin")
     return Applied(ClusterRemoved(cmd.cluster_id))
 
 
@@ -381,6 +383,9 @@ def apply_cluster_drain(state: State, cmd: ClusterDrain) -> Applied[ClusterDrain
     changed = cluster.draining != cmd.drain
     cluster.draining = cmd.drain
     cluster.drain_reason = visible(cmd.reason)[:limits.MAX_REASON_CHARS] if cmd.drain else ""
+    if changed:  # the event's state: DRAINING, or the status it is back to
+        _note_cluster(state, cluster.id, "DRAINING" if cmd.drain else cluster.status.name,
+                      cluster.drain_reason or "undrained")
     return Applied(ClusterDrained(cluster.id, cmd.drain, changed))
 
 
@@ -538,6 +543,8 @@ def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms:
               index_of=index_of, counts=counts, state=JobState.PENDING, submitted_ms=now_ms)
     state.next_job_seq += 1
     state.jobs[job_id] = job
+    if state.changes is not None:
+        _note_job(state.changes, job, now_ms)
     state.live_jobs += 1
     state.task_count += len(tasks)
     state.live_task_counts[_PENDING] += len(tasks)
@@ -617,6 +624,7 @@ def apply_cluster_register(state: State,
             status_since_ms=cmd.now_ms, custom=dict(cmd.custom),
         )
         state.clusters[cluster.id] = cluster
+        _note_cluster(state, cluster.id, cluster.status.name, "registered")
     elif cmd.incarnation < cluster.incarnation:
         return Rejected(Code.FAILED_PRECONDITION,
                         f"cluster {cluster.id}: incarnation {cmd.incarnation} is older than "
@@ -627,6 +635,7 @@ def apply_cluster_register(state: State,
     cluster.custom = dict(cmd.custom)
     if cluster.status != ClusterStatus.READY:
         cluster.status, cluster.status_since_ms = ClusterStatus.READY, cmd.now_ms
+        _note_cluster(state, cluster.id, cluster.status.name, "registered")
     lost, kills = _reconcile(state, cluster, cmd)
     _refresh_overcommit(cluster)
     return Applied(ClusterRegistered(cluster.id, created=created, lost=lost, kills=kills))
@@ -718,6 +727,7 @@ def apply_cluster_status(state: State,
     if cluster.status == cmd.status:
         return Applied(ClusterStatusChanged(cluster.id, changed=False, lost=0))
     cluster.status, cluster.status_since_ms = cmd.status, cmd.now_ms
+    _note_cluster(state, cluster.id, cluster.status.name, cmd.reason)
     lost = 0
     if cmd.status == ClusterStatus.LOST:
         lost = _lose_cluster_attempts(state, cluster, cmd.reason or "cluster lost")
@@ -898,6 +908,8 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
     attempt = Attempt(fence=fence, number=len(task.attempts) + 1, cluster_id=cluster.id,
                       state=_A_ASSIGNED, assigned_ms=now_ms)
     task.attempts.append(attempt)
+    if state.changes is not None:
+        _note_attempt(state.changes, job, task, attempt, now_ms)
     cluster.live[fence] = (job.id, index)
     if job.spec.preemptible:
         cluster.preemptible[fence] = (job.id, index)
@@ -1039,6 +1051,8 @@ def _finish_attempt(state: State, job: Job, task: Task, attempt: Attempt, report
 def _mark_started(state: State, job: Job, task: Task, attempt: Attempt) -> None:
     attempt.state = _A_RUNNING
     attempt.started_ms = state.now_ms
+    if state.changes is not None:
+        _note_attempt(state.changes, job, task, attempt, state.now_ms)
     _set_state(state, job, task, _RUNNING)
     if task.spec.timeout_ms is not None:
         deadline = state.now_ms + task.spec.timeout_ms + limits.RUN_TIMEOUT_GRACE_MS
@@ -1218,6 +1232,10 @@ def _set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
     if old == _RETRY_WAIT:
         task.retry_at_ms = None
     task.state = new
+    changes = state.changes
+    if changes is not None:
+        changes.append(("task", job.id, job.spec.tenant, task.spec.id, new.name, 0, 0, "",
+                        task.reason, state.now_ms))
     if task.aged:
         _unage(state, task, old)
     if old == _RUNNABLE:
@@ -1244,6 +1262,8 @@ def _set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
     live[new] += 1
     if job.state == JobState.PENDING and new in (_ASSIGNED, _RUNNING):
         job.state = JobState.RUNNING
+        if changes is not None:
+            _note_job(changes, job, state.now_ms)
     if new in TERMINAL_TASK_STATES:
         _maybe_finish_job(state, job)
 
@@ -1255,11 +1275,32 @@ def _maybe_finish_job(state: State, job: Job) -> None:
         return
     job.state = derive_job_state(job)
     job.finished_ms = state.now_ms
+    if state.changes is not None:
+        _note_job(state.changes, job, state.now_ms)
     state.live_jobs -= 1
     live = state.live_task_counts
     for task_state, count in enumerate(counts):
         live[task_state] -= count
     state.finished_jobs.append((state.now_ms, job.id))
+
+
+def _note_job(changes: list[Change], job: Job, at_ms: int) -> None:
+    changes.append(("job", job.id, job.spec.tenant, "", job.state.name, 0, 0, "", job.reason,
+                    at_ms))
+
+
+def _note_attempt(changes: list[Change], job: Job, task: Task, attempt: Attempt,
+                  at_ms: int) -> None:
+    changes.append(("attempt", job.id, job.spec.tenant, task.spec.id, attempt.state.name,
+                    attempt.fence, attempt.number, attempt.cluster_id, attempt.reason, at_ms))
+
+
+def _note_cluster(state: State, cluster_id: str, status: str, reason: str) -> None:
+    """A cluster's status changed (READY, SUSPECT, LOST; REMOVED; drained or not: see
+    apply_cluster_drain), when changes are collected (`State.changes`)."""
+    if state.changes is not None:
+        state.changes.append(("cluster", "", "", "", status, 0, 0, cluster_id, reason,
+                              state.now_ms))
 
 
 def derive_job_state(job: Job) -> JobState:
@@ -1284,6 +1325,8 @@ def _end_attempt(state: State, job: Job, task: Task, attempt: Attempt, outcome: 
     attempt.state = outcome
     attempt.finished_ms = state.now_ms
     attempt.reason = reason
+    if state.changes is not None:
+        _note_attempt(state.changes, job, task, attempt, state.now_ms)
     cluster = state.clusters[attempt.cluster_id]
     del cluster.live[attempt.fence]
     cluster.preemptible.pop(attempt.fence, None)

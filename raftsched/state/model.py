@@ -450,3 +450,14 @@ class State:
     live_task_counts: list[int] = field(default_factory=lambda: [0] * len(TaskState))
     """Tasks of jobs not yet terminal, by state: kept on every transition so that gauges read
     it in O(1). Derived (not in snapshots: recomputed when one is loaded)."""
+    changes: list[Change] | None = field(default=None, compare=False)
+    """Set by whoever applies an entry to collect what it changed (the replica's event stream):
+    None, nothing is collected; a list, each job, task, attempt and cluster state change of the
+    entries applied is appended (`Change`), O(1) each. Not part of what the state is (not
+    compared, not in snapshots or digests)."""
+
+
+Change = tuple[str, str, str, str, str, int, int, str, str, int]
+"""One state change an applied entry made, as the state machine collects it (`State.changes`):
+(kind, job_id, tenant, task_id, state, fence, attempt, cluster_id, reason, at_ms). kind is
+"job", "task", "attempt" or "cluster"; state the new state's name; at_ms the replicated time."""

@@ -344,6 +344,43 @@ def test_a_failing_apply_stops_the_replica(local_nodes: Callable[..., RaftNode],
     assert info.value.code == Code.UNAVAILABLE
 
 
+def test_on_changes_gets_each_entrys_changes_and_a_loaded_dumps_index(tmp_path: Path) -> None:
+    """The event stream's feed: every applied entry's changes with its index, in log order;
+    after a restart from a dump, None at the dump's index first (the window starts there),
+    then the entries after it applied again."""
+    address = f"127.0.0.1:{free_ports(1)[0]}"
+    seen: list[tuple[int, Any]] = []
+
+    def record(index: int, changes: Any) -> None:
+        seen.append((index, None if changes is None else [ch[:2] for ch in changes]))
+
+    node = RaftNode(address, [], str(tmp_path / "r"), SECRET, compaction_min_entries=10,
+                    on_changes=record)
+    try:
+        wait_local_leader(node)
+        for i in range(25):
+            node.propose(submit(f"j{i}"), 5.0)
+        wait_for(lambda: node.status()["log_first_index"] > 1, 10.0, "a compaction")
+        node.propose(submit("after-dump"), 5.0)
+    finally:
+        node.close()
+    indexes = [index for index, _ in seen]
+    assert indexes == sorted(indexes) and len(set(indexes)) == len(indexes)
+    assert next(changes for _, changes in seen if changes)[0] == ("job", "j0")
+    seen.clear()
+    again = RaftNode(address, [], str(tmp_path / "r"), SECRET, compaction_min_entries=10,
+                     on_changes=record)
+    try:
+        assert seen and seen[0][1] is None  # the dump, loaded before the constructor returns
+        wait_local_leader(again)
+        wait_for(lambda: any(ch and ch[0] == ("job", "after-dump") for _, ch in seen) or None,
+                 10.0,
+                 "the entry after the dump applied again")
+        assert all(index > seen[0][0] for index, _ in seen[1:])
+    finally:
+        again.close()
+
+
 def test_single_replica_recovers_from_dump_and_journal(tmp_path: Path) -> None:
     address = f"127.0.0.1:{free_ports(1)[0]}"
     node = RaftNode(address, [], str(tmp_path / "r"), SECRET, compaction_min_entries=10)

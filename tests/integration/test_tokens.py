@@ -75,8 +75,10 @@ def _invoke(client: Client, service: Any, method: Any, request: Any) -> Any:
     from raftsched.api import raftsched_pb2_grpc as pb_grpc
 
     if method.server_streaming:
-        assert method.name in ("WatchJob", "SaveSnapshot", "TaskLogs"), \
+        assert method.name in ("WatchJob", "SaveSnapshot", "TaskLogs", "WatchEvents"), \
             "a new stream: call it here"
+        if method.name == "WatchEvents":  # a stream that never ends: its first event will do
+            return next(iter(client.watch_events(job_id=request.job_id)))
         if method.name == "SaveSnapshot":
             return client.save_snapshot(io.BytesIO())
         if method.name == "TaskLogs":

@@ -131,7 +131,7 @@ from raftsched.replica.raft.transport import SyncingTransport
 from raftsched.state import fsm, snapshot
 from raftsched.state.commands import Barrier, encode
 from raftsched.state.fsm import Applied, Outcome, Rejected
-from raftsched.state.model import State
+from raftsched.state.model import Change, State
 from raftsched.state.results import BarrierResult
 
 log = EventLogger(__name__)
@@ -378,8 +378,9 @@ class RaftNode:
     Callbacks must only signal, never block (they run on the tick or the applier thread):
     `on_leader_change(is_leader)` when pysyncobj's own belief flips (confirm with
     `is_leader_confirmed` before acting), `on_applied(index)` after each FSM entry is applied or
-    a snapshot is loaded, `on_proposal(outcome, seconds)` when an entry this replica proposed
-    is answered (`ProposalObserver`).
+    a snapshot is loaded, `on_changes(index, changes)` before it with what the entry changed
+    (`State.changes`; None for a snapshot loaded at `index`), `on_proposal(outcome, seconds)`
+    when an entry this replica proposed is answered (`ProposalObserver`).
     """
 
     def __init__(self, self_address: str, peers: list[str], data_dir: str, secret: str | None,
@@ -391,6 +392,7 @@ class RaftNode:
                  compaction_min_time_s: float = LOG_COMPACTION_MIN_TIME_S,
                  applied_log: str | None = None,
                  on_proposal: ProposalObserver | None = None,
+                 on_changes: Callable[[int, list[Change] | None], None] | None = None,
                  handshake_timeout_s: float = limits.HANDSHAKE_TIMEOUT_S) -> None:
         membership.check_address(self_address)
         for peer in peers:
@@ -411,6 +413,7 @@ class RaftNode:
         self._on_leader_change = on_leader_change
         self._on_applied = on_applied
         self._on_proposal = on_proposal
+        self._on_changes = on_changes
         self._applied_log = AppliedLogWriter(applied_log) if applied_log else None
         self._lock = threading.Lock()
         self._applier = Applier(self._apply_now, f"raft-apply-{self_address}")
@@ -535,7 +538,12 @@ class RaftNode:
         try:
             with self._lock, _quiet_gc(len(data) >= GC_FREEZE_ENTRY_BYTES):
                 previous = self._state_index
-                outcome = fsm.apply(self._state, data)
+                collected: list[Change] | None = [] if self._on_changes is not None else None
+                self._state.changes = collected
+                try:
+                    outcome = fsm.apply(self._state, data)
+                finally:
+                    self._state.changes = None
                 self._state_index = index
         except BaseException as exc:
             # A bug in the FSM (a failed assertion): the state may be half-changed. Stop this
@@ -548,6 +556,8 @@ class RaftNode:
             self._applied_log.append_internal(range(previous + 1, index))
             self._applied_log.append(index, data)
         log.debug("raft_applied", index=index, outcome=outcome)
+        if self._on_changes is not None:
+            self._on_changes(index, collected)
         self._notify_applied(index)
         return outcome
 
@@ -705,6 +715,8 @@ class RaftNode:
             self._state = state
             self._state_index = last[1]
         self._dumps_loaded += 1
+        if self._on_changes is not None:
+            self._on_changes(last[1], None)
         self._notify_applied(last[1])
         log.info("raft_dump_loaded", index=last[1], members=",".join(members))
         stored = sorted(m for m in members if m != self._address)
