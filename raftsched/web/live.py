@@ -1,8 +1,11 @@
 """Live job pages: `/jobs/{job_id}/events`, server-sent events of the job's task states.
 
-A thread follows the job's change stream (`changes`: today the job's WatchJob stream through
-`Client.watch`; with the event stream it becomes `Client.watch_events(job_id=...)`, the only
-function to change) and only marks the page dirty; the response loop then fetches the task list
+A thread follows the job's events (`Scheduler.WatchEvents` through `Client.watch_events(job_id=
+...)`: committed changes from any replica, resumed by the client across leader changes) and only
+marks the page dirty — at the stream's first event (its "progress" start, so that whatever changed
+since the page was drawn is fetched) and at every change of the job; the later "progress" events
+(every few seconds while other work commits) only let the thread see that its page has closed.
+It returns once the job has ended. The response loop then fetches the task list
 once (at most one refresh in flight per open page, at most one every
 `limits.WEB_LIVE_MIN_REFRESH_S`: changes in between coalesce) and sends
 `{"job_state", "tasks": {task_id: state}, "rows": {task_id: [attempts, cluster, reason]},
@@ -29,10 +32,16 @@ TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 _open_streams = threading.BoundedSemaphore(limits.WEB_LIVE_MAX_STREAMS)
 
 
-def changes(client: ConsoleClient, job_id: str) -> Iterator[None]:
-    """Yields once for each committed change of the job (the source of a live page)."""
-    for _ in client.watch(job_id):
-        yield None
+PROGRESS = "progress"
+
+
+def changes(client: ConsoleClient, job_id: str) -> Iterator[tuple[bool, bool]]:
+    """(mark, ended) for each event of the job's stream (the source of a live page): mark the page
+    at the first event and at every change; ended once the job's own event says it ended."""
+    first = True
+    for event in client.watch_events(job_id=job_id):
+        yield first or event.kind != PROGRESS, event.kind == "job" and event.state in TERMINAL
+        first = False
 
 
 class _Dirty:
@@ -49,10 +58,13 @@ class _Dirty:
 
     def follow(self, client: ConsoleClient, job_id: str) -> None:
         try:
-            for _ in changes(client, job_id):
+            for mark, ended in changes(client, job_id):
                 if self.stopped.is_set():
                     return
-                self.mark()
+                if mark:
+                    self.mark()
+                if ended:
+                    return
         except RaftschedError:
             pass  # the page reconnects with backoff and lists again
         finally:

@@ -60,8 +60,11 @@ class FakeClient:
     def cluster_status(self, server: str | None = None, *, include_digest: bool = False) -> Any:
         return pb.ClusterStatusResponse(leader="r1", term=3)
 
-    def watch(self, job_id: str) -> Iterator[Any]:
-        yield JOB
+    def watch_events(self, from_index: int = 0, job_id: str = "", tenant: str = "",
+                     clusters: bool = False) -> Iterator[Any]:
+        yield pb.Event(index=7, kind="progress")
+        yield pb.Event(index=8, kind="task", job_id=job_id, task_id="b", state="RUNNING")
+        yield pb.Event(index=9, kind="job", job_id=job_id, state="SUCCEEDED")
 
     def close(self) -> None:
         pass
@@ -184,7 +187,7 @@ def test_the_events_stream_sends_the_task_states_then_ends(made: list[FakeClient
     browser = _signed_in(made, USER)
     with browser.stream("GET", "/jobs/j1/events") as answer:
         assert answer.headers["content-type"].startswith("text/event-stream")
-        text = answer.read().decode()  # the fake watch ends: the stream says so and ends
+        text = answer.read().decode()  # the fake job ends: the stream says so and ends
     tasks = text.index("event: tasks\ndata: ")
     assert '"b": "RUNNING"' in text[tasks:] and "event: end" in text[tasks:]
     assert browser.get("/jobs/nope/events").status_code == 404
