@@ -1,3 +1,29 @@
+# apt_install MISSING [--no-install-recommends] PACKAGE...: install the packages with apt-get
+# when we are root (after `apt-get update` if the first try fails: a fresh machine may have no
+# package lists yet), output in $TMPDIR/raftsched-apt.log; otherwise say MISSING in a warning.
+# Never fatal.
+apt_install() {
+    local missing="$1"
+    shift
+    local options=(-y -q)
+    if [ "${1:-}" = --no-install-recommends ]; then
+        options+=("$1")
+        shift
+    fi
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "warning: $missing (not root or no apt-get)" >&2
+        return 0
+    fi
+    echo "installing system packages: $*" >&2
+    local log="${TMPDIR:-/tmp}/raftsched-apt.log"
+    export DEBIAN_FRONTEND=noninteractive
+    if ! apt-get install "${options[@]}" "$@" >>"$log" 2>&1; then
+        if ! { apt-get update -q && apt-get install "${options[@]}" "$@"; } >>"$log" 2>&1; then
+            echo "warning: apt-get could not install $* (log: $log)" >&2
+        fi
+    fi
+}
+
 # Sourced by scripts/test and jepsen-style/run: the system packages the fault-injection harness
 # needs (iptables for partitions, iproute2 and util-linux for namespaces) and the metrics tests
 # need (prometheus: promtool lints the exposition and the alert rules, a real Prometheus scrapes
@@ -10,19 +36,7 @@ ensure_system_packages() {
     command -v ip >/dev/null 2>&1 || missing+=(iproute2)
     command -v promtool >/dev/null 2>&1 || missing+=(prometheus)
     [ ${#missing[@]} -eq 0 ] && return 0
-    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-        echo "warning: missing system packages ${missing[*]} (not root or no apt-get)" >&2
-        return 0
-    fi
-    echo "installing system packages: ${missing[*]}" >&2
-    local log="${TMPDIR:-/tmp}/raftsched-apt.log"
-    export DEBIAN_FRONTEND=noninteractive
-    if ! apt-get install -y -q "${missing[@]}" >"$log" 2>&1; then
-        # A fresh machine may have no package lists yet.
-        if ! { apt-get update -q && apt-get install -y -q "${missing[@]}"; } >>"$log" 2>&1; then
-            echo "warning: apt-get could not install ${missing[*]} (log: $log)" >&2
-        fi
-    fi
+    apt_install "missing system packages ${missing[*]}" "${missing[@]}"
 }
 
 # The Slurm integration tests and `scripts/demo --slurm` (raftsched/dev/slurm.py, through
@@ -37,22 +51,8 @@ ensure_slurm() {
         tool=""
     done
     [ -z "$tool" ] && return 0
-    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-        echo "warning: $tool missing: slurm-wlm and munge not installed (not root or no apt-get)" >&2
-        return 0
-    fi
-    local packages=(slurm-wlm munge)
-    echo "installing system packages: ${packages[*]}" >&2
-    local log="${TMPDIR:-/tmp}/raftsched-apt.log"
-    export DEBIAN_FRONTEND=noninteractive
-    if ! apt-get install -y -q --no-install-recommends "${packages[@]}" >>"$log" 2>&1; then
-        # A fresh machine may have no package lists yet.
-        if ! { apt-get update -q \
-                && apt-get install -y -q --no-install-recommends "${packages[@]}"; } \
-                >>"$log" 2>&1; then
-            echo "warning: apt-get could not install ${packages[*]} (log: $log)" >&2
-        fi
-    fi
+    apt_install "$tool missing: slurm-wlm and munge not installed" --no-install-recommends \
+        slurm-wlm munge
 }
 
 # The web console's browser tests (tests/integration/test_web_console.py) drive Debian's
@@ -61,18 +61,6 @@ ensure_slurm() {
 # say what is missing.
 ensure_chromium() {
     [ -x /usr/bin/chromium ] && return 0
-    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
-        echo "warning: /usr/bin/chromium missing: chromium not installed (not root or no apt-get)" >&2
-        return 0
-    fi
-    echo "installing system packages: chromium" >&2
-    local log="${TMPDIR:-/tmp}/raftsched-apt.log"
-    export DEBIAN_FRONTEND=noninteractive
-    if ! apt-get install -y -q --no-install-recommends chromium >>"$log" 2>&1; then
-        # A fresh machine may have no package lists yet.
-        if ! { apt-get update -q && apt-get install -y -q --no-install-recommends chromium; } \
-                >>"$log" 2>&1; then
-            echo "warning: apt-get could not install chromium (log: $log)" >&2
-        fi
-    fi
+    apt_install "/usr/bin/chromium missing: chromium not installed" --no-install-recommends \
+        chromium
 }
