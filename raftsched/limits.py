@@ -281,8 +281,16 @@ MAX_PAGE_SIZE = 1_000
 """Jobs in one ListJobs page."""
 
 MAX_PAGE_TOKEN_CHARS = 20
-"""A ListJobs page token: the decimal seq of a job (any 64-bit seq fits); a longer or
-non-decimal token is INVALID_ARGUMENT."""
+"""A ListJobs page token: the decimal seq of a job (any 64-bit seq fits), after an `n` for a
+newest-first listing; a longer or non-decimal token is INVALID_ARGUMENT."""
+
+MAX_LIST_QUERY_CHARS = 128
+"""ListJobs' `query` (a text the job id or name contains); a longer one is INVALID_ARGUMENT."""
+
+LIST_QUERY_MAX_SCAN_JOBS = 20_000
+"""Jobs one ListJobs call with a `query` examines for its page, and again for its counts by
+state (the page then ends early with a next_page_token; the counts say they are partial): a
+read holds the apply lock, so its work is bounded (about 20 ms each on the bench machine)."""
 
 MAX_DELIVERIES_PER_HEARTBEAT = 1_000
 """Assignments or kills one heartbeat reply carries; the rest come with the next."""

@@ -103,26 +103,41 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., state: _Optional[str] = ..., tasks: _Optional[_Mapping[str, int]] = ..., total_tasks: _Optional[int] = ..., failure_policy: _Optional[str] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., reason: _Optional[str] = ..., applied_index: _Optional[int] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("tenant", "state", "limit", "page_token")
+    __slots__ = ("tenant", "state", "limit", "page_token", "query", "newest_first")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    NEWEST_FIRST_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     state: str
     limit: int
     page_token: str
-    def __init__(self, tenant: _Optional[str] = ..., state: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    query: str
+    newest_first: bool
+    def __init__(self, tenant: _Optional[str] = ..., state: _Optional[str] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ..., query: _Optional[str] = ..., newest_first: _Optional[bool] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ("jobs", "next_page_token", "applied_index")
+    __slots__ = ("jobs", "next_page_token", "applied_index", "state_counts", "state_counts_partial")
+    class StateCountsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     JOBS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    STATE_COUNTS_FIELD_NUMBER: _ClassVar[int]
+    STATE_COUNTS_PARTIAL_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
     next_page_token: str
     applied_index: int
-    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., applied_index: _Optional[int] = ...) -> None: ...
+    state_counts: _containers.ScalarMap[str, int]
+    state_counts_partial: bool
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., applied_index: _Optional[int] = ..., state_counts: _Optional[_Mapping[str, int]] = ..., state_counts_partial: _Optional[bool] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
     __slots__ = ("job_id",)

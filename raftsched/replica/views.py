@@ -5,7 +5,9 @@ service calls them under the Raft node's apply lock, so each must be short (O(wh
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 
 from raftsched import limits
 from raftsched.api import raftsched_pb2 as pb
@@ -18,13 +20,16 @@ from raftsched.state.model import (
     AttemptState,
     Cluster,
     Job,
+    JobState,
     State,
     Task,
     TaskState,
 )
+from raftsched.state.text import text_problem
 
-_PAGE_TOKEN = re.compile(f"[0-9]{{1,{limits.MAX_PAGE_TOKEN_CHARS}}}", re.ASCII)
-"""A page token as `list_jobs` writes it: a job seq in ASCII decimal digits."""
+_PAGE_TOKEN = re.compile(f"(n?)([0-9]{{1,{limits.MAX_PAGE_TOKEN_CHARS}}})", re.ASCII)
+"""A page token as `list_jobs` writes it: a job seq in ASCII decimal digits, after an `n` when
+it continues a newest-first listing."""
 
 
 def job_of(state: State, job_id: str) -> Job:
@@ -60,45 +65,138 @@ def job_message(job: Job, applied_index: int = 0) -> pb.Job:
     )
 
 
-def page_of(request: pb.ListJobsRequest) -> tuple[int, int]:
-    """The page a ListJobs request asks for: (at most this many jobs, after this job seq).
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    """What a ListJobs request asks for, checked (`page_of`)."""
 
-    `limit` is 0 (the default page size) or more, capped at MAX_PAGE_SIZE (as AIP-158 asks: a
-    larger page is not an error); `page_token` is empty (the first page) or a `next_page_token`
-    of an earlier answer: the decimal seq of the last job it held. A negative limit or a
-    malformed token raises RaftschedError(INVALID_ARGUMENT) naming the field."""
+    limit: int
+    """At most this many jobs."""
+    seq: int | None
+    """Continue after this job seq (oldest first) or before it (newest first); None: the first
+    page."""
+    newest_first: bool
+    state: JobState | None
+    """Only jobs in this state; None: any."""
+    query: str
+    """Only jobs whose id or name contains this, casefolded; "": any."""
+
+
+def page_of(request: pb.ListJobsRequest) -> JobPage:
+    """The page a ListJobs request asks for. `limit` is 0 (the default page size) or more,
+    capped at MAX_PAGE_SIZE (as AIP-158 asks: a larger page is not an error); `page_token` is
+    empty (the first page) or a `next_page_token` of an earlier answer in the same order: the
+    decimal seq of the last job it examined, after an `n` for newest first. A negative limit, a
+    malformed token or one of the other order, an unknown state or a query too long or not
+    printable raises RaftschedError(INVALID_ARGUMENT) naming the field and the value."""
     if request.limit < 0:
         raise RaftschedError(Code.INVALID_ARGUMENT,
                              f"limit must be 0 (the default, {limits.DEFAULT_PAGE_SIZE}) or more "
                              f"(at most {limits.MAX_PAGE_SIZE} are returned), got {request.limit}")
-    token = request.page_token
-    if token and _PAGE_TOKEN.fullmatch(token) is None:
+    return JobPage(min(request.limit or limits.DEFAULT_PAGE_SIZE, limits.MAX_PAGE_SIZE),
+                   _token_seq(request.page_token, request.newest_first), request.newest_first,
+                   _state_filter(request.state), _query_of(request.query))
+
+
+def _token_seq(token: str, newest_first: bool) -> int | None:
+    if not token:
+        return None
+    match = _PAGE_TOKEN.fullmatch(token)
+    if match is None:
         raise RaftschedError(Code.INVALID_ARGUMENT,
                              f"page_token {show(token)} is malformed: pass the next_page_token "
                              "of an earlier ListJobs answer, or nothing for the first page")
-    return min(request.limit or limits.DEFAULT_PAGE_SIZE, limits.MAX_PAGE_SIZE), \
-        int(token) if token else 0
+    if bool(match.group(1)) != newest_first:
+        order = "a newest-first" if match.group(1) else "an oldest-first"
+        raise RaftschedError(Code.INVALID_ARGUMENT,
+                             f"page_token {token!r} continues {order} listing: send it with "
+                             f"newest_first={'true' if match.group(1) else 'false'}, as the "
+                             "request that got it, or no token for the first page")
+    return int(match.group(2))
+
+
+def _state_filter(name: str) -> JobState | None:
+    if not name:
+        return None
+    if name not in JobState.__members__:
+        raise RaftschedError(Code.INVALID_ARGUMENT,
+                             f"state {show(name)} is not a job state: one of "
+                             f"{', '.join(JobState.__members__)}, or empty for every state")
+    return JobState[name]
+
+
+def _query_of(query: str) -> str:
+    if len(query) > limits.MAX_LIST_QUERY_CHARS:
+        raise RaftschedError(Code.INVALID_ARGUMENT,
+                             f"query is {len(query)} characters long: at most "
+                             f"{limits.MAX_LIST_QUERY_CHARS} (MAX_LIST_QUERY_CHARS)")
+    problem = text_problem("query", query)
+    if problem is not None:
+        raise RaftschedError(Code.INVALID_ARGUMENT, problem)
+    return query.casefold()
 
 
 def list_jobs(state: State, request: pb.ListJobsRequest) -> pb.ListJobsResponse:
-    """Jobs in submission order, filtered; `page_token` is the last job seq returned. A
-    malformed page request raises RaftschedError(INVALID_ARGUMENT) (see `page_of`)."""
-    limit, after = page_of(request)
-    jobs = []
-    # Dicts keep insertion order, which is submission order: a page is a forward scan from the
-    # token, bounded by what it returns plus what the filters skip.
-    for job in state.jobs.values():
-        if job.seq <= after:
-            continue
-        if request.tenant and job.spec.tenant != request.tenant:
-            continue
-        if request.state and job.state.name != request.state:
+    """A page of jobs, oldest or newest first, filtered, with the counts by state of the
+    request's tenant and query. Without a query it costs O(page + log jobs) (the job index keeps
+    the jobs in order per tenant and state, counted); a query examines at most
+    LIST_QUERY_MAX_SCAN_JOBS jobs for the page and as many for the counts. A malformed request
+    raises RaftschedError(INVALID_ARGUMENT) (see `page_of`)."""
+    page = page_of(request)
+    tenant = request.tenant or None
+    order = state.job_index.order(tenant, page.state)
+    scan = (order.newest_before(page.seq) if page.newest_first
+            else order.oldest_after(page.seq or 0))
+    jobs, resume = _collect(state, scan, page)
+    token = "" if resume is None else f"{'n' if page.newest_first else ''}{resume}"
+    response = pb.ListJobsResponse(jobs=[job_message(j) for j in jobs], next_page_token=token)
+    _count(state, tenant, page.query, response)
+    return response
+
+
+def _collect(state: State, scan: Iterator[tuple[int, str]],
+             page: JobPage) -> tuple[list[Job], int | None]:
+    """The page's jobs and the seq the next page continues from (None: there is none). A full
+    page gets a token (the next may be empty); so does a query's page cut by its scan bound."""
+    jobs: list[Job] = []
+    examined = 0
+    for seq, job_id in scan:
+        job = state.jobs[job_id]
+        if page.query:
+            examined += 1
+            if _matches(job, page.query):
+                jobs.append(job)
+            if len(jobs) == page.limit or examined == limits.LIST_QUERY_MAX_SCAN_JOBS:
+                return jobs, seq
             continue
         jobs.append(job)
-        if len(jobs) == limit:
-            break
-    token = str(jobs[-1].seq) if len(jobs) == limit else ""
-    return pb.ListJobsResponse(jobs=[job_message(j) for j in jobs], next_page_token=token)
+        if len(jobs) == page.limit:
+            return jobs, seq
+    return jobs, None
+
+
+def _count(state: State, tenant: str | None, query: str, response: pb.ListJobsResponse) -> None:
+    """`state_counts` (every job state): from the index without a query, O(states); with one,
+    of the tenant's newest LIST_QUERY_MAX_SCAN_JOBS jobs (`state_counts_partial` if it has
+    more)."""
+    index = state.job_index
+    if not query:
+        for job_state in JobState:
+            response.state_counts[job_state.name] = index.count(tenant, job_state)
+        return
+    counts = [0] * len(JobState)
+    scan = index.order(tenant, None).newest_before(None)
+    for _, job_id in islice(scan, limits.LIST_QUERY_MAX_SCAN_JOBS):
+        job = state.jobs[job_id]
+        if _matches(job, query):
+            counts[job.state] += 1
+    for job_state in JobState:
+        response.state_counts[job_state.name] = counts[job_state]
+    response.state_counts_partial = index.count(tenant, None) > limits.LIST_QUERY_MAX_SCAN_JOBS
+
+
+def _matches(job: Job, query: str) -> bool:
+    """Whether the job's id or name contains `query` (casefolded), ignoring case."""
+    return query in job.id.casefold() or query in job.spec.name.casefold()
 
 
 def task_summary(task: Task, why: str = "") -> pb.TaskSummary:

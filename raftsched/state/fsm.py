@@ -543,6 +543,7 @@ def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms:
               index_of=index_of, counts=counts, state=JobState.PENDING, submitted_ms=now_ms)
     state.next_job_seq += 1
     state.jobs[job_id] = job
+    state.job_index.add(spec.tenant, JobState.PENDING, job.seq, job_id)
     if state.changes is not None:
         _note_job(state.changes, job, now_ms)
     state.live_jobs += 1
@@ -1214,6 +1215,7 @@ def _forget_job(state: State, job_id: str) -> None:
     state.finished_jobs.popleft()
     job = state.jobs.pop(job_id)
     assert job.state in TERMINAL_JOB_STATES
+    state.job_index.remove(job.spec.tenant, job.state, job.seq)
     state.task_count -= len(job.tasks)
     key = job.spec.idempotency_key
     if key is not None:
@@ -1262,6 +1264,8 @@ def _set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
     live[new] += 1
     if job.state == JobState.PENDING and new in (_ASSIGNED, _RUNNING):
         job.state = JobState.RUNNING
+        state.job_index.move(job.spec.tenant, JobState.PENDING, JobState.RUNNING, job.seq,
+                             job.id)
         if changes is not None:
             _note_job(changes, job, state.now_ms)
     if new in TERMINAL_TASK_STATES:
@@ -1273,7 +1277,9 @@ def _maybe_finish_job(state: State, job: Job) -> None:
     done = counts[_SUCCEEDED] + counts[_FAILED] + counts[_SKIPPED] + counts[_CANCELLED]
     if done != len(job.tasks) or job.state in TERMINAL_JOB_STATES:
         return
+    old = job.state
     job.state = derive_job_state(job)
+    state.job_index.move(job.spec.tenant, old, job.state, job.seq, job.id)
     job.finished_ms = state.now_ms
     if state.changes is not None:
         _note_job(state.changes, job, state.now_ms)

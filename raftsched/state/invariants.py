@@ -30,6 +30,7 @@ from raftsched.state.fsm import (
     ready_entry_live,
     token_put_problem,
 )
+from raftsched.state.job_index import Key
 from raftsched.state.model import (
     AGED_ASSIGNED,
     AGED_RUNNABLE,
@@ -94,9 +95,28 @@ def check_invariants(state: State) -> None:
     _check_revoked_certs(state)
     assert len(state.preempted_ms) <= policy.MAX_PREEMPTIONS_PER_WINDOW
     _check_aging(state)
+    _check_job_index(state)
     usage, queued_total = derive_usage(state)
     assert usage == state.usage, (usage, state.usage)
     assert queued_total == state.queued_total, (queued_total, state.queued_total)
+
+
+def _check_job_index(state: State) -> None:
+    """The job index holds, per (tenant, state), per tenant, per state and for all, exactly the
+    jobs a scan finds, in seq order, counted; no empty order is kept."""
+    expected: dict[Key, list[tuple[int, str]]] = {}
+    for job in sorted(state.jobs.values(), key=lambda j: j.seq):
+        tenant, number = job.spec.tenant, int(job.state)
+        keys: tuple[Key, ...] = ((tenant, number), (tenant, None), (None, number), (None, None))
+        for key in keys:
+            expected.setdefault(key, []).append((job.seq, job.id))
+    orders = state.job_index.orders
+    assert orders.keys() == expected.keys(), (sorted(map(str, orders)), sorted(map(str, expected)))
+    for key, order in orders.items():
+        held = [(s, i) for s, i in zip(order.seqs, order.ids, strict=True) if i is not None]
+        assert held == expected[key], key
+        assert order.live == len(held), (key, order.live, len(held))
+        assert all(a < b for a, b in zip(order.seqs, order.seqs[1:], strict=False)), key
 
 
 def _check_aging(state: State) -> None:

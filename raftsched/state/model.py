@@ -15,6 +15,7 @@ from typing import Any
 
 from raftsched.spec.job import JobSpec, PriorityClass, TaskSpec
 from raftsched.state.commands import ClusterStatus
+from raftsched.state.job_index import JobIndex
 
 
 class TaskState(IntEnum):
@@ -450,6 +451,10 @@ class State:
     live_task_counts: list[int] = field(default_factory=lambda: [0] * len(TaskState))
     """Tasks of jobs not yet terminal, by state: kept on every transition so that gauges read
     it in O(1). Derived (not in snapshots: recomputed when one is loaded)."""
+    job_index: JobIndex = field(default_factory=JobIndex, compare=False)
+    """The jobs in submission order per tenant and per job state, counted (what ListJobs pages
+    and counts by). Derived (not in snapshots or digests: rebuilt when one is loaded; checked
+    against a recount by `check_invariants`)."""
     changes: list[Change] | None = field(default=None, compare=False)
     """Set by whoever applies an entry to collect what it changed (the replica's event stream):
     None, nothing is collected; a list, each job, task, attempt and cluster state change of the

@@ -13,7 +13,7 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.protocol import ReportVerdict
 from raftsched.replica import views
 from raftsched.state import commands as c
-from raftsched.state import feasibility
+from raftsched.state import feasibility, snapshot
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
 RETRY_ONCE = {"max_attempts": 2, "backoff_s": 1, "jitter": 0}
@@ -196,8 +196,142 @@ def test_list_jobs_a_malformed_page_token_is_invalid_argument(token: str) -> Non
     assert len(message) < 300  # a huge token is not echoed whole
 
 
+@pytest.mark.parametrize(("request_fields", "words"), [
+    ({"page_token": "n3"}, ["page_token 'n3'", "newest-first", "newest_first=true"]),
+    ({"page_token": "3", "newest_first": True}, ["page_token '3'", "oldest-first",
+                                                 "newest_first=false"]),
+    ({"page_token": "nn3", "newest_first": True}, ["page_token", "malformed"]),
+    ({"state": "DONE"}, ["state 'DONE'", "PENDING, RUNNING, SUCCEEDED, FAILED, CANCELLED"]),
+    ({"state": "pending"}, ["state 'pending'", "not a job state"]),
+    ({"query": "q" * (limits.MAX_LIST_QUERY_CHARS + 1)},
+     ["query is 129 characters long", "at most 128"]),
+    ({"query": "a\x1b[31m"}, ["query: must be printable"]),
+])
+def test_list_jobs_bad_input_is_invalid_argument_naming_field_and_value(
+        request_fields: dict[str, Any], words: list[str]) -> None:
+    h = submitted("j1", "j2")
+    before = snapshot.dump(h.state)
+    message = refused(h, **request_fields)
+    assert all(w in message for w in words), message
+    assert snapshot.dump(h.state) == before
+
+
+def test_list_jobs_a_query_of_the_maximum_length_is_accepted() -> None:
+    assert page(submitted("j1"), query="q" * limits.MAX_LIST_QUERY_CHARS) == ([], "")
+
+
 def test_list_jobs_a_token_of_the_maximum_length_is_a_page_past_every_job() -> None:
     assert page(submitted("j1"), page_token="9" * limits.MAX_PAGE_TOKEN_CHARS) == ([], "")
+
+
+def named(*jobs: tuple[str, str, str]) -> Harness:
+    """Jobs (id, name, tenant) of one task each, submitted in this order."""
+    h = Harness()
+    for job_id, name, tenant in jobs:
+        h.submit(job_id, job_doc([task_doc("t")], name=name, tenant=tenant))
+    return h
+
+
+def test_list_jobs_newest_first_pages_back_with_tokens_of_their_own() -> None:
+    h = submitted("j1", "j2", "j3", "j4", "j5")
+    first, token = page(h, limit=2, newest_first=True)
+    assert first == ["j5", "j4"] and token.startswith("n")
+    second, token = page(h, limit=2, newest_first=True, page_token=token)
+    assert second == ["j3", "j2"] and token
+    third, token = page(h, limit=2, newest_first=True, page_token=token)
+    assert third == ["j1"] and token == ""
+    assert page(h, newest_first=True)[0] == ["j5", "j4", "j3", "j2", "j1"]
+    assert page(h, newest_first=True, page_token="n3")[0] == ["j2", "j1"]  # before seq 3
+
+
+def test_list_jobs_newest_first_with_filters_continues_before_the_last_match() -> None:
+    h = Harness()
+    for i in range(6):
+        h.submit(f"j{i}", job_doc([task_doc("t")], tenant="a" if i % 2 else "b"))
+    h.cancel("j3")
+    assert page(h, tenant="a", newest_first=True) == (["j5", "j3", "j1"], "")
+    assert page(h, tenant="a", state="PENDING", newest_first=True)[0] == ["j5", "j1"]
+    one, token = page(h, tenant="a", newest_first=True, limit=1)
+    assert one == ["j5"] and page(h, tenant="a", newest_first=True, limit=5,
+                                  page_token=token)[0] == ["j3", "j1"]
+
+
+def test_list_jobs_query_matches_id_or_name_ignoring_case() -> None:
+    h = named(("etl-7", "Nightly ETL", "a"), ("render-1", "frames", "a"),
+              ("x-9", "ETL backfill", "b"), ("y", "Straße", "a"))
+    assert page(h, query="etl")[0] == ["etl-7", "x-9"]
+    assert page(h, query="ETL", newest_first=True)[0] == ["x-9", "etl-7"]
+    assert page(h, query="RENDER-1")[0] == ["render-1"]  # the id
+    assert page(h, query="etl", tenant="b")[0] == ["x-9"]
+    assert page(h, query="strasse")[0] == ["y"]  # casefolded, not only lowered
+    assert page(h, query="nothing") == ([], "")
+
+
+def counts_of(h: Harness, **request: Any) -> dict[str, int]:
+    return dict(views.list_jobs(h.state, pb.ListJobsRequest(**request)).state_counts)
+
+
+def test_list_jobs_counts_by_state_for_the_tenant_and_query_whatever_the_state_filter() -> None:
+    h = named(("j1", "etl one", "a"), ("j2", "etl two", "a"), ("j3", "other", "a"),
+              ("j4", "etl four", "b"))
+    h.cancel("j2")
+    none = dict.fromkeys(("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"), 0)
+    assert counts_of(h) == none | {"PENDING": 3, "CANCELLED": 1}
+    assert counts_of(h, state="CANCELLED") == counts_of(h)  # the tabs, whatever tab is open
+    assert counts_of(h, tenant="a") == none | {"PENDING": 2, "CANCELLED": 1}
+    assert counts_of(h, tenant="a", query="ETL") == none | {"PENDING": 1, "CANCELLED": 1}
+    assert counts_of(h, tenant="nobody") == none
+    response = views.list_jobs(h.state, pb.ListJobsRequest(query="etl"))
+    assert not response.state_counts_partial
+
+
+def test_list_jobs_a_query_examines_a_bounded_number_of_jobs_per_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page cut by the bound ends early with a token; the counts say they are partial."""
+    monkeypatch.setattr(limits, "LIST_QUERY_MAX_SCAN_JOBS", 3)
+    h = named(*((f"j{i}", "match" if i in (0, 5) else "other", "a") for i in range(8)))
+    response = views.list_jobs(h.state, pb.ListJobsRequest(query="match", newest_first=True))
+    # j7, j6, j5 examined (seqs 8, 7, 6): j5 matches, the page ends there
+    assert [j.job_id for j in response.jobs] == ["j5"] and response.next_page_token == "n6"
+    assert response.state_counts_partial and response.state_counts["PENDING"] == 1
+    seen, token = [], ""
+    for _ in range(5):
+        jobs, token = page(h, query="match", newest_first=True, page_token=token)
+        seen += jobs
+        if not token:
+            break
+    assert seen == ["j5", "j0"] and token == ""
+
+
+def test_list_jobs_without_a_query_counts_and_pages_from_the_index_not_a_scan(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first newest-first page of a tenant and state looks at the page's jobs only."""
+    h = Harness(check_every=10_000)
+    for i in range(300):
+        h.submit(f"j{i}", job_doc([task_doc("t")], tenant="a" if i < 290 else "b"))
+    looked: list[str] = []
+    original = views.job_message
+
+    def counting(job: Any, applied_index: int = 0) -> Any:
+        looked.append(job.id)
+        return original(job, applied_index)
+
+    monkeypatch.setattr(views, "job_message", counting)
+
+    class Jobs(dict):  # type: ignore[type-arg]
+        def __getitem__(self, key: str) -> Any:
+            looked.append(key)
+            return super().__getitem__(key)
+
+        def __iter__(self) -> Any:
+            raise AssertionError("the view scanned every job")
+
+        values = items = keys = __reversed__ = __iter__
+
+    h.state.jobs = Jobs(h.state.jobs)
+    assert page(h, tenant="b", state="PENDING", limit=3, newest_first=True)[0] == [
+        "j299", "j298", "j297"]
+    assert set(looked) == {"j299", "j298", "j297"}
 
 
 # --- list_tasks ---------------------------------------------------------------------------------
