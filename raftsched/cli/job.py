@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 
 from raftsched.cli import render, watching
 from raftsched.cli.common import (
@@ -71,16 +72,22 @@ def register_job(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     listing = command_parser(
         sub, "list", parents, "list jobs, a page at a time",
         "List jobs, optionally only one tenant's or those in one state, one page at a time.",
-        "output:\n  a table JOB NAME TENANT STATE DONE SUBMITTED, then the command for the next "
-        "page if any\n"
-        '  --json: {"jobs": [job status objects], "next_page_token": TOKEN or ""}')
+        "output:\n  a table JOB NAME TENANT STATE DONE SUBMITTED, the jobs by state (of the "
+        "tenant and query,\n  whatever --state), then the command for the next page if any\n"
+        '  --json: {"jobs": [job status objects], "next_page_token": TOKEN or "",\n'
+        '           "state_counts": {STATE: count, every job state}, "state_counts_partial": '
+        'bool}')
     listing.add_argument("--tenant", default="", help="only this tenant's jobs")
     listing.add_argument("--state", default="", type=str.upper, choices=JOB_STATES,
                          help="only jobs in this state")
     listing.add_argument("--limit", type=integer(1, INT32_MAX), default=0, metavar="N",
                          help="at most N jobs (default: the server's page size)")
+    listing.add_argument("--query", default="", metavar="TEXT",
+                         help="only jobs whose id or name contains TEXT, ignoring case")
+    listing.add_argument("--newest", action="store_true",
+                         help="newest first (default: oldest first, in submission order)")
     listing.add_argument("--page-token", default="", metavar="TOKEN",
-                         help="the next page, from a previous listing")
+                         help="the next page, from a previous listing with the same --newest")
     listing.set_defaults(handler=_run_job_list, reads_only=True)
 
     cancel = command_parser(
@@ -126,15 +133,34 @@ def _run_job_watch(args: argparse.Namespace) -> int:
 def _run_job_list(args: argparse.Namespace) -> int:
     with connect(args) as client:
         page = client.list_jobs(tenant=args.tenant, state=args.state, limit=args.limit,
-                                page_token=args.page_token)
+                                page_token=args.page_token, query=args.query,
+                                newest_first=args.newest)
     jobs = [render.job_doc(job) for job in page.jobs]
+    counts = {state: int(page.state_counts.get(state, 0)) for state in JOB_STATES}
     if args.json:
-        print_json({"jobs": jobs, "next_page_token": page.next_page_token})
+        print_json({"jobs": jobs, "next_page_token": page.next_page_token,
+                    "state_counts": counts,
+                    "state_counts_partial": page.state_counts_partial})
         return EXIT_OK
     print(render.jobs_table(jobs, now_ms=now_ms()))
+    print(render.state_counts_line(counts, partial=page.state_counts_partial))
     if page.next_page_token:
-        print(f"\nmore: raftsched job list --page-token {page.next_page_token}")
+        print(f"\nmore: {_next_page_command(args, page.next_page_token)}")
     return EXIT_OK
+
+
+def _next_page_command(args: argparse.Namespace, token: str) -> str:
+    """The `job list` that shows the next page: the same filters and order, the new token."""
+    words = ["raftsched", "job", "list"]
+    for flag, value in (("--tenant", args.tenant), ("--state", args.state),
+                        ("--query", args.query)):
+        if value:
+            words += [flag, value]
+    if args.limit:
+        words += ["--limit", str(args.limit)]
+    if args.newest:
+        words.append("--newest")
+    return shlex.join([*words, "--page-token", token])
 
 
 def _run_job_cancel(args: argparse.Namespace) -> int:

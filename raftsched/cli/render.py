@@ -345,6 +345,13 @@ def jobs_table(jobs: Sequence[Doc], tz: tzinfo | None = None, *,
     return table(["JOB", "NAME", "TENANT", "STATE", "DONE", "SUBMITTED"], rows, right=[4])
 
 
+def state_counts_line(counts: Mapping[str, int], *, partial: bool = False) -> str:
+    """`job list`: "by state: PENDING 3, RUNNING 1, ..." (the states with jobs)."""
+    shown = ", ".join(f"{state} {count}" for state, count in counts.items() if count)
+    note = " (of the newest jobs examined for the query only)" if partial else ""
+    return f"by state: {shown or 'no jobs'}{note}"
+
+
 def tasks_table(tasks: Sequence[Doc]) -> str:
     """`job tasks` and the end of `submit --watch`: task, state, attempts, cluster, fence, exit
     code, and the reason column when any task has a reason."""

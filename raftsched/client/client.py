@@ -160,9 +160,13 @@ class Client:
         return self._scheduler("GetJob", pb.GetJobRequest(job_id=job_id))
 
     def list_jobs(self, tenant: str = "", state: str = "", limit: int = 0,
-                  page_token: str = "") -> Any:
+                  page_token: str = "", *, query: str = "", newest_first: bool = False) -> Any:
+        """A page of jobs (ListJobsResponse: jobs, next_page_token, state_counts, ...): `query`
+        keeps those whose id or name contains it, ignoring case; `newest_first` pages from the
+        newest (a page_token continues the order it came from)."""
         request = pb.ListJobsRequest(tenant=tenant, state=state, limit=limit,
-                                     page_token=page_token)
+                                     page_token=page_token, query=query,
+                                     newest_first=newest_first)
         return self._scheduler("ListJobs", request)
 
     def list_tasks(self, job_id: str) -> Any:

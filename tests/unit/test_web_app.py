@@ -35,7 +35,7 @@ class FakeClient:
             raise RaftschedError(Code.UNAUTHENTICATED, "unknown token")
 
     def list_jobs(self, tenant: str = "", state: str = "", limit: int = 0,
-                  page_token: str = "") -> Any:
+                  page_token: str = "", *, query: str = "", newest_first: bool = False) -> Any:
         self._known(self.token)
         return pb.ListJobsResponse(jobs=[JOB])
 

@@ -85,9 +85,10 @@ class FakeClient:
         return self.final
 
     def list_jobs(self, tenant: str = "", state: str = "", limit: int = 0,
-                  page_token: str = "") -> Any:
-        self._call("list_jobs", tenant, state, limit, page_token)
-        return pb.ListJobsResponse(jobs=[job("SUCCEEDED", SUCCEEDED=7)], next_page_token="p2")
+                  page_token: str = "", *, query: str = "", newest_first: bool = False) -> Any:
+        self._call("list_jobs", tenant, state, limit, page_token, query, newest_first)
+        return pb.ListJobsResponse(jobs=[job("SUCCEEDED", SUCCEEDED=7)], next_page_token="p2",
+                                   state_counts={"SUCCEEDED": 7, "FAILED": 1})
 
     def list_tasks(self, job_id: str) -> Any:
         self._call("list_tasks", job_id)
@@ -419,14 +420,28 @@ def test_job_list(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:
     code, out, _ = run(capsys, "job", "list", "--tenant", "ml", "--state", "succeeded",
                        "--limit", "5", "--page-token", "p1")
     assert code == 0
-    assert fake.calls[-1] == ("list_jobs", ("ml", "SUCCEEDED", 5, "p1"))
+    assert fake.calls[-1] == ("list_jobs", ("ml", "SUCCEEDED", 5, "p1", "", False))
     assert out.splitlines()[0].split() == ["JOB", "NAME", "TENANT", "STATE", "DONE", "SUBMITTED"]
-    assert out.splitlines()[-1] == "more: raftsched job list --page-token p2"
+    assert "by state: SUCCEEDED 7, FAILED 1" in out.splitlines()
+    assert out.splitlines()[-1] == ("more: raftsched job list --tenant ml --state SUCCEEDED "
+                                    "--limit 5 --page-token p2")
     code, document = run_json(capsys, "job", "list")
-    assert code == 0 and fake.calls[-1] == ("list_jobs", ("", "", 0, ""))
+    assert code == 0 and fake.calls[-1] == ("list_jobs", ("", "", 0, "", "", False))
     assert document["next_page_token"] == "p2"
     assert document["jobs"][0]["job_id"] == "demo-1"
     assert document["jobs"][0]["tasks"] == {"SUCCEEDED": 7}
+    assert document["state_counts"] == {"PENDING": 0, "RUNNING": 0, "SUCCEEDED": 7,
+                                        "FAILED": 1, "CANCELLED": 0}
+    assert document["state_counts_partial"] is False
+
+
+def test_job_list_query_and_newest_first(capsys: pytest.CaptureFixture[str],
+                                         fake: FakeClient) -> None:
+    """The next-page hint keeps the order and the query (a token belongs to its order)."""
+    code, out, _ = run(capsys, "job", "list", "--query", "etl night", "--newest")
+    assert code == 0 and fake.calls[-1] == ("list_jobs", ("", "", 0, "", "etl night", True))
+    assert out.splitlines()[-1] == ("more: raftsched job list --query 'etl night' --newest "
+                                    "--page-token p2")
 
 
 @pytest.mark.parametrize("argv", [["--state", "BOGUS"], ["--limit", "0"], ["--limit", "x"]])
