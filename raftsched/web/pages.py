@@ -89,19 +89,35 @@ async def logout(request: Request) -> Response:
 
 
 async def jobs(request: Request) -> Response:
+    """Newest first, filtered by tenant, state and a text the id or name contains (`q`), a
+    page at a time; state tabs with the counts of the tenant and query. Filters live in the
+    URL; the replicas check them (one copy of each rule: a bad one is their 400)."""
     session = require_session(request)
-    tenant = request.query_params.get("tenant", "")
-    state = request.query_params.get("state", "")
-    page = request.query_params.get("page", "")
+    params = request.query_params
+    tenant, state, query = params.get("tenant", ""), params.get("state", ""), params.get("q", "")
+    page = params.get("page", "")
     if state and state not in JOB_STATES:
         raise PageError(400, f"state {state!r} is not one of {', '.join(JOB_STATES)}")
     answer = await call(session.client.list_jobs, tenant=tenant, state=state,
-                        limit=limits.WEB_JOBS_PAGE, page_token=page)
-    next_url = ("/jobs?" + urlencode({"tenant": tenant, "state": state,
-                                      "page": answer.next_page_token})
-                if answer.next_page_token else "")
+                        limit=limits.WEB_JOBS_PAGE, page_token=page, query=query,
+                        newest_first=True)
+    counts = {s: int(answer.state_counts.get(s, 0)) for s in JOB_STATES}
+    tabs = [("All", "", sum(counts.values()))] + [(s, s, counts[s]) for s in JOB_STATES]
     return render(request, "jobs.html", jobs=answer.jobs, tenant=tenant, state=state,
-                  states=JOB_STATES, next_url=next_url)
+                  query=query, tabs=[(label, value, count, _jobs_url(tenant, value, query))
+                                     for label, value, count in tabs],
+                  partial=answer.state_counts_partial, paged=bool(page),
+                  first_url=_jobs_url(tenant, state, query),
+                  next_url=(_jobs_url(tenant, state, query, answer.next_page_token)
+                            if answer.next_page_token else ""),
+                  scan_bound=limits.LIST_QUERY_MAX_SCAN_JOBS)
+
+
+def _jobs_url(tenant: str, state: str, query: str, page: str = "") -> str:
+    """/jobs with these filters (the empty ones left out)."""
+    fields = {k: v for k, v in (("tenant", tenant), ("state", state), ("q", query),
+                                ("page", page)) if v}
+    return "/jobs?" + urlencode(fields) if fields else "/jobs"
 
 
 async def job(request: Request) -> Response:

@@ -193,6 +193,83 @@ def test_an_operator_cancels_through_the_page_and_the_cli_agrees(site: Site) -> 
         _shot(site, page, name)
 
 
+LAB_JOBS = (("nightly-etl-a", False), ("report-weekly", False), ("Nightly-ETL-b", True))
+"""Jobs of tenant "lab" (name, cancelled?), submitted in this order and parked (no cluster
+offers "nowhere"): PENDING, PENDING, CANCELLED. A tenant of their own keeps the counts exact
+whatever the other tests submit."""
+
+
+@pytest.fixture(scope="module")
+def lab(site: Site) -> tuple[str, list[str]]:
+    """A "lab" user's token and the ids of LAB_JOBS, oldest first."""
+    admin = site.cluster.client()
+    token = str(admin.create_token("lab", "user", "web lab").token)
+    ids = []
+    for name, cancelled in LAB_JOBS:
+        spec = json.dumps({"name": name, "tenant": "lab", "allow_unschedulable": True,
+                           "tasks": [{"id": "t", "command": ["true"], "requires": ["nowhere"]}]})
+        ids.append(admin.submit(spec).job_id)
+        if cancelled:
+            admin.cancel(ids[-1])
+    return token, ids
+
+
+def _tabs(page: Any) -> dict[str, int]:
+    tabs = page.locator("nav.tabs a.tab")
+    return {tabs.nth(i).get_attribute("data-tab"): int(tabs.nth(i).get_attribute("data-count"))
+            for i in range(tabs.count())}
+
+
+def _listed(page: Any) -> list[str]:
+    rows = page.locator("table.jobs tbody tr")
+    return [rows.nth(i).get_attribute("data-job-id") for i in range(rows.count())]
+
+
+def test_jobs_search_by_name_tabs_with_counts_newest_first(site: Site,
+                                                           lab: tuple[str, list[str]]) -> None:
+    token, (etl_a, weekly, etl_b) = lab
+    page = _page(site, token)
+    assert _listed(page) == [etl_b, weekly, etl_a]  # newest first
+    assert _tabs(page) == {"ALL": 3, "PENDING": 2, "RUNNING": 0, "SUCCEEDED": 0, "FAILED": 0,
+                           "CANCELLED": 1}
+    page.fill("input[name=q]", "NIGHTLY-etl")  # ignoring case
+    page.press("input[name=q]", "Enter")
+    page.wait_for_url("**/jobs?q=NIGHTLY-etl*")
+    assert _listed(page) == [etl_b, etl_a]
+    assert _tabs(page) == {"ALL": 2, "PENDING": 1, "RUNNING": 0, "SUCCEEDED": 0, "FAILED": 0,
+                           "CANCELLED": 1}
+    _shot(site, page, "13-jobs-search")
+    page.click('nav.tabs a[data-tab="PENDING"]')
+    page.wait_for_url("**/jobs?state=PENDING&q=NIGHTLY-etl")
+    assert _listed(page) == [etl_a]
+    assert page.locator('nav.tabs a[aria-current="page"]').get_attribute("data-tab") == "PENDING"
+    assert page.input_value("input[name=q]") == "NIGHTLY-etl"  # the search box keeps it
+    _shot(site, page, "14-jobs-search-pending-tab")
+    page.click('nav.tabs a[data-tab="RUNNING"]')
+    assert _listed(page) == []
+    assert page.locator("[data-empty]").inner_text() == (
+        "No job matches state RUNNING, id or name containing “NIGHTLY-etl”.")
+    _shot(site, page, "15-jobs-nothing-matches")
+
+
+def test_job_list_cli_json_query_newest_first_and_counts(site: Site,
+                                                         lab: tuple[str, list[str]]) -> None:
+    _, (etl_a, _, etl_b) = lab
+    done = site.cluster.cli("job", "list", "--tenant", "lab", "--query", "nightly-ETL",
+                            "--newest", "--limit", "1", "--json")
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert [j["job_id"] for j in document["jobs"]] == [etl_b]
+    assert document["state_counts"] == {"PENDING": 1, "RUNNING": 0, "SUCCEEDED": 0,
+                                        "FAILED": 0, "CANCELLED": 1}
+    assert document["state_counts_partial"] is False
+    rest = site.cluster.cli("job", "list", "--tenant", "lab", "--query", "nightly-ETL",
+                            "--newest", "--page-token", document["next_page_token"], "--json")
+    assert [j["job_id"] for j in json.loads(rest.stdout)["jobs"]] == [etl_a], rest.stderr
+    wrong = site.cluster.cli("job", "list", "--page-token", document["next_page_token"])
+    assert wrong.returncode != 0 and "newest-first" in wrong.stderr, wrong.stderr
+
+
 def test_a_2000_task_job_draws_every_task(site: Site) -> None:
     tasks = [{"id": "root", "command": ["true"], "requires": ["nowhere"]}] + [
         {"id": f"t{i}", "command": ["true"], "depends_on": ["root"]} for i in range(1999)]

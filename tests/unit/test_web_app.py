@@ -29,6 +29,7 @@ class FakeClient:
     def __init__(self, token: str) -> None:
         self.token = token
         self.cancelled: list[str] = []
+        self.listed: list[dict[str, Any]] = []
 
     def _known(self, token: str) -> None:
         if self.token not in (USER, OPERATOR):
@@ -37,7 +38,12 @@ class FakeClient:
     def list_jobs(self, tenant: str = "", state: str = "", limit: int = 0,
                   page_token: str = "", *, query: str = "", newest_first: bool = False) -> Any:
         self._known(self.token)
-        return pb.ListJobsResponse(jobs=[JOB])
+        self.listed.append({"tenant": tenant, "state": state, "page_token": page_token,
+                            "query": query, "newest_first": newest_first})
+        counts = {"RUNNING": 1, "FAILED": 3}
+        if query == "nothing" or state == "FAILED":
+            return pb.ListJobsResponse(state_counts=counts)
+        return pb.ListJobsResponse(jobs=[JOB], next_page_token="n7", state_counts=counts)
 
     def list_tenants(self) -> Any:
         if self.token != OPERATOR:
@@ -129,6 +135,31 @@ def test_the_job_page_draws_every_task_as_a_node_with_its_state(made: list[FakeC
     assert "(exit 3): &lt;b&gt;exit 3&lt;/b&gt; after 2 attempts" in failures  # escaped
     assert 'data-task-id="a"' not in failures and 'data-task-id="b"' not in failures
     assert "Cancel this job" in page
+
+
+def test_jobs_asks_newest_first_with_the_urls_filters_and_shows_tabs_keeping_them(
+        made: list[FakeClient]) -> None:
+    browser = _signed_in(made, USER)
+    page = browser.get("/jobs", params={"tenant": "t", "q": "<b>x&y</b>"}).text
+    assert made[-1].listed[-1] == {"tenant": "t", "state": "", "page_token": "",
+                                   "query": "<b>x&y</b>", "newest_first": True}
+    assert "<b>x&y</b>" not in page and "&lt;b&gt;x&amp;y&lt;/b&gt;" in page
+    assert 'href="/jobs?tenant=t&amp;state=FAILED&amp;q=%3Cb%3Ex%26y%3C%2Fb%3E"' in page
+    assert 'data-tab="FAILED" data-count="3"' in page and 'data-tab="ALL" data-count="4"' in page
+    assert 'href="/jobs?tenant=t&amp;q=%3Cb%3Ex%26y%3C%2Fb%3E&amp;page=n7" rel="next"' in page
+    assert 'rel="first"' not in page  # the first page already
+    older = browser.get("/jobs", params={"q": "a", "page": "n7"}).text
+    assert made[-1].listed[-1]["page_token"] == "n7"
+    assert 'href="/jobs?q=a" rel="first"' in older
+
+
+def test_jobs_says_which_filter_matched_nothing(made: list[FakeClient]) -> None:
+    browser = _signed_in(made, USER)
+    page = browser.get("/jobs", params={"tenant": "t", "q": "nothing"}).text
+    assert "No job matches tenant “t”, id or name containing “nothing”." in page
+    page = browser.get("/jobs", params={"state": "FAILED"}).text
+    assert "No job matches state FAILED." in page
+    assert 'aria-current="page"><span class="state" data-state="FAILED">FAILED</span> 3' in page
 
 
 def test_read_only_hides_and_refuses_cancel(made: list[FakeClient]) -> None:
