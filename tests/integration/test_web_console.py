@@ -250,6 +250,10 @@ def test_jobs_search_by_name_tabs_with_counts_newest_first(site: Site,
     assert page.locator("[data-empty]").inner_text() == (
         "No job matches state RUNNING, id or name containing “NIGHTLY-etl”.")
     _shot(site, page, "15-jobs-nothing-matches")
+    for query, words in (("q=" + "x" * 129, "query is 129 characters long"),
+                         ("page=123", "continues an oldest-first listing")):
+        answer = page.goto(f"{site.url}/jobs?{query}")
+        assert answer.status == 400 and words in page.content(), query
 
 
 def test_job_list_cli_json_query_newest_first_and_counts(site: Site,
