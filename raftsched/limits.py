@@ -153,6 +153,13 @@ MAX_CERT_SUBJECT_CHARS = 256
 """The subject (common name) kept with a revoked certificate, for `admin cert list`."""
 MAX_TOKEN_NOTE_CHARS = 200
 """The free-text note an operator attaches to a token (who holds it, what for)."""
+JOB_INDEX_COMPACT_MIN_HOLES = 64
+"""The job index (state/job_index.py) leaves a hole where a job left an order; an order compacts
+when its holes outnumber its jobs and are at least this many (amortised O(1) per removal; a
+ListJobs scan skips at most max(jobs, this many) holes)."""
+JOB_INDEX_SCAN_SLICE = 256
+"""Entries of a job index order a scan copies at a time: iterating a slice runs in C (a third of
+the cost of an index loop in Python), and a page stops within one slice of where it ends."""
 
 # --- placement ----------------------------------------------------------------------------------
 MAX_PLACEMENT_SCAN = 50_000

@@ -14,20 +14,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from operator import itemgetter
 
+from raftsched import limits
+
 Key = tuple[str | None, int | None]
 """(tenant, job state number); None: any tenant, any state."""
 
-COMPACT_MIN_DEAD = 64
-"""Removed entries an order keeps as holes (skipped by scans) before it may compact: it
-compacts when it holds more holes than jobs and at least this many (amortised O(1) per
-removal; a scan skips at most max(jobs, this many) holes)."""
-
 _HELD = itemgetter(1)
 """An entry's job id: None for a hole (ids are never empty), so `filter` drops the holes in C."""
-
-SCAN_SLICE = 256
-"""Entries a scan copies at a time: iterating a slice runs in C (a third of the cost of an
-index loop in Python), and a page stops within one slice of where it ends."""
 
 
 @dataclass(slots=True)
@@ -58,7 +51,7 @@ class JobOrder:
         self.ids[at] = None
         self.live -= 1
         dead = len(self.seqs) - self.live
-        if dead > self.live and dead >= COMPACT_MIN_DEAD:
+        if dead > self.live and dead >= limits.JOB_INDEX_COMPACT_MIN_HOLES:
             self._compact()
 
     def _compact(self) -> None:
@@ -71,7 +64,7 @@ class JobOrder:
         seqs, ids = self.seqs, self.ids
         low = bisect_right(seqs, seq)
         while low < len(seqs):  # in slices: a scan runs in C but for the caller's loop
-            high = low + SCAN_SLICE
+            high = low + limits.JOB_INDEX_SCAN_SLICE
             yield from filter(_HELD, zip(seqs[low:high], ids[low:high], strict=True))
             low = high
 
@@ -80,7 +73,7 @@ class JobOrder:
         seqs, ids = self.seqs, self.ids
         high = len(seqs) if seq is None else bisect_left(seqs, seq)
         while high > 0:
-            low = max(0, high - SCAN_SLICE)
+            low = max(0, high - limits.JOB_INDEX_SCAN_SLICE)
             yield from filter(_HELD, zip(reversed(seqs[low:high]), reversed(ids[low:high]),
                                              strict=True))
             high = low

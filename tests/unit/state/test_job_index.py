@@ -10,7 +10,9 @@ import random
 
 import pytest
 
-from raftsched.state.job_index import COMPACT_MIN_DEAD, SCAN_SLICE, JobIndex, JobOrder
+from raftsched.limits import JOB_INDEX_COMPACT_MIN_HOLES as COMPACT_MIN_DEAD
+from raftsched.limits import JOB_INDEX_SCAN_SLICE as SCAN_SLICE
+from raftsched.state.job_index import JobIndex, JobOrder
 
 TENANTS = ("a", "b", "c")
 SEEDS = [int(os.environ["SIM_SEED"])] if "SIM_SEED" in os.environ else list(range(10))
