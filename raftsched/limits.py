@@ -284,6 +284,11 @@ MAX_PAGE_TOKEN_CHARS = 20
 """A ListJobs page token: the decimal seq of a job (any 64-bit seq fits); a longer or
 non-decimal token is INVALID_ARGUMENT."""
 
+TASK_SUMMARY_MAX_SPANS = 3
+"""Attempts per task whose times ListTasks returns when asked (`with_spans`, the console's
+timeline): the latest ones; a task retried more shows its last three. At MAX_TASKS_PER_JOB
+tasks that is ~60 bytes x 300,000 = 18 MB, inside MAX_MESSAGE_BYTES."""
+
 MAX_DELIVERIES_PER_HEARTBEAT = 1_000
 """Assignments or kills one heartbeat reply carries; the rest come with the next."""
 
