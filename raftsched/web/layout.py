@@ -6,8 +6,8 @@ each layer by the mean position of its neighbours in the layer before (then afte
 uncrosses most edges of the fan-out/fan-in shapes jobs have. A layer of more than
 `limits.WEB_GRAPH_LAYER_MAX_ROWS` tasks is wrapped, in that order, row by row into a block of up to
 `limits.WEB_GRAPH_WRAP_COLUMNS` sub-columns (a 2,000-task fan-out is ~1,200 px wide and 400 rows
-tall, not one 80,000 px column); edges into (out of) a wrapped block run to its left (right)
-side, then along the node's row. Above `limits.WEB_GRAPH_MAX_NODES`
+tall, not one 80,000 px column); edges into (out of) a wrapped block run along a bus beside its
+left (right) side, then along the node's row. Above `limits.WEB_GRAPH_MAX_NODES`
 tasks the drawing is collapsed: one group node per layer with its counts per state, and one edge
 between consecutive layers, so a 10,000-task job draws as fast as a small one.
 """
@@ -29,11 +29,12 @@ WRAP_GAP_X = 10
 GAP_Y = 12
 ROUTE_X = 20
 """How far left (right) of a wrapped block its edges turn onto their node's row."""
-TASK_STATES = ("PENDING", "RUNNABLE", "ASSIGNED", "RUNNING", "RETRY_WAIT", "SUCCEEDED", "FAILED",
-               "SKIPPED", "CANCELLED")
-GROUP_H = 30 + 12 * len(TASK_STATES)
-"""A collapsed layer's node: its label, then a line per state present (room for all of them, so
-a live page's counts never overflow it)."""
+SHARES_Y = 26
+SHARES_H = 8
+"""A collapsed layer's node: its label, a bar of its states' shares, then a line per state."""
+COUNTS_Y = 48
+LINE_H = 12
+MIN_COUNT_LINES = 2
 MARGIN = 10
 BARYCENTER_SWEEPS = 2
 """Down-and-up sweeps of the ordering (each is O(edges log) per layer)."""
@@ -55,6 +56,18 @@ class Box:
     state: str
     task_id: str = ""
     counts: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def shares(self) -> tuple[tuple[int, int, str], ...]:
+        """A collapsed layer's states as (x, width, state) segments of a bar NODE_W - 16 wide,
+        in proportion to their counts (cumulative rounding: the segments tile the bar)."""
+        total, width = sum(n for _, n in self.counts), NODE_W - 16
+        segments, done = [], 0
+        for state, count in self.counts:
+            x1, x2 = round(done * width / total), round((done + count) * width / total)
+            segments.append((8 + x1, x2 - x1, state))
+            done += count
+        return tuple(segments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +101,9 @@ class Drawing:
     boxes: tuple[Box, ...]
     edges: tuple[Edge, ...]
     collapsed: bool
+    group_h: int = 0
+    """A collapsed layer's node height: room for the most states any layer has (the page grows
+    it if a live update brings more)."""
 
 
 def layers_of(tasks: Sequence[TaskNode]) -> list[list[str]]:
@@ -186,14 +202,17 @@ def _side_by_side(blocks: list[Block]) -> list[Block]:
 
 def _edge(source: tuple[int, int, int], target: tuple[int, int, int],
           blocks: list[Block]) -> Edge:
-    """From the source's right side to the target's left side; around a wrapped block, along
-    the node's row to (from) the block's side, so edges do not cut across its other nodes."""
+    """From the source's right side to the target's left side. Around a wrapped block the edge
+    runs orthogonally along a bus beside the block (vertical at `ROUTE_X` from its side), then
+    along the node's row: a fan-out into 2,000 nodes draws one trunk, not a dark wedge."""
     x1, y1, x2, y2 = source[0] + NODE_W, source[1] + NODE_H // 2, target[0], target[1] + NODE_H // 2
-    via = []
+    via: list[tuple[int, int]] = []
     if blocks[source[2]].columns > 1:
-        via.append((blocks[source[2]].right + ROUTE_X, y1))
-    if blocks[target[2]].columns > 1:
-        via.append((blocks[target[2]].left - ROUTE_X, y2))
+        bus = blocks[source[2]].right + ROUTE_X
+        via += [(bus, y1), (bus, y2)]
+    if blocks[target[2]].columns > 1 and not via:  # (after a source's bus: already on y2)
+        bus = blocks[target[2]].left - ROUTE_X
+        via += [(bus, y1), (bus, y2)]
     return Edge(x1, y1, x2, y2, tuple(via))
 
 
@@ -205,8 +224,14 @@ def _collapsed(layers: list[list[str]], states: dict[str, str]) -> Drawing:
                          f"layer {column + 1}: {len(layer)} tasks", worst, counts=counts))
     edges = [Edge(a.x + NODE_W, a.y + NODE_H // 2, b.x, b.y + NODE_H // 2)
              for a, b in itertools.pairwise(boxes)]
-    return Drawing(_extent(len(layers), NODE_W + GAP_X), _extent(1, GROUP_H),
-                   tuple(boxes), tuple(edges), collapsed=True)
+    lines = max([MIN_COUNT_LINES, *(len(b.counts) for b in boxes)])
+    group_h = group_height(lines)
+    return Drawing(_extent(len(layers), NODE_W + GAP_X), _extent(1, group_h),
+                   tuple(boxes), tuple(edges), collapsed=True, group_h=group_h)
+
+
+def group_height(lines: int) -> int:
+    return COUNTS_Y + LINE_H * (lines - 1) + 8
 
 
 def group_counts(layers: list[list[str]],

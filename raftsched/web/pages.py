@@ -118,7 +118,9 @@ async def job(request: Request) -> Response:
                   hidden_rows=max(0, len(tasks) - rows),
                   failures=[t for t in tasks if t.state == "FAILED"][:rows],
                   drawing=drawing, node_w=layout.NODE_W, node_h=layout.NODE_H,
-                  group_h=layout.GROUP_H, applied_index=listed.applied_index,
+                  shares_y=layout.SHARES_Y, shares_h=layout.SHARES_H,
+                  counts_y=layout.COUNTS_Y, line_h=layout.LINE_H,
+                  applied_index=listed.applied_index,
                   done=done, can_cancel=_can_cancel(request, found),
                   **_timeline_values(job_id, tasks))
 

@@ -313,6 +313,8 @@ def test_a_10000_task_job_collapses_and_its_groups_follow_live(site: Site) -> No
                            timeout=LIVE_TIMEOUT_MS)
     assert page.locator('g.group[data-layer="1"] text.small').all_text_contents() == [
         "CANCELLED 9998"]
+    share = page.locator('g.group[data-layer="1"] rect.share')
+    assert share.count() == 1 and share.get_attribute("data-state") == "CANCELLED"
     page.wait_for_selector('#job-state[data-state="CANCELLED"]', timeout=LIVE_TIMEOUT_MS)
     _shot(site, page, "15-job-10000-cancelled", full_page=False)
 

@@ -47,6 +47,8 @@ def test_above_the_bound_layers_collapse_into_counted_groups() -> None:
     second = drawing.boxes[1]
     assert dict(second.counts) == {"FAILED": 1, "RUNNING": 19}
     assert second.state == "FAILED"  # the group shows its most telling state
+    assert second.shares == ((8, 7, "FAILED"), (15, 127, "RUNNING"))  # tiles NODE_W - 16
+    assert drawing.group_h == layout.group_height(2)
 
 
 def test_a_deep_chain_lays_out_without_recursion() -> None:
@@ -71,8 +73,9 @@ def test_a_wide_layer_wraps_into_a_bounded_block_and_keeps_every_node_and_edge()
     block_left = min(columns)
     t3_y = boxes["t3"].y + layout.NODE_H // 2
     into = next(e for e in drawing.edges if (e.x2, e.y2) == (boxes["t3"].x, t3_y))
-    # into the block: to its left side first, then along the node's row
-    assert into.via == ((block_left - layout.ROUTE_X, t3_y),)
+    # into the block: along the bus left of it, down to the node's row, then along the row
+    bus = block_left - layout.ROUTE_X
+    assert into.via == ((bus, into.y1), (bus, t3_y))
 
 
 def test_a_layer_within_the_bound_is_one_column() -> None:
@@ -89,3 +92,13 @@ def test_group_counts_give_each_layer_its_colour_and_counts() -> None:
     assert layout.group_counts(layers, states) == [
         ("SUCCEEDED", (("SUCCEEDED", 1),)),
         ("RUNNING", (("RUNNING", 1), ("SUCCEEDED", 2)))]
+
+
+def test_an_edge_between_two_wrapped_layers_turns_at_the_first_bus_only() -> None:
+    tasks = [_t(f"a{i}") for i in range(30)] + [_t(f"b{i}", f"a{i}") for i in range(30)]
+    drawing = layout.draw(tasks, max_rows=10, wrap_columns=3)
+    assert len({b.x for b in drawing.boxes}) == 6  # two blocks of three sub-columns
+    first_right = max(b.x for b in drawing.boxes if b.task_id.startswith("a")) + layout.NODE_W
+    for edge in drawing.edges:
+        assert edge.via == ((first_right + layout.ROUTE_X, edge.y1),
+                            (first_right + layout.ROUTE_X, edge.y2))

@@ -67,27 +67,61 @@
     if (cancel && TERMINAL_JOB.indexOf(job.state) >= 0) { cancel.hidden = true; }
   }
 
-  // A collapsed graph: one group per layer, [colour state, [[state, count], ...]] each.
+  // A collapsed graph: one group per layer, [colour state, [[state, count], ...]] each: its
+  // colour, its bar of state shares and its count lines are redrawn (geometry from the page).
+  function svgElement(name, attributes, text) {
+    var element = document.createElementNS(SVG, name);
+    Object.keys(attributes).forEach(function (k) { element.setAttribute(k, String(attributes[k])); });
+    if (text) { element.textContent = text; }
+    return element;
+  }
+
+  function redrawGroup(node, counts, geometry) {
+    var shares = node.querySelector("g.shares"), lines = node.querySelector("g.counts");
+    var total = counts.reduce(function (sum, c) { return sum + c[1]; }, 0), done = 0;
+    var width = geometry.nodeW - 16;
+    shares.textContent = "";
+    lines.textContent = "";
+    counts.forEach(function (c, i) {
+      var x1 = Math.round(done * width / total), x2 = Math.round((done + c[1]) * width / total);
+      done += c[1];
+      shares.appendChild(svgElement("rect", { "class": "share", x: 8 + x1, y: geometry.sharesY,
+        width: x2 - x1, height: geometry.sharesH, "data-state": c[0] }));
+      lines.appendChild(svgElement("text", { x: 8, y: geometry.countsY + i * geometry.lineH,
+        "class": "small", "data-count-state": c[0] }, c[0] + " " + c[1]));
+    });
+  }
+
+  function growGroups(graph, lines, geometry) {
+    var needed = geometry.countsY + geometry.lineH * (lines - 1) + 8;
+    var rects = graph.querySelectorAll("g.group > rect");
+    if (!rects.length || Number(rects[0].getAttribute("height")) >= needed) { return; }
+    rects.forEach(function (rect) { rect.setAttribute("height", String(needed)); });
+    var svg = graph.querySelector("svg"), height = needed + 20;
+    svg.setAttribute("height", String(height));
+    svg.setAttribute("viewBox", "0 0 " + svg.getAttribute("width") + " " + height);
+  }
+
   function applyGroups(groups) {
+    var graph = document.querySelector(".graph.collapsed");
+    if (!graph) { return; }
+    var geometry = { nodeW: Number(graph.getAttribute("data-node-w")),
+      sharesY: Number(graph.getAttribute("data-shares-y")),
+      sharesH: Number(graph.getAttribute("data-shares-h")),
+      countsY: Number(graph.getAttribute("data-counts-y")),
+      lineH: Number(graph.getAttribute("data-line-h")) };
+    var most = 0;
     groups.forEach(function (group, layer) {
-      var node = document.querySelector('g.group[data-layer="' + layer + '"]');
+      var node = graph.querySelector('g.group[data-layer="' + layer + '"]');
       if (!node) { return; }
       setState(node, group[0]);
-      var counts = node.querySelector("g.counts");
+      most = Math.max(most, group[1].length);
       var text = group[1].map(function (c) { return c[0] + " " + c[1]; }).join("|");
-      if (!counts || counts.getAttribute("data-text") === text) { return; }
-      counts.setAttribute("data-text", text);
-      counts.textContent = "";
-      group[1].forEach(function (c, i) {
-        var line = document.createElementNS(SVG, "text");
-        line.setAttribute("x", "8");
-        line.setAttribute("y", String(34 + i * 12));
-        line.setAttribute("class", "small");
-        line.setAttribute("data-count-state", c[0]);
-        line.textContent = c[0] + " " + c[1];
-        counts.appendChild(line);
-      });
+      if (node.getAttribute("data-counts") === text) { return; }
+      node.setAttribute("data-counts", text);
+      redrawGroup(node, group[1], geometry);
     });
+    growGroups(graph, most, geometry);
   }
 
   // The timeline is fetched again (its rendered fragment) when the job changed since it was
