@@ -96,6 +96,8 @@ class Timeline:
     """Bars drawn."""
     left_out: int
     """Attempts not drawn (past the bar bound)."""
+    now_x: int = 0
+    """Where "now" is, if an attempt is still running (its bar ends there), else 0."""
 
 
 def draw(spans: Sequence[Span], now_ms: int, max_bars: int = limits.WEB_TIMELINE_MAX_BARS,
@@ -119,8 +121,10 @@ def draw(spans: Sequence[Span], now_ms: int, max_bars: int = limits.WEB_TIMELINE
                  for x1, x2, row, span in placed]
         lanes.append(Lane(cluster or "(none)", y, rows * ROW_H, rows))
         y += rows * ROW_H + LANE_GAP
+    running = any(not s.finished_ms for s in kept)
+    now_x = LABEL_W + round((max(now_ms, origin_ms) - origin_ms) * scale) if running else 0
     return Timeline(LABEL_W + PLOT_W + 10, y, tuple(lanes), tuple(bars),
-                    ticks(end_ms - origin_ms, scale), len(kept), left_out)
+                    ticks(end_ms - origin_ms, scale), len(kept), left_out, now_x)
 
 
 def _drawn_width(x1: int, x2: int) -> int:

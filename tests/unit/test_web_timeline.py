@@ -61,6 +61,8 @@ def test_a_running_attempt_reaches_now_and_one_never_started_counts_from_assignm
     assert bars["w"].x == timeline.LABEL_W  # from its assignment, the first start
     assert bars["r"].x + bars["r"].width + 1 == timeline.LABEL_W + timeline.PLOT_W  # up to now
     assert "so far" in bars["r"].title
+    assert drawn.now_x == timeline.LABEL_W + timeline.PLOT_W  # the "now" line
+    assert timeline.draw([_s("a", 1, "c", 0, 10)], now_ms=99).now_x == 0  # nothing runs
 
 
 def test_a_short_attempt_in_a_long_job_is_still_visible() -> None:
