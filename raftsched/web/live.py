@@ -8,7 +8,7 @@ since the page was drawn is fetched) and at every change of the job; the later "
 It returns once the job has ended. The response loop then fetches the task list
 once (at most one refresh in flight per open page, at most one every
 `limits.WEB_LIVE_MIN_REFRESH_S`: changes in between coalesce) and sends
-`{"job_state", "index", "job": {state, reason, started, finished, done, total},
+`{"job_state", "index", "attempts_version", "job": {state, reason, started, finished, done, total},
 "tasks": {task_id: state}, "rows": {task_id: [attempts, cluster, reason]}, "counts": {state: n},
 "groups": [[state, [[state, n], ...]], ...]}` (`groups`: per layer of a collapsed graph only;
 `tasks`/`rows`: the tasks the page lists). When the job is terminal it sends `end`.
@@ -19,7 +19,8 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -130,16 +131,25 @@ async def _snapshot(client: ConsoleClient, job_id: str,
     return document_of(job, listed, layers)
 
 
+def attempts_version(tasks: Sequence[Any]) -> str:
+    """Changes whenever an attempt is made, starts or ends (each moves its task's state or its
+    attempt count): the page fetches its timeline again only then, not at every event."""
+    states = Counter(t.state for t in tasks)
+    return f"{sum(t.attempts for t in tasks)}:" + ",".join(
+        f"{state}={count}" for state, count in sorted(states.items()))
+
+
 def document_of(job: Any, listed: Any, layers: list[list[str]]) -> dict[str, object]:
     """What a job page updates in place: the header, the listed tasks (the page's table holds
     at most `limits.WEB_TASK_TABLE_MAX_ROWS`: the document too), the counts, a collapsed graph's
-    groups (`layers` is filled at the first call and reused), and the list's index (the page
-    fetches its timeline again when it grew)."""
+    groups (`layers` is filled at the first call and reused), and its attempts' version (the
+    page fetches its timeline again when it changed)."""
     tasks = listed.tasks
     shown = tasks[:limits.WEB_TASK_TABLE_MAX_ROWS]
     done = sum(n for state, n in job.tasks.items() if state in TASK_TERMINAL)
     document: dict[str, object] = {
         "job_state": job.state, "index": listed.applied_index,
+        "attempts_version": attempts_version(tasks),
         "job": {"state": job.state, "reason": job.reason, "started": when(job.started_ms),
                 "finished": when(job.finished_ms), "done": done, "total": job.total_tasks},
         "tasks": {t.task_id: t.state for t in shown},

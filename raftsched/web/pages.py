@@ -16,7 +16,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from raftsched import clock, limits
 from raftsched.errors import Code, RaftschedError
-from raftsched.web import layout, timeline
+from raftsched.web import layout, live, timeline
 from raftsched.web.console import (
     COOKIE,
     ConsoleClient,
@@ -120,7 +120,7 @@ async def job(request: Request) -> Response:
                   drawing=drawing, node_w=layout.NODE_W, node_h=layout.NODE_H,
                   shares_y=layout.SHARES_Y, shares_h=layout.SHARES_H,
                   counts_y=layout.COUNTS_Y, line_h=layout.LINE_H,
-                  applied_index=listed.applied_index,
+                  attempts_version=live.attempts_version(tasks),
                   done=done, can_cancel=_can_cancel(request, found),
                   **_timeline_values(job_id, tasks))
 

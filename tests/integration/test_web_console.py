@@ -138,6 +138,8 @@ def test_sign_in_list_graph_and_a_task_turning_succeeded_live(site: Site) -> Non
     assert page.locator(f'tr[data-job-id="{site.job_id}"]').count() == 1
     wait_for(lambda: _task_states(site)["gate"] == "RUNNING" or None, STATE_TIMEOUT_S,
              "the gate task to run")
+    fetched: list[str] = []  # the timeline's fragment, fetched again by the page
+    page.on("request", lambda r: fetched.append(r.url) if r.url.endswith("/timeline") else None)
     page.click(f'a[href="/jobs/{site.job_id}"]')
     page.wait_for_selector("svg g.node")
     expected = _task_states(site)
@@ -164,6 +166,8 @@ def test_sign_in_list_graph_and_a_task_turning_succeeded_live(site: Site) -> Non
     assert page.locator("#job-finished").inner_text() == time.strftime(
         "%Y-%m-%d %H:%M:%S UTC", time.gmtime(finished / 1000))  # the header, live
     assert page.locator("#progress-text").inner_text() == "3 / 3 tasks done"
+    print(f"the running job's timeline was fetched again {len(fetched)} times")
+    assert 1 <= len(fetched) <= 4  # gate ends, after starts, after ends (or fewer: coalesced)
     assert page.locator('tr[data-task-id="after"] .attempts-cell').inner_text() == "1"
     assert not page.locator("#cancel").is_visible()  # nothing left to cancel
     _shot(site, page, "03-job-succeeded")

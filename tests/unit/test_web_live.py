@@ -39,3 +39,18 @@ def test_a_collapsed_graph_gets_its_group_counts_and_the_layers_are_kept() -> No
     again = live.document_of(JOB, _listed(count, "FAILED"), layers)
     assert again["groups"] == [["SUCCEEDED", [["SUCCEEDED", 1]]],
                                ["FAILED", [["FAILED", count - 1]]]]
+
+
+def test_the_attempts_version_moves_when_an_attempt_is_made_starts_or_ends_only() -> None:
+    def version(*tasks: tuple[str, int]) -> str:
+        return live.attempts_version([pb.TaskSummary(task_id=f"t{i}", state=state, attempts=n)
+                                      for i, (state, n) in enumerate(tasks)])
+
+    waiting = version(("RUNNABLE", 0), ("PENDING", 0))
+    assigned = version(("ASSIGNED", 1), ("PENDING", 0))
+    running = version(("RUNNING", 1), ("PENDING", 0))
+    retried = version(("RETRY_WAIT", 1), ("PENDING", 0))
+    again = version(("RUNNING", 2), ("PENDING", 0))
+    assert len({waiting, assigned, running, retried, again}) == 5
+    assert version(("RUNNING", 1), ("PENDING", 0)) == running  # nothing moved: no refetch
+    assert live.document_of(JOB, _listed(3), [])["attempts_version"] == "1:RUNNING=2,SUCCEEDED=1"

@@ -124,28 +124,29 @@
     growGroups(graph, most, geometry);
   }
 
-  // The timeline is fetched again (its rendered fragment) when the job changed since it was
-  // drawn: at most one fetch in flight, at most one per data-refresh-ms; changes coalesce.
+  // The timeline is fetched again (its rendered fragment) when the job's attempts changed since
+  // it was drawn (`attempts_version`): at most one fetch in flight, at most one per
+  // data-refresh-ms; changes in between coalesce into the next fetch.
   var timeline = document.getElementById("timeline");
-  var drawnIndex = timeline ? Number(timeline.getAttribute("data-index") || 0) : 0;
-  var wantedIndex = drawnIndex, fetching = false, lastFetch = 0, timer = null;
+  var drawnVersion = timeline ? timeline.getAttribute("data-version") : "";
+  var wantedVersion = drawnVersion, fetching = false, lastFetch = 0, timer = null;
 
-  function refreshTimeline(index) {
+  function refreshTimeline(version) {
     if (!timeline) { return; }
-    wantedIndex = Math.max(wantedIndex, index);
-    if (wantedIndex <= drawnIndex || fetching || timer) { return; }
+    if (version) { wantedVersion = version; }
+    if (wantedVersion === drawnVersion || fetching || timer) { return; }
     var every = Number(timeline.getAttribute("data-refresh-ms") || 2000);
     var wait = Math.max(0, lastFetch + every - Date.now());
     timer = setTimeout(function () {
       timer = null;
       fetching = true;
       lastFetch = Date.now();
-      var target = wantedIndex;
+      var target = wantedVersion;
       fetch(timeline.getAttribute("data-src"), { credentials: "same-origin" })
         .then(function (r) { if (!r.ok) { throw new Error(String(r.status)); } return r.text(); })
-        .then(function (html) { timeline.innerHTML = html; drawnIndex = target; })
+        .then(function (html) { timeline.innerHTML = html; drawnVersion = target; })
         .catch(function () { /* the next change tries again */ })
-        .then(function () { fetching = false; refreshTimeline(0); });
+        .then(function () { fetching = false; refreshTimeline(""); });
     }, wait);
   }
 
@@ -155,7 +156,7 @@
     });
     if (doc.job) { applyHeader(doc.job); }
     if (doc.groups) { applyGroups(doc.groups); }
-    if (doc.index) { refreshTimeline(doc.index); }
+    if (doc.attempts_version) { refreshTimeline(doc.attempts_version); }
   }
 
   function close() { if (source) { source.close(); source = null; } }
