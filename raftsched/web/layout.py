@@ -35,6 +35,7 @@ SHARES_H = 8
 COUNTS_Y = 48
 LINE_H = 12
 MIN_COUNT_LINES = 2
+MIN_SHARE_W = 3
 MARGIN = 10
 BARYCENTER_SWEEPS = 2
 """Down-and-up sweeps of the ordering (each is O(edges log) per layer)."""
@@ -59,15 +60,23 @@ class Box:
 
     @property
     def shares(self) -> tuple[tuple[int, int, str], ...]:
-        """A collapsed layer's states as (x, width, state) segments of a bar NODE_W - 16 wide,
-        in proportion to their counts (cumulative rounding: the segments tile the bar)."""
-        total, width = sum(n for _, n in self.counts), NODE_W - 16
-        segments, done = [], 0
-        for state, count in self.counts:
-            x1, x2 = round(done * width / total), round((done + count) * width / total)
-            segments.append((8 + x1, x2 - x1, state))
-            done += count
-        return tuple(segments)
+        """A collapsed layer's states as (x, width, state) segments tiling a bar NODE_W - 16
+        wide, in proportion to their counts; a state present is at least MIN_SHARE_W wide (the
+        largest gives up the room), so one failure among 9,998 still shows."""
+        return shares_of(self.counts, NODE_W - 16)
+
+
+def shares_of(counts: Sequence[tuple[str, int]], width: int) -> tuple[tuple[int, int, str], ...]:
+    total = sum(n for _, n in counts)
+    widths = [max(MIN_SHARE_W, round(n * width / total)) for _, n in counts]
+    if widths:
+        largest = max(range(len(widths)), key=lambda i: counts[i][1])
+        widths[largest] = width - sum(widths) + widths[largest]
+    segments, x = [], 8
+    for (state, _), w in zip(counts, widths, strict=True):
+        segments.append((x, w, state))
+        x += w
+    return tuple(segments)
 
 
 @dataclass(frozen=True, slots=True)

@@ -120,6 +120,7 @@ async def job(request: Request) -> Response:
                   drawing=drawing, node_w=layout.NODE_W, node_h=layout.NODE_H,
                   shares_y=layout.SHARES_Y, shares_h=layout.SHARES_H,
                   counts_y=layout.COUNTS_Y, line_h=layout.LINE_H,
+                  min_share_w=layout.MIN_SHARE_W,
                   attempts_version=live.attempts_version(tasks),
                   done=done, can_cancel=_can_cancel(request, found),
                   **_timeline_values(job_id, tasks))

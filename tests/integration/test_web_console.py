@@ -323,6 +323,44 @@ def test_a_10000_task_job_collapses_and_its_groups_follow_live(site: Site) -> No
     _shot(site, page, "15-job-10000-cancelled", full_page=False)
 
 
+def test_a_collapsed_group_grows_live_when_its_layer_gains_states(site: Site) -> None:
+    """One layer of 2,003 tasks (collapsed): 2,001 parked, `ok` and `bad` wait for a gate, then
+    one succeeds and one fails: the group's lines go from RUNNABLE+RUNNING to three, and its
+    node grows to hold them, on the open page."""
+    gate = site.gate.parent / "gate-collapsed"
+    wait_then = f"while [ ! -e {gate} ]; do sleep 0.1; done; exit"
+    tasks = [{"id": f"p{i}", "command": ["true"], "requires": ["nowhere"]} for i in range(2_001)]
+    tasks += [{"id": "ok", "command": ["sh", "-c", f"{wait_then} 0"]},
+              {"id": "bad", "command": ["sh", "-c", f"{wait_then} 1"]}]
+    client = site.cluster.client(token=site.tokens["acme"])
+    job_id = client.submit(json.dumps({"name": "growing", "tenant": "acme", "tasks": tasks,
+                                       "allow_unschedulable": True})).job_id
+    wait_for(lambda: client.get_job(job_id).tasks.get("RUNNING") == 2 or None, STATE_TIMEOUT_S,
+             "ok and bad to run")
+    page = _page(site, site.tokens["acme"])
+    page.goto(f"{site.url}/jobs/{job_id}")
+    lines = 'g.group[data-layer="0"] text.small'
+    assert page.locator(lines).all_text_contents() == ["RUNNABLE 2001", "RUNNING 2"]
+    rect = page.locator('g.group[data-layer="0"] > rect')
+    before = float(rect.get_attribute("height"))
+    page.wait_for_selector("#live:text('live')")
+    gate.touch()
+    page.wait_for_selector('g.group[data-layer="0"] text[data-count-state="FAILED"]',
+                           timeout=LIVE_TIMEOUT_MS)
+    page.wait_for_selector('g.group[data-layer="0"][data-state="FAILED"]')
+    assert page.locator(lines).all_text_contents() == ["FAILED 1", "RUNNABLE 2001",
+                                                       "SUCCEEDED 1"]
+    failed = page.locator('g.group[data-layer="0"] rect.share[data-state="FAILED"]')
+    assert float(failed.get_attribute("width")) >= 3  # one failure in 2,003 still shows
+    after = float(rect.get_attribute("height"))
+    assert after > before
+    last = page.locator(f"{lines} >> nth=2").bounding_box()
+    box = rect.bounding_box()
+    assert last["y"] + last["height"] <= box["y"] + box["height"]  # the third line is inside
+    _shot(site, page, "16-collapsed-grown", full_page=False)
+    site.cluster.client().cancel(job_id)
+
+
 def test_strangers_and_other_tenants_see_nothing(site: Site) -> None:
     stranger = _page(site, None)
     for path in ("/jobs", f"/jobs/{site.job_id}", f"/jobs/{site.job_id}/tasks/hello"):

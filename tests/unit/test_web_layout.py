@@ -48,6 +48,8 @@ def test_above_the_bound_layers_collapse_into_counted_groups() -> None:
     assert dict(second.counts) == {"FAILED": 1, "RUNNING": 19}
     assert second.state == "FAILED"  # the group shows its most telling state
     assert second.shares == ((8, 7, "FAILED"), (15, 127, "RUNNING"))  # tiles NODE_W - 16
+    one_in_many = layout.shares_of((("FAILED", 1), ("RUNNABLE", 9_998), ("SUCCEEDED", 1)), 134)
+    assert one_in_many == ((8, 3, "FAILED"), (11, 128, "RUNNABLE"), (139, 3, "SUCCEEDED"))
     assert drawing.group_h == layout.group_height(2)
 
 

@@ -78,15 +78,21 @@
 
   function redrawGroup(node, counts, geometry) {
     var shares = node.querySelector("g.shares"), lines = node.querySelector("g.counts");
-    var total = counts.reduce(function (sum, c) { return sum + c[1]; }, 0), done = 0;
-    var width = geometry.nodeW - 16;
+    // As layout.shares_of: proportional, each state present at least MIN_SHARE_W wide (the
+    // largest gives up the room), tiling the bar.
+    var total = counts.reduce(function (sum, c) { return sum + c[1]; }, 0);
+    var width = geometry.nodeW - 16, largest = 0, x = 8;
+    var widths = counts.map(function (c, i) {
+      if (c[1] > counts[largest][1]) { largest = i; }
+      return Math.max(geometry.minShareW, Math.round(c[1] * width / total));
+    });
+    widths[largest] += width - widths.reduce(function (sum, w) { return sum + w; }, 0);
     shares.textContent = "";
     lines.textContent = "";
     counts.forEach(function (c, i) {
-      var x1 = Math.round(done * width / total), x2 = Math.round((done + c[1]) * width / total);
-      done += c[1];
-      shares.appendChild(svgElement("rect", { "class": "share", x: 8 + x1, y: geometry.sharesY,
-        width: x2 - x1, height: geometry.sharesH, "data-state": c[0] }));
+      shares.appendChild(svgElement("rect", { "class": "share", x: x, y: geometry.sharesY,
+        width: widths[i], height: geometry.sharesH, "data-state": c[0] }));
+      x += widths[i];
       lines.appendChild(svgElement("text", { x: 8, y: geometry.countsY + i * geometry.lineH,
         "class": "small", "data-count-state": c[0] }, c[0] + " " + c[1]));
     });
@@ -109,7 +115,8 @@
       sharesY: Number(graph.getAttribute("data-shares-y")),
       sharesH: Number(graph.getAttribute("data-shares-h")),
       countsY: Number(graph.getAttribute("data-counts-y")),
-      lineH: Number(graph.getAttribute("data-line-h")) };
+      lineH: Number(graph.getAttribute("data-line-h")),
+      minShareW: Number(graph.getAttribute("data-min-share-w")) };
     var most = 0;
     groups.forEach(function (group, layer) {
       var node = graph.querySelector('g.group[data-layer="' + layer + '"]');
