@@ -363,7 +363,8 @@ def test_a_collapsed_group_grows_live_when_its_layer_gains_states(site: Site) ->
 
 def test_strangers_and_other_tenants_see_nothing(site: Site) -> None:
     stranger = _page(site, None)
-    for path in ("/jobs", f"/jobs/{site.job_id}", f"/jobs/{site.job_id}/tasks/hello"):
+    for path in ("/jobs", f"/jobs/{site.job_id}", f"/jobs/{site.job_id}/tasks/hello",
+                 f"/jobs/{site.job_id}/timeline"):
         stranger.goto(site.url + path)
         assert stranger.url == f"{site.url}/login"
         assert site.job_id not in stranger.content()
@@ -371,7 +372,7 @@ def test_strangers_and_other_tenants_see_nothing(site: Site) -> None:
     other = _page(site, site.tokens["other"])
     assert site.job_id not in other.content()
     for path in (f"/jobs/{site.job_id}", f"/jobs/{site.job_id}/tasks/hello",
-                 f"/jobs/{site.job_id}/events"):
+                 f"/jobs/{site.job_id}/events", f"/jobs/{site.job_id}/timeline"):
         answer = other.goto(site.url + path)
         assert answer.status == 404, path
         assert "hello-from-task" not in other.content()
