@@ -140,6 +140,7 @@ def _timeline_values(job_id: str, tasks: Sequence[Any]) -> dict[str, Any]:
     older = sum(t.attempts - len(t.spans) for t in tasks)
     drawn = timeline.draw(spans, now_ms=clock.wall_ms(), left_out=older)
     return {"timeline": drawn, "job_id": job_id, "bar_h": timeline.BAR_H,
+            "axis_h": timeline.AXIS_H,
             "timeline_refresh_ms": int(limits.WEB_TIMELINE_REFRESH_S * 1000)}
 
 

@@ -21,6 +21,8 @@ LABEL_W = 130
 """The lane labels' column (cluster names), left of the plot."""
 PLOT_W = 1_000
 """The time axis' width in pixels, whatever the job's duration."""
+RIGHT_PAD = 30
+"""Right of the plot: room for the last tick's label (centred on its tick)."""
 ROW_H = 18
 BAR_H = 14
 CHAR_W = 6
@@ -107,7 +109,7 @@ def draw(spans: Sequence[Span], now_ms: int, max_bars: int = limits.WEB_TIMELINE
     kept = sorted(spans, key=lambda s: (s.start_ms, s.fence))[-max_bars:] if max_bars else []
     left_out += len(spans) - len(kept)
     if not kept:
-        return Timeline(LABEL_W + PLOT_W, 0, (), (), (), 0, left_out)
+        return Timeline(LABEL_W + PLOT_W + RIGHT_PAD, 0, (), (), (), 0, left_out)
     origin_ms = min(s.start_ms for s in kept)
     end_ms = max(max(_end_ms(s, now_ms) for s in kept), origin_ms + 1)
     scale = PLOT_W / (end_ms - origin_ms)
@@ -123,7 +125,7 @@ def draw(spans: Sequence[Span], now_ms: int, max_bars: int = limits.WEB_TIMELINE
         y += rows * ROW_H + LANE_GAP
     running = any(not s.finished_ms for s in kept)
     now_x = LABEL_W + round((max(now_ms, origin_ms) - origin_ms) * scale) if running else 0
-    return Timeline(LABEL_W + PLOT_W + 10, y, tuple(lanes), tuple(bars),
+    return Timeline(LABEL_W + PLOT_W + RIGHT_PAD, y, tuple(lanes), tuple(bars),
                     ticks(end_ms - origin_ms, scale), len(kept), left_out, now_x)
 
 
