@@ -299,6 +299,11 @@ LIST_QUERY_MAX_SCAN_JOBS = 20_000
 state (the page then ends early with a next_page_token; the counts say they are partial): a
 read holds the apply lock, so its work is bounded (about 20 ms each on the bench machine)."""
 
+TASK_SUMMARY_MAX_SPANS = 3
+"""Attempts per task whose times ListTasks returns when asked (`with_spans`, the console's
+timeline): the latest ones; a task retried more shows its last three. At MAX_TASKS_PER_JOB
+tasks that is ~60 bytes x 300,000 = 18 MB, inside MAX_MESSAGE_BYTES."""
+
 MAX_DELIVERIES_PER_HEARTBEAT = 1_000
 """Assignments or kills one heartbeat reply carries; the rest come with the next."""
 
@@ -340,8 +345,24 @@ WEB_GRAPH_MAX_NODES = 2_000
 """A DAG with more tasks than this is drawn collapsed: one group node per layer with its
 counts per state, rather than a node per task."""
 
+WEB_GRAPH_LAYER_MAX_ROWS = 25
+"""A DAG layer (tasks at the same depth) with more tasks than this is wrapped into sub-columns
+rather than drawn as one column (a 2,000-task fan-out would be 80,000 px tall)."""
+
+WEB_GRAPH_WRAP_COLUMNS = 5
+"""Sub-columns of a wrapped layer at most (then its rows grow): with the layers beside it, a
+fan-out's graph stays about as wide as a browser window (~1,200 px)."""
+
 WEB_TASK_TABLE_MAX_ROWS = 2_000
 """Rows of a job page's task table; the rest are counted, not listed."""
+
+WEB_TIMELINE_MAX_BARS = 5_000
+"""Attempt bars a job page's timeline draws: the latest-starting ones; the page says how many
+attempts it leaves out."""
+
+WEB_TIMELINE_REFRESH_S = 2.0
+"""While a job runs, its open page fetches its timeline again at most this often (changes in
+between coalesce into one fetch)."""
 
 WEB_LOG_TAIL_MAX_BYTES = 1 << 20
 """A task page shows at most this much of an output's end (the download has it all)."""

@@ -140,13 +140,15 @@ class ListJobsResponse(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., applied_index: _Optional[int] = ..., state_counts: _Optional[_Mapping[str, int]] = ..., state_counts_partial: _Optional[bool] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "with_spans")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    WITH_SPANS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    with_spans: bool
+    def __init__(self, job_id: _Optional[str] = ..., with_spans: _Optional[bool] = ...) -> None: ...
 
 class TaskSummary(_message.Message):
-    __slots__ = ("task_id", "state", "attempts", "cluster", "fence", "exit_code", "reason", "depends_on")
+    __slots__ = ("task_id", "state", "attempts", "cluster", "fence", "exit_code", "reason", "depends_on", "spans")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -155,6 +157,7 @@ class TaskSummary(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
+    SPANS_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     state: str
     attempts: int
@@ -163,7 +166,26 @@ class TaskSummary(_message.Message):
     exit_code: int
     reason: str
     depends_on: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, task_id: _Optional[str] = ..., state: _Optional[str] = ..., attempts: _Optional[int] = ..., cluster: _Optional[str] = ..., fence: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ...) -> None: ...
+    spans: _containers.RepeatedCompositeFieldContainer[AttemptSpan]
+    def __init__(self, task_id: _Optional[str] = ..., state: _Optional[str] = ..., attempts: _Optional[int] = ..., cluster: _Optional[str] = ..., fence: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., spans: _Optional[_Iterable[_Union[AttemptSpan, _Mapping]]] = ...) -> None: ...
+
+class AttemptSpan(_message.Message):
+    __slots__ = ("fence", "number", "cluster", "state", "assigned_ms", "started_ms", "finished_ms")
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    NUMBER_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    ASSIGNED_MS_FIELD_NUMBER: _ClassVar[int]
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
+    fence: int
+    number: int
+    cluster: str
+    state: str
+    assigned_ms: int
+    started_ms: int
+    finished_ms: int
+    def __init__(self, fence: _Optional[int] = ..., number: _Optional[int] = ..., cluster: _Optional[str] = ..., state: _Optional[str] = ..., assigned_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ...) -> None: ...
 
 class ListTasksResponse(_message.Message):
     __slots__ = ("job_id", "tasks", "applied_index")

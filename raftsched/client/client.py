@@ -169,8 +169,10 @@ class Client:
                                      newest_first=newest_first)
         return self._scheduler("ListJobs", request)
 
-    def list_tasks(self, job_id: str) -> Any:
-        return self._scheduler("ListTasks", pb.ListTasksRequest(job_id=job_id))
+    def list_tasks(self, job_id: str, with_spans: bool = False) -> Any:
+        """`with_spans`: each task's latest attempts' times too (a timeline's bars)."""
+        return self._scheduler("ListTasks", pb.ListTasksRequest(job_id=job_id,
+                                                                with_spans=with_spans))
 
     def cancel(self, job_id: str, reason: str = "") -> Any:
         return self._scheduler("CancelJob", pb.CancelJobRequest(job_id=job_id, reason=reason))

@@ -402,7 +402,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
 
     def ListTasks(self, request: Any, context: grpc.ServicerContext) -> Any:
         message, index = self.ctx.current_read_indexed(
-            context, lambda s: views.list_tasks(s, request.job_id))
+            context, lambda s: views.list_tasks(s, request.job_id, request.with_spans))
         message.applied_index = index
         return message
 

@@ -17,6 +17,7 @@ from raftsched.state import feasibility, policy
 from raftsched.state.fsm import reservation_holder, reserved_for_other
 from raftsched.state.model import (
     ALL_TENANTS,
+    Attempt,
     AttemptState,
     Cluster,
     Job,
@@ -199,12 +200,16 @@ def _matches(job: Job, query: str) -> bool:
     return query in job.id.casefold() or query in job.spec.name.casefold()
 
 
-def task_summary(task: Task, why: str = "") -> pb.TaskSummary:
-    """`why`: the one reason a task that is not running waits (`waiting_reason`)."""
+def task_summary(task: Task, why: str = "", with_spans: bool = False) -> pb.TaskSummary:
+    """`why`: the one reason a task that is not running waits (`waiting_reason`); `with_spans`:
+    its latest `limits.TASK_SUMMARY_MAX_SPANS` attempts' times (a timeline's bars)."""
     attempt = task.current
     summary = pb.TaskSummary(task_id=task.spec.id, state=task.state.name,
                              attempts=len(task.attempts), reason=why or task.reason,
                              depends_on=task.spec.depends_on)
+    if with_spans:
+        summary.spans.extend(attempt_span(a)
+                             for a in task.attempts[-limits.TASK_SUMMARY_MAX_SPANS:])
     if attempt is not None:
         summary.cluster = attempt.cluster_id
         summary.fence = attempt.fence
@@ -213,13 +218,21 @@ def task_summary(task: Task, why: str = "") -> pb.TaskSummary:
     return summary
 
 
-def list_tasks(state: State, job_id: str) -> pb.ListTasksResponse:
+def attempt_span(attempt: Attempt) -> pb.AttemptSpan:
+    return pb.AttemptSpan(fence=attempt.fence, number=attempt.number,
+                          cluster=attempt.cluster_id, state=attempt.state.name,
+                          assigned_ms=attempt.assigned_ms, started_ms=attempt.started_ms or 0,
+                          finished_ms=attempt.finished_ms or 0)
+
+
+def list_tasks(state: State, job_id: str, with_spans: bool = False) -> pb.ListTasksResponse:
     """Every task with, for those waiting, the one reason why (the same words as `task
-    explain`'s summary). O(tasks) plus O(clusters) per distinct task shape that waits."""
+    explain`'s summary). O(tasks) plus O(clusters) per distinct task shape that waits, plus
+    O(tasks x TASK_SUMMARY_MAX_SPANS) `with_spans`."""
     job = job_of(state, job_id)
     cache: dict[object, str] = {}
     return pb.ListTasksResponse(job_id=job.id, tasks=[
-        task_summary(t, waiting_reason(state, job, t, cache)) for t in job.tasks])
+        task_summary(t, waiting_reason(state, job, t, cache), with_spans) for t in job.tasks])
 
 
 def task_history(state: State, job_id: str, task_id: str) -> pb.TaskHistory:

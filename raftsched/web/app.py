@@ -36,6 +36,7 @@ def build_app(options: Options) -> Starlette:
         Route("/jobs", pages.jobs),
         Route("/jobs/{job_id}", pages.job),
         Route("/jobs/{job_id}/events", live.events),
+        Route("/jobs/{job_id}/timeline", pages.job_timeline),
         Route("/jobs/{job_id}/cancel", pages.cancel_page, methods=["GET"]),
         Route("/jobs/{job_id}/cancel", pages.cancel, methods=["POST"]),
         Route("/jobs/{job_id}/tasks/{task_id}", pages.task),

@@ -3,7 +3,11 @@
 Pure: tasks in (id, state, what it runs after), a drawing out. Layers by longest path from the
 roots (a task sits one layer right of its latest dependency), then a few barycenter sweeps order
 each layer by the mean position of its neighbours in the layer before (then after), which
-uncrosses most edges of the fan-out/fan-in shapes jobs have. Above `limits.WEB_GRAPH_MAX_NODES`
+uncrosses most edges of the fan-out/fan-in shapes jobs have. A layer of more than
+`limits.WEB_GRAPH_LAYER_MAX_ROWS` tasks is wrapped, in that order, row by row into a block of up to
+`limits.WEB_GRAPH_WRAP_COLUMNS` sub-columns (a 2,000-task fan-out is ~1,200 px wide and 400 rows
+tall, not one 80,000 px column); edges into (out of) a wrapped block run along a bus beside its
+left (right) side, then along the node's row. Above `limits.WEB_GRAPH_MAX_NODES`
 tasks the drawing is collapsed: one group node per layer with its counts per state, and one edge
 between consecutive layers, so a 10,000-task job draws as fast as a small one.
 """
@@ -20,7 +24,18 @@ from raftsched import limits
 NODE_W = 150
 NODE_H = 28
 GAP_X = 60
+WRAP_GAP_X = 10
+"""Between the sub-columns of a wrapped layer (its nodes are one layer: tighter than GAP_X)."""
 GAP_Y = 12
+ROUTE_X = 20
+"""How far left (right) of a wrapped block its edges turn onto their node's row."""
+SHARES_Y = 26
+SHARES_H = 8
+"""A collapsed layer's node: its label, a bar of its states' shares, then a line per state."""
+COUNTS_Y = 48
+LINE_H = 12
+MIN_COUNT_LINES = 2
+MIN_SHARE_W = 3
 MARGIN = 10
 BARYCENTER_SWEEPS = 2
 """Down-and-up sweeps of the ordering (each is O(edges log) per layer)."""
@@ -43,6 +58,26 @@ class Box:
     task_id: str = ""
     counts: tuple[tuple[str, int], ...] = ()
 
+    @property
+    def shares(self) -> tuple[tuple[int, int, str], ...]:
+        """A collapsed layer's states as (x, width, state) segments tiling a bar NODE_W - 16
+        wide, in proportion to their counts; a state present is at least MIN_SHARE_W wide (the
+        largest gives up the room), so one failure among 9,998 still shows."""
+        return shares_of(self.counts, NODE_W - 16)
+
+
+def shares_of(counts: Sequence[tuple[str, int]], width: int) -> tuple[tuple[int, int, str], ...]:
+    total = sum(n for _, n in counts)
+    widths = [max(MIN_SHARE_W, round(n * width / total)) for _, n in counts]
+    if widths:
+        largest = max(range(len(widths)), key=lambda i: counts[i][1])
+        widths[largest] = width - sum(widths) + widths[largest]
+    segments, x = [], 8
+    for (state, _), w in zip(counts, widths, strict=True):
+        segments.append((x, w, state))
+        x += w
+    return tuple(segments)
+
 
 @dataclass(frozen=True, slots=True)
 class Edge:
@@ -50,6 +85,22 @@ class Edge:
     y1: int
     x2: int
     y2: int
+    via: tuple[tuple[int, int], ...] = ()
+    """Bends between the ends (around a wrapped layer's block)."""
+
+    @property
+    def points(self) -> str:
+        """The SVG polyline's points."""
+        return " ".join(f"{x},{y}" for x, y in ((self.x1, self.y1), *self.via,
+                                                (self.x2, self.y2)))
+
+
+@dataclass(frozen=True, slots=True)
+class Block:
+    """Where a layer is drawn: x from `left` to `right`, in `columns` sub-columns."""
+    left: int
+    right: int
+    columns: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +110,9 @@ class Drawing:
     boxes: tuple[Box, ...]
     edges: tuple[Edge, ...]
     collapsed: bool
+    group_h: int = 0
+    """A collapsed layer's node height: room for the most states any layer has (the page grows
+    it if a live update brings more)."""
 
 
 def layers_of(tasks: Sequence[TaskNode]) -> list[list[str]]:
@@ -113,39 +167,91 @@ def _by_barycenter(layer: list[str], neighbours_layer: list[str],
     return [task_id for _, task_id in sorted(enumerate(layer), key=key)]
 
 
-def draw(tasks: Sequence[TaskNode], max_nodes: int = limits.WEB_GRAPH_MAX_NODES) -> Drawing:
+def draw(tasks: Sequence[TaskNode], max_nodes: int = limits.WEB_GRAPH_MAX_NODES,
+         max_rows: int = limits.WEB_GRAPH_LAYER_MAX_ROWS,
+         wrap_columns: int = limits.WEB_GRAPH_WRAP_COLUMNS) -> Drawing:
     layers = layers_of(tasks)
     if len(tasks) > max_nodes:
         return _collapsed(layers, {t.task_id: t.state for t in tasks})
     ordered = _order(layers, tasks)
-    where: dict[str, tuple[int, int]] = {}
-    boxes = []
     states = {t.task_id: t.state for t in tasks}
-    for column, layer in enumerate(ordered):
-        for row, task_id in enumerate(layer):
-            x, y = MARGIN + column * (NODE_W + GAP_X), MARGIN + row * (NODE_H + GAP_Y)
-            where[task_id] = (x, y)
+    blocks = [_block(len(layer), max_rows, wrap_columns) for layer in ordered]
+    blocks = _side_by_side(blocks)
+    where: dict[str, tuple[int, int, int]] = {}  # task -> x, y, layer
+    boxes = []
+    for column, (layer, block) in enumerate(zip(ordered, blocks, strict=True)):
+        for index, task_id in enumerate(layer):
+            row, sub = divmod(index, block.columns)
+            x, y = block.left + sub * (NODE_W + WRAP_GAP_X), MARGIN + row * (NODE_H + GAP_Y)
+            where[task_id] = (x, y, column)
             boxes.append(Box(x, y, task_id, states[task_id], task_id=task_id))
-    edges = [Edge(where[d][0] + NODE_W, where[d][1] + NODE_H // 2,
-                  where[t.task_id][0], where[t.task_id][1] + NODE_H // 2)
+    edges = [_edge(where[d], where[t.task_id], blocks)
              for t in tasks for d in t.depends_on if d in where]
-    rows = max((len(layer) for layer in ordered), default=0)
-    return Drawing(_extent(len(ordered), NODE_W + GAP_X), _extent(rows, NODE_H + GAP_Y),
+    rows = max((-(-len(layer) // block.columns) for layer, block in zip(ordered, blocks,
+                                                                         strict=True)), default=0)
+    width = (blocks[-1].right if blocks else 0) + MARGIN
+    return Drawing(max(width, 2 * MARGIN + NODE_W), _extent(rows, NODE_H + GAP_Y),
                    tuple(boxes), tuple(edges), collapsed=False)
+
+
+def _block(size: int, max_rows: int, wrap_columns: int) -> Block:
+    """A layer's sub-columns: one up to `max_rows` tasks, else enough for `max_rows` rows, at
+    most `wrap_columns` (then the rows grow)."""
+    columns = 1 if size <= max_rows else min(-(-size // max_rows), wrap_columns)
+    return Block(0, columns * NODE_W + (columns - 1) * WRAP_GAP_X, columns)
+
+
+def _side_by_side(blocks: list[Block]) -> list[Block]:
+    placed, x = [], MARGIN
+    for block in blocks:
+        placed.append(Block(x, x + block.right, block.columns))
+        x += block.right + GAP_X
+    return placed
+
+
+def _edge(source: tuple[int, int, int], target: tuple[int, int, int],
+          blocks: list[Block]) -> Edge:
+    """From the source's right side to the target's left side. Around a wrapped block the edge
+    runs orthogonally along a bus beside the block (vertical at `ROUTE_X` from its side), then
+    along the node's row: a fan-out into 2,000 nodes draws one trunk, not a dark wedge."""
+    x1, y1, x2, y2 = source[0] + NODE_W, source[1] + NODE_H // 2, target[0], target[1] + NODE_H // 2
+    via: list[tuple[int, int]] = []
+    if blocks[source[2]].columns > 1:
+        bus = blocks[source[2]].right + ROUTE_X
+        via += [(bus, y1), (bus, y2)]
+    if blocks[target[2]].columns > 1 and not via:  # (after a source's bus: already on y2)
+        bus = blocks[target[2]].left - ROUTE_X
+        via += [(bus, y1), (bus, y2)]
+    return Edge(x1, y1, x2, y2, tuple(via))
 
 
 def _collapsed(layers: list[list[str]], states: dict[str, str]) -> Drawing:
     boxes = []
-    for column, layer in enumerate(layers):
-        counts = Counter(states[t] for t in layer)
-        worst = _dominant(counts)
+    for column, (layer, (worst, counts)) in enumerate(zip(layers, group_counts(layers, states),
+                                                          strict=True)):
         boxes.append(Box(MARGIN + column * (NODE_W + GAP_X), MARGIN,
-                         f"layer {column + 1}: {len(layer)} tasks", worst,
-                         counts=tuple(sorted(counts.items()))))
+                         f"layer {column + 1}: {len(layer)} tasks", worst, counts=counts))
     edges = [Edge(a.x + NODE_W, a.y + NODE_H // 2, b.x, b.y + NODE_H // 2)
              for a, b in itertools.pairwise(boxes)]
-    return Drawing(_extent(len(layers), NODE_W + GAP_X), _extent(1, NODE_H + GAP_Y) + 40,
-                   tuple(boxes), tuple(edges), collapsed=True)
+    lines = max([MIN_COUNT_LINES, *(len(b.counts) for b in boxes)])
+    group_h = group_height(lines)
+    return Drawing(_extent(len(layers), NODE_W + GAP_X), _extent(1, group_h),
+                   tuple(boxes), tuple(edges), collapsed=True, group_h=group_h)
+
+
+def group_height(lines: int) -> int:
+    return COUNTS_Y + LINE_H * (lines - 1) + 8
+
+
+def group_counts(layers: list[list[str]],
+                 states: dict[str, str]) -> list[tuple[str, tuple[tuple[str, int], ...]]]:
+    """Per layer: its colour (most telling state) and its counts per state, by state name.
+    O(tasks): a live collapsed page recounts with it at every change."""
+    result = []
+    for layer in layers:
+        counts = Counter(states.get(t, "PENDING") for t in layer)
+        result.append((_dominant(counts), tuple(sorted(counts.items()))))
+    return result
 
 
 _ATTENTION = ("FAILED", "RUNNING", "ASSIGNED", "RETRY_WAIT", "RUNNABLE", "PENDING")

@@ -8,8 +8,10 @@ since the page was drawn is fetched) and at every change of the job; the later "
 It returns once the job has ended. The response loop then fetches the task list
 once (at most one refresh in flight per open page, at most one every
 `limits.WEB_LIVE_MIN_REFRESH_S`: changes in between coalesce) and sends
-`{"job_state", "tasks": {task_id: state}, "rows": {task_id: [attempts, cluster, reason]},
-"counts": {state: n}}`. When the job is terminal it sends `end`.
+`{"job_state", "index", "attempts_version", "job": {state, reason, started, finished, done, total},
+"tasks": {task_id: state}, "rows": {task_id: [attempts, cluster, reason]}, "counts": {state: n},
+"groups": [[state, [[state, n], ...]], ...]}` (`groups`: per layer of a collapsed graph only;
+`tasks`/`rows`: the tasks the page lists). When the job is terminal it sends `end`.
 At most `limits.WEB_LIVE_MAX_STREAMS` streams are served at once (503 above)."""
 
 from __future__ import annotations
@@ -17,18 +19,29 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from raftsched import limits
 from raftsched.errors import RaftschedError
-from raftsched.web.console import ConsoleClient, PageError, call, require_session, valid_id
+from raftsched.web import layout
+from raftsched.web.console import (
+    ConsoleClient,
+    PageError,
+    call,
+    require_session,
+    valid_id,
+    when,
+)
 
 KEEPALIVE_S = 15.0
 """A comment line this often keeps proxies from closing a quiet stream."""
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"})
 _open_streams = threading.BoundedSemaphore(limits.WEB_LIVE_MAX_STREAMS)
 
 
@@ -88,6 +101,7 @@ async def events(request: Request) -> Response:
 
 
 async def _stream(client: ConsoleClient, job_id: str, dirty: _Dirty) -> AsyncIterator[str]:
+    layers: list[list[str]] = []  # a collapsed graph's layers: the DAG does not change
     try:
         while True:
             try:
@@ -97,7 +111,7 @@ async def _stream(client: ConsoleClient, job_id: str, dirty: _Dirty) -> AsyncIte
                 continue
             dirty.event.clear()
             try:
-                document = await _snapshot(client, job_id)
+                document = await _snapshot(client, job_id, layers)
             except PageError as error:  # the page reconnects with backoff
                 yield f"event: failed\ndata: {json.dumps(str(error))}\n\n"
                 return
@@ -110,9 +124,43 @@ async def _stream(client: ConsoleClient, job_id: str, dirty: _Dirty) -> AsyncIte
         dirty.stopped.set()
 
 
-async def _snapshot(client: ConsoleClient, job_id: str) -> dict[str, object]:
+async def _snapshot(client: ConsoleClient, job_id: str,
+                    layers: list[list[str]]) -> dict[str, object]:
     job = await call(client.get_job, job_id)
-    tasks = await call(client.list_tasks, job_id)
-    return {"job_state": job.state, "tasks": {t.task_id: t.state for t in tasks.tasks},
-            "rows": {t.task_id: [t.attempts, t.cluster, t.reason] for t in tasks.tasks},
-            "counts": dict(job.tasks)}
+    listed = await call(client.list_tasks, job_id)
+    return document_of(job, listed, layers)
+
+
+def attempts_version(tasks: Sequence[Any]) -> str:
+    """Changes whenever an attempt is made, starts or ends (each moves its task's state or its
+    attempt count): the page fetches its timeline again only then, not at every event."""
+    states = Counter(t.state for t in tasks)
+    return f"{sum(t.attempts for t in tasks)}:" + ",".join(
+        f"{state}={count}" for state, count in sorted(states.items()))
+
+
+def document_of(job: Any, listed: Any, layers: list[list[str]]) -> dict[str, object]:
+    """What a job page updates in place: the header, the listed tasks (the page's table holds
+    at most `limits.WEB_TASK_TABLE_MAX_ROWS`: the document too), the counts, a collapsed graph's
+    groups (`layers` is filled at the first call and reused), and its attempts' version (the
+    page fetches its timeline again when it changed)."""
+    tasks = listed.tasks
+    shown = tasks[:limits.WEB_TASK_TABLE_MAX_ROWS]
+    done = sum(n for state, n in job.tasks.items() if state in TASK_TERMINAL)
+    document: dict[str, object] = {
+        "job_state": job.state, "index": listed.applied_index,
+        "attempts_version": attempts_version(tasks),
+        "job": {"state": job.state, "reason": job.reason, "started": when(job.started_ms),
+                "finished": when(job.finished_ms), "done": done, "total": job.total_tasks},
+        "tasks": {t.task_id: t.state for t in shown},
+        "rows": {t.task_id: [t.attempts, t.cluster, t.reason] for t in shown},
+        "counts": dict(job.tasks)}
+    if len(tasks) > limits.WEB_GRAPH_MAX_NODES:
+        if not layers:
+            layers.extend(layout.layers_of([layout.TaskNode(t.task_id, t.state,
+                                                            tuple(t.depends_on))
+                                            for t in tasks]))
+        states = {t.task_id: t.state for t in tasks}
+        document["groups"] = [[worst, [list(c) for c in counts]]
+                              for worst, counts in layout.group_counts(layers, states)]
+    return document

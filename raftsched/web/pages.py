@@ -6,7 +6,7 @@ tenant's jobs, and a job of another tenant answers 404 exactly as an unknown one
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import urlencode
 
@@ -14,9 +14,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
-from raftsched import limits
+from raftsched import clock, limits
 from raftsched.errors import Code, RaftschedError
-from raftsched.web import layout
+from raftsched.web import layout, live, timeline
 from raftsched.web.console import (
     COOKIE,
     ConsoleClient,
@@ -124,7 +124,8 @@ async def job(request: Request) -> Response:
     session = require_session(request)
     job_id = valid_id(request.path_params["job_id"])
     found = await call(session.client.get_job, job_id)
-    tasks = (await call(session.client.list_tasks, job_id)).tasks
+    listed = await call(session.client.list_tasks, job_id, with_spans=True)
+    tasks = listed.tasks
     drawing = layout.draw([layout.TaskNode(t.task_id, t.state, tuple(t.depends_on))
                            for t in tasks])
     done = sum(count for state, count in found.tasks.items() if state in TASK_TERMINAL)
@@ -133,7 +134,30 @@ async def job(request: Request) -> Response:
                   hidden_rows=max(0, len(tasks) - rows),
                   failures=[t for t in tasks if t.state == "FAILED"][:rows],
                   drawing=drawing, node_w=layout.NODE_W, node_h=layout.NODE_H,
-                  done=done, can_cancel=_can_cancel(request, found))
+                  shares_y=layout.SHARES_Y, shares_h=layout.SHARES_H,
+                  counts_y=layout.COUNTS_Y, line_h=layout.LINE_H,
+                  min_share_w=layout.MIN_SHARE_W,
+                  attempts_version=live.attempts_version(tasks),
+                  done=done, can_cancel=_can_cancel(request, found),
+                  **_timeline_values(job_id, tasks))
+
+
+async def job_timeline(request: Request) -> Response:
+    """The job page's timeline alone (an HTML fragment): the page fetches it while the job runs."""
+    session = require_session(request)
+    job_id = valid_id(request.path_params["job_id"])
+    tasks = (await call(session.client.list_tasks, job_id, with_spans=True)).tasks
+    return render(request, "_timeline.html", **_timeline_values(job_id, tasks))
+
+
+def _timeline_values(job_id: str, tasks: Sequence[Any]) -> dict[str, Any]:
+    spans = [timeline.Span(t.task_id, s.number, s.fence, s.cluster, s.state, s.assigned_ms,
+                           s.started_ms, s.finished_ms) for t in tasks for s in t.spans]
+    older = sum(t.attempts - len(t.spans) for t in tasks)
+    drawn = timeline.draw(spans, now_ms=clock.wall_ms(), left_out=older)
+    return {"timeline": drawn, "job_id": job_id, "bar_h": timeline.BAR_H,
+            "axis_h": timeline.AXIS_H,
+            "timeline_refresh_ms": int(limits.WEB_TIMELINE_REFRESH_S * 1000)}
 
 
 def _can_cancel(request: Request, found: Any) -> bool:

@@ -7,7 +7,9 @@ Sign in; the list shows the job; its page shows every task as a node with its st
 task turns SUCCEEDED on the open page without a reload; a task page shows the output; an
 operator cancels a job through the page and the CLI agrees; an unauthenticated browser and
 another tenant's user see none of it; a forged or missing CSRF token is refused (403); bad
-input gets a clean 4xx."""
+input gets a clean 4xx. The job page's header and timeline follow the job live; the timeline
+has a bar per attempt; a 2,000-task fan-out is wrapped to the window's width; a 10,000-task job
+collapses into counted groups that follow the job live."""
 
 from __future__ import annotations
 
@@ -136,6 +138,8 @@ def test_sign_in_list_graph_and_a_task_turning_succeeded_live(site: Site) -> Non
     assert page.locator(f'tr[data-job-id="{site.job_id}"]').count() == 1
     wait_for(lambda: _task_states(site)["gate"] == "RUNNING" or None, STATE_TIMEOUT_S,
              "the gate task to run")
+    fetched: list[str] = []  # the timeline's fragment, fetched again by the page
+    page.on("request", lambda r: fetched.append(r.url) if r.url.endswith("/timeline") else None)
     page.click(f'a[href="/jobs/{site.job_id}"]')
     page.wait_for_selector("svg g.node")
     expected = _task_states(site)
@@ -143,7 +147,9 @@ def test_sign_in_list_graph_and_a_task_turning_succeeded_live(site: Site) -> Non
              for node in page.locator("svg g[data-task-id]").all()}
     assert set(drawn) == set(expected) == {"hello", "gate", "after"}
     assert drawn["gate"] == "RUNNING" and drawn["after"] in ("PENDING", "RUNNABLE")
-    assert page.locator("svg line").count() == 2
+    assert page.locator(".graph .edge").count() == 2
+    assert page.locator("#job-finished").inner_text() == "—"
+    assert page.locator('svg.timeline rect.bar[data-task-id="after"]').count() == 0
     _shot(site, page, "02-job-running")
     page.evaluate("window.__notReloaded = true")
     site.gate.touch()
@@ -151,8 +157,17 @@ def test_sign_in_list_graph_and_a_task_turning_succeeded_live(site: Site) -> Non
                            timeout=LIVE_TIMEOUT_MS)
     page.wait_for_selector('tr[data-task-id="after"][data-state="SUCCEEDED"]',
                            timeout=LIVE_TIMEOUT_MS)
+    page.wait_for_selector('#job[data-state="SUCCEEDED"]', timeout=LIVE_TIMEOUT_MS)
+    page.wait_for_selector('svg.timeline rect.bar[data-task-id="after"][data-state="SUCCEEDED"]',
+                           timeout=LIVE_TIMEOUT_MS)  # the timeline was fetched again
     assert page.evaluate("window.__notReloaded") is True  # recoloured in place
     assert page.locator("#job-state").inner_text() == "SUCCEEDED"
+    finished = site.cluster.client().get_job(site.job_id).finished_ms
+    assert page.locator("#job-finished").inner_text() == time.strftime(
+        "%Y-%m-%d %H:%M:%S UTC", time.gmtime(finished / 1000))  # the header, live
+    assert page.locator("#progress-text").inner_text() == "3 / 3 tasks done"
+    print(f"the running job's timeline was fetched again {len(fetched)} times")
+    assert 1 <= len(fetched) <= 4  # gate ends, after starts, after ends (or fewer: coalesced)
     assert page.locator('tr[data-task-id="after"] .attempts-cell').inner_text() == "1"
     assert not page.locator("#cancel").is_visible()  # nothing left to cancel
     _shot(site, page, "03-job-succeeded")
@@ -274,27 +289,163 @@ def test_job_list_cli_json_query_newest_first_and_counts(site: Site,
     assert wrong.returncode != 0 and "newest-first" in wrong.stderr, wrong.stderr
 
 
-def test_a_2000_task_job_draws_every_task(site: Site) -> None:
-    tasks = [{"id": "root", "command": ["true"], "requires": ["nowhere"]}] + [
-        {"id": f"t{i}", "command": ["true"], "depends_on": ["root"]} for i in range(1999)]
-    spec = json.dumps({"name": "wide", "tenant": "acme", "allow_unschedulable": True,
-                       "tasks": tasks})
-    wide = site.cluster.client(token=site.tokens["acme"]).submit(spec).job_id
+def test_a_2000_task_job_draws_every_task_wrapped_to_the_windows_width(site: Site) -> None:
+    wide = site.cluster.client(token=site.tokens["acme"]).submit(_parked_fan(1_998)).job_id
     page = _page(site, site.tokens["acme"])
     started = time.monotonic()
     page.goto(f"{site.url}/jobs/{wide}")
     page.wait_for_selector("svg g[data-task-id]")
     drawn_s = time.monotonic() - started
     assert page.locator("svg g[data-task-id]").count() == 2000
-    assert page.locator("svg line").count() == 1999
+    assert page.locator(".graph .edge").count() == 2 * 1998
     print(f"a 2,000-task job page: graph drawn {drawn_s:.2f} s after navigation")
+    width = float(page.locator(".graph svg").get_attribute("width"))
+    assert width <= 1280, width  # the 1,998-wide layer is wrapped, not one 80,000 px column
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280  # no page h-scroll
     _shot(site, page, "12-job-2000-tasks", full_page=False)  # the first screen
+    page.locator(".graph").evaluate("e => e.scrollTop = e.scrollHeight")  # the sink's end
+    _shot(site, page, "12b-job-2000-tasks-end", full_page=False)
     site.cluster.client().cancel(wide)
+
+
+def _retrying_spec() -> str:
+    """A job whose timeline has retries, failures and overlapping attempts: `flaky` fails its
+    first attempt then succeeds, `boom` fails twice, four `ok` tasks run side by side (cpu 4)."""
+    again = {"max_attempts": 2, "backoff_s": 0}
+    return json.dumps({"name": "timeline", "tenant": "acme", "failure_policy": "continue",
+                       "tasks": [
+        {"id": "flaky", "retry": again,
+         "command": ["sh", "-c", 'test "$RAFTSCHED_ATTEMPT" -gt 1 || exit 3']},
+        {"id": "boom", "retry": again, "command": ["sh", "-c", "exit 4"]},
+        *({"id": f"ok{i}", "command": ["sleep", "1"]} for i in range(4))]})
+
+
+def test_the_timeline_draws_a_bar_per_attempt_of_a_finished_job(site: Site) -> None:
+    client = site.cluster.client(token=site.tokens["acme"])
+    job_id = client.submit(_retrying_spec()).job_id
+    wait_for(lambda: client.get_job(job_id).state in ("SUCCEEDED", "FAILED") or None,
+             STATE_TIMEOUT_S, "the retrying job to end")
+    history = {t.task_id: client.task_history(job_id, t.task_id).attempts
+               for t in client.list_tasks(job_id).tasks}
+    assert len(history["flaky"]) == len(history["boom"]) == 2
+    expected = {(task_id, str(a.number), str(a.fence), a.cluster, a.state)
+                for task_id, attempts in history.items() for a in attempts}
+    page = _page(site, site.tokens["acme"])
+    page.goto(f"{site.url}/jobs/{job_id}")
+    bars = page.locator("svg.timeline rect.bar").all()
+    drawn = {(b.get_attribute("data-task-id"), b.get_attribute("data-attempt"),
+              b.get_attribute("data-fence"), b.get_attribute("data-cluster"),
+              b.get_attribute("data-state")) for b in bars}
+    assert len(bars) == len(expected) == 8 and drawn == expected
+    assert [a.state for a in history["flaky"]] == ["FAILED", "SUCCEEDED"]
+    assert page.locator("svg.timeline g.lane").count() == 1  # one cluster: east
+    _assert_overlaps_stacked(bars, history)
+    title = page.locator('svg.timeline rect.bar[data-task-id="boom"][data-attempt="2"] title')
+    assert title.text_content().startswith("boom attempt 2 (fence ")
+    page.click('svg.timeline rect.bar[data-task-id="boom"][data-attempt="1"]')
+    page.wait_for_url(f"{site.url}/jobs/{job_id}/tasks/boom")
+    page.go_back()
+    _shot(site, page, "13-job-timeline")
+
+
+def _assert_overlaps_stacked(bars: list[Any], history: dict[str, Any]) -> None:
+    """Two attempts that overlap in time are drawn in different rows (neither hides the
+    other)."""
+    rows = {(b.get_attribute("data-task-id"), b.get_attribute("data-attempt")):
+            float(b.get_attribute("y")) for b in bars}
+    spans = [((task_id, str(a.number)), a.started_ms or a.assigned_ms, a.finished_ms)
+             for task_id, attempts in history.items() for a in attempts]
+    overlapping = 0
+    for i, (one, start, end) in enumerate(spans):
+        for other, other_start, other_end in spans[i + 1:]:
+            if start < other_end and other_start < end:
+                overlapping += 1
+                assert rows[one] != rows[other], (one, other)
+    print(f"timeline: {overlapping} overlapping pairs of attempts, each in its own row")
+
+
+def _parked_fan(width: int) -> str:
+    """root -> `width` tasks -> sink, parked (no cluster offers `nowhere`): costs no run."""
+    tasks = [{"id": "root", "command": ["true"], "requires": ["nowhere"]},
+             *({"id": f"t{i}", "command": ["true"], "depends_on": ["root"]}
+               for i in range(width)),
+             {"id": "sink", "command": ["true"], "depends_on": [f"t{i}" for i in range(width)]}]
+    return json.dumps({"name": f"fan-{width}", "tenant": "acme", "allow_unschedulable": True,
+                       "tasks": tasks})
+
+
+def test_a_10000_task_job_collapses_and_its_groups_follow_live(site: Site) -> None:
+    client = site.cluster.client(token=site.tokens["acme"])
+    started = time.monotonic()
+    job_id = client.submit(_parked_fan(9_998)).job_id
+    print(f"a 10,000-task job: submitted in {time.monotonic() - started:.2f} s")
+    page = _page(site, site.tokens["acme"])
+    started = time.monotonic()
+    page.goto(f"{site.url}/jobs/{job_id}")
+    page.wait_for_selector("svg g.group")
+    print(f"a 10,000-task job page: collapsed graph drawn {time.monotonic() - started:.2f} s "
+          "after navigation")
+    assert page.locator("svg g.group").count() == 3
+    assert page.locator(".graph svg g[data-task-id]").count() == 0
+    counts = 'g.group[data-layer="1"] text[data-count-state="PENDING"]'
+    assert page.locator(counts).text_content() == "PENDING 9998"
+    _shot(site, page, "14-job-10000-collapsed", full_page=False)
+    page.wait_for_selector("#live:text('live')")
+    client.cancel(job_id)
+    page.wait_for_selector('g.group[data-layer="1"][data-state="CANCELLED"]',
+                           timeout=LIVE_TIMEOUT_MS)
+    page.wait_for_selector('g.group[data-layer="1"] text[data-count-state="CANCELLED"]',
+                           timeout=LIVE_TIMEOUT_MS)
+    assert page.locator('g.group[data-layer="1"] text.small').all_text_contents() == [
+        "CANCELLED 9998"]
+    share = page.locator('g.group[data-layer="1"] rect.share')
+    assert share.count() == 1 and share.get_attribute("data-state") == "CANCELLED"
+    page.wait_for_selector('#job-state[data-state="CANCELLED"]', timeout=LIVE_TIMEOUT_MS)
+    _shot(site, page, "15-job-10000-cancelled", full_page=False)
+
+
+def test_a_collapsed_group_grows_live_when_its_layer_gains_states(site: Site) -> None:
+    """One layer of 2,003 tasks (collapsed): 2,001 parked, `ok` and `bad` wait for a gate, then
+    one succeeds and one fails: the group's lines go from RUNNABLE+RUNNING to three, and its
+    node grows to hold them, on the open page."""
+    gate = site.gate.parent / "gate-collapsed"
+    wait_then = f"while [ ! -e {gate} ]; do sleep 0.1; done; exit"
+    tasks = [{"id": f"p{i}", "command": ["true"], "requires": ["nowhere"]} for i in range(2_001)]
+    tasks += [{"id": "ok", "command": ["sh", "-c", f"{wait_then} 0"]},
+              {"id": "bad", "command": ["sh", "-c", f"{wait_then} 1"]}]
+    client = site.cluster.client(token=site.tokens["acme"])
+    job_id = client.submit(json.dumps({"name": "growing", "tenant": "acme", "tasks": tasks,
+                                       "allow_unschedulable": True})).job_id
+    wait_for(lambda: client.get_job(job_id).tasks.get("RUNNING") == 2 or None, STATE_TIMEOUT_S,
+             "ok and bad to run")
+    page = _page(site, site.tokens["acme"])
+    page.goto(f"{site.url}/jobs/{job_id}")
+    lines = 'g.group[data-layer="0"] text.small'
+    assert page.locator(lines).all_text_contents() == ["RUNNABLE 2001", "RUNNING 2"]
+    rect = page.locator('g.group[data-layer="0"] > rect')
+    before = float(rect.get_attribute("height"))
+    page.wait_for_selector("#live:text('live')")
+    gate.touch()
+    page.wait_for_selector('g.group[data-layer="0"] text[data-count-state="FAILED"]',
+                           timeout=LIVE_TIMEOUT_MS)
+    page.wait_for_selector('g.group[data-layer="0"][data-state="FAILED"]')
+    assert page.locator(lines).all_text_contents() == ["FAILED 1", "RUNNABLE 2001",
+                                                       "SUCCEEDED 1"]
+    failed = page.locator('g.group[data-layer="0"] rect.share[data-state="FAILED"]')
+    assert float(failed.get_attribute("width")) >= 3  # one failure in 2,003 still shows
+    after = float(rect.get_attribute("height"))
+    assert after > before
+    last = page.locator(f"{lines} >> nth=2").bounding_box()
+    box = rect.bounding_box()
+    assert last["y"] + last["height"] <= box["y"] + box["height"]  # the third line is inside
+    _shot(site, page, "16-collapsed-grown", full_page=False)
+    site.cluster.client().cancel(job_id)
 
 
 def test_strangers_and_other_tenants_see_nothing(site: Site) -> None:
     stranger = _page(site, None)
-    for path in ("/jobs", f"/jobs/{site.job_id}", f"/jobs/{site.job_id}/tasks/hello"):
+    for path in ("/jobs", f"/jobs/{site.job_id}", f"/jobs/{site.job_id}/tasks/hello",
+                 f"/jobs/{site.job_id}/timeline"):
         stranger.goto(site.url + path)
         assert stranger.url == f"{site.url}/login"
         assert site.job_id not in stranger.content()
@@ -302,7 +453,7 @@ def test_strangers_and_other_tenants_see_nothing(site: Site) -> None:
     other = _page(site, site.tokens["other"])
     assert site.job_id not in other.content()
     for path in (f"/jobs/{site.job_id}", f"/jobs/{site.job_id}/tasks/hello",
-                 f"/jobs/{site.job_id}/events"):
+                 f"/jobs/{site.job_id}/events", f"/jobs/{site.job_id}/timeline"):
         answer = other.goto(site.url + path)
         assert answer.status == 404, path
         assert "hello-from-task" not in other.content()

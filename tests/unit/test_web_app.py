@@ -4,6 +4,7 @@ sign-in and its cookie, CSRF, roles, read-only, bounds and clean error pages. Th
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,11 +19,20 @@ from raftsched.web.console import COOKIE, Options
 USER, OPERATOR = "rst_" + "1" * 16 + "_" + "u" * 30, "rst_" + "2" * 16 + "_" + "o" * 30
 JOB = pb.Job(job_id="j1", name="demo", tenant="t", state="RUNNING", total_tasks=2,
              tasks={"RUNNING": 1, "SUCCEEDED": 1})
-TASKS = pb.ListTasksResponse(job_id="j1", tasks=[
-    pb.TaskSummary(task_id="a", state="SUCCEEDED", attempts=1),
-    pb.TaskSummary(task_id="b", state="RUNNING", attempts=1, depends_on=["a"]),
+T0 = 1_700_000_000_000
+TASKS = pb.ListTasksResponse(job_id="j1", applied_index=42, tasks=[
+    pb.TaskSummary(task_id="a", state="SUCCEEDED", attempts=1, spans=[
+        pb.AttemptSpan(fence=1, number=1, cluster="east", state="SUCCEEDED", assigned_ms=T0,
+                       started_ms=T0 + 10, finished_ms=T0 + 1_000)]),
+    pb.TaskSummary(task_id="b", state="RUNNING", attempts=1, depends_on=["a"], spans=[
+        pb.AttemptSpan(fence=2, number=1, cluster="west", state="RUNNING",
+                       assigned_ms=T0 + 1_000, started_ms=T0 + 1_100)]),
     pb.TaskSummary(task_id="c", state="FAILED", attempts=2, depends_on=["a"], exit_code=3,
-                   reason="<b>exit 3</b> after 2 attempts")])
+                   reason="<b>exit 3</b> after 2 attempts", spans=[
+        pb.AttemptSpan(fence=3, number=1, cluster="east", state="FAILED",
+                       assigned_ms=T0 + 1_000, started_ms=T0 + 1_050, finished_ms=T0 + 2_000),
+        pb.AttemptSpan(fence=4, number=2, cluster="east", state="FAILED",
+                       assigned_ms=T0 + 2_500, started_ms=T0 + 2_600, finished_ms=T0 + 3_000)])])
 
 
 class FakeClient:
@@ -55,9 +65,15 @@ class FakeClient:
             raise RaftschedError(Code.NOT_FOUND, f"no job {job_id}")
         return JOB
 
-    def list_tasks(self, job_id: str) -> Any:
+    def list_tasks(self, job_id: str, with_spans: bool = False) -> Any:
         self.get_job(job_id)
-        return TASKS
+        if with_spans:
+            return TASKS
+        plain = pb.ListTasksResponse()
+        plain.CopyFrom(TASKS)
+        for task in plain.tasks:
+            del task.spans[:]
+        return plain
 
     def cancel(self, job_id: str, reason: str = "") -> Any:
         self.cancelled.append(job_id)
@@ -130,7 +146,7 @@ def test_the_job_page_draws_every_task_as_a_node_with_its_state(made: list[FakeC
     page = _signed_in(made, USER).get("/jobs/j1").text
     assert 'data-task-id="a" data-state="SUCCEEDED"' in page
     assert 'data-task-id="b" data-state="RUNNING"' in page
-    assert page.count("<line ") == 2  # a -> b, a -> c
+    assert page.count('<polyline class="edge"') == 2  # a -> b, a -> c
     failures = page.split('<ul class="failures">')[1].split("</ul>")[0]
     assert "(exit 3): &lt;b&gt;exit 3&lt;/b&gt; after 2 attempts" in failures  # escaped
     assert 'data-task-id="a"' not in failures and 'data-task-id="b"' not in failures
@@ -160,6 +176,20 @@ def test_jobs_says_which_filter_matched_nothing(made: list[FakeClient]) -> None:
     page = browser.get("/jobs", params={"state": "FAILED"}).text
     assert "No job matches state FAILED." in page
     assert 'aria-current="page"><span class="state" data-state="FAILED">FAILED</span> 3' in page
+
+
+def test_the_job_page_has_a_timeline_bar_per_attempt_and_serves_it_alone(
+        made: list[FakeClient]) -> None:
+    browser = _signed_in(made, USER)
+    for page in (browser.get("/jobs/j1").text, browser.get("/jobs/j1/timeline").text):
+        bars = page.count('<rect class="bar" x=')
+        assert bars == 4, page  # c's two attempts are two bars
+        assert 'data-task-id="c" data-attempt="2" data-fence="4" data-cluster="east" ' \
+               'data-state="FAILED"' in page
+        assert page.count('class="lane"') == 2  # east, west
+        assert "c attempt 2 (fence 4) on east: FAILED" in page
+    assert 'id="timeline" data-src="/jobs/j1/timeline"' in browser.get("/jobs/j1").text
+    assert browser.get("/jobs/nope/timeline").status_code == 404
 
 
 def test_read_only_hides_and_refuses_cancel(made: list[FakeClient]) -> None:
@@ -221,6 +251,10 @@ def test_the_events_stream_sends_the_task_states_then_ends(made: list[FakeClient
         text = answer.read().decode()  # the fake job ends: the stream says so and ends
     tasks = text.index("event: tasks\ndata: ")
     assert '"b": "RUNNING"' in text[tasks:] and "event: end" in text[tasks:]
+    document = json.loads(text[tasks:].split("data: ", 1)[1].split("\n", 1)[0])
+    assert document["job"] == {"state": "RUNNING", "reason": "", "started": "",
+                               "finished": "", "done": 1, "total": 2}
+    assert document["index"] == 42 and "groups" not in document  # not collapsed
     assert browser.get("/jobs/nope/events").status_code == 404
 
 

@@ -355,6 +355,28 @@ def test_list_tasks_summarises_each_task_in_spec_order() -> None:
     assert (c_.state, c_.fence) == ("RUNNING", running) and not c_.HasField("exit_code")
 
 
+def test_list_tasks_with_spans_gives_the_latest_attempts_times_only_when_asked() -> None:
+    h = Harness()
+    h.register("east")
+    h.submit("j1", job_doc([task_doc("a"), task_doc("b")]))
+    for _ in range(limits.TASK_SUMMARY_MAX_SPANS + 1):  # rejected: infra retries, after backoff
+        fence = h.assign_one("j1", "a", "east")
+        h.rejected("east", "j1", "a", fence)
+        h.tick(limits.INFRA_BACKOFF_MAX_MS)
+    running = h.assign_one("j1", "a", "east")
+    h.started("east", "j1", "a", running)
+    assert not any(t.spans for t in views.list_tasks(h.state, "j1").tasks)
+    a, b = views.list_tasks(h.state, "j1", with_spans=True).tasks
+    assert not b.spans
+    assert a.attempts == limits.TASK_SUMMARY_MAX_SPANS + 2
+    assert [s.number for s in a.spans] == list(range(3, a.attempts + 1))  # the latest, in order
+    last = a.spans[-1]
+    assert (last.fence, last.cluster, last.state, last.finished_ms) == (running, "east",
+                                                                        "RUNNING", 0)
+    assert last.started_ms >= last.assigned_ms > 0
+    assert all(s.state == "REJECTED" and s.finished_ms >= s.assigned_ms for s in a.spans[:-1])
+
+
 def test_list_tasks_of_an_unknown_job_is_not_found() -> None:
     with pytest.raises(RaftschedError) as caught:
         views.list_tasks(Harness().state, "nope")
