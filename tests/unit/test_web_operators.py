@@ -82,6 +82,8 @@ class OperatorsClient(FakeClient):
     def task_logs(self, job_id: str, task_id: str, *, attempt: int = 0, stream: str = "stdout",
                   follow: bool = False, tail_bytes: int = 0, offset: int = 0,
                   on_stream: Any = None) -> Iterator[Any]:
+        if self.task_state == "RUNNABLE":
+            raise RaftschedError(Code.FAILED_PRECONDITION, f"task {task_id} has not run")
         state = "RUNNING" if self.task_state == "RUNNING" else "SUCCEEDED"
         yield pb.TaskLogsChunk(attempt=1, fence=7, cluster_id="east", attempt_state=state)
         text = "first line\né second\n".encode()
@@ -219,6 +221,10 @@ def test_why_not_running_is_shown_only_while_the_task_is_not_finished(
     assert "Why not running" not in finished and made[-1].explained == 1
     assert 'data-output=""' in finished and 'data-watch=""' in finished
     assert "first line" in finished
+    made[-1].task_state = "RUNNABLE"  # never ran: the page watches the job for its start
+    waiting = browser.get("/jobs/j1/tasks/b").text
+    assert 'data-output=""' in waiting and 'data-watch="/jobs/j1/events"' in waiting
+    assert "No output: the task has not run." in waiting and "Why not running" in waiting
 
 
 def test_the_live_output_stream_sends_each_piece_then_says_the_attempt_ended(
