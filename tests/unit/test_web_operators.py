@@ -4,15 +4,18 @@ browser tests (tests/integration/test_web_console.py) cover the same against a r
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
 
+from raftsched import limits
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.errors import Code, RaftschedError
-from raftsched.web import capacity
+from raftsched.web import capacity, output
 from raftsched.web.app import build_app
 from raftsched.web.console import Options
 from tests.unit.test_web_app import OPERATOR, USER, FakeClient
@@ -239,3 +242,40 @@ def test_the_live_output_stream_sends_each_piece_then_says_the_attempt_ended(
     for query in ("attempt=0&offset=1", "attempt=1&offset=-1", "attempt=1&offset=1&stream=x"):
         assert browser.get(f"/jobs/j1/tasks/b/output/live?{query}").status_code == 400, query
     assert browser.get("/jobs/nope/tasks/b/output/live?attempt=1&offset=0").status_code == 404
+
+
+def test_a_closed_live_output_page_cancels_its_follow_and_frees_its_slot() -> None:
+    """A silent attempt's follow must not outlive its page (it holds a replica's stream slot)."""
+    cancelled = threading.Event()
+
+    class Call:
+        def cancel(self) -> bool:
+            cancelled.set()
+            return True
+
+    class Silent:
+        def task_logs(self, *args: Any, on_stream: Any = None, **kwargs: Any) -> Iterator[Any]:
+            on_stream(Call())
+            yield pb.TaskLogsChunk(attempt=1, attempt_state="RUNNING")
+            assert cancelled.wait(10), "never cancelled"
+            raise RaftschedError(Code.DEADLINE_EXCEEDED, "the call was cancelled")
+
+    async def open_then_close() -> threading.Thread:
+        follower = output._Follower(asyncio.get_running_loop())
+        assert output._open_streams.acquire(blocking=False)  # as `live` does
+        thread = threading.Thread(target=follower.run, daemon=True,
+                                  args=(Silent(), "j1", "b", "stdout", 1, 0))
+        thread.start()
+        events = output._events(follower)
+        with pytest.raises(TimeoutError):  # nothing to send: the page closes meanwhile
+            await asyncio.wait_for(events.__anext__(), 0.3)
+        return thread
+
+    thread = asyncio.run(open_then_close())
+    thread.join(10)
+    assert cancelled.is_set() and not thread.is_alive()
+    taken = [output._open_streams.acquire(blocking=False)
+             for _ in range(limits.WEB_LIVE_MAX_STREAMS)]
+    assert all(taken)  # every slot is free again
+    for _ in taken:
+        output._open_streams.release()
