@@ -377,6 +377,11 @@ def test_clusters_and_tenants_show_reported_free_and_fair_share(site: Site) -> N
         for job_id, client in held:
             wait_for(lambda j=job_id, c=client: c.task_history(j, "hold").state == "RUNNING"
                      or None, STATE_TIMEOUT_S, f"{job_id} to run")
+        admin = site.cluster.client()
+        leader = admin.cluster_status(server=admin.cluster_status().leader)
+        follower = next(a for a in site.cluster.grpc if a != leader.responder)
+        assert leader.clusters[0].HasField("reported_free")  # only the leader knows it
+        assert not admin.cluster_status(server=follower).clusters[0].HasField("reported_free")
         page = _page(site, site.tokens["operator"])
         page.goto(f"{site.url}/clusters")
         assert page.locator("#not-leader").count() == 0  # the leader answered

@@ -70,16 +70,19 @@
     source = new EventSource(urlNow());
     say(outputUrl ? "following the output live" : "watching the task");
     if (outputUrl) { listenOutput(); } else { listenWatch(); }
-    source.addEventListener("failed", function () { reconnect(); });
-    source.onerror = function () { reconnect(); };
+    source.addEventListener("failed", function (e) { reconnect(JSON.parse(e.data)); });
+    source.onerror = function () { reconnect(""); };
   }
 
-  function reconnect() {
+  function reconnect(why) {
     close();
     if (done || retry) { return; }
-    if (tries >= maxTries) { finish("live updates stopped: reload the page", false); return; }
+    if (tries >= maxTries) {
+      finish("live updates stopped" + (why ? " (" + why + ")" : "") + ": reload the page", false);
+      return;
+    }
     tries += 1;
-    say("reconnecting…");
+    say("reconnecting…" + (why ? " (" + why + ")" : ""));
     retry = setTimeout(function () { retry = null; open(); }, delay);
     delay = Math.min(delay * 2, MAX_DELAY);
   }
