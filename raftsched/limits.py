@@ -332,7 +332,8 @@ WEB_LOG_TAIL_MAX_BYTES = 1 << 20
 """A task page shows at most this much of an output's end (the download has it all)."""
 
 WEB_LIVE_MAX_STREAMS = 200
-"""Live (server-sent events) streams the console serves at once; one more answers 503."""
+"""Live (server-sent events) streams the console serves at once, of each kind (job pages, task
+outputs); one more answers 503."""
 
 WEB_LIVE_MIN_REFRESH_S = 0.25
 """A live page's task list is fetched at most this often (changes in between coalesce)."""
