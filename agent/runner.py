@@ -99,7 +99,9 @@ class _Wakeup:
 
 
 class _Drain(threading.Thread):
-    """Copies a pipe into a file up to a cap, then keeps reading and discarding."""
+    """Copies a pipe into a file up to a cap, then keeps reading and discarding. Each piece read
+    is written through at once (an unbuffered file): `task logs --follow` and the console read
+    the file while the task runs (a buffered file held a small output until the task ended)."""
 
     def __init__(self, pipe: IO[bytes], path: Path, cap_bytes: int) -> None:
         super().__init__(name=f"drain-{path.name}", daemon=True)
@@ -110,22 +112,30 @@ class _Drain(threading.Thread):
 
     def run(self) -> None:
         descriptor = self._pipe.fileno()
-        with self._path.open("wb") as sink:
+        with self._path.open("wb", buffering=0) as sink:
             while True:
                 chunk = os.read(descriptor, DRAIN_CHUNK_BYTES)
                 if not chunk:
                     break
                 room = self._cap_bytes - self.total_bytes
                 if room > 0:
-                    sink.write(chunk[:room])
+                    _write_all(sink, chunk[:room])
                 self.total_bytes += len(chunk)
-            sink.flush()
             os.fsync(sink.fileno())
         self._pipe.close()
 
     @property
     def truncated(self) -> bool:
         return self.total_bytes > self._cap_bytes
+
+
+def _write_all(sink: IO[bytes], data: bytes) -> None:
+    """An unbuffered write may write less than asked: write the rest."""
+    view = memoryview(data)
+    while view:
+        written = sink.write(view)
+        assert written, "a blocking write to a file wrote nothing"
+        view = view[written:]
 
 
 def _die_with_wrapper() -> None:

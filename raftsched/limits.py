@@ -368,10 +368,23 @@ WEB_LOG_TAIL_MAX_BYTES = 1 << 20
 """A task page shows at most this much of an output's end (the download has it all)."""
 
 WEB_LIVE_MAX_STREAMS = 200
-"""Live (server-sent events) streams the console serves at once; one more answers 503."""
+"""Live (server-sent events) streams the console serves at once, of each kind (job pages, task
+outputs); one more answers 503."""
 
 WEB_LIVE_MIN_REFRESH_S = 0.25
 """A live page's task list is fetched at most this often (changes in between coalesce)."""
+
+WEB_LIVE_OUTPUT_KEEP_CHARS = 256 * 1024
+"""A task page following a running attempt's output keeps at most this many characters of it
+in the page (the oldest are dropped as new ones arrive; the download has it all)."""
+
+WEB_LIVE_OUTPUT_QUEUE = 64
+"""Pieces of output (each at most one TaskLogs chunk) waiting between the thread that follows an
+attempt and the browser's stream; the thread waits while it is full."""
+
+WEB_LIVE_RECONNECTS = 10
+"""A live page re-opens a broken stream at most this many times in a row (its backoff doubles
+from 1 s to 30 s), then says so and stops: a reload starts again."""
 
 
 # --- agent: its outbox, fences, executor and session ------------------------------------------

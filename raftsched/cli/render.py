@@ -157,6 +157,8 @@ def compute_cluster_doc(cluster: Any) -> Doc:
         "custom": dict(sorted(cluster.custom.items())),
         "custom_reserved": dict(sorted(cluster.custom_reserved.items())),
         "kills_unrecorded": cluster.kills_unrecorded,
+        "reported_free": resources_doc(cluster.reported_free)
+        if cluster.HasField("reported_free") else None,
     }
 
 

@@ -14,7 +14,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Protocol
 
 import grpc
 
@@ -55,6 +55,12 @@ TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 STREAM_WAIT_BACKOFF_MAX_S = 1.0
 """Opening a stream a replica refused for lack of stream slots (RESOURCE_EXHAUSTED) is tried
 again this often at the least, within the retry budget (the CLI's --timeout)."""
+
+class Cancellable(Protocol):
+    """An open server stream (a gRPC call) another thread may end."""
+
+    def cancel(self) -> bool: ...
+
 
 OnRetry = Callable[[RaftschedError, float], None]
 """Told of each failed try that will be retried (the error, the wait before the next try)."""
@@ -242,16 +248,23 @@ class Client:
                 attempts.failed(error_from_rpc(error, address), address)
 
     def task_logs(self, job_id: str, task_id: str, *, attempt: int = 0, stream: str = "stdout",
-                  follow: bool = False, tail_bytes: int = 0) -> Iterator[Any]:
+                  follow: bool = False, tail_bytes: int = 0, offset: int = 0,
+                  on_stream: Callable[[Cancellable], None] | None = None) -> Iterator[Any]:
         """The attempt's output as TaskLogsChunk messages: the first names the attempt, the
         rest carry data in order. Follows the leader until the first message; a stream broken
         after that raises UNAVAILABLE (ask again, with --tail or from an offset). A stream the
-        replica ended for its age is re-opened where it was (that attempt, that offset)."""
+        replica ended for its age is re-opened where it was (that attempt, that offset).
+        `offset` > 0: from that byte of the output (overrides `tail_bytes`). `on_stream` is
+        given each call opened, so another thread can end a follow (`cancel()`; the iterator
+        then raises)."""
         request = pb.TaskLogsRequest(job_id=job_id, task_id=task_id, attempt=attempt,
-                                     stream=stream, follow=follow, tail_bytes=tail_bytes)
+                                     stream=stream, follow=follow, tail_bytes=tail_bytes,
+                                     offset=offset)
         head: Any = None
         while True:
             address, first, messages = self._open_logs(request)
+            if on_stream is not None:
+                on_stream(messages)
             if first is None:
                 return
             if head is None:

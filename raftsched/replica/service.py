@@ -686,12 +686,13 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
     def ClusterStatus(self, request: Any, context: grpc.ServicerContext) -> Any:
         status = self.ctx.node.status(include_digest=request.include_digest)
         leading = self.ctx.leader.leading()
+        free = self.ctx.leader.reported_free() if leading else {}
 
         def view(state: State) -> Any:
             replicas = [pb.ReplicaInfo(raft_address=m, grpc_address=state.replica_addresses.get(
                 m, ""), leader=m == status["leader"]) for m in status["members"]]
             clusters = [views.compute_cluster(state, cl, self.ctx.leader.heartbeat_age_ms(cl.id)
-                                              if leading else -1)
+                                              if leading else -1, free.get(cl.id))
                         for cl in sorted(state.clusters.values(), key=lambda x: x.id)]
             leader_grpc = state.replica_addresses.get(status["leader"] or "", "")
             return replicas, clusters, leader_grpc, views.list_tenants(state), state.now_ms

@@ -319,7 +319,10 @@ def _resources(cpu_milli: int, memory_mb: int, gpu: int) -> pb.Resources:
     return pb.Resources(cpu_milli=cpu_milli, memory_mb=memory_mb, gpu=gpu)
 
 
-def compute_cluster(state: State, cluster: Cluster, heartbeat_age_ms: int) -> pb.ComputeCluster:
+def compute_cluster(state: State, cluster: Cluster, heartbeat_age_ms: int,
+                    reported_free: tuple[int, int, int] | None = None) -> pb.ComputeCluster:
+    """`reported_free` (cpu_milli, memory_mb, gpu): what its agent last reported to this
+    replica as leader; None (left unset) on a follower or before the agent's first heartbeat."""
     return pb.ComputeCluster(
         cluster_id=cluster.id, status=cluster.status.name,
         capacity=_resources(cluster.cpu_milli, cluster.memory_mb, cluster.gpu),
@@ -331,6 +334,7 @@ def compute_cluster(state: State, cluster: Cluster, heartbeat_age_ms: int) -> pb
         drain_reason=cluster.drain_reason, degraded_until_ms=cluster.degraded_until_ms,
         reserved_for=_holder_name(state, cluster), custom=cluster.custom,
         custom_reserved=cluster.reserved_custom, kills_unrecorded=cluster.kills_unrecorded,
+        reported_free=None if reported_free is None else _resources(*reported_free),
     )
 
 

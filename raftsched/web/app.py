@@ -13,7 +13,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from raftsched import eventlog, limits
-from raftsched.web import live, pages
+from raftsched.web import live, operators, output, pages
 from raftsched.web.console import HERE, Console, Options, PageError, SignIn, error_page, to_sign_in
 
 LOG = eventlog.EventLogger("web")
@@ -41,9 +41,14 @@ def build_app(options: Options) -> Starlette:
         Route("/jobs/{job_id}/cancel", pages.cancel, methods=["POST"]),
         Route("/jobs/{job_id}/tasks/{task_id}", pages.task),
         Route("/jobs/{job_id}/tasks/{task_id}/output", pages.download),
-        Route("/clusters", pages.clusters),
+        Route("/jobs/{job_id}/tasks/{task_id}/output/live", output.live),
+        Route("/clusters", operators.clusters),
+        Route("/clusters/{cluster_id}/drain", operators.drain_page, methods=["GET"]),
+        Route("/clusters/{cluster_id}/drain", operators.drain, methods=["POST"]),
+        Route("/clusters/{cluster_id}/undrain", operators.undrain_page, methods=["GET"]),
+        Route("/clusters/{cluster_id}/undrain", operators.undrain, methods=["POST"]),
         Route("/replicas", pages.replicas),
-        Route("/tenants", pages.tenants),
+        Route("/tenants", operators.tenants),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     app = Starlette(routes=routes, exception_handlers={

@@ -72,7 +72,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the HTTPS listener's certificate (chain)")
     parser.add_argument("--https-key", required=True, metavar="PEM", help="its private key")
     parser.add_argument("--read-only", action="store_true",
-                        help="offer no action (no cancel): pages only")
+                        help="offer no action (no cancel, no drain): pages only")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
 """The console's pages: sign-in, jobs, a job (header, DAG graph, task table), a task (attempts,
-why not running, output), cancel (confirm, then POST), clusters, replicas, tenants.
+why not running, output), cancel (confirm, then POST), replicas (clusters, tenants and the
+drain actions: `operators`).
 
 Every handler acts with the session's own client (the user's token): a user sees only their
 tenant's jobs, and a job of another tenant answers 404 exactly as an unknown one."""
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -16,7 +17,7 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from raftsched import clock, limits
 from raftsched.errors import Code, RaftschedError
-from raftsched.web import layout, live, timeline
+from raftsched.web import layout, live, output, timeline
 from raftsched.web.console import (
     COOKIE,
     ConsoleClient,
@@ -30,10 +31,10 @@ from raftsched.web.console import (
     session_of,
     valid_id,
 )
+from raftsched.web.output import STREAMS
 
 JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
 TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"})
-STREAMS = ("stdout", "stderr")
 DEFAULT_TAIL_BYTES = 64 * 1024
 
 
@@ -65,15 +66,17 @@ async def login(request: Request) -> Response:
 
 
 def _role_of(client: ConsoleClient) -> str:
-    """The token works (any call would do) and may, or may not, read tenants (operator+)."""
+    """The token works (any call would do); it may, or may not, read tenants (operator+) and
+    list tokens (admin only: "admin")."""
     client.list_jobs(limit=1)
-    try:
-        client.list_tenants()
-    except RaftschedError as error:
-        if error.code == Code.PERMISSION_DENIED:
-            return "user"
-        raise
-    return "operator"
+    for probe, below in ((client.list_tenants, "user"), (client.list_tokens, "operator")):
+        try:
+            probe()
+        except RaftschedError as error:
+            if error.code == Code.PERMISSION_DENIED:
+                return below
+            raise
+    return "admin"
 
 
 async def logout(request: Request) -> Response:
@@ -190,15 +193,27 @@ async def cancel(request: Request) -> Response:
 
 
 async def task(request: Request) -> Response:
+    """Attempts, "why not running" (only while the task is not finished) and the output's tail;
+    task.js follows a live attempt's output (`output.live`), or else, while the task is not
+    finished, the job's events, and reloads the page when the attempt ends or the task moves."""
     session = require_session(request)
     job_id = valid_id(request.path_params["job_id"])
     task_id = valid_id(request.path_params["task_id"])
-    stream, tail = _output_choice(request)
+    stream, tail_bytes = _output_choice(request)
     history = await call(session.client.task_history, job_id, task_id)
-    explained = await call(session.client.explain, job_id, task_id)
-    output, attempt = await call(_output_tail, session.client, job_id, task_id, stream, tail)
+    finished = history.state in TASK_TERMINAL
+    explained = None if finished else await call(session.client.explain, job_id, task_id)
+    tail = await call(output.tail, session.client, job_id, task_id, stream, tail_bytes)
+    path = f"/jobs/{quote(job_id, safe='')}/tasks/{quote(task_id, safe='')}"
+    live_url = (f"{path}/output/live?" + urlencode({"stream": stream, "attempt": tail.attempt,
+                                                    "offset": tail.next_offset})
+                if tail.attempt and tail.attempt_state in output.LIVE_ATTEMPT_STATES else "")
+    watch_url = "" if finished or live_url else f"/jobs/{quote(job_id, safe='')}/events"
     return render(request, "task.html", job_id=job_id, history=history, explained=explained,
-                  output=output, attempt=attempt, stream=stream, tail=tail, streams=STREAMS)
+                  tail=tail, stream=stream, tail_bytes=tail_bytes, streams=STREAMS,
+                  live_url=live_url, watch_url=watch_url,
+                  keep_chars=limits.WEB_LIVE_OUTPUT_KEEP_CHARS,
+                  reconnects=limits.WEB_LIVE_RECONNECTS)
 
 
 def _output_choice(request: Request) -> tuple[str, int]:
@@ -210,21 +225,6 @@ def _output_choice(request: Request) -> tuple[str, int]:
         raise PageError(400, f"tail {text[:20]!r} is not a byte count from 1 to "
                              f"{limits.WEB_LOG_TAIL_MAX_BYTES}")
     return stream, int(text)
-
-
-def _output_tail(client: ConsoleClient, job_id: str, task_id: str, stream: str,
-                 tail: int) -> tuple[str, int]:
-    """The end of the latest attempt's output ("" and 0 when the task never ran)."""
-    data, attempt = b"", 0
-    try:
-        for chunk in client.task_logs(job_id, task_id, stream=stream, tail_bytes=tail):
-            attempt = attempt or chunk.attempt
-            data = (data + chunk.data)[-tail:]
-    except RaftschedError as error:
-        if error.code in (Code.NOT_FOUND, Code.FAILED_PRECONDITION) and not attempt:
-            return "", 0
-        raise
-    return data.decode(errors="replace"), attempt
 
 
 async def download(request: Request) -> Response:
@@ -247,12 +247,7 @@ def _chunks(client: ConsoleClient, job_id: str, task_id: str, stream: str) -> It
         yield f"\n[output ended: {error}]\n".encode()
 
 
-# --- operators: clusters, replicas, tenants -----------------------------------------------------
-
-
-async def clusters(request: Request) -> Response:
-    status = await _operator_call(request, "cluster_status")
-    return render(request, "clusters.html", status=status)
+# --- operators: replicas (clusters, tenants: operators.py) ----------------------------------------
 
 
 async def replicas(request: Request) -> Response:
@@ -260,14 +255,9 @@ async def replicas(request: Request) -> Response:
     return render(request, "replicas.html", status=status)
 
 
-async def tenants(request: Request) -> Response:
-    answer = await _operator_call(request, "list_tenants")
-    return render(request, "tenants.html", answer=answer)
-
-
 async def _operator_call(request: Request, method: str) -> Any:
     session = require_session(request)
-    if session.role != "operator":
+    if session.role not in ("operator", "admin"):
         raise PageError(403, "this page is for operators and admins: your token's role is user")
     return await call(getattr(session.client, method))
 

@@ -27,7 +27,8 @@ class Session(Generic[C]):
     session_id: str
     client: C
     role: str
-    """"user" or "operator" (operator or admin: may read cluster status and tenants)."""
+    """"user", "operator" (may read cluster status and tenants) or "admin" (may also act on
+    clusters: drain, undrain)."""
     csrf: str = field(default_factory=lambda: secrets.token_urlsafe(CSRF_BYTES))
     last_used: float = 0.0
 

@@ -9,7 +9,10 @@ operator cancels a job through the page and the CLI agrees; an unauthenticated b
 another tenant's user see none of it; a forged or missing CSRF token is refused (403); bad
 input gets a clean 4xx. The job page's header and timeline follow the job live; the timeline
 has a bar per attempt; a 2,000-task fan-out is wrapped to the window's width; a 10,000-task job
-collapses into counted groups that follow the job live."""
+collapses into counted groups that follow the job live.
+The task page of a running task shows its lines as it prints them;
+/clusters shows the free capacity the agent reports; an admin drains and undrains a cluster
+through the page (the CLI agrees) and nobody else can."""
 
 from __future__ import annotations
 
@@ -84,7 +87,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
         tokens = {name: str(admin.create_token(tenant, role, f"web {name}").token)
                   for name, tenant, role in (("acme", "acme", "user"),
                                              ("other", "other", "user"),
-                                             ("operator", "*", "operator"))}
+                                             ("operator", "*", "operator"),
+                                             ("admin", "*", "admin"))}
         gate = root / "gate"
         job_id = cluster.client(token=tokens["acme"]).submit(_spec("acme", gate)).job_id
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -536,3 +540,149 @@ def test_no_token_reaches_the_consoles_log(site: Site) -> None:
         assert parsed is not None
         assert parsed[1] not in text  # the secret (it may itself contain "_")
     assert "not-a-real-token-secret" not in text
+
+
+def _live_spec(gates: Path) -> str:
+    script = (f"echo first-line; while [ ! -e {gates}/print ]; do sleep 0.1; done; "
+              f"echo second-line; while [ ! -e {gates}/end ]; do sleep 0.1; done")
+    return json.dumps({"name": "live-output", "tenant": "acme", "tasks": [
+        {"id": "talk", "command": ["sh", "-c", script]}]})
+
+
+def test_a_running_tasks_page_shows_its_lines_as_it_prints_them(site: Site) -> None:
+    gates = site.gate.parent / "live-gates"
+    gates.mkdir()
+    client = site.cluster.client(token=site.tokens["acme"])
+    job_id = client.submit(_live_spec(gates)).job_id
+    wait_for(lambda: client.task_history(job_id, "talk").state == "RUNNING" or None,
+             STATE_TIMEOUT_S, "the talking task to run")
+    page = _page(site, site.tokens["acme"])
+    page.goto(f"{site.url}/jobs/{job_id}/tasks/talk")
+    page.wait_for_selector("pre#output:has-text('first-line')", timeout=LIVE_TIMEOUT_MS)
+    page.wait_for_selector("#task-live:has-text('following the output live')")
+    assert "Why not running" in page.content()  # not finished yet
+    page.evaluate("window.__notReloaded = true")
+    (gates / "print").touch()
+    started = time.monotonic()
+    page.wait_for_selector("pre#output:has-text('second-line')", timeout=LIVE_TIMEOUT_MS)
+    print(f"the second line reached the open page {time.monotonic() - started:.2f} s after "
+          "its gate opened")
+    assert page.evaluate("window.__notReloaded") is True  # appended in place
+    assert page.locator("#output").inner_text().split() == ["first-line", "second-line"]
+    _shot(site, page, "13-task-live-output")
+    (gates / "end").touch()  # the attempt ends: the page reloads once, finished
+    page.wait_for_selector('table.attempts tr[data-state="SUCCEEDED"]', timeout=LIVE_TIMEOUT_MS)
+    assert page.evaluate("window.__notReloaded") is None
+    assert "Why not running" not in page.content()
+    assert page.locator("#output").inner_text().split() == ["first-line", "second-line"]
+    _shot(site, page, "14-task-finished")
+
+
+def test_a_finished_tasks_page_says_nothing_of_why_it_is_not_running(site: Site) -> None:
+    wait_for(lambda: _task_states(site)["hello"] == "SUCCEEDED" or None, STATE_TIMEOUT_S,
+             "hello to succeed")
+    page = _page(site, site.tokens["acme"])
+    page.goto(f"{site.url}/jobs/{site.job_id}/tasks/hello")
+    assert "Why not running" not in page.content() and page.locator("#explain").count() == 0
+    assert page.locator("#task-live").inner_text() == ""  # nothing to follow
+
+
+def _resource_cell(page: Any, cluster: str, resource: str, column: str) -> str:
+    cell = page.locator(f'tbody[data-cluster-id="{cluster}"] tr[data-resource="{resource}"] '
+                        f"td.{column}")
+    return str(cell.inner_text()).strip()
+
+
+def _holding(site: Site, tenant: str, cpu: int, gate: Path) -> tuple[str, Any]:
+    """A job of `tenant` whose one task holds `cpu` cpus until `gate` exists."""
+    spec = json.dumps({"name": f"hold-{tenant}", "tenant": tenant, "tasks": [
+        {"id": "hold", "resources": {"cpu": cpu},
+         "command": ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done"]}]})
+    client = site.cluster.client(token=site.tokens[tenant])
+    return client.submit(spec).job_id, client
+
+
+def test_clusters_and_tenants_show_reported_free_and_fair_share(site: Site) -> None:
+    gate = site.gate.parent / "hold-gate"
+    site.cluster.client().set_tenant("other", weight=3)
+    held = [_holding(site, "acme", 2, gate), _holding(site, "other", 1, gate)]
+    try:
+        for job_id, client in held:
+            wait_for(lambda j=job_id, c=client: c.task_history(j, "hold").state == "RUNNING"
+                     or None, STATE_TIMEOUT_S, f"{job_id} to run")
+        admin = site.cluster.client()
+        leader = admin.cluster_status(server=admin.cluster_status().leader)
+        follower = next(a for a in site.cluster.grpc if a != leader.responder)
+        assert leader.clusters[0].HasField("reported_free")  # only the leader knows it
+        assert not admin.cluster_status(server=follower).clusters[0].HasField("reported_free")
+        page = _page(site, site.tokens["operator"])
+        page.goto(f"{site.url}/clusters")
+        assert page.locator("#not-leader").count() == 0  # the leader answered
+        reported = _resource_cell(page, "east", "cpu", "reported-free")
+        memory = _resource_cell(page, "east", "memory", "reported-free")
+        assert reported.endswith(" CPU") and memory.endswith(" MB"), (reported, memory)
+        assert 0 <= float(reported.split()[0]) <= 4  # the agent offers 4 cpus
+        assert float(_resource_cell(page, "east", "cpu", "committed").split()[0]) >= 3
+        assert _resource_cell(page, "east", "cpu", "unusable") != "unknown"
+        assert page.locator('a[href="/clusters/east/drain"]').count() == 0  # operators cannot
+        _shot(site, page, "15-clusters")
+        page.goto(f"{site.url}/tenants")
+        rows = {name: page.locator(f'tr[data-tenant="{name}"]') for name in ("acme", "other")}
+        assert rows["acme"].locator(".fair-share").inner_text() == "25.0 %"  # 1 / (1 + 3)
+        assert rows["other"].locator(".fair-share").inner_text() == "75.0 %"
+        assert rows["acme"].get_attribute("data-standing") == "over"  # 2+ of 4 cpus
+        assert rows["other"].get_attribute("data-standing") == "under"  # 1 of 4
+        _shot(site, page, "16-tenants")
+    finally:
+        gate.touch()
+
+
+def _draining(site: Site, cluster: str) -> bool:
+    status = site.cluster.cli("admin", "status", "--json")
+    assert status.returncode == 0, status.stderr
+    found = [c for c in json.loads(status.stdout)["clusters"] if c["cluster"] == cluster]
+    return bool(found[0]["draining"])
+
+
+def test_an_admin_drains_and_undrains_a_cluster_through_the_page(site: Site) -> None:
+    page = _page(site, site.tokens["admin"])
+    page.goto(f"{site.url}/clusters")
+    try:
+        page.click('a[href="/clusters/east/drain"]')
+        page.wait_for_url(f"{site.url}/clusters/east/drain")
+        assert "east" in page.locator("h1").inner_text()
+        assert "keep running" in page.locator("main").inner_text()
+        _shot(site, page, "17-drain-confirm")
+        page.fill("#reason", "web test drain")
+        page.click("#confirm")
+        page.wait_for_url(f"{site.url}/clusters")
+        assert _draining(site, "east")
+        assert page.locator('tbody[data-cluster-id="east"][data-draining="true"]').count() == 1
+        _shot(site, page, "18-clusters-draining")
+        page.click('a[href="/clusters/east/undrain"]')
+        page.click("#confirm")
+        page.wait_for_url(f"{site.url}/clusters")
+        assert not _draining(site, "east")
+    finally:
+        site.cluster.client().drain_cluster("east", False)
+
+
+def _csrf_of(page: Any) -> str:
+    return str(page.locator('form.logout input[name="csrf"]').get_attribute("value"))
+
+
+def test_only_an_admin_may_drain_and_never_with_a_forged_csrf_token(site: Site) -> None:
+    for name in ("operator", "acme"):
+        page = _page(site, site.tokens[name])
+        answer = page.goto(f"{site.url}/clusters")
+        assert page.locator('a[href$="/drain"]').count() == 0, name
+        assert answer.status == (200 if name == "operator" else 403)
+        refused = page.request.post(f"{site.url}/clusters/east/drain",
+                                    form={"csrf": _csrf_of(page)}, max_redirects=0)
+        assert refused.status == 403, name
+    admin = _page(site, site.tokens["admin"])
+    for form in ({}, {"csrf": "forged"}):
+        refused = admin.request.post(f"{site.url}/clusters/east/drain", form=form,
+                                     max_redirects=0)
+        assert refused.status == 403, form
+    assert not _draining(site, "east")

@@ -60,6 +60,9 @@ class FakeClient:
             raise RaftschedError(Code.PERMISSION_DENIED, "needs operator")
         return pb.ListTenantsResponse()
 
+    def list_tokens(self) -> Any:
+        raise RaftschedError(Code.PERMISSION_DENIED, "needs admin")
+
     def get_job(self, job_id: str) -> Any:
         if job_id != "j1":
             raise RaftschedError(Code.NOT_FOUND, f"no job {job_id}")

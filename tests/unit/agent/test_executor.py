@@ -146,6 +146,19 @@ def test_kill_stops_the_task_and_says_killed(executor: SubprocessExecutor, root:
     assert executor.kill(1) is False
 
 
+def test_output_reaches_its_file_while_the_task_still_runs(executor: SubprocessExecutor,
+                                                          root: Path) -> None:
+    """What `task logs --follow` and the console's live output read: a small output was held in
+    the copy's buffer until the task ended."""
+    executor.start(assignment(1, command=_sh("echo first-line; exec sleep 30")))
+    stdout = root / f"{1:020d}" / "stdout"
+    wait_until(lambda: stdout.exists() and stdout.read_bytes() == b"first-line\n",
+               "the line in the stdout file while the task sleeps")
+    assert executor.running() == [1]
+    assert executor.kill(1) is True
+    _complete(executor, 1)
+
+
 def test_a_killed_wrapper_takes_its_task_along_and_is_reported(executor: SubprocessExecutor,
                                                                 root: Path) -> None:
     launch = executor.start(assignment(1, command=("sleep", "30")))
