@@ -4,7 +4,7 @@ simulation (`tests/sim`, over in-memory stores, a simulated executor and a manua
 
 `AgentCore` decides: the term rule and fence admission (`agent.fence`), every refusal, the
 answer to a redelivered fence, kill directives, what a heartbeat and a report carry, what an
-ack settles, and the order of the durable writes (DESIGN.md §2 "Fences", §3):
+ack settles, and the order of the durable writes:
 1. the fences of an answer's assignments are stored before any is started or refused;
 2. an attempt's record is stored before its process starts, so a restarted agent finds every
    process it may have started;

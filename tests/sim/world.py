@@ -368,15 +368,15 @@ class World:
         adversary here: mostly it picks one of the current term that assigns a task a fence
         lower than one the agent saw since (only the fences refuse it; an older term's answer
         is refused by the term rule)."""
-        stale = [(agent, d) for agent in self.agents if agent.up for d in agent.recent
-                 if d.term == agent.fences.term() and any(
-                     a.fence < (agent.fences.fence(a.task_key) or 0) for a in d.assignments)]
-        if not stale or self.rng.random() < 0.2:
+        candidates = [(agent, d) for agent in self.agents if agent.up for d in agent.recent
+                      if d.term == agent.fences.term() and any(
+                          a.fence < (agent.fences.fence(a.task_key) or 0) for a in d.assignments)]
+        if not candidates or self.rng.random() < 0.2:
             agent = self._agent()
-            stale = [(agent, d) for d in agent.recent] if agent.up else []
-        if not stale:
+            candidates = [(agent, d) for d in agent.recent] if agent.up else []
+        if not candidates:
             return
-        agent, directives = stale[self.rng.randrange(len(stale))]
+        agent, directives = candidates[self.rng.randrange(len(candidates))]
         handled = self._handle(agent, directives)
         self.note(f"  {agent.cluster_id} gets an old answer again (term {directives.term}, assign "
                   f"{[a.fence for a in directives.assignments]}): "
