@@ -1,8 +1,12 @@
-"""Fences: the pure admission rule and the durable store behind it (DESIGN.md §2 "Fences").
+"""Fences: the pure admission and term rules, and the two stores behind them (DESIGN.md §2
+"Fences").
 
-`admit()` decides; `FenceStore` remembers, in lmdb, the highest fence seen per task
-(`job_id/task_id`), the highest leader term seen, and the agent's incarnation counter. Every write
-is one transaction committed with fsync before the caller acts on it or acknowledges it.
+`admit()` and `term_is_stale()` decide; a fence store remembers the highest fence seen per task
+(`job_id/task_id`), the highest leader term seen, and the agent's incarnation counter.
+`FenceStore` keeps them in lmdb, every write one transaction committed with fsync before the
+caller acts on it or acknowledges it; `MemoryFenceStore` keeps them in dicts (the simulation's
+disk). Both follow the same rules, written once below (`_raised`, `_read_fence`, `_prune_floor`);
+they differ only in storage.
 
 Bound: at most `limits.MAX_FENCE_ENTRIES` task entries are kept. Past it the entries with the lowest
 fences are dropped and the highest dropped fence becomes a *floor*: a task with no entry is
@@ -45,23 +49,39 @@ class Admission(enum.Enum):
     """The stored fence again: acknowledge again, never run twice."""
     STALE_FENCE = "stale_fence"
     """Lower than the stored fence: reject."""
-    STALE_TERM = "stale_term"
-    """From a leader of a lower term than one already seen: ignore."""
 
 
-def admit(stored_fence: int | None, fence: int, stored_term: int, term: int) -> Admission:
-    """The admission rule. The term is checked first: a deposed leader's directive is ignored
-    whatever its fence."""
+def term_is_stale(stored_term: int, term: int) -> bool:
+    """The term rule, the only one: a directive from a leader of a lower term than one already
+    seen is ignored whatever it says (checked once per heartbeat answer, before any fence)."""
+    assert term >= 0 and stored_term >= 0, f"terms {term}, {stored_term}"
+    return term < stored_term
+
+
+def admit(stored_fence: int | None, fence: int) -> Admission:
+    """The admission rule for a directive whose term is not stale (`term_is_stale`)."""
     assert fence >= 1, f"fence {fence} is not a valid fence"
     assert stored_fence is None or stored_fence >= 1, f"stored fence {stored_fence}"
-    assert term >= 0 and stored_term >= 0, f"terms {term}, {stored_term}"
-    if term < stored_term:
-        return Admission.STALE_TERM
     if stored_fence is None or fence > stored_fence:
         return Admission.RUN
     if fence == stored_fence:
         return Admission.REDELIVERY
     return Admission.STALE_FENCE
+
+
+def _raised(stored: int | None, value: int) -> bool:
+    """A stored fence or term is replaced only by a higher value: it never decreases."""
+    return stored is None or value > stored
+
+
+def _read_fence(entry: int | None, floor: int) -> int | None:
+    """A task's stored fence: its entry, else the floor of the pruned entries, else None."""
+    return entry if entry is not None else (floor or None)
+
+
+def _prune_floor(floor: int, dropped_fences: list[int]) -> int:
+    """The floor after dropping entries: the highest fence dropped (it never decreases)."""
+    return max([floor, *dropped_fences])
 
 
 class FenceStore:
@@ -87,10 +107,8 @@ class FenceStore:
         """The highest fence seen for the task, else the floor, else None."""
         with self._env.begin() as txn:
             raw = txn.get(task_key.encode(), db=self._fences)
-            if raw is not None:
-                return int(_U64.unpack(raw)[0])
             floor = _meta_int(txn, self._meta, _FLOOR_KEY)
-        return floor or None
+        return _read_fence(None if raw is None else int(_U64.unpack(raw)[0]), floor)
 
     def term(self) -> int:
         with self._env.begin() as txn:
@@ -120,11 +138,10 @@ class FenceStore:
     def raise_term(self, term: int) -> bool:
         """Stores `term` if it is higher than the stored one; True when it was."""
         assert term >= 0
-        if term <= self.term():
+        if not _raised(self.term(), term):
             return False
         with self._env.begin(write=True) as txn:
-            stored = _meta_int(txn, self._meta, _TERM_KEY)
-            if term <= stored:
+            if not _raised(_meta_int(txn, self._meta, _TERM_KEY), term):
                 return False
             txn.put(_TERM_KEY, _U64.pack(term), db=self._meta)
         after = self.term()
@@ -148,10 +165,10 @@ class FenceStore:
 
     def _raise_one(self, txn: Any, key: bytes, fence: int) -> None:
         raw = txn.get(key, db=self._fences)
-        if raw is not None:
-            old = int(_U64.unpack(raw)[0])
-            if fence <= old:
-                return
+        old = None if raw is None else int(_U64.unpack(raw)[0])
+        if not _raised(old, fence):
+            return
+        if old is not None:
             txn.delete(_U64.pack(old), db=self._by_fence)
         txn.put(key, _U64.pack(fence), db=self._fences)
         txn.put(_U64.pack(fence), key, db=self._by_fence)
@@ -169,7 +186,7 @@ class FenceStore:
         for fence_raw, key in dropped:
             txn.delete(fence_raw, db=self._by_fence)
             txn.delete(key, db=self._fences)
-            floor = max(floor, int(_U64.unpack(fence_raw)[0]))
+        floor = _prune_floor(floor, [int(_U64.unpack(raw)[0]) for raw, _ in dropped])
         txn.put(_FLOOR_KEY, _U64.pack(floor), db=self._meta)
 
     # -- lifecycle -----------------------------------------------------------------------------
@@ -183,6 +200,58 @@ class FenceStore:
     def __exit__(self, kind: type[BaseException] | None, value: BaseException | None,
                  traceback: TracebackType | None) -> None:
         self.close()
+
+
+class MemoryFenceStore:
+    """`FenceStore`'s rules over dicts: what the simulation keeps on an agent's disk (it
+    survives the agent's crash because the simulation keeps the object)."""
+
+    def __init__(self, *, max_entries: int = limits.MAX_FENCE_ENTRIES,
+                 prune_batch: int = FENCE_PRUNE_BATCH) -> None:
+        assert max_entries >= 1 and prune_batch >= 1
+        self._max_entries = max_entries
+        self._prune_batch = prune_batch
+        self._fences: dict[str, int] = {}
+        self._term = 0
+        self._incarnation = 0
+        self._floor = 0
+
+    def fence(self, task_key: str) -> int | None:
+        return _read_fence(self._fences.get(task_key), self._floor)
+
+    def term(self) -> int:
+        return self._term
+
+    def incarnation(self) -> int:
+        return self._incarnation
+
+    def floor(self) -> int:
+        return self._floor
+
+    def entries(self) -> int:
+        return len(self._fences)
+
+    def bump_incarnation(self) -> int:
+        self._incarnation += 1
+        return self._incarnation
+
+    def raise_term(self, term: int) -> bool:
+        assert term >= 0
+        if not _raised(self._term, term):
+            return False
+        self._term = term
+        return True
+
+    def raise_fences(self, fences: Mapping[str, int]) -> None:
+        for key, fence in fences.items():
+            assert fence >= 1, f"fence {fence} for {key}"
+            if _raised(self._fences.get(key), fence):
+                self._fences[key] = fence
+        if len(self._fences) > self._max_entries:
+            lowest = sorted(self._fences.items(), key=lambda item: item[1])[:self._prune_batch]
+            for key, _ in lowest:
+                del self._fences[key]
+            self._floor = _prune_floor(self._floor, [fence for _, fence in lowest])
 
 
 def _meta_int(txn: Any, db: Any, key: bytes) -> int:

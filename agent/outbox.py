@@ -14,6 +14,9 @@ limits.MAX_LAZY_ACKS are waiting, or at `close()`. Nothing needs an ack to be du
 crash an acked report is simply sent again, and the leader's verdict for it is final and
 idempotent (a duplicate changes nothing). This takes one synced transaction off every report's
 round trip.
+
+`MemoryOutbox` is the same outbox over dicts (the simulation's disk): the rules are shared
+(`_ends_record`, `_check_bounds`, the (fence, kind) order), the storage differs.
 """
 
 from __future__ import annotations
@@ -129,16 +132,13 @@ class Outbox:
 
     def _end_record(self, txn: Any, fence: int) -> None:
         raw = txn.get(_FENCE_KEY.pack(fence), db=self._attempts)
-        if raw is not None and AttemptRecord.from_dict(_decode(raw)).state == AttemptState.FINISHED:
+        if raw is not None and _ends_record(AttemptRecord.from_dict(_decode(raw))):
             txn.delete(_FENCE_KEY.pack(fence), db=self._attempts)
 
     def _check_bounds(self, txn: Any) -> None:
         """Raising inside the `with` aborts the transaction: nothing is written."""
-        reports = int(txn.stat(self._reports)["entries"])
-        records = int(txn.stat(self._attempts)["entries"])
-        if reports > limits.MAX_PENDING_REPORTS or records > limits.MAX_ATTEMPT_RECORDS:
-            raise OutboxFull(f"outbox full: {reports} reports (max {limits.MAX_PENDING_REPORTS}), "
-                             f"{records} attempt records (max {limits.MAX_ATTEMPT_RECORDS})")
+        _check_bounds(int(txn.stat(self._reports)["entries"]),
+                      int(txn.stat(self._attempts)["entries"]))
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -170,7 +170,7 @@ class Outbox:
             raw = txn.get(_FENCE_KEY.pack(fence), db=self._attempts)
             record = None if raw is None else AttemptRecord.from_dict(_decode(raw))
             ended = fence in self._ended
-        if record is not None and ended and record.state == AttemptState.FINISHED:
+        if record is not None and ended and _ends_record(record):
             return None
         return record
 
@@ -180,8 +180,7 @@ class Outbox:
             records = [AttemptRecord.from_dict(_decode(value))
                        for _, value in txn.cursor(db=self._attempts)]
             ended = set(self._ended)
-        return [r for r in records
-                if not (r.fence in ended and r.state == AttemptState.FINISHED)]
+        return [r for r in records if not (r.fence in ended and _ends_record(r))]
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -197,8 +196,87 @@ class Outbox:
         self.close()
 
 
+class MemoryOutbox:
+    """`Outbox` over dicts, acks applied at once (an lmdb ack is only lazy on disk, never in
+    what the readers see). Not thread-safe: the simulation has no threads."""
+
+    def __init__(self) -> None:
+        self._reports: dict[ReportKey, Report] = {}
+        self._records: dict[int, AttemptRecord] = {}
+
+    def write(self, *, reports: Sequence[Report] = (), records: Sequence[AttemptRecord] = (),
+              delete_records: Sequence[int] = ()) -> int:
+        new_records = dict(self._records)
+        for fence in delete_records:
+            new_records.pop(fence, None)
+        for record in records:
+            assert record.fence >= 1
+            new_records[record.fence] = record
+        new_reports = dict(self._reports)
+        for report in reports:
+            assert report.fence >= 1
+            new_reports.setdefault(report.key, report)
+        _check_bounds(len(new_reports), len(new_records))  # raises before anything is kept
+        added = len(new_reports) - len(self._reports)
+        self._reports, self._records = new_reports, new_records
+        return added
+
+    def put(self, reports: Sequence[Report]) -> int:
+        return self.write(reports=reports)
+
+    def ack(self, keys: Iterable[ReportKey]) -> int:
+        dropped = 0
+        for key in keys:
+            if self._reports.pop(key, None) is None:
+                continue
+            dropped += 1
+            record = self._records.get(key.fence)
+            if key.kind in TERMINAL_REPORT_KINDS and record is not None and _ends_record(record):
+                del self._records[key.fence]
+        return dropped
+
+    def write_acks(self) -> None:
+        """Nothing to write: acks are applied at once."""
+
+    def pending(self, limit: int) -> list[Report]:
+        assert limit >= 1
+        return [self._reports[key] for key in sorted(self._reports, key=_order)[:limit]]
+
+    def has(self, key: ReportKey) -> bool:
+        return key in self._reports
+
+    def count(self) -> int:
+        return len(self._reports)
+
+    def attempt(self, fence: int) -> AttemptRecord | None:
+        return self._records.get(fence)
+
+    def attempts(self) -> list[AttemptRecord]:
+        return [self._records[fence] for fence in sorted(self._records)]
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+def _ends_record(record: AttemptRecord) -> bool:
+    """An acked FINISHED or KILLED report ends its attempt's record once the attempt finished
+    (a record still RUNNING stays: its process may run)."""
+    return record.state == AttemptState.FINISHED
+
+
+def _check_bounds(reports: int, records: int) -> None:
+    if reports > limits.MAX_PENDING_REPORTS or records > limits.MAX_ATTEMPT_RECORDS:
+        raise OutboxFull(f"outbox full: {reports} reports (max {limits.MAX_PENDING_REPORTS}), "
+                         f"{records} attempt records (max {limits.MAX_ATTEMPT_RECORDS})")
+
+
+def _order(key: ReportKey) -> tuple[int, int]:
+    """Reports go out in fence order, STARTED before FINISHED for one attempt (the lmdb key)."""
+    return key.fence, int(key.kind)
+
+
 def _report_key(key: ReportKey) -> bytes:
-    return _REPORT_KEY.pack(key.fence, int(key.kind))
+    return _REPORT_KEY.pack(*_order(key))
 
 
 def _encode(data: dict[str, Any]) -> bytes:

@@ -1,6 +1,7 @@
-"""Seeded simulation of the control plane (tests/sim): the real FSM, leader loop and agent rules
-on a fake replicated log with leader changes, lost/duplicated/delayed messages, agent crashes and
-partitions, and a manual clock.
+"""Seeded simulation of the control plane (tests/sim): the real FSM, leader loop and agent core
+(`agent.core.AgentCore`, the code the real agent runs) on a fake replicated log with leader
+changes, lost/duplicated/delayed/replayed/mangled messages, agent crashes and partitions, and a
+manual clock.
 
 A failing seed is printed as `replay with SIM_SEED=<seed>`; `SIM_SEED=<seed> pytest
 tests/test_simulation.py` replays it alone (`SIM_STEPS` sets the step count).
@@ -8,6 +9,7 @@ tests/test_simulation.py` replays it alone (`SIM_STEPS` sets the step count).
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 
@@ -15,12 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from agent.core import REFUSALS, AgentCore, Decision
+from agent.fence import Admission
 from agent.model import Beat, Registration, Resources
 from raftsched.clock import ManualClock
 from raftsched.replica.leader import Leader, LeaderConfig
 from raftsched.state import commands as c
 from tests.sim.gateway import Gateway
 from tests.sim.log import SimLog
+from tests.sim.machine import CoreFactory
 from tests.sim.world import World, summary
 
 SEEDS = tuple(range(20))
@@ -37,8 +42,8 @@ def _steps(default: int) -> int:
     return int(os.environ.get("SIM_STEPS", default))
 
 
-def simulate(seed: int, steps: int) -> World:
-    world = World(seed)
+def simulate(seed: int, steps: int, core_factory: CoreFactory = AgentCore) -> World:
+    world = World(seed, core_factory=core_factory)
     try:
         world.run(steps)
     except AssertionError as error:
@@ -48,11 +53,51 @@ def simulate(seed: int, steps: int) -> World:
     return world
 
 
+@functools.cache
+def _seeded(seed: int) -> World:
+    """One seeded run, shared by the tests that look at it (a failing one is not cached)."""
+    return simulate(seed, _steps(STEPS))
+
+
 @pytest.mark.parametrize("seed", _seeds())
 def test_seeded_simulation(seed: int) -> None:
-    world = simulate(seed, _steps(STEPS))
+    world = _seeded(seed)
     print(summary(world))
     assert world.history.counts.get("runs", 0) > 0, "the simulation ran nothing"
+
+
+def test_the_seeded_runs_make_every_decision_of_the_agent_core() -> None:
+    """Every refusal (and every other decision) the real agent core makes occurs in the seeded
+    runs: a refusal the simulation never provokes is one it cannot check."""
+    counts = {d: sum(_seeded(seed).history.counts.get(f"decision_{d.value}", 0)
+                     for seed in SEEDS) for d in Decision}
+    print({d.value: n for d, n in counts.items()})
+    refusals = sorted(d.value for d in REFUSALS if counts[d] == 0)
+    assert not refusals, f"refusals the seeded simulation never provoked: {refusals}"
+    missing = sorted(d.value for d, n in counts.items() if n == 0)
+    assert not missing, f"decisions the seeded simulation never made: {missing}"
+
+
+class StaleFenceAdmittingCore(AgentCore):
+    """A planted admission bug: a fence lower than the stored one is run."""
+
+    def _admission(self, stored: int | None, fence: int) -> Admission:
+        admission = super()._admission(stored, fence)
+        return Admission.RUN if admission == Admission.STALE_FENCE else admission
+
+
+def test_the_simulation_catches_a_core_that_admits_a_stale_fence() -> None:
+    """The simulation runs the real core, so a bug in the agent's admission fails a seed."""
+    caught: list[str] = []
+    for seed in SEEDS:
+        try:
+            simulate(seed, STEPS, StaleFenceAdmittingCore)
+        except AssertionError as error:
+            caught.append(str(error).splitlines()[0])
+            break
+    print(caught)
+    assert caught, f"no seed of {SEEDS} caught a core that runs stale fences"
+    assert caught[0].startswith("replay with SIM_SEED="), caught
 
 
 @settings(max_examples=20, deadline=None, print_blob=True)

@@ -17,8 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.model import Resources
+from agent.core import AgentCore, CoreConfig
+from agent.model import Directives, Resources
 from agent.session import SessionError
+from raftsched import limits
 from raftsched.clock import ManualClock
 from raftsched.errors import Code, RaftschedError
 from raftsched.replica.leader import Leader, LeaderConfig
@@ -27,10 +29,10 @@ from raftsched.state import commands as c
 from raftsched.state import fsm, invariants, snapshot
 from raftsched.state.model import TERMINAL_JOB_STATES
 from raftsched.state.results import JobSubmitted
-from tests.sim.agent import SimAgent
 from tests.sim.gateway import Gateway
 from tests.sim.history import History
 from tests.sim.log import Replica, SimLog
+from tests.sim.machine import ADMISSION_PAUSE_REPORTS, CoreFactory, Machine
 
 REPLICAS = 3
 CLUSTERS: dict[str, tuple[tuple[str, ...], Resources]] = {
@@ -43,6 +45,12 @@ REQUIREMENTS: dict[str, tuple[str, ...]] = {
     "gpu": ("gpu",),
 }
 """A task's requirement -> the clusters that satisfy it (so every task is placeable)."""
+MAX_RUNNING_ATTEMPTS = {"west": 3}
+"""Clusters whose agent runs fewer attempts at once than its capacity holds (the scheduler
+does not know this bound: the agent refuses past it)."""
+SHARED_PARTITIONS = ("east",)
+"""Clusters whose executor shares its partition with other users (as Slurm's may): what it sees
+free changes under the scheduler's feet, and admission refuses what no longer fits."""
 TENANTS = ("alpha", "beta")
 KEYS = ("k1", "k2", "k3", "k4")
 MAX_TASKS_PER_JOB = 5
@@ -69,6 +77,8 @@ class World:
     history: History = field(default_factory=History)
     trace: deque[str] = field(default_factory=lambda: deque(maxlen=TRACE_STEPS))
     step_number: int = 0
+    core_factory: CoreFactory = AgentCore
+    """The agent core every machine runs: the real one (a test may inject a broken one)."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -86,8 +96,9 @@ class World:
             self.leaders.append(leader)
             self.gateways.append(Gateway(node, leader, self.clock,
                                          random.Random(self.rng.getrandbits(64))))
-        self.agents = [SimAgent(cid, caps, capacity, self.clock,
-                                random.Random(self.rng.getrandbits(64)), self.history)
+        self.agents = [Machine(_core_config(cid, caps, capacity), self.clock,
+                               random.Random(self.rng.getrandbits(64)), self.history,
+                               self.core_factory, shared=cid in SHARED_PARTITIONS)
                        for cid, (caps, capacity) in CLUSTERS.items()]
         self.down_steps: dict[str, int] = {}
         self.clients: list[Client] = []
@@ -135,6 +146,7 @@ class World:
             "leader_round": (18, self._leader_rounds),
             "agent_beat": (20, self.agent_beat),
             "agent_delayed": (4, self.agent_delayed),
+            "agent_replay": (6, self.agent_replay),
             "agent_progress": (12, self.agent_progress),
             "agent_flush": (14, self.agent_flush),
             "clock": (10, self.advance_clock),
@@ -255,7 +267,7 @@ class World:
         }
         if requirement:
             task["requires"] = [requirement]
-        if rng.random() < 0.15:
+        if rng.random() < 0.35:  # pinned: its retries come back here
             task["cluster"] = rng.choice(REQUIREMENTS[requirement])
         if rng.random() < 0.15:
             task["timeout_s"] = rng.choice([2, 20])
@@ -287,13 +299,13 @@ class World:
 
     # -- actions: agents -------------------------------------------------------------------------
 
-    def _agent(self) -> SimAgent:
+    def _agent(self) -> Machine:
         return self.rng.choice(self.agents)
 
     def agent_beat(self) -> None:
         self._beat(self._agent())
 
-    def _beat(self, agent: SimAgent) -> None:
+    def _beat(self, agent: Machine) -> None:
         if not agent.reachable:
             return
         gateway = self.gateways[agent.target]
@@ -316,9 +328,17 @@ class World:
         if roll < faults.lost + faults.delayed:
             agent.in_flight.append(directives)
             return
-        agent.handle(directives)
+        self._handle(agent, directives)
         if roll < faults.lost + faults.delayed + faults.duplicated:
-            agent.handle(directives)
+            self._handle(agent, directives)
+
+    def _handle(self, agent: Machine, directives: Directives) -> bool:
+        """The agent's core acts on an answer; an agent that died doing so restarts later."""
+        handled = agent.handle(directives)
+        if not agent.up and agent.cluster_id not in self.down_steps:
+            self.down_steps[agent.cluster_id] = self.rng.randint(1, 30)
+            self.note(f"  {agent.cluster_id} crashed while starting an attempt")
+        return handled
 
     def agent_delayed(self) -> None:
         """A delayed heartbeat answer reaches its agent, or a delayed copy of a report batch
@@ -339,9 +359,28 @@ class World:
             return
         directives = agent.in_flight.pop(self.rng.randrange(len(agent.in_flight)))
         if agent.up:
-            handled = agent.handle(directives)
+            handled = self._handle(agent, directives)
             self.note(f"  {agent.cluster_id} gets a delayed answer of term {directives.term}: "
                       f"{'handled' if handled else 'ignored'}")
+
+    def agent_replay(self) -> None:
+        """An answer an agent handled a while ago is delivered to it again. The network is an
+        adversary here: mostly it picks one of the current term that assigns a task a fence
+        lower than one the agent saw since (only the fences refuse it; an older term's answer
+        is refused by the term rule)."""
+        candidates = [(agent, d) for agent in self.agents if agent.up for d in agent.recent
+                      if d.term == agent.fences.term() and any(
+                          a.fence < (agent.fences.fence(a.task_key) or 0) for a in d.assignments)]
+        if not candidates or self.rng.random() < 0.2:
+            agent = self._agent()
+            candidates = [(agent, d) for d in agent.recent] if agent.up else []
+        if not candidates:
+            return
+        agent, directives = candidates[self.rng.randrange(len(candidates))]
+        handled = self._handle(agent, directives)
+        self.note(f"  {agent.cluster_id} gets an old answer again (term {directives.term}, assign "
+                  f"{[a.fence for a in directives.assignments]}): "
+                  f"{'handled' if handled else 'ignored'}")
 
     def agent_progress(self) -> None:
         for agent in self.agents:
@@ -436,13 +475,13 @@ class World:
             self._submit(client.doc, f"job{self.jobs_submitted}")
         for agent in self.agents:
             while agent.in_flight:
-                agent.handle(agent.in_flight.pop(0))
+                agent.handle(agent.in_flight.pop(0))  # no faults now: it cannot crash
             agent.in_flight_reports.clear()  # lost for good
             self._beat(agent)
             agent.progress()
             agent.collect()
             for _ in range(20):
-                if agent.flush(self.gateways[agent.target]) and not agent.durable.reports:
+                if agent.flush(self.gateways[agent.target]) and not agent.outbox.count():
                     break
         self._leader_rounds()
         self.log.lag_step()
@@ -467,13 +506,21 @@ class World:
         return lines[:10] + clusters
 
 
+def _core_config(cluster_id: str, capabilities: tuple[str, ...],
+                 capacity: Resources) -> CoreConfig:
+    return CoreConfig(cluster_id, capacity, capabilities, heartbeat_wait_ms=0,
+                      max_running_attempts=MAX_RUNNING_ATTEMPTS.get(cluster_id,
+                                                                 limits.MAX_RUNNING_ATTEMPTS),
+                      admission_pause_reports=ADMISSION_PAUSE_REPORTS)
+
+
 def _applied_count(replica: Replica) -> Callable[[], int]:
     """The leader's `version`: it moves whenever the replica's applied state changes."""
     return lambda: replica.applied
 
 
-def run(seed: int, steps: int) -> World:
-    world = World(seed)
+def run(seed: int, steps: int, core_factory: CoreFactory = AgentCore) -> World:
+    world = World(seed, core_factory=core_factory)
     world.run(steps)
     return world
 

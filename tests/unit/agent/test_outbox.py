@@ -3,12 +3,15 @@ records live until their terminal report is acked."""
 
 from __future__ import annotations
 
+import random
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agent.model import AttemptRecord, AttemptState, Report, ReportKey, ReportKind, Resources
-from agent.outbox import Outbox
+from agent.outbox import MemoryOutbox, Outbox
 from tests.support import paths
 
 
@@ -75,8 +78,10 @@ def test_attempt_records_survive_and_end_with_their_terminal_ack(tmp_path: Path)
 CRASHING_CHILD = """
 import os, sys
 from pathlib import Path
+
+import pytest
 from agent.model import Report, ReportKey, ReportKind
-from agent.outbox import Outbox
+from agent.outbox import MemoryOutbox, Outbox
 outbox = Outbox(Path(sys.argv[1]))
 outbox.put([Report(ReportKind.STARTED, "job", "t1", 1), Report(ReportKind.STARTED, "job", "t2", 2),
             Report(ReportKind.STARTED, "job", "t3", 3)])
@@ -101,3 +106,31 @@ def test_acks_are_written_lazily_and_a_crash_only_resends(tmp_path: Path) -> Non
         outbox.ack([ReportKey(3, ReportKind.STARTED)])
     with Outbox(tmp_path / "o") as outbox:  # close() wrote it
         assert [(r.fence, r.kind) for r in outbox.pending(10)] == [(3, ReportKind.FINISHED)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_the_memory_outbox_answers_as_the_lmdb_outbox(tmp_path: Path, seed: int) -> None:
+    """The simulation's outbox and the real one share the rules: the same writes and acks give
+    the same answers (new reports, drops, pending order, records ended by a terminal ack)."""
+    rng = random.Random(seed)
+    memory = MemoryOutbox()
+    kinds = list(ReportKind)
+    with Outbox(tmp_path / "o") as real:
+        for _ in range(150):
+            fences = rng.sample(range(1, 9), rng.randint(1, 3))
+            if rng.random() < 0.6:
+                reports = [_report(f, rng.choice(kinds)) for f in fences]
+                records = [_record(f, rng.choice(list(AttemptState))) for f in fences
+                           if rng.random() < 0.4]
+                deleted = [f for f in fences if rng.random() < 0.1]
+                assert real.write(reports=reports, records=records, delete_records=deleted) \
+                    == memory.write(reports=reports, records=records, delete_records=deleted)
+            else:
+                keys = [ReportKey(f, rng.choice(kinds)) for f in fences]
+                assert real.ack(keys) == memory.ack(keys)
+            assert real.pending(100) == memory.pending(100)
+            assert (real.count(), real.attempts()) == (memory.count(), memory.attempts())
+            assert [real.has(ReportKey(f, k)) for f in range(1, 9) for k in kinds] \
+                == [memory.has(ReportKey(f, k)) for f in range(1, 9) for k in kinds]
+            assert [real.attempt(f) for f in range(1, 9)] \
+                == [memory.attempt(f) for f in range(1, 9)]

@@ -1,0 +1,581 @@
+"""The agent's decisions, with its I/O injected: one piece of code run by the real agent
+(`agent.agent.Agent`, over lmdb, a real executor, gRPC and the system clock) and by the seeded
+simulation (`tests/sim`, over in-memory stores, a simulated executor and a manual clock).
+
+`AgentCore` decides: the term rule and fence admission (`agent.fence`), every refusal, the
+answer to a redelivered fence, kill directives, what a heartbeat and a report carry, what an
+ack settles, and the order of the durable writes:
+1. the fences of an answer's assignments are stored before any is started or refused;
+2. an attempt's record is stored before its process starts, so a restarted agent finds every
+   process it may have started;
+3. a report is stored before it is sent and dropped only once the leader answers that it is
+   committed; a FINISHED/KILLED report and the end of its attempt's running state are one write.
+
+It does no I/O of its own: the clock, the fence store, the outbox and the executor are ports
+(Protocols below); the calls to the leader stay with the caller, which hands the core what the
+leader answered (`registered`, `handle`, `reported`). Not thread-safe: the real agent calls it
+under its lock. Every decision on a directive is a `Decision`; `handle` returns them, so the
+simulation can count that each refusal the agent makes actually occurs.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter, deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agent.executor import ExecutorError, Launch
+from agent.fence import Admission, admit, term_is_stale
+from agent.metrics import AgentMetrics
+from agent.model import (
+    TERMINAL_REPORT_KINDS,
+    Assignment,
+    AttemptRecord,
+    AttemptState,
+    Beat,
+    Completion,
+    Directives,
+    KillDirective,
+    Registered,
+    Registration,
+    Report,
+    Reported,
+    ReportKey,
+    ReportKind,
+    Resources,
+    Verdict,
+)
+from agent.slots import SlotTurnaround
+from raftsched import limits
+from raftsched.clock import Clock
+from raftsched.eventlog import EventLogger
+from raftsched.protocol import Observation
+
+log = EventLogger("agent")
+
+NEVER_STARTED_REASON = "the agent stopped before starting it"
+NOT_RUNNING_REASON = "not running on this agent"
+SEEN_BEFORE_REASON = "fence seen before; the attempt is not running here"
+EMPTY_COMMAND_REASON = "empty command"
+ACK_CROSSING_WINDOW_MS = 10_000
+"""For this long after a report is acked, a directive it answered (an assignment for STARTED or
+REJECTED, a kill for FINISHED or KILLED) is taken as having crossed that commit and draws no
+second answer. Past it, a repeated directive is answered again. Longer than the server's
+long-poll cap plus a heartbeat's deadline slack."""
+
+
+class FenceStore(Protocol):
+    """The highest fence per task, the highest term, the incarnation counter; every write
+    durable before it returns (`agent.fence.FenceStore`, `agent.fence.MemoryFenceStore`)."""
+
+    def fence(self, task_key: str) -> int | None: ...
+
+    def term(self) -> int: ...
+
+    def raise_term(self, term: int) -> bool: ...
+
+    def raise_fences(self, fences: Mapping[str, int]) -> None: ...
+
+    def bump_incarnation(self) -> int: ...
+
+
+class Outbox(Protocol):
+    """Unacked reports and attempt records (`agent.outbox.Outbox`, `agent.outbox.MemoryOutbox`)."""
+
+    def write(self, *, reports: Sequence[Report] = (), records: Sequence[AttemptRecord] = (),
+              delete_records: Sequence[int] = ()) -> int: ...
+
+    def put(self, reports: Sequence[Report]) -> int: ...
+
+    def ack(self, keys: Iterable[ReportKey]) -> int: ...
+
+    def pending(self, limit: int) -> list[Report]: ...
+
+    def has(self, key: ReportKey) -> bool: ...
+
+    def count(self) -> int: ...
+
+    def attempt(self, fence: int) -> AttemptRecord | None: ...
+
+    def attempts(self) -> list[AttemptRecord]: ...
+
+
+class AttemptExecutor(Protocol):
+    """What the core asks of an executor (`agent.executor.Executor` is a wider one)."""
+
+    def attempt_dir(self, fence: int) -> str: ...
+
+    def start(self, assignment: Assignment) -> Launch: ...
+
+    def adopt(self, record: AttemptRecord) -> bool: ...
+
+    def kill(self, fence: int) -> bool: ...
+
+    def poll(self) -> list[Completion]: ...
+
+    def observed_free(self) -> Resources | None: ...
+
+
+class Decision(enum.Enum):
+    """What the core did with one directive (or, at start, with one attempt record)."""
+
+    STARTED = "started"
+    """Admitted and started."""
+    STALE_TERM = "stale_term"
+    """The whole answer came from a lower term than one seen: ignored."""
+    MALFORMED = "malformed"
+    """An assignment or kill without a valid fence: skipped."""
+    ADMISSION_PAUSED = "admission_paused"
+    """Too many reports wait for the leader: not admitted now (it is delivered again)."""
+    STALE_FENCE = "stale_fence"
+    """Lower than the fence stored for the task: rejected."""
+    EMPTY_COMMAND = "empty_command"
+    TOO_MANY_RUNNING = "too_many_running"
+    NO_CAPACITY = "no_capacity"
+    START_FAILED = "start_failed"
+    """The executor could not start it: rejected."""
+    SEEN_BEFORE = "seen_before"
+    """A redelivered fence that does not run here: rejected again."""
+    REDELIVERY_ANSWERED = "redelivery_answered"
+    """A redelivered fence that runs here: STARTED again."""
+    REDELIVERY_CROSSED = "redelivery_crossed"
+    """A redelivered fence whose answer was acked within the crossing window: no answer."""
+    REDELIVERY_FINISHED = "redelivery_finished"
+    """A redelivered fence that finished here: its FINISHED/KILLED report answers it."""
+    KILL_REQUESTED = "kill_requested"
+    KILL_SETTLED = "kill_settled"
+    """A kill of an attempt that finished here, or whose answer crossed the directive."""
+    KILL_NOT_RUNNING = "kill_not_running"
+    """A kill of a fence that never ran here: KILLED at once, and the fence is stored."""
+    NEVER_STARTED = "never_started"
+    """At start: a record of an attempt an earlier agent stopped before launching: rejected."""
+
+
+REFUSALS = frozenset({
+    Decision.STALE_TERM, Decision.MALFORMED, Decision.ADMISSION_PAUSED, Decision.STALE_FENCE,
+    Decision.EMPTY_COMMAND, Decision.TOO_MANY_RUNNING, Decision.NO_CAPACITY,
+    Decision.START_FAILED, Decision.SEEN_BEFORE, Decision.KILL_NOT_RUNNING,
+    Decision.NEVER_STARTED,
+})
+"""The decisions that say no (or ignore): the simulation asserts each one occurs."""
+
+
+@dataclass(frozen=True, slots=True)
+class CoreConfig:
+    cluster_id: str
+    capacity: Resources
+    capabilities: tuple[str, ...] = ()
+    custom: tuple[tuple[str, int], ...] = ()
+    heartbeat_wait_ms: int = 0
+    ack_crossing_window_ms: int = ACK_CROSSING_WINDOW_MS
+    max_running_attempts: int = limits.MAX_RUNNING_ATTEMPTS
+    admission_pause_reports: int = limits.OUTBOX_ADMISSION_PAUSE_REPORTS
+
+
+@dataclass
+class _Admitting:
+    """One answer's assignments on their way through admission."""
+
+    free: Resources
+    running: int
+    fences: dict[str, int] = field(default_factory=dict)
+    to_run: list[Assignment] = field(default_factory=list)
+    reports: list[Report] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+
+
+class AgentCore:
+    def __init__(self, config: CoreConfig, clock: Clock, fences: FenceStore, outbox: Outbox,
+                 executor: AttemptExecutor, metrics: AgentMetrics | None = None) -> None:
+        assert config.max_running_attempts >= 1 and config.admission_pause_reports >= 1
+        self._config = config
+        self._clock = clock
+        self._fences = fences
+        self._outbox = outbox
+        self._executor = executor
+        self._metrics = metrics or AgentMetrics()
+        self._running: dict[int, AttemptRecord] = {}
+        self._slots = SlotTurnaround()
+        self._idle_counted = 0
+        self._kills_requested: set[int] = set()
+        self._acked: dict[ReportKey, float] = {}  # -> monotonic s of the ack
+        self._acked_order: deque[ReportKey] = deque()
+        self.need_register = True
+        """Set until a registration is answered, and again when the leader asks for one."""
+        self.incarnation = 0
+        self._seq = 0
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def running(self) -> list[int]:
+        return sorted(self._running)
+
+    def pending_reports(self) -> int:
+        return int(self._outbox.count())
+
+    # -- start and registration ----------------------------------------------------------------
+
+    def start(self) -> list[Decision]:
+        """A new incarnation; attempts an earlier agent left are watched again, and results
+        written while no agent ran become reports before the registration lists them."""
+        self.incarnation = self._fences.bump_incarnation()
+        log.info("agent_starting", cluster=self._config.cluster_id, incarnation=self.incarnation)
+        decisions = self._adopt()
+        self.collect()
+        return decisions
+
+    def _adopt(self) -> list[Decision]:
+        """Watches again every attempt an earlier agent left running. One it stopped before
+        launching never ran: it is rejected (an infrastructure failure, retried at once) and
+        not listed as running at registration."""
+        never_started: list[AttemptRecord] = []
+        for record in self._outbox.attempts():
+            if record.state != AttemptState.RUNNING:
+                continue
+            if not self._executor.adopt(record):
+                never_started.append(record)
+                log.info("attempt_never_started", fence=record.fence, job=record.job_id,
+                         task=record.task_id)
+                continue
+            self._running[record.fence] = record
+            log.info("attempt_adopted", fence=record.fence, job=record.job_id,
+                     task=record.task_id, pid=record.wrapper_pid)
+        if never_started:
+            self._outbox.write(
+                reports=[Report(ReportKind.REJECTED, r.job_id, r.task_id, r.fence,
+                                reason=NEVER_STARTED_REASON) for r in never_started],
+                delete_records=[r.fence for r in never_started])
+        self._metrics.attempts_running.set(len(self._running))
+        return [Decision.NEVER_STARTED] * len(never_started)
+
+    def registration(self) -> Registration:
+        """What Register says: every attempt this agent knows of."""
+        known = tuple(record.known() for record in self._outbox.attempts())
+        return Registration(self._config.cluster_id, self.incarnation, self._config.capabilities,
+                            self._config.capacity, known, self._config.custom)
+
+    def registered(self, registered: Registered) -> None:
+        self._fences.raise_term(registered.term)
+        self._stop_unknown(registered.stop)
+        self.need_register = False
+
+    def reregister(self) -> None:
+        """The leader does not know this incarnation: register before the next call."""
+        self.need_register = True
+
+    def _stop_unknown(self, stop: Sequence[KillDirective]) -> None:
+        """Stops the running attempts the scheduler answered it does not know as this
+        cluster's (`Registered.stop`: forgotten jobs, a restored older state): the kill
+        directive's path without a directive. Their KILLED reports are answered not_found and
+        leave the outbox. Only attempts this agent runs are touched."""
+        for kill in stop[:limits.MAX_REGISTER_KNOWN_ATTEMPTS]:
+            if kill.fence not in self._running or kill.fence in self._kills_requested:
+                continue
+            if self._executor.kill(kill.fence):
+                self._kills_requested.add(kill.fence)
+                log.warning("attempt_not_known_stopped", fence=kill.fence, job=kill.job_id,
+                            task=kill.task_id)
+
+    # -- heartbeats ----------------------------------------------------------------------------
+
+    def next_beat(self) -> Beat:
+        self._seq += 1
+        return Beat(self._config.cluster_id, self.incarnation, self._seq, self.free(),
+                    tuple(sorted(self._running)), self._config.heartbeat_wait_ms)
+
+    def observation(self) -> Observation:
+        """The free capacity now, numbered in the heartbeats' sequence."""
+        self._seq += 1
+        return Observation(self._seq, self.free())
+
+    def free(self) -> Resources:
+        """What this cluster can still admit: its capacity less what its attempts hold, and no
+        more than the executor itself sees free (a Slurm partition other users share)."""
+        free = self._config.capacity
+        for record in self._running.values():
+            free = free.minus(record.resources)
+        seen = self._executor.observed_free()
+        if seen is not None:
+            free = Resources(min(free.cpu_milli, seen.cpu_milli),
+                             min(free.memory_mb, seen.memory_mb), min(free.gpu, seen.gpu))
+        return free
+
+    def handle(self, directives: Directives) -> list[Decision]:
+        """Acts on one heartbeat answer (its log requests are the caller's): the term first,
+        then kills, then assignments."""
+        stored_term = self._fences.term()
+        if term_is_stale(stored_term, directives.term):
+            self._metrics.stale_directives.inc()
+            log.warning("stale_term_ignored", term=directives.term, stored_term=stored_term,
+                        assignments=len(directives.assignments), kills=len(directives.kills))
+            return [Decision.STALE_TERM]
+        if self._fences.raise_term(directives.term):
+            log.info("term_seen", term=directives.term)
+        decisions = self._handle_kills(directives.kills)
+        decisions += self._handle_assignments(
+            directives.assignments[:limits.MAX_ASSIGNMENTS_PER_BEAT])
+        return decisions
+
+    # -- kills ---------------------------------------------------------------------------------
+
+    def _handle_kills(self, kills: Sequence[KillDirective]) -> list[Decision]:
+        fences: dict[str, int] = {}
+        reports: list[Report] = []
+        decisions = [self._kill(kill, fences, reports) for kill in kills]
+        self._fences.raise_fences(fences)
+        self._store_reports(reports)
+        return decisions
+
+    def _kill(self, kill: KillDirective, fences: dict[str, int],
+              reports: list[Report]) -> Decision:
+        if kill.fence < 1:
+            log.warning("malformed_kill", job=kill.job_id, task=kill.task_id)
+            return Decision.MALFORMED
+        if kill.fence in self._running:
+            if self._executor.kill(kill.fence) and kill.fence not in self._kills_requested:
+                self._kills_requested.add(kill.fence)
+                log.info("attempt_kill_requested", fence=kill.fence, job=kill.job_id,
+                         task=kill.task_id)
+            return Decision.KILL_REQUESTED
+        if self._outbox.attempt(kill.fence) is not None:
+            return Decision.KILL_SETTLED  # finished: its FINISHED or KILLED report settles it
+        if self._crossed(kill.fence, *TERMINAL_REPORT_KINDS):
+            return Decision.KILL_SETTLED  # settled already; this answer crossed that commit
+        # Not running here: say so at once, and remember the fence so that this attempt can
+        # never start here later (an assignment of it is then a redelivery).
+        fences[kill.task_key] = max(fences.get(kill.task_key, 0), kill.fence)
+        reports.append(Report(ReportKind.KILLED, kill.job_id, kill.task_id, kill.fence,
+                              reason=NOT_RUNNING_REASON))
+        return Decision.KILL_NOT_RUNNING
+
+    # -- assignments ---------------------------------------------------------------------------
+
+    def _handle_assignments(self, assignments: Sequence[Assignment]) -> list[Decision]:
+        if not assignments:
+            return []
+        pending = self._outbox.count()
+        if pending >= self._config.admission_pause_reports:
+            log.warning("admission_paused", pending_reports=pending)
+            return [Decision.ADMISSION_PAUSED] * len(assignments)
+        admitting = _Admitting(self.free(), len(self._running))
+        for assignment in assignments:
+            decision = self._admit(assignment, admitting)
+            if decision is not None:
+                admitting.decisions.append(decision)
+        self._fences.raise_fences(admitting.fences)  # durable before anything starts or is refused
+        return admitting.decisions + self._launch(admitting.to_run, admitting.reports)
+
+    def _admit(self, assignment: Assignment, admitting: _Admitting) -> Decision | None:
+        """One assignment's admission; None when it is to be started (`_launch` decides)."""
+        if assignment.fence < 1:
+            log.warning("malformed_assignment", job=assignment.job_id, task=assignment.task_id)
+            return Decision.MALFORMED
+        key = assignment.task_key
+        stored = admitting.fences.get(key) or self._fences.fence(key)
+        admission = self._admission(stored, assignment.fence)
+        if admission == Admission.REDELIVERY:
+            decision, report = self._redelivered(assignment)
+            if report is not None:
+                admitting.reports.append(report)
+            return decision
+        if admission == Admission.STALE_FENCE:
+            log.info("stale_fence_rejected", fence=assignment.fence, job=assignment.job_id,
+                     task=assignment.task_id, seen=stored)
+            admitting.reports.append(_rejected(assignment, f"stale fence {assignment.fence}: "
+                                                           f"fence {stored} was seen for this "
+                                                           "task"))
+            return Decision.STALE_FENCE
+        assert admission == Admission.RUN, admission
+        admitting.fences[key] = assignment.fence
+        refusal = self._refusal(assignment, admitting.free,
+                                admitting.running + len(admitting.to_run))
+        if refusal is not None:
+            decision, reason = refusal
+            admitting.reports.append(_rejected(assignment, reason))
+            return decision
+        admitting.to_run.append(assignment)
+        admitting.free = admitting.free.minus(assignment.resources)
+        return None
+
+    def _admission(self, stored: int | None, fence: int) -> Admission:
+        """The fence rule, `agent.fence.admit` (a method: a test plants a broken one in the
+        simulation to show that the simulation catches it)."""
+        return admit(stored, fence)
+
+    def _refusal(self, assignment: Assignment, free: Resources,
+                 running: int) -> tuple[Decision, str] | None:
+        """Why admission says no to a new fence, or None."""
+        if not assignment.command:
+            return Decision.EMPTY_COMMAND, EMPTY_COMMAND_REASON
+        if running >= self._config.max_running_attempts:
+            return Decision.TOO_MANY_RUNNING, f"{running} attempts running, the most this " \
+                                              "agent runs"
+        if not assignment.resources.fits_in(free):
+            needed = assignment.resources
+            return Decision.NO_CAPACITY, (
+                f"no capacity: needs cpu_milli={needed.cpu_milli} "
+                f"memory_mb={needed.memory_mb} gpu={needed.gpu}, free cpu_milli="
+                f"{free.cpu_milli} memory_mb={free.memory_mb} gpu={free.gpu}")
+        return None
+
+    def _redelivered(self, assignment: Assignment) -> tuple[Decision, Report | None]:
+        """The same fence again: acknowledge again, never run twice."""
+        fence = assignment.fence
+        record = self._running.get(fence) or self._outbox.attempt(fence)
+        if record is None and self._crossed(fence, ReportKind.REJECTED, *TERMINAL_REPORT_KINDS):
+            return Decision.REDELIVERY_CROSSED, None  # answered and committed already
+        if record is None:
+            # Its fence was stored but it never started here: refused earlier, killed before it
+            # arrived, or the agent stopped between storing the fence and recording the attempt.
+            return Decision.SEEN_BEFORE, _rejected(assignment, SEEN_BEFORE_REASON)
+        if record.state == AttemptState.RUNNING:
+            if self._crossed(fence, ReportKind.STARTED):
+                return Decision.REDELIVERY_CROSSED, None  # this answer crossed that commit
+            return Decision.REDELIVERY_ANSWERED, _report(ReportKind.STARTED, record)
+        return Decision.REDELIVERY_FINISHED, None  # its FINISHED/KILLED report is in the outbox
+
+    def _launch(self, to_run: Sequence[Assignment],
+                refused: Sequence[Report]) -> list[Decision]:
+        now_ms = self._clock.now_ms()
+        records = [AttemptRecord(a.fence, a.job_id, a.task_id, a.attempt, AttemptState.RUNNING,
+                                 a.resources, self._executor.attempt_dir(a.fence), now_ms)
+                   for a in to_run]
+        # Recorded before the processes start: a restart then finds anything that may run.
+        self._outbox.write(records=records)
+        self._store_reports(refused)
+        self._metrics.attempts_rejected.inc(sum(r.kind == ReportKind.REJECTED for r in refused))
+        launched: list[AttemptRecord] = []
+        reports: list[Report] = []
+        failed: list[int] = []
+        for assignment, record in zip(to_run, records, strict=True):
+            try:
+                launch = self._executor.start(assignment)
+            except ExecutorError as error:
+                failed.append(record.fence)
+                reports.append(_rejected(assignment, f"could not start: {error}"))
+                log.error("attempt_start_failed", fence=record.fence, error=str(error))
+                continue
+            started = record.launched(launch.wrapper_pid, launch.wrapper_start_ticks)
+            launched.append(started)
+            reports.append(_report(ReportKind.STARTED, started))
+            self._running[started.fence] = started
+            log.info("attempt_started", fence=started.fence, job=started.job_id,
+                     task=started.task_id, attempt=started.attempt, pid=started.wrapper_pid)
+        self._outbox.write(records=launched, reports=reports, delete_records=failed)
+        self._count_launched(len(launched), len(failed))
+        return [Decision.STARTED] * len(launched) + [Decision.START_FAILED] * len(failed)
+
+    def _count_launched(self, launched: int, failed: int) -> None:
+        self._metrics.attempts_started.inc(launched)
+        for turnaround_s in self._slots.started(launched, self._clock.monotonic_s()):
+            self._metrics.slot_turnaround_seconds.observe(turnaround_s)
+        self._metrics.slots_idle.inc(self._slots.idle - self._idle_counted)
+        self._idle_counted = self._slots.idle
+        self._metrics.attempts_rejected.inc(failed)
+        self._metrics.attempts_running.set(len(self._running))
+        self._metrics.reports_pending.set(self._outbox.count())
+
+    def _store_reports(self, reports: Sequence[Report]) -> None:
+        """Stores the reports not already waiting (a repeated one would cost a synced write)."""
+        new = [r for r in reports if not self._outbox.has(r.key)]
+        if new:
+            self._outbox.put(new)
+            self._metrics.reports_pending.set(self._outbox.count())
+
+    # -- completions and reports ---------------------------------------------------------------
+
+    def collect(self) -> int:
+        """Executor completions become FINISHED/KILLED reports, each attempt's exactly once.
+        Returns how many completions the executor handed over."""
+        completions = self._executor.poll()
+        if not completions:
+            return 0
+        records: list[AttemptRecord] = []
+        reports: list[Report] = []
+        for completion in completions:
+            record = self._running.pop(completion.fence, None) \
+                or self._outbox.attempt(completion.fence)
+            self._kills_requested.discard(completion.fence)
+            if record is None or record.state != AttemptState.RUNNING:
+                log.warning("completion_ignored", fence=completion.fence)
+                continue
+            report = _completion_report(record, completion)
+            records.append(record.finished())
+            reports.append(report)
+            self._metrics.attempts_finished.labels(report.kind.name).inc()
+            log.info("attempt_finished", fence=record.fence, job=record.job_id,
+                     task=record.task_id, report=report.kind.name, exit_code=report.exit_code,
+                     timed_out=report.timed_out, reason=report.reason)
+        self._outbox.write(records=records, reports=reports)
+        self._slots.freed(len(records), self._clock.monotonic_s())
+        self._metrics.attempts_running.set(len(self._running))
+        self._metrics.reports_pending.set(self._outbox.count())
+        return len(completions)
+
+    def pending(self, limit: int) -> list[Report]:
+        """The next batch to send (empty while a registration is due: reports wait for it)."""
+        return [] if self.need_register else self._outbox.pending(limit)
+
+    def reported(self, batch: Sequence[Report], reported: Reported) -> list[ReportKey]:
+        """The leader answered a batch: the reports it answered leave the outbox. Returns
+        them; the rest stay and are sent again."""
+        acked = _answered(batch, reported.verdicts)
+        self._fences.raise_term(reported.term)
+        self._outbox.ack(acked)
+        self._remember_acks(acked)
+        self._metrics.reports_pending.set(self._outbox.count())
+        self._metrics.reports_acked.inc(len(acked))
+        return acked
+
+    def _remember_acks(self, keys: Iterable[ReportKey]) -> None:
+        now_s = self._clock.monotonic_s()
+        for key in keys:
+            if key not in self._acked:
+                self._acked_order.append(key)
+            self._acked[key] = now_s
+        window_s = self._config.ack_crossing_window_ms / 1000
+        while self._acked_order and (len(self._acked_order) > limits.MAX_REMEMBERED_ACKS or
+                                     now_s - self._acked[self._acked_order[0]] > window_s):
+            self._acked.pop(self._acked_order.popleft(), None)
+
+    def _crossed(self, fence: int, *kinds: ReportKind) -> bool:
+        """True if a report of one of `kinds` for `fence` was acked within the crossing
+        window (ACK_CROSSING_WINDOW_MS)."""
+        now_s = self._clock.monotonic_s()
+        window_s = self._config.ack_crossing_window_ms / 1000
+        for kind in kinds:
+            acked_s = self._acked.get(ReportKey(fence, kind))
+            if acked_s is not None and now_s - acked_s <= window_s:
+                return True
+        return False
+
+
+def _answered(batch: Sequence[Report], verdicts: Sequence[Verdict]) -> list[ReportKey]:
+    """The reports a verdict answers. Verdicts name only a fence and one batch may hold two
+    reports of a fence (STARTED and FINISHED), so each verdict answers the first unanswered
+    report of its fence, in batch order (the server answers in that order). A report left
+    without a verdict stays in the outbox and is sent again."""
+    remaining = Counter(verdict.fence for verdict in verdicts)
+    answered: list[ReportKey] = []
+    for report in batch:
+        if remaining[report.fence] > 0:
+            remaining[report.fence] -= 1
+            answered.append(report.key)
+    return answered
+
+
+def _report(kind: ReportKind, record: AttemptRecord) -> Report:
+    return Report(kind, record.job_id, record.task_id, record.fence)
+
+
+def _rejected(assignment: Assignment, reason: str) -> Report:
+    return Report(ReportKind.REJECTED, assignment.job_id, assignment.task_id, assignment.fence,
+                  reason=reason[:limits.MAX_REASON_CHARS])
+
+
+def _completion_report(record: AttemptRecord, completion: Completion) -> Report:
+    kind = ReportKind.KILLED if completion.killed else ReportKind.FINISHED
+    return Report(kind, record.job_id, record.task_id, record.fence, completion.exit_code,
+                  completion.timed_out, completion.reason[:limits.MAX_REASON_CHARS])
