@@ -374,6 +374,11 @@ outputs); one more answers 503."""
 WEB_LIVE_MIN_REFRESH_S = 0.25
 """A live page's task list is fetched at most this often (changes in between coalesce)."""
 
+WEB_HUB_MAX_BACKOFF_S = 30.0
+"""The console's shared event stream, broken, is opened again after a backoff doubling from 1 s
+to this (every live page is marked at each break, so pages refresh at least this often while the
+stream is down)."""
+
 WEB_LIVE_OUTPUT_KEEP_CHARS = 256 * 1024
 """A task page following a running attempt's output keeps at most this many characters of it
 in the page (the oldest are dropped as new ones arrive; the download has it all)."""

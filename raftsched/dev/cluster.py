@@ -87,6 +87,9 @@ MAX_USER_NAME_CHARS = 32
 DEFAULT_USER_NAME = "dev"
 DATA_DIR_NAME = "data"
 STATE_VERSION = 1
+WEB_WATCH_TOKEN_FILE_NAME = "web-watch.token"
+"""In DIR/tls: the web console's own operator token (its one shared event stream), made by `up`
+through CreateToken once the cluster has a leader."""
 WEB_NAME = "web"
 """The web console's name in cluster.json, the logs and `dev status`."""
 REPLICA_COUNTS = (3, 5)
@@ -579,12 +582,14 @@ def agent_command(shape: AgentShape, servers: Sequence[str], data_dir: Path, exe
             *(tls.flags() if tls is not None else ["--insecure-dev"])]
 
 
-def web_command(address: str, servers: Sequence[str], tls: TlsPaths) -> list[str]:
+def web_command(address: str, servers: Sequence[str], tls: TlsPaths,
+                watch_token: Path | None = None) -> list[str]:
     """`python -m raftsched web ...`: HTTPS on `address` with its certificate, which is also
-    its client identity towards the replicas."""
+    its client identity towards the replicas; `watch_token`: the file of its own token."""
     return [sys.executable, "-m", "raftsched", "web", "--listen", address,
             "--servers", ",".join(servers), *tls.flags(), "--https-cert", tls.cert,
-            "--https-key", tls.key]
+            "--https-key", tls.key,
+            *(["--watch-token-file", str(watch_token)] if watch_token else [])]
 
 
 def child_env() -> dict[str, str]:
@@ -675,10 +680,25 @@ class UpOptions:
     """--slurm: also a private Slurm in DIR/slurm, with cpu-east's agent in front of it."""
 
 
+def create_web_watch_token(servers: Sequence[str], user: TlsPaths, budget_s: float) -> str:
+    """An operator token for the web console's shared event stream, made with the bootstrap
+    admin token (the cluster has a leader by now; the client retries within `budget_s`)."""
+    from raftsched.client.client import Client
+
+    with Client(list(servers), tls_files=user.files(), token=user.read_token(),
+                retry_budget_s=budget_s) as client:
+        return str(client.create_token("*", "operator",
+                                       "web console (dev): its event stream").token)
+
+
+WebToken = Callable[[Sequence[str], TlsPaths, float], str]
+
+
 def up(options: UpOptions, *, progress: Progress, spawn: Spawn = spawn_process,
        probe: Probe = probe_cluster, clock: Callable[[], float] = time.monotonic,
        sleep: Callable[[float], None] = time.sleep,
-       web_ready: Callable[[str], bool] = port_open) -> tuple[ClusterState, ClusterView]:
+       web_ready: Callable[[str], bool] = port_open,
+       web_token: WebToken = create_web_watch_token) -> tuple[ClusterState, ClusterView]:
     """Start a dev cluster in `options.dir` and wait until it has a leader and every agent is
     READY, then start the web console (not with --insecure-dev) and wait until `web_ready`
     (its address). With `options.slurm`, first a private Slurm in DIR/slurm (its daemons
@@ -705,6 +725,7 @@ def up(options: UpOptions, *, progress: Progress, spawn: Spawn = spawn_process,
                                  created_ms, user_tls=certificates.user)
         starter = _Starter(state, options, certificates, spawn, probe, progress, clock, sleep)
         starter.web_ready = web_ready
+        starter.web_token = web_token
         try:
             return state, starter.run()
         except BaseException:
@@ -836,6 +857,7 @@ class _Starter(_Launch):
         self.run_dir = Path(state.dir) / DATA_DIR_NAME / run
         self.slurm: private_slurm.LocalSlurm | None = None
         self.web_ready: Callable[[str], bool] = port_open
+        self.web_token: WebToken = create_web_watch_token
 
     def run(self) -> ClusterView:
         if self.options.slurm:
@@ -893,10 +915,21 @@ class _Starter(_Launch):
             return
         address = f"{LOOPBACK}:{port}"
         log = Path(self.state.dir) / LOG_DIR_NAME / f"{WEB_NAME}.log"
+        watch = Path(self.state.dir) / TLS_DIR_NAME / WEB_WATCH_TOKEN_FILE_NAME
+        self._write_watch_token(watch)
         pid, start = self._spawn(WEB_NAME, web_command(address, self.state.servers,
-                                                       self.certificates.web), log)
+                                                       self.certificates.web, watch), log)
         self.state.web = WebEntry(pid, start, f"https://{address}/", str(log))
         save_state(self.state)
+
+    def _write_watch_token(self, path: Path) -> None:
+        """The console's own operator token, in `path` (0600)."""
+        from raftsched.dev import pki
+
+        assert self.certificates is not None
+        token = self.web_token(self.state.servers, self.certificates.user,
+                               max(1.0, self.deadline_s - self.clock()))
+        pki.write_token(path, token)
 
     def _wait_web(self) -> None:
         web = self.state.web

@@ -57,6 +57,11 @@ def _write_private(path: Path, data: bytes) -> None:
         handle.write(data)
 
 
+def write_token(path: Path, token: str) -> None:
+    """An API token made elsewhere (e.g. by CreateToken) in `path` (0600)."""
+    _write_private(path, (token + "\n").encode())
+
+
 def write_admin_token(path: Path) -> str:
     """A new API token in `path` (0600), for a replica's --bootstrap-token-file and the local
     user; returns it."""

@@ -7,6 +7,7 @@ calls run in Starlette's threadpool (`call`)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from starlette.templating import Jinja2Templates
 
 from raftsched import limits
 from raftsched.errors import Code, RaftschedError
+from raftsched.web.hub import EventHub
 from raftsched.web.sessions import Session, SessionStore
 
 COOKIE = "raftsched_session"
@@ -61,6 +63,10 @@ class Options:
     make_client: Callable[[str], ConsoleClient]
     """A client acting with this token (the console's certificate, the configured servers)."""
     read_only: bool = False
+    watch_client: ConsoleClient | None = None
+    """The console's own client (its watch token, role operator or admin), whose one event
+    stream marks every live page of the console; None: one stream per signed-in session, with
+    the user's token."""
     secure_cookie: bool = True
     """The cookie's Secure flag (False only for tests over plain HTTP)."""
 
@@ -73,6 +79,23 @@ class Console:
                                          autoescape=True, undefined=jinja2.StrictUndefined)
         environment.filters["when"] = when
         self.templates = Jinja2Templates(env=environment)
+        self._shared = (EventHub(options.watch_client, "console")
+                        if options.watch_client is not None else None)
+        self._hubs: dict[str, EventHub] = {}
+        self._hubs_lock = threading.Lock()
+
+    def hub_for(self, session: Session[ConsoleClient]) -> EventHub:
+        """The hub a live page of this session follows: the console's, or the session's own
+        (made at its first live page; those of ended sessions are dropped here)."""
+        if self._shared is not None:
+            return self._shared
+        with self._hubs_lock:
+            for gone in [sid for sid in self._hubs if not self.sessions.holds(sid)]:
+                self._hubs.pop(gone).close()
+            hub = self._hubs.get(session.session_id)
+            if hub is None:
+                hub = self._hubs[session.session_id] = EventHub(session.client, "session")
+            return hub
 
 
 class PageError(Exception):

@@ -1,11 +1,10 @@
 """Live job pages: `/jobs/{job_id}/events`, server-sent events of the job's task states.
 
-A thread follows the job's events (`Scheduler.WatchEvents` through `Client.watch_events(job_id=
-...)`: committed changes from any replica, resumed by the client across leader changes) and only
-marks the page dirty — at the stream's first event (its "progress" start, so that whatever changed
-since the page was drawn is fetched) and at every change of the job; the later "progress" events
-(every few seconds while other work commits) only let the thread see that its page has closed.
-It returns once the job has ended. The response loop then fetches the task list
+A page holds no replica stream of its own: it subscribes to its job on the console's
+`EventHub` (raftsched/web/hub.py: one `WatchEvents` stream shared by every page of the console,
+or of the session when the console has no watch token), which marks it when it subscribes (so
+that whatever changed since the page was drawn is fetched) and at every change of the job, and
+says when the job ended. The response loop then fetches the task list
 once (at most one refresh in flight per open page, at most one every
 `limits.WEB_LIVE_MIN_REFRESH_S`: changes in between coalesce) and sends
 `{"job_state", "index", "attempts_version", "job": {state, reason, started, finished, done, total},
@@ -20,108 +19,98 @@ import asyncio
 import json
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from raftsched import limits
-from raftsched.errors import RaftschedError
 from raftsched.web import layout
 from raftsched.web.console import (
     ConsoleClient,
     PageError,
     call,
+    console_of,
     require_session,
     valid_id,
     when,
 )
+from raftsched.web.hub import EventHub
 
 KEEPALIVE_S = 15.0
 """A comment line this often keeps proxies from closing a quiet stream."""
 TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"})
-_open_streams = threading.BoundedSemaphore(limits.WEB_LIVE_MAX_STREAMS)
-
-
-PROGRESS = "progress"
-
-
-def changes(client: ConsoleClient, job_id: str) -> Iterator[tuple[bool, bool]]:
-    """(mark, ended) for each event of the job's stream (the source of a live page): mark the page
-    at the first event and at every change; ended once the job's own event says it ended."""
-    first = True
-    for event in client.watch_events(job_id=job_id):
-        yield first or event.kind != PROGRESS, event.kind == "job" and event.state in TERMINAL
-        first = False
-
-
-class _Dirty:
-    """Set from the watching thread, awaited by the response loop."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self.event = asyncio.Event()
-        self.stopped = threading.Event()
-        self.ended = False
-
-    def mark(self) -> None:
-        self._loop.call_soon_threadsafe(self.event.set)
-
-    def follow(self, client: ConsoleClient, job_id: str) -> None:
-        try:
-            for mark, ended in changes(client, job_id):
-                if self.stopped.is_set():
-                    return
-                if mark:
-                    self.mark()
-                if ended:
-                    return
-        except RaftschedError:
-            pass  # the page reconnects with backoff and lists again
-        finally:
-            self.ended = True
-            self.mark()
-            _open_streams.release()
-
-
 async def events(request: Request) -> Response:
     session = require_session(request)
     job_id = valid_id(request.path_params["job_id"])
     await call(session.client.get_job, job_id)  # 404 for an unknown or foreign job
-    if not _open_streams.acquire(blocking=False):
+    if _open_streams.full():
         raise PageError(503, "too many live pages are open: reload later")
-    dirty = _Dirty(asyncio.get_running_loop())
-    threading.Thread(target=dirty.follow, args=(session.client, job_id), daemon=True,
-                     name=f"web-live-{job_id}").start()
-    return StreamingResponse(_stream(session.client, job_id, dirty),
+    hub = console_of(request).hub_for(session)
+    return StreamingResponse(_stream(session.client, hub, job_id),
                              media_type="text/event-stream",
                              headers={"cache-control": "no-store", "x-accel-buffering": "no"})
 
 
-async def _stream(client: ConsoleClient, job_id: str, dirty: _Dirty) -> AsyncIterator[str]:
+class _Slots:
+    """The live streams served at once: taken and given back by the stream itself (a response
+    that never starts holds nothing)."""
+
+    def __init__(self, bound: int) -> None:
+        self._lock = threading.Lock()
+        self._bound = bound
+        self._taken = 0
+
+    def take(self) -> bool:
+        with self._lock:
+            if self._taken >= self._bound:
+                return False
+            self._taken += 1
+            return True
+
+    def give(self) -> None:
+        with self._lock:
+            self._taken -= 1
+
+    def full(self) -> bool:
+        with self._lock:
+            return self._taken >= self._bound
+
+
+_open_streams = _Slots(limits.WEB_LIVE_MAX_STREAMS)
+
+
+async def _stream(client: ConsoleClient, hub: EventHub, job_id: str) -> AsyncIterator[str]:
+    if not _open_streams.take():
+        yield f"event: failed\ndata: {json.dumps('too many live pages are open')}\n\n"
+        return
+    page = hub.subscribe(job_id, asyncio.get_running_loop())
     layers: list[list[str]] = []  # a collapsed graph's layers: the DAG does not change
     try:
         while True:
             try:
-                await asyncio.wait_for(dirty.event.wait(), KEEPALIVE_S)
+                await asyncio.wait_for(page.changed.wait(), KEEPALIVE_S)
             except TimeoutError:
                 yield ": keepalive\n\n"
                 continue
-            dirty.event.clear()
+            page.changed.clear()
             try:
                 document = await _snapshot(client, job_id, layers)
             except PageError as error:  # the page reconnects with backoff
                 yield f"event: failed\ndata: {json.dumps(str(error))}\n\n"
                 return
             yield f"event: tasks\ndata: {json.dumps(document)}\n\n"
-            if document["job_state"] in TERMINAL or dirty.ended:
+            if document["job_state"] in TERMINAL or page.ended:
                 yield "event: end\ndata: {}\n\n"
                 return
+            if int(str(document["index"])) < page.since:
+                page.changed.set()  # a lagging replica answered: fetch again
             await asyncio.sleep(limits.WEB_LIVE_MIN_REFRESH_S)
     finally:
-        dirty.stopped.set()
+        hub.unsubscribe(page)
+        _open_streams.give()
 
 
 async def _snapshot(client: ConsoleClient, job_id: str,

@@ -1,13 +1,24 @@
-"""`raftsched web`: the console process (uvicorn serving the Starlette app over HTTPS)."""
+"""`raftsched web`: the console process (hypercorn serving the Starlette app over HTTPS).
+
+Hypercorn, not uvicorn: it speaks HTTP/2 (ALPN h2, then http/1.1), so one browser's many open
+pages share one connection. Over HTTP/1.1 a browser opens at most six connections to a host,
+and each live page holds one for its server-sent events: the seventh tab of the console would
+hang until another closed."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import os
+import signal
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
-import uvicorn
+from hypercorn.asyncio import serve as serve_asgi
+from hypercorn.config import Config as HypercornConfig
 
 from raftsched import eventlog, tls
 from raftsched.errors import RaftschedError
@@ -29,6 +40,8 @@ class WebConfig:
     https_cert: str
     https_key: str
     read_only: bool = False
+    watch_token: str = ""
+    """The console's own token for its one shared event stream ("": one per session)."""
 
 
 def client_factory(config: WebConfig) -> Options:
@@ -38,20 +51,43 @@ def client_factory(config: WebConfig) -> Options:
         return Client(config.servers, tls_files=config.client_tls, token=token or None,
                       retry_budget_s=10.0)
 
-    return Options(make_client=make, read_only=config.read_only)
+    watch = make(config.watch_token) if config.watch_token else None
+    return Options(make_client=make, read_only=config.read_only, watch_client=watch)
 
 
 def serve(config: WebConfig) -> None:
-    """Serve until SIGINT/SIGTERM (uvicorn handles both)."""
+    """Serve until SIGINT/SIGTERM; open streams get GRACEFUL_SHUTDOWN_S to end."""
     eventlog.configure("info")
     app = build_app(client_factory(config))
-    server = uvicorn.Server(uvicorn.Config(
-        app, host=config.host, port=config.port, ssl_certfile=config.https_cert,
-        ssl_keyfile=config.https_key, access_log=False, log_config=None, log_level="warning",
-        timeout_graceful_shutdown=int(GRACEFUL_SHUTDOWN_S), server_header=False))
-    LOG.info("web_listening", url=f"https://{config.host}:{config.port}/",
-             read_only=config.read_only, servers=",".join(config.servers))
-    server.run()
+    LOG.info("web_listening", url=f"https://{_bind(config)}/", read_only=config.read_only,
+             servers=",".join(config.servers), shared_events=bool(config.watch_token))
+    asyncio.run(_serve_until_signalled(app, _hypercorn_config(config)))
+
+
+def _bind(config: WebConfig) -> str:
+    return f"[{config.host}]:{config.port}" if ":" in config.host else \
+        f"{config.host}:{config.port}"
+
+
+def _hypercorn_config(config: WebConfig) -> HypercornConfig:
+    hyper = HypercornConfig()
+    hyper.bind = [_bind(config)]
+    hyper.certfile = config.https_cert
+    hyper.keyfile = config.https_key
+    hyper.alpn_protocols = ["h2", "http/1.1"]
+    hyper.graceful_timeout = GRACEFUL_SHUTDOWN_S
+    hyper.include_server_header = False
+    hyper.accesslog = None  # nothing of a request (its query string) reaches a log
+    hyper.errorlog = logging.getLogger("hypercorn.error")  # as JSON lines, like the rest
+    return hyper
+
+
+async def _serve_until_signalled(app: Any, hyper: HypercornConfig) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await serve_asgi(app, hyper, shutdown_trigger=stop.wait)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -71,6 +107,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--https-cert", required=True, metavar="PEM",
                         help="the HTTPS listener's certificate (chain)")
     parser.add_argument("--https-key", required=True, metavar="PEM", help="its private key")
+    parser.add_argument("--watch-token-file", metavar="FILE",
+                        help="a file holding the console's own API token (role operator): the "
+                        "console then follows ONE event stream for every open job page instead of "
+                        "one per signed-in user (a replica serves few streams); it only wakes "
+                        "pages, whose data is always read with the user's own token")
     parser.add_argument("--read-only", action="store_true",
                         help="offer no action (no cancel, no drain): pages only")
 
@@ -101,4 +142,17 @@ def _config(args: argparse.Namespace) -> WebConfig:
         if not os.path.isfile(path):
             raise ValueError(f"{path}: no such file")
     return WebConfig(host.strip("[]"), int(port), servers, files, args.https_cert,
-                     args.https_key, read_only=args.read_only)
+                     args.https_key, read_only=args.read_only,
+                     watch_token=_watch_token(args.watch_token_file))
+
+
+def _watch_token(path: str | None) -> str:
+    if not path:
+        return ""
+    try:
+        token = Path(path).read_text(encoding="utf-8").strip()
+    except OSError as error:
+        raise ValueError(f"--watch-token-file {path}: {error.strerror}") from None
+    if not token:
+        raise ValueError(f"--watch-token-file {path} is empty")
+    return token

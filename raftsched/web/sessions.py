@@ -85,6 +85,11 @@ class SessionStore(Generic[C]):
             self._sessions.clear()
         self._end(ended)
 
+    def holds(self, session_id: str) -> bool:
+        """Whether this session is open (without touching its last use)."""
+        with self._lock:
+            return session_id in self._sessions
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._sessions)

@@ -99,16 +99,17 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Site]:
             print(f"screenshots: {shots}")
 
 
-def _start_console(cluster: LocalCluster, root: Path) -> str:
+def _start_console(cluster: LocalCluster, root: Path, name: str = "web",
+                   extra: tuple[str, ...] = ()) -> str:
     assert cluster.authority is not None
     files = pki.issue_web(cluster.authority)
     address = f"127.0.0.1:{free_port()}"
-    cluster.supervisor.start("web", [
+    cluster.supervisor.start(name, [
         sys.executable, "-m", "raftsched", "web", "--listen", address,
         "--servers", ",".join(cluster.grpc), "--tls-ca", str(files.ca),
         "--tls-cert", str(files.cert), "--tls-key", str(files.key),
-        "--https-cert", str(files.cert), "--https-key", str(files.key)],
-        root / "logs" / "web.log")
+        "--https-cert", str(files.cert), "--https-key", str(files.key), *extra],
+        root / "logs" / f"{name}.log")
     wait_for(lambda: port_open(address), STATE_TIMEOUT_S, f"the console on {address}")
     return f"https://{address}"
 
@@ -689,3 +690,66 @@ def test_only_an_admin_may_drain_and_never_with_a_forged_csrf_token(site: Site) 
                                      max_redirects=0)
         assert refused.status == 403, form
     assert not _draining(site, "east")
+
+
+OPEN_PAGES = 30
+"""Job pages open at once in one test: more than three replicas serve streams to one caller
+(3 x MAX_STREAMS_PER_CALLER = 24): pages each holding a replica stream of their own could not
+all be live."""
+
+
+@pytest.fixture(scope="module")
+def shared_console(site: Site, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A second console with its own watch token (--watch-token-file): ONE event stream for
+    every page of every user."""
+    token = site.cluster.client().create_token("*", "operator", "web watch").token
+    path = tmp_path_factory.mktemp("watch") / "web-watch.token"
+    path.write_text(token + "\n")
+    path.chmod(0o600)
+    return _start_console(site.cluster, path.parent, "web-shared",
+                          ("--watch-token-file", str(path)))
+
+
+@pytest.mark.parametrize(("console", "tenants"), [("per-session", ("acme",)),
+                                                  ("shared", ("acme", "other"))])
+def test_thirty_open_job_pages_all_follow_their_jobs_live(site: Site, console: str,
+                                                          tenants: tuple[str, ...],
+                                                          request: pytest.FixtureRequest) -> None:
+    """Thirty pages of parked jobs (of one session, or of two users' sessions on a console with
+    its own watch token): every page turns CANCELLED in place when its job is cancelled, and
+    none lost its stream (a page holding a replica stream of its own, past the caller's bound,
+    would end it: "finished" without the cancel)."""
+    url = site.url if console == "per-session" else request.getfixturevalue("shared_console")
+    shown = Site(site.cluster, url, site.tokens, site.job_id, site.gate, site.shots,
+                 site.browser)
+    pages = []
+    for tenant in tenants:
+        client = site.cluster.client(token=site.tokens[tenant])
+        first = _page(shown, site.tokens[tenant])
+        for n in range(OPEN_PAGES // len(tenants)):
+            job_id = client.submit(PARKED.replace('"acme"', f'"{tenant}"')).job_id
+            page = first if n == 0 else first.context.new_page()
+            page.goto(f"{url}/jobs/{job_id}")
+            page.evaluate("""() => { window.__live = [];
+                new MutationObserver(() => window.__live.push(
+                    document.getElementById("live").textContent))
+                .observe(document.getElementById("live"), {childList: true}); }""")
+            pages.append((job_id, page))
+    for _, page in pages:
+        page.wait_for_selector("#live:text('live')")
+    # The pages hold no replica stream of acme's: acme's own watch is still served (pages
+    # holding one each would hold all 24 acme may have: RESOURCE_EXHAUSTED).
+    with site.cluster.client(token=site.tokens["acme"], retry_budget_s=5) as probe:
+        watch = probe.watch_events()
+        assert next(watch).kind == "progress"
+        watch.close()
+    admin = site.cluster.client()
+    for job_id, _ in pages:
+        admin.cancel(job_id, "a dozen pages")
+    for job_id, page in pages:
+        page.wait_for_selector('#job[data-state="CANCELLED"]', timeout=LIVE_TIMEOUT_MS)
+        seen = page.evaluate("window.__live")
+        assert "reconnecting…" not in seen, (job_id, seen)
+    _shot(site, pages[-1][1], f"20-thirty-pages-{console}")
+    for context in {id(page.context): page.context for _, page in pages}.values():
+        context.close()

@@ -87,9 +87,10 @@ class FakeClient:
 
     def watch_events(self, from_index: int = 0, job_id: str = "", tenant: str = "",
                      clusters: bool = False) -> Iterator[Any]:
+        # The console's hub follows every job (job_id ""): these are j1's.
         yield pb.Event(index=7, kind="progress")
-        yield pb.Event(index=8, kind="task", job_id=job_id, task_id="b", state="RUNNING")
-        yield pb.Event(index=9, kind="job", job_id=job_id, state="SUCCEEDED")
+        yield pb.Event(index=8, kind="task", job_id=job_id or "j1", task_id="b", state="RUNNING")
+        yield pb.Event(index=9, kind="job", job_id=job_id or "j1", state="SUCCEEDED")
 
     def close(self) -> None:
         pass

@@ -257,6 +257,11 @@ class Stand:
         return self.views[min(self.probes - 1, len(self.views) - 1)]
 
 
+def NO_TOKEN(servers: object, user: object, budget_s: float) -> str:
+    """The console's watch token, without a cluster to make it."""
+    return "watch-secret"
+
+
 def leader_view(clusters: dict[str, str] | None = None) -> dc.ClusterView:
     return dc.ClusterView("127.0.0.1:1", 1, "127.0.0.1:1", clusters or {}, from_leader=True)
 
@@ -274,7 +279,8 @@ def up(stand: Stand, directory: Path, **options: Any) -> tuple[dc.ClusterState, 
     messages: list[str] = []
     result = dc.up(dc.UpOptions(directory, **options), progress=messages.append,
                    spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None,
-                   web_ready=lambda address: True)
+                   web_ready=lambda address: True,
+                   web_token=NO_TOKEN)
     assert any("waiting for a leader" in m for m in messages)
     return result
 
@@ -313,6 +319,9 @@ def test_up_records_every_process_and_down_stops_exactly_those(
     assert common_name(web[web.index("--tls-cert") + 1]) == "raftsched-user:web-console"
     assert web[web.index("--https-cert") + 1] == web[web.index("--tls-cert") + 1]
     assert dc.cluster_doc(state, view)["web"]["url"] == state.web.url
+    watch = Path(web[web.index("--watch-token-file") + 1])
+    assert watch.read_text() == "watch-secret\n"
+    assert stat.S_IMODE(watch.stat().st_mode) == 0o600
 
     unrelated = start(stand.children, SLEEPER, tmp_path)
     results = dc.down(tmp_path)
@@ -850,7 +859,7 @@ def test_up_slurm_records_the_daemons_and_puts_cpu_east_in_front_of_it(
     messages: list[str] = []
     state, _ = dc.up(dc.UpOptions(tmp_path, slurm=True, executor="subprocess"),
                      progress=messages.append, spawn=stand.spawn, probe=stand.probe,
-                     sleep=lambda s: None, web_ready=lambda address: True)
+                     sleep=lambda s: None, web_token=NO_TOKEN, web_ready=lambda address: True)
     (slurm,) = FakeSlurm.made
     assert slurm.directory == tmp_path / "slurm"
     assert slurm.size == (4, 8192, ("linux",))  # cpu-east's size; its capability as a feature
@@ -931,7 +940,7 @@ def test_add_agent_slurm_fronts_the_clusters_own_slurm_with_its_partitions_size(
     monkeypatch.setattr(agent.slurm, "partition_capacity", capacity)
     state, _ = dc.up(dc.UpOptions(tmp_path, slurm=True), progress=lambda m: None,
                      spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None,
-                     web_ready=lambda address: True)
+                     web_token=NO_TOKEN, web_ready=lambda address: True)
     assert state.slurm is not None
     messages: list[str] = []
     state, entry, _ = add(stand, tmp_path, "hpc", messages=messages, executor="slurm",
@@ -1014,7 +1023,7 @@ def test_up_as_root_lets_task_accounts_through_to_subprocess_agents_and_says_so(
     messages: list[str] = []
     state, _ = dc.up(dc.UpOptions(top, executor="subprocess"), progress=messages.append,
                      spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None,
-                     web_ready=lambda address: True)
+                     web_token=NO_TOKEN, web_ready=lambda address: True)
     data_dir = Path(state.agents[0].data_dir)
     assert all(stat.S_IMODE(d.stat().st_mode) & 0o011 == 0o011
                for d in (top, data_dir.parent.parent, data_dir.parent))
