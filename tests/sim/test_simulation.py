@@ -86,10 +86,15 @@ class StaleFenceAdmittingCore(AgentCore):
         return Admission.RUN if admission == Admission.STALE_FENCE else admission
 
 
+CATCHING_SEED = 6
+
+
 def test_the_simulation_catches_a_core_that_admits_a_stale_fence() -> None:
     """The simulation runs the real core, so a bug in the agent's admission fails a seed."""
     caught: list[str] = []
-    for seed in SEEDS:
+    # Seed 6 caught it when this was written: tried first, so the test costs one run, not seven;
+    # should the simulation change, the others are tried in turn.
+    for seed in (CATCHING_SEED, *(s for s in SEEDS if s != CATCHING_SEED)):
         try:
             simulate(seed, STEPS, StaleFenceAdmittingCore)
         except AssertionError as error:
