@@ -21,7 +21,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = paths.REPO
 CI_SEED = 20261130
-CI_ARGS = ["--nodes", "3", "--time", "45", "--seed", str(CI_SEED), "--clients", "3",
+CI_ARGS = ["--nodes", "3", "--time", "35", "--seed", str(CI_SEED), "--clients", "3",
            "--faults", "kill,partition,pause", "--liveness-bound-s", "60"]
 HOSTILE_ARGS = ["--nodes", "3", "--time", "20", "--seed", str(CI_SEED), "--clients", "3",
                 "--faults", "hostile,kill-leader", "--liveness-bound-s", "60"]
