@@ -104,6 +104,7 @@ async def jobs(request: Request) -> Response:
     answer = await call(session.client.list_jobs, tenant=tenant, state=state,
                         limit=limits.WEB_JOBS_PAGE, page_token=page, query=query,
                         newest_first=True)
+    exact = await _exact_job(session.client, query) if query and not page else None
     counts = {s: int(answer.state_counts.get(s, 0)) for s in JOB_STATES}
     tabs = [("All", "", sum(counts.values()))] + [(s, s, counts[s]) for s in JOB_STATES]
     return render(request, "jobs.html", jobs=answer.jobs, tenant=tenant, state=state,
@@ -113,7 +114,18 @@ async def jobs(request: Request) -> Response:
                   first_url=_jobs_url(tenant, state, query),
                   next_url=(_jobs_url(tenant, state, query, answer.next_page_token)
                             if answer.next_page_token else ""),
-                  scan_bound=limits.LIST_QUERY_MAX_SCAN_JOBS)
+                  scan_bound=limits.LIST_QUERY_MAX_SCAN_JOBS,
+                  exact=exact if exact and all(j.job_id != exact.job_id for j in answer.jobs)
+                  else None)
+
+
+async def _exact_job(client: ConsoleClient, query: str) -> Any:
+    """The job whose id is exactly the search text, if the user may see it (a search examines
+    only the newest LIST_QUERY_MAX_SCAN_JOBS: a pasted id of an older job is found here)."""
+    try:
+        return await call(client.get_job, valid_id(query.strip()))
+    except PageError:
+        return None
 
 
 def _jobs_url(tenant: str, state: str, query: str, page: str = "") -> str:

@@ -51,7 +51,7 @@ class FakeClient:
         self.listed.append({"tenant": tenant, "state": state, "page_token": page_token,
                             "query": query, "newest_first": newest_first})
         counts = {"RUNNING": 1, "FAILED": 3}
-        if query == "nothing" or state == "FAILED":
+        if query.strip() in ("nothing", "j1") or state == "FAILED":  # j1: older than a search reaches
             return pb.ListJobsResponse(state_counts=counts)
         return pb.ListJobsResponse(jobs=[JOB], next_page_token="n7", state_counts=counts)
 
@@ -171,6 +171,16 @@ def test_jobs_asks_newest_first_with_the_urls_filters_and_shows_tabs_keeping_the
     older = browser.get("/jobs", params={"q": "a", "page": "n7"}).text
     assert made[-1].listed[-1]["page_token"] == "n7"
     assert 'href="/jobs?q=a" rel="first"' in older
+
+
+def test_a_search_for_an_exact_job_id_links_the_job_even_when_the_page_misses_it(
+        made: list[FakeClient]) -> None:
+    browser = _signed_in(made, USER)
+    page = browser.get("/jobs", params={"q": " j1 "}).text  # pasted with spaces
+    assert 'data-exact-job="j1"' in page and 'href="/jobs/j1"' in page
+    assert 'data-exact-job' not in browser.get("/jobs", params={"q": "j2"}).text  # no such job
+    assert 'data-exact-job' not in browser.get("/jobs", params={"q": "../x"}).text  # not an id
+    assert 'data-exact-job' not in browser.get("/jobs", params={"q": "demo"}).text  # listed
 
 
 def test_jobs_says_which_filter_matched_nothing(made: list[FakeClient]) -> None:
