@@ -230,7 +230,7 @@ def _collapsed(layers: list[list[str]], states: dict[str, str]) -> Drawing:
     for column, (layer, (worst, counts)) in enumerate(zip(layers, group_counts(layers, states),
                                                           strict=True)):
         boxes.append(Box(MARGIN + column * (NODE_W + GAP_X), MARGIN,
-                         f"layer {column + 1}: {len(layer)} tasks", worst, counts=counts))
+                         _layer_label(column, len(layer)), worst, counts=counts))
     edges = [Edge(a.x + NODE_W, a.y + NODE_H // 2, b.x, b.y + NODE_H // 2)
              for a, b in itertools.pairwise(boxes)]
     lines = max([MIN_COUNT_LINES, *(len(b.counts) for b in boxes)])
@@ -267,3 +267,7 @@ def _dominant(counts: Counter[str]) -> str:
 
 def _extent(count: int, step: int) -> int:
     return 2 * MARGIN + max(count, 1) * step
+
+
+def _layer_label(column: int, count: int) -> str:
+    return f"layer {column + 1}: {count} task{'' if count == 1 else 's'}"
