@@ -562,7 +562,7 @@ def test_a_running_tasks_page_shows_its_lines_as_it_prints_them(site: Site) -> N
     page.goto(f"{site.url}/jobs/{job_id}/tasks/talk")
     page.wait_for_selector("pre#output:has-text('first-line')", timeout=LIVE_TIMEOUT_MS)
     page.wait_for_selector("#task-live:has-text('following the output live')")
-    assert "Why not running" in page.content()  # not finished yet
+    assert "Where it runs" in page.content()  # running: where, not why not
     page.evaluate("window.__notReloaded = true")
     (gates / "print").touch()
     started = time.monotonic()

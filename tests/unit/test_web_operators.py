@@ -216,7 +216,7 @@ def test_why_not_running_is_shown_only_while_the_task_is_not_finished(
         made: list[OperatorsClient]) -> None:
     browser = _signed_in(made, USER)
     running = browser.get("/jobs/j1/tasks/b").text
-    assert "Why not running" in running and made[-1].explained == 1
+    assert "Where it runs" in running and made[-1].explained == 1
     assert 'data-output="/jobs/j1/tasks/b/output/live?stream=stdout&amp;attempt=1&amp;offset=11"' \
         in running and "/static/task.js" in running
     made[-1].task_state = "SUCCEEDED"
