@@ -96,13 +96,17 @@ async def _stream(client: ConsoleClient, job_id: str, dirty: _Dirty) -> AsyncIte
                 yield ": keepalive\n\n"
                 continue
             dirty.event.clear()
+            # Whether the follower had ended, read BEFORE the snapshot: it may end while the
+            # snapshot is taken, and that snapshot may predate the job's end (a last page
+            # showing RUNNING). One taken after it ended shows the end (reads are current).
+            follower_ended = dirty.ended
             try:
                 document = await _snapshot(client, job_id)
             except PageError as error:  # the page reconnects with backoff
                 yield f"event: failed\ndata: {json.dumps(str(error))}\n\n"
                 return
             yield f"event: tasks\ndata: {json.dumps(document)}\n\n"
-            if document["job_state"] in TERMINAL or dirty.ended:
+            if document["job_state"] in TERMINAL or follower_ended:
                 yield "event: end\ndata: {}\n\n"
                 return
             await asyncio.sleep(limits.WEB_LIVE_MIN_REFRESH_S)
