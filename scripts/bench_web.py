@@ -15,7 +15,8 @@ CA) as real processes on 127.0.0.1, measured in one run:
      --browser-pages real pages) while tasks complete as fast as the agents' slots allow
      (aimed at AIM_TASKS_S): the replicas' submit latency p50/p99 (sequential submits of a
      small job through the Client) with and without the streams, and the ratio; how many
-     streams followed their job to its end.
+     streams followed their job to its end; and, to tell the event stream's share from the
+     console's, the same load with as many bare `Client.watch_events` streams instead.
 --quick: 5,000 jobs, fewer requests, loads and streams (a couple of minutes). Every phase is
 bounded in time; every process is stopped at the end.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import os
 import ssl
 import sys
 import tempfile
@@ -43,6 +45,7 @@ sys.path.insert(0, str(ROOT))
 from raftsched.client.client import Client  # noqa: E402
 from raftsched.dev import pki  # noqa: E402
 from raftsched.dev.ports import port_open  # noqa: E402
+from raftsched.errors import RaftschedError  # noqa: E402
 from raftsched.spec.job import JobSpec, parse_spec_text  # noqa: E402
 from tests.support.cluster import LocalCluster, free_port, wait_for  # noqa: E402
 
@@ -353,12 +356,29 @@ class Phase:
     tasks_s: float = 0.0
 
 
+def cpu_s(pid: int) -> float:
+    """utime + stime of a process, in seconds (0 once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_of(cluster: LocalCluster) -> dict[str, float]:
+    """CPU seconds so far of the replicas (together) and of the console."""
+    web = [c for c in cluster.supervisor.children if c.name == "web"]
+    return {"replicas": sum(cpu_s(r.pid) for r in cluster.replicas),
+            "console": sum(cpu_s(c.pid) for c in web)}
+
+
 def run_load(cluster: LocalCluster, phase: Phase, jobs: int, tasks_each: int,
              opened: Callable[[list[str]], None]) -> None:
     """Submit `jobs` load jobs, call `opened(job_ids)` (opens the pages), then submit a probe
     job after another through a Client until every load job has ended; the tasks/s achieved."""
     client = cluster.client(retry_budget_s=120)
     probe = cluster.client(retry_budget_s=120)
+    cpu_before = cpu_of(cluster)
     started = time.perf_counter()
     job_ids = [client.submit(load_spec(TENANTS[i % len(TENANTS)], tasks_each)).job_id
                for i in range(jobs)]
@@ -378,8 +398,12 @@ def run_load(cluster: LocalCluster, phase: Phase, jobs: int, tasks_each: int,
         phase.submits.append((time.perf_counter() - t0) * 1000)
     watcher.join(PHASE_TIMEOUT_S)
     phase.tasks_s = jobs * tasks_each / ((ended[0] if ended else time.perf_counter()) - started)
+    used = {name: spent - cpu_before[name] for name, spent in cpu_of(cluster).items()}
+    per_k = 1000 / (jobs * tasks_each)
     print(f"{phase.label:<34} {phase.tasks_s:6.0f} tasks/s achieved (aim {AIM_TASKS_S}); "
-          f"submit {figures(phase.submits)} ({len(phase.submits)} submits)", flush=True)
+          f"submit {figures(phase.submits)} ({len(phase.submits)} submits); CPU per 1,000 "
+          f"tasks: replicas {used['replicas'] * per_k:.2f} s, console "
+          f"{used['console'] * per_k:.2f} s", flush=True)
 
 
 def open_streams(console: Console, cookies: dict[str, str], job_ids: list[str],
@@ -405,9 +429,16 @@ def stream_phases(cluster: LocalCluster, console: Console, user_tokens: dict[str
     tasks_each = args.load_tasks // args.streams
     without = Phase("load, no pages open")
     run_load(cluster, without, args.streams, tasks_each, lambda ids: None)
+    raw = Phase(f"load, {args.streams} bare WatchEvents")
+    watchers = RawWatches(cluster, user_tokens)
+    run_load(cluster, raw, args.streams, tasks_each, watchers.open)
+    print(f"  (the event streams alone, no console: {watchers.followed()} of {args.streams} "
+          f"saw their job end; submit p50 {pct(raw.submits, 0.5) / pct(without.submits, 0.5):.2f}x"
+          f" without)", flush=True)
     streams: list[Stream] = []
     with_streams = Phase(f"load, {args.streams} job pages streaming")
     browsers = BrowserPages(console, user_tokens, args.browser_pages)
+    marks = log_marks(cluster)
     try:
         run_load(cluster, with_streams, args.streams, tasks_each, lambda ids: (
             open_streams(console, cookies, ids, streams), browsers.open(ids)))
@@ -417,7 +448,33 @@ def stream_phases(cluster: LocalCluster, console: Console, user_tokens: dict[str
         stream.thread.join(60)
         if stream.connection is not None:
             stream.connection.close()
-    report_streams(streams, without, with_streams)
+    refused = refusals(cluster, marks)
+    again = Phase("load, no pages open (again)")  # brackets the phases with streams: drift
+    run_load(cluster, again, args.streams, tasks_each, lambda ids: None)
+    baseline = Phase("both runs without", without.submits + again.submits,
+                     (without.tasks_s + again.tasks_s) / 2)
+    report_streams(streams, baseline, with_streams)
+    print(f"  the replicas refused meanwhile: {refused or 'nothing'}", flush=True)
+
+
+def log_marks(cluster: LocalCluster) -> list[int]:
+    return [(cluster.root / "logs" / f"r{i}.log").stat().st_size for i in range(3)]
+
+
+def refusals(cluster: LocalCluster, marks: list[int]) -> dict[str, int]:
+    """`call_refused` lines the replicas logged since `marks`, counted by RPC and code (the
+    first of each kind per window; `call_refused_suppressed` counts the rest)."""
+    counted: dict[str, int] = {}
+    for i, mark in enumerate(marks):
+        with open(cluster.root / "logs" / f"r{i}.log", "rb") as log:
+            log.seek(mark)
+            for line in log:
+                if b'"call_refused' not in line:
+                    continue
+                doc = json.loads(line)
+                key = f"{doc.get('rpc', 'suppressed')} {doc.get('code', '')}".strip()
+                counted[key] = counted.get(key, 0) + int(doc.get("count", 1))
+    return counted
 
 
 def report_streams(streams: list[Stream], without: Phase, with_streams: Phase) -> None:
@@ -430,9 +487,43 @@ def report_streams(streams: list[Stream], without: Phase, with_streams: Phase) -
           + (f"; the others: {lost}" if lost else ""), flush=True)
     for q, name in ((0.5, "p50"), (0.99, "p99")):
         ratio = pct(with_streams.submits, q) / pct(without.submits, q)
-        print(f"submit latency {name}, with / without the streams: {ratio:.2f}x", flush=True)
-    print(f"tasks/s, with / without the streams: {with_streams.tasks_s / without.tasks_s:.2f}x",
-          flush=True)
+        print(f"submit latency {name}, with the streams / both runs without: {ratio:.2f}x",
+              flush=True)
+    print(f"tasks/s, with the streams / both runs without: "
+          f"{with_streams.tasks_s / without.tasks_s:.2f}x", flush=True)
+
+
+class RawWatches:
+    """`Client.watch_events(job_id=...)` per load job, each tenant's with its own token, read on
+    threads until the job's terminal event: what the pages' streams cost the replicas without
+    the console's task-list refreshes."""
+
+    def __init__(self, cluster: LocalCluster, tokens: dict[str, str]) -> None:
+        self._clients = {t: cluster.client(token=token, retry_budget_s=120)
+                         for t, token in tokens.items()}
+        self._ended: list[str] = []
+        self._threads: list[threading.Thread] = []
+
+    def open(self, job_ids: list[str]) -> None:
+        for i, job_id in enumerate(job_ids):
+            client = self._clients[TENANTS[i % len(TENANTS)]]
+            thread = threading.Thread(target=self._follow, args=(client, job_id), daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def _follow(self, client: Client, job_id: str) -> None:
+        try:
+            for event in client.watch_events(job_id=job_id):
+                if event.kind == "job" and event.state in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                    self._ended.append(job_id)
+                    return
+        except RaftschedError as error:  # counted, not raised: the figure says it
+            print(f"  a bare stream of {job_id} failed: {error}", flush=True)
+
+    def followed(self) -> int:
+        for thread in self._threads:
+            thread.join(60)
+        return len(self._ended)
 
 
 class BrowserPages:
