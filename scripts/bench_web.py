@@ -444,8 +444,9 @@ def stream_phases(cluster: LocalCluster, console: Console, user_tokens: dict[str
             open_streams(console, cookies, ids, streams), browsers.open(ids)))
     finally:
         browsers.close()
+    deadline = time.monotonic() + 60  # the load has ended: the streams end soon after
     for stream in streams:
-        stream.thread.join(60)
+        stream.thread.join(max(0.0, deadline - time.monotonic()))
         if stream.connection is not None:
             stream.connection.close()
     refused = refusals(cluster, marks)
@@ -503,6 +504,8 @@ class RawWatches:
                          for t, token in tokens.items()}
         self._ended: list[str] = []
         self._threads: list[threading.Thread] = []
+        self._start = cluster.client().list_jobs(limit=1).applied_index
+        """Before the load is submitted: a stream that waits for a slot misses nothing."""
 
     def open(self, job_ids: list[str]) -> None:
         for i, job_id in enumerate(job_ids):
@@ -513,7 +516,7 @@ class RawWatches:
 
     def _follow(self, client: Client, job_id: str) -> None:
         try:
-            for event in client.watch_events(job_id=job_id):
+            for event in client.watch_events(self._start, job_id=job_id):
                 if event.kind == "job" and event.state in ("SUCCEEDED", "FAILED", "CANCELLED"):
                     self._ended.append(job_id)
                     return
@@ -521,8 +524,9 @@ class RawWatches:
             print(f"  a bare stream of {job_id} failed: {error}", flush=True)
 
     def followed(self) -> int:
+        deadline = time.monotonic() + 60  # the load has ended: the streams end soon after
         for thread in self._threads:
-            thread.join(60)
+            thread.join(max(0.0, deadline - time.monotonic()))
         return len(self._ended)
 
 
