@@ -300,6 +300,9 @@ class Stream:
 
     job_id: str
     updates: int = 0
+    first_s: float = -1.0
+    """Seconds from opening to the first `tasks` event (-1: none came)."""
+    opened: float = 0.0
     followed_to_end: bool = False
     """It said `end` after a `tasks` event showing the job terminal."""
     ended_early: bool = False
@@ -310,6 +313,7 @@ class Stream:
     thread: Any = None
 
     def read(self, console: Console, cookie: str) -> None:
+        self.opened = time.perf_counter()
         try:
             self.connection = console.connect(timeout_s=PHASE_TIMEOUT_S)
             self.connection.request("GET", f"/jobs/{self.job_id}/events",
@@ -333,6 +337,8 @@ class Stream:
                 kind = line[7:]
             elif line.startswith("data: ") and kind == "tasks":
                 self.updates += 1
+                if self.first_s < 0:
+                    self.first_s = time.perf_counter() - self.opened
                 self.last_state = json.loads(line[6:])["job_state"]
             elif line.startswith("data: ") and kind in ("end", "failed"):
                 self.followed_to_end = kind == "end" and self.last_state in (
@@ -438,7 +444,6 @@ def stream_phases(cluster: LocalCluster, console: Console, user_tokens: dict[str
     streams: list[Stream] = []
     with_streams = Phase(f"load, {args.streams} job pages streaming")
     browsers = BrowserPages(console, user_tokens, args.browser_pages)
-    marks = log_marks(cluster)
     try:
         run_load(cluster, with_streams, args.streams, tasks_each, lambda ids: (
             open_streams(console, cookies, ids, streams), browsers.open(ids)))
@@ -449,33 +454,11 @@ def stream_phases(cluster: LocalCluster, console: Console, user_tokens: dict[str
         stream.thread.join(max(0.0, deadline - time.monotonic()))
         if stream.connection is not None:
             stream.connection.close()
-    refused = refusals(cluster, marks)
     again = Phase("load, no pages open (again)")  # brackets the phases with streams: drift
     run_load(cluster, again, args.streams, tasks_each, lambda ids: None)
     baseline = Phase("both runs without", without.submits + again.submits,
                      (without.tasks_s + again.tasks_s) / 2)
     report_streams(streams, baseline, with_streams)
-    print(f"  the replicas refused meanwhile: {refused or 'nothing'}", flush=True)
-
-
-def log_marks(cluster: LocalCluster) -> list[int]:
-    return [(cluster.root / "logs" / f"r{i}.log").stat().st_size for i in range(3)]
-
-
-def refusals(cluster: LocalCluster, marks: list[int]) -> dict[str, int]:
-    """`call_refused` lines the replicas logged since `marks`, counted by RPC and code (the
-    first of each kind per window; `call_refused_suppressed` counts the rest)."""
-    counted: dict[str, int] = {}
-    for i, mark in enumerate(marks):
-        with open(cluster.root / "logs" / f"r{i}.log", "rb") as log:
-            log.seek(mark)
-            for line in log:
-                if b'"call_refused' not in line:
-                    continue
-                doc = json.loads(line)
-                key = f"{doc.get('rpc', 'suppressed')} {doc.get('code', '')}".strip()
-                counted[key] = counted.get(key, 0) + int(doc.get("count", 1))
-    return counted
 
 
 def report_streams(streams: list[Stream], without: Phase, with_streams: Phase) -> None:
@@ -483,8 +466,10 @@ def report_streams(streams: list[Stream], without: Phase, with_streams: Phase) -
     updates = sorted(s.updates for s in streams)
     lost = sorted({s.error or f"ended with the job {s.last_state or 'not yet shown'}"
                    for s in streams if not s.followed_to_end})
+    first = sorted(s.first_s for s in streams if s.first_s >= 0)
     print(f"streams: {followed} of {len(streams)} followed their job to its end; updates per "
-          f"stream min {updates[0]} median {updates[len(updates) // 2]} max {updates[-1]}"
+          f"stream min {updates[0]} median {updates[len(updates) // 2]} max {updates[-1]}; "
+          f"first update after p50 {pct(first, 0.5):.2f} s, max {first[-1]:.2f} s"
           + (f"; the others: {lost}" if lost else ""), flush=True)
     for q, name in ((0.5, "p50"), (0.99, "p99")):
         ratio = pct(with_streams.submits, q) / pct(without.submits, q)
