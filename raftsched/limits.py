@@ -211,6 +211,12 @@ EVENT_PROGRESS_S = 5.0
 """A WatchEvents stream whose filter matched nothing for this long while entries were applied
 sends a "progress" event carrying the last applied index, so its client's resume point moves."""
 
+EVENT_SETTLE_S = 0.05
+"""A WatchEvents stream that has caught up, once woken by a new entry, waits this much longer
+before it reads what is kept: the entries applied meanwhile are read and sent as one batch
+rather than each waking every stream (under the GIL each wake-up costs the applier and the
+submits a thread switch). Events reach a caught-up stream up to this much later."""
+
 REFUSED_CALL_LOG_LINES = 20
 """`call_refused` warning lines a replica writes per REFUSED_CALL_LOG_WINDOW_S beyond the first
 refusal of each kind (RPC and status code), which is always written: a flood of bad tokens or

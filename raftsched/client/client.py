@@ -223,14 +223,18 @@ class Client:
         the index it starts after. Never ends by itself: a stream the replica ended for its age
         (after a "progress" event saying where) or a lost connection is re-opened (on another
         replica if need be, within the retry budget) from the last entry whose events were all
-        yielded: after a lost connection an event may come twice, none is missed. A resume
-        from before what the replica keeps raises RaftschedError FAILED_PRECONDITION: list
-        again, then watch from its applied_index."""
+        yielded: after a lost connection an event may come twice, none is missed. A replica
+        that no longer keeps the events asked for ("too old": each keeps its own window, a
+        restarted one less) is left for each other configured replica in turn; when every one
+        of them has said so (with nothing received meanwhile) it raises RaftschedError
+        FAILED_PRECONDITION: list again, then watch from its applied_index."""
         attempts = retry.Attempts(self._servers, self._watch_policy, on_retry=self._on_retry,
                                   retryable=_stream_retryable)
+        too_old = _TooOld(self._servers.addresses)
         done = from_index
         # every event of the entries up to index `done` has been yielded
-        for address in attempts:
+        for target in attempts:
+            address = too_old.instead_of(target)
             request = pb.WatchEventsRequest(from_index=done, job_id=job_id, tenant=tenant,
                                             clusters=clusters)
             stream = pb_grpc.SchedulerStub(self._channel(address)).WatchEvents(
@@ -238,14 +242,19 @@ class Client:
             try:
                 for event in stream:
                     attempts.progressed()
+                    too_old.progressed()
                     # An entry's events come together: one of index i means all before i came.
                     done = max(done, event.index if event.kind == "progress" else event.index - 1)
                     yield event
                 if not ended_for_age(stream):
                     attempts.failed(RaftschedError(Code.UNAVAILABLE, f"{address} ended the "
                                                    "event stream"), address)
-            except grpc.RpcError as error:
-                attempts.failed(error_from_rpc(error, address), address)
+            except grpc.RpcError as rpc_error:
+                error = error_from_rpc(rpc_error, address)
+                if error.code == Code.FAILED_PRECONDITION:
+                    too_old.refused(address, error)  # raises when every replica has
+                else:
+                    attempts.failed(error, address)
 
     def task_logs(self, job_id: str, task_id: str, *, attempt: int = 0, stream: str = "stdout",
                   follow: bool = False, tail_bytes: int = 0, offset: int = 0,
@@ -412,6 +421,33 @@ def _stream_retryable(error: RaftschedError) -> bool:
     stream slot it may give this caller (RESOURCE_EXHAUSTED): slots free up, and streams end
     at the replica's maximum stream age."""
     return retryable(error) or error.code == Code.RESOURCE_EXHAUSTED
+
+
+class _TooOld:
+    """The replicas that said "too old" to one event stream since it last received something:
+    the next try goes to one that has not (each keeps its own window of events); once every
+    configured replica has, the last refusal is raised (FAILED_PRECONDITION)."""
+
+    def __init__(self, addresses: Sequence[str]) -> None:
+        self._addresses = addresses
+        self._refused: list[str] = []
+
+    def instead_of(self, target: str) -> str:
+        """Where to open the stream: `target` (the client's current one) unless it refused."""
+        if target not in self._refused:
+            return target
+        return next(a for a in self._addresses if a not in self._refused)
+
+    def refused(self, address: str, error: RaftschedError) -> None:
+        if address not in self._refused:
+            self._refused.append(address)
+        if all(a in self._refused for a in self._addresses):
+            tried = ", ".join(self._refused)
+            raise RaftschedError(error.code, f"{error.message} (every replica tried says so: "
+                                             f"{tried})") from None
+
+    def progressed(self) -> None:
+        self._refused.clear()
 
 
 @dataclass(frozen=True, slots=True)

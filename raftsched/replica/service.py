@@ -447,7 +447,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
     def _events(self, from_index: int, wanted: EventFilter, context: grpc.ServicerContext,
                 lease: StreamLease) -> Iterator[Any]:
         """Kept events after the cursor, batch by batch (limits.EVENT_BATCH: a stream holds no
-        more than that), then wait for the next entry. A first "progress" event says where the
+        more than that), then wait for the next entry (and EVENT_SETTLE_S more: one wake-up
+        per batch of entries, not per entry). A first "progress" event says where the
         stream starts (from now: the last index applied here), at once; another after
         EVENT_PROGRESS_S of entries applied that matched nothing, and one before the stream
         ends for its age (so the client resumes with no event twice)."""
@@ -480,7 +481,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
                 yield pb.Event(index=cursor[0], kind="progress")  # the client resumes there
                 self.ctx.end_for_age(context)
                 return
-            events.wait(seen, min(limits.EVENT_PROGRESS_S, lease.remaining_s()))
+            if events.wait(seen, min(limits.EVENT_PROGRESS_S, lease.remaining_s())) != seen:
+                time.sleep(limits.EVENT_SETTLE_S)  # more entries, one batch: see the bound
 
     def TaskLogs(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
         with self.ctx.stream_slot(context) as lease:

@@ -134,6 +134,11 @@ STALE_READY_SLACK = 1024
 """A ready-queue heap is rebuilt without its stale entries once they outnumber its live ones by
 this many (`_tidy`). Snapshots hold only live entries, so this shapes no replicated bytes."""
 
+FORGOTTEN_FOR_AGE = "retention: finished more than JOB_RETENTION_MS ago"
+"""The reason of a "forgotten" event of a job dropped by a TICK (`_expire_jobs`)."""
+FORGOTTEN_FOR_ROOM = "retention: the oldest finished job makes room (MAX_RETAINED_JOBS)"
+"""The reason of a "forgotten" event of a job dropped to admit a new one."""
+
 # --- outcomes -----------------------------------------------------------------------------------
 
 
@@ -495,7 +500,7 @@ def _check_submit_bounds(state: State, job_id: str, spec: JobSpec) -> Rejected |
     if refusal is None:
         while len(state.jobs) >= limits.MAX_RETAINED_JOBS:
             assert state.finished_jobs, "bounds_refusal leaves finished jobs to forget"
-            _forget_job(state, state.finished_jobs[0][1])
+            _forget_job(state, state.finished_jobs[0][1], FORGOTTEN_FOR_ROOM)
         refusal = policy.submit_refusal(state, spec.tenant, len(spec.tasks))
     if refusal is None:
         return None
@@ -1206,16 +1211,21 @@ def _expire_jobs(state: State) -> int:
     forgotten = 0
     while (state.finished_jobs
            and state.finished_jobs[0][0] + limits.JOB_RETENTION_MS <= state.now_ms):
-        _forget_job(state, state.finished_jobs[0][1])
+        _forget_job(state, state.finished_jobs[0][1], FORGOTTEN_FOR_AGE)
         forgotten += 1
     return forgotten
 
 
-def _forget_job(state: State, job_id: str) -> None:
+def _forget_job(state: State, job_id: str, why: str) -> None:
+    """Drop a finished job from the state (retention); a "forgotten" event says so, with the
+    job's final state and `why`, so that a console or integration drops it too."""
     state.finished_jobs.popleft()
     job = state.jobs.pop(job_id)
     assert job.state in TERMINAL_JOB_STATES
     state.job_index.remove(job.spec.tenant, job.state, job.seq)
+    if state.changes is not None:
+        state.changes.append(("forgotten", job.id, job.spec.tenant, "", job.state.name, 0, 0,
+                              "", why, state.now_ms))
     state.task_count -= len(job.tasks)
     key = job.spec.idempotency_key
     if key is not None:

@@ -465,4 +465,6 @@ class State:
 Change = tuple[str, str, str, str, str, int, int, str, str, int]
 """One state change an applied entry made, as the state machine collects it (`State.changes`):
 (kind, job_id, tenant, task_id, state, fence, attempt, cluster_id, reason, at_ms). kind is
-"job", "task", "attempt" or "cluster"; state the new state's name; at_ms the replicated time."""
+"job", "task", "attempt" or "cluster"; state the new state's name; at_ms the replicated time.
+kind "forgotten": a finished job dropped from the state by retention (state: its final state,
+reason: which bound), after which it is NOT_FOUND."""

@@ -96,13 +96,17 @@ async def _stream(client: ConsoleClient, hub: EventHub, job_id: str) -> AsyncIte
                 yield ": keepalive\n\n"
                 continue
             page.changed.clear()
+            # Whether the job's end had been seen, read BEFORE the snapshot: it may end while the
+            # snapshot is taken, and that snapshot may predate the job's end (a last page
+            # showing RUNNING). One taken after it ended shows the end (reads are current).
+            ended_before = page.ended
             try:
                 document = await _snapshot(client, job_id, layers)
             except PageError as error:  # the page reconnects with backoff
                 yield f"event: failed\ndata: {json.dumps(str(error))}\n\n"
                 return
             yield f"event: tasks\ndata: {json.dumps(document)}\n\n"
-            if document["job_state"] in TERMINAL or page.ended:
+            if document["job_state"] in TERMINAL or ended_before:
                 yield "event: end\ndata: {}\n\n"
                 return
             if int(str(document["index"])) < page.since:

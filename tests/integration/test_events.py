@@ -1,6 +1,7 @@
 """Integration: the public event stream (WatchEvents, Client.watch_events, `raftsched events`)
 on real replicas: list then watch from the list's applied_index loses nothing, a resume across
-a leader kill -9, "too old" past a small retention window, a tenant's token scoped."""
+a leader kill -9, "too old" past a small retention window (and on a restarted replica: another
+one serves), a tenant's token scoped, `raftsched events --until-job-ends`."""
 
 from __future__ import annotations
 
@@ -159,6 +160,41 @@ def test_a_resume_survives_a_leader_kill(tmp_path: Path) -> None:
         assert {_key(e) for e in got} == {_key(e) for e in expected}
 
 
+def test_a_resume_too_old_on_a_restarted_replica_goes_on_from_another(tmp_path: Path) -> None:
+    """A replica restarted after a snapshot keeps events only from that snapshot on; a client
+    pointed at it first, resuming from an older index, is told "too old" there and goes on
+    from a replica that keeps them: the same events as a reference read from that one."""
+    with running(tmp_path, replica_flags=["--snapshot-entries", "20"]) as local:
+        local.add_agent("east", cpu=8)
+        local.wait_clusters_ready("east")
+        admin = local.client()
+        start = admin.list_jobs().applied_index
+        job_id = admin.submit(CHAIN.format(tenant="acme", ms=10)).job_id
+        wait_for(lambda: admin.get_job(job_id).state == "SUCCEEDED" or None, EVENT_TIMEOUT_S,
+                 "the job to succeed")
+        # Snapshots every 20 entries (ticks and heartbeats make entries): three times as many.
+        wait_for(lambda: admin.list_jobs().applied_index > start + 60 or None, EVENT_TIMEOUT_S,
+                 "60 more entries applied")
+        victim = (local.wait_leader() + 1) % 3
+        local.replicas[victim].kill()
+        local.replicas[victim].start()
+        alone = Client([local.grpc[victim]], tls_files=local.user_tls, token=local.admin_token,
+                       retry_budget_s=60)
+        local.clients.append(alone)
+        assert code_of(lambda: next(iter(alone.watch_events(start, job_id=job_id)))) \
+            == Code.FAILED_PRECONDITION  # the scenario: the restarted replica lost its window
+        others = [a for i, a in enumerate(local.grpc) if i != victim]
+        client = Client([local.grpc[victim], *others], tls_files=local.user_tls,
+                        token=local.admin_token)
+        local.clients.append(client)
+        got = _collected(client.watch_events(start, job_id=job_id), job_id)
+        with Client(others[:1], tls_files=local.user_tls, token=local.admin_token) as reference:
+            expected = _collected(reference.watch_events(start, job_id=job_id), job_id)
+        assert [_key(e) for e in got] == [_key(e) for e in expected]
+        assert {e.task_id for e in got if e.kind == "task" and e.state == "SUCCEEDED"} \
+            == {"a", "b", "c"}
+
+
 def _key(event: Any) -> tuple[Any, ...]:
     return (event.index, event.seq, event.kind, event.task_id, event.state, event.fence)
 
@@ -186,6 +222,18 @@ def test_the_cli_follows_across_stream_ends_in_json_lines_until_interrupted(
             process.wait()
     succeeded = [e.task_id for e in lines if e.kind == "task" and e.state == "SUCCEEDED"]
     assert sorted(set(succeeded)) == ["a", "b", "c"], [vars(e) for e in lines]
+
+
+def test_the_cli_until_job_ends_exits_0_after_the_jobs_last_event(cluster: LocalCluster) -> None:
+    client = cluster.client()
+    job_id = client.submit(CHAIN.format(tenant="acme", ms=1500)).job_id  # outlasts the start
+    result = cluster.cli("events", "--job", job_id, "--until-job-ends", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert (lines[-1]["kind"], lines[-1]["job_id"], lines[-1]["state"]) \
+        == ("job", job_id, "SUCCEEDED"), lines
+    again = cluster.cli("events", "--job", job_id, "--until-job-ends")  # ended already: at once
+    assert again.returncode == 0 and again.stdout == "", again.stdout + again.stderr
 
 
 def test_a_stream_from_now_is_resumed_after_each_max_age_end(cluster: LocalCluster) -> None:

@@ -16,7 +16,7 @@ from raftsched import rpc
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.client.client import Client
-from raftsched.errors import RaftschedError
+from raftsched.errors import Code, RaftschedError
 
 AGED = ((rpc.STREAM_END_KEY, rpc.STREAM_END_MAX_AGE),)
 
@@ -82,3 +82,71 @@ def test_task_logs_resume_the_same_attempt_from_the_offset_they_got_to(
     first, second = servicer.log_requests
     assert (first.attempt, first.offset, first.tail_bytes) == (0, 0, 5)
     assert (second.attempt, second.offset, second.tail_bytes, second.follow) == (3, 13, 0, True)
+
+
+class Window(pb_grpc.SchedulerServicer):  # type: ignore[misc]
+    """A replica keeping the events after index `oldest`: older resumes are too old; a stream
+    it serves sends its start, one event of the next entry, and ends for its age after it."""
+
+    def __init__(self, oldest: int) -> None:
+        self.oldest = oldest
+        self.requests: list[int] = []
+
+    def WatchEvents(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        self.requests.append(request.from_index)
+        if request.from_index < self.oldest:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                          f"too old: the oldest index it can resume from is {self.oldest}")
+        yield pb.Event(index=request.from_index, kind="progress")
+        yield pb.Event(index=request.from_index + 1, kind="job", job_id="j", state="RUNNING")
+        yield pb.Event(index=request.from_index + 1, kind="progress")  # where it ends
+        context.set_trailing_metadata(AGED)
+
+
+@pytest.fixture
+def windows() -> Iterator[list[tuple[Window, str]]]:
+    """Three stand-in replicas: a restarted one (keeps events from 100), two that keep more."""
+    served: list[tuple[Window, str]] = []
+    servers = []
+    try:
+        for oldest in (100, 50, 0):
+            servicer = Window(oldest)
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+            pb_grpc.add_SchedulerServicer_to_server(servicer, server)
+            port = server.add_insecure_port("127.0.0.1:0")
+            server.start()
+            servers.append(server)
+            served.append((servicer, f"127.0.0.1:{port}"))
+        yield served
+    finally:
+        for server in servers:
+            server.stop(grace=None)
+
+
+def test_a_too_old_replica_is_left_for_one_that_keeps_the_events(
+        windows: list[tuple[Window, str]]) -> None:
+    (restarted, a), (middle, b), (full, c) = windows
+    with Client([a, b, c]) as client:
+        events = client.watch_events(10)
+        got = [next(events) for _ in range(3)]
+        assert [(e.index, e.kind) for e in got] == [(10, "progress"), (11, "job"),
+                                                    (11, "progress")]
+        assert (restarted.requests, middle.requests, full.requests) == ([10], [10], [10])
+        # Resumed after the age end, from 11: the first replica is asked again (something
+        # came meanwhile: its window may cover it now), then the others in turn.
+        assert [(e.index, e.kind) for e in (next(events), next(events))] == \
+            [(11, "progress"), (12, "job")]
+        assert (restarted.requests, middle.requests, full.requests) == ([10, 11], [10, 11],
+                                                                        [10, 11])
+
+
+def test_too_old_on_every_replica_is_raised_naming_them(
+        windows: list[tuple[Window, str]]) -> None:
+    (_, a), (_, b), (_, c) = windows
+    with Client([a, b]) as client, pytest.raises(RaftschedError) as raised:
+        next(iter(client.watch_events(10)))
+    assert raised.value.code == Code.FAILED_PRECONDITION
+    assert "too old" in raised.value.message and a in raised.value.message \
+        and b in raised.value.message
+    with Client([a, c]) as client:  # with one that keeps it: no error
+        assert next(iter(client.watch_events(10))).kind == "progress"

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from raftsched import limits
 from raftsched.replica.events import SEQ_END, EventFilter, EventLog, TooOld
 from raftsched.state import commands as c
+from raftsched.state import fsm
 from raftsched.state.model import Change
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
@@ -52,6 +54,34 @@ def test_an_assignment_is_an_attempt_and_a_task_event_and_starts_the_job() -> No
     assigned = _collect(h, lambda: h.assign_one("j", "a", "east"))
     assert _brief(assigned) == [("attempt", "a", "ASSIGNED"), ("task", "a", "ASSIGNED"),
                                 ("job", "j", "RUNNING")]
+
+
+def test_a_job_forgotten_after_its_retention_is_a_forgotten_event() -> None:
+    h = Harness()
+    h.register("east")
+    h.submit("old", job_doc([task_doc("a")], tenant="acme"))
+    h.run_task("east", "old", "a")
+    assert _collect(h, lambda: h.tick(limits.JOB_RETENTION_MS - 1)) == []
+    forgotten = _collect(h, lambda: h.tick(1))
+    assert forgotten == [("forgotten", "old", "acme", "", "SUCCEEDED", 0, 0, "",
+                          fsm.FORGOTTEN_FOR_AGE, h.now_ms)]
+    assert "old" not in h.state.jobs
+
+
+def test_a_job_forgotten_to_make_room_is_a_forgotten_event_before_the_new_job(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "MAX_RETAINED_JOBS", 2)
+    h = Harness()
+    h.register("east")
+    h.submit("first", job_doc([task_doc("a")]))
+    h.run_task("east", "first", "a", exit_code=1)
+    h.submit("second", job_doc([task_doc("a")]))
+    submitted = _collect(h, lambda: h.submit("third", job_doc([task_doc("a")])))
+    assert _brief(submitted) == [("forgotten", "first", "FAILED"), ("job", "third", "PENDING"),
+                                 ("task", "a", "RUNNABLE")]
+    assert submitted[0][8] == fsm.FORGOTTEN_FOR_ROOM
+    assert EventFilter(job_id="first").matches(submitted[0])
+    assert not EventFilter(tenant="other").matches(submitted[0])
 
 
 def test_nothing_is_collected_unless_asked() -> None:
