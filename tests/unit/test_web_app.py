@@ -51,7 +51,7 @@ class FakeClient:
         self.listed.append({"tenant": tenant, "state": state, "page_token": page_token,
                             "query": query, "newest_first": newest_first})
         counts = {"RUNNING": 1, "FAILED": 3}
-        if query.strip() in ("nothing", "j1") or state == "FAILED":  # j1: older than a search reaches
+        if query.strip() in ("nothing", "j1") or state == "FAILED":  # j1: older than a search
             return pb.ListJobsResponse(state_counts=counts)
         return pb.ListJobsResponse(jobs=[JOB], next_page_token="n7", state_counts=counts)
 
