@@ -121,11 +121,17 @@ def start_console(cluster: LocalCluster, root: Path) -> Console:
     assert cluster.authority is not None
     files = pki.issue_web(cluster.authority)
     port = free_port()
+    # As deployed (deploy/README.md): the console's own operator token for its one event
+    # stream, which wakes every open page.
+    watch = root / "web-watch.token"
+    pki.write_token(watch, str(cluster.client().create_token(
+        "*", "operator", "bench web: the console's event stream").token))
     cluster.supervisor.start("web", [
         sys.executable, "-m", "raftsched", "web", "--listen", f"127.0.0.1:{port}",
         "--servers", ",".join(cluster.grpc), "--tls-ca", str(files.ca),
         "--tls-cert", str(files.cert), "--tls-key", str(files.key),
-        "--https-cert", str(files.cert), "--https-key", str(files.key)],
+        "--https-cert", str(files.cert), "--https-key", str(files.key),
+        "--watch-token-file", str(watch)],
         root / "logs" / "web.log")
     wait_for(lambda: port_open(f"127.0.0.1:{port}"), 60, "the console to listen")
     return Console("127.0.0.1", port, ssl.create_default_context(cafile=str(files.ca)))
