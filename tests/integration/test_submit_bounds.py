@@ -25,7 +25,7 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.replica.applied_log import read_applied_log
 from raftsched.state.commands import JobSubmit, Tag, decode
 from raftsched.state.policy import BACKPRESSURE_RETRY_AFTER_MS
-from tests.support.cluster import LocalCluster, running, wait_for, with_token
+from tests.support.cluster import START_TIMEOUT_S, LocalCluster, running, wait_for, with_token
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -55,9 +55,18 @@ def user_token(cluster: LocalCluster) -> str:
 
 
 def terms(cluster: LocalCluster) -> list[int]:
-    """Each replica's own Raft term."""
+    """Each replica's own Raft term, once every one answers (a replica that knows no leader,
+    e.g. while an earlier test's election settles on a busy machine, answers UNAVAILABLE)."""
     client = cluster.client(retry_budget_s=CALL_TIMEOUT_S)
-    return [int(client.cluster_status(address).term) for address in cluster.grpc]
+
+    def answered() -> list[int] | None:
+        try:
+            return [int(client.cluster_status(address).term) for address in cluster.grpc]
+        except RaftschedError as error:
+            if error.code != Code.UNAVAILABLE:
+                raise
+            return None
+    return wait_for(answered, START_TIMEOUT_S, "every replica to answer with its term")
 
 
 def term_after_a_later_commit(cluster: LocalCluster) -> list[int]:

@@ -211,6 +211,20 @@ class LocalCluster:
             return all(states.get(cid) == "READY" for cid in cluster_ids)
         wait_for(ready, timeout_s, f"clusters {cluster_ids} READY")
 
+    def wait_all_applied(self, timeout_s: float = START_TIMEOUT_S) -> int:
+        """Every live replica has applied what the leader had committed when this was called
+        (a follower may lag behind the leader's answers); returns that index."""
+        client = self.client(retry_budget_s=2)
+        target = client.cluster_status().commit_index
+
+        def caught_up() -> bool:
+            for address, proc in zip(self.grpc, self.replicas, strict=False):
+                if proc.alive() and client.cluster_status(server=address).applied_index < target:
+                    return False
+            return True
+        wait_for(caught_up, timeout_s, f"every replica to apply index {target}")
+        return int(target)
+
     # -- teardown --------------------------------------------------------------------------------
 
     def close(self) -> None:
