@@ -45,10 +45,13 @@ _DESIGN = re.compile(r"(\S*)DESIGN\.md")
 
 
 def text_files() -> list[Path]:
-    skip = {".venv", ".git", "node_modules", "__pycache__", ".mypy_cache", ".ruff_cache"}
+    """The repository's .py and .md files (not generated code, nor what runs leave behind)."""
+    skip = {"node_modules", "__pycache__", "results"}
     files = []
     for path in ROOT.rglob("*"):
-        if path.suffix in (".py", ".md") and not skip.intersection(path.relative_to(ROOT).parts):
+        parts = path.relative_to(ROOT).parts
+        if path.suffix in (".py", ".md") and not skip.intersection(parts) \
+                and not any(part.startswith(".") for part in parts):
             if path.name.endswith("_pb2.py") or path.name.endswith("_pb2_grpc.py"):
                 continue
             files.append(path)
