@@ -1,6 +1,6 @@
 """The Raft adapter (raftsched.replica.raft.node): journal unit tests, in-process single replicas,
 and
-real 3-4 process clusters on 127.0.0.1 driven through tests/raft_proc.py."""
+real 3-4 process clusters on 127.0.0.1 driven through tests/support/raft_proc.py."""
 
 from __future__ import annotations
 

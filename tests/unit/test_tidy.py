@@ -4,7 +4,8 @@ module list matches the tree. Pure and fast: it reads files, never imports the p
 What counts as a citation (in every tracked .py and .md file outside .venv):
 - a backticked repository path: `raftsched/state/fsm.py`, `tests/support/`, `docs/x.md`
   (a first component that is a top-level directory of the repository; a `:line` or `::test` tail
-  is ignored; globs, `<placeholders>` and `...` are skipped), and `docs/*.md` anywhere;
+  is ignored; globs, `<placeholders>` and `...` are skipped), and such a path to a .py or .md
+  file anywhere (`tests/support/fsmkit.py`, `docs/architecture.md §3`);
 - a dotted module name `raftsched.x.y` anywhere, and `agent.x` / `tests.x` inside backticks:
   each component must be a package or module until a module is reached (what follows it is an
   attribute); a name after a package that is not a submodule must appear in its `__init__.py`;
@@ -40,7 +41,8 @@ _DOTTED_ANY = re.compile(r"(?<![\w./\"'=-])(raftsched(?:\.[a-z_][a-z0-9_]*)+)")
 NOT_MODULES = ("raftsched.v1",)
 FILE_SUFFIXES = ("py", "md", "proto", "toml", "bash", "json", "yaml", "txt")
 _DOTTED_TICKED = re.compile(r"^((?:agent|tests)(?:\.[a-z_][a-z0-9_]*)+)")
-_DOCS = re.compile(r"(?<![\w/.-])(docs/[\w/-]+\.md)")
+_TOP = "(?:" + "|".join(map(re.escape, TOP_DIRS)) + ")"
+_FILE = re.compile(r"(?<![\w/.-])(" + _TOP + r"/[\w/.-]*\w\.(?:py|md))\b")
 _DESIGN = re.compile(r"(\S*)DESIGN\.md")
 
 
@@ -98,7 +100,7 @@ def citation_problems(text: str) -> list[str]:
     for dotted in _DOTTED_ANY.findall(text):
         if p := module_problem(dotted):
             problems.append(p)
-    for cited in _DOCS.findall(text):
+    for cited in _FILE.findall(text):
         if p := path_problem(cited):
             problems.append(p)
     for prefix in _DESIGN.findall(text):
