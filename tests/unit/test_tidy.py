@@ -1,7 +1,8 @@
 """The repository's own text stays true: what it cites exists, functions stay short, the README's
 module list matches the tree. Pure and fast: it reads files, never imports the product.
 
-What counts as a citation (in every tracked .py and .md file outside .venv):
+What counts as a citation (in every .py and .md file of the repository, except dot-directories,
+run results and generated protobuf code):
 - a backticked repository path: `raftsched/state/fsm.py`, `tests/support/`, `docs/x.md`
   (a first component that is a top-level directory of the repository; a `:line` or `::test` tail
   is ignored; globs, `<placeholders>` and `...` are skipped), and such a path to a .py or .md
@@ -26,7 +27,8 @@ EXTERNAL = ("/work/shared/", "../shared/")
 MAX_FUNCTION_LINES = 70
 
 # Product functions over MAX_FUNCTION_LINES today (lines from `def` to the end), being split by
-# other work: the list may only shrink. A new long function fails; so does a stale entry.
+# other work: the list may only shrink. A new long function fails, so does one that grew past its
+# recorded length, and so does a stale entry.
 LONG_FUNCTIONS: dict[str, int] = {
     "agent.main.add_arguments": 100,
     "raftsched.cli.job.register_job": 73,
@@ -155,6 +157,9 @@ def test_no_new_product_function_over_the_line_limit() -> None:
     new = {name: n for name, n in long.items() if name not in LONG_FUNCTIONS}
     assert not new, (f"product functions over {MAX_FUNCTION_LINES} lines (def to end): "
                      f"{sorted(new.items())}; split them")
+    grown = {name: n for name, n in long.items() if n > LONG_FUNCTIONS.get(name, n)}
+    assert not grown, f"allow-listed long functions grew (now, was): " \
+                      f"{[(name, n, LONG_FUNCTIONS[name]) for name, n in sorted(grown.items())]}"
     stale = sorted(name for name in LONG_FUNCTIONS if name not in long)
     assert not stale, f"no longer over {MAX_FUNCTION_LINES} lines (or gone): drop from " \
                       f"LONG_FUNCTIONS: {stale}"
