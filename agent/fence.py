@@ -1,5 +1,5 @@
-"""Fences: the pure admission and term rules, and the two stores behind them (DESIGN.md §2
-"Fences").
+"""Fences: the pure admission and term rules, and the two stores behind them
+(docs/architecture.md §3).
 
 `admit()` and `term_is_stale()` decide; a fence store remembers the highest fence seen per task
 (`job_id/task_id`), the highest leader term seen, and the agent's incarnation counter.

@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 
 SLOT_TURNAROUND_BUCKETS_S = (0.001, 0.0025, 0.005, 0.0075, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075,
                              0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-"""Targets: p50 <= 15 ms, p99 <= 50 ms (DESIGN.md §8)."""
+"""Targets: p50 <= 15 ms, p99 <= 50 ms (docs/architecture.md §8)."""
 HEARTBEAT_LATENCY_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 """Heartbeats long-poll, so their latency includes the wait when there is nothing to do."""
 

@@ -1,6 +1,7 @@
 """Slot turnaround: how long capacity freed by an ending attempt stays empty while work waits.
 
-The figure that decides utilisation under contention (DESIGN.md §8): from an attempt's end being
+The figure that decides utilisation under contention (docs/architecture.md §8): from an attempt's
+end being
 noticed here (its completion collected) to the next attempt started here. Freed slots queue in
 order; each start takes the oldest. A freed slot left unused for IDLE_AFTER_S is counted as idle
 (no work was waiting for it) and dropped, so the histogram describes a busy cluster, not a quiet

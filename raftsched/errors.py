@@ -2,7 +2,7 @@
 
 Expected failures are named `Code`s carried in values (`fsm.Rejected`, `RaftschedError`); a broken
 invariant is an `AssertionError` and is never caught. Our codes are named after gRPC's status
-codes; `raftsched.rpc` is the one place that maps between the two (DESIGN.md §6).
+codes; `raftsched.rpc` is the one place that maps between the two (docs/architecture.md §6).
 """
 
 from __future__ import annotations

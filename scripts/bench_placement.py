@@ -2,7 +2,8 @@
 
 What it answers: placement decisions per second and time per planning round with 100 clusters
 x 100,000 queued tasks across 10 tenants, and the ratio of round time when the queue grows 10x.
-The planner's promise (DESIGN.md §9, `raftsched/state/placement.py`) is that the cost of a round
+The planner's promise (docs/architecture.md §9, `raftsched/state/placement.py`) is that the cost of
+a round
 follows what it places, not what waits: a leader re-plans every round, so a planner whose round
 grew with the backlog would slow placement down exactly when the backlog is long.
 

@@ -8,7 +8,8 @@ Exit status: 0 no violation, 1 at least one violation, 2 the folder cannot be re
 What it reads (see `jepsen.history` for the history schema):
 - `replicas/<name>/applied.log` of every replica: entries at one index must be byte-identical
   within a file and across replicas (log_agreement). Their union by index is replayed through the
-  pure FSM from an empty state, fed to `raftsched.audit.LogAuditor` before and after each apply
+  pure FSM from an empty state, fed to `raftsched.state.audit.LogAuditor` before and after each
+  apply
   (fences, DAG order, retry budgets, accepted reports, capacity, idempotency keys, placements
   only on open clusters, reservations, tenants' max_running, jobs' retry_budget,
   `invariants.check_invariants`).

@@ -40,7 +40,8 @@ QUIET_S = (1.0, 3.0)
 DOWN_S = (1.0, 3.0)
 """How long killed processes stay down."""
 PAUSE_S = (2.0, 4.0)
-"""SIGSTOP length: beyond the election timeout (raft_node.RAFT_MAX_TIMEOUT_S is 1 s)."""
+"""SIGSTOP length: beyond the election timeout (raftsched.replica.raft.node.RAFT_MAX_TIMEOUT_S is 1
+s)."""
 PARTITION_S = (3.0, 6.0)
 SKEW_RANGE_S = (10, 120)
 """Absolute wall-clock offset for skewed processes, either sign."""

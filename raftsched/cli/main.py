@@ -11,7 +11,7 @@ Each subcommand is one `_register_<name>` function that adds its parser (with th
   spec, a local OS error); 3 no answer or an unknown outcome (UNAVAILABLE, DEADLINE_EXCEEDED);
   130 interrupted.
 Expected failures never show a Python traceback. Commands that talk to a cluster get their
-client from `make_client` (tests replace it); what they print is built by `raftsched.render`.
+client from `make_client` (tests replace it); what they print is built by `raftsched.cli.render`.
 `raftsched validate` imports neither grpc nor the server: those are imported inside handlers.
 """
 

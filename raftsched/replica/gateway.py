@@ -164,7 +164,8 @@ class AgentGateway:
                observed: Observation | None = None) -> Reported:
         """Commit the reports; a final verdict for each, in order.
 
-        The freed slot is refilled in the same round of commits (DESIGN.md §8): the capacity
+        The freed slot is refilled in the same round of commits (docs/architecture.md §8): the
+        capacity
         the agent `observed` when it sent them (after the attempts they end released theirs) is
         recorded like a heartbeat's, and once the reports are in the log the leader is told the
         room they will release (`Leader.releasing`), so its next ASSIGN_BATCH follows them in

@@ -54,13 +54,13 @@ without the agent's answer being committed (the message or its answer may have b
 
 
 class Pending(Protocol):
-    """An entry appended to the log, not yet waited for (raft_node.Proposal)."""
+    """An entry appended to the log, not yet waited for (raft.node.Proposal)."""
 
     def outcome(self, timeout_s: float) -> fsm.Outcome: ...
 
 
 class Node(Protocol):
-    """What the leader needs of the Raft node (raft_node.RaftNode provides it)."""
+    """What the leader needs of the Raft node (raft.node.RaftNode provides it)."""
 
     def propose(self, data: bytes, timeout_s: float) -> fsm.Outcome: ...
     def submit(self, data: bytes) -> Pending: ...

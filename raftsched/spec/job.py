@@ -1,6 +1,7 @@
 """Job specs: parse a YAML or JSON document into a validated, canonical `JobSpec`.
 
-The document format is DESIGN.md §5 plus optional per-task `env` (mapping) and `cwd` (string).
+The document format is docs/architecture.md §5 plus optional per-task `env` (mapping) and `cwd`
+(string).
 Validation reports every problem it finds (a `SpecError` carries them all), checks types exactly
 (a bool is not a number), refuses unknown fields, and costs O(V+E) for V tasks and E dependencies.
 Every bound comes from `raftsched.limits`.
@@ -94,7 +95,7 @@ _MISSING: Final = _Missing()
 
 
 class FailurePolicy(enum.StrEnum):
-    """What a job does when one of its tasks fails for good (DESIGN.md §2)."""
+    """What a job does when one of its tasks fails for good (docs/architecture.md §2)."""
 
     FAIL_FAST = "fail_fast"
     """Cancel every open task of the job."""
@@ -105,7 +106,7 @@ class FailurePolicy(enum.StrEnum):
 
 
 class Scoring(enum.StrEnum):
-    """Which of the clusters a task fits the planner picks (DESIGN.md §9)."""
+    """Which of the clusters a task fits the planner picks (docs/architecture.md §9)."""
 
     BINPACK = "binpack"
     """The fullest that fits: keeps whole clusters free for large tasks (the default)."""
@@ -115,7 +116,7 @@ class Scoring(enum.StrEnum):
 
 class PriorityClass(enum.StrEnum):
     """Who may take a cluster's room from whom: a pending task of a higher class may preempt
-    running tasks of a lower class whose jobs are `preemptible` (DESIGN.md §9)."""
+    running tasks of a lower class whose jobs are `preemptible` (docs/architecture.md §9)."""
 
     LOW = "low"
     NORMAL = "normal"
@@ -181,7 +182,7 @@ class RetryPolicy:
 
 @dataclass(frozen=True, slots=True)
 class TaskSpec:
-    """One validated task; see DESIGN.md §5 for what each field means."""
+    """One validated task; see docs/architecture.md §5 for what each field means."""
 
     id: str
     command: tuple[str, ...]

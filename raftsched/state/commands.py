@@ -65,7 +65,8 @@ class CommandError(ValueError):
 class JobSubmit:
     job_id: str
     spec: list[Any]
-    """The validated job spec in wire form (`spec_wire.to_wire`); re-validated at apply."""
+    """The validated job spec in wire form (`raftsched.spec.wire.to_wire`); re-validated at
+    apply."""
     now_ms: int
 
 

@@ -1,4 +1,4 @@
-"""Pure placement: which RUNNABLE tasks go to which cluster now (DESIGN.md §9).
+"""Pure placement: which RUNNABLE tasks go to which cluster now (docs/architecture.md §9).
 
 `plan(state, now_ms=…, max_items=…)` reads the committed state and returns the placements and
 reservations of an ASSIGN_BATCH (a `Plan`); it never mutates the state, reads no clock and

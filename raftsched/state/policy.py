@@ -1,4 +1,5 @@
-"""The contention policy's rules and knobs (DESIGN.md §9), pure: who goes first, when a submit
+"""The contention policy's rules and knobs (docs/architecture.md §9), pure: who goes first, when a
+submit
 is refused, when a cluster is degraded. The state machine applies them (`fsm`), the planner
 orders by them (`placement`), the read side explains with them (`views`): one copy each.
 

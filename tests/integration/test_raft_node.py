@@ -1,5 +1,6 @@
-"""The Raft adapter (raftsched.raft_node): journal unit tests, in-process single replicas, and
-real 3-4 process clusters on 127.0.0.1 driven through tests/raft_proc.py."""
+"""The Raft adapter (raftsched.replica.raft.node): journal unit tests, in-process single replicas,
+and
+real 3-4 process clusters on 127.0.0.1 driven through tests/support/raft_proc.py."""
 
 from __future__ import annotations
 
@@ -160,7 +161,7 @@ def test_resent_entries_are_not_rewritten_and_acked_ones_stay_on_disk(tmp_path: 
 
 
 def test_compaction_past_a_truncated_log_never_empties_it(tmp_path: Path) -> None:
-    """Regression for "truncating already-applied log entries" (DESIGN.md §4).
+    """Regression for "truncating already-applied log entries" (docs/architecture.md §4).
 
     pysyncobj takes a snapshot at last_applied=19 (so it will cut before index 18), then an
     append_entries with prevLogIdx=12 truncates the log to ..12 before the compaction lands.

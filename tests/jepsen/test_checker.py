@@ -1,6 +1,7 @@
 """The jepsen-style checker and the log auditor, on results folders built from real logs.
 
-`Run` drives the real state machine (tests/fsmkit.py) and records what a jepsen-style run would:
+`Run` drives the real state machine (tests/support/fsmkit.py) and records what a jepsen-style run
+would:
 each replica's applied log (with pysyncobj's own no-op entries as empty records), the history, the
 ledger the tasks append to and the agents' logs. A clean run must give no violation; each test
 after it corrupts exactly one thing and expects exactly the check that names it. Properties a

@@ -2,7 +2,7 @@
 replica of `log.SimLog`), what each agent ran and saw, and which submissions were acknowledged.
 
 The committed log's properties (fences, DAG order, retry budgets, accepted reports, capacity,
-idempotency keys) are `raftsched.audit.LogAuditor`'s, shared with the jepsen-style checker;
+idempotency keys) are `raftsched.state.audit.LogAuditor`'s, shared with the jepsen-style checker;
 `observe` feeds it and asserts it found nothing. Every `on_*` method asserts the property it can
 check at once; `check_replicas` runs after every step and `check_final` at the end of a run.
 """
@@ -21,7 +21,8 @@ from raftsched.state.results import AssignResult, ClusterStatusChanged, ReportRe
 @dataclass
 class History:
     auditor: LogAuditor = field(default_factory=lambda: LogAuditor(invariants_every=0))
-    """The committed log's safety checks (raftsched.audit, shared with the jepsen-style checker);
+    """The committed log's safety checks (raftsched.state.audit, shared with the jepsen-style
+    checker);
     the oracle already runs `invariants.check_invariants` after every commit."""
     runs: dict[int, str] = field(default_factory=dict)
     """fence -> the cluster whose agent started it."""

@@ -170,7 +170,7 @@ class SimProposal:
 
 
 class SimNode:
-    """What `raftsched.leader.Leader` needs of a Raft node, on one simulated replica."""
+    """What `raftsched.replica.leader.Leader` needs of a Raft node, on one simulated replica."""
 
     def __init__(self, log: SimLog, replica: Replica) -> None:
         self.log = log

@@ -1,5 +1,5 @@
 """Seeded discrete-time simulation of contention: the pure state machine and the planner under
-load, no processes (DESIGN.md §9, `state/placement.py`).
+load, no processes (docs/architecture.md §9, `state/placement.py`).
 
 A `Sim` moves a simulated clock (`Harness.now_ms`) one step at a time. Each step it reports
 STARTED for the attempts the previous step assigned and FINISHED for those whose run time has

@@ -1,7 +1,8 @@
 """Property tests: random command streams keep every invariant, replicas fed the same log agree
 byte for byte, and a snapshot taken mid-stream and replayed with the rest equals the straight run.
 
-Two drivers share one generator (tests/fsmgen.py): a Hypothesis state machine (shrinks a failure
+Two drivers share one generator (tests/support/fsmgen.py): a Hypothesis state machine (shrinks a
+failure
 to a short stream and prints its reproduction blob) and a seeded random walk with longer streams
 (prints the seed that replays a failure exactly: `SIM_SEED=<n> pytest -k random_walk`).
 """

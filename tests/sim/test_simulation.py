@@ -4,7 +4,7 @@ changes, lost/duplicated/delayed/replayed/mangled messages, agent crashes and pa
 manual clock.
 
 A failing seed is printed as `replay with SIM_SEED=<seed>`; `SIM_SEED=<seed> pytest
-tests/test_simulation.py` replays it alone (`SIM_STEPS` sets the step count).
+tests/sim/test_simulation.py` replays it alone (`SIM_STEPS` sets the step count).
 """
 
 from __future__ import annotations

@@ -43,7 +43,8 @@ def free_ports(count: int) -> list[int]:
 
 
 def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """`tests.cluster.wait_for`, also polling on while a replica answers with a HarnessError."""
+    """`tests.support.cluster.wait_for`, also polling on while a replica answers with a
+    HarnessError."""
     return cluster.wait_for(condition, timeout_s, what, retry_on=(OSError, HarnessError))
 
 

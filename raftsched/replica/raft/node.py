@@ -1,6 +1,7 @@
 """The Raft adapter: the only module in raftsched that imports pysyncobj (pinned to 0.3.17).
 
-`RaftNode` runs one replica. Everything about the log except consensus is ours (DESIGN.md §2, §4):
+`RaftNode` runs one replica. Everything about the log except consensus is ours
+(docs/architecture.md §2, §4):
 
 - **One replicated method** taking `bytes`: on the tick thread it only hands the entry to the
   applier (applier.py), whose own thread runs `fsm.apply(state, entry)` in log order under
@@ -10,7 +11,8 @@
   is written without fsync. We give SyncObj our own `DurableJournal` (append-only file, CRC per
   record, `fdatasync` before this replica acks or applies an entry; term/vote written tmp + fsync
   + rename + dir fsync before the vote leaves). See "Durability points" below.
-- **Snapshots** are `raftsched.snapshot` files written through pysyncobj's serializer hooks; the
+- **Snapshots** are `raftsched.state.snapshot` files written through pysyncobj's serializer hooks;
+  the
   library's bookkeeping (last applied entry, the entry before it, cluster members) rides in the
   snapshot's `extra` record. Loading one replaces the State wholesale.
 - **Security.** Every Raft frame is a pickle; only the cluster secret (Fernet, checked before
@@ -64,7 +66,8 @@ pysyncobj internals this module relies on (re-check them when changing the pinne
   were applied), then re-adds them. If a compaction (`__tryLogCompaction` ->
   `__deleteEntriesTo(serializeID)`) lands beyond the shortened log, FileJournal.deleteEntriesTo
   empties the whole log and every later tick fails on `self.__raftLog[-1]`: the replica is dead
-  (DESIGN.md §4). We avoid and contain it in four layers: `SyncingTransport` cuts the already
+  (docs/architecture.md §4). We avoid and contain it in four layers: `SyncingTransport` cuts the
+  already
   carried prefix off re-sent append_entries (followers no longer truncate in steady state);
   `DurableJournal` truncates logically (re-added identical entries stay on disk);
   `DurableJournal.deleteEntriesTo` refuses a cut that would leave fewer than two entries (the
@@ -152,7 +155,7 @@ job, protocol 2 gave a 639 KB entry and took 14 ms to send and 5 ms to receive; 
 replicas not yet upgraded, still read and are read."""
 setattr(_pysyncobj_pickle, "__protocol", PICKLE_PROTOCOL)  # a module global, not name-mangled
 
-# --- tuning (loopback / small clusters; see DESIGN.md §4) ----------------------------------------
+# --- tuning (loopback / small clusters; see docs/architecture.md §4) --------------------------
 RAFT_MIN_TIMEOUT_S = 0.4
 RAFT_MAX_TIMEOUT_S = 1.0
 """Election timeout range. pysyncobj requires min > 3 x APPEND_ENTRIES_PERIOD_S."""
@@ -160,7 +163,7 @@ APPEND_ENTRIES_PERIOD_S = 0.1
 """Leader heartbeat period; with appendEntriesUseBatch=False new entries go out at once."""
 CONNECTION_TIMEOUT_S = 60.0
 """A link with no traffic this long is dropped. Follower<->follower links are idle; a short value
-made the first election after a leader crash fail (DESIGN.md §4)."""
+made the first election after a leader crash fail (docs/architecture.md §4)."""
 CONNECTION_RETRY_S = 0.5
 """Reconnect attempts to an unreachable peer (pysyncobj default 5 s slows restarts)."""
 LEADER_FALLBACK_TIMEOUT_S = 5.0

@@ -1,4 +1,4 @@
-"""The agent core against an in-memory leader (tests/agent_support.FakeSession)."""
+"""The agent core against an in-memory leader (`tests.support.agent.FakeSession`)."""
 
 from __future__ import annotations
 

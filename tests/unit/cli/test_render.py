@@ -1,4 +1,4 @@
-"""raftsched.render: API messages -> JSON documents -> aligned human text (pure functions)."""
+"""raftsched.cli.render: API messages -> JSON documents -> aligned human text (pure functions)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The agent gateway's logic (raftsched.replica.gateway) against an in-memory log: the freed-slot
-path of the scheduling loop (DESIGN.md §8) and what a heartbeat delivers."""
+path of the scheduling loop (docs/architecture.md §8) and what a heartbeat delivers."""
 
 from __future__ import annotations
 

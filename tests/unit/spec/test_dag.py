@@ -1,4 +1,4 @@
-"""Graph checks (raftsched.dag): ids, dependencies, cycles and topological order."""
+"""Graph checks (raftsched.spec.dag): ids, dependencies, cycles and topological order."""
 
 from __future__ import annotations
 
