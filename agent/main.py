@@ -25,17 +25,17 @@ from cryptography.x509.oid import NameOID
 
 from agent import containment
 from agent.agent import HEARTBEAT_WAIT_MS, Agent, AgentConfig, AgentError, attempts_root
-from agent.executor import (
+from agent.executors import (
     Executor,
     ExecutorError,
     MockExecutor,
     SubprocessExecutor,
     TaskUser,
 )
+from agent.executors.slurm import SlurmExecutor, partition_capacity
 from agent.metrics import AgentMetrics
 from agent.model import Resources
 from agent.session import GrpcSession
-from agent.slurm import SlurmExecutor, partition_capacity
 from agent.store import StoreError
 from raftsched import config, eventlog, options, tls
 from raftsched.clock import configure_skew_from_env

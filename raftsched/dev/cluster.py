@@ -22,7 +22,7 @@ agent's own rules, issues its certificate from the CA in DIR/tls (`pki.load_auth
 it like `up` does, records it, and waits until its cluster is READY; on failure it stops the
 agent and forgets it again. A Slurm agent (`executor="slurm"`) fronts a partition of the
 cluster's own private Slurm, else of the Slurm SLURM_CONF names; its sizes and node features are
-read from the partition first (`agent.slurm.partition_capacity`), so a Slurm that does not
+read from the partition first (`agent.executors.slurm.partition_capacity`), so a Slurm that does not
 answer or has no such partition is refused before anything starts. `status` and `down` treat it
 like any agent `up` started.
 
@@ -1255,10 +1255,10 @@ def _slurm_env(state: ClusterState) -> dict[str, str]:
 def _slurm_shape(shape: AgentShape, partition: str, env: dict[str, str],
                  own: bool) -> AgentShape:
     """`shape` with the partition's sizes, and its nodes' features beside the capabilities, as
-    the agent will read them (`agent.slurm.partition_capacity`); FAILED_PRECONDITION saying
-    which Slurm was asked when it does not answer or has no such partition."""
-    from agent.executor import ExecutorError
-    from agent.slurm import partition_capacity
+    the agent will read them (`agent.executors.slurm.partition_capacity`); FAILED_PRECONDITION
+    saying which Slurm was asked when it does not answer or has no such partition."""
+    from agent.executors import ExecutorError
+    from agent.executors.slurm import partition_capacity
 
     try:
         found = partition_capacity(partition, env)
