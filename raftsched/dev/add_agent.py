@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from raftsched import limits
 from raftsched.dev import slurm as private_slurm
+from raftsched.dev.launch import _all_ready, _Launch, _readiness
 from raftsched.dev.ports import pick_free_ports
 from raftsched.dev.processes import (
     ClusterView,
@@ -48,7 +49,6 @@ from raftsched.dev.supervisor import (
     Identity,
     StopOutcome,
 )
-from raftsched.dev.up import _all_ready, _Launch, _readiness
 from raftsched.errors import Code
 
 if TYPE_CHECKING:  # raftsched.tls imports grpc, which `raftsched --help` does not load

@@ -43,262 +43,178 @@ restarted on an old data dir would remember the previous run's membership and po
 from __future__ import annotations
 
 from raftsched.dev.add_agent import (
-    AddAgentOptions as AddAgentOptions,
+    AddAgentOptions,
+    add_agent,
+    check_resources,
+    machine_memory_mb,
+    parse_resources,
+    recorded_state,
+    requested_shape,
 )
-from raftsched.dev.add_agent import (
-    add_agent as add_agent,
-)
-from raftsched.dev.add_agent import (
-    check_resources as check_resources,
-)
-from raftsched.dev.add_agent import (
-    machine_memory_mb as machine_memory_mb,
-)
-from raftsched.dev.add_agent import (
-    parse_resources as parse_resources,
-)
-from raftsched.dev.add_agent import (
-    recorded_state as recorded_state,
-)
-from raftsched.dev.add_agent import (
-    requested_shape as requested_shape,
-)
-from raftsched.dev.down import (
-    down as down,
-)
+from raftsched.dev.down import down
+from raftsched.dev.launch import traversable
 from raftsched.dev.processes import (
-    Certificates as Certificates,
-)
-from raftsched.dev.processes import (
-    ClusterView as ClusterView,
-)
-from raftsched.dev.processes import (
-    Probe as Probe,
-)
-from raftsched.dev.processes import (
-    Spawn as Spawn,
-)
-from raftsched.dev.processes import (
-    agent_command as agent_command,
-)
-from raftsched.dev.processes import (
-    child_env as child_env,
-)
-from raftsched.dev.processes import (
-    issue_certificates as issue_certificates,
-)
-from raftsched.dev.processes import (
-    local_user_name as local_user_name,
-)
-from raftsched.dev.processes import (
-    probe_cluster as probe_cluster,
-)
-from raftsched.dev.processes import (
-    replica_command as replica_command,
-)
-from raftsched.dev.processes import (
-    require_proc as require_proc,
-)
-from raftsched.dev.processes import (
-    spawn_process as spawn_process,
-)
-from raftsched.dev.processes import (
-    web_command as web_command,
+    Certificates,
+    ClusterView,
+    Probe,
+    Spawn,
+    agent_command,
+    child_env,
+    issue_certificates,
+    local_user_name,
+    probe_cluster,
+    replica_command,
+    require_proc,
+    spawn_process,
+    web_command,
 )
 from raftsched.dev.record import (
-    ADMIN_TOKEN_FILE_NAME as ADMIN_TOKEN_FILE_NAME,
-)
-from raftsched.dev.record import (
-    AGENT_EXECUTORS as AGENT_EXECUTORS,
-)
-from raftsched.dev.record import (
-    DATA_DIR_NAME as DATA_DIR_NAME,
-)
-from raftsched.dev.record import (
-    DEFAULT_AGENTS as DEFAULT_AGENTS,
-)
-from raftsched.dev.record import (
-    DEFAULT_DEV_DIR as DEFAULT_DEV_DIR,
-)
-from raftsched.dev.record import (
-    DEFAULT_EXECUTOR as DEFAULT_EXECUTOR,
-)
-from raftsched.dev.record import (
-    DEFAULT_REPLICAS as DEFAULT_REPLICAS,
-)
-from raftsched.dev.record import (
-    DEFAULT_USER_NAME as DEFAULT_USER_NAME,
-)
-from raftsched.dev.record import (
-    DEV_DIR_ENV as DEV_DIR_ENV,
-)
-from raftsched.dev.record import (
-    EXECUTORS as EXECUTORS,
-)
-from raftsched.dev.record import (
-    FIRST_AGENTS as FIRST_AGENTS,
-)
-from raftsched.dev.record import (
-    LOCK_FILE_NAME as LOCK_FILE_NAME,
-)
-from raftsched.dev.record import (
-    LOG_DIR_NAME as LOG_DIR_NAME,
-)
-from raftsched.dev.record import (
-    MAX_AGENTS as MAX_AGENTS,
-)
-from raftsched.dev.record import (
-    MAX_CPU_CORES as MAX_CPU_CORES,
-)
-from raftsched.dev.record import (
-    MAX_RECORDED_AGENTS as MAX_RECORDED_AGENTS,
-)
-from raftsched.dev.record import (
-    MAX_USER_NAME_CHARS as MAX_USER_NAME_CHARS,
-)
-from raftsched.dev.record import (
-    POLL_INTERVAL_S as POLL_INTERVAL_S,
-)
-from raftsched.dev.record import (
-    PROBE_TIMEOUT_S as PROBE_TIMEOUT_S,
-)
-from raftsched.dev.record import (
-    PROGRESS_EVERY_S as PROGRESS_EVERY_S,
-)
-from raftsched.dev.record import (
-    READY as READY,
-)
-from raftsched.dev.record import (
-    REPLICA_COUNTS as REPLICA_COUNTS,
-)
-from raftsched.dev.record import (
-    RESERVED_ENV as RESERVED_ENV,
-)
-from raftsched.dev.record import (
-    SECRET_BYTES as SECRET_BYTES,
-)
-from raftsched.dev.record import (
-    SECRET_FILE_NAME as SECRET_FILE_NAME,
-)
-from raftsched.dev.record import (
-    SLURM_AGENT as SLURM_AGENT,
-)
-from raftsched.dev.record import (
-    SLURM_DIR_NAME as SLURM_DIR_NAME,
-)
-from raftsched.dev.record import (
-    SLURM_EXECUTOR as SLURM_EXECUTOR,
-)
-from raftsched.dev.record import (
-    STATE_FILE_NAME as STATE_FILE_NAME,
-)
-from raftsched.dev.record import (
-    STATE_VERSION as STATE_VERSION,
-)
-from raftsched.dev.record import (
-    TLS_DIR_NAME as TLS_DIR_NAME,
-)
-from raftsched.dev.record import (
-    TRAVERSE_BITS as TRAVERSE_BITS,
-)
-from raftsched.dev.record import (
-    UP_TIMEOUT_S as UP_TIMEOUT_S,
-)
-from raftsched.dev.record import (
-    WEB_NAME as WEB_NAME,
-)
-from raftsched.dev.record import (
-    WEB_WATCH_TOKEN_FILE_NAME as WEB_WATCH_TOKEN_FILE_NAME,
-)
-from raftsched.dev.record import (
-    AgentEntry as AgentEntry,
-)
-from raftsched.dev.record import (
-    AgentShape as AgentShape,
-)
-from raftsched.dev.record import (
-    ClusterState as ClusterState,
-)
-from raftsched.dev.record import (
-    DaemonEntry as DaemonEntry,
-)
-from raftsched.dev.record import (
-    DevClusterError as DevClusterError,
-)
-from raftsched.dev.record import (
-    Progress as Progress,
-)
-from raftsched.dev.record import (
-    ReplicaEntry as ReplicaEntry,
-)
-from raftsched.dev.record import (
-    Resources as Resources,
-)
-from raftsched.dev.record import (
-    SlurmEntry as SlurmEntry,
-)
-from raftsched.dev.record import (
-    TlsPaths as TlsPaths,
-)
-from raftsched.dev.record import (
-    WebEntry as WebEntry,
-)
-from raftsched.dev.record import (
-    agent_shapes as agent_shapes,
-)
-from raftsched.dev.record import (
-    default_dir as default_dir,
-)
-from raftsched.dev.record import (
-    exclusive as exclusive,
-)
-from raftsched.dev.record import (
-    load_state as load_state,
-)
-from raftsched.dev.record import (
-    save_state as save_state,
-)
-from raftsched.dev.record import (
-    servers_from_state as servers_from_state,
-)
-from raftsched.dev.record import (
-    state_path as state_path,
-)
-from raftsched.dev.record import (
-    write_secret as write_secret,
-)
-from raftsched.dev.status import (
-    agent_doc as agent_doc,
-)
-from raftsched.dev.status import (
-    cluster_doc as cluster_doc,
-)
-from raftsched.dev.status import (
-    metrics_url as metrics_url,
-)
-from raftsched.dev.status import (
-    slurm_doc as slurm_doc,
-)
-from raftsched.dev.status import (
-    status as status,
-)
-from raftsched.dev.status import (
-    web_doc as web_doc,
-)
-from raftsched.dev.supervisor import StopOutcome as StopOutcome
-from raftsched.dev.supervisor import StopResult as StopResult
-from raftsched.dev.up import (
-    UpOptions as UpOptions,
-)
-from raftsched.dev.up import (
-    WebToken as WebToken,
-)
-from raftsched.dev.up import (
-    create_web_watch_token as create_web_watch_token,
-)
-from raftsched.dev.up import (
-    traversable as traversable,
-)
-from raftsched.dev.up import (
-    up as up,
-)
+    ADMIN_TOKEN_FILE_NAME,
+    AGENT_EXECUTORS,
+    DATA_DIR_NAME,
+    DEFAULT_AGENTS,
+    DEFAULT_DEV_DIR,
+    DEFAULT_EXECUTOR,
+    DEFAULT_REPLICAS,
+    DEFAULT_USER_NAME,
+    DEV_DIR_ENV,
+    EXECUTORS,
+    FIRST_AGENTS,
+    LOCK_FILE_NAME,
+    LOG_DIR_NAME,
+    MAX_AGENTS,
+    MAX_CPU_CORES,
+    MAX_RECORDED_AGENTS,
+    MAX_USER_NAME_CHARS,
+    POLL_INTERVAL_S,
+    PROBE_TIMEOUT_S,
+    PROGRESS_EVERY_S,
+    READY,
+    REPLICA_COUNTS,
+    RESERVED_ENV,
+    SECRET_BYTES,
+    SECRET_FILE_NAME,
+    SLURM_AGENT,
+    SLURM_DIR_NAME,
+    SLURM_EXECUTOR,
+    STATE_FILE_NAME,
+    STATE_VERSION,
+    TLS_DIR_NAME,
+    TRAVERSE_BITS,
+    UP_TIMEOUT_S,
+    WEB_NAME,
+    WEB_WATCH_TOKEN_FILE_NAME,
+    AgentEntry,
+    AgentShape,
+    ClusterState,
+    DaemonEntry,
+    DevClusterError,
+    Progress,
+    ReplicaEntry,
+    Resources,
+    SlurmEntry,
+    TlsPaths,
+    WebEntry,
+    agent_shapes,
+    default_dir,
+    exclusive,
+    load_state,
+    save_state,
+    servers_from_state,
+    state_path,
+    write_secret,
+)
+from raftsched.dev.status import agent_doc, cluster_doc, metrics_url, slurm_doc, status, web_doc
+from raftsched.dev.supervisor import StopOutcome, StopResult
+from raftsched.dev.up import UpOptions, WebToken, create_web_watch_token, up
+
+__all__ = [
+    "ADMIN_TOKEN_FILE_NAME",
+    "AGENT_EXECUTORS",
+    "DATA_DIR_NAME",
+    "DEFAULT_AGENTS",
+    "DEFAULT_DEV_DIR",
+    "DEFAULT_EXECUTOR",
+    "DEFAULT_REPLICAS",
+    "DEFAULT_USER_NAME",
+    "DEV_DIR_ENV",
+    "EXECUTORS",
+    "FIRST_AGENTS",
+    "LOCK_FILE_NAME",
+    "LOG_DIR_NAME",
+    "MAX_AGENTS",
+    "MAX_CPU_CORES",
+    "MAX_RECORDED_AGENTS",
+    "MAX_USER_NAME_CHARS",
+    "POLL_INTERVAL_S",
+    "PROBE_TIMEOUT_S",
+    "PROGRESS_EVERY_S",
+    "READY",
+    "REPLICA_COUNTS",
+    "RESERVED_ENV",
+    "SECRET_BYTES",
+    "SECRET_FILE_NAME",
+    "SLURM_AGENT",
+    "SLURM_DIR_NAME",
+    "SLURM_EXECUTOR",
+    "STATE_FILE_NAME",
+    "STATE_VERSION",
+    "TLS_DIR_NAME",
+    "TRAVERSE_BITS",
+    "UP_TIMEOUT_S",
+    "WEB_NAME",
+    "WEB_WATCH_TOKEN_FILE_NAME",
+    "AddAgentOptions",
+    "AgentEntry",
+    "AgentShape",
+    "Certificates",
+    "ClusterState",
+    "ClusterView",
+    "DaemonEntry",
+    "DevClusterError",
+    "Probe",
+    "Progress",
+    "ReplicaEntry",
+    "Resources",
+    "SlurmEntry",
+    "Spawn",
+    "StopOutcome",
+    "StopResult",
+    "TlsPaths",
+    "UpOptions",
+    "WebEntry",
+    "WebToken",
+    "add_agent",
+    "agent_command",
+    "agent_doc",
+    "agent_shapes",
+    "check_resources",
+    "child_env",
+    "cluster_doc",
+    "create_web_watch_token",
+    "default_dir",
+    "down",
+    "exclusive",
+    "issue_certificates",
+    "load_state",
+    "local_user_name",
+    "machine_memory_mb",
+    "metrics_url",
+    "parse_resources",
+    "probe_cluster",
+    "recorded_state",
+    "replica_command",
+    "requested_shape",
+    "require_proc",
+    "save_state",
+    "servers_from_state",
+    "slurm_doc",
+    "spawn_process",
+    "state_path",
+    "status",
+    "traversable",
+    "up",
+    "web_command",
+    "web_doc",
+    "write_secret",
+]

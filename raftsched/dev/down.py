@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from raftsched.dev import slurm as private_slurm
+from raftsched.dev.launch import _report_job_processes
 from raftsched.dev.processes import require_proc
 from raftsched.dev.record import DevClusterError, Progress, exclusive, load_state, state_path
 from raftsched.dev.supervisor import (
@@ -15,7 +16,6 @@ from raftsched.dev.supervisor import (
     StopResult,
     stop_all,
 )
-from raftsched.dev.up import _report_job_processes
 from raftsched.errors import Code
 
 if TYPE_CHECKING:  # raftsched.tls imports grpc, which `raftsched --help` does not load
