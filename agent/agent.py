@@ -35,7 +35,7 @@ from agent.core import (
     CoreConfig,
     Decision,
 )
-from agent.executor import Executor
+from agent.executors import Executor
 from agent.fence import FenceStore
 from agent.logs import LogServer
 from agent.metrics import AgentMetrics

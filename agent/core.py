@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agent.executor import ExecutorError, Launch
+from agent.executors import ExecutorError, Launch
 from agent.fence import Admission, admit, term_is_stale
 from agent.metrics import AgentMetrics
 from agent.model import (
@@ -103,7 +103,7 @@ class Outbox(Protocol):
 
 
 class AttemptExecutor(Protocol):
-    """What the core asks of an executor (`agent.executor.Executor` is a wider one)."""
+    """What the core asks of an executor (`agent.executors.Executor` is a wider one)."""
 
     def attempt_dir(self, fence: int) -> str: ...
 

@@ -25,17 +25,17 @@ from cryptography.x509.oid import NameOID
 
 from agent import containment
 from agent.agent import HEARTBEAT_WAIT_MS, Agent, AgentConfig, AgentError, attempts_root
-from agent.executor import (
+from agent.executors import (
     Executor,
     ExecutorError,
     MockExecutor,
     SubprocessExecutor,
     TaskUser,
 )
+from agent.executors.slurm import SlurmExecutor, partition_capacity
 from agent.metrics import AgentMetrics
 from agent.model import Resources
 from agent.session import GrpcSession
-from agent.slurm import SlurmExecutor, partition_capacity
 from agent.store import StoreError
 from raftsched import config, eventlog, options, tls
 from raftsched.clock import configure_skew_from_env
@@ -89,6 +89,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = ("Stops cleanly on SIGTERM or SIGINT. Exit status: 0 after a clean stop, 1 "
                      "when the data dir is unusable or the agent failed, 2 for bad arguments.")
     config.add_option(parser, "agent")
+    _add_cluster_arguments(parser)
+    _add_executor_arguments(parser)
+    _add_tls_arguments(parser)
+    _add_task_user_arguments(parser)
+    _add_observability_arguments(parser)
+
+
+def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster-id", required=True, metavar="ID",
                         help="this cluster's id, as jobs pin it with 'cluster:' (letters, digits, "
                              f"'_', '.', '-'; at most {MAX_ID_CHARS} characters)")
@@ -120,6 +128,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory for the agent's durable state and attempt dirs (task "
                              "stdout/stderr); one agent per directory "
                              f"(default: ${DATA_DIR_ENV})")
+
+
+def _add_executor_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--executor", choices=("subprocess", "mock", "slurm"),
                         default="subprocess",
                         help="subprocess: run each task's command for real (default); slurm: "
@@ -130,6 +141,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "benchmarks (argv 'mock sleep_ms=N exit=K fail_attempts=M')")
     parser.add_argument("--slurm-partition", default="", metavar="NAME",
                         help="the Slurm partition this cluster stands for (--executor slurm)")
+
+
+def _add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-ca", metavar="PEM",
                         help=f"the cluster's CA (or ${tls.CA_ENV}); required unless --insecure-dev")
     parser.add_argument("--tls-cert", metavar="PEM",
@@ -139,6 +153,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--insecure-dev", action="store_true",
                         help="talk to replicas run with --insecure-dev: plaintext, no identity; "
                              "only for a throwaway local cluster")
+
+
+def _add_task_user_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--task-user", default=None, metavar="USER",
                         help="run tasks as this account (name or uid; subprocess executor). "
                              "Switching users needs root. Default: "
@@ -167,6 +184,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "and clears its environment escapes); auto: cgroup where it can, "
                              "else session (default). The agent logs task_containment at start "
                              "and exports raftsched_agent_task_containment{mode}")
+
+
+def _add_observability_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics-port", type=port, default=0, metavar="PORT",
                         help="serve Prometheus metrics on 127.0.0.1:PORT (default: 0, off)")
     parser.add_argument("--metrics-address", default=None,

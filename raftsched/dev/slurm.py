@@ -216,7 +216,7 @@ class LocalSlurm:
 
     def job(self, job_id: str) -> dict[str, str]:
         """`scontrol show job -o ID` as a dict ({} once the controller forgot the job)."""
-        from agent.slurm import parse_job_line  # the agent reads scontrol the same way
+        from agent.executors.slurm import parse_job_line  # the agent reads scontrol the same way
 
         result = self.run("scontrol", "show", "job", "-o", job_id)
         return parse_job_line(result.stdout) if result.returncode == 0 else {}

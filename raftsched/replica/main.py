@@ -91,6 +91,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "role admin for every tenant, unless an admin token exists already. "
                              "Give every replica the same file; remove it once other admin "
                              "tokens exist")
+    _add_tuning_arguments(parser)
+
+
+def _add_tuning_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suspect-after-s", type=positive_seconds, default=SUSPECT_AFTER_S,
                         help="a cluster whose agent is silent this long gets no new work "
                              f"(SUSPECT; default {SUSPECT_AFTER_S:g})")
@@ -160,57 +164,36 @@ def _secret(args: argparse.Namespace) -> str | None:
     return os.environ.get("RAFTSCHED_SECRET") or None
 
 
+class _StartError(Exception):
+    """A replica that cannot start: `message` goes to stderr, `status` is the exit status."""
+
+    def __init__(self, message: str, status: int = 2) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
 def run(args: argparse.Namespace) -> int:
     eventlog.configure(args.log_level)
     os.umask(PRIVATE_UMASK)
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    try:
+        return _run(args)
+    except _StartError as error:
+        print(f"error: {error.message}", file=sys.stderr)
+        return error.status
+
+
+def _run(args: argparse.Namespace) -> int:
     # pysyncobj is imported only here, at start: `raftsched --help` stays light.
     from raftsched.replica.raft.node import RaftNode
 
-    try:
-        secret = _secret(args)
-    except OSError as error:
-        print(f"error: cannot read --secret-file: {error.strerror}", file=sys.stderr)
-        return 2
-    try:
-        skew_s = configure_skew_from_env()
-    except ValueError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    if skew_s:
-        log.warning("wall_clock_skew_injected", seconds=skew_s)
-    try:
-        tls_files = tls.files_from(args.tls_ca, args.tls_cert, args.tls_key)
-        if tls_files is None and not args.insecure_dev:
-            raise RaftschedError(
-                Code.INVALID_ARGUMENT,
-                "the gRPC API is served over mutual TLS only: pass --tls-ca, --tls-cert and "
-                "--tls-key (`raftsched dev up` makes a throwaway CA), or --insecure-dev for a "
-                "plaintext throwaway cluster")
-        if tls_files is not None:
-            tls_files.load()  # a missing or unreadable file is an error now, not at bind
-    except RaftschedError as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        return 2
-    try:
-        on_office = _bootstrap_commands(args.bootstrap_token_file)
-    except RaftschedError as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        return 2
-    if not 0 < args.suspect_after_s < args.lost_after_s:
-        print("error: need 0 < --suspect-after-s < --lost-after-s", file=sys.stderr)
-        return 2
+    secret = _checked_secret(args)
+    tls_files = _checked_tls(args)
+    on_office = _checked_bootstrap(args)
     peers = [p.strip() for p in args.peers.split(",") if p.strip() and p.strip() != args.raft]
     if args.restore_from:
-        from raftsched.replica.raft.restore import seed_data_dir
-
-        try:
-            seeded = seed_data_dir(args.data_dir, args.restore_from, args.raft, peers)
-        except RaftschedError as error:
-            print(f"error: {error.message}", file=sys.stderr)
-            return 2
-        log.info("replica_restored", source=args.restore_from, index=seeded.index,
-                 term=seeded.term, members=",".join(seeded.members))
+        _restore(args, peers)
     changes = ChangeFeed()
     events = EventLog(args.event_retention)
     telemetry = metrics.ReplicaMetrics()
@@ -225,12 +208,10 @@ def run(args: argparse.Namespace) -> int:
                         on_applied=changes.notify, applied_log=args.applied_log,
                         on_proposal=telemetry.proposal, on_changes=events.record, **tuning)
     except RaftschedError as error:
-        print(f"error: {error.message}", file=sys.stderr)
-        return 2
+        raise _StartError(error.message) from error
     except OSError as error:
-        print(f"error: cannot open --applied-log {args.applied_log}: {error.strerror}",
-              file=sys.stderr)
-        return 2
+        raise _StartError(f"cannot open --applied-log {args.applied_log}: "
+                          f"{error.strerror}") from error
     clock = ProposalClock(SystemClock(), node.state_time_ms)
     leader = Leader(node, clock, random.SystemRandom(),
                     LeaderConfig(raft_address=args.raft, grpc_address=args.grpc,
@@ -244,21 +225,12 @@ def run(args: argparse.Namespace) -> int:
                          _connection_options(args.handshake_timeout_s, args.max_grpc_connections))
     except RaftschedError as error:
         node.close()
-        print(f"error: {error.message}", file=sys.stderr)
-        return 2
+        raise _StartError(error.message) from error
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     telemetry.watch(node, leader.leading, leader.reported_free, leader.unusable)
-    endpoint = metrics_endpoint(args.metrics_address, args.metrics_port)
-    if endpoint is not None:
-        try:
-            telemetry.serve(*endpoint)
-        except OSError as error:
-            node.close()
-            print(f"error: cannot serve metrics on {endpoint[0]}:{endpoint[1]}: "
-                  f"{error.strerror}", file=sys.stderr)
-            return 1
+    _serve_metrics(args, telemetry, node.close)
     leader.start()
     server.start()
     log.info("replica_started", raft=args.raft, grpc=args.grpc, peers=",".join(peers))
@@ -268,6 +240,71 @@ def run(args: argparse.Namespace) -> int:
     leader.stop()
     node.close()
     return 0
+
+
+def _checked_secret(args: argparse.Namespace) -> str | None:
+    """The cluster secret and the injected clock skew, or a `_StartError`."""
+    try:
+        secret = _secret(args)
+    except OSError as error:
+        raise _StartError(f"cannot read --secret-file: {error.strerror}") from error
+    try:
+        skew_s = configure_skew_from_env()
+    except ValueError as error:
+        raise _StartError(str(error)) from error
+    if skew_s:
+        log.warning("wall_clock_skew_injected", seconds=skew_s)
+    return secret
+
+
+def _checked_tls(args: argparse.Namespace) -> tls.TlsFiles | None:
+    try:
+        tls_files = tls.files_from(args.tls_ca, args.tls_cert, args.tls_key)
+        if tls_files is None and not args.insecure_dev:
+            raise RaftschedError(
+                Code.INVALID_ARGUMENT,
+                "the gRPC API is served over mutual TLS only: pass --tls-ca, --tls-cert and "
+                "--tls-key (`raftsched dev up` makes a throwaway CA), or --insecure-dev for a "
+                "plaintext throwaway cluster")
+        if tls_files is not None:
+            tls_files.load()  # a missing or unreadable file is an error now, not at bind
+    except RaftschedError as error:
+        raise _StartError(error.message) from error
+    return tls_files
+
+
+def _checked_bootstrap(args: argparse.Namespace) -> tuple[Callable[[int], bytes], ...]:
+    try:
+        on_office = _bootstrap_commands(args.bootstrap_token_file)
+    except RaftschedError as error:
+        raise _StartError(error.message) from error
+    if not 0 < args.suspect_after_s < args.lost_after_s:
+        raise _StartError("need 0 < --suspect-after-s < --lost-after-s")
+    return on_office
+
+
+def _restore(args: argparse.Namespace, peers: list[str]) -> None:
+    from raftsched.replica.raft.restore import seed_data_dir
+
+    try:
+        seeded = seed_data_dir(args.data_dir, args.restore_from, args.raft, peers)
+    except RaftschedError as error:
+        raise _StartError(error.message) from error
+    log.info("replica_restored", source=args.restore_from, index=seeded.index,
+             term=seeded.term, members=",".join(seeded.members))
+
+
+def _serve_metrics(args: argparse.Namespace, telemetry: metrics.ReplicaMetrics,
+                   close_node: Callable[[], None]) -> None:
+    endpoint = metrics_endpoint(args.metrics_address, args.metrics_port)
+    if endpoint is None:
+        return
+    try:
+        telemetry.serve(*endpoint)
+    except OSError as error:
+        close_node()
+        raise _StartError(f"cannot serve metrics on {endpoint[0]}:{endpoint[1]}: "
+                          f"{error.strerror}", status=1) from error
 
 
 _STANDARD_SERVICES = (health_pb2.DESCRIPTOR.services_by_name["Health"],

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from agent.agent import Agent
-from agent.executor import MockExecutor
+from agent.executors import MockExecutor
 from agent.main import add_arguments, main
 from agent.model import ReportKind
 from raftsched import config as config_file

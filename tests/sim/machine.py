@@ -20,7 +20,7 @@ from typing import Protocol
 
 from agent import session as s
 from agent.core import AgentCore, AttemptExecutor, CoreConfig, Decision, FenceStore, Outbox
-from agent.executor import VANISHED_EXIT_CODE, ExecutorError, Launch
+from agent.executors import VANISHED_EXIT_CODE, ExecutorError, Launch
 from agent.fence import MemoryFenceStore
 from agent.metrics import AgentMetrics
 from agent.model import Assignment, AttemptRecord, Completion, Directives, Report, Resources

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from agent import containment
 from agent.agent import Agent, AgentConfig
-from agent.executor import Executor
+from agent.executors import Executor
 from agent.files import read_json
 from agent.model import (
     Assignment,

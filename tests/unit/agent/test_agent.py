@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from agent.agent import NEVER_STARTED_REASON, OUTBOX_DIR, Agent, AgentError, attempts_root
-from agent.executor import MockExecutor, SubprocessExecutor
+from agent.executors import MockExecutor, SubprocessExecutor
 from agent.model import (
     AttemptRecord,
     AttemptState,

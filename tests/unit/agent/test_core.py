@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from agent.core import AgentCore, CoreConfig, Decision
-from agent.executor import ExecutorError, Launch
+from agent.executors import ExecutorError, Launch
 from agent.fence import MemoryFenceStore
 from agent.model import (
     Assignment,

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agent import containment, runner
-from agent.executor import (
+from agent.executors import (
     VANISHED_EXIT_CODE,
     Launch,
     MockExecutor,

@@ -1,6 +1,6 @@
-"""The Slurm executor's own logic (agent.slurm) against a scripted stand-in for the Slurm client
-commands: what it asks sbatch for, how it reads scontrol and sinfo, how a job's end maps to a
-completion, the durable job id and the adoption of a job after an agent restart. (Against a
+"""The Slurm executor's own logic (agent.executors.slurm) against a scripted stand-in for the Slurm
+client commands: what it asks sbatch for, how it reads scontrol and sinfo, how a job's end maps
+to a completion, the durable job id and the adoption of a job after an agent restart. (Against a
 real Slurm: tests/integration/test_slurm_executor.py.)"""
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from agent.agent import attempts_root
-from agent.executor import ExecutorError
-from agent.model import AttemptRecord, AttemptState, Completion, ReportKind
-from agent.slurm import (
+from agent.executors import ExecutorError
+from agent.executors.slurm import (
     JOB_FILE,
     SlurmExecutor,
     completion_of,
@@ -25,6 +24,7 @@ from agent.slurm import (
     partition_capacity,
     run_seconds,
 )
+from agent.model import AttemptRecord, AttemptState, Completion, ReportKind
 from raftsched.protocol import Assignment, Resources
 from tests.support.agent import FakeSession, config, running_agent, wait_until
 from tests.support.agent import assignment as agent_assignment

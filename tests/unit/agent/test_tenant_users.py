@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent import runner
-from agent.executor import Launch, SubprocessExecutor, TaskUser
+from agent.executors import Launch, SubprocessExecutor, TaskUser
 from agent.files import read_json
 from agent.main import UNLISTED_TENANTS, shared_task_users
 from agent.model import AttemptRecord, AttemptState, Completion, Resources

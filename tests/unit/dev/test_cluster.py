@@ -926,8 +926,8 @@ def test_up_slurm_is_refused_in_one_line_where_slurm_cannot_run(
 def test_add_agent_slurm_fronts_the_clusters_own_slurm_with_its_partitions_size(
         stand: Stand, tmp_path: Path, fake_slurm: list[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import agent.slurm
-    from agent.executor import ExecutorError
+    import agent.executors.slurm
+    from agent.executors import ExecutorError
 
     asked: list[tuple[str, dict[str, str] | None]] = []
 
@@ -935,9 +935,9 @@ def test_add_agent_slurm_fronts_the_clusters_own_slurm_with_its_partitions_size(
         asked.append((partition, env))
         if partition != "debug":
             raise ExecutorError(f"Slurm partition {partition!r} has no node")
-        return agent.slurm.PartitionCapacity(8000, 4000, 1, ("linux", "big-mem"))
+        return agent.executors.slurm.PartitionCapacity(8000, 4000, 1, ("linux", "big-mem"))
 
-    monkeypatch.setattr(agent.slurm, "partition_capacity", capacity)
+    monkeypatch.setattr(agent.executors.slurm, "partition_capacity", capacity)
     state, _ = dc.up(dc.UpOptions(tmp_path, slurm=True), progress=lambda m: None,
                      spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None,
                      web_token=NO_TOKEN, web_ready=lambda address: True)
@@ -978,14 +978,14 @@ def test_add_agent_slurm_fronts_the_clusters_own_slurm_with_its_partitions_size(
 
 def test_add_agent_slurm_without_a_private_slurm_asks_the_one_slurm_conf_names(
         stand: Stand, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import agent.slurm
-    from agent.executor import ExecutorError
+    import agent.executors.slurm
+    from agent.executors import ExecutorError
 
     def capacity(partition: str, env: dict[str, str] | None = None) -> Any:
         assert env is not None
         raise ExecutorError(f"sinfo -p {partition}: cannot reach {env.get('SLURM_CONF')}")
 
-    monkeypatch.setattr(agent.slurm, "partition_capacity", capacity)
+    monkeypatch.setattr(agent.executors.slurm, "partition_capacity", capacity)
     up(stand, tmp_path)
     monkeypatch.setenv("SLURM_CONF", "/etc/slurm/site.conf")
     with pytest.raises(dc.DevClusterError) as caught:

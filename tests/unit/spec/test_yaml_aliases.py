@@ -135,7 +135,7 @@ def test_a_document_that_contains_itself_is_refused(text: str) -> None:
 
 def test_a_document_without_aliases_is_not_walked(monkeypatch: pytest.MonkeyPatch) -> None:
     """No '&' anchor or no '*' alias in the text: the expansion walk is skipped."""
-    from raftsched.spec import job
+    from raftsched.spec import text as job
 
     def walked(*_: Any) -> list[Any]:
         raise AssertionError("walked")

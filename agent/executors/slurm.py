@@ -47,7 +47,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent.executor import ATTEMPT_DIR_DIGITS, ExecutorError, Launch, task_env
+from agent.executors.base import ATTEMPT_DIR_DIGITS, ExecutorError, Launch, task_env
 from agent.files import read_json, write_json_atomic
 from agent.model import Assignment, AttemptRecord, Completion, Resources
 from raftsched.eventlog import EventLogger

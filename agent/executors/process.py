@@ -1,18 +1,10 @@
-"""Executors: what runs an attempt. `SubprocessExecutor` for real work, `MockExecutor` for tests
-and benchmarks, both behind the `Executor` protocol.
-
-Both are thread-safe: the agent starts and kills from its heartbeat thread and polls from its
-reporter thread. Each completion is handed out by `poll()` exactly once per executor instance;
-the agent's durable attempt records make it exactly once across restarts.
-"""
+"""`SubprocessExecutor`: each attempt through `python -m agent.runner` on this machine."""
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import heapq
 import os
-import pwd
 import shutil
 import signal
 import stat
@@ -23,168 +15,31 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
 
 from agent import runner
 from agent.containment import AttemptContainment, Containment, kill_cgroup, session_mode
+from agent.executors.base import (
+    ATTEMPT_DIR_DIGITS,
+    CHECKPOINT_ENV_VAR,
+    CHECKPOINT_KEEP_S,
+    CHECKPOINTS_DIR,
+    KILL_GRACE_MS,
+    TRAVERSE_ONLY,
+    VANISHED_EXIT_CODE,
+    WORK_DIR,
+    WRAPPER_STARTUP_GRACE_MS,
+    ExecutorError,
+    Launch,
+    TaskUser,
+    task_env,
+)
 from agent.files import read_json, write_json_atomic
 from agent.model import Assignment, AttemptRecord, Completion, Resources
 from raftsched import limits, procfs
 from raftsched.eventlog import EventLogger
 from raftsched.protocol import task_key
 
-KILL_GRACE_MS = 5_000
-"""After SIGTERM (timeout or kill directive), the task's group gets SIGKILL this much later."""
-WRAPPER_STARTUP_GRACE_MS = 10_000
-"""An adopted attempt with no trace of its wrapper is taken as vanished only this long after
-its record was written (the wrapper may be starting up)."""
-VANISHED_EXIT_CODE = -1
-"""Reported when the wrapper is gone without a result: counted as an application failure."""
-INHERITED_ENV_VARS = ("PATH", "HOME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "USER",
-                      "LOGNAME", "SHELL")
-"""Taken from the agent's environment into every task's; nothing else of it leaks (no secrets
-or RAFTSCHED_SERVERS)."""
-ATTEMPT_DIR_DIGITS = 20
-CHECKPOINTS_DIR = "checkpoints"
-"""Beside the attempts dir: one directory per task whose spec sets `checkpoint: true`, kept
-across the task's attempts on this cluster (a preempted or failed attempt's successor resumes
-from it), removed when an attempt of the task succeeds."""
-CHECKPOINT_KEEP_S = 7 * 24 * 3600
-"""A checkpoint directory untouched this long (its task ended elsewhere, or never succeeded) is
-removed when the executor starts."""
-CHECKPOINT_ENV_VAR = "RAFTSCHED_CHECKPOINT_DIR"
-MOCK_KEYS = ("sleep_ms", "exit", "fail_attempts")
-MOCK_BAD_ARGUMENT_EXIT_CODE = 2
-MOCK_CLOSE_TIMEOUT_MS = 2_000
-MOCK_IDLE_WAIT_MS = 1_000
-"""The mock's timer thread re-checks at least this often (start and close also wake it)."""
-
 log = EventLogger("agent")
-
-
-WORK_DIR = "work"
-"""In each attempt dir: the one directory the task owns, and its default cwd and HOME."""
-TRAVERSE_ONLY = 0o711
-"""Directories between the agent's data dir and a task's work dir, when tasks run as another
-user: the task may pass through them to its own work dir but list or read nothing in them."""
-
-
-class ExecutorError(Exception):
-    """An attempt could not be started; nothing of it runs."""
-
-
-@dataclass(frozen=True, slots=True)
-class TaskUser:
-    """The unprivileged account tasks run as (`raftsched agent --task-user`)."""
-
-    name: str
-    uid: int
-    gid: int
-
-    @classmethod
-    def resolve(cls, user: str) -> TaskUser:
-        """By name or numeric uid; KeyError if the system has no such account."""
-        entry = pwd.getpwuid(int(user)) if user.isdigit() else pwd.getpwnam(user)
-        return cls(entry.pw_name, entry.pw_uid, entry.pw_gid)
-
-    def blocked_at(self, path: Path) -> Path | None:
-        """The first directory from / down to `path` itself that this account may not pass
-        through (None: it reaches into `path`). Asked of a child process switched to the
-        account's uid and gid with no supplementary groups, as its tasks run, so that the
-        answer is the kernel's (ACLs included); needs root unless the account is this
-        process's. OSError when the child cannot switch."""
-        chain = [*reversed(path.resolve().parents), path.resolve()]
-        read_fd, write_fd = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: system calls only, then _exit whatever happens
-            try:
-                if self.uid != os.geteuid():
-                    os.setgroups([])
-                    os.setgid(self.gid)
-                    os.setuid(self.uid)
-                index = next((i for i, directory in enumerate(chain)
-                              if not os.access(directory, os.X_OK)), len(chain))
-                os.write(write_fd, str(index).encode())
-            finally:
-                os._exit(0)
-        os.close(write_fd)
-        with os.fdopen(read_fd, "rb") as pipe:
-            answer = pipe.read()
-        os.waitpid(pid, 0)
-        if not answer:
-            raise OSError(f"cannot switch to account {self.name} (uid {self.uid}) to check {path}")
-        index = int(answer)
-        return chain[index] if index < len(chain) else None
-
-
-@dataclass(frozen=True, slots=True)
-class Launch:
-    """Where an attempt was started, for its durable record."""
-
-    attempt_dir: str
-    wrapper_pid: int | None = None
-    wrapper_start_ticks: int | None = None
-
-
-class Executor(Protocol):
-    def attempt_dir(self, fence: int) -> str:
-        """Where the attempt's files go ('' when it has none); known before start()."""
-        ...
-
-    def start(self, assignment: Assignment) -> Launch:
-        """Starts the attempt; raises ExecutorError when it cannot."""
-        ...
-
-    def adopt(self, record: AttemptRecord) -> bool:
-        """Watches an attempt started by an earlier agent (from its durable record). False, and
-        nothing watched, when it certainly never started: the earlier agent stopped between
-        recording the attempt and launching it."""
-        ...
-
-    def kill(self, fence: int) -> bool:
-        """Asks a watched attempt to stop; its completion will say killed. False if unknown."""
-        ...
-
-    def poll(self) -> list[Completion]:
-        """Attempts that ended since the last poll, each once."""
-        ...
-
-    def running(self) -> list[int]:
-        """Fences of the attempts watched and not yet handed out by poll()."""
-        ...
-
-    def subscribe(self, listener: Callable[[], None]) -> None:
-        """`listener` is called (from any thread) when poll() may have something new; an
-        executor that cannot tell never calls it and is polled on a timer."""
-        ...
-
-    def observed_free(self) -> Resources | None:
-        """What the executor itself sees free (a Slurm partition shared with other users), as
-        of its last poll; None when the agent's own accounting is all there is. Cheap: the
-        agent asks under its lock."""
-        ...
-
-    def close(self) -> None:
-        """Stops watching. Running attempts are left alone."""
-        ...
-
-
-def task_env(assignment: Assignment, agent_env: dict[str, str]) -> dict[str, str]:
-    """The task's environment: a few inherited names, the spec's env, then the fence variables
-    (RAFTSCHED_* names are reserved in specs, and these are set last anyway)."""
-    env = {name: agent_env[name] for name in INHERITED_ENV_VARS if name in agent_env}
-    env.update(assignment.env)
-    env.update({
-        "RAFTSCHED_JOB_ID": assignment.job_id,
-        "RAFTSCHED_TASK_ID": assignment.task_id,
-        "RAFTSCHED_ATTEMPT": str(assignment.attempt),
-        "RAFTSCHED_FENCE": str(assignment.fence),
-        "RAFTSCHED_IDEMPOTENCY_KEY": assignment.idempotency_key,
-    })
-    return env
-
-
-# --- subprocess ---------------------------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -510,146 +365,3 @@ def _runner_env() -> dict[str, str]:
     package_parent = str(Path(runner.__file__).resolve().parent.parent)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     return env
-
-
-# --- mock ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class MockPlan:
-    """What a mock attempt does: wait `sleep_ms`, then end with `exit_code` (None + timed_out
-    when the task's timeout is shorter)."""
-
-    sleep_ms: int
-    exit_code: int | None
-    timed_out: bool
-    reason: str
-
-
-
-
-def mock_plan(assignment: Assignment) -> MockPlan:
-    """`["mock", "sleep_ms=N", "exit=K", "fail_attempts=M"]` (any subset, defaults 0): exit 1
-    while the attempt number is <= M, then exit K. Any argv not starting with "mock" succeeds at
-    once; a "mock" argv with an unknown or malformed argument exits 2 at once."""
-    argv = assignment.command
-    if not argv or argv[0] != "mock":
-        return MockPlan(0, 0, False, "")
-    values = dict.fromkeys(MOCK_KEYS, 0)
-    for argument in argv[1:]:
-        name, _, value = argument.partition("=")
-        if name not in values or not value.lstrip("-").isdigit():
-            return MockPlan(0, MOCK_BAD_ARGUMENT_EXIT_CODE, False,
-                            f"bad mock argument {argument!r}")
-        values[name] = int(value)
-    exit_code = 1 if assignment.attempt <= values["fail_attempts"] else values["exit"]
-    sleep_ms = max(0, values["sleep_ms"])
-    if 0 < assignment.timeout_ms < sleep_ms:
-        return MockPlan(assignment.timeout_ms, None, True,
-                        f"timed out after {assignment.timeout_ms} ms")
-    return MockPlan(sleep_ms, exit_code, False, "" if exit_code == 0 else f"exit code {exit_code}")
-
-
-class MockExecutor:
-    """No processes: one timer thread completes attempts as their plans say. An attempt lives
-    as long as this object, so a test that "restarts" an agent hands the same executor to the
-    new agent, as a real wrapper outlives a real agent."""
-
-    def __init__(self, root: Path | None = None) -> None:
-        self._root = root
-        self._condition = threading.Condition()
-        self._due: list[tuple[float, int, Completion]] = []  # (monotonic s, fence, completion)
-        self._pending: dict[int, Completion] = {}   # fence -> what it will end with
-        self._done: list[Completion] = []
-        self._listeners: list[Callable[[], None]] = []
-        self._closed = False
-        self.started: list[int] = []
-        """Fences in the order they were started (tests check nothing runs twice)."""
-        self._thread = threading.Thread(target=self._run, name="mock-executor", daemon=True)
-        self._thread.start()
-
-    def attempt_dir(self, fence: int) -> str:
-        return "" if self._root is None else str(self._root / f"{fence:0{ATTEMPT_DIR_DIGITS}d}")
-
-    def start(self, assignment: Assignment) -> Launch:
-        plan = mock_plan(assignment)
-        completion = Completion(assignment.fence, plan.exit_code, plan.timed_out, False,
-                                plan.reason)
-        with self._condition:
-            if self._closed:
-                raise ExecutorError("executor closed")
-            if len(self._pending) >= limits.MAX_RUNNING_ATTEMPTS:
-                raise ExecutorError(f"{limits.MAX_RUNNING_ATTEMPTS} attempts already running")
-            if assignment.fence in self._pending:
-                raise ExecutorError(f"fence {assignment.fence} is already running")
-            self.started.append(assignment.fence)
-            self._pending[assignment.fence] = completion
-            heapq.heappush(self._due, (time.monotonic() + plan.sleep_ms / 1000,
-                                       assignment.fence, completion))
-            self._condition.notify_all()
-        return Launch(self.attempt_dir(assignment.fence))
-
-    def adopt(self, record: AttemptRecord) -> bool:
-        with self._condition:
-            known = record.fence in self._pending or any(
-                c.fence == record.fence for c in self._done)
-            if not known:
-                self._done.append(Completion(record.fence, VANISHED_EXIT_CODE,
-                                             reason="mock attempt lost with its executor"))
-        self._notify()
-        return True
-
-    def kill(self, fence: int) -> bool:
-        with self._condition:
-            if self._pending.pop(fence, None) is None:
-                return False
-            self._done.append(Completion(fence, None, killed=True, reason="killed"))
-        self._notify()
-        return True
-
-    def poll(self) -> list[Completion]:
-        with self._condition:
-            done, self._done = self._done, []
-        return done
-
-    def running(self) -> list[int]:
-        with self._condition:
-            return sorted(self._pending)
-
-    def subscribe(self, listener: Callable[[], None]) -> None:
-        with self._condition:
-            self._listeners.append(listener)
-
-    def observed_free(self) -> Resources | None:
-        return None
-
-    def close(self) -> None:
-        with self._condition:
-            self._closed = True
-            self._condition.notify_all()
-        self._thread.join(timeout=MOCK_CLOSE_TIMEOUT_MS / 1000)
-
-    def _run(self) -> None:
-        while True:
-            with self._condition:
-                if self._closed:
-                    return
-                now = time.monotonic()
-                fired = False
-                while self._due and self._due[0][0] <= now:
-                    _, fence, completion = heapq.heappop(self._due)
-                    if self._pending.get(fence) is completion:  # not killed meanwhile
-                        del self._pending[fence]
-                        self._done.append(completion)
-                        fired = True
-                wait_s = self._due[0][0] - now if self._due else MOCK_IDLE_WAIT_MS / 1000
-                if not fired:
-                    self._condition.wait(timeout=min(wait_s, MOCK_IDLE_WAIT_MS / 1000))
-                    continue
-            self._notify()
-
-    def _notify(self) -> None:
-        with self._condition:
-            listeners = list(self._listeners)
-        for listener in listeners:
-            listener()
