@@ -119,10 +119,10 @@ from raftsched import limits
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.replica import gc_pause
-from raftsched.replica.applied_log import AppliedLogWriter
 from raftsched.replica.raft import dumps as _dumps  # noqa: F401  (installs ForkingSerializer)
 from raftsched.replica.raft import membership
 from raftsched.replica.raft.alarms import ALARM_FILTER, LibraryAlarms
+from raftsched.replica.raft.applied_log import AppliedLogWriter
 from raftsched.replica.raft.applier import Applier, PendingApply
 from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
 from raftsched.replica.raft.handshakes import ClosedConnections
