@@ -36,6 +36,7 @@ from raftsched.replica.events import SEQ_END, Cursor, EventFilter, EventLog, Too
 from raftsched.replica.gateway import PROPOSE_TIMEOUT_S, AgentGateway, propose
 from raftsched.replica.leader import Leader
 from raftsched.replica.logs import LOG_CHUNK_BYTES, LogBroker
+from raftsched.replica.raft.port import RaftPort
 from raftsched.spec.issue import show
 from raftsched.spec.job import JobSpec, SpecError, parse_submitted_text, with_idempotency_key
 from raftsched.spec.wire import decode_wire, drop_items, release_wire, to_wire
@@ -172,7 +173,7 @@ class Context:
     """What the servicers share: the node, the leader loop, time, the stream slots, and the
     error plumbing."""
 
-    def __init__(self, node: Any, leader: Leader, clock: Clock, changes: ChangeFeed,
+    def __init__(self, node: RaftPort, leader: Leader, clock: Clock, changes: ChangeFeed,
                  grpc_address: str = "", max_stream_age_s: float = limits.MAX_STREAM_AGE_S,
                  events: EventLog | None = None) -> None:
         self.node = node
@@ -247,7 +248,7 @@ class Context:
 
     def read(self, fn: Callable[[State], T]) -> T:
         """`fn` over this replica's state as applied here (may be stale on a follower)."""
-        return self.node.read(fn)  # type: ignore[no-any-return]
+        return self.node.read(fn)
 
     def current_read(self, context: grpc.ServicerContext, fn: Callable[[State], T]) -> T:
         return self.current_read_indexed(context, fn)[0]
@@ -262,7 +263,7 @@ class Context:
             self.abort(context, RaftschedError(Code.UNAVAILABLE,
                                                "could not confirm leadership for a read"))
         try:
-            return self.node.read_indexed(fn)  # type: ignore[no-any-return]
+            return self.node.read_indexed(fn)
         except RaftschedError as error:
             self.abort(context, error)
 
