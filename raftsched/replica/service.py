@@ -691,19 +691,19 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
 
         def view(state: State) -> Any:
             replicas = [pb.ReplicaInfo(raft_address=m, grpc_address=state.replica_addresses.get(
-                m, ""), leader=m == status["leader"]) for m in status["members"]]
+                m, ""), leader=m == status.leader) for m in status.members]
             clusters = [views.compute_cluster(state, cl, self.ctx.leader.heartbeat_age_ms(cl.id)
                                               if leading else -1, free.get(cl.id))
                         for cl in sorted(state.clusters.values(), key=lambda x: x.id)]
-            leader_grpc = state.replica_addresses.get(status["leader"] or "", "")
+            leader_grpc = state.replica_addresses.get(status.leader or "", "")
             return replicas, clusters, leader_grpc, views.list_tenants(state), state.now_ms
 
         replicas, clusters, leader_grpc, tenants, now_ms = self.ctx.node.read(view)
         return pb.ClusterStatusResponse(
-            leader=leader_grpc, term=status["term"], replicas=replicas, clusters=clusters,
-            commit_index=status["commit_index"], applied_index=status["last_applied"],
-            responder=self.grpc_address, state_digest=status["state_digest"],
-            state_index=status["state_index"], tenants=tenants.tenants,
+            leader=leader_grpc, term=status.term, replicas=replicas, clusters=clusters,
+            commit_index=status.commit_index, applied_index=status.last_applied,
+            responder=self.grpc_address, state_digest=status.state_digest,
+            state_index=status.state_index, tenants=tenants.tenants,
             queued_total=tenants.queued_total, max_queued_tasks=tenants.max_queued_tasks,
             now_ms=now_ms)
 

@@ -127,6 +127,7 @@ from raftsched.replica.raft.applier import Applier, PendingApply
 from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
 from raftsched.replica.raft.handshakes import ClosedConnections
 from raftsched.replica.raft.journal import DurableJournal, Entry, pending_journal
+from raftsched.replica.raft.port import RaftStatus
 from raftsched.replica.raft.transport import SyncingTransport
 from raftsched.state import fsm, snapshot
 from raftsched.state.commands import Barrier, encode
@@ -858,7 +859,7 @@ class RaftNode:
         """The voting members in this replica's current configuration, itself included."""
         return sorted({self._address, *(str(n.id) for n in self._obj.otherNodes)})
 
-    def status(self, include_digest: bool = False) -> dict[str, Any]:
+    def status(self, include_digest: bool = False) -> RaftStatus:
         """A snapshot of this replica's view. With `include_digest`, `state_digest` dumps the
         state under the apply lock: it costs O(state) and stalls apply meanwhile, so only audits
         and tests ask for it; otherwise it is ""."""
@@ -866,19 +867,19 @@ class RaftNode:
             digest = snapshot.digest(self._state) if include_digest else ""
             state_index = self._state_index
         journal = self._journal
-        return {
-            "self": self._address,
-            "leader": self.leader_address(),
-            "term": int(self._obj.raftCurrentTerm),
-            "commit_index": int(self._obj.raftCommitIndex),
-            "last_applied": int(self._obj.raftLastApplied),
-            "is_leader": bool(self._obj._isLeader()),
-            "members": self.members(),
-            "state_digest": digest,
-            "state_index": state_index,
-            "log_first_index": journal.first_index(),
-            "log_last_index": journal.last_index(),
-            "durability": {
+        return RaftStatus(
+            address=self._address,
+            leader=self.leader_address(),
+            term=int(self._obj.raftCurrentTerm),
+            commit_index=int(self._obj.raftCommitIndex),
+            last_applied=int(self._obj.raftLastApplied),
+            is_leader=bool(self._obj._isLeader()),
+            members=self.members(),
+            state_digest=digest,
+            state_index=state_index,
+            log_first_index=journal.first_index(),
+            log_last_index=journal.last_index(),
+            durability={
                 "fsync": journal.fsync,
                 "journal": type(journal).__name__,
                 "journal_claimed": journal.claimed,
@@ -886,15 +887,15 @@ class RaftNode:
                 "unsynced_applies": self._unsynced_applies,
                 **asdict(journal.stats),
             },
-            "replication": asdict(self._transport.replication) if self._transport else {},
-            "unauthenticated_connections": self._unauthenticated_connections(),
-            "apply_backlog": self._applier.backlog,
-            "dumps_written": self._dumps_written,
-            "dumps_loaded": self._dumps_loaded,
-            "library_alarms": asdict(self._alarms),
-            "membership_change": self._membership_pending,
-            "fatal": self._fatal,
-        }
+            replication=asdict(self._transport.replication) if self._transport else {},
+            unauthenticated_connections=self._unauthenticated_connections(),
+            apply_backlog=self._applier.backlog,
+            dumps_written=self._dumps_written,
+            dumps_loaded=self._dumps_loaded,
+            library_alarms=asdict(self._alarms),
+            membership_change=self._membership_pending,
+            fatal=self._fatal,
+        )
 
     # -- membership ---------------------------------------------------------------------------
 
