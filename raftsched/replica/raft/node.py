@@ -124,6 +124,7 @@ from raftsched.replica.raft import membership
 from raftsched.replica.raft.alarms import ALARM_FILTER, LibraryAlarms
 from raftsched.replica.raft.applied_log import AppliedLogWriter
 from raftsched.replica.raft.applier import Applier, PendingApply
+from raftsched.replica.raft.dumps import DumpWaiter
 from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
 from raftsched.replica.raft.handshakes import ClosedConnections
 from raftsched.replica.raft.journal import DurableJournal, Entry, pending_journal
@@ -335,36 +336,6 @@ class Proposal:
         return result
 
 
-class _DumpWaiter:
-    """One `fresh_dump` call waiting for the next snapshot the dump child writes."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.file: BinaryIO | None = None
-        self.index = 0
-        self.term = 0
-        self.error = ""
-        self._lock = threading.Lock()
-        self._discarded = False
-
-    def finish(self, file: BinaryIO | None, index: int, term: int, error: str) -> None:
-        with self._lock:
-            if self._discarded:
-                if file is not None:
-                    file.close()
-                return
-            self.file, self.index, self.term, self.error = file, index, term, error
-        self.done.set()
-
-    def discard(self) -> None:
-        """The caller gave up: a file opened for it later is closed at once."""
-        with self._lock:
-            self._discarded = True
-            if self.file is not None:
-                self.file.close()
-                self.file = None
-
-
 # --- RaftNode -----------------------------------------------------------------------------------
 
 
@@ -430,7 +401,7 @@ class RaftNode:
         self._handshake_timeout_s = handshake_timeout_s
         """An incoming Raft connection not authenticated this long is closed (transport.py)."""
         self._dumps_written = 0
-        self._dump_waiters: list[_DumpWaiter] = []
+        self._dump_waiters: list[DumpWaiter] = []
         self._dump_waiters_lock = threading.Lock()
         self._dumps_loaded = 0
         self._unsynced_applies = 0
@@ -680,7 +651,7 @@ class RaftNode:
         self._check_running()
         if not self.is_leader_confirmed(min(timeout_s, BARRIER_TIMEOUT_S)):
             raise NotLeader(self.leader_address())
-        waiter = _DumpWaiter()
+        waiter = DumpWaiter()
         with self._dump_waiters_lock:
             self._dump_waiters.append(waiter)
         deadline = time.monotonic() + timeout_s
@@ -953,12 +924,7 @@ class RaftNode:
 
         def gather() -> None:
             try:
-                status = self._obj.getStatus()
-                for key, value in status.items():
-                    if key.startswith("match_idx_server_"):
-                        node = key[len("match_idx_server_"):]
-                        if status.get(f"partner_node_status_server_{node}") == 2:
-                            result[node] = int(value)
+                result.update(membership.connected_match_indexes(self._obj.getStatus()))
             finally:
                 done.set()
 
