@@ -5,7 +5,6 @@ lost. Restoring is `raftsched replica --restore-from FILE` on a new cluster."""
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -129,10 +128,11 @@ def _run_export(args: argparse.Namespace) -> int:
     _refuse_to_overwrite(target, args.force)
     if not Path(args.data_dir).is_dir():
         raise CommandError(Code.FAILED_PRECONDITION, f"{args.data_dir} is not a directory")
-    # Imported by name: the Raft adapter (and pysyncobj) only for this command.
-    exporter = importlib.import_module("raftsched.replica.raft.export")
+    # Imported here: the Raft adapter (and pysyncobj) loads only for this command. A plain
+    # import, so the layer contracts see it (cli sits above the replica: allowed).
+    from raftsched.replica.raft.export import export_state
     try:
-        exported = exporter.export_state(args.data_dir, str(target))
+        exported = export_state(args.data_dir, str(target))
     except RaftschedError as error:
         raise CommandError(error.code, error.message) from None
     except OSError as error:

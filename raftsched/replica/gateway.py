@@ -10,9 +10,9 @@ DEADLINE_EXCEEDED when a proposal's outcome is unknown, the state machine's code
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from raftsched import limits
 from raftsched.clock import Clock
@@ -37,6 +37,7 @@ from raftsched.protocol import (
 )
 from raftsched.replica.leader import Leader
 from raftsched.replica.logs import LogBroker
+from raftsched.replica.raft.port import RaftPort
 from raftsched.state import commands as c
 from raftsched.state import fsm
 from raftsched.state.model import AttemptState, Job, State, Task, TaskState
@@ -51,7 +52,7 @@ agent that crash-loops before it registers skips a few)."""
 
 log = EventLogger("raftsched.gateway")
 
-def propose(node: Any, leader: Leader, command: c.Command,
+def propose(node: RaftPort, leader: Leader, command: c.Command,
             appended: Callable[[], None] | None = None) -> Result:
     """Commit `command` as the leader; its Applied result, or RaftschedError. `appended` runs
     once the entry is in the log, before its commit is waited for: whatever is proposed from
@@ -74,7 +75,7 @@ def propose(node: Any, leader: Leader, command: c.Command,
 
 
 class AgentGateway:
-    def __init__(self, node: Any, leader: Leader, clock: Clock, rng: random.Random,
+    def __init__(self, node: RaftPort, leader: Leader, clock: Clock, rng: random.Random,
                  changes_wait: Callable[[int, float], int] | None = None,
                  changes_version: Callable[[], int] | None = None,
                  logs: LogBroker | None = None) -> None:
@@ -123,7 +124,8 @@ class AgentGateway:
         step = limits.MAX_BATCH_ITEMS
         for start in range(0, len(known), step):
             chunk = known[start:start + step]
-            found = self.node.read(lambda s, part=chunk: split_known(s, cluster_id, part))
+            found = self.node.read(
+                functools.partial(split_known, cluster_id=cluster_id, known=chunk))
             ours += found[0]
             stop += found[1]
         return tuple(ours), tuple(stop)

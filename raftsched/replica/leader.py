@@ -20,15 +20,14 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
 
 from raftsched import limits
 from raftsched.clock import Clock
 from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
+from raftsched.replica.raft.port import Pending, RaftPort  # noqa: F401  (Pending: kept importable here)
 from raftsched.state import commands as c
 from raftsched.state import fsm, placement
-from raftsched.state.model import State
 from raftsched.state.placement import Free
 from raftsched.state.results import AssignResult, BarrierResult
 
@@ -53,20 +52,8 @@ REDELIVER_AFTER_S = 1.0
 without the agent's answer being committed (the message or its answer may have been lost)."""
 
 
-class Pending(Protocol):
-    """An entry appended to the log, not yet waited for (raft.node.Proposal)."""
-
-    def outcome(self, timeout_s: float) -> fsm.Outcome: ...
-
-
-class Node(Protocol):
-    """What the leader needs of the Raft node (raft.node.RaftNode provides it)."""
-
-    def propose(self, data: bytes, timeout_s: float) -> fsm.Outcome: ...
-    def submit(self, data: bytes) -> Pending: ...
-    def read(self, fn: Callable[[State], Any]) -> Any: ...
-    def is_leader(self) -> bool: ...
-    def term(self) -> int: ...
+Node = RaftPort
+"""What the leader needs of the Raft node: the replica's one port to Raft."""
 
 
 @dataclass(slots=True)

@@ -30,7 +30,6 @@ under the apply lock (`RaftNode.read`).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import (
@@ -42,6 +41,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from raftsched.replica.raft.handshakes import ClosedConnections
+from raftsched.replica.raft.port import RaftPort
 from raftsched.spec.job import PriorityClass
 from raftsched.state import policy
 from raftsched.state.commands import ClusterStatus
@@ -90,7 +90,7 @@ class ReplicaMetrics:
         """`RaftNode(on_leader_change=...)`."""
         self.leader_changes.inc()
 
-    def watch(self, node: Any, leading: Callable[[], bool],
+    def watch(self, node: RaftPort, leading: Callable[[], bool],
               reported_free: Callable[[], dict[str, Free]],
               unusable: Callable[[], dict[str, Free]] = dict) -> None:
         self.registry.register(StateCollector(node, leading, reported_free, unusable))
@@ -101,7 +101,7 @@ class ReplicaMetrics:
 
 
 class StateCollector(Collector):
-    def __init__(self, node: Any, leading: Callable[[], bool],
+    def __init__(self, node: RaftPort, leading: Callable[[], bool],
                  reported_free: Callable[[], dict[str, Free]],
                  unusable: Callable[[], dict[str, Free]] = dict) -> None:
         self._node = node

@@ -36,6 +36,7 @@ from raftsched.replica.events import SEQ_END, Cursor, EventFilter, EventLog, Too
 from raftsched.replica.gateway import PROPOSE_TIMEOUT_S, AgentGateway, propose
 from raftsched.replica.leader import Leader
 from raftsched.replica.logs import LOG_CHUNK_BYTES, LogBroker
+from raftsched.replica.raft.port import RaftPort
 from raftsched.spec.issue import show
 from raftsched.spec.job import JobSpec, SpecError, parse_submitted_text, with_idempotency_key
 from raftsched.spec.wire import decode_wire, drop_items, release_wire, to_wire
@@ -172,7 +173,7 @@ class Context:
     """What the servicers share: the node, the leader loop, time, the stream slots, and the
     error plumbing."""
 
-    def __init__(self, node: Any, leader: Leader, clock: Clock, changes: ChangeFeed,
+    def __init__(self, node: RaftPort, leader: Leader, clock: Clock, changes: ChangeFeed,
                  grpc_address: str = "", max_stream_age_s: float = limits.MAX_STREAM_AGE_S,
                  events: EventLog | None = None) -> None:
         self.node = node
@@ -247,7 +248,7 @@ class Context:
 
     def read(self, fn: Callable[[State], T]) -> T:
         """`fn` over this replica's state as applied here (may be stale on a follower)."""
-        return self.node.read(fn)  # type: ignore[no-any-return]
+        return self.node.read(fn)
 
     def current_read(self, context: grpc.ServicerContext, fn: Callable[[State], T]) -> T:
         return self.current_read_indexed(context, fn)[0]
@@ -262,7 +263,7 @@ class Context:
             self.abort(context, RaftschedError(Code.UNAVAILABLE,
                                                "could not confirm leadership for a read"))
         try:
-            return self.node.read_indexed(fn)  # type: ignore[no-any-return]
+            return self.node.read_indexed(fn)
         except RaftschedError as error:
             self.abort(context, error)
 
@@ -692,19 +693,19 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
 
         def view(state: State) -> Any:
             replicas = [pb.ReplicaInfo(raft_address=m, grpc_address=state.replica_addresses.get(
-                m, ""), leader=m == status["leader"]) for m in status["members"]]
+                m, ""), leader=m == status.leader) for m in status.members]
             clusters = [views.compute_cluster(state, cl, self.ctx.leader.heartbeat_age_ms(cl.id)
                                               if leading else -1, free.get(cl.id))
                         for cl in sorted(state.clusters.values(), key=lambda x: x.id)]
-            leader_grpc = state.replica_addresses.get(status["leader"] or "", "")
+            leader_grpc = state.replica_addresses.get(status.leader or "", "")
             return replicas, clusters, leader_grpc, views.list_tenants(state), state.now_ms
 
         replicas, clusters, leader_grpc, tenants, now_ms = self.ctx.node.read(view)
         return pb.ClusterStatusResponse(
-            leader=leader_grpc, term=status["term"], replicas=replicas, clusters=clusters,
-            commit_index=status["commit_index"], applied_index=status["last_applied"],
-            responder=self.grpc_address, state_digest=status["state_digest"],
-            state_index=status["state_index"], tenants=tenants.tenants,
+            leader=leader_grpc, term=status.term, replicas=replicas, clusters=clusters,
+            commit_index=status.commit_index, applied_index=status.last_applied,
+            responder=self.grpc_address, state_digest=status.state_digest,
+            state_index=status.state_index, tenants=tenants.tenants,
             queued_total=tenants.queued_total, max_queued_tasks=tenants.max_queued_tasks,
             now_ms=now_ms)
 

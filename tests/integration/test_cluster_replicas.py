@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from raftsched.errors import Code, RaftschedError
-from raftsched.replica.applied_log import read_applied_log
+from raftsched.replica.raft.applied_log import read_applied_log
 from raftsched.state import fsm, snapshot
 from raftsched.state.model import State
 from tests.support.cluster import LocalCluster, plus_one, running, wait_for

@@ -310,9 +310,9 @@ def test_durability_hook_is_in_force(local_nodes: Callable[..., RaftNode],
     status = durable.status()
     assert journal.stats.data_syncs - syncs_before >= 20
     assert len(synced_fds) - calls_before >= 20
-    assert status["durability"]["unsynced_applies"] == 0
-    assert journal.durable_index() >= status["state_index"]
-    assert journal.last_index() == status["commit_index"]  # pysyncobj's log IS our journal
+    assert status.durability["unsynced_applies"] == 0
+    assert journal.durable_index() >= status.state_index
+    assert journal.last_index() == status.commit_index  # pysyncobj's log IS our journal
 
     relaxed = local_nodes("relaxed", fsync=False)
     wait_local_leader(relaxed)
@@ -339,7 +339,7 @@ def test_a_failing_apply_stops_the_replica(local_nodes: Callable[..., RaftNode],
     with pytest.raises(RaftschedError) as info:
         node.propose(submit("boom"), 2.0)
     assert info.value.code == Code.DEADLINE_EXCEEDED  # unknown: the callback never came
-    assert "invariant broken" in (node.status()["fatal"] or "")
+    assert "invariant broken" in (node.status().fatal or "")
     with pytest.raises(RaftschedError) as info:
         node.propose(submit("after"), 1.0)
     assert info.value.code == Code.UNAVAILABLE
@@ -361,7 +361,7 @@ def test_on_changes_gets_each_entrys_changes_and_a_loaded_dumps_index(tmp_path: 
         wait_local_leader(node)
         for i in range(25):
             node.propose(submit(f"j{i}"), 5.0)
-        wait_for(lambda: node.status()["log_first_index"] > 1, 10.0, "a compaction")
+        wait_for(lambda: node.status().log_first_index > 1, 10.0, "a compaction")
         node.propose(submit("after-dump"), 5.0)
     finally:
         node.close()
@@ -389,17 +389,17 @@ def test_single_replica_recovers_from_dump_and_journal(tmp_path: Path) -> None:
         wait_local_leader(node)
         for i in range(25):
             node.propose(submit(f"j{i}"), 5.0)
-        wait_for(lambda: node.status()["log_first_index"] > 1, 10.0, "a compaction")
+        wait_for(lambda: node.status().log_first_index > 1, 10.0, "a compaction")
         node.propose(submit("after-dump"), 5.0)
-        digest = node.status(include_digest=True)["state_digest"]
+        digest = node.status(include_digest=True).state_digest
     finally:
         node.close()
     again = RaftNode(address, [], str(tmp_path / "r"), SECRET, compaction_min_entries=10)
     try:
         status = again.status()  # the dump is loaded before the constructor returns
-        assert status["dumps_loaded"] == 1
+        assert status.dumps_loaded == 1
         wait_local_leader(again)
-        assert again.status(include_digest=True)["state_digest"] == digest
+        assert again.status(include_digest=True).state_digest == digest
         assert "after-dump" in again.read(lambda state: set(state.jobs))
     finally:
         again.close()

@@ -22,7 +22,7 @@ from raftsched import procfs, rpc, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.client.client import Client
-from raftsched.replica.applied_log import read_applied_log
+from raftsched.replica.raft.applied_log import read_applied_log
 from raftsched.state import commands as c
 from tests.support.cluster import LocalCluster, running, wait_for
 

@@ -22,7 +22,7 @@ from raftsched import limits, rpc, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.errors import Code, RaftschedError
-from raftsched.replica.applied_log import read_applied_log
+from raftsched.replica.raft.applied_log import read_applied_log
 from raftsched.state.commands import JobSubmit, Tag, decode
 from raftsched.state.policy import BACKPRESSURE_RETRY_AFTER_MS
 from tests.support.cluster import START_TIMEOUT_S, LocalCluster, running, wait_for, with_token

@@ -104,10 +104,10 @@ class Replica:
         return "ok " + json.dumps(self.node.is_leader_confirmed(timeout_s))
 
     def status(self, args: list[str]) -> str:
-        return "ok " + json.dumps(self.node.status(include_digest=True))
+        return "ok " + json.dumps(self.node.status(include_digest=True).as_dict())
 
     def digest(self, args: list[str]) -> str:
-        return "ok " + json.dumps(self.node.status()["state_digest"])
+        return "ok " + json.dumps(self.node.status().state_digest)
 
     def jobs(self, args: list[str]) -> str:
         return "ok " + json.dumps(self.node.read(lambda state: sorted(state.jobs)))

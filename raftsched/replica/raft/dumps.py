@@ -23,9 +23,10 @@ no sockets, and it leaves through `os._exit` (pysyncobj's code does that).
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, BinaryIO, Protocol
 
 import pysyncobj.syncobj as _pysyncobj_syncobj
 from pysyncobj.config import SERIALIZER_STATE
@@ -71,3 +72,33 @@ class ForkingSerializer(Serializer):  # type: ignore[misc]
 
 
 _pysyncobj_syncobj.Serializer = ForkingSerializer
+
+
+class DumpWaiter:
+    """One `fresh_dump` call waiting for the next snapshot the dump child writes."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.file: BinaryIO | None = None
+        self.index = 0
+        self.term = 0
+        self.error = ""
+        self._lock = threading.Lock()
+        self._discarded = False
+
+    def finish(self, file: BinaryIO | None, index: int, term: int, error: str) -> None:
+        with self._lock:
+            if self._discarded:
+                if file is not None:
+                    file.close()
+                return
+            self.file, self.index, self.term, self.error = file, index, term, error
+        self.done.set()
+
+    def discard(self) -> None:
+        """The caller gave up: a file opened for it later is closed at once."""
+        with self._lock:
+            self._discarded = True
+            if self.file is not None:
+                self.file.close()
+                self.file = None

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from raftsched.errors import Code, RaftschedError
 
@@ -102,3 +103,15 @@ def check_remove(members: Collection[str], lagging: Collection[str], address: st
             f"are live ({', '.join(sorted(live))}) and {majority} are needed for a majority; "
             f"not live: {', '.join(sorted(set(remaining) - set(live)))}. Remove a member that "
             "is not live instead, or repair it first")
+
+
+def connected_match_indexes(status: Mapping[str, Any]) -> dict[str, int]:
+    """The leader's match index of each connected follower, from pysyncobj's `getStatus()`
+    (a follower whose partner status is not 2, connected, is left out)."""
+    result: dict[str, int] = {}
+    for key, value in status.items():
+        if key.startswith("match_idx_server_"):
+            node = key[len("match_idx_server_"):]
+            if status.get(f"partner_node_status_server_{node}") == 2:
+                result[node] = int(value)
+    return result

@@ -122,14 +122,16 @@ from raftsched import limits
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.replica import gc_pause
-from raftsched.replica.applied_log import AppliedLogWriter
 from raftsched.replica.raft import dumps as _dumps  # noqa: F401  (installs ForkingSerializer)
 from raftsched.replica.raft import membership
 from raftsched.replica.raft.alarms import ALARM_FILTER, LibraryAlarms
+from raftsched.replica.raft.applied_log import AppliedLogWriter
 from raftsched.replica.raft.applier import Applier, PendingApply
+from raftsched.replica.raft.dumps import DumpWaiter
 from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
 from raftsched.replica.raft.handshakes import ClosedConnections
 from raftsched.replica.raft.journal import DurableJournal, Entry, pending_journal
+from raftsched.replica.raft.port import RaftStatus
 from raftsched.replica.raft.transport import SyncingTransport
 from raftsched.state import fsm, snapshot
 from raftsched.state.commands import Barrier, encode
@@ -337,36 +339,6 @@ class Proposal:
         return result
 
 
-class _DumpWaiter:
-    """One `fresh_dump` call waiting for the next snapshot the dump child writes."""
-
-    def __init__(self) -> None:
-        self.done = threading.Event()
-        self.file: BinaryIO | None = None
-        self.index = 0
-        self.term = 0
-        self.error = ""
-        self._lock = threading.Lock()
-        self._discarded = False
-
-    def finish(self, file: BinaryIO | None, index: int, term: int, error: str) -> None:
-        with self._lock:
-            if self._discarded:
-                if file is not None:
-                    file.close()
-                return
-            self.file, self.index, self.term, self.error = file, index, term, error
-        self.done.set()
-
-    def discard(self) -> None:
-        """The caller gave up: a file opened for it later is closed at once."""
-        with self._lock:
-            self._discarded = True
-            if self.file is not None:
-                self.file.close()
-                self.file = None
-
-
 # --- RaftNode -----------------------------------------------------------------------------------
 
 
@@ -432,7 +404,7 @@ class RaftNode:
         self._handshake_timeout_s = handshake_timeout_s
         """An incoming Raft connection not authenticated this long is closed (transport.py)."""
         self._dumps_written = 0
-        self._dump_waiters: list[_DumpWaiter] = []
+        self._dump_waiters: list[DumpWaiter] = []
         self._dump_waiters_lock = threading.Lock()
         self._dumps_loaded = 0
         self._unsynced_applies = 0
@@ -682,7 +654,7 @@ class RaftNode:
         self._check_running()
         if not self.is_leader_confirmed(min(timeout_s, BARRIER_TIMEOUT_S)):
             raise NotLeader(self.leader_address())
-        waiter = _DumpWaiter()
+        waiter = DumpWaiter()
         with self._dump_waiters_lock:
             self._dump_waiters.append(waiter)
         deadline = time.monotonic() + timeout_s
@@ -861,7 +833,7 @@ class RaftNode:
         """The voting members in this replica's current configuration, itself included."""
         return sorted({self._address, *(str(n.id) for n in self._obj.otherNodes)})
 
-    def status(self, include_digest: bool = False) -> dict[str, Any]:
+    def status(self, include_digest: bool = False) -> RaftStatus:
         """A snapshot of this replica's view. With `include_digest`, `state_digest` dumps the
         state under the apply lock: it costs O(state) and stalls apply meanwhile, so only audits
         and tests ask for it; otherwise it is ""."""
@@ -869,19 +841,19 @@ class RaftNode:
             digest = snapshot.digest(self._state) if include_digest else ""
             state_index = self._state_index
         journal = self._journal
-        return {
-            "self": self._address,
-            "leader": self.leader_address(),
-            "term": int(self._obj.raftCurrentTerm),
-            "commit_index": int(self._obj.raftCommitIndex),
-            "last_applied": int(self._obj.raftLastApplied),
-            "is_leader": bool(self._obj._isLeader()),
-            "members": self.members(),
-            "state_digest": digest,
-            "state_index": state_index,
-            "log_first_index": journal.first_index(),
-            "log_last_index": journal.last_index(),
-            "durability": {
+        return RaftStatus(
+            address=self._address,
+            leader=self.leader_address(),
+            term=int(self._obj.raftCurrentTerm),
+            commit_index=int(self._obj.raftCommitIndex),
+            last_applied=int(self._obj.raftLastApplied),
+            is_leader=bool(self._obj._isLeader()),
+            members=self.members(),
+            state_digest=digest,
+            state_index=state_index,
+            log_first_index=journal.first_index(),
+            log_last_index=journal.last_index(),
+            durability={
                 "fsync": journal.fsync,
                 "journal": type(journal).__name__,
                 "journal_claimed": journal.claimed,
@@ -889,15 +861,15 @@ class RaftNode:
                 "unsynced_applies": self._unsynced_applies,
                 **asdict(journal.stats),
             },
-            "replication": asdict(self._transport.replication) if self._transport else {},
-            "unauthenticated_connections": self._unauthenticated_connections(),
-            "apply_backlog": self._applier.backlog,
-            "dumps_written": self._dumps_written,
-            "dumps_loaded": self._dumps_loaded,
-            "library_alarms": asdict(self._alarms),
-            "membership_change": self._membership_pending,
-            "fatal": self._fatal,
-        }
+            replication=asdict(self._transport.replication) if self._transport else {},
+            unauthenticated_connections=self._unauthenticated_connections(),
+            apply_backlog=self._applier.backlog,
+            dumps_written=self._dumps_written,
+            dumps_loaded=self._dumps_loaded,
+            library_alarms=asdict(self._alarms),
+            membership_change=self._membership_pending,
+            fatal=self._fatal,
+        )
 
     # -- membership ---------------------------------------------------------------------------
 
@@ -955,12 +927,7 @@ class RaftNode:
 
         def gather() -> None:
             try:
-                status = self._obj.getStatus()
-                for key, value in status.items():
-                    if key.startswith("match_idx_server_"):
-                        node = key[len("match_idx_server_"):]
-                        if status.get(f"partner_node_status_server_{node}") == 2:
-                            result[node] = int(value)
+                result.update(membership.connected_match_indexes(self._obj.getStatus()))
             finally:
                 done.set()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from raftsched.replica.applied_log import AppliedLogWriter, read_applied_log
+from raftsched.replica.raft.applied_log import AppliedLogWriter, read_applied_log
 
 
 def write(path: Path, records: list[tuple[int, bytes]]) -> None:

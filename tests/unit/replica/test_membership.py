@@ -62,3 +62,10 @@ def test_removing_a_non_member_is_not_found() -> None:
     with pytest.raises(RaftschedError) as refused:
         membership.check_remove(THREE, set(), "z:1")
     assert refused.value.code == Code.NOT_FOUND
+
+
+def test_connected_match_indexes_leave_out_disconnected_followers() -> None:
+    status = {"match_idx_server_a:1": 7, "partner_node_status_server_a:1": 2,
+              "match_idx_server_b:2": 9, "partner_node_status_server_b:2": 0,
+              "match_idx_count": 2, "commit_idx": 9}
+    assert membership.connected_match_indexes(status) == {"a:1": 7}

@@ -30,6 +30,7 @@ from raftsched.protocol import (
 )
 from raftsched.replica import service
 from raftsched.replica.leader import Leader, LeaderConfig
+from raftsched.replica.raft.port import RaftStatus
 from raftsched.replica.service import (
     AdminService,
     AgentGatewayService,
@@ -75,13 +76,17 @@ class ServiceNode(MemoryNode):
     def members(self) -> list[str]:
         return [RAFT, PEER_RAFT]
 
-    def status(self, include_digest: bool = False) -> dict[str, Any]:
+    def status(self, include_digest: bool = False) -> RaftStatus:
         self.digest_requests.append(include_digest)
-        return {"self": RAFT, "leader": self.raft_leader, "term": self.current_term,
-                "commit_index": self.applied, "last_applied": self.applied,
-                "is_leader": self.leader, "members": self.members(),
-                "state_digest": snapshot.digest(self.state) if include_digest else "",
-                "state_index": self.applied}
+        return RaftStatus(
+            address=RAFT, leader=self.raft_leader, term=self.current_term,
+            commit_index=self.applied, last_applied=self.applied, is_leader=self.leader,
+            members=self.members(),
+            state_digest=snapshot.digest(self.state) if include_digest else "",
+            state_index=self.applied, log_first_index=1, log_last_index=self.applied,
+            durability={}, replication={}, unauthenticated_connections={}, apply_backlog=0,
+            dumps_written=0, dumps_loaded=0, library_alarms={}, membership_change=None,
+            fatal=None)
 
 
 class Aborted(Exception):
