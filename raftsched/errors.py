@@ -1,7 +1,7 @@
 """The error vocabulary shared by the state machine, the replica, the client, the agent and the CLI.
 
-Expected failures are named `Code`s carried in values (`fsm.Rejected`, `RaftschedError`); a broken
-invariant is an `AssertionError` and is never caught. Our codes are named after gRPC's status
+Expected failures are named `Code`s carried in values (`outcome.Rejected`, `RaftschedError`); a
+broken invariant is an `AssertionError` and is never caught. Our codes are named after gRPC's status
 codes; `raftsched.rpc` is the one place that maps between the two (docs/architecture.md §6).
 """
 

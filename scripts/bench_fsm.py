@@ -25,6 +25,7 @@ from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state import fsm, placement
 from raftsched.state.model import TERMINAL_JOB_STATES, State
+from raftsched.state.outcome import Applied
 from raftsched.state.results import AssignResult, Result
 
 
@@ -88,7 +89,7 @@ class Runner:
         self.decode_s += t1 - t0
         self.apply_s += t2 - t1
         self.entries += 1
-        assert isinstance(outcome, fsm.Applied), outcome
+        assert isinstance(outcome, Applied), outcome
         return outcome.result
 
     def register(self) -> None:
@@ -155,7 +156,7 @@ def memory(tasks: int) -> tuple[float, float, float]:
     gc.collect()
     before = rss_bytes()
     outcome = fsm.apply(r.state, entry)
-    assert isinstance(outcome, fsm.Applied), outcome
+    assert isinstance(outcome, Applied), outcome
     gc.collect()
     submitted = rss_bytes()
     r.run_job("mem")

@@ -55,6 +55,7 @@ from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state import fsm, placement
 from raftsched.state.model import State
+from raftsched.state.outcome import Applied
 from raftsched.state.results import AssignResult, Result
 
 try:  # the leader's batch size; the module only defines things at import
@@ -150,7 +151,7 @@ class Bench:
 
     def apply(self, cmd: c.Command) -> Result:
         outcome = fsm.apply_command(self.state, cmd)
-        assert isinstance(outcome, fsm.Applied), outcome
+        assert isinstance(outcome, Applied), outcome
         return outcome.result
 
     def setup(self) -> None:

@@ -61,7 +61,7 @@ def _target(args: argparse.Namespace) -> tuple[str, str]:
         # (the replicas store printable text only), cut to what they keep.
         return found.fingerprint, visible(found.subject)[:limits.MAX_CERT_SUBJECT_CHARS]
     from raftsched.state.commands import CertRevoke
-    from raftsched.state.fsm import CERT_FINGERPRINT_CHARS, cert_revoke_problem
+    from raftsched.state.rules import CERT_FINGERPRINT_CHARS, cert_revoke_problem
 
     fingerprint = str(args.fingerprint).replace(":", "").strip().lower()
     if cert_revoke_problem(CertRevoke(fingerprint, "", "", 0)) is not None:  # the replicas' rule

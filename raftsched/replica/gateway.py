@@ -39,9 +39,11 @@ from raftsched.replica.leader import Leader
 from raftsched.replica.logs import LogBroker
 from raftsched.replica.raft.port import RaftPort
 from raftsched.state import commands as c
-from raftsched.state import fsm
 from raftsched.state.model import AttemptState, Job, State, Task, TaskState
+from raftsched.state.outcome import Rejected
+from raftsched.state.queries import attempt_of_cluster
 from raftsched.state.results import ClusterRegistered, ReportResult, Result
+from raftsched.state.rules import cluster_register_problem
 
 PROPOSE_TIMEOUT_S = 5.0
 assert limits.MAX_DELIVERIES_PER_HEARTBEAT <= limits.MAX_BATCH_ITEMS
@@ -66,7 +68,7 @@ def propose(node: RaftPort, leader: Leader, command: c.Command,
     if appended is not None:
         appended()
     outcome = pending.outcome(PROPOSE_TIMEOUT_S)
-    if isinstance(outcome, fsm.Rejected):
+    if isinstance(outcome, Rejected):
         raise RaftschedError(outcome.code, outcome.reason,
                              retry_after_ms=outcome.retry_after_ms)
     leader.wake()
@@ -200,7 +202,7 @@ def _register_command(registration: Registration, now_ms: int) -> c.ClusterRegis
     command = c.ClusterRegister(
         registration.cluster_id, registration.incarnation, registration.capabilities,
         capacity.cpu_milli, capacity.memory_mb, capacity.gpu, now_ms, (), registration.custom)
-    problem = fsm.cluster_register_problem(command)
+    problem = cluster_register_problem(command)
     if problem is not None:
         raise RaftschedError(Code.INVALID_ARGUMENT, problem)
     return command
@@ -209,7 +211,7 @@ def _register_command(registration: Registration, now_ms: int) -> c.ClusterRegis
 def split_known(state: State, cluster_id: str, known: Sequence[KnownAttempt],
                 ) -> tuple[list[KnownAttempt], list[KillDirective]]:
     """The agent's attempts that reconciliation acts on — live here, or placed here, ended and
-    still running (`fsm.attempt_of_cluster`, the rule apply re-checks) — and, apart, the running
+    still running (`queries.attempt_of_cluster`, the rule apply re-checks) — and, apart, the running
     ones the state does not know as this cluster's (an unknown job, task or fence, or another
     cluster's attempt): not ours, to be stopped by the agent with nothing recorded. A finished
     attempt the state does not know needs nothing: its report is answered not_found. O(known)."""
@@ -222,7 +224,7 @@ def split_known(state: State, cluster_id: str, known: Sequence[KnownAttempt],
             ours.append(held)
         elif not held.running:
             continue
-        elif fsm.attempt_of_cluster(state, cluster_id, held.job_id, held.task_id,
+        elif attempt_of_cluster(state, cluster_id, held.job_id, held.task_id,
                                     held.fence) is not None:
             ours.append(held)
         else:

@@ -14,7 +14,7 @@ secret.
 - Admin: `ClusterStatus` needs `operator`; membership and tokens need `admin`. Operator and
   admin tokens are of tenant `*` (the Admin RPCs act on every tenant); one of another tenant,
   made by an older version or restored from a snapshot, acts as a `user` of its tenant only
-  (`fsm.honoured_role`).
+  (`queries.honoured_role`).
 - Health and Reflection: a client certificate of any kind (agent or user), no token (load
   balancers and grpcurl use them).
 - Any call: a client certificate an admin revoked (`raftsched admin cert revoke`, by the sha256
@@ -44,8 +44,8 @@ from raftsched import limits, rpc, tls
 from raftsched.eventlog import EventLogger
 from raftsched.replica import views
 from raftsched.spec.issue import show
-from raftsched.state.fsm import cert_revoked, honoured_role, token_of
 from raftsched.state.model import ALL_TENANTS, Role, State, TokenRecord
+from raftsched.state.queries import cert_revoked, honoured_role, token_of
 from raftsched.tokens import parse_token, secret_digest
 
 log = EventLogger("raftsched.identity")
@@ -112,7 +112,7 @@ class Caller:
 
     @property
     def role(self) -> Role:
-        """The role the token acts with (`fsm.honoured_role`)."""
+        """The role the token acts with (`queries.honoured_role`)."""
         return honoured_role(self.token)
 
     def may_act_for(self, tenant: str) -> bool:

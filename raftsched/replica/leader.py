@@ -27,7 +27,8 @@ from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.replica.raft.port import Pending, RaftPort  # noqa: F401  (Pending: kept importable here)
 from raftsched.state import commands as c
-from raftsched.state import fsm, placement
+from raftsched.state import placement
+from raftsched.state.outcome import Applied, Rejected
 from raftsched.state.placement import Free
 from raftsched.state.results import AssignResult, BarrierResult
 
@@ -276,7 +277,7 @@ class Leader:
         barrier = c.Barrier(nonce, self._clock.now_ms(), self._config.raft_address,
                             self._config.grpc_address)
         outcome = self._node.propose(c.encode(barrier), PROPOSE_TIMEOUT_S)
-        if not (isinstance(outcome, fsm.Applied) and outcome.result == BarrierResult(nonce)):
+        if not (isinstance(outcome, Applied) and outcome.result == BarrierResult(nonce)):
             return
         now = self._clock.monotonic_s()
         clusters = self._node.read(lambda s: list(s.clusters))
@@ -293,7 +294,7 @@ class Leader:
             except RaftschedError as error:
                 log.warning("office_command_failed", error=str(error))
                 continue
-            if isinstance(outcome, fsm.Rejected):
+            if isinstance(outcome, Rejected):
                 log.warning("office_command_rejected", code=outcome.code.value,
                             reason=outcome.reason)
 
@@ -328,7 +329,7 @@ class Leader:
             c.encode(c.AssignBatch(now_ms, tuple(planned.placements),
                                    tuple(planned.reservations), tuple(planned.preemptions))),
             PROPOSE_TIMEOUT_S)
-        if isinstance(outcome, fsm.Applied) and isinstance(result := outcome.result, AssignResult):
+        if isinstance(outcome, Applied) and isinstance(result := outcome.result, AssignResult):
             log.debug("assigned", count=len(result.assigned), dropped=len(result.dropped),
                       plan_ms=round((planned_s - started_s) * 1000, 2),
                       commit_ms=round((self._clock.monotonic_s() - planned_s) * 1000, 2))

@@ -41,9 +41,9 @@ from raftsched.spec.issue import show
 from raftsched.spec.job import JobSpec, SpecError, parse_submitted_text, with_idempotency_key
 from raftsched.spec.wire import decode_wire, drop_items, release_wire, to_wire
 from raftsched.state import commands as c
-from raftsched.state.fsm import honoured_role, token_put_problem, token_scope_problem
 from raftsched.state.model import TERMINAL_JOB_STATES, Change, Role, State
 from raftsched.state.policy import policy_of, refusal_before_proposal
+from raftsched.state.queries import honoured_role
 from raftsched.state.results import (
     CertRevoked,
     ClusterDrained,
@@ -55,6 +55,7 @@ from raftsched.state.results import (
     TokenPutResult,
     TokenRevokeResult,
 )
+from raftsched.state.rules import token_put_problem, token_scope_problem
 from raftsched.state.text import text_problem
 
 log = EventLogger("raftsched.service")

@@ -14,7 +14,6 @@ from raftsched.api import raftsched_pb2 as pb
 from raftsched.errors import Code, RaftschedError
 from raftsched.spec.issue import show
 from raftsched.state import feasibility, policy
-from raftsched.state.fsm import reservation_holder, reserved_for_other
 from raftsched.state.model import (
     ALL_TENANTS,
     Attempt,
@@ -26,6 +25,7 @@ from raftsched.state.model import (
     Task,
     TaskState,
 )
+from raftsched.state.queries import reservation_holder, reserved_for_other
 from raftsched.state.text import text_problem
 
 _PAGE_TOKEN = re.compile(f"(n?)([0-9]{{1,{limits.MAX_PAGE_TOKEN_CHARS}}})", re.ASCII)

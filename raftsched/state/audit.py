@@ -56,7 +56,7 @@ Checks (the names in `Violation.check` and `LogAuditor.checks`):
 - reservation_respected: an attempt is created on a cluster kept for a task
   (`Cluster.reserved_for` as it was just before the item applied; the batch's own reservations
   apply after its items) only for that task, unless the task could
-  never fit that cluster (`fsm.reservation_holder` is None: the reservation binds nothing).
+  never fit that cluster (`queries.reservation_holder` is None: the reservation binds nothing).
   Needs `before`.
 - tenant_running_limit: an assignment never takes a tenant past its `max_running`
   (`policy.policy_of`, 0: no limit): the tenant's ASSIGNED+RUNNING tasks just before the item
@@ -75,7 +75,7 @@ from raftsched import limits
 from raftsched.protocol import ReportVerdict
 from raftsched.spec.job import JobSpec, runs_when_upstream_done
 from raftsched.state import commands as c
-from raftsched.state import fsm, invariants, policy
+from raftsched.state import invariants, policy
 from raftsched.state.commands import ClusterStatus
 from raftsched.state.feasibility import never_fits
 from raftsched.state.model import (
@@ -88,6 +88,7 @@ from raftsched.state.model import (
     Task,
     TaskState,
 )
+from raftsched.state.outcome import Applied, Outcome
 from raftsched.state.results import AssignResult, JobSubmitted, ReportResult
 
 INVARIANTS_EVERY_ENTRIES = 1_000
@@ -221,12 +222,12 @@ class LogAuditor:
         if isinstance(command, c.AssignBatch):
             self._before = _contention(index, command, state, before=True)
 
-    def observe(self, index: int, command: c.Command, outcome: fsm.Outcome,
+    def observe(self, index: int, command: c.Command, outcome: Outcome,
                 state: State) -> None:
         """One applied entry, `state` as it is right after the apply."""
         self.entries += 1
         seen, self._before = self._before, None
-        if isinstance(outcome, fsm.Applied):
+        if isinstance(outcome, Applied):
             match command, outcome.result:
                 case c.AssignBatch(), AssignResult() as result:
                     if seen is None or seen.index != index or seen.command != command:
@@ -616,7 +617,7 @@ def _closed(cluster: Cluster | None, now_ms: int) -> str | None:
 
 def _reservations(seen: _Contention, command: c.AssignBatch, state: State) -> None:
     """Load the reservations the batch's items may meet: those held before the batch (its own
-    apply after its items, `fsm.apply_assign_batch`, so they bind none of them)."""
+    apply after its items, `assign.apply_assign_batch`, so they bind none of them)."""
     holders = seen.holders
     assert holders is not None
     for placement in command.items:
@@ -627,7 +628,7 @@ def _reservations(seen: _Contention, command: c.AssignBatch, state: State) -> No
 def _load_cluster(seen: _Contention, holders: dict[str, TaskKey | None], state: State,
                   cluster_id: str) -> None:
     """The task `cluster_id` is kept for before the batch, unless that reservation binds nothing
-    (`fsm.reservation_holder`: the task could never fit there)."""
+    (`queries.reservation_holder`: the task could never fit there)."""
     if cluster_id in holders:
         return
     holder: TaskKey | None = None

@@ -5,7 +5,7 @@ directive it could not record (`Cluster.kills_unrecorded`), the task is not pinn
 cluster, the cluster advertises every capability the task requires, and the
 task's cpu, memory, gpu and named custom resources each fit in the cluster's free room. The
 same rule serves three callers, so they cannot disagree:
-- `fsm.apply_assign_batch` re-validates each placement against the committed reservations;
+- `assign.apply_assign_batch` re-validates each placement against the committed reservations;
 - `placement.plan` asks it for every candidate and cluster, against the plan's tentative room
   (the committed room, capped by the agents' reported free capacity, minus what this plan has
   already placed there);

@@ -22,14 +22,6 @@ from raftsched import limits
 from raftsched.spec.job import runs_when_upstream_done
 from raftsched.state import feasibility, policy
 from raftsched.state.commands import CertRevoke, ClusterStatus, TokenPut
-from raftsched.state.fsm import (
-    attempt_of_cluster,
-    cert_revoke_problem,
-    derive_job_state,
-    derive_usage,
-    ready_entry_live,
-    token_put_problem,
-)
 from raftsched.state.job_index import Key
 from raftsched.state.model import (
     AGED_ASSIGNED,
@@ -46,6 +38,13 @@ from raftsched.state.model import (
     ready_rank_ms,
     shape_of,
 )
+from raftsched.state.queries import (
+    attempt_of_cluster,
+    derive_job_state,
+    derive_usage,
+    ready_entry_live,
+)
+from raftsched.state.rules import cert_revoke_problem, token_put_problem
 
 _PENDING = TaskState.PENDING
 _RUNNABLE = TaskState.RUNNABLE

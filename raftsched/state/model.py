@@ -247,7 +247,7 @@ class ShapeQueue:
 
 @dataclass(slots=True)
 class ReadyQueue:
-    """One tenant's RUNNABLE tasks, a heap per task shape (see `fsm._make_runnable`). Planning
+    """One tenant's RUNNABLE tasks, a heap per task shape (see `queues.make_runnable`). Planning
     merges the heaps in queue order and drops a shape as soon as one of its tasks fits nowhere,
     so a backlog of tasks that cannot be placed (a capability no cluster has, more gpu than any
     cluster has free) costs a planning round one look, not a walk of the backlog. A shape

@@ -52,8 +52,8 @@ from raftsched.spec.job import Scoring, TaskSpec
 from raftsched.state import policy
 from raftsched.state.commands import Placement, Preemption, Reservation
 from raftsched.state.feasibility import committed_custom_free, never_fits, unfit
-from raftsched.state.fsm import iter_ready, reservation_holder
 from raftsched.state.model import Cluster, Job, State, Task, TaskShape, shape_of
+from raftsched.state.queries import iter_ready, reservation_holder
 
 Free = tuple[int, int, int]
 """(cpu milli, memory MB, gpu) a cluster can still take."""
@@ -252,7 +252,7 @@ def _starving(state: State, rooms: list[_Room],
         for shape_queue in state.queues[tenant].shapes.values():
             if len(heads) >= RESERVATION_SCAN:
                 break
-            entry = shape_queue.heap[0]  # `fsm._tidy` keeps every head live
+            entry = shape_queue.heap[0]  # `queues._tidy` keeps every head live
             job = state.jobs[entry[4]]
             heads.append((job, job.tasks[entry[2]]))
     if not heads:

@@ -1,4 +1,4 @@
-"""What applying a command returns, one result type per command: `fsm.Applied(result)`.
+"""What applying a command returns, one result type per command: `outcome.Applied(result)`.
 
 Results are return values only, for the proposer that waits on its entry (the gRPC service, the
 agent gateway, the leader loop) and for observers of the applied log (the auditor, simulations).
@@ -182,4 +182,4 @@ Result = (
     | ClusterDrained
     | CertRevoked
 )
-"""What `fsm.Applied.result` holds: one type per command."""
+"""What `outcome.Applied.result` holds: one type per command."""

@@ -28,7 +28,7 @@ record, present only when there are some: a snapshot without any is byte for byt
 Likewise a cluster's record grows by its custom resources (21st field) only when it offers some,
 and by its count of kill directives it could not record (22nd, the 21st then present, maybe
 empty) only when that count is not 0.
-Tenant usage is derived, never stored (`fsm.derive_usage`).
+Tenant usage is derived, never stored (`queries.derive_usage`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,6 @@ from raftsched import limits
 from raftsched.spec.job import SpecError
 from raftsched.spec.wire import from_trusted_wire, to_wire, validate_wire
 from raftsched.state.commands import ClusterStatus
-from raftsched.state.fsm import derive_aging, derive_usage, ready_entry_live
 from raftsched.state.model import (
     TERMINAL_JOB_STATES,
     Attempt,
@@ -69,6 +68,8 @@ from raftsched.state.model import (
     ready_rank_ms,
     shape_of,
 )
+from raftsched.state.queries import derive_usage, ready_entry_live
+from raftsched.state.queues import derive_aging
 
 MAGIC = b"RSFSM\x00"
 FORMAT_VERSION = 4

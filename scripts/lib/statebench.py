@@ -15,6 +15,7 @@ from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state import fsm
 from raftsched.state.model import State
+from raftsched.state.outcome import Applied
 from raftsched.state.results import AssignResult
 
 TENANTS = ("alpha", "beta", "gamma", "delta")
@@ -26,7 +27,7 @@ CHUNK = 1_000
 
 def _apply(state: State, cmd: c.Command) -> object:
     outcome = fsm.apply(state, c.encode(cmd))
-    assert isinstance(outcome, fsm.Applied), outcome
+    assert isinstance(outcome, Applied), outcome
     return outcome.result
 
 

@@ -32,7 +32,7 @@ from raftsched.replica.raft.node import JOURNAL_FILE_NAME, RaftNode
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state import fsm
-from raftsched.state.fsm import Applied
+from raftsched.state.outcome import Applied
 from tests.support import raw_sockets
 from tests.support.raft_harness import Cluster, free_ports, wait_for
 

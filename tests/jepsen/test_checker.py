@@ -23,15 +23,12 @@ import pytest
 from raftsched import eventlog, limits
 from raftsched.protocol import ReportVerdict
 from raftsched.replica.applied_log import AppliedLogWriter
+from raftsched.state import assign, fsm, snapshot
 from raftsched.state import commands as c
-from raftsched.state import fsm, snapshot
 from raftsched.state.audit import LogAuditor
 from raftsched.state.model import Attempt, AttemptState, TaskState
-from raftsched.state.results import (
-    AssignResult,
-    JobSubmitted,
-    ReportResult,
-)
+from raftsched.state.outcome import Applied, Outcome
+from raftsched.state.results import AssignResult, JobSubmitted, ReportResult
 from tests.support import paths
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
@@ -539,7 +536,7 @@ def test_an_fsm_failure_stops_the_replay_and_nothing_is_compared_after_it(
     real = fsm.apply_command
     calls = itertools.count(1)
 
-    def failing(state: Any, command: c.Command) -> fsm.Outcome:
+    def failing(state: Any, command: c.Command) -> Outcome:
         if next(calls) == 11:
             raise AssertionError("boom")
         return real(state, command)
@@ -594,9 +591,9 @@ def test_auditor_finds_nothing_in_a_real_log() -> None:
 
 
 def _one_assigned(job_id: str, task_id: str, cluster_id: str,
-                  fence: int) -> fsm.Applied[AssignResult]:
+                  fence: int) -> Applied[AssignResult]:
     """The result of an ASSIGN_BATCH that gave one placement this fence."""
-    return fsm.Applied(AssignResult(((c.Placement(job_id, task_id, cluster_id), fence),), ()))
+    return Applied(AssignResult(((c.Placement(job_id, task_id, cluster_id), fence),), ()))
 
 
 def test_auditor_an_accepted_report_of_an_old_fence() -> None:
@@ -607,7 +604,7 @@ def test_auditor_an_accepted_report_of_an_old_fence() -> None:
     auditor = _audited(h)
     report = c.Report(c.ReportKind.FINISHED, "j", "r", old, 0)
     batch = c.ReportBatch("east", h.now_ms, 1, (report,))
-    auditor.observe(99, batch, fsm.Applied(ReportResult((ReportVerdict.ACCEPTED,))), h.state)
+    auditor.observe(99, batch, Applied(ReportResult((ReportVerdict.ACCEPTED,))), h.state)
     assert {v.check for v in auditor.violations} == {"report_fence_current", "success_once"}
     assert "the task's current fence is" in auditor.violations[0].message
 
@@ -618,7 +615,7 @@ def test_auditor_a_second_accepted_success() -> None:
     auditor = _audited(h)
     report = c.Report(c.ReportKind.FINISHED, "j", "a", fence, 0)
     batch = c.ReportBatch("east", h.now_ms, 1, (report,))
-    auditor.observe(99, batch, fsm.Applied(ReportResult((ReportVerdict.ACCEPTED,))), h.state)
+    auditor.observe(99, batch, Applied(ReportResult((ReportVerdict.ACCEPTED,))), h.state)
     assert {v.check for v in auditor.violations} == {"success_once"}
     assert "a second accepted success" in auditor.violations[0].message
 
@@ -693,7 +690,7 @@ def test_auditor_two_jobs_created_for_one_key() -> None:
     job = h.job("j2")
     job.spec = dataclasses.replace(job.spec, idempotency_key="k")
     submit = c.decode(h.log[-1])
-    auditor.observe(99, submit, fsm.Applied(JobSubmitted("j2", created=True)), h.state)
+    auditor.observe(99, submit, Applied(JobSubmitted("j2", created=True)), h.state)
     assert {v.check for v in auditor.violations} == {"idempotency_key_unique"}
     assert "created job j1 at log index 1" in auditor.violations[0].message
 
@@ -720,7 +717,7 @@ def test_an_assignment_on_a_reserved_cluster_is_found_in_the_replayed_log(
     h.assign_one("small", "s", "east")
     h.expect(c.AssignBatch(h.now_ms, (), (c.Reservation("big", "b", "east"),)), AssignResult)
     # A state machine that ignores reservations writes the next entry and replays the log.
-    monkeypatch.setattr(fsm, "reserved_for_other", lambda *_: None)
+    monkeypatch.setattr(assign, "reserved_for_other", lambda *_: None)
     fence = h.assign_one("small", "m", "east")
     run.mark("r2")
     run.final()

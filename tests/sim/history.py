@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from raftsched.state import commands as c
-from raftsched.state import fsm
 from raftsched.state.audit import LogAuditor
 from raftsched.state.model import State
+from raftsched.state.outcome import Applied, Outcome
 from raftsched.state.results import AssignResult, ClusterStatusChanged, ReportResult
 
 
@@ -39,12 +39,12 @@ class History:
 
     # -- the committed log (oracle) -----------------------------------------------------------
 
-    def observe(self, index: int, command: c.Command, outcome: fsm.Outcome,
+    def observe(self, index: int, command: c.Command, outcome: Outcome,
                 oracle: State) -> None:
         self.auditor.observe(index, command, outcome, oracle)
         assert not self.auditor.violations, "\n".join(
             f"{v.check}: {v.message}" for v in self.auditor.violations)
-        if not isinstance(outcome, fsm.Applied):
+        if not isinstance(outcome, Applied):
             self.count(f"rejected_{type(command).__name__}")
             return
         result = outcome.result

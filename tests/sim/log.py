@@ -25,11 +25,12 @@ from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
 from raftsched.state import commands as c
 from raftsched.state import fsm, invariants, snapshot
 from raftsched.state.model import State
+from raftsched.state.outcome import Outcome
 
 MAX_APPLY_PER_STEP = 4
 """Entries a lagging follower applies in one step, at most."""
 
-Observer = Callable[[int, c.Command, fsm.Outcome, State], None]
+Observer = Callable[[int, c.Command, Outcome, State], None]
 """(log index, command, outcome, oracle state right after the apply)."""
 
 
@@ -67,7 +68,7 @@ class SimLog:
         self.rng = rng
         self.faults = LogFaults()
         self.entries: list[bytes] = []
-        self.outcomes: list[fsm.Outcome] = []
+        self.outcomes: list[Outcome] = []
         self.oracle = State()
         self.replicas = [Replica(i) for i in range(replica_count)]
         self.leader = 0
@@ -88,10 +89,10 @@ class SimLog:
             observer(index, command, outcome, self.oracle)
         return index
 
-    def apply_through(self, replica: Replica, index: int) -> fsm.Outcome | None:
+    def apply_through(self, replica: Replica, index: int) -> Outcome | None:
         """Apply committed entries up to `index`; the outcome of entry `index` if applied now."""
         assert index <= len(self.entries)
-        outcome: fsm.Outcome | None = None
+        outcome: Outcome | None = None
         while replica.applied < index:
             position = replica.applied
             outcome = fsm.apply(replica.state, self.entries[position])
@@ -165,7 +166,7 @@ class SimProposal:
         self._node = node
         self._data = data
 
-    def outcome(self, timeout_s: float) -> fsm.Outcome:
+    def outcome(self, timeout_s: float) -> Outcome:
         return self._node.propose(self._data, timeout_s)
 
 
@@ -194,7 +195,7 @@ class SimNode:
             raise NotLeader(self.leader_address())
         return SimProposal(self, data)
 
-    def propose(self, data: bytes, timeout_s: float) -> fsm.Outcome:
+    def propose(self, data: bytes, timeout_s: float) -> Outcome:
         assert timeout_s > 0
         log = self.log
         if not self.is_leader():

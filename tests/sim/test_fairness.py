@@ -33,9 +33,11 @@ import pytest
 
 from raftsched.protocol import Report, ReportKind, ReportVerdict
 from raftsched.state import commands as c
-from raftsched.state import fsm, placement
+from raftsched.state import placement
 from raftsched.state.model import AGING_MS_PER_PRIORITY, TaskState, ready_rank_ms
+from raftsched.state.outcome import Applied
 from raftsched.state.placement import RESERVE_AFTER_MS
+from raftsched.state.queries import ready_entry_live
 from raftsched.state.results import AssignResult
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
@@ -89,7 +91,7 @@ class Sim:
     def cluster(self, cluster_id: str, *, cpu: float, memory_mb: int,
                 caps: tuple[str, ...] = ("linux",)) -> None:
         outcome = self.h.register(cluster_id, caps=caps, cpu=cpu, memory_mb=memory_mb)
-        assert isinstance(outcome, fsm.Applied), outcome
+        assert isinstance(outcome, Applied), outcome
 
     def submit(self, tenant: str, durations: list[int], *, priority: int = 50,
                resources: Shape | None = None,
@@ -103,7 +105,7 @@ class Sim:
                                  requires=list(requires)))
             self.duration_ms[(job_id, f"t{index}")] = duration
         outcome = self.h.submit(job_id, job_doc(docs, tenant=tenant, priority=priority))
-        assert isinstance(outcome, fsm.Applied), f"{self.tag}: {outcome}"
+        assert isinstance(outcome, Applied), f"{self.tag}: {outcome}"
         return job_id
 
     def draw(self, count: int, low: int = SHORT_MS, high: int = LONG_MS) -> list[int]:
@@ -360,7 +362,7 @@ def test_aging_bounds_the_wait_of_a_low_priority_job(seed: int, levels: int) -> 
     for tenant_queue in sim.h.state.queues.values():
         for shape_queue in tenant_queue.shapes.values():
             ahead += sum(1 for entry in shape_queue.heap
-                         if fsm.ready_entry_live(sim.h.state, entry)
+                         if ready_entry_live(sim.h.state, entry)
                          and (entry[0], entry[1]) < rank)
     bound = deadline + math.ceil((ahead + 1) / slots) * (LONG_MS + sim.step_ms)
     sim.run_until(lambda: key in sim.placed_ms, bound + 60_000, arrive)
@@ -511,7 +513,7 @@ def test_a_scarce_custom_resource_is_never_overcommitted_and_fully_used(seed: in
     sim = Sim(seed, step_ms=500, check_every=100)
     assert isinstance(sim.h.run(c.ClusterRegister(
         "licensed", 1, ("linux",), 8_000, 65_536, 0, sim.h.now_ms, (), (("lic", 2),))),
-        fsm.Applied)
+        Applied)
     for cluster_id in ("c1", "c2"):
         sim.cluster(cluster_id, cpu=8, memory_mb=65_536)
 

@@ -26,8 +26,9 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.replica.leader import Leader, LeaderConfig
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
-from raftsched.state import fsm, invariants, snapshot
+from raftsched.state import invariants, snapshot
 from raftsched.state.model import TERMINAL_JOB_STATES
+from raftsched.state.outcome import Applied, Outcome, Rejected
 from raftsched.state.results import JobSubmitted
 from tests.sim.gateway import Gateway
 from tests.sim.history import History
@@ -199,7 +200,7 @@ class World:
         wire = doc_to_wire(doc)
         outcome = self._client_propose(c.JobSubmit(job_id, wire, self.clock.now_ms()))
         self.note(f"  submit {job_id} key={key} -> {outcome!r}")
-        if isinstance(outcome, fsm.Applied):
+        if isinstance(outcome, Applied):
             result = outcome.result
             assert isinstance(result, JobSubmitted), result
             if key is not None:
@@ -207,7 +208,7 @@ class World:
                 assert result.created or first == wire, \
                     f"a different spec under key {key!r} was taken for job {result.job_id}"
             self.history.on_submit_acked(result.job_id, len(self.log.entries), tenant, key)
-        elif isinstance(outcome, fsm.Rejected):
+        elif isinstance(outcome, Rejected):
             unschedulable = outcome.code == Code.FAILED_PRECONDITION \
                 and not doc.get("allow_unschedulable") and "allow_unschedulable" in outcome.reason
             assert unschedulable or (outcome.code == Code.ALREADY_EXISTS and key is not None), \
@@ -222,7 +223,7 @@ class World:
         outcome = self._client_propose(c.JobCancel(job_id, self.clock.now_ms(), "sim"))
         self.note(f"  cancel {job_id} -> {outcome!r}")
 
-    def _client_propose(self, command: c.Command) -> fsm.Outcome | None:
+    def _client_propose(self, command: c.Command) -> Outcome | None:
         """Through a replica believing it leads (maybe a deposed one); None if unknown."""
         candidates = [i for i, lead in enumerate(self.leaders) if lead.leading()]
         if not candidates:

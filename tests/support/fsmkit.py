@@ -11,6 +11,8 @@ from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state import fsm, invariants
 from raftsched.state.model import Attempt, Job, ReadyEntry, State, Task, TaskShape
+from raftsched.state.outcome import Applied, Outcome
+from raftsched.state.queries import ready_entry_live
 from raftsched.state.results import AssignResult, ReportResult, Result, TickResult
 
 R = TypeVar("R")
@@ -21,7 +23,7 @@ def ready_queues(state: State) -> dict[str, tuple[int, list[ReadyEntry], dict[Ta
     the live count per shape (not the stale entries or heap layout a replica happens to hold)."""
     return {tenant: (queue.live,
                      sorted(e for q in queue.shapes.values() for e in q.heap
-                            if fsm.ready_entry_live(state, e)),
+                            if ready_entry_live(state, e)),
                      {shape: q.live for shape, q in queue.shapes.items()})
             for tenant, queue in state.queues.items()}
 
@@ -57,7 +59,7 @@ class Harness:
         self.log: list[bytes] = []
 
     # -- plumbing --------------------------------------------------------------------------------
-    def run(self, cmd: c.Command) -> fsm.Outcome:
+    def run(self, cmd: c.Command) -> Outcome:
         entry = c.encode(cmd)
         self.log.append(entry)
         outcome = fsm.apply(self.state, entry)
@@ -67,7 +69,7 @@ class Harness:
 
     def ok(self, cmd: c.Command) -> Result:
         outcome = self.run(cmd)
-        assert isinstance(outcome, fsm.Applied), outcome
+        assert isinstance(outcome, Applied), outcome
         return outcome.result
 
     def expect(self, cmd: c.Command, kind: type[R]) -> R:
@@ -81,16 +83,16 @@ class Harness:
         return (self.entropy * 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
 
     # -- commands --------------------------------------------------------------------------------
-    def submit(self, job_id: str, doc: dict[str, Any]) -> fsm.Outcome:
+    def submit(self, job_id: str, doc: dict[str, Any]) -> Outcome:
         return self.run(c.JobSubmit(job_id, doc_to_wire(doc), self.now_ms))
 
     def register(self, cluster_id: str, caps: tuple[str, ...] = ("linux",), cpu: float = 8,
                  memory_mb: int = 16_384, gpu: int = 0, incarnation: int = 1,
-                 known: tuple[c.KnownAttempt, ...] = ()) -> fsm.Outcome:
+                 known: tuple[c.KnownAttempt, ...] = ()) -> Outcome:
         return self.run(c.ClusterRegister(cluster_id, incarnation, caps, int(cpu * 1000),
                                           memory_mb, gpu, self.now_ms, known))
 
-    def status(self, cluster_id: str, status: c.ClusterStatus) -> fsm.Outcome:
+    def status(self, cluster_id: str, status: c.ClusterStatus) -> Outcome:
         return self.run(c.ClusterStatusChange(cluster_id, status, self.now_ms, "test"))
 
     def assign(self, *items: tuple[str, str, str]) -> AssignResult:
@@ -124,7 +126,7 @@ class Harness:
         self.now_ms += advance_ms
         return self.expect(c.Tick(self.now_ms, self._entropy()), TickResult)
 
-    def cancel(self, job_id: str) -> fsm.Outcome:
+    def cancel(self, job_id: str) -> Outcome:
         return self.run(c.JobCancel(job_id, self.now_ms, "test"))
 
     def run_task(self, cluster_id: str, job_id: str, task_id: str, exit_code: int = 0) -> int:

@@ -12,15 +12,16 @@ from raftsched.replica.raft.handshakes import ClosedConnections
 from raftsched.state import commands as c
 from raftsched.state import fsm, invariants
 from raftsched.state.model import State
+from raftsched.state.outcome import Outcome
 
 
 class Done:
     """A proposal whose outcome is already known."""
 
-    def __init__(self, outcome: fsm.Outcome) -> None:
+    def __init__(self, outcome: Outcome) -> None:
         self._outcome = outcome
 
-    def outcome(self, timeout_s: float) -> fsm.Outcome:
+    def outcome(self, timeout_s: float) -> Outcome:
         return self._outcome
 
 
@@ -35,7 +36,7 @@ class MemoryNode:
         self.applied = 0
         self.closed = ClosedConnections(0, 0, 0)
 
-    def propose(self, data: bytes, timeout_s: float) -> fsm.Outcome:
+    def propose(self, data: bytes, timeout_s: float) -> Outcome:
         self.proposed.append(type(c.decode(data)).__name__)
         self.applied += 1
         outcome = fsm.apply(self.state, data)

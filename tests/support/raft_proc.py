@@ -33,7 +33,7 @@ from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
 from raftsched.replica.raft.node import RaftNode
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
-from raftsched.state.fsm import Applied, Outcome, Rejected
+from raftsched.state.outcome import Applied, Outcome, Rejected
 
 JOB_DOC: dict[str, Any] = {"name": "n", "allow_unschedulable": True,
                            "tasks": [{"id": "a", "command": ["true"]}]}

@@ -135,8 +135,8 @@ from raftsched.replica.raft.port import RaftStatus
 from raftsched.replica.raft.transport import SyncingTransport
 from raftsched.state import fsm, snapshot
 from raftsched.state.commands import Barrier, encode
-from raftsched.state.fsm import Applied, Outcome, Rejected
 from raftsched.state.model import Change, State
+from raftsched.state.outcome import Applied, Outcome, Rejected
 from raftsched.state.results import BarrierResult
 
 log = EventLogger(__name__)

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, TypeVar
 
 from raftsched.replica.raft.handshakes import ClosedConnections
-from raftsched.state.fsm import Outcome
 from raftsched.state.model import State
+from raftsched.state.outcome import Outcome
 
 T = TypeVar("T")
 

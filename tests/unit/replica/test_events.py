@@ -8,8 +8,8 @@ import pytest
 from raftsched import limits
 from raftsched.replica.events import SEQ_END, EventFilter, EventLog, TooOld
 from raftsched.state import commands as c
-from raftsched.state import fsm
 from raftsched.state.model import Change
+from raftsched.state.retention import FORGOTTEN_FOR_AGE, FORGOTTEN_FOR_ROOM
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
 
@@ -64,7 +64,7 @@ def test_a_job_forgotten_after_its_retention_is_a_forgotten_event() -> None:
     assert _collect(h, lambda: h.tick(limits.JOB_RETENTION_MS - 1)) == []
     forgotten = _collect(h, lambda: h.tick(1))
     assert forgotten == [("forgotten", "old", "acme", "", "SUCCEEDED", 0, 0, "",
-                          fsm.FORGOTTEN_FOR_AGE, h.now_ms)]
+                          FORGOTTEN_FOR_AGE, h.now_ms)]
     assert "old" not in h.state.jobs
 
 
@@ -79,7 +79,7 @@ def test_a_job_forgotten_to_make_room_is_a_forgotten_event_before_the_new_job(
     submitted = _collect(h, lambda: h.submit("third", job_doc([task_doc("a")])))
     assert _brief(submitted) == [("forgotten", "first", "FAILED"), ("job", "third", "PENDING"),
                                  ("task", "a", "RUNNABLE")]
-    assert submitted[0][8] == fsm.FORGOTTEN_FOR_ROOM
+    assert submitted[0][8] == FORGOTTEN_FOR_ROOM
     assert EventFilter(job_id="first").matches(submitted[0])
     assert not EventFilter(tenant="other").matches(submitted[0])
 

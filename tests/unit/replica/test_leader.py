@@ -10,8 +10,8 @@ from raftsched.protocol import ReportVerdict
 from raftsched.replica.leader import Leader, LeaderConfig
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
-from raftsched.state import fsm
 from raftsched.state.model import TaskState
+from raftsched.state.outcome import Applied
 from raftsched.state.results import ReportResult
 from tests.support.memory_node import MemoryNode, make_leader
 
@@ -29,7 +29,7 @@ def submit(node: MemoryNode, job_id: str, tasks: int, requires: str = "linux") -
            "tasks": [{"id": f"t{i}", "command": ["true"], "requires": [requires]}
                      for i in range(tasks)]}
     outcome = node.propose(c.encode(c.JobSubmit(job_id, doc_to_wire(doc), 0)), 1)
-    assert isinstance(outcome, fsm.Applied), outcome
+    assert isinstance(outcome, Applied), outcome
 
 
 def test_takes_office_with_a_barrier_then_places() -> None:
@@ -188,7 +188,7 @@ def current_fence(node: MemoryNode) -> int:
 
 def report(node: MemoryNode, clock: Any, item: c.Report) -> None:
     outcome = node.propose(c.encode(c.ReportBatch("east", clock.now_ms(), 1, (item,))), 1)
-    assert isinstance(outcome, fsm.Applied) and isinstance(outcome.result, ReportResult)
+    assert isinstance(outcome, Applied) and isinstance(outcome.result, ReportResult)
     assert outcome.result.verdicts == (ReportVerdict.ACCEPTED,)
 
 

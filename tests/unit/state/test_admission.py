@@ -14,7 +14,8 @@ from raftsched import limits
 from raftsched.errors import Code
 from raftsched.spec.job import validate_job_doc
 from raftsched.state import commands as c
-from raftsched.state import fsm, policy
+from raftsched.state import policy
+from raftsched.state.outcome import Applied, Outcome, Rejected
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
 
@@ -22,15 +23,15 @@ def tasks(count: int, **fields: Any) -> dict[str, Any]:
     return job_doc([task_doc(f"t{i}") for i in range(count)], **fields)
 
 
-def both(h: Harness, job_id: str, doc: dict[str, Any]) -> tuple[Any, fsm.Outcome]:
+def both(h: Harness, job_id: str, doc: dict[str, Any]) -> tuple[Any, Outcome]:
     """The leader's answer before proposing, then what applying the submit answers."""
     before = policy.refusal_before_proposal(h.state, validate_job_doc(doc))
     return before, h.submit(job_id, doc)
 
 
-def assert_same_refusal(before: Any, applied: fsm.Outcome, limit: str) -> None:
+def assert_same_refusal(before: Any, applied: Outcome, limit: str) -> None:
     assert isinstance(before, policy.Refusal) and before.limit == limit, before
-    assert isinstance(applied, fsm.Rejected), applied
+    assert isinstance(applied, Rejected), applied
     assert (applied.code, applied.reason, applied.retry_after_ms) == \
         (Code.RESOURCE_EXHAUSTED, before.reason, before.retry_after_ms)
 
@@ -39,7 +40,7 @@ def test_max_queued_is_refused_alike_before_proposing_and_at_apply() -> None:
     h = Harness()
     h.ok(c.TenantSet("alpha", 1, 3, 0, h.now_ms))
     before, applied = both(h, "a", tasks(2, tenant="alpha"))
-    assert before is None and isinstance(applied, fsm.Applied)
+    assert before is None and isinstance(applied, Applied)
     before, applied = both(h, "b", tasks(2, tenant="alpha"))
     assert_same_refusal(before, applied, "max_queued")
     assert before.reason == (f"tenant alpha has 2 task(s) queued; 2 more would pass its "
@@ -61,7 +62,7 @@ def test_the_state_bounds_are_refused_alike_before_proposing_and_at_apply(
         reason: str) -> None:
     h = Harness()
     monkeypatch.setattr(limits, bound, value)
-    assert isinstance(h.submit("a", tasks(2)), fsm.Applied)
+    assert isinstance(h.submit("a", tasks(2)), Applied)
     before, applied = both(h, "b", tasks(2))
     assert_same_refusal(before, applied, limit)
     assert before.reason == reason
@@ -70,7 +71,7 @@ def test_the_state_bounds_are_refused_alike_before_proposing_and_at_apply(
 def test_a_new_tenant_past_max_tenants_is_refused_alike(monkeypatch: pytest.MonkeyPatch) -> None:
     h = Harness()
     monkeypatch.setattr(limits, "MAX_TENANTS", 1)
-    assert isinstance(h.submit("a", tasks(1)), fsm.Applied)
+    assert isinstance(h.submit("a", tasks(1)), Applied)
     before, applied = both(h, "b", tasks(1, tenant="other"))
     assert_same_refusal(before, applied, "MAX_TENANTS")
     assert both(h, "c", tasks(1))[0] is None, "a known tenant is not a new one"
@@ -80,12 +81,12 @@ def test_a_known_idempotency_key_is_answered_by_apply_whatever_the_limits() -> N
     h = Harness()
     h.ok(c.TenantSet("alpha", 1, 2, 0, h.now_ms))
     accepted = h.submit("a", tasks(2, tenant="alpha", idempotency_key="k"))
-    assert isinstance(accepted, fsm.Applied)
+    assert isinstance(accepted, Applied)
     before, applied = both(h, "a-again", tasks(2, tenant="alpha", idempotency_key="k"))
     assert before is None
-    assert isinstance(applied, fsm.Applied) and applied.result.created is False
+    assert isinstance(applied, Applied) and applied.result.created is False
     before, applied = both(h, "a-other", tasks(1, tenant="alpha", idempotency_key="k"))
     assert before is None
-    assert isinstance(applied, fsm.Rejected) and applied.code == Code.ALREADY_EXISTS
+    assert isinstance(applied, Rejected) and applied.code == Code.ALREADY_EXISTS
     before, _ = both(h, "b", tasks(1, tenant="alpha", idempotency_key="new"))
     assert isinstance(before, policy.Refusal) and before.limit == "max_queued"

@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from raftsched import limits
+from raftsched.state import assign, feasibility, fsm, invariants, lifecycle, policy, tick
 from raftsched.state import commands as c
-from raftsched.state import feasibility, fsm, invariants, policy
 from raftsched.state.audit import LogAuditor
 from raftsched.state.feasibility import Unfit
 from raftsched.state.model import Cluster, Job, State, Task
@@ -236,7 +237,7 @@ def open_every_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
                                      degraded_until_ms=0)
         return real(spec, opened, now_ms)
 
-    monkeypatch.setattr(fsm, "unfit_committed", lenient)
+    monkeypatch.setattr(assign, "unfit_committed", lenient)
 
 
 def drained(h: Harness) -> None:
@@ -294,7 +295,7 @@ def ignore_reservations(monkeypatch: pytest.MonkeyPatch) -> None:
     def never(state: State, cluster: Cluster, job: Job, task: Task) -> str | None:
         return None
 
-    monkeypatch.setattr(fsm, "reserved_for_other", never)
+    monkeypatch.setattr(assign, "reserved_for_other", never)
 
 
 def reserved_east() -> Harness:
@@ -323,7 +324,7 @@ def test_an_assignment_on_a_cluster_reserved_by_an_earlier_batch(
 
 def test_a_batchs_own_reservation_binds_none_of_its_items() -> None:
     """The real state machine, no guard disabled: the item applies first, then the batch
-    keeps the cluster (`fsm.apply_assign_batch`); no violation."""
+    keeps the cluster (`assign.apply_assign_batch`); no violation."""
     h = reserved_east()
     result = batch(h, (("small", "m", "east"),), reservations=(("big", "b", "east"),))
     assert len(result.assigned) == 1 and h.state.clusters["east"].reserved_for == ("big", 0)
@@ -420,7 +421,7 @@ def test_a_running_limit_counts_only_that_tenants_tasks(monkeypatch: pytest.Monk
 
 def ignore_retry_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
     """Application failures retry as if no job had a retry_budget."""
-    real = fsm._app_failure
+    real = lifecycle.app_failure
 
     def lenient(state: State, job: Job, task: Task, exit_code: int | None,
                 entropy: int) -> None:
@@ -431,7 +432,8 @@ def ignore_retry_budgets(monkeypatch: pytest.MonkeyPatch) -> None:
         finally:
             job.spec = spec
 
-    monkeypatch.setattr(fsm, "_app_failure", lenient)
+    for module in (lifecycle, tick):  # the two callers of app_failure
+        monkeypatch.setattr(module, "app_failure", lenient)
 
 
 def test_retries_past_a_jobs_retry_budget(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -484,7 +486,7 @@ def preempted_often() -> Harness:
 
 
 def test_preemptions_the_rules_allow_cost_no_retry_budget(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fsm.limits, "MAX_INFRA_RETRIES", 1)
+    monkeypatch.setattr(limits, "MAX_INFRA_RETRIES", 1)
     h = preempted_often()
     auditor = audit(h)
     assert auditor.violations == []
@@ -499,7 +501,7 @@ def lenient_preemption(monkeypatch: pytest.MonkeyPatch) -> None:
     rules.may_preempt = lambda by, victim, task: True
     rules.preemption_budget = lambda state, now_ms: 1
     rules.MAX_PREEMPTIONS_PER_TASK = 1_000
-    monkeypatch.setattr(fsm, "policy", rules)
+    monkeypatch.setattr(assign, "policy", rules)
     monkeypatch.setattr(invariants, "policy", rules)
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from raftsched.errors import Code
 from raftsched.state import commands as c
-from raftsched.state import fsm, snapshot
+from raftsched.state import snapshot
+from raftsched.state.outcome import Rejected
 from raftsched.state.results import ClusterRemoved
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
@@ -17,7 +18,7 @@ def test_a_cluster_with_a_live_attempt_is_not_removed_and_nothing_changes() -> N
     h.assign_one("j", "t", "east")
     before = snapshot.digest(h.state)
     outcome = h.run(c.ClusterRemove("east", h.state.now_ms))
-    assert isinstance(outcome, fsm.Rejected) and outcome.code == Code.FAILED_PRECONDITION
+    assert isinstance(outcome, Rejected) and outcome.code == Code.FAILED_PRECONDITION
     assert "1 live attempt" in outcome.reason
     assert snapshot.digest(h.state) == before
 
@@ -31,7 +32,7 @@ def test_an_idle_cluster_is_removed_and_its_history_stays() -> None:
     assert "east" not in h.state.clusters
     assert h.current("j", "t").cluster_id == "east"  # the attempt's record keeps the id
     missing = h.run(c.ClusterRemove("east", h.state.now_ms))
-    assert isinstance(missing, fsm.Rejected) and missing.code == Code.NOT_FOUND
+    assert isinstance(missing, Rejected) and missing.code == Code.NOT_FOUND
     h.register("east")  # its agent registering again brings it back
     assert "east" in h.state.clusters
 

@@ -15,7 +15,7 @@ from raftsched.spec.wire import doc_to_wire, from_trusted_wire, to_wire, validat
 from raftsched.state import commands as c
 from raftsched.state import placement, snapshot
 from raftsched.state.feasibility import explain_committed, never_fits, unschedulable
-from raftsched.state.fsm import Rejected
+from raftsched.state.outcome import Rejected
 from raftsched.state.results import AssignResult
 from tests.support.fsmkit import Harness, job_doc, task_doc
 

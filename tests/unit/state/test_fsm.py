@@ -14,6 +14,9 @@ from raftsched.state import commands as c
 from raftsched.state import fsm, invariants, snapshot
 from raftsched.state.feasibility import Unfit
 from raftsched.state.model import AttemptState, JobState, TaskState
+from raftsched.state.outcome import Applied, Outcome, Rejected
+from raftsched.state.queries import iter_ready
+from raftsched.state.queues import STALE_READY_SLACK
 from raftsched.state.results import (
     BarrierResult,
     ClusterRegistered,
@@ -30,8 +33,8 @@ from tests.support.fsmkit import Harness, job_doc, task_doc
 DIAMOND = [task_doc("a"), task_doc("b", ["a"]), task_doc("c", ["a"]), task_doc("d", ["b", "c"])]
 
 
-def rejected(outcome: fsm.Outcome, code: Code, fragment: str) -> None:
-    assert isinstance(outcome, fsm.Rejected), outcome
+def rejected(outcome: Outcome, code: Code, fragment: str) -> None:
+    assert isinstance(outcome, Rejected), outcome
     assert outcome.code == code, outcome
     assert fragment in outcome.reason, outcome.reason
 
@@ -105,7 +108,7 @@ def test_idempotent_submit_same_key_other_spec_conflicts(h: Harness) -> None:
 def test_idempotency_keys_are_scoped_per_tenant(h: Harness) -> None:
     h.submit("j1", job_doc(DIAMOND, idempotency_key="k1", tenant="t1"))
     result = h.submit("j2", job_doc(DIAMOND, idempotency_key="k1", tenant="t2"))
-    assert result == fsm.Applied(JobSubmitted("j2", created=True))
+    assert result == Applied(JobSubmitted("j2", created=True))
 
 
 def test_idempotency_key_expires_after_ttl(h: Harness) -> None:
@@ -374,7 +377,7 @@ def test_lost_cluster_replaces_or_waits_per_task(h: Harness) -> None:
     h.started("east", "j1", "w", fw)
     h.status("east", c.ClusterStatus.SUSPECT)
     assert h.states("j1") == {"r": "RUNNING", "w": "RUNNING"}
-    assert h.status("east", c.ClusterStatus.LOST) == fsm.Applied(
+    assert h.status("east", c.ClusterStatus.LOST) == Applied(
         ClusterStatusChanged("east", changed=True, lost=1))
     assert h.states("j1") == {"r": "RUNNABLE", "w": "RUNNING"}
     assert h.task("j1", "r").infra_failures == 1 and h.task("j1", "r").app_failures == 0
@@ -389,7 +392,7 @@ def test_operator_mark_lost_replaces_a_waiting_attempt(h: Harness) -> None:
     fence = h.assign_one("j1", "w", "east")
     h.status("east", c.ClusterStatus.LOST)
     outcome = h.run(c.AttemptMarkLost("j1", "w", fence, h.now_ms, "host burned"))
-    assert outcome == fsm.Applied(MarkedLost("j1", "w", fence))
+    assert outcome == Applied(MarkedLost("j1", "w", fence))
     assert h.states("j1") == {"w": "RUNNABLE"}
     assert h.state.clusters["east"].kills == {}  # LOST: re-derived when east registers again
     rejected(h.run(c.AttemptMarkLost("j1", "w", fence, h.now_ms)), Code.FAILED_PRECONDITION,
@@ -481,13 +484,13 @@ def test_cancel_job_cancels_open_tasks_and_records_kills(h: Harness) -> None:
     fb = h.assign_one("j1", "b", "east")
     h.started("east", "j1", "b", fb)
     outcome = h.cancel("j1")
-    assert outcome == fsm.Applied(JobCancelled("j1", cancelled=3, changed=True))
+    assert outcome == Applied(JobCancelled("j1", cancelled=3, changed=True))
     assert h.states("j1") == {"a": "SUCCEEDED", "b": "CANCELLED", "c": "CANCELLED",
                               "d": "CANCELLED"}
     assert h.job("j1").state == JobState.CANCELLED
     assert h.state.clusters["east"].kills == {fb: ("j1", "b")}
     assert h.state.clusters["east"].reserved_cpu_milli == 0
-    assert h.cancel("j1") == fsm.Applied(JobCancelled("j1", cancelled=0, changed=False))
+    assert h.cancel("j1") == Applied(JobCancelled("j1", cancelled=0, changed=False))
     verdict = h.report("east", c.Report(c.ReportKind.KILLED, "j1", "b", fb))
     assert verdict == ["late"] and h.state.clusters["east"].kills == {}
 
@@ -514,10 +517,10 @@ def test_ready_order_is_priority_then_submission(h: Harness) -> None:
     h.submit("low", job_doc([task_doc("a"), task_doc("b")], priority=10))
     h.submit("high", job_doc([task_doc("a")], priority=90))
     h.submit("high2", job_doc([task_doc("a")], priority=90))
-    order = [(j.id, t.spec.id) for j, t in fsm.iter_ready(h.state, "default")]
+    order = [(j.id, t.spec.id) for j, t in iter_ready(h.state, "default")]
     assert order == [("high", "a"), ("high2", "a"), ("low", "a"), ("low", "b")]
     h.assign(("high2", "a", "east"))
-    order = [(j.id, t.spec.id) for j, t in fsm.iter_ready(h.state, "default")]
+    order = [(j.id, t.spec.id) for j, t in iter_ready(h.state, "default")]
     assert order == [("high", "a"), ("low", "a"), ("low", "b")]
 
 
@@ -538,14 +541,14 @@ def test_stale_entries_behind_a_blocked_head_are_rebuilt_away() -> None:
     heap's top; once they outnumber the live entries by STALE_READY_SLACK the heap is rebuilt."""
     h = _big_harness()
     h.submit("blocked", job_doc([task_doc("g", resources={"gpu": 1})], priority=90))
-    n = 2 * fsm.STALE_READY_SLACK
+    n = 2 * STALE_READY_SLACK
     h.submit("wide", job_doc([task_doc(f"t{i}") for i in range(n)]))
     for first in range(0, n, 512):
         h.assign(*[("wide", f"t{i}", "east") for i in range(first, first + 512)])
     queue = h.state.queues["default"]
     assert queue.live == 1
-    assert sum(len(q.heap) for q in queue.shapes.values()) <= 2 * queue.live + fsm.STALE_READY_SLACK
-    assert [(j.id, t.spec.id) for j, t in fsm.iter_ready(h.state, "default")] == [("blocked", "g")]
+    assert sum(len(q.heap) for q in queue.shapes.values()) <= 2 * queue.live + STALE_READY_SLACK
+    assert [(j.id, t.spec.id) for j, t in iter_ready(h.state, "default")] == [("blocked", "g")]
 
 
 def test_finished_jobs_are_forgotten_after_retention(h: Harness) -> None:
@@ -564,7 +567,7 @@ def test_finished_jobs_are_forgotten_after_retention(h: Harness) -> None:
 def test_malformed_entries_are_rejected_not_crashing(h: Harness, entry: bytes) -> None:
     before = snapshot.dump(h.state)
     outcome = fsm.apply(h.state, entry)
-    assert isinstance(outcome, fsm.Rejected) and outcome.code == Code.INVALID_ARGUMENT
+    assert isinstance(outcome, Rejected) and outcome.code == Code.INVALID_ARGUMENT
     assert snapshot.dump(h.state) == before
 
 
@@ -588,7 +591,7 @@ def test_long_chain_runs_strictly_in_order() -> None:
     n = 3_000
     h.submit("chain", job_doc([task_doc(f"t{i}", [f"t{i - 1}"] if i else []) for i in range(n)]))
     for i in range(n):
-        ready = [t.spec.id for _, t in fsm.iter_ready(h.state, "default")]
+        ready = [t.spec.id for _, t in iter_ready(h.state, "default")]
         assert ready == [f"t{i}"]
         fence = h.assign_one("chain", f"t{i}", "east")
         h.report("east", c.Report(c.ReportKind.FINISHED, "chain", f"t{i}", fence, 0))

@@ -11,9 +11,10 @@ import pytest
 from raftsched import limits
 from raftsched.errors import Code
 from raftsched.state import commands as c
-from raftsched.state import feasibility, fsm, snapshot
+from raftsched.state import feasibility, snapshot
 from raftsched.state.feasibility import Unfit
 from raftsched.state.model import AttemptState
+from raftsched.state.outcome import Rejected
 from raftsched.state.results import ClusterRegistered
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
@@ -180,6 +181,6 @@ def test_a_registration_with_a_bad_id_is_refused_at_apply_and_changes_nothing(
         h: Harness, cluster_id: str, capabilities: tuple[str, ...], fragment: str) -> None:
     before = snapshot.digest(h.state)
     outcome = h.run(c.ClusterRegister(cluster_id, 5, capabilities, 1000, 10, 0, h.now_ms))
-    assert isinstance(outcome, fsm.Rejected) and outcome.code == Code.INVALID_ARGUMENT
+    assert isinstance(outcome, Rejected) and outcome.code == Code.INVALID_ARGUMENT
     assert fragment in outcome.reason, outcome.reason
     assert snapshot.digest(h.state) == before

@@ -11,8 +11,9 @@ import pytest
 from raftsched import limits
 from raftsched.errors import Code
 from raftsched.state import commands as c
-from raftsched.state import fsm, placement, policy, snapshot
+from raftsched.state import placement, policy, snapshot
 from raftsched.state.model import TenantPolicy
+from raftsched.state.outcome import Applied, Rejected
 from raftsched.state.results import ClusterDrained, JobSubmitted, TenantSetResult
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
@@ -33,7 +34,7 @@ def h() -> Harness:
 def refused(h: Harness, doc: dict[str, Any], code: Code, *fragments: str) -> str:
     before = snapshot.dump(h.state)
     outcome = h.submit("j", doc)
-    assert isinstance(outcome, fsm.Rejected), outcome
+    assert isinstance(outcome, Rejected), outcome
     assert outcome.code == code, outcome
     for fragment in fragments:
         assert fragment in outcome.reason, (fragment, outcome.reason)
@@ -71,12 +72,12 @@ def test_a_cluster_that_is_lost_or_draining_still_counts(h: Harness) -> None:
     h.status("gpu-west", c.ClusterStatus.LOST)
     h.run(c.ClusterDrain("east", True, h.now_ms))
     outcome = h.submit("j", strict([task_doc("t", requires=["cuda"], resources={"gpu": 2})]))
-    assert isinstance(outcome, fsm.Applied) and isinstance(outcome.result, JobSubmitted)
+    assert isinstance(outcome, Applied) and isinstance(outcome.result, JobSubmitted)
 
 
 def test_allow_unschedulable_waits_and_a_cluster_registering_later_takes_it(h: Harness) -> None:
     outcome = h.submit("j", job_doc([task_doc("t", requires=["tpu"])]))
-    assert isinstance(outcome, fsm.Applied)
+    assert isinstance(outcome, Applied)
     assert placement.plan(h.state).placements == []
     h.register("tpu-north", caps=("linux", "tpu"), cpu=4)
     assert [p.cluster_id for p in placement.plan(h.state).placements] == ["tpu-north"]
@@ -88,30 +89,30 @@ def test_allow_unschedulable_waits_and_a_cluster_registering_later_takes_it(h: H
 def test_max_queued_refuses_past_the_limit_and_keeps_what_was_accepted(h: Harness) -> None:
     h.ok(c.TenantSet("alpha", 1, 5, 0, h.now_ms))
     first = h.submit("a1", strict([task_doc(f"t{i}") for i in range(3)], tenant="alpha"))
-    assert isinstance(first, fsm.Applied)
+    assert isinstance(first, Applied)
     reason = refused(h, strict([task_doc(f"t{i}") for i in range(3)], tenant="alpha"),
                      Code.RESOURCE_EXHAUSTED, "tenant alpha has 3 task(s) queued",
                      "max_queued=5", "retry after")
     assert f"{policy.BACKPRESSURE_RETRY_AFTER_MS} ms" in reason
     other = h.submit("b1", strict([task_doc(f"t{i}") for i in range(9)], tenant="beta"))
-    assert isinstance(other, fsm.Applied), "another tenant is not held back"
+    assert isinstance(other, Applied), "another tenant is not held back"
     fence = h.assign_one("a1", "t0", "east")  # running tasks are not queued ones
     assert h.state.usage["alpha"].queued == 2 and h.state.usage["alpha"].running == 1
     assert isinstance(h.submit("a2", strict([task_doc("t0"), task_doc("t1")],
-                                            tenant="alpha")), fsm.Applied)
+                                            tenant="alpha")), Applied)
     h.started("east", "a1", "t0", fence)
     assert h.state.usage["alpha"].queued == 4
 
 
 def test_the_global_queued_bound(h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limits, "MAX_QUEUED_TASKS", 4)
-    assert isinstance(h.submit("a", strict([task_doc(f"t{i}") for i in range(4)])), fsm.Applied)
+    assert isinstance(h.submit("a", strict([task_doc(f"t{i}") for i in range(4)])), Applied)
     refused(h, strict([task_doc("t")], tenant="other"), Code.RESOURCE_EXHAUSTED,
             "MAX_QUEUED_TASKS=4", "retry after")
 
 
 def test_lowering_a_limit_refuses_only_what_comes_next(h: Harness) -> None:
-    assert isinstance(h.submit("a", strict([task_doc(f"t{i}") for i in range(4)])), fsm.Applied)
+    assert isinstance(h.submit("a", strict([task_doc(f"t{i}") for i in range(4)])), Applied)
     h.ok(c.TenantSet("default", 1, 2, 0, h.now_ms))
     assert h.job("a").counts[1] == 4  # all still RUNNABLE
     refused(h, strict([task_doc("t")]), Code.RESOURCE_EXHAUSTED, "max_queued=2")
@@ -132,7 +133,7 @@ def test_a_malformed_tenant_policy_is_refused(h: Harness, command: c.TenantSet,
                                               fragment: str) -> None:
     before = snapshot.dump(h.state)
     outcome = h.run(command)
-    assert isinstance(outcome, fsm.Rejected) and outcome.code == Code.INVALID_ARGUMENT
+    assert isinstance(outcome, Rejected) and outcome.code == Code.INVALID_ARGUMENT
     assert fragment in outcome.reason and snapshot.dump(h.state) == before
 
 
@@ -159,7 +160,7 @@ def test_drain_and_undrain(h: Harness) -> None:
     h.ok(c.ClusterDrain("east", False, h.now_ms))
     assert len(h.assign(("j", "t", "east")).assigned) == 1
     outcome = h.run(c.ClusterDrain("nowhere", True, h.now_ms))
-    assert isinstance(outcome, fsm.Rejected) and outcome.code == Code.NOT_FOUND
+    assert isinstance(outcome, Rejected) and outcome.code == Code.NOT_FOUND
 
 
 def test_re_registration_keeps_a_drain(h: Harness) -> None:

@@ -1,4 +1,4 @@
-"""Preemption (`placement._preempt`, `fsm._preempt`, `policy.may_preempt`): a pending task of a
+"""Preemption (`placement._preempt`, `assign._preempt`, `policy.may_preempt`): a pending task of a
 higher priority class stops the fewest preemptible lower-class attempts that make it fit, on one
 cluster it then holds a reservation on; a preemption costs no retry budget, sends a kill
 directive, is rate-bounded, and no task is preempted forever."""

@@ -43,7 +43,7 @@ ADMIN_ID, USER_ID, OPERATOR_ID = "a0a0a0a0a0a0a0a0", "b1b1b1b1b1b1b1b1", "c2c2c2
 
 def legacy_put(h: Harness, cmd: c.TokenPut) -> None:
     """An operator or admin token of one tenant, as versions before issue 21 made them (the
-    replicas now refuse to propose one, `fsm.token_scope_problem`; a log or snapshot may still
+    replicas now refuse to propose one, `rules.token_scope_problem`; a log or snapshot may still
     hold one, and apply keeps it as it did)."""
     h.ok(cmd)
 

@@ -9,7 +9,7 @@ import pytest
 
 from raftsched.errors import Code
 from raftsched.state import commands as c
-from raftsched.state import fsm
+from raftsched.state.outcome import Outcome, Rejected
 from raftsched.state.text import text_problem, visible
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
@@ -57,8 +57,8 @@ def c_wire() -> list[object]:
     return doc_to_wire(job_doc([task_doc("a")]))
 
 
-def refused(outcome: fsm.Outcome, field: str) -> None:
-    assert isinstance(outcome, fsm.Rejected), outcome
+def refused(outcome: Outcome, field: str) -> None:
+    assert isinstance(outcome, Rejected), outcome
     assert outcome.code == Code.INVALID_ARGUMENT
     assert outcome.reason.startswith(f"{field}: must be printable text"), outcome.reason
 

@@ -24,7 +24,10 @@ from raftsched.state.model import (
     State,
     TokenRecord,
 )
+from raftsched.state.outcome import Rejected
+from raftsched.state.queries import honoured_role, token_of
 from raftsched.state.results import TokenPutResult, TokenRevokeResult
+from raftsched.state.rules import token_put_problem, token_scope_problem
 from tests.support.fsmkit import Harness
 
 ADMIN = "a000000000000001"
@@ -60,7 +63,7 @@ def refused(h: Harness, cmd: c.Command, code: Code, fragment: str) -> str:
     """`cmd` is rejected with `code` and a reason holding `fragment`, and changes nothing."""
     before = snapshot.digest(h.state)
     outcome = h.run(cmd)
-    assert isinstance(outcome, fsm.Rejected), outcome
+    assert isinstance(outcome, Rejected), outcome
     assert outcome.code == code, outcome
     assert fragment in outcome.reason, outcome.reason
     assert snapshot.digest(h.state) == before
@@ -86,9 +89,9 @@ def test_the_public_names_the_grpc_side_uses() -> None:
 
 
 def test_put_creates_a_token(h: Harness) -> None:
-    assert fsm.token_of(h.state, USER) is None
+    assert token_of(h.state, USER) is None
     assert created(h, put(h, note="ci runner"))
-    record = fsm.token_of(h.state, USER)
+    record = token_of(h.state, USER)
     assert record == TokenRecord(USER, DIGEST, "alpha", Role.USER, h.now_ms, "ci runner")
     assert record is not None and type(record.role) is Role
 
@@ -107,12 +110,12 @@ def test_operator_and_admin_tokens_are_of_every_tenant_only(h: Harness, role: st
     only as a user of its tenant."""
     assert created(h, put(h, tenant="*", role=role))
     assert h.state.tokens[USER].role == Role(role)
-    assert fsm.token_scope_problem(put(h, ADMIN, tenant="alpha", role=role)) == (
+    assert token_scope_problem(put(h, ADMIN, tenant="alpha", role=role)) == (
         f"role: an {role} token acts for every tenant, so its tenant must be '*', got "
         "tenant 'alpha': give --tenant '*', or --role user for a token of tenant 'alpha'")
-    assert fsm.token_scope_problem(put(h, ADMIN, tenant="*", role=role)) is None
+    assert token_scope_problem(put(h, ADMIN, tenant="*", role=role)) is None
     assert created(h, put(h, ADMIN, tenant="alpha", role=role))
-    assert fsm.honoured_role(h.state.tokens[ADMIN]) == Role.USER
+    assert honoured_role(h.state.tokens[ADMIN]) == Role.USER
 
 
 def test_tokens_keep_creation_order_and_time(h: Harness) -> None:
@@ -187,10 +190,10 @@ def test_malformed_puts_are_invalid_and_change_nothing(h: Harness, change: dict[
 def test_apply_checks_the_note_bound_itself(h: Harness) -> None:
     """Decode bounds the note too; apply does not rely on it (a command built in memory)."""
     outcome = fsm.apply_command(h.state, put(h, note=_LONG_NOTE))
-    assert outcome == fsm.Rejected(
+    assert outcome == Rejected(
         Code.INVALID_ARGUMENT, "note: must be at most MAX_TOKEN_NOTE_CHARS=200 characters, got 201")
     assert h.state.tokens == {}
-    assert fsm.token_put_problem(put(h, note="n" * limits.MAX_TOKEN_NOTE_CHARS)) is None
+    assert token_put_problem(put(h, note="n" * limits.MAX_TOKEN_NOTE_CHARS)) is None
 
 
 def test_a_malformed_put_is_refused_even_for_an_existing_id(h: Harness) -> None:
@@ -254,7 +257,7 @@ def test_revoke_removes_the_token(h: Harness) -> None:
     created(h, put(h, ADMIN, role="admin"))
     created(h, put(h, USER))
     assert h.expect(revoke(h, USER), TokenRevokeResult) == TokenRevokeResult(USER)
-    assert fsm.token_of(h.state, USER) is None and list(h.state.tokens) == [ADMIN]
+    assert token_of(h.state, USER) is None and list(h.state.tokens) == [ADMIN]
     assert created(h, put(h, USER, digest=OTHER_DIGEST))  # the id is free again
 
 
@@ -282,7 +285,7 @@ def test_an_admin_of_one_tenant_from_an_older_state_acts_as_a_user(h: Harness) -
     """Such a token can no longer be made, but a state may hold one: it is honoured as a user
     of its tenant, so it is not an admin for the last-admin rule or for the bootstrap."""
     h.state.tokens[ADMIN] = TokenRecord(ADMIN, DIGEST, "alpha", Role.ADMIN, h.now_ms, "old")
-    assert fsm.honoured_role(h.state.tokens[ADMIN]) == Role.USER
+    assert honoured_role(h.state.tokens[ADMIN]) == Role.USER
     assert created(h, put(h, ADMIN_2, digest=OTHER_DIGEST, role="admin", bootstrap=True))
     refused(h, revoke(h, ADMIN_2), Code.FAILED_PRECONDITION, "last admin")
     h.ok(revoke(h, ADMIN))

@@ -1,0 +1,149 @@
+"""Jobs entering and leaving by request: submit (idempotency, bounds, schedulability, the job's
+tasks and ready queue) and cancel."""
+
+from __future__ import annotations
+
+from raftsched import limits
+from raftsched.errors import Code
+from raftsched.spec.job import JobSpec, SpecError
+from raftsched.spec.wire import validate_wire
+from raftsched.state import feasibility, policy
+from raftsched.state.commands import JobCancel, JobSubmit
+from raftsched.state.lifecycle import cancel_open_tasks
+from raftsched.state.model import (
+    TERMINAL_JOB_STATES,
+    Job,
+    JobState,
+    ReadyQueue,
+    State,
+    Task,
+    TaskShape,
+    TaskState,
+    TenantUsage,
+    shape_of,
+)
+from raftsched.state.outcome import Applied, Rejected
+from raftsched.state.queues import make_runnable, note_job
+from raftsched.state.results import JobCancelled, JobSubmitted
+from raftsched.state.retention import FORGOTTEN_FOR_ROOM, forget_job, remember_key
+from raftsched.state.text import visible
+
+# Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
+_PENDING = TaskState.PENDING
+
+
+def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Rejected:
+    try:
+        spec = validate_wire(cmd.spec)
+    except SpecError as exc:
+        return Rejected(Code.INVALID_ARGUMENT, "; ".join(i.render() for i in exc.issues))
+    # The digest only serves idempotency; hashing a 100,000-task spec is not free.
+    digest = spec.digest() if spec.idempotency_key is not None else b""
+    if spec.idempotency_key is not None:
+        record = state.idempotency.get((spec.tenant, spec.idempotency_key))
+        if record is not None:
+            if record.digest != digest:
+                return Rejected(
+                    Code.ALREADY_EXISTS,
+                    f"idempotency key {spec.idempotency_key!r} of tenant {spec.tenant!r} was used "
+                    f"for job {record.job_id} with a different spec",
+                )
+            return Applied(JobSubmitted(record.job_id, created=False))
+    refusal = _check_submit_bounds(state, cmd.job_id, spec) or _check_unschedulable(state, spec)
+    if refusal is not None:
+        return refusal
+    job = _create_job(state, cmd.job_id, spec, digest, cmd.now_ms)
+    if spec.idempotency_key is not None:
+        remember_key(state, spec.tenant, spec.idempotency_key, job.id, digest)
+    return Applied(JobSubmitted(job.id, created=True))
+
+
+def _check_submit_bounds(state: State, job_id: str, spec: JobSpec) -> Rejected | None:
+    """The job id, then `policy.admission_refusal` (the rule the leader also checks before
+    proposing): the state's bounds — room is made by forgetting the oldest finished jobs —
+    then the queue limits (RESOURCE_EXHAUSTED, with a retry-after hint)."""
+    if not job_id:
+        return Rejected(Code.INVALID_ARGUMENT, "job_id: must not be empty")
+    if job_id in state.jobs:
+        return Rejected(Code.ALREADY_EXISTS, f"job {job_id} already exists")
+    refusal = policy.bounds_refusal(state, spec.tenant, len(spec.tasks))
+    if refusal is None:
+        while len(state.jobs) >= limits.MAX_RETAINED_JOBS:
+            assert state.finished_jobs, "bounds_refusal leaves finished jobs to forget"
+            forget_job(state, state.finished_jobs[0][1], FORGOTTEN_FOR_ROOM)
+        refusal = policy.submit_refusal(state, spec.tenant, len(spec.tasks))
+    if refusal is None:
+        return None
+    return Rejected(Code.RESOURCE_EXHAUSTED, refusal.reason, refusal.retry_after_ms)
+
+
+def _check_unschedulable(state: State, spec: JobSpec) -> Rejected | None:
+    """Unless the job allows it, a task no registered cluster could ever take
+    (FAILED_PRECONDITION)."""
+    if spec.allow_unschedulable:
+        return None
+    return _unschedulable(state, spec)
+
+
+def _unschedulable(state: State, spec: JobSpec) -> Rejected | None:
+    """The first task no registered cluster could take even empty. Tasks of one shape share
+    the answer, so a job costs O(shapes x clusters), and stops at the first refusal."""
+    seen: set[TaskShape] = set()
+    clusters = sorted(state.clusters.values(), key=lambda c: (-c.cpu_milli, c.id))
+    for task in spec.tasks:
+        shape = shape_of(task)
+        if shape in seen:
+            continue
+        seen.add(shape)
+        problem = feasibility.unschedulable(task, clusters)
+        if problem is not None:
+            return Rejected(Code.FAILED_PRECONDITION,
+                            f"task {task.id} {problem} (set allow_unschedulable: true to queue "
+                            f"the job anyway: it waits until such a cluster registers)")
+    return None
+
+
+def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms: int) -> Job:
+    index_of = {t.id: i for i, t in enumerate(spec.tasks)}
+    tasks = [
+        Task(spec=t, index=i, state=_PENDING, remaining_deps=len(t.depends_on), dependents=[])
+        for i, t in enumerate(spec.tasks)
+    ]
+    for task in tasks:
+        for dep in task.spec.depends_on:
+            tasks[index_of[dep]].dependents.append(task.index)
+    counts = [0] * len(TaskState)
+    counts[_PENDING] = len(tasks)
+    job = Job(id=job_id, seq=state.next_job_seq, spec=spec, digest=digest, tasks=tasks,
+              index_of=index_of, counts=counts, state=JobState.PENDING, submitted_ms=now_ms)
+    state.next_job_seq += 1
+    state.jobs[job_id] = job
+    state.job_index.add(spec.tenant, JobState.PENDING, job.seq, job_id)
+    if state.changes is not None:
+        note_job(state.changes, job, now_ms)
+    state.live_jobs += 1
+    state.task_count += len(tasks)
+    state.live_task_counts[_PENDING] += len(tasks)
+    state.queues.setdefault(spec.tenant, ReadyQueue())
+    usage = state.usage.setdefault(spec.tenant, TenantUsage())
+    usage.queued += len(tasks)
+    usage.queued_by_class[spec.priority_class.rank] += len(tasks)
+    state.queued_total += len(tasks)
+    for task in tasks:
+        if task.remaining_deps == 0:
+            make_runnable(state, job, task)
+    return job
+
+
+def apply_job_cancel(state: State, cmd: JobCancel) -> Applied[JobCancelled] | Rejected:
+    job = state.jobs.get(cmd.job_id)
+    if job is None:
+        return Rejected(Code.NOT_FOUND, f"job {cmd.job_id} not found")
+    if job.state in TERMINAL_JOB_STATES:
+        if job.state == JobState.CANCELLED:
+            return Applied(JobCancelled(job.id, cancelled=0, changed=False))
+        return Rejected(Code.FAILED_PRECONDITION, f"job {job.id} is already {job.state.name}")
+    job.cancel_requested = True
+    job.reason = visible(cmd.reason)[:limits.MAX_REASON_CHARS] or "cancelled by request"
+    cancelled = cancel_open_tasks(state, job, f"job cancelled: {job.reason}")
+    return Applied(JobCancelled(job.id, cancelled=cancelled, changed=True))

@@ -1,0 +1,241 @@
+"""An attempt's end and what follows for its task: capacity released, kill directives, retries
+with their budgets and jittered backoff, failure policies down the DAG, success unblocking
+dependents, and cancelling a job's open tasks."""
+
+from __future__ import annotations
+
+from raftsched import limits
+from raftsched.spec.job import FailurePolicy, Trigger
+from raftsched.state import feasibility, policy
+from raftsched.state.commands import ClusterStatus, Report
+from raftsched.state.model import (
+    LIVE_ATTEMPT_STATES,
+    TERMINAL_TASK_STATES,
+    Attempt,
+    AttemptState,
+    Cluster,
+    Job,
+    State,
+    Task,
+    TaskState,
+    TimerKind,
+)
+from raftsched.state.queues import make_runnable, note_attempt, push_timer, set_state
+
+# Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
+_PENDING = TaskState.PENDING
+_RUNNING = TaskState.RUNNING
+_RETRY_WAIT = TaskState.RETRY_WAIT
+_SUCCEEDED = TaskState.SUCCEEDED
+_FAILED = TaskState.FAILED
+_SKIPPED = TaskState.SKIPPED
+_CANCELLED = TaskState.CANCELLED
+_A_ASSIGNED = AttemptState.ASSIGNED
+_A_RUNNING = AttemptState.RUNNING
+_CLUSTER_FAILURES = frozenset({AttemptState.FAILED, AttemptState.TIMED_OUT, AttemptState.REJECTED})
+"""Attempt outcomes that count against the cluster they ended on (`policy.note_failure`)."""
+
+
+def end_attempt(state: State, job: Job, task: Task, attempt: Attempt, outcome: AttemptState,
+                reason: str, *, kill: bool) -> None:
+    """Close a live attempt: release its reservation and, when the agent may still be running
+    it, record a kill directive for that cluster."""
+    assert attempt.state in LIVE_ATTEMPT_STATES and attempt is task.attempts[-1]
+    attempt.state = outcome
+    attempt.finished_ms = state.now_ms
+    attempt.reason = reason
+    if state.changes is not None:
+        note_attempt(state.changes, job, task, attempt, state.now_ms)
+    cluster = state.clusters[attempt.cluster_id]
+    del cluster.live[attempt.fence]
+    cluster.preemptible.pop(attempt.fence, None)
+    spec = task.spec
+    cluster.reserved_cpu_milli -= spec.cpu_milli
+    cluster.reserved_memory_mb -= spec.memory_mb
+    cluster.reserved_gpu -= spec.gpu
+    for name, count in spec.custom:
+        held = cluster.reserved_custom[name] - count
+        if held:
+            cluster.reserved_custom[name] = held
+        else:
+            del cluster.reserved_custom[name]
+    usage = state.usage[job.spec.tenant]
+    usage.cpu_milli -= spec.cpu_milli
+    usage.memory_mb -= spec.memory_mb
+    usage.gpu -= spec.gpu
+    if outcome in _CLUSTER_FAILURES or outcome == AttemptState.SUCCEEDED:
+        policy.note_outcome(state, cluster, job.id, task.index, outcome != AttemptState.SUCCEEDED)
+    if cluster.overcommitted:
+        refresh_overcommit(cluster)
+    if kill:
+        add_kill(state, cluster, attempt.fence, job.id, spec.id)
+
+
+def add_kill(state: State, cluster: Cluster, fence: int, job_id: str, task_id: str) -> int:
+    """Record that the cluster's agent must stop `fence`: 1 when recorded, else 0. Not on a
+    LOST cluster (its agent's next registration re-derives it); past the cluster's bound it is
+    counted in `kills_unrecorded`, which closes the cluster to new work until that
+    registration: never dropped unseen."""
+    if fence in cluster.kills or cluster.status == ClusterStatus.LOST:
+        return 0
+    if len(cluster.kills) >= limits.MAX_KILL_DIRECTIVES_PER_CLUSTER:
+        cluster.kills_unrecorded += 1
+        return 0
+    cluster.kills[fence] = (job_id, task_id)
+    state.kill_count += 1
+    return 1
+
+
+def refresh_overcommit(cluster: Cluster) -> None:
+    cluster.overcommitted = not feasibility.within_capacity(cluster)
+
+
+def mark_started(state: State, job: Job, task: Task, attempt: Attempt) -> None:
+    attempt.state = _A_RUNNING
+    attempt.started_ms = state.now_ms
+    if state.changes is not None:
+        note_attempt(state.changes, job, task, attempt, state.now_ms)
+    set_state(state, job, task, _RUNNING)
+    if task.spec.timeout_ms is not None:
+        deadline = state.now_ms + task.spec.timeout_ms + limits.RUN_TIMEOUT_GRACE_MS
+        push_timer(state, deadline, attempt.fence, TimerKind.RUN_TIMEOUT, job.id, task.index)
+
+
+def _finished_state(report: Report) -> AttemptState:
+    if report.timed_out:
+        return AttemptState.TIMED_OUT
+    return AttemptState.SUCCEEDED if report.exit_code == 0 else AttemptState.FAILED
+
+
+def _finish_attempt(state: State, job: Job, task: Task, attempt: Attempt, report: Report,
+                    entropy: int) -> None:
+    if attempt.state == _A_ASSIGNED:
+        mark_started(state, job, task, attempt)
+    outcome = _finished_state(report)
+    attempt.exit_code = report.exit_code
+    end_attempt(state, job, task, attempt, outcome, report.reason, kill=False)
+    if outcome == AttemptState.SUCCEEDED:
+        set_state(state, job, task, _SUCCEEDED)
+        _on_success(state, job, task)
+    else:
+        app_failure(state, job, task, report.exit_code, entropy)
+
+
+def app_failure(state: State, job: Job, task: Task, exit_code: int | None,
+                entropy: int) -> None:
+    task.app_failures += 1
+    retry = task.spec.retry
+    if exit_code is not None and exit_code in retry.non_retryable_exit_codes:
+        _fail_task(state, job, task, f"exit code {exit_code} is non-retryable")
+    elif task.app_failures >= retry.max_attempts:
+        _fail_task(state, job, task, f"failed {task.app_failures} of max_attempts="
+                                     f"{retry.max_attempts}")
+    elif job.spec.retry_budget is not None and job.retries_used >= job.spec.retry_budget:
+        _fail_task(state, job, task, f"the job's retry_budget={job.spec.retry_budget} is spent "
+                                     f"(retries across its tasks)")
+    else:
+        job.retries_used += 1
+        _count_retry(state, "application")
+        exponent = task.app_failures - 1
+        delay = min(retry.backoff_ms * retry.multiplier ** exponent, retry.backoff_max_ms)
+        _wait_retry(state, job, task, _jittered(delay, retry.jitter, entropy))
+
+
+def infra_failure(state: State, job: Job, task: Task, *, immediate: bool, entropy: int) -> None:
+    """Rejected, lost or preempted: not the task's fault, so a separate bounded budget."""
+    task.infra_failures += 1
+    if task.infra_failures > limits.MAX_INFRA_RETRIES:
+        _fail_task(state, job, task, f"infrastructure retry budget exhausted "
+                                     f"(MAX_INFRA_RETRIES={limits.MAX_INFRA_RETRIES})")
+    elif immediate:
+        _count_retry(state, "infra")
+        make_runnable(state, job, task)
+    else:
+        _count_retry(state, "infra")
+        delay = min(limits.INFRA_BACKOFF_MS * 2 ** (task.infra_failures - 1),
+                    limits.INFRA_BACKOFF_MAX_MS)
+        _wait_retry(state, job, task, _jittered(delay, 0.2, entropy))
+
+
+def _count_retry(state: State, kind: str) -> None:
+    retries = state.stats.retries
+    retries[kind] = retries.get(kind, 0) + 1
+
+
+def _wait_retry(state: State, job: Job, task: Task, delay_ms: int) -> None:
+    task.retry_at_ms = state.now_ms + delay_ms
+    set_state(state, job, task, _RETRY_WAIT)
+    push_timer(state, task.retry_at_ms, 0, TimerKind.RETRY, job.id, task.index)
+
+
+def _jittered(delay_ms: float, jitter: float, seed: int) -> int:
+    """delay * (1 +- jitter), the sign and size drawn from the proposer's entropy. `seed` is the
+    command's entropy plus the item's position; it is mixed here, on the rare retry path only."""
+    unit = (_mix(seed) >> 11) / float(1 << 53)
+    return max(0, round(delay_ms * (1.0 + jitter * (2.0 * unit - 1.0))))
+
+
+def _mix(seed: int) -> int:
+    """splitmix64: neighbouring seeds give unrelated, well-spread 64-bit values."""
+    z = (seed + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+    return z ^ (z >> 31)
+
+
+def _fail_task(state: State, job: Job, task: Task, reason: str) -> None:
+    task.reason = reason
+    set_state(state, job, task, _FAILED)
+    policy = job.spec.failure_policy
+    if policy == FailurePolicy.FAIL_FAST:
+        cancel_open_tasks(state, job, f"fail_fast: task {task.spec.id} failed")
+    else:
+        _propagate_failure(state, job, task, continue_policy=policy == FailurePolicy.CONTINUE)
+
+
+def _on_success(state: State, job: Job, task: Task) -> None:
+    tasks = job.tasks
+    for index in task.dependents:
+        dependent = tasks[index]
+        if dependent.state != _PENDING:
+            continue  # cancelled meanwhile
+        dependent.remaining_deps -= 1
+        if dependent.remaining_deps == 0:
+            make_runnable(state, job, dependent)
+
+
+def _propagate_failure(state: State, job: Job, failed: Task, *, continue_policy: bool) -> None:
+    """Walk downstream of a FAILED task. skip_downstream: every PENDING descendant is SKIPPED.
+    continue: `all_done` dependents count the failure as done; `all_success` ones are SKIPPED,
+    which in turn counts as done for their own dependents. Each task is visited once per
+    upstream edge: O(edges reached)."""
+    stack = [failed]
+    tasks = job.tasks
+    while stack:
+        upstream = stack.pop()
+        for index in upstream.dependents:
+            dependent = tasks[index]
+            if dependent.state != _PENDING:
+                continue
+            if continue_policy and dependent.spec.trigger == Trigger.ALL_DONE:
+                dependent.remaining_deps -= 1
+                if dependent.remaining_deps == 0:
+                    make_runnable(state, job, dependent)
+                continue
+            dependent.reason = f"upstream task {upstream.spec.id} {upstream.state.name}"
+            set_state(state, job, dependent, _SKIPPED)
+            stack.append(dependent)
+
+
+def cancel_open_tasks(state: State, job: Job, reason: str) -> int:
+    cancelled = 0
+    for task in job.tasks:
+        if task.state in TERMINAL_TASK_STATES:
+            continue
+        attempt = task.current
+        if attempt is not None and attempt.state in LIVE_ATTEMPT_STATES:
+            end_attempt(state, job, task, attempt, AttemptState.CANCELLED, reason, kill=True)
+        task.reason = reason
+        set_state(state, job, task, _CANCELLED)
+        cancelled += 1
+    return cancelled
