@@ -409,6 +409,11 @@ MAX_REPORT_BATCHES_PER_FLUSH = 20
 MAX_ASSIGNMENTS_PER_BEAT = 1_000
 """Assignments handled from one heartbeat answer; the rest come again with the next one."""
 
+MAX_AGENT_QUEUE_DEPTH = 1_024
+"""Attempts an agent may hold in its local queue beyond its free capacity (late binding: the
+leader commits up to the cluster's declared `queue_depth` of them; the agent starts the next
+the moment a slot frees). A registration declaring more is refused, naming the field."""
+
 OUTBOX_ADMISSION_PAUSE_REPORTS = 50_000
 """With this many reports unacked, assignments are left for later (they are redelivered)."""
 

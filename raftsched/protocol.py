@@ -66,6 +66,11 @@ class ReportKind(enum.IntEnum):
     FINISHED = 3
     KILLED = 4
     """The agent stopped the attempt (kill directive honoured, or preempted on its own)."""
+    QUEUED = 5
+    """Admitted into the agent's local queue (late binding): its fence is stored and it starts
+    the moment a slot frees there, reported STARTED then. Counts as the answer to the
+    assignment (no ASSIGN_TIMEOUT while queued); a cluster LOST with it queued replaces it by
+    `on_lost`, as a running one."""
 
 
 TERMINAL_REPORT_KINDS = frozenset({ReportKind.FINISHED, ReportKind.KILLED})
@@ -218,6 +223,9 @@ class Registration:
     known: tuple[KnownAttempt, ...]
     custom: tuple[tuple[str, int], ...] = ()
     """Named custom resources the cluster offers, (name, count) sorted by name."""
+    queue_depth: int = 0
+    """Attempts beyond its free capacity the agent holds in its local queue (late binding),
+    at most limits.MAX_AGENT_QUEUE_DEPTH; 0: none (the leader assigns only what fits)."""
 
 
 @dataclass(frozen=True, slots=True)

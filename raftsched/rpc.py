@@ -431,7 +431,7 @@ def registration_to_pb(registration: Registration) -> Any:
         capacity=resources_to_pb(registration.capacity),
         known=[pb.KnownAttempt(job_id=k.job_id, task_id=k.task_id, fence=k.fence,
                                running=k.running) for k in registration.known],
-        custom=dict(registration.custom))
+        custom=dict(registration.custom), queue_depth=registration.queue_depth)
 
 
 def registration_from_pb(message: Any) -> Registration:
@@ -440,7 +440,8 @@ def registration_from_pb(message: Any) -> Registration:
         resources_from_pb(message.capacity),
         tuple(KnownAttempt(k.job_id, k.task_id, int(k.fence), bool(k.running))
               for k in message.known),
-        tuple(sorted((str(name), int(count)) for name, count in message.custom.items())))
+        tuple(sorted((str(name), int(count)) for name, count in message.custom.items())),
+        int(message.queue_depth))
 
 
 def registered_to_pb(registered: Registered) -> Any:

@@ -412,7 +412,7 @@ class KnownAttempt(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., running: _Optional[bool] = ...) -> None: ...
 
 class RegisterRequest(_message.Message):
-    __slots__ = ("cluster_id", "incarnation", "capabilities", "capacity", "known", "custom")
+    __slots__ = ("cluster_id", "incarnation", "capabilities", "capacity", "known", "custom", "queue_depth")
     class CustomEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -426,13 +426,15 @@ class RegisterRequest(_message.Message):
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
     KNOWN_FIELD_NUMBER: _ClassVar[int]
     CUSTOM_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     incarnation: int
     capabilities: _containers.RepeatedScalarFieldContainer[str]
     capacity: Resources
     known: _containers.RepeatedCompositeFieldContainer[KnownAttempt]
     custom: _containers.ScalarMap[str, int]
-    def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., capabilities: _Optional[_Iterable[str]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., known: _Optional[_Iterable[_Union[KnownAttempt, _Mapping]]] = ..., custom: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    queue_depth: int
+    def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., capabilities: _Optional[_Iterable[str]] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., known: _Optional[_Iterable[_Union[KnownAttempt, _Mapping]]] = ..., custom: _Optional[_Mapping[str, int]] = ..., queue_depth: _Optional[int] = ...) -> None: ...
 
 class RegisterResponse(_message.Message):
     __slots__ = ("term", "leader", "lost", "kills", "stop")
@@ -534,11 +536,13 @@ class AgentReport(_message.Message):
         REJECTED: _ClassVar[AgentReport.Kind]
         FINISHED: _ClassVar[AgentReport.Kind]
         KILLED: _ClassVar[AgentReport.Kind]
+        QUEUED: _ClassVar[AgentReport.Kind]
     KIND_UNSPECIFIED: AgentReport.Kind
     STARTED: AgentReport.Kind
     REJECTED: AgentReport.Kind
     FINISHED: AgentReport.Kind
     KILLED: AgentReport.Kind
+    QUEUED: AgentReport.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]

@@ -201,7 +201,8 @@ def _register_command(registration: Registration, now_ms: int) -> c.ClusterRegis
     capacity = registration.capacity
     command = c.ClusterRegister(
         registration.cluster_id, registration.incarnation, registration.capabilities,
-        capacity.cpu_milli, capacity.memory_mb, capacity.gpu, now_ms, (), registration.custom)
+        capacity.cpu_milli, capacity.memory_mb, capacity.gpu, now_ms, (), registration.custom,
+        registration.queue_depth)
     problem = cluster_register_problem(command)
     if problem is not None:
         raise RaftschedError(Code.INVALID_ARGUMENT, problem)

@@ -90,6 +90,9 @@ class ClusterRegister:
     custom: tuple[tuple[str, int], ...] = ()
     """Named custom resources the cluster offers, (name, count) sorted by name (an entry of
     an agent before they existed has none: 8 fields, not 9)."""
+    queue_depth: int = 0
+    """Attempts beyond its free capacity the agent holds in its local queue (late binding); an
+    entry from before it existed has none: 8 or 9 fields, not 10."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,8 +279,10 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
                 cmd.cluster_id, cmd.incarnation, list(cmd.capabilities),
                 cmd.cpu_milli, cmd.memory_mb, cmd.gpu, cmd.now_ms, known,
             ]
-            if cmd.custom:
+            if cmd.custom or cmd.queue_depth:
                 fields.append([[name, count] for name, count in cmd.custom])
+            if cmd.queue_depth:
+                fields.append(cmd.queue_depth)
             return Tag.CLUSTER_REGISTER, fields
         case ClusterStatusChange():
             return Tag.CLUSTER_STATUS, [cmd.cluster_id, int(cmd.status), cmd.now_ms, cmd.reason]
@@ -442,6 +447,9 @@ def _decode_known(value: Any) -> KnownAttempt:
 
 def _decode_register(p: Any) -> ClusterRegister:
     custom_raw: Any = []
+    queue_depth: Any = 0
+    if isinstance(p, list) and len(p) == 10:
+        p, queue_depth = p[:9], p[9]
     if isinstance(p, list) and len(p) == 9:
         p, custom_raw = p[:8], p[8]
     cid, incarnation, caps, cpu, mem, gpu, now_ms, known = _fields(p, 8, "CLUSTER_REGISTER")
@@ -460,6 +468,7 @@ def _decode_register(p: Any) -> ClusterRegister:
         known=tuple(_decode_known(k) for k in _list(known, "known",
                                                      limits.MAX_REGISTER_KNOWN_ATTEMPTS)),
         custom=_decode_custom(custom_raw),
+        queue_depth=_int(queue_depth, "queue_depth", 0, limits.MAX_AGENT_QUEUE_DEPTH),
     )
 
 

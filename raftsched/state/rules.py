@@ -122,4 +122,7 @@ def cluster_register_problem(cmd: ClusterRegister) -> str | None:
                               ("gpu", cmd.gpu, limits.MAX_GPU)):
         if not 0 <= value <= most:
             return f"capacity.{name}: must be in 0..{most}, got {value}"
+    if not 0 <= cmd.queue_depth <= limits.MAX_AGENT_QUEUE_DEPTH:
+        return (f"queue_depth: must be in 0..{limits.MAX_AGENT_QUEUE_DEPTH} "
+                f"(MAX_AGENT_QUEUE_DEPTH), got {cmd.queue_depth}")
     return None

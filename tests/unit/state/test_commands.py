@@ -34,6 +34,8 @@ EXAMPLES: list[c.Command] = [
     c.ClusterDrain("east", False, 22),
     c.AssignBatch(23, (c.Placement("j1", "a", "east"),), (c.Reservation("j1", "big", "west"),)),
     c.CertRevoke("ab" * 32, "raftsched-agent:east", "key left on a laptop", 24),
+    c.ClusterRegister("west", 1, (), 4000, 512, 0, 25, (), (), queue_depth=3),
+    c.ClusterRegister("west", 2, (), 4000, 512, 0, 26, (), (("fpga", 2),), queue_depth=1),
 ]
 
 
@@ -101,3 +103,18 @@ def test_encode_refuses_oversized_commands(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(limits, "MAX_ENTRY_BYTES", 64)
     with pytest.raises(c.CommandError, match="MAX_ENTRY_BYTES"):
         c.encode(c.JobCancel("j" * 40, 1, "r" * 40))
+
+
+def test_a_registration_from_before_queue_depth_decodes_with_none() -> None:
+    """Entries of agents before late binding (8 or 9 fields) decode with queue_depth 0; an
+    entry with it has 10 fields, and one past MAX_AGENT_QUEUE_DEPTH is refused by name."""
+    for fields in ([["east", 1, [], 1000, 64, 0, 5, []]],
+                   [["east", 1, [], 1000, 64, 0, 5, [], [["fpga", 1]]]]):
+        entry = bytes((c.Tag.CLUSTER_REGISTER,)) + msgpack.packb(fields[0])
+        decoded = c.decode(entry)
+        assert isinstance(decoded, c.ClusterRegister) and decoded.queue_depth == 0
+        assert c.encode(decoded) == entry  # an old entry re-encodes byte for byte
+    too_deep = bytes((c.Tag.CLUSTER_REGISTER,)) + msgpack.packb(
+        ["east", 1, [], 1000, 64, 0, 5, [], [], limits.MAX_AGENT_QUEUE_DEPTH + 1])
+    with pytest.raises(c.CommandError, match="queue_depth"):
+        c.decode(too_deep)
