@@ -804,7 +804,7 @@ class ReplicaInfo(_message.Message):
     def __init__(self, raft_address: _Optional[str] = ..., grpc_address: _Optional[str] = ..., leader: _Optional[bool] = ...) -> None: ...
 
 class ComputeCluster(_message.Message):
-    __slots__ = ("cluster_id", "status", "capacity", "reserved", "capabilities", "incarnation", "live_attempts", "pending_kills", "heartbeat_age_ms", "draining", "drain_reason", "degraded_until_ms", "reserved_for", "custom", "custom_reserved", "kills_unrecorded", "reported_free")
+    __slots__ = ("cluster_id", "status", "capacity", "reserved", "capabilities", "incarnation", "live_attempts", "pending_kills", "heartbeat_age_ms", "draining", "drain_reason", "degraded_until_ms", "reserved_for", "custom", "custom_reserved", "kills_unrecorded", "reported_free", "queue_depth", "queued")
     class CustomEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -836,6 +836,8 @@ class ComputeCluster(_message.Message):
     CUSTOM_RESERVED_FIELD_NUMBER: _ClassVar[int]
     KILLS_UNRECORDED_FIELD_NUMBER: _ClassVar[int]
     REPORTED_FREE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
     cluster_id: str
     status: str
     capacity: Resources
@@ -853,7 +855,9 @@ class ComputeCluster(_message.Message):
     custom_reserved: _containers.ScalarMap[str, int]
     kills_unrecorded: int
     reported_free: Resources
-    def __init__(self, cluster_id: _Optional[str] = ..., status: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., reserved: _Optional[_Union[Resources, _Mapping]] = ..., capabilities: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., live_attempts: _Optional[int] = ..., pending_kills: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., draining: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., degraded_until_ms: _Optional[int] = ..., reserved_for: _Optional[str] = ..., custom: _Optional[_Mapping[str, int]] = ..., custom_reserved: _Optional[_Mapping[str, int]] = ..., kills_unrecorded: _Optional[int] = ..., reported_free: _Optional[_Union[Resources, _Mapping]] = ...) -> None: ...
+    queue_depth: int
+    queued: int
+    def __init__(self, cluster_id: _Optional[str] = ..., status: _Optional[str] = ..., capacity: _Optional[_Union[Resources, _Mapping]] = ..., reserved: _Optional[_Union[Resources, _Mapping]] = ..., capabilities: _Optional[_Iterable[str]] = ..., incarnation: _Optional[int] = ..., live_attempts: _Optional[int] = ..., pending_kills: _Optional[int] = ..., heartbeat_age_ms: _Optional[int] = ..., draining: _Optional[bool] = ..., drain_reason: _Optional[str] = ..., degraded_until_ms: _Optional[int] = ..., reserved_for: _Optional[str] = ..., custom: _Optional[_Mapping[str, int]] = ..., custom_reserved: _Optional[_Mapping[str, int]] = ..., kills_unrecorded: _Optional[int] = ..., reported_free: _Optional[_Union[Resources, _Mapping]] = ..., queue_depth: _Optional[int] = ..., queued: _Optional[int] = ...) -> None: ...
 
 class ClusterStatusResponse(_message.Message):
     __slots__ = ("leader", "term", "replicas", "clusters", "commit_index", "applied_index", "responder", "state_digest", "state_index", "tenants", "queued_total", "max_queued_tasks", "now_ms")

@@ -38,29 +38,7 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
     sub = admin.add_subparsers(title="admin commands", metavar="COMMAND", required=True)
     parents = [common, CONNECTION]
 
-    status = command_parser(
-        sub, "status", parents, "who leads, the replicas and the compute clusters",
-        "Ask one replica what it sees (--server; else the leader, found through the first "
-        "replica that answers): the leader and "
-        "term, the Raft members, the commit index, and every compute cluster with its status, "
-        "capacity and what is reserved on it.",
-        "output:\n  the leader line, a table of replicas, a table of compute clusters\n"
-        '  --json: {"leader", "term", "replicas": [{"raft_address", "grpc_address", "leader"}],'
-        '\n           "clusters": [{"cluster", "status", "capabilities", "capacity", "reserved",'
-        ' "draining",\n             "drain_reason", "degraded_until_ms", "reserved_for",'
-        ' "pending_kills",\n             "kills_unrecorded", "reported_free" (the leader\'s'
-        ' answer only, else null), ...}],'
-        '\n           "tenants": [{"tenant", "weight", "max_queued", "max_running", "queued",'
-        ' "running", ...}],\n           "queued_total", "max_queued_tasks", "now_ms",'
-        '\n           "commit_index", "applied_index", "responder", "state_index",'
-        '\n           "state_digest" (with --digest, else "")}')
-    status.add_argument("--server", metavar="HOST:PORT",
-                        help="ask this replica only (its view may differ from the leader's)")
-    status.add_argument("--digest", action="store_true",
-                        help="also print the replica's state digest (a hash of its whole state at "
-                             "state_index, to compare replicas; it costs the replica a pass over "
-                             "its state, so do not poll with it)")
-    status.set_defaults(handler=_run_admin_status, reads_only=True)
+    _register_status(sub, parents)
 
     add = command_parser(
         sub, "add-replica", parents, "add a replica to the Raft cluster",
@@ -100,6 +78,33 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
     _register_tokens(sub, parents)
     register_certs(sub, parents)
     register_snapshot(sub, common)
+
+
+def _register_status(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+    status = command_parser(
+        sub, "status", parents, "who leads, the replicas and the compute clusters",
+        "Ask one replica what it sees (--server; else the leader, found through the first "
+        "replica that answers): the leader and "
+        "term, the Raft members, the commit index, and every compute cluster with its status, "
+        "capacity and what is reserved on it.",
+        "output:\n  the leader line, a table of replicas, a table of compute clusters\n"
+        '  --json: {"leader", "term", "replicas": [{"raft_address", "grpc_address", "leader"}],'
+        '\n           "clusters": [{"cluster", "status", "capabilities", "capacity", "reserved",'
+        ' "draining",\n             "drain_reason", "degraded_until_ms", "reserved_for",'
+        ' "pending_kills",\n             "kills_unrecorded", "reported_free" (the leader\'s'
+        ' answer only, else null), "queue_depth",\n             "queued" (late binding: '
+        'attempts held in its agent\'s queue), ...}],'
+        '\n           "tenants": [{"tenant", "weight", "max_queued", "max_running", "queued",'
+        ' "running", ...}],\n           "queued_total", "max_queued_tasks", "now_ms",'
+        '\n           "commit_index", "applied_index", "responder", "state_index",'
+        '\n           "state_digest" (with --digest, else "")}')
+    status.add_argument("--server", metavar="HOST:PORT",
+                        help="ask this replica only (its view may differ from the leader's)")
+    status.add_argument("--digest", action="store_true",
+                        help="also print the replica's state digest (a hash of its whole state at "
+                             "state_index, to compare replicas; it costs the replica a pass over "
+                             "its state, so do not poll with it)")
+    status.set_defaults(handler=_run_admin_status, reads_only=True)
 
 
 def _register_drain(sub: Any, parents: list[argparse.ArgumentParser]) -> None:

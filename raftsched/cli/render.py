@@ -24,7 +24,7 @@ TERMINAL_TASK_STATES = frozenset({"SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"}
 TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
 TASK_STATE_ORDER = (
     "SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED",
-    "RUNNING", "ASSIGNED", "RETRY_WAIT", "RUNNABLE", "PENDING",
+    "RUNNING", "QUEUED", "ASSIGNED", "RETRY_WAIT", "RUNNABLE", "PENDING",
 )
 """Finished states first, then the ones closest to finishing; unknown states sort after these."""
 MISSING = "-"
@@ -159,6 +159,8 @@ def compute_cluster_doc(cluster: Any) -> Doc:
         "kills_unrecorded": cluster.kills_unrecorded,
         "reported_free": resources_doc(cluster.reported_free)
         if cluster.HasField("reported_free") else None,
+        "queue_depth": cluster.queue_depth,
+        "queued": cluster.queued,
     }
 
 
@@ -472,6 +474,10 @@ def _cluster_note(cluster: Doc, now_ms: int) -> str:
     if cluster.get("reserved_for"):
         parts.append(f"reserved for {cluster['reserved_for']} (a large task that waited for "
                      "room)")
+    if cluster.get("queued"):
+        parts.append(f"{cluster['queued']} attempt(s) queued at its agent beyond its room (of "
+                     f"queue_depth {cluster.get('queue_depth', 0)}): each starts the moment a "
+                     "slot frees there")
     if cluster.get("custom"):
         held = cluster.get("custom_reserved", {})
         parts.append("custom resources " + ", ".join(

@@ -188,6 +188,10 @@ def _cluster_families(state: State, reported_free: dict[str, Free]) -> list[Metr
                                  labels=["cluster", "resource"])
     live = GaugeMetricFamily("raftsched_cluster_live_attempts",
                              "attempts placed on a cluster and not yet ended", labels=["cluster"])
+    queued = GaugeMetricFamily("raftsched_cluster_queued_attempts",
+                               "attempts committed to a cluster beyond its room, held in its "
+                               "agent's local queue until a slot frees (late binding)",
+                               labels=["cluster"])
     for cluster in sorted(state.clusters.values(), key=lambda c: c.id):
         for family, values in (
                 (total, (cluster.cpu_milli, cluster.memory_mb, cluster.gpu)),
@@ -201,6 +205,7 @@ def _cluster_families(state: State, reported_free: dict[str, Free]) -> list[Metr
             committed.add_metric([cluster.id, f"custom.{name}"],
                                  cluster.reserved_custom.get(name, 0))
         live.add_metric([cluster.id], len(cluster.live))
+        queued.add_metric([cluster.id], len(cluster.queued))
     stranded = GaugeMetricFamily(
         "raftsched_stranded_tasks",
         "tasks that should be moving and are not: runnable_unplaced (RUNNABLE for over "
@@ -212,7 +217,7 @@ def _cluster_families(state: State, reported_free: dict[str, Free]) -> list[Metr
     stranded.add_metric(["placed_on_suspect"], sum(
         len(cluster.live) for cluster in state.clusters.values()
         if cluster.status == ClusterStatus.SUSPECT))
-    return [by_status, total, committed, reported, live, stranded]
+    return [by_status, total, committed, reported, live, queued, stranded]
 
 
 def _kill_families(state: State) -> list[Metric]:

@@ -204,7 +204,9 @@ def task_summary(task: Task, why: str = "", with_spans: bool = False) -> pb.Task
     """`why`: the one reason a task that is not running waits (`waiting_reason`); `with_spans`:
     its latest `limits.TASK_SUMMARY_MAX_SPANS` attempts' times (a timeline's bars)."""
     attempt = task.current
-    summary = pb.TaskSummary(task_id=task.spec.id, state=task.state.name,
+    shown = "QUEUED" if attempt is not None and attempt.state == AttemptState.QUEUED \
+        and task.state == TaskState.ASSIGNED else task.state.name
+    summary = pb.TaskSummary(task_id=task.spec.id, state=shown,
                              attempts=len(task.attempts), reason=why or task.reason,
                              depends_on=task.spec.depends_on)
     if with_spans:
@@ -310,9 +312,26 @@ def _summary(state: State, job: Job, task: Task) -> str:
     attempt = task.current
     if task.state in (TaskState.ASSIGNED, TaskState.RUNNING) and attempt is not None:
         cluster = state.clusters[attempt.cluster_id]
+        queued = _queued_words(cluster, attempt)
+        if queued:
+            return queued
         return f"{task.state.name.lower()} on {cluster.id} (fence {attempt.fence}, cluster " \
                f"{cluster.status.name})"
     return f"{task.state.name}: {task.reason}" if task.reason else task.state.name
+
+
+def _queued_words(cluster: Cluster, attempt: Attempt) -> str:
+    """Where a queued attempt (late binding) stands, or "" for one that is not queued."""
+    if attempt.fence in cluster.queued:
+        place = list(cluster.queued).index(attempt.fence) + 1
+        held = "held in" if attempt.state == AttemptState.QUEUED else "sent to"
+        return (f"queued on {cluster.id} (fence {attempt.fence}): {held} its agent's queue, "
+                f"place {place} of {len(cluster.queued)}; it starts the moment a slot frees "
+                "there")
+    if attempt.state == AttemptState.QUEUED:
+        return (f"queued on {cluster.id} (fence {attempt.fence}): its room is free; it starts "
+                "when its agent's next slot frees")
+    return ""
 
 
 def _resources(cpu_milli: int, memory_mb: int, gpu: int) -> pb.Resources:
@@ -335,6 +354,7 @@ def compute_cluster(state: State, cluster: Cluster, heartbeat_age_ms: int,
         reserved_for=_holder_name(state, cluster), custom=cluster.custom,
         custom_reserved=cluster.reserved_custom, kills_unrecorded=cluster.kills_unrecorded,
         reported_free=None if reported_free is None else _resources(*reported_free),
+        queue_depth=cluster.queue_depth, queued=len(cluster.queued),
     )
 
 

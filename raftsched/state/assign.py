@@ -7,7 +7,7 @@ from raftsched import limits
 from raftsched.state import feasibility, policy
 from raftsched.state.commands import AssignBatch, Placement, Preemption, Reservation
 from raftsched.state.feasibility import Unfit, unfit_committed
-from raftsched.state.lifecycle import end_attempt
+from raftsched.state.lifecycle import end_attempt, hold_room
 from raftsched.state.model import Attempt, AttemptState, State, TaskState, TimerKind
 from raftsched.state.outcome import Applied
 from raftsched.state.queries import reservation_holder, reserved_for_other
@@ -120,7 +120,9 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
     if cluster is None:
         return _dropped(placement, DropReason.CLUSTER_NOT_REGISTERED, "cluster not registered")
     spec = task.spec
-    if unfit_committed(spec, cluster, now_ms) is not None:
+    unfit = unfit_committed(spec, cluster, now_ms)
+    queued = unfit is Unfit.NO_ROOM and feasibility.fits_queue(spec, cluster, now_ms)
+    if unfit is not None and not queued:
         infeasible = feasibility.explain_committed(spec, cluster, now_ms)
         assert infeasible is not None
         return _dropped(placement, infeasible.reason, infeasible.detail)
@@ -143,11 +145,10 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
     cluster.live[fence] = (job.id, index)
     if job.spec.preemptible:
         cluster.preemptible[fence] = (job.id, index)
-    cluster.reserved_cpu_milli += spec.cpu_milli
-    cluster.reserved_memory_mb += spec.memory_mb
-    cluster.reserved_gpu += spec.gpu
-    for name, count in spec.custom:
-        cluster.reserved_custom[name] = cluster.reserved_custom.get(name, 0) + count
+    if queued:  # late binding: its agent holds it until a slot frees; it holds no room yet
+        cluster.queued[fence] = (job.id, index)
+    else:
+        hold_room(cluster, spec)
     usage = state.usage[job.spec.tenant]
     usage.cpu_milli += spec.cpu_milli
     usage.memory_mb += spec.memory_mb

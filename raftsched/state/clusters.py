@@ -19,6 +19,7 @@ from raftsched.state.lifecycle import (
     end_attempt,
     infra_failure,
     mark_started,
+    promote_queued,
     refresh_overcommit,
 )
 from raftsched.state.model import AttemptState, Cluster, State
@@ -35,7 +36,7 @@ from raftsched.state.rules import cluster_register_problem
 from raftsched.state.text import visible
 
 # Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
-_A_ASSIGNED = AttemptState.ASSIGNED
+_NOT_STARTED = frozenset({AttemptState.ASSIGNED, AttemptState.QUEUED})
 
 
 def apply_cluster_register(state: State,
@@ -64,11 +65,14 @@ def apply_cluster_register(state: State,
     cluster.capabilities = frozenset(cmd.capabilities)
     cluster.cpu_milli, cluster.memory_mb, cluster.gpu = cmd.cpu_milli, cmd.memory_mb, cmd.gpu
     cluster.custom = dict(cmd.custom)
+    cluster.queue_depth = cmd.queue_depth
     if cluster.status != ClusterStatus.READY:
         cluster.status, cluster.status_since_ms = ClusterStatus.READY, cmd.now_ms
         note_cluster(state, cluster.id, cluster.status.name, "registered")
     lost, kills = _reconcile(state, cluster, cmd)
     refresh_overcommit(cluster)
+    if cluster.queued:  # the capacity may have grown
+        promote_queued(state, cluster)
     return Applied(ClusterRegistered(cluster.id, created=created, lost=lost, kills=kills))
 
 
@@ -92,7 +96,7 @@ def _reconcile(state: State, cluster: Cluster, cmd: ClusterRegister) -> tuple[in
                         "agent re-registered without this attempt", kill=False)
             infra_failure(state, job, task, immediate=True, entropy=0)
             lost += 1
-        elif held.running and attempt.state == _A_ASSIGNED:
+        elif held.running and attempt.state in _NOT_STARTED:
             mark_started(state, job, task, attempt)
     cluster.kills_unrecorded = 0
     kills = 0

@@ -97,6 +97,15 @@ def unfit_committed(spec: TaskSpec, cluster: Cluster, now_ms: int) -> Unfit | No
                  cluster.gpu - cluster.reserved_gpu, now_ms)
 
 
+def fits_queue(spec: TaskSpec, cluster: Cluster, now_ms: int) -> bool:
+    """Late binding: the cluster's agent may hold `spec` in its local queue — a queue place is
+    free (`Cluster.queued` below `queue_depth`), the cluster is not overcommitted, and the rule
+    holds against its whole capacity (READY, open, capabilities, pins; it fits it empty)."""
+    return len(cluster.queued) < cluster.queue_depth and not cluster.overcommitted and unfit(
+        spec, cluster, cluster.cpu_milli, cluster.memory_mb, cluster.gpu, now_ms,
+        cluster.custom) is None
+
+
 def explain(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_mb: int,
             free_gpu: int, now_ms: int,
             free_custom: Mapping[str, int] | None = None) -> Infeasible | None:
@@ -194,6 +203,15 @@ def unschedulable(spec: TaskSpec, clusters: Iterable[Cluster]) -> str | None:
         return f"{needs}, and no cluster is registered"
     return f"{needs}; no registered cluster could ever take it: the closest, " \
            f"{closest[3]}, {closest[2]}"
+
+
+def fits_room(spec: TaskSpec, cluster: Cluster) -> bool:
+    """`spec`'s cpu, memory, gpu and custom resources fit the cluster's committed room (the
+    resources alone: not its state, capabilities or pins)."""
+    return (spec.cpu_milli <= cluster.cpu_milli - cluster.reserved_cpu_milli
+            and spec.memory_mb <= cluster.memory_mb - cluster.reserved_memory_mb
+            and spec.gpu <= cluster.gpu - cluster.reserved_gpu
+            and not (spec.custom and _custom_short(spec, committed_custom_free(cluster))))
 
 
 def within_capacity(cluster: Cluster) -> bool:

@@ -55,6 +55,7 @@ _SUCCEEDED = TaskState.SUCCEEDED
 _FAILED = TaskState.FAILED
 _SKIPPED = TaskState.SKIPPED
 _A_ASSIGNED = AttemptState.ASSIGNED
+_A_QUEUED = AttemptState.QUEUED
 _A_RUNNING = AttemptState.RUNNING
 
 
@@ -160,7 +161,7 @@ def _check_task(state: State, job: Job, task: Task) -> None:
     current = task.current
     live = current is not None and current.state in LIVE_ATTEMPT_STATES
     if task.state == _ASSIGNED:
-        assert live and current is not None and current.state == _A_ASSIGNED
+        assert live and current is not None and current.state in (_A_ASSIGNED, _A_QUEUED)
     elif task.state == _RUNNING:
         assert live and current is not None and current.state == _A_RUNNING
     else:
@@ -199,10 +200,12 @@ def _check_cluster(state: State, cluster: Cluster) -> None:
     assert cluster.preemptible == {
         fence: held for fence, held in cluster.live.items()
         if state.jobs[held[0]].spec.preemptible}, f"cluster {cluster.id}: preemptible index"
+    _check_queued(state, cluster)
     custom: dict[str, int] = {}
-    for job_id, index in cluster.live.values():
-        for name, count in state.jobs[job_id].tasks[index].spec.custom:
-            custom[name] = custom.get(name, 0) + count
+    for fence, (job_id, index) in cluster.live.items():
+        if fence not in cluster.queued:  # a queued attempt holds no room
+            for name, count in state.jobs[job_id].tasks[index].spec.custom:
+                custom[name] = custom.get(name, 0) + count
     assert cluster.reserved_custom == custom, (cluster.id, cluster.reserved_custom, custom)
     cpu = memory = gpu = 0
     for fence, (job_id, index) in cluster.live.items():
@@ -210,6 +213,8 @@ def _check_cluster(state: State, cluster: Cluster) -> None:
         attempt = task.current
         assert attempt is not None and attempt.fence == fence
         assert attempt.cluster_id == cluster.id and attempt.state in LIVE_ATTEMPT_STATES
+        if fence in cluster.queued:
+            continue
         cpu += task.spec.cpu_milli
         memory += task.spec.memory_mb
         gpu += task.spec.gpu
@@ -225,6 +230,19 @@ def _check_cluster(state: State, cluster: Cluster) -> None:
         assert holder.state == _RUNNABLE and holder.reserved_on == cluster.id, \
             f"cluster {cluster.id} reserved for {job_id}/{holder.spec.id} ({holder.state.name})"
     _check_kills(state, cluster)
+
+
+def _check_queued(state: State, cluster: Cluster) -> None:
+    """Late binding: the queued attempts are live ones of this cluster, in fence order, none
+    running; a queue holds more than `queue_depth` only after a registration lowered it."""
+    fences = list(cluster.queued)
+    assert fences == sorted(fences), f"cluster {cluster.id}: queue out of fence order"
+    for fence, held in cluster.queued.items():
+        assert cluster.live.get(fence) == held, f"cluster {cluster.id}: queued {fence} not live"
+        attempt = state.jobs[held[0]].tasks[held[1]].current
+        assert attempt is not None and attempt.state in (_A_ASSIGNED, _A_QUEUED), \
+            f"cluster {cluster.id}: queued fence {fence} is {attempt and attempt.state.name}"
+    assert cluster.queue_depth <= limits.MAX_AGENT_QUEUE_DEPTH
 
 
 def _check_kills(state: State, cluster: Cluster) -> None:

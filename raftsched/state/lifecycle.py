@@ -5,7 +5,7 @@ dependents, and cancelling a job's open tasks."""
 from __future__ import annotations
 
 from raftsched import limits
-from raftsched.spec.job import FailurePolicy, Trigger
+from raftsched.spec.job import FailurePolicy, TaskSpec, Trigger
 from raftsched.state import feasibility, policy
 from raftsched.state.commands import ClusterStatus, Report
 from raftsched.state.model import (
@@ -50,15 +50,10 @@ def end_attempt(state: State, job: Job, task: Task, attempt: Attempt, outcome: A
     del cluster.live[attempt.fence]
     cluster.preemptible.pop(attempt.fence, None)
     spec = task.spec
-    cluster.reserved_cpu_milli -= spec.cpu_milli
-    cluster.reserved_memory_mb -= spec.memory_mb
-    cluster.reserved_gpu -= spec.gpu
-    for name, count in spec.custom:
-        held = cluster.reserved_custom[name] - count
-        if held:
-            cluster.reserved_custom[name] = held
-        else:
-            del cluster.reserved_custom[name]
+    if cluster.queued.pop(attempt.fence, None) is None:  # a queued attempt held no room
+        release_room(cluster, spec)
+        if cluster.queued:
+            promote_queued(state, cluster)
     usage = state.usage[job.spec.tenant]
     usage.cpu_milli -= spec.cpu_milli
     usage.memory_mb -= spec.memory_mb
@@ -69,6 +64,51 @@ def end_attempt(state: State, job: Job, task: Task, attempt: Attempt, outcome: A
         refresh_overcommit(cluster)
     if kill:
         add_kill(state, cluster, attempt.fence, job.id, spec.id)
+
+
+def hold_room(cluster: Cluster, spec: TaskSpec) -> None:
+    """The attempt of `spec` holds its room on `cluster` (`Cluster.reserved_*`)."""
+    cluster.reserved_cpu_milli += spec.cpu_milli
+    cluster.reserved_memory_mb += spec.memory_mb
+    cluster.reserved_gpu += spec.gpu
+    for name, count in spec.custom:
+        cluster.reserved_custom[name] = cluster.reserved_custom.get(name, 0) + count
+
+
+def release_room(cluster: Cluster, spec: TaskSpec) -> None:
+    cluster.reserved_cpu_milli -= spec.cpu_milli
+    cluster.reserved_memory_mb -= spec.memory_mb
+    cluster.reserved_gpu -= spec.gpu
+    for name, count in spec.custom:
+        held = cluster.reserved_custom[name] - count
+        if held:
+            cluster.reserved_custom[name] = held
+        else:
+            del cluster.reserved_custom[name]
+
+
+def promote_queued(state: State, cluster: Cluster) -> None:
+    """Room freed on `cluster`: its queued attempts take it in fence order, while the head fits
+    the committed room (the order the agent starts them in as its real slots free; a head that
+    does not fit stops the walk, as it stops the agent's). O(promoted + 1)."""
+    while cluster.queued:
+        fence, (job_id, index) = next(iter(cluster.queued.items()))
+        spec = state.jobs[job_id].tasks[index].spec
+        if not feasibility.fits_room(spec, cluster):
+            return
+        del cluster.queued[fence]
+        hold_room(cluster, spec)
+
+
+def promote_started(cluster: Cluster, attempt: Attempt, spec: TaskSpec) -> None:
+    """The agent started a queued attempt the committed room had not yet taken in (its real
+    slots freed before the reports that say so committed): it holds its room now. Past the
+    committed capacity, the cluster is marked overcommitted (no new work) until reports of the
+    attempts that made way commit."""
+    if cluster.queued.pop(attempt.fence, None) is not None:
+        hold_room(cluster, spec)
+        if not feasibility.within_capacity(cluster):
+            cluster.overcommitted = True
 
 
 def add_kill(state: State, cluster: Cluster, fence: int, job_id: str, task_id: str) -> int:
@@ -91,6 +131,7 @@ def refresh_overcommit(cluster: Cluster) -> None:
 
 
 def mark_started(state: State, job: Job, task: Task, attempt: Attempt) -> None:
+    promote_started(state.clusters[attempt.cluster_id], attempt, task.spec)
     attempt.state = _A_RUNNING
     attempt.started_ms = state.now_ms
     if state.changes is not None:
@@ -101,17 +142,17 @@ def mark_started(state: State, job: Job, task: Task, attempt: Attempt) -> None:
         push_timer(state, deadline, attempt.fence, TimerKind.RUN_TIMEOUT, job.id, task.index)
 
 
-def _finished_state(report: Report) -> AttemptState:
+def finished_state(report: Report) -> AttemptState:
     if report.timed_out:
         return AttemptState.TIMED_OUT
     return AttemptState.SUCCEEDED if report.exit_code == 0 else AttemptState.FAILED
 
 
-def _finish_attempt(state: State, job: Job, task: Task, attempt: Attempt, report: Report,
+def finish_attempt(state: State, job: Job, task: Task, attempt: Attempt, report: Report,
                     entropy: int) -> None:
-    if attempt.state == _A_ASSIGNED:
+    if attempt.state != _A_RUNNING:  # ASSIGNED or QUEUED: its STARTED report was not seen
         mark_started(state, job, task, attempt)
-    outcome = _finished_state(report)
+    outcome = finished_state(report)
     attempt.exit_code = report.exit_code
     end_attempt(state, job, task, attempt, outcome, report.reason, kill=False)
     if outcome == AttemptState.SUCCEEDED:

@@ -45,9 +45,13 @@ class AttemptState(IntEnum):
     TIMED_OUT = 6
     PREEMPTED = 7
     CANCELLED = 8
+    QUEUED = 9
+    """Admitted into its agent's local queue (late binding: `Cluster.queued`): it starts the
+    moment a slot frees there. No ASSIGN_TIMEOUT runs while it waits."""
 
 
-LIVE_ATTEMPT_STATES = frozenset({AttemptState.ASSIGNED, AttemptState.RUNNING})
+LIVE_ATTEMPT_STATES = frozenset({AttemptState.ASSIGNED, AttemptState.RUNNING,
+                                 AttemptState.QUEUED})
 
 
 class JobState(IntEnum):
@@ -197,6 +201,15 @@ class Cluster:
     outcomes: deque[tuple[int, str, int, bool]] = field(default_factory=deque)
     """(at ms, job id, task index, failed) of the attempts that ended here lately, oldest first,
     at most DEGRADE_OUTCOME_MEMORY: what decides `degraded_until_ms`."""
+    queue_depth: int = 0
+    """Attempts its agent holds in a local queue beyond its room (late binding, declared at
+    registration, at most MAX_AGENT_QUEUE_DEPTH); 0: placements only where they fit."""
+    queued: dict[int, tuple[str, int]] = field(default_factory=dict)
+    """fence -> (job id, task index) of the live attempts committed here beyond its room, in
+    fence order (a subset of `live`; at most `queue_depth` when one is added). They hold none of
+    the `reserved_*` room until promoted: in fence order as room frees here
+    (`lifecycle.promote_queued`, the rule the agent follows with its real capacity), or at once
+    when the agent reports one STARTED."""
 
 
 ReadyEntry = tuple[int, int, int, int, str]

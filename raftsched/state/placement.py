@@ -84,6 +84,9 @@ class _Room:
     """(job id, task index) this room is kept for: no other task goes here in this plan."""
     custom: dict[str, int] = field(default_factory=dict)
     """The custom resources free (committed room less this plan's), for a cluster with any."""
+    queue: int = 0
+    """Places free in its agent's local queue (late binding: `Cluster.queue_depth` less the
+    attempts queued there, less what this plan queued)."""
 
     def take(self, spec: TaskSpec) -> None:
         self.cpu_milli -= spec.cpu_milli
@@ -91,6 +94,13 @@ class _Room:
         self.gpu -= spec.gpu
         for name, count in spec.custom:
             self.custom[name] -= count
+
+    def queues(self, spec: TaskSpec, now_ms: int) -> bool:
+        """Its agent could queue `spec`: a queue place is free and the rule holds against the
+        cluster's whole capacity (the task fits it empty; it is open to the task)."""
+        cluster = self.cluster
+        return self.queue > 0 and not cluster.overcommitted and unfit(spec, cluster, cluster.cpu_milli, cluster.memory_mb,
+                                         cluster.gpu, now_ms, cluster.custom) is None
 
     def fits(self, spec: TaskSpec, now_ms: int) -> bool:
         return unfit(spec, self.cluster, self.cpu_milli, self.memory_mb, self.gpu,
@@ -168,7 +178,8 @@ def _rooms(state: State, now_ms: int, reported_free: Mapping[str, Free],
         holder = reservation_holder(state, cluster)
         reserved_for = None if holder is None else (holder[0].id, holder[1].index)
         rooms.append(_Room(cluster, cpu, memory, gpu, reserved_for,
-                           committed_custom_free(cluster) if cluster.custom else {}))
+                           committed_custom_free(cluster) if cluster.custom else {},
+                           max(0, cluster.queue_depth - len(cluster.queued))))
     return rooms
 
 
@@ -418,6 +429,7 @@ def _walk(state: State, rooms: list[_Room], now_ms: int, placements: list[Placem
     passes over the rest of each such shape's queue without looking at it."""
     open_rooms = sum(1 for room in rooms
                      if room.cpu_milli >= limits.MIN_CPU_MILLI and room.reserved_for is None)
+    queue_places = sum(room.queue for room in rooms if room.reserved_for is None)
     total = policy.totals(state.clusters.values())
     order: list[tuple[float, str, _Turn]] = []
     for tenant in sorted(state.queues):
@@ -430,7 +442,7 @@ def _walk(state: State, rooms: list[_Room], now_ms: int, placements: list[Placem
         order.append((share, tenant, turn))
     heapq.heapify(order)
     looks = 0
-    while order and len(placements) < max_items and open_rooms > 0:
+    while order and len(placements) < max_items and (open_rooms > 0 or queue_places > 0):
         looks += 1
         if looks > limits.MAX_PLACEMENT_SCAN:
             return
@@ -443,13 +455,17 @@ def _walk(state: State, rooms: list[_Room], now_ms: int, placements: list[Placem
         spec = task.spec
         if placed_holders and (job.id, spec.id) in placed_holders:
             continue  # placed first, on the room kept for it
-        room = _choose(rooms, job, task, now_ms)
-        if room is None:
+        room = _choose(rooms, job, task, now_ms) if open_rooms > 0 else None
+        if room is not None:
+            room.take(spec)
+            if room.cpu_milli < limits.MIN_CPU_MILLI:
+                open_rooms -= 1  # it had room for this task, so it was open before
+        elif queue_places > 0 and (room := _choose_queue(rooms, task, now_ms)) is not None:
+            room.queue -= 1  # late binding: its agent starts it the moment a slot frees
+            queue_places -= 1
+        else:
             unplaceable.add(shape_of(spec))
             continue
-        room.take(spec)
-        if room.cpu_milli < limits.MIN_CPU_MILLI:
-            open_rooms -= 1  # it had room for this task, so it was open before
         placements.append(Placement(job.id, spec.id, room.cluster.id))
         turn.placed += 1
         extra = turn.extra
@@ -459,6 +475,23 @@ def _walk(state: State, rooms: list[_Room], now_ms: int, placements: list[Placem
         new_share = policy.dominant_share(state.usage.get(tenant), turn.weight, total,
                                           (extra[0], extra[1], extra[2]))
         heapq.heapreplace(order, (new_share, tenant, turn))
+
+
+def _choose_queue(rooms: list[_Room], task: Task, now_ms: int) -> _Room | None:
+    """For a task that fits no room now: the open cluster whose agent's queue has the most
+    places free (its slots turn over soonest), away from the cluster its last attempt ended on
+    when another would do; ties to the first cluster id. None when no queue takes it."""
+    avoid = task.attempts[-1].cluster_id if task.attempts else None
+    best: _Room | None = None
+    fallback: _Room | None = None
+    for room in rooms:
+        if room.reserved_for is not None or not room.queues(task.spec, now_ms):
+            continue
+        if room.cluster.id == avoid:
+            fallback = room
+        elif best is None or room.queue > best.queue:
+            best = room
+    return best if best is not None else fallback
 
 
 def _choose(rooms: list[_Room], job: Job, task: Task, now_ms: int) -> _Room | None:

@@ -9,19 +9,31 @@ from raftsched.errors import Code
 from raftsched.protocol import ReportVerdict
 from raftsched.state.commands import AttemptMarkLost, Report, ReportBatch, ReportKind
 from raftsched.state.lifecycle import (
-    _finish_attempt,
-    _finished_state,
     end_attempt,
+    finish_attempt,
+    finished_state,
     infra_failure,
     mark_started,
 )
-from raftsched.state.model import LIVE_ATTEMPT_STATES, Attempt, AttemptState, Note, State, Task
+from raftsched.state.model import (
+    LIVE_ATTEMPT_STATES,
+    Attempt,
+    AttemptState,
+    Job,
+    Note,
+    State,
+    Task,
+)
 from raftsched.state.outcome import Applied, Rejected
 from raftsched.state.queries import find_attempt
+from raftsched.state.queues import note_attempt
 from raftsched.state.results import MarkedLost, ReportResult
 
 # Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
 _A_RUNNING = AttemptState.RUNNING
+_A_QUEUED = AttemptState.QUEUED
+_NOT_GONE = frozenset({ReportKind.STARTED, ReportKind.QUEUED})
+"""Reports that say the attempt's process is not gone (so they confirm no kill directive)."""
 
 
 def apply_report_batch(state: State, cmd: ReportBatch) -> Applied[ReportResult]:
@@ -41,7 +53,7 @@ def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entr
     job = state.jobs.get(report.job_id)
     index = None if job is None else job.index_of.get(report.task_id)
     if job is None or index is None:
-        if report.kind != ReportKind.STARTED:
+        if report.kind not in _NOT_GONE:
             _confirm_kill(state, cluster_id, report)
         return ReportVerdict.NOT_FOUND
     task = job.tasks[index]
@@ -50,7 +62,7 @@ def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entr
         return ReportVerdict.NOT_FOUND
     if attempt.cluster_id != cluster_id:
         return ReportVerdict.WRONG_CLUSTER
-    if report.kind != ReportKind.STARTED:
+    if report.kind not in _NOT_GONE:
         _confirm_kill(state, cluster_id, report)  # the process is gone either way
     current = task.attempts[-1]
     if attempt is not current or attempt.state not in LIVE_ATTEMPT_STATES:
@@ -60,6 +72,8 @@ def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entr
             return _note(task, ReportVerdict.DUPLICATE, report, now_ms, "already RUNNING")
         mark_started(state, job, task, attempt)
         return ReportVerdict.ACCEPTED
+    if report.kind == ReportKind.QUEUED:
+        return _queued(state, job, task, attempt, report, now_ms)
     if report.kind == ReportKind.REJECTED:
         if attempt.state == _A_RUNNING:
             return _note(task, ReportVerdict.LATE, report, now_ms, "rejection of a RUNNING attempt")
@@ -72,7 +86,21 @@ def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entr
                     report.reason or "stopped by the agent", kill=False)
         infra_failure(state, job, task, immediate=True, entropy=entropy)
         return ReportVerdict.ACCEPTED
-    _finish_attempt(state, job, task, attempt, report, entropy)
+    finish_attempt(state, job, task, attempt, report, entropy)
+    return ReportVerdict.ACCEPTED
+
+
+def _queued(state: State, job: Job, task: Task, attempt: Attempt, report: Report,
+            now_ms: int) -> ReportVerdict:
+    """The agent holds the attempt in its local queue: QUEUED (the answer to the assignment:
+    no ASSIGN_TIMEOUT from now on, and no redelivery). Late once it runs."""
+    if attempt.state == _A_QUEUED:
+        return _note(task, ReportVerdict.DUPLICATE, report, now_ms, "already QUEUED")
+    if attempt.state == _A_RUNNING:
+        return _note(task, ReportVerdict.LATE, report, now_ms, "QUEUED of a RUNNING attempt")
+    attempt.state = _A_QUEUED
+    if state.changes is not None:
+        note_attempt(state.changes, job, task, attempt, now_ms)
     return ReportVerdict.ACCEPTED
 
 
@@ -88,7 +116,7 @@ def _note_stale(task: Task, attempt: Attempt, report: Report, now_ms: int) -> Re
 
 def _same_outcome(attempt: Attempt, report: Report) -> bool:
     if report.kind == ReportKind.FINISHED:
-        return attempt.state == _finished_state(report) and attempt.exit_code == report.exit_code
+        return attempt.state == finished_state(report) and attempt.exit_code == report.exit_code
     if report.kind == ReportKind.REJECTED:
         return attempt.state == AttemptState.REJECTED
     if report.kind == ReportKind.KILLED:

@@ -153,10 +153,14 @@ def _cluster_record(c: Cluster) -> list[Any]:
         c.drain_reason, c.degraded_until_ms, [list(o) for o in c.outcomes],
         None if c.reserved_for is None else list(c.reserved_for), c.reserved_since_ms,
     ]
-    if c.custom or c.kills_unrecorded:  # only then: such a cluster keeps its earlier bytes
+    late = c.queue_depth or c.queued
+    if c.custom or c.kills_unrecorded or late:  # only then: others keep their earlier bytes
         record.append([[name, count] for name, count in sorted(c.custom.items())])
-    if c.kills_unrecorded:  # likewise: the count only where kills were not recorded
+    if c.kills_unrecorded or late:  # likewise: the count only where kills were not recorded
         record.append(c.kills_unrecorded)
+    if late:  # late binding (`Cluster.queued`): only a cluster whose agent declared a queue
+        record.append(c.queue_depth)
+        record.append([[f, j, i] for f, (j, i) in c.queued.items()])
     return record
 
 
@@ -382,6 +386,8 @@ def _cluster_from(r: list[Any]) -> Cluster:
         reserved_since_ms=r[19] if len(r) > 19 else 0,
         custom={name: count for name, count in r[20]} if len(r) > 20 else {},
         kills_unrecorded=r[21] if len(r) > 21 else 0,
+        queue_depth=r[22] if len(r) > 22 else 0,
+        queued={f: (j, i) for f, j, i in r[23]} if len(r) > 23 else {},
     )
 
 

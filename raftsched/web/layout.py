@@ -254,7 +254,7 @@ def group_counts(layers: list[list[str]],
     return result
 
 
-_ATTENTION = ("FAILED", "RUNNING", "ASSIGNED", "RETRY_WAIT", "RUNNABLE", "PENDING")
+_ATTENTION = ("FAILED", "RUNNING", "QUEUED", "ASSIGNED", "RETRY_WAIT", "RUNNABLE", "PENDING")
 
 
 def _dominant(counts: Counter[str]) -> str:

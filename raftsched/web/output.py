@@ -34,7 +34,7 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.web.console import ConsoleClient, PageError, call, require_session, valid_id
 
 STREAMS = ("stdout", "stderr")
-LIVE_ATTEMPT_STATES = frozenset({"ASSIGNED", "RUNNING"})
+LIVE_ATTEMPT_STATES = frozenset({"ASSIGNED", "QUEUED", "RUNNING"})
 """An attempt in one of these states may still write output: its page follows it."""
 KEEPALIVE_S = 15.0
 """A comment line this often keeps proxies from closing a quiet stream."""

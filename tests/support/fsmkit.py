@@ -88,9 +88,10 @@ class Harness:
 
     def register(self, cluster_id: str, caps: tuple[str, ...] = ("linux",), cpu: float = 8,
                  memory_mb: int = 16_384, gpu: int = 0, incarnation: int = 1,
-                 known: tuple[c.KnownAttempt, ...] = ()) -> Outcome:
+                 known: tuple[c.KnownAttempt, ...] = (), queue_depth: int = 0) -> Outcome:
         return self.run(c.ClusterRegister(cluster_id, incarnation, caps, int(cpu * 1000),
-                                          memory_mb, gpu, self.now_ms, known))
+                                          memory_mb, gpu, self.now_ms, known,
+                                          queue_depth=queue_depth))
 
     def status(self, cluster_id: str, status: c.ClusterStatus) -> Outcome:
         return self.run(c.ClusterStatusChange(cluster_id, status, self.now_ms, "test"))
@@ -121,6 +122,9 @@ class Harness:
                  fence: int) -> ReportVerdict:
         report = c.Report(c.ReportKind.REJECTED, job_id, task_id, fence, reason="no room")
         return self.report(cluster_id, report)[0]
+
+    def queued(self, cluster_id: str, job_id: str, task_id: str, fence: int) -> ReportVerdict:
+        return self.report(cluster_id, c.Report(c.ReportKind.QUEUED, job_id, task_id, fence))[0]
 
     def tick(self, advance_ms: int = 0) -> TickResult:
         self.now_ms += advance_ms

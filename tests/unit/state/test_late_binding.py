@@ -1,0 +1,197 @@
+"""Late binding (issue 24): a cluster's agent holds up to `queue_depth` attempts beyond its room
+and starts the next the moment a slot frees. The state machine commits such an attempt without
+room (`Cluster.queued`), promotes it in fence order as room frees (the agent's order), and
+treats it as any live attempt for cancel, kill, LOST and reconciliation."""
+
+from __future__ import annotations
+
+import pytest
+
+from raftsched import limits
+from raftsched.protocol import ReportVerdict
+from raftsched.replica import views
+from raftsched.state import commands as c
+from raftsched.state import placement, snapshot
+from raftsched.state.feasibility import Unfit
+from raftsched.state.model import AttemptState, ClusterStatus
+from raftsched.state.outcome import Applied
+from raftsched.state.results import ClusterRegistered
+from tests.support.fsmkit import Harness, job_doc, task_doc
+
+ONE_CPU = {"resources": {"cpu": 1}}
+
+
+def one_slot(depth: int = 2, tasks: int = 4, **fields: object) -> Harness:
+    """One cluster with one cpu and a queue of `depth`; one job of `tasks` one-cpu tasks."""
+    h = Harness()
+    h.register("east", cpu=1, queue_depth=depth)
+    h.submit("j", job_doc([task_doc(f"t{i}", **ONE_CPU, **fields) for i in range(tasks)]))
+    return h
+
+
+def test_an_assignment_beyond_the_room_is_queued_up_to_the_depth() -> None:
+    h = one_slot(depth=2)
+    running = h.assign_one("j", "t0", "east")
+    first, second = h.assign_one("j", "t1", "east"), h.assign_one("j", "t2", "east")
+    cluster = h.state.clusters["east"]
+    assert list(cluster.queued) == [first, second] and running not in cluster.queued
+    assert cluster.reserved_cpu_milli == 1000  # queued attempts hold no room
+    result = h.assign(("j", "t3", "east"))
+    assert result.assigned == () and result.dropped[0].reason is Unfit.NO_ROOM
+    assert h.states("j") == {"t0": "ASSIGNED", "t1": "ASSIGNED", "t2": "ASSIGNED",
+                             "t3": "RUNNABLE"}
+
+
+def test_no_queue_without_a_declared_depth() -> None:
+    h = one_slot(depth=0)
+    h.assign_one("j", "t0", "east")
+    assert h.assign(("j", "t1", "east")).dropped[0].reason is Unfit.NO_ROOM
+
+
+def test_a_queued_attempt_has_no_assign_timeout_but_an_unanswered_one_does() -> None:
+    h = one_slot(depth=2)
+    h.assign_one("j", "t0", "east")
+    acked, silent = h.assign_one("j", "t1", "east"), h.assign_one("j", "t2", "east")
+    assert h.queued("east", "j", "t1", acked) == ReportVerdict.ACCEPTED
+    assert h.current("j", "t1").state == AttemptState.QUEUED
+    assert h.queued("east", "j", "t1", acked) == ReportVerdict.DUPLICATE
+    h.tick(limits.ASSIGN_TIMEOUT_MS + 1)
+    assert h.current("j", "t1").state == AttemptState.QUEUED  # the agent holds it: no timeout
+    assert h.current("j", "t2").fence == silent and not h.current("j", "t2").live
+    assert h.states("j")["t2"] == "RUNNABLE"
+    assert silent not in h.state.clusters["east"].queued
+
+
+def test_room_freed_goes_to_the_queue_in_fence_order() -> None:
+    h = one_slot(depth=2)
+    running = h.assign_one("j", "t0", "east")
+    first, second = h.assign_one("j", "t1", "east"), h.assign_one("j", "t2", "east")
+    for task, fence in (("t1", first), ("t2", second)):
+        h.queued("east", "j", task, fence)
+    h.started("east", "j", "t0", running)
+    h.finished("east", "j", "t0", running)
+    cluster = h.state.clusters["east"]
+    assert list(cluster.queued) == [second] and cluster.reserved_cpu_milli == 1000
+    assert h.started("east", "j", "t1", first) == ReportVerdict.ACCEPTED
+    assert h.current("j", "t1").state == AttemptState.RUNNING
+    assert cluster.reserved_cpu_milli == 1000 and not cluster.overcommitted
+
+
+def test_an_agent_that_starts_a_queued_attempt_first_overcommits_the_view_until_reports_land(
+) -> None:
+    """The agent's slot freed before the FINISHED report committed: its STARTED report makes the
+    attempt hold its room at once; the cluster is closed to new work until the report of the
+    attempt that made way commits."""
+    h = one_slot(depth=1)
+    running = h.assign_one("j", "t0", "east")
+    queued = h.assign_one("j", "t1", "east")
+    h.started("east", "j", "t0", running)
+    assert h.started("east", "j", "t1", queued) == ReportVerdict.ACCEPTED
+    cluster = h.state.clusters["east"]
+    assert cluster.overcommitted and cluster.reserved_cpu_milli == 2000 and not cluster.queued
+    assert h.assign(("j", "t2", "east")).dropped[0].reason is Unfit.NO_ROOM  # queue closed
+    h.finished("east", "j", "t0", running)
+    assert not cluster.overcommitted and cluster.reserved_cpu_milli == 1000
+
+
+def test_cancel_reaches_a_queued_attempt() -> None:
+    h = one_slot(depth=1)
+    h.assign_one("j", "t0", "east")
+    queued = h.assign_one("j", "t1", "east")
+    h.queued("east", "j", "t1", queued)
+    assert isinstance(h.cancel("j"), Applied)
+    cluster = h.state.clusters["east"]
+    assert not cluster.queued and not cluster.live and cluster.reserved_cpu_milli == 0
+    assert queued in cluster.kills  # the agent drops it from its queue when it hears
+    assert h.current("j", "t1").state == AttemptState.CANCELLED
+
+
+@pytest.mark.parametrize(("on_lost", "expect"), [("replace", "RUNNABLE"), ("wait", "ASSIGNED")])
+def test_a_lost_cluster_replaces_queued_attempts_by_on_lost(on_lost: str, expect: str) -> None:
+    h = one_slot(depth=1, on_lost=on_lost)
+    h.assign_one("j", "t0", "east")
+    queued = h.assign_one("j", "t1", "east")
+    h.queued("east", "j", "t1", queued)
+    h.status("east", ClusterStatus.LOST)
+    assert h.states("j")["t1"] == expect
+    assert (queued in h.state.clusters["east"].queued) == (on_lost == "wait")
+
+
+def test_reregistration_reconciles_queued_attempts() -> None:
+    """Known and running: started; not known (the agent restarted and dropped its queue):
+    lost and replaced at once."""
+    h = one_slot(depth=2)
+    running = h.assign_one("j", "t0", "east")
+    started, dropped = h.assign_one("j", "t1", "east"), h.assign_one("j", "t2", "east")
+    h.queued("east", "j", "t1", started)
+    known = (c.KnownAttempt("j", "t0", running, True), c.KnownAttempt("j", "t1", started, True))
+    outcome = h.register("east", cpu=2, incarnation=2, known=known, queue_depth=2)
+    assert isinstance(outcome, Applied) and isinstance(outcome.result, ClusterRegistered)
+    assert outcome.result.lost == 1
+    assert h.current("j", "t1").state == AttemptState.RUNNING
+    assert h.states("j")["t2"] == "RUNNABLE"
+    cluster = h.state.clusters["east"]
+    assert not cluster.queued and cluster.reserved_cpu_milli == 2000
+
+
+def test_a_larger_registration_promotes_the_queue() -> None:
+    h = one_slot(depth=2)
+    running = h.assign_one("j", "t0", "east")
+    queued = h.assign_one("j", "t1", "east")
+    known = (c.KnownAttempt("j", "t0", running, True), c.KnownAttempt("j", "t1", queued, False))
+    h.register("east", cpu=2, incarnation=2, known=known, queue_depth=2)
+    cluster = h.state.clusters["east"]
+    assert not cluster.queued and cluster.reserved_cpu_milli == 2000
+    assert h.current("j", "t1").fence == queued
+
+
+def test_snapshots_keep_the_queue_and_older_clusters_their_bytes() -> None:
+    h = one_slot(depth=2)
+    h.register("west", cpu=4)
+    h.assign_one("j", "t0", "east")
+    queued = h.assign_one("j", "t1", "east")
+    h.queued("east", "j", "t1", queued)
+    loaded = snapshot.load(snapshot.dump(h.state))
+    assert loaded.clusters["east"].queue_depth == 2
+    assert loaded.clusters["east"].queued == {queued: ("j", 1)}
+    assert loaded.clusters["west"].queue_depth == 0 and not loaded.clusters["west"].queued
+    assert snapshot.dump(loaded) == snapshot.dump(h.state)
+    twin = Harness(loaded)
+    twin.started("east", "j", "t0", h.current("j", "t0").fence)
+    twin.finished("east", "j", "t0", h.current("j", "t0").fence)
+    assert not twin.state.clusters["east"].queued
+
+
+def test_the_planner_queues_what_fits_no_room_in_fair_share_order() -> None:
+    h = Harness()
+    h.register("east", cpu=1, queue_depth=2)
+    h.register("west", cpu=1, queue_depth=1)
+    h.submit("a", job_doc([task_doc(f"a{i}", **ONE_CPU) for i in range(4)], tenant="alpha"))
+    h.submit("b", job_doc([task_doc(f"b{i}", **ONE_CPU) for i in range(4)], tenant="beta"))
+    planned = placement.plan(h.state, now_ms=h.now_ms).placements
+    # two fit (one per cluster), three more queue (east 2, west 1); tenants alternate
+    assert len(planned) == 5
+    assert sorted(p.job_id for p in planned) == ["a", "a", "a", "b", "b"] \
+        or sorted(p.job_id for p in planned) == ["a", "a", "b", "b", "b"]
+    assert sum(p.cluster_id == "east" for p in planned) == 3
+    result = h.expect(c.AssignBatch(h.now_ms, tuple(planned)), type(h.assign()))
+    assert len(result.assigned) == 5 and not result.dropped
+    assert len(h.state.clusters["east"].queued) == 2 and len(h.state.clusters["west"].queued) == 1
+    assert placement.plan(h.state, now_ms=h.now_ms).placements == []  # queues full
+
+
+def test_views_say_queued() -> None:
+    h = one_slot(depth=2)
+    h.assign_one("j", "t0", "east")
+    first, second = h.assign_one("j", "t1", "east"), h.assign_one("j", "t2", "east")
+    h.queued("east", "j", "t2", second)
+    states = {t.task_id: t.state for t in views.list_tasks(h.state, "j").tasks}
+    assert states == {"t0": "ASSIGNED", "t1": "ASSIGNED", "t2": "QUEUED", "t3": "RUNNABLE"}
+    explained = views.explain_task(h.state, "j", "t2").summary
+    assert explained.startswith(f"queued on east (fence {second}): held in its agent's queue, "
+                                "place 2 of 2")
+    assert "sent to its agent's queue, place 1 of 2" in views.explain_task(h.state, "j",
+                                                                           "t1").summary
+    cluster = views.compute_cluster(h.state, h.state.clusters["east"], 0)
+    assert (cluster.queue_depth, cluster.queued) == (2, 2)
+    assert [a.state for a in views.task_history(h.state, "j", "t2").attempts] == ["QUEUED"]
