@@ -216,6 +216,7 @@ def test_package_list_matches_the_tree() -> None:
 
 _LINK = re.compile(r"\]\(([^)\s]+)\)")
 _HEADING = re.compile(r"^#{1,6} (.+)$", re.MULTILINE)
+_FENCED = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 
 
 def anchor(heading: str) -> str:
@@ -224,11 +225,16 @@ def anchor(heading: str) -> str:
     return text.replace(" ", "-")
 
 
+def prose(path: Path) -> str:
+    """A Markdown file without its fenced code blocks (a `# comment` there is no heading)."""
+    return _FENCED.sub("", path.read_text(encoding="utf-8"))
+
+
 def link_problems(path: Path) -> list[str]:
     """Relative links of a Markdown file (`](x.md)`, `](../deploy/)`, `](x.md#part)`) whose
     target does not exist, or whose #anchor names no heading of a Markdown target."""
     problems = []
-    for target in _LINK.findall(path.read_text(encoding="utf-8")):
+    for target in _LINK.findall(prose(path)):
         if re.match(r"^[a-z]+:", target) or target.startswith("/"):
             continue  # http:, https:, mailto: and absolute paths are not the repository's
         file_part, _, fragment = target.partition("#")
@@ -236,7 +242,7 @@ def link_problems(path: Path) -> list[str]:
         if not resolved.exists():
             problems.append(f"link ({target}) names {file_part}, which does not exist")
         elif fragment and resolved.suffix == ".md":
-            anchors = {anchor(h) for h in _HEADING.findall(resolved.read_text(encoding="utf-8"))}
+            anchors = {anchor(h) for h in _HEADING.findall(prose(resolved))}
             if fragment not in anchors:
                 where = file_part or path.name
                 problems.append(f"link ({target}): no heading #{fragment} in {where}")
