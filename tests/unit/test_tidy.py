@@ -1,5 +1,6 @@
-"""The repository's own text stays true: what it cites exists, functions stay short, the README's
-module list matches the tree. Pure and fast: it reads files, never imports the product.
+"""The repository's own text stays true: what it cites exists, its relative links resolve,
+functions stay short, the package list of docs/architecture.md §10 matches the tree. Pure and
+fast: it reads files, never imports the product.
 
 What counts as a citation (in every .py and .md file of the repository, except dot-directories,
 run results and generated protobuf code):
@@ -90,7 +91,7 @@ def citation_problems(text: str) -> list[str]:
     problems = []
     for ticked in _BACKTICKED.findall(text):
         for token in ticked.split():
-            if "<" in token:
+            if "<" in token or "*" in token:  # a placeholder or a glob names no one file
                 continue
             if (m := _PATH.match(token)) and (p := path_problem(m.group(1))):
                 problems.append(p)
@@ -162,9 +163,13 @@ def test_no_new_product_function_over_the_line_limit() -> None:
                       f"LONG_FUNCTIONS: {stale}"
 
 
-def readme_layer_block() -> dict[str, str]:
-    """The README's package picture: `name/` (or `shared leaves`) -> its text."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+LAYER_DOC = "docs/architecture.md"
+"""Where the package picture lives (§10): `raftsched/cli/` first, then one line per package."""
+
+
+def layer_block() -> dict[str, str]:
+    """The package picture of LAYER_DOC: `name/` (or `shared leaves`) -> its text."""
+    text = (ROOT / LAYER_DOC).read_text(encoding="utf-8")
     start = text.index("```\nraftsched/cli/")
     block = text[start + 4:text.index("```", start + 4)]
     entries: dict[str, str] = {}
@@ -191,17 +196,65 @@ def listed_names(text: str) -> set[str]:
             if word.split()}
 
 
-def test_readme_module_list_matches_the_tree() -> None:
-    entries = readme_layer_block()
+def test_package_list_matches_the_tree() -> None:
+    entries = layer_block()
     packages = {p.name for p in (ROOT / "raftsched").iterdir() if (p / "__init__.py").exists()}
     leaves = {p.stem for p in (ROOT / "raftsched").glob("*.py")} - {"__init__", "__main__"}
     shown = {key.removeprefix("raftsched/").rstrip("/") for key in entries}
-    assert "agent/" in "".join(entries) or "agent/" in entries, "agent/ missing from the README"
+    assert "agent/" in "".join(entries) or "agent/" in entries, f"agent/ missing from {LAYER_DOC}"
     named = listed_names(entries["shared leaves"])
     missing = (packages - shown - named - {"replica"}) | (leaves - named)
-    assert not missing, f"README's package list lacks {sorted(missing)}"
-    assert not named - leaves - packages, f"README lists absent {sorted(named - leaves - packages)}"
+    assert not missing, f"{LAYER_DOC}'s package list lacks {sorted(missing)}"
+    absent = named - leaves - packages
+    assert not absent, f"{LAYER_DOC} lists absent {sorted(absent)}"
     state = {p.stem for p in (ROOT / "raftsched/state").glob("*.py")} - {"__init__"}
     listed_state = listed_names(entries["raftsched/state/"].replace("pure", ""))
-    assert listed_state == state, (f"README's state modules: missing {sorted(state - listed_state)}"
-                                   f", absent {sorted(listed_state - state)}")
+    assert listed_state == state, (f"{LAYER_DOC}'s state modules: missing "
+                                   f"{sorted(state - listed_state)}, absent "
+                                   f"{sorted(listed_state - state)}")
+
+
+_LINK = re.compile(r"\]\(([^)\s]+)\)")
+_HEADING = re.compile(r"^#{1,6} (.+)$", re.MULTILINE)
+_FENCED = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
+
+
+def anchor(heading: str) -> str:
+    """GitHub's anchor of a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def prose(path: Path) -> str:
+    """A Markdown file without its fenced code blocks (a `# comment` there is no heading)."""
+    return _FENCED.sub("", path.read_text(encoding="utf-8"))
+
+
+def link_problems(path: Path) -> list[str]:
+    """Relative links of a Markdown file (`](x.md)`, `](../deploy/)`, `](x.md#part)`) whose
+    target does not exist, or whose #anchor names no heading of a Markdown target."""
+    problems = []
+    for target in _LINK.findall(prose(path)):
+        if re.match(r"^[a-z]+:", target) or target.startswith("/"):
+            continue  # http:, https:, mailto: and absolute paths are not the repository's
+        file_part, _, fragment = target.partition("#")
+        resolved = (path.parent / file_part).resolve() if file_part else path
+        if not resolved.exists():
+            problems.append(f"link ({target}) names {file_part}, which does not exist")
+        elif fragment and resolved.suffix == ".md":
+            anchors = {anchor(h) for h in _HEADING.findall(prose(resolved))}
+            if fragment not in anchors:
+                where = file_part or path.name
+                problems.append(f"link ({target}): no heading #{fragment} in {where}")
+    return problems
+
+
+def link_checked_files() -> list[Path]:
+    """Every Markdown file of the repository (README.md, docs/, deploy/, jepsen-style/, ...)."""
+    return [path for path in text_files() if path.suffix == ".md"]
+
+
+def test_relative_links_in_the_readme_and_docs_resolve() -> None:
+    problems = [f"{path.relative_to(ROOT)}: {problem}"
+                for path in link_checked_files() for problem in link_problems(path)]
+    assert not problems, "\n".join(problems)
