@@ -51,7 +51,7 @@ from raftsched.limits import (
     MAX_MEMORY_MB,
 )
 from raftsched.options import integer, metrics_address, metrics_endpoint, port
-from raftsched.protocol import id_problem, show
+from raftsched.protocol import ID_RULE, id_problem, show
 
 SERVERS_ENV = "RAFTSCHED_SERVERS"
 DATA_DIR_ENV = "RAFTSCHED_AGENT_DATA_DIR"
@@ -98,8 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster-id", required=True, metavar="ID",
-                        help="this cluster's id, as jobs pin it with 'cluster:' (letters, digits, "
-                             f"'_', '.', '-'; at most {MAX_ID_CHARS} characters)")
+                        help="this cluster's id, as jobs pin it with 'cluster:' "
+                             f"({ID_RULE}; at most {MAX_ID_CHARS} characters)")
     parser.add_argument("--servers", default=os.environ.get(SERVERS_ENV, ""),
                         metavar="HOST:PORT,...",
                         help="gRPC addresses of the scheduler replicas, comma-separated; any of "

@@ -12,6 +12,7 @@ from raftsched import limits
 from raftsched.cli import render
 from raftsched.cli.common import EXIT_OK, TLS_ENV, Subparsers, command_parser, print_json
 from raftsched.options import integer, positive_seconds
+from raftsched.protocol import ID_RULE
 
 if TYPE_CHECKING:
     from raftsched.dev.cluster import ClusterState
@@ -134,7 +135,7 @@ def _register_dev_add_agent(sub: Subparsers, parents: list[argparse.ArgumentPars
         '"executor",\n           "slurm_partition"} (an agent of dev status --json)')
     add.add_argument("--cluster-id", required=True, metavar="ID",
                      help="the new compute cluster's id, as jobs pin it with 'cluster:' "
-                     "(letters, digits, '_', '.', '-'; not taken by a recorded agent)")
+                     f"({ID_RULE}; not taken by a recorded agent)")
     add.add_argument("--capabilities", default="", metavar="CAP,...",
                      help="capabilities it offers, comma-separated (default: none)")
     add.add_argument("--cpu", type=integer(0, dc.MAX_CPU_CORES), default=None, metavar="CORES",

@@ -1,0 +1,87 @@
+"""One home per rule and vocabulary (issue 23, item 4): each rule is written once, and every
+place that applies it answers as the one rule does. A test here fails when a rule is written a
+second time (a source scan) or when a user of the rule drifts from it (a table over its users).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+import pytest
+
+from raftsched import limits
+from raftsched.protocol import id_problem
+
+ROOT = Path(__file__).resolve().parents[2]
+PRODUCT = ("raftsched", "agent", "jepsen-style", "scripts")
+
+
+def _product_sources() -> list[Path]:
+    found: list[Path] = []
+    for top in PRODUCT:
+        found.extend(p for p in sorted((ROOT / top).rglob("*.py"))
+                     if "api" not in p.relative_to(ROOT).parts[:2])
+    return found
+
+
+def _written_in(pattern: str) -> list[str]:
+    """The product modules (relative paths) whose text matches `pattern`."""
+    rule = re.compile(pattern)
+    return [str(p.relative_to(ROOT)) for p in _product_sources() if rule.search(p.read_text())]
+
+
+# --- ids --------------------------------------------------------------------------------------
+
+IDS = ["a", "0", "job-1", "x.y_z-2", "A" * limits.MAX_ID_CHARS,  # valid
+       "", "-a", ".a", "_a", "a b", "a/b", "é", "A" * (limits.MAX_ID_CHARS + 1), "a\n"]
+
+
+def test_the_id_rule_is_written_once() -> None:
+    assert _written_in(r"\[A-Za-z0-9\]\[A-Za-z0-9_\.-\]") == ["raftsched/protocol.py"]
+    assert _written_in(r"letters, digits, '_'") == ["raftsched/protocol.py"]
+
+
+def _spec_problem(task_id: str) -> str | None:
+    from raftsched.spec.model import SpecError
+    from raftsched.spec.validation import validate_job_doc
+
+    try:
+        validate_job_doc({"name": "n", "tasks": [{"id": task_id, "command": ["true"]}]})
+    except SpecError as error:
+        return str(error)
+    return None
+
+
+def _agent_problem(cluster_id: str, tmp_path: Path) -> str | None:
+    from agent import main as agent_main
+
+    parser = argparse.ArgumentParser()
+    agent_main.add_arguments(parser)
+    args = parser.parse_args([f"--cluster-id={cluster_id}", "--servers", "127.0.0.1:1",
+                              "--data-dir", str(tmp_path), "--executor", "mock"])
+    try:
+        agent_main._config(args)
+    except agent_main.UsageError as error:
+        return str(error)
+    return None
+
+
+def _dev_problem(cluster_id: str) -> str | None:
+    from raftsched.dev.add_agent import AddAgentOptions, requested_shape
+    from raftsched.dev.record import DevClusterError
+
+    try:
+        requested_shape(AddAgentOptions(Path("d"), cluster_id, executor="mock"))
+    except DevClusterError as error:
+        return str(error)
+    return None
+
+
+@pytest.mark.parametrize("value", IDS)
+def test_every_id_check_answers_as_the_one_rule(value: str, tmp_path: Path) -> None:
+    valid = id_problem(value) is None
+    assert (_spec_problem(value) is None) == valid
+    assert (_agent_problem(value, tmp_path) is None) == valid
+    assert (_dev_problem(value) is None) == valid
