@@ -39,6 +39,13 @@ from agent.session import GrpcSession
 from agent.store import StoreError
 from raftsched import config, eventlog, options, tls
 from raftsched.clock import configure_skew_from_env
+from raftsched.environment import (
+    AGENT_DATA_DIR_ENV,
+    SERVERS_ENV,
+    TLS_CA_ENV,
+    TLS_CERT_ENV,
+    TLS_KEY_ENV,
+)
 from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.limits import (
@@ -53,8 +60,6 @@ from raftsched.limits import (
 from raftsched.options import integer, metrics_address, metrics_endpoint, port
 from raftsched.protocol import ID_RULE, id_problem, show
 
-SERVERS_ENV = "RAFTSCHED_SERVERS"
-DATA_DIR_ENV = "RAFTSCHED_AGENT_DATA_DIR"
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_INVALID = 2
@@ -124,10 +129,10 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                         help="memory the agent may hand out, in MiB (default: this machine's)")
     parser.add_argument("--gpu", type=integer(0, MAX_GPU), default=0, metavar="N",
                         help="GPUs the agent may hand out (default: 0)")
-    parser.add_argument("--data-dir", default=os.environ.get(DATA_DIR_ENV, ""), metavar="DIR",
+    parser.add_argument("--data-dir", default=os.environ.get(AGENT_DATA_DIR_ENV, ""), metavar="DIR",
                         help="directory for the agent's durable state and attempt dirs (task "
                              "stdout/stderr); one agent per directory "
-                             f"(default: ${DATA_DIR_ENV})")
+                             f"(default: ${AGENT_DATA_DIR_ENV})")
 
 
 def _add_executor_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,11 +150,11 @@ def _add_executor_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-ca", metavar="PEM",
-                        help=f"the cluster's CA (or ${tls.CA_ENV}); required unless --insecure-dev")
+                        help=f"the cluster's CA (or ${TLS_CA_ENV}); required unless --insecure-dev")
     parser.add_argument("--tls-cert", metavar="PEM",
                         help="this agent's certificate, issued for 'raftsched-agent:CLUSTER_ID' "
-                             f"(or ${tls.CERT_ENV})")
-    parser.add_argument("--tls-key", metavar="PEM", help=f"its private key (or ${tls.KEY_ENV})")
+                             f"(or ${TLS_CERT_ENV})")
+    parser.add_argument("--tls-key", metavar="PEM", help=f"its private key (or ${TLS_KEY_ENV})")
     parser.add_argument("--insecure-dev", action="store_true",
                         help="talk to replicas run with --insecure-dev: plaintext, no identity; "
                              "only for a throwaway local cluster")
@@ -315,7 +320,7 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
     if not 0 <= args.heartbeat_wait_ms <= MAX_HEARTBEAT_WAIT_MS:
         raise UsageError(f"--heartbeat-wait-ms: between 0 and {MAX_HEARTBEAT_WAIT_MS}")
     if not args.data_dir:
-        raise UsageError(f"no data dir: pass --data-dir or set ${DATA_DIR_ENV}")
+        raise UsageError(f"no data dir: pass --data-dir or set ${AGENT_DATA_DIR_ENV}")
     try:
         configure_skew_from_env()
     except ValueError as error:

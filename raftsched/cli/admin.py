@@ -24,6 +24,7 @@ from raftsched.cli.common import (
     unknown_outcome,
 )
 from raftsched.cli.snapshot import register_snapshot
+from raftsched.environment import TOKEN_ENV
 from raftsched.errors import Code, RaftschedError
 from raftsched.options import integer
 
@@ -223,7 +224,7 @@ def _register_tokens(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         "a tenant ('*': every tenant); a token of one tenant sees and touches only that "
         "tenant's jobs. Operator and admin tokens are of tenant '*' (one of another tenant, "
         "made by an older version, acts as a user). Callers pass it with --token or "
-        "$RAFTSCHED_TOKEN.")
+        f"${TOKEN_ENV}.")
     commands = token.add_subparsers(title="token commands", metavar="COMMAND", required=True)
     create = command_parser(
         commands, "create", parents, "make a token (its secret is shown once)",

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeAlias
 
 from raftsched import limits
+from raftsched.environment import SERVERS_ENV, TLS_ENV, TOKEN_ENV
 from raftsched.errors import Code, CouldNotConnect, RaftschedError
 from raftsched.options import positive_seconds
 from raftsched.spec.job import JobSpec, SpecIssue
@@ -38,12 +39,6 @@ EXIT_FOR_CODE: dict[Code, int] = {
     Code.UNAVAILABLE: EXIT_UNAVAILABLE,
     Code.DEADLINE_EXCEEDED: EXIT_UNAVAILABLE,
 }
-SERVERS_ENV = "RAFTSCHED_SERVERS"
-TLS_ENV = ("RAFTSCHED_TLS_CA", "RAFTSCHED_TLS_CERT", "RAFTSCHED_TLS_KEY")
-TOKEN_ENV = "RAFTSCHED_TOKEN"
-"""`raftsched.tokens.TOKEN_ENV`."""
-"""`raftsched.tls.CA_ENV`, `CERT_ENV`, `KEY_ENV`, spelled out for the help text (importing
-raftsched.tls would load grpc at start-up)."""
 GRPC_VERBOSITY_ENV = "GRPC_VERBOSITY"
 NOT_TLS_MARKER = "WRONG_VERSION_NUMBER"
 """What OpenSSL says when the other side of a TLS handshake answers in plaintext."""

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from raftsched import limits
 from raftsched.cli import render
-from raftsched.cli.common import EXIT_OK, TLS_ENV, Subparsers, command_parser, print_json
+from raftsched.cli.common import EXIT_OK, Subparsers, command_parser, print_json
+from raftsched.environment import DEV_DIR_ENV, SERVERS_ENV, TLS_ENV
 from raftsched.options import integer, positive_seconds
 from raftsched.protocol import ID_RULE
 
@@ -36,7 +37,7 @@ def register_dev(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     sub = dev.add_subparsers(title="dev commands", metavar="COMMAND", required=True)
     directory = argparse.ArgumentParser(add_help=False)
     directory.add_argument("--dir", type=Path, default=None, metavar="DIR",
-                           help="the cluster's directory (default: $RAFTSCHED_DEV_DIR, else "
+                           help=f"the cluster's directory (default: ${DEV_DIR_ENV}, else "
                            "./.raftsched-dev)")
     _register_dev_up(sub, [common, directory])
     _register_dev_add_agent(sub, [common, directory])
@@ -191,7 +192,7 @@ def _run_dev_up(args: argparse.Namespace) -> int:
         token = state.user_tls.token if state.user_tls is not None else ""
         print(f"\nweb console: {state.web.url}  (sign in with an API token, e.g. the admin "
               f"token in {token}; its certificate is signed by the dev CA)")
-    print(f"\nuse it:  export RAFTSCHED_DEV_DIR={state.dir}   (or RAFTSCHED_SERVERS="
+    print(f"\nuse it:  export {DEV_DIR_ENV}={state.dir}   (or {SERVERS_ENV}="
           f"{','.join(state.servers)}{_tls_exports(state)})")
     print(f"stop it: raftsched dev down --dir {state.dir}")
     return EXIT_OK

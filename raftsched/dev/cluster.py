@@ -77,7 +77,6 @@ from raftsched.dev.record import (
     DEFAULT_EXECUTOR,
     DEFAULT_REPLICAS,
     DEFAULT_USER_NAME,
-    DEV_DIR_ENV,
     EXECUTORS,
     FIRST_AGENTS,
     LOCK_FILE_NAME,
@@ -127,6 +126,7 @@ from raftsched.dev.record import (
 from raftsched.dev.status import agent_doc, cluster_doc, metrics_url, slurm_doc, status, web_doc
 from raftsched.dev.supervisor import StopOutcome, StopResult
 from raftsched.dev.up import UpOptions, WebToken, create_web_watch_token, up
+from raftsched.environment import DEV_DIR_ENV
 
 __all__ = [
     "ADMIN_TOKEN_FILE_NAME",

@@ -21,6 +21,7 @@ from hypercorn.asyncio import serve as serve_asgi
 from hypercorn.config import Config as HypercornConfig
 
 from raftsched import eventlog, tls
+from raftsched.environment import SERVERS_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 from raftsched.errors import RaftschedError
 from raftsched.web.app import build_app
 from raftsched.web.console import ConsoleClient, Options
@@ -94,14 +95,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--listen", required=True, metavar="HOST:PORT",
                         help="where the console serves HTTPS, e.g. 127.0.0.1:8443")
     parser.add_argument("--servers", metavar="HOST:PORT,...",
-                        default=os.environ.get("RAFTSCHED_SERVERS", ""),
-                        help="gRPC addresses of the replicas (default: $RAFTSCHED_SERVERS)")
+                        default=os.environ.get(SERVERS_ENV, ""),
+                        help=f"gRPC addresses of the replicas (default: ${SERVERS_ENV})")
     parser.add_argument("--tls-ca", metavar="PEM", help="the cluster's CA (default: "
-                        "$RAFTSCHED_TLS_CA)")
+                        f"${TLS_CA_ENV})")
     parser.add_argument("--tls-cert", metavar="PEM",
                         help="the console's own client certificate (raftsched-user:NAME) for "
-                        "its calls to the replicas (default: $RAFTSCHED_TLS_CERT)")
-    parser.add_argument("--tls-key", metavar="PEM", help="its key (default: $RAFTSCHED_TLS_KEY)")
+                        f"its calls to the replicas (default: ${TLS_CERT_ENV})")
+    parser.add_argument("--tls-key", metavar="PEM", help=f"its key (default: ${TLS_KEY_ENV})")
     parser.add_argument("--insecure-dev", action="store_true",
                         help="plaintext gRPC to a cluster run with --insecure-dev")
     parser.add_argument("--https-cert", required=True, metavar="PEM",

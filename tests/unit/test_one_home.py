@@ -85,3 +85,30 @@ def test_every_id_check_answers_as_the_one_rule(value: str, tmp_path: Path) -> N
     assert (_spec_problem(value) is None) == valid
     assert (_agent_problem(value, tmp_path) is None) == valid
     assert (_dev_problem(value) is None) == valid
+
+
+# --- environment variable names ---------------------------------------------------------------
+
+ENV_DEFINED_ELSEWHERE = {
+    # Failpoint latches beside the code they stop (the Raft adapter; raftsched.environment says).
+    "RAFTSCHED_FAILPOINT_DUMP_LATCH": "raftsched/replica/raft/node.py",
+    "RAFTSCHED_FAILPOINT_APPLY_LATCH": "raftsched/replica/raft/node.py",
+    "RAFTSCHED_JEPSEN_INSIDE": "jepsen-style/jepsen/main.py",  # the harness's own re-exec mark
+}
+
+
+def test_every_raftsched_variable_name_is_written_once_in_the_environment_module() -> None:
+    from raftsched import environment
+
+    quoted = re.compile(r"""["'](RAFTSCHED_[A-Z_]*)["']""")
+    found: dict[str, list[str]] = {}
+    for path in _product_sources():
+        for name in quoted.findall(path.read_text()):
+            found.setdefault(name, []).append(str(path.relative_to(ROOT)))
+    defined = {value for key, value in vars(environment).items()
+               if key.isupper() and isinstance(value, str)}
+    for name, where in sorted(found.items()):
+        if name in ENV_DEFINED_ELSEWHERE:
+            assert where == [ENV_DEFINED_ELSEWHERE[name]], (name, where)
+        else:
+            assert name in defined and where == ["raftsched/environment.py"], (name, where)

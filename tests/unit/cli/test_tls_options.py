@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
-from raftsched import eventlog, rpc, tls, tokens
+from raftsched import environment, eventlog, rpc, tls, tokens
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.cli import common
@@ -111,11 +111,10 @@ def test_the_token_comes_from_the_flag_then_the_environment_then_the_dev_cluster
     assert made.tokens[-1] == flag_token
     code, _, err = run(capsys, "job", "status", "j", "--token", "hunter2")
     assert code == 2 and "is not a token" in err and "hunter2" not in err
-    assert common.TOKEN_ENV == tokens.TOKEN_ENV
 
 
 def test_the_env_names_are_raftsched_tls_ones() -> None:
-    assert common.TLS_ENV == (tls.CA_ENV, tls.CERT_ENV, tls.KEY_ENV)
+    assert common.TLS_ENV == ("RAFTSCHED_TLS_CA", "RAFTSCHED_TLS_CERT", "RAFTSCHED_TLS_KEY")
 
 
 def test_flags_then_environment_then_the_dev_cluster(
@@ -147,7 +146,7 @@ def test_a_dev_cluster_run_insecure_is_spoken_to_in_plaintext(
 
 def test_insecure_dev_is_plaintext_whatever_the_environment_says(
         capsys: pytest.CaptureFixture[str], made: Made, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(tls.CA_ENV, "env-ca")
+    monkeypatch.setenv(environment.TLS_CA_ENV, "env-ca")
     assert run(capsys, "job", "status", "j", "--insecure-dev")[0] == 0
     assert made.tls == [None]
     code, _, err = run(capsys, "job", "status", "j", "--insecure-dev", "--tls-cert", "c")
