@@ -46,7 +46,8 @@ from raftsched.client.client import Client  # noqa: E402
 from raftsched.dev import pki  # noqa: E402
 from raftsched.dev.ports import port_open  # noqa: E402
 from raftsched.errors import RaftschedError  # noqa: E402
-from raftsched.spec.job import JobSpec, parse_spec_text  # noqa: E402
+from raftsched.spec.job import parse_spec_text  # noqa: E402
+from raftsched.spec.model import JobSpec  # noqa: E402
 from tests.support.cluster import LocalCluster, free_port, wait_for  # noqa: E402
 
 PHASE_TIMEOUT_S = 900.0

@@ -17,7 +17,8 @@ from raftsched import limits
 from raftsched.environment import SERVERS_ENV, TLS_ENV, TOKEN_ENV
 from raftsched.errors import Code, CouldNotConnect, RaftschedError
 from raftsched.options import positive_seconds
-from raftsched.spec.job import JobSpec, SpecIssue
+from raftsched.spec.issue import SpecIssue
+from raftsched.spec.model import JobSpec
 from raftsched.state.text import unprintable, visible
 
 if TYPE_CHECKING:  # raftsched.tls imports grpc: only the commands that connect load it

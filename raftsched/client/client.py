@@ -25,7 +25,9 @@ from raftsched.client import retry
 from raftsched.client.retry import RetryPolicy, Servers
 from raftsched.errors import Code, RaftschedError
 from raftsched.rpc import CHANNEL_OPTIONS, ended_for_age, error_from_rpc, retryable
-from raftsched.spec.job import JobSpec, SpecError, SpecIssue, parse_spec_text
+from raftsched.spec.issue import SpecIssue
+from raftsched.spec.job import parse_spec_text
+from raftsched.spec.model import JobSpec, SpecError
 from raftsched.spec.wire import pack_wire
 
 DEFAULT_CALL_TIMEOUT_S = 10.0

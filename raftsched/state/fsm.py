@@ -21,10 +21,10 @@ from typing import Generic, TypeVar
 
 from raftsched import limits
 from raftsched.errors import Code
-from raftsched.protocol import ReportVerdict
+from raftsched.protocol import ReportVerdict, id_problem
+from raftsched.protocol import id_problem as tenant_name_problem  # the spec's one rule
 from raftsched.spec.issue import show
-from raftsched.spec.job import FailurePolicy, JobSpec, OnLost, SpecError, Trigger, id_problem
-from raftsched.spec.job import id_problem as tenant_name_problem  # the spec's one rule
+from raftsched.spec.model import FailurePolicy, JobSpec, OnLost, SpecError, Trigger
 from raftsched.spec.wire import validate_wire
 from raftsched.state import feasibility, policy
 from raftsched.state.commands import (

@@ -48,7 +48,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from raftsched import limits
-from raftsched.spec.job import Scoring, TaskSpec
+from raftsched.spec.model import Scoring, TaskSpec
 from raftsched.state import policy
 from raftsched.state.commands import Placement, Preemption, Reservation
 from raftsched.state.feasibility import committed_custom_free, never_fits, unfit

@@ -23,7 +23,7 @@ from raftsched.cli import main as cli
 from raftsched.client.client import Submitted
 from raftsched.dev import cluster as devcluster
 from raftsched.errors import Code, RaftschedError
-from raftsched.spec.job import JobSpec
+from raftsched.spec.model import JobSpec
 from tests.support import paths
 
 EXAMPLES = paths.EXAMPLES

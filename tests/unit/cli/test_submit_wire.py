@@ -15,7 +15,7 @@ from raftsched.cli import common
 from raftsched.client.client import Client
 from raftsched.dev import cluster as devcluster
 from raftsched.spec.file import load_spec_file
-from raftsched.spec.job import JobSpec
+from raftsched.spec.model import JobSpec
 from raftsched.spec.wire import pack_wire
 from tests.unit.cli.test_commands import DIAMOND, FakeClient, run
 
