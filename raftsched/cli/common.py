@@ -331,9 +331,9 @@ def resolve_servers(flag: str | None) -> list[str]:
         return parse_addresses(flag, "--servers")
     if os.environ.get(SERVERS_ENV):
         return parse_addresses(os.environ[SERVERS_ENV], SERVERS_ENV)
-    from raftsched.dev import cluster as devcluster
+    from raftsched.dev import record
 
-    servers = devcluster.servers_from_state(devcluster.default_dir())
+    servers = record.servers_from_state(record.default_dir())
     if not servers:
         raise CommandError(Code.INVALID_ARGUMENT,
                            "no scheduler addresses: pass --servers HOST:PORT,..., set "
@@ -370,10 +370,10 @@ def resolve_tls(args: argparse.Namespace) -> TlsFiles | None:
     files = tls.files_from(*flags)
     if files is not None:
         return files
-    from raftsched.dev import cluster as devcluster
+    from raftsched.dev import record
 
-    directory = devcluster.default_dir()
-    state = devcluster.load_state(directory)
+    directory = record.default_dir()
+    state = record.load_state(directory)
     if state is not None and state.replicas:
         if state.insecure:
             return None
@@ -404,9 +404,9 @@ def resolve_token(args: argparse.Namespace) -> str | None:
         return given.strip()
     if getattr(args, "insecure_dev", False):
         return None
-    from raftsched.dev import cluster as devcluster
+    from raftsched.dev import record
 
-    state = devcluster.load_state(devcluster.default_dir())
+    state = record.load_state(record.default_dir())
     if state is not None and state.replicas and state.user_tls is not None:
         return state.user_tls.read_token()
     return None

@@ -1,5 +1,5 @@
-"""`raftsched dev add-agent`: start one more agent in a recorded cluster. (Part of
-`raftsched.dev.cluster`.)"""
+"""`raftsched dev add-agent`: start one more agent in a recorded cluster. (Part of the dev cluster,
+`raftsched.dev`.)"""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The dev cluster's record: its shape, `ClusterState` and its JSON (cluster.json), the secret and
-the lock. (Part of `raftsched.dev.cluster`.)"""
+the lock. (Part of the dev cluster, `raftsched.dev`.)"""
 
 from __future__ import annotations
 
