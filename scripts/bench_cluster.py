@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from raftsched.client.client import Client  # noqa: E402
-from tests.support.cluster import LocalCluster, plus_one, wait_for  # noqa: E402
+from tests.support.cluster import LocalCluster, plus_one  # noqa: E402
+from tests.support.waiting import wait_until  # noqa: E402
 
 PHASE_TIMEOUT_S = 300.0
 UNPLACEABLE = ("name: bench-submit\nallow_unschedulable: true\n"
@@ -150,7 +151,7 @@ def failover(cluster: LocalCluster, trials: int) -> list[float]:
         client.submit(UNPLACEABLE)
         results.append(time.perf_counter() - t0)
         cluster.replicas[old].start()
-        wait_for(lambda: plus_one(cluster.leader_index()), 30, "a leader after restart")
+        wait_until(lambda: plus_one(cluster.leader_index()), "a leader after restart", 30)
         time.sleep(1.0)  # let the restarted replica catch up before the next trial
     return results
 

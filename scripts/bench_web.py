@@ -48,7 +48,8 @@ from raftsched.dev.ports import port_open  # noqa: E402
 from raftsched.errors import RaftschedError  # noqa: E402
 from raftsched.spec.job import parse_spec_text  # noqa: E402
 from raftsched.spec.model import JobSpec  # noqa: E402
-from tests.support.cluster import LocalCluster, free_port, wait_for  # noqa: E402
+from tests.support.cluster import LocalCluster, free_port  # noqa: E402
+from tests.support.waiting import wait_until  # noqa: E402
 
 PHASE_TIMEOUT_S = 900.0
 CHROMIUM = "/usr/bin/chromium"
@@ -134,7 +135,7 @@ def start_console(cluster: LocalCluster, root: Path) -> Console:
         "--https-cert", str(files.cert), "--https-key", str(files.key),
         "--watch-token-file", str(watch)],
         root / "logs" / "web.log")
-    wait_for(lambda: port_open(f"127.0.0.1:{port}"), 60, "the console to listen")
+    wait_until(lambda: port_open(f"127.0.0.1:{port}"), "the console to listen", 60)
     return Console("127.0.0.1", port, ssl.create_default_context(cafile=str(files.ca)))
 
 
@@ -193,8 +194,8 @@ def wait_ran(client: Client, job_ids: list[str]) -> None:
     """Until the last jobs that run have ended (the agents run them in about submit order)."""
     last = [j for i, j in enumerate(job_ids) if kind_of(i) != "parked"][-20:]
     started = time.perf_counter()
-    wait_for(lambda: all(client.get_job(j).state in ("SUCCEEDED", "FAILED") for j in last)
-             or None, PHASE_TIMEOUT_S, "the fill jobs to run")
+    wait_until(lambda: all(client.get_job(j).state in ("SUCCEEDED", "FAILED") for j in last)
+               or None, "the fill jobs to run", PHASE_TIMEOUT_S)
     print(f"  the fill jobs that run had ended {time.perf_counter() - started:.1f} s later",
           flush=True)
 
@@ -399,8 +400,8 @@ def run_load(cluster: LocalCluster, phase: Phase, jobs: int, tasks_each: int,
     ended: list[float] = []
 
     def watch() -> None:
-        wait_for(lambda: all(client.get_job(j).state in ("SUCCEEDED", "FAILED", "CANCELLED")
-                             for j in job_ids) or None, PHASE_TIMEOUT_S, "the load to end")
+        wait_until(lambda: all(client.get_job(j).state in ("SUCCEEDED", "FAILED", "CANCELLED")
+                             for j in job_ids) or None, "the load to end", PHASE_TIMEOUT_S)
         ended.append(time.perf_counter())
 
     watcher = threading.Thread(target=watch, daemon=True)

@@ -26,7 +26,7 @@ from raftsched.dev import record
 from raftsched.dev import slurm as private_slurm
 from raftsched.dev.supervisor import log_tail, stop_all
 from tests.support.cli import parsed_ok, run_cli
-from tests.support.slurm import wait_until
+from tests.support.waiting import wait_until
 
 pytest.importorskip("raftsched.replica.main")
 pytest.importorskip("agent.main")

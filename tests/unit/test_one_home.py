@@ -159,3 +159,20 @@ def test_no_module_re_exports_another_modules_names() -> None:
     for path, names in RE_EXPORTS_LEFT.items():
         assert set(shims.pop(path, [])) <= set(names), path
     assert shims == {}
+
+
+# --- one wait in the tests, one history reader in the harness ---------------------------------
+
+def test_the_tests_wait_through_one_wait_until() -> None:
+    """Every test and helper waits through `tests.support.waiting.wait_until` (no second
+    polling helper: there were five)."""
+    helper = re.compile(r"^\s*def (wait_until|wait_for|_wait_until|_wait_for|eventually)\(", re.M)
+    defined = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "tests").rglob("*.py")
+                     if helper.search(p.read_text()))
+    assert defined == ["tests/support/waiting.py"]
+
+
+def test_the_harness_reads_its_history_with_one_reader() -> None:
+    readers = _written_in(r"(?m)^def read_history\(|json\.loads\(.*history"
+                          r"|history\.jsonl.*read_text")
+    assert readers == ["jepsen-style/jepsen/checks_history.py"]

@@ -30,8 +30,8 @@ from tests.support.agent import (
     config,
     kill_attempt_processes,
     running_agent,
-    wait_until,
 )
+from tests.support.waiting import wait_until
 
 STARTED, REJECTED, FINISHED, KILLED = (ReportKind.STARTED, ReportKind.REJECTED,
                                        ReportKind.FINISHED, ReportKind.KILLED)
