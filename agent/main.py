@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 import signal
 import sys
 import threading
@@ -57,7 +56,13 @@ from raftsched.limits import (
     MAX_ID_CHARS,
     MAX_MEMORY_MB,
 )
-from raftsched.options import integer, metrics_address, metrics_endpoint, port
+from raftsched.options import (
+    integer,
+    metrics_address,
+    metrics_endpoint,
+    parse_address_list,
+    port,
+)
 from raftsched.protocol import ID_RULE, id_problem, show
 
 EXIT_OK = 0
@@ -76,7 +81,6 @@ _NO_USER_SWITCH = {"slurm": "Slurm runs each job as the account that submits it,
 """Why an executor takes no --task-user / --tenant-task-users."""
 PRIVATE_UMASK = 0o077
 """Everything the agent creates (lmdb stores, attempt records, task output) is its own alone."""
-_ADDRESS = re.compile(r"[^\s,]+:[0-9]{1,5}")
 
 log = EventLogger("agent")
 
@@ -105,7 +109,7 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster-id", required=True, metavar="ID",
                         help="this cluster's id, as jobs pin it with 'cluster:' "
                              f"({ID_RULE}; at most {MAX_ID_CHARS} characters)")
-    parser.add_argument("--servers", default=os.environ.get(SERVERS_ENV, ""),
+    parser.add_argument("--servers", default=None,
                         metavar="HOST:PORT,...",
                         help="gRPC addresses of the scheduler replicas, comma-separated; any of "
                              "them will do, the agent follows redirects to the leader "
@@ -291,12 +295,7 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
     problem = id_problem(cluster_id)  # the replicas' rule for a Register's cluster id
     if problem is not None:
         raise UsageError(f"--cluster-id {problem}")
-    servers = [s.strip() for s in str(args.servers).split(",") if s.strip()]
-    if not servers:
-        raise UsageError(f"no scheduler addresses: pass --servers or set ${SERVERS_ENV}")
-    for server in servers:
-        if not _ADDRESS.fullmatch(server):
-            raise UsageError(f"--servers: {server!r} is not HOST:PORT")
+    servers = _servers(args.servers)
     capabilities = tuple(dict.fromkeys(c.strip() for c in str(args.capabilities).split(",")
                                        if c.strip()))
     if len(capabilities) > MAX_CAPABILITIES_PER_CLUSTER:
@@ -329,6 +328,19 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
     return AgentConfig(cluster_id, Path(args.data_dir), capacity, capabilities,
                        heartbeat_wait_ms=int(args.heartbeat_wait_ms),
                        custom=_custom_resources(str(args.resources))), servers
+
+
+def _servers(flag: str | None) -> list[str]:
+    """--servers, else $RAFTSCHED_SERVERS: the one HOST:PORT rule (`options.host_port`), the
+    error naming where the bad item came from."""
+    source, text = ("--servers", flag) if flag is not None else \
+        (f"${SERVERS_ENV}", os.environ.get(SERVERS_ENV, ""))
+    if not text.strip():
+        raise UsageError(f"no scheduler addresses: pass --servers or set ${SERVERS_ENV}")
+    try:
+        return parse_address_list(text, source)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _custom_resources(text: str) -> tuple[tuple[str, int], ...]:

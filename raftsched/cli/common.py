@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeAlias
 from raftsched import limits
 from raftsched.environment import SERVERS_ENV, TLS_ENV, TOKEN_ENV
 from raftsched.errors import Code, CouldNotConnect, RaftschedError
-from raftsched.options import positive_seconds
+from raftsched.options import address_list, parse_address_list, positive_seconds
 from raftsched.spec.issue import SpecIssue
 from raftsched.spec.model import JobSpec
 from raftsched.state.text import unprintable, visible
@@ -292,7 +292,7 @@ def _connection_options() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(add_help=False)
     group = options.add_argument_group("connection")
     group.add_argument(
-        "--servers", metavar="HOST:PORT,...",
+        "--servers", type=address_list, metavar="HOST:PORT,...",
         help=f"gRPC addresses of scheduler replicas (default: ${SERVERS_ENV}, else the dev "
         "cluster recorded in $RAFTSCHED_DEV_DIR or ./.raftsched-dev)",
     )
@@ -325,10 +325,11 @@ def _connection_options() -> argparse.ArgumentParser:
     return options
 
 
-def resolve_servers(flag: str | None) -> list[str]:
-    """--servers, else $RAFTSCHED_SERVERS, else the servers of the recorded dev cluster."""
+def resolve_servers(flag: list[str] | None) -> list[str]:
+    """--servers (checked by its option type), else $RAFTSCHED_SERVERS, else the servers of
+    the recorded dev cluster."""
     if flag:
-        return parse_addresses(flag, "--servers")
+        return flag
     if os.environ.get(SERVERS_ENV):
         return parse_addresses(os.environ[SERVERS_ENV], SERVERS_ENV)
     from raftsched.dev import record
@@ -342,15 +343,11 @@ def resolve_servers(flag: str | None) -> list[str]:
 
 
 def parse_addresses(text: str, source: str) -> list[str]:
-    addresses = [part.strip() for part in text.split(",") if part.strip()]
-    if not addresses:
-        raise CommandError(Code.INVALID_ARGUMENT, f"{source} names no address")
-    for address in addresses:
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise CommandError(Code.INVALID_ARGUMENT,
-                               f"{source}: {address!r} is not HOST:PORT")
-    return addresses
+    """`options.parse_address_list` (the one HOST:PORT rule) as a CLI usage error."""
+    try:
+        return parse_address_list(text, source)
+    except ValueError as error:
+        raise CommandError(Code.INVALID_ARGUMENT, str(error)) from None
 
 
 def resolve_tls(args: argparse.Namespace) -> TlsFiles | None:

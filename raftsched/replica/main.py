@@ -26,8 +26,10 @@ from raftsched.environment import SECRET_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.options import (
+    address,
     metrics_address,
     metrics_endpoint,
+    optional_address_list,
     port,
     positive_int,
     positive_seconds,
@@ -65,11 +67,12 @@ log = EventLogger("raftsched.replica")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     config.add_option(parser, "replica")
-    parser.add_argument("--raft", required=True, metavar="HOST:PORT",
+    parser.add_argument("--raft", required=True, type=address, metavar="HOST:PORT",
                         help="address this replica's Raft endpoint binds and peers reach")
-    parser.add_argument("--grpc", required=True, metavar="HOST:PORT",
+    parser.add_argument("--grpc", required=True, type=address, metavar="HOST:PORT",
                         help="address of the gRPC API (clients, agents, admin)")
-    parser.add_argument("--peers", default="", metavar="RAFT_ADDR,...",
+    parser.add_argument("--peers", type=optional_address_list, default="",
+                        metavar="RAFT_ADDR,...",
                         help="Raft addresses of the other members (after the first start the "
                              "member list stored in the snapshot wins)")
     parser.add_argument("--data-dir", required=True, help="journal, snapshot and lock live here")
@@ -192,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
     secret = _checked_secret(args)
     tls_files = _checked_tls(args)
     on_office = _checked_bootstrap(args)
-    peers = [p.strip() for p in args.peers.split(",") if p.strip() and p.strip() != args.raft]
+    peers = [peer for peer in args.peers if peer != args.raft]
     if args.restore_from:
         _restore(args, peers)
     changes = ChangeFeed()

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from raftsched import limits
+from raftsched.errors import RaftschedError
 from raftsched.protocol import id_problem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -176,3 +177,95 @@ def test_the_harness_reads_its_history_with_one_reader() -> None:
     readers = _written_in(r"(?m)^def read_history\(|json\.loads\(.*history"
                           r"|history\.jsonl.*read_text")
     assert readers == ["jepsen-style/jepsen/checks_history.py"]
+
+
+# --- one HOST:PORT rule and one address option type ---------------------------------------------
+
+ADDRESSES = ["127.0.0.1:7001", "localhost:1", "[::1]:7001", "replica-2.sched.example.com:65535",
+             "nohost", ":1", "h:", "h:0", "h:65536", "h:x", "h:+1", "::1:7001", "[zz]:1",
+             "[127.0.0.1]:1", "a b:1", "1.2.3.999:1", "-bad:1", "bad-:1", "a..b:1", "my_host:1",
+             "h" * 300 + ":1", "h\u00e9st:1", "a.123:1"]
+
+
+def _rule(address: str, port_zero: bool = False) -> bool:
+    from raftsched.options import host_port
+
+    try:
+        host_port(address, port_zero="any" if port_zero else "")
+    except ValueError:
+        return False
+    return True
+
+
+def _parses(add_arguments: object, argv: list[str]) -> bool:
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    add_arguments(parser)  # type: ignore[operator]
+    try:
+        parser.parse_args(argv)
+    except (argparse.ArgumentError, SystemExit):
+        return False
+    return True
+
+
+def _cli_accepts(argv: list[str], capsys: pytest.CaptureFixture[str]) -> bool:
+    from raftsched.cli.main import build_parser
+
+    try:
+        build_parser().parse_args(argv)
+    except SystemExit:
+        capsys.readouterr()
+        return False
+    return True
+
+
+@pytest.mark.parametrize("address", ADDRESSES)
+def test_every_address_option_answers_as_the_one_rule(
+        address: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from agent import main as agent_main
+    from raftsched.options import metrics_address
+    from raftsched.replica import main as replica_main
+    from raftsched.replica.raft import membership
+    from raftsched.web import main as web_main
+
+    valid = _rule(address)
+    replica = ["--grpc", "127.0.0.1:2", "--data-dir", "d", "--insecure-dev"]
+    assert _parses(replica_main.add_arguments, ["--raft", address, *replica]) == valid
+    assert _parses(replica_main.add_arguments,
+                   ["--raft", "127.0.0.1:1", "--peers", f"127.0.0.1:3,{address}", *replica[2:],
+                    "--grpc", address]) == valid
+    web = ["--https-cert", "c", "--https-key", "k"]
+    assert _parses(web_main.add_arguments, ["--listen", address, *web]) == \
+        _rule(address, port_zero=True)
+    assert _cli_accepts(["job", "status", "x", "--servers", f"127.0.0.1:1,{address}"],
+                        capsys) == valid
+    assert _cli_accepts(["admin", "status", "--server", address], capsys) == valid
+    assert _cli_accepts(["admin", "add-replica", address], capsys) == valid
+    try:
+        agent_main._servers(f"127.0.0.1:1,{address}")
+        agent_ok = True
+    except agent_main.UsageError:
+        agent_ok = False
+    assert agent_ok == valid
+    try:
+        membership.check_address(address)
+        member_ok = True
+    except RaftschedError:
+        member_ok = False
+    assert member_ok == valid
+    try:
+        metrics_address(address)
+        metrics_ok = True
+    except argparse.ArgumentTypeError:
+        metrics_ok = False
+    assert metrics_ok == _rule(address, port_zero=True)
+
+
+ADDRESS_SPLITS_ELSEWHERE = {
+    # They split an address the one rule already accepted, to connect to it (not option parsing).
+    "raftsched/dev/ports.py", "raftsched/replica/raft/node.py", "raftsched/replica/service.py",
+}
+
+
+def test_host_port_is_split_in_one_place() -> None:
+    splits = set(_written_in(r"""\.r(partition|split)\(":"(, 1)?\)"""))
+    assert splits - ADDRESS_SPLITS_ELSEWHERE == {"raftsched/options.py"}

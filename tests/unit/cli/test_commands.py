@@ -639,7 +639,7 @@ def test_admin_membership(capsys: pytest.CaptureFixture[str], fake: FakeClient,
     assert (code, document) == (0, {"raft_address": "127.0.0.1:6003",
                                     "members": ["127.0.0.1:6001"]})
     code, _, err = run(capsys, "admin", "add-replica", "nonsense")
-    assert code == 2 and "is not HOST:PORT" in err
+    assert code == 2 and "argument RAFT_ADDR: not HOST:PORT: 'nonsense'" in err
 
     def fail(raft_address: str) -> Any:
         raise RaftschedError(Code.UNAVAILABLE, "no leader")
@@ -719,12 +719,28 @@ def test_servers_come_from_the_flag_then_the_environment_then_the_dev_cluster(
     assert made.servers[-1] == ["127.0.0.1:9001"]
 
 
-@pytest.mark.parametrize("argv", [["--servers", "nohost"], ["--servers", "h:99999"],
-                                  ["--servers", ","]])
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--servers", "nohost"], "'nohost' is not HOST:PORT (no ':PORT')"),
+    (["--servers", "h:1,h:99999"], "'h:99999' is not HOST:PORT (port 99999 is not between 1 "
+                                   "and 65535)"),
+    (["--servers", ","], "names no address"),
+    (["--servers", "::1:7001"], "'::1:7001' is not HOST:PORT (an IPv6 address goes in "
+                                "brackets, e.g. [::1]:7001)"),
+])
 def test_bad_server_addresses(capsys: pytest.CaptureFixture[str], fake: FakeClient,
-                              argv: list[str]) -> None:
+                              argv: list[str], says: str) -> None:
+    """The one address-list option type: a usage error naming the option and the bad item."""
     code, _, err = run(capsys, "job", "status", "x", *argv)
-    assert code == 2 and err.startswith("error: INVALID_ARGUMENT: --servers")
+    assert code == 2 and f"error: argument --servers: {says}\n" in err
+
+
+def test_bad_server_addresses_from_the_environment_name_the_variable(
+        capsys: pytest.CaptureFixture[str], fake: FakeClient,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(environment.SERVERS_ENV, "h:1,h:x")
+    code, _, err = run(capsys, "job", "status", "x")
+    assert code == 2 and err.startswith("error: INVALID_ARGUMENT: RAFTSCHED_SERVERS: 'h:x' is "
+                                        "not HOST:PORT (not a port number: 'x')")
 
 
 @pytest.mark.parametrize("timeout", ["0", "-1", "abc"])
