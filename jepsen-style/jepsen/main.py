@@ -34,6 +34,7 @@ from jepsen.nemesis import GROUPS, KINDS, FaultError, Nemesis, parse_faults
 from jepsen.netns import Net, NetError, iptables_binary
 from jepsen.workload import ClientWorker
 from raftsched.errors import RaftschedError
+from raftsched.states import TERMINAL_JOB_STATE_NAMES
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIVENESS, EXIT_NO_NAMESPACES = 0, 1, 2, 3, 77
 INSIDE_ENV = "RAFTSCHED_JEPSEN_INSIDE"
@@ -43,7 +44,7 @@ JOIN_TIMEOUT_S = 30.0
 CONVERGE_TIMEOUT_S = 20.0
 LIVENESS_POLL_S = 0.5
 AGENT_CAPACITY = {"cpu": 4.0, "memory_mb": 4096, "gpu": 0, "capabilities": ["linux"]}
-TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+TERMINAL_JOB_STATES = TERMINAL_JOB_STATE_NAMES
 HERE = Path(__file__).resolve().parent.parent
 REQUIRED_TOOLS = ("unshare", "nsenter", "ip")
 

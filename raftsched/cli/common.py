@@ -20,6 +20,7 @@ from raftsched.options import address_list, parse_address_list, positive_seconds
 from raftsched.spec.issue import SpecIssue
 from raftsched.spec.model import JobSpec
 from raftsched.state.text import unprintable, visible
+from raftsched.states import JOB_STATE_NAMES
 
 if TYPE_CHECKING:  # raftsched.tls imports grpc: only the commands that connect load it
     from raftsched.tls import TlsFiles
@@ -51,7 +52,7 @@ MAX_CALL_TIMEOUT_S = 10.0
 """Deadline of one RPC attempt within that time."""
 INTERRUPTED = "INTERRUPTED"
 """The error code --json prints after Ctrl-C (not an API code)."""
-JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
+JOB_STATES = JOB_STATE_NAMES
 HELP_WIDTH = 92
 
 Handler = Callable[[argparse.Namespace], int]

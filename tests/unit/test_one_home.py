@@ -269,3 +269,44 @@ ADDRESS_SPLITS_ELSEWHERE = {
 def test_host_port_is_split_in_one_place() -> None:
     splits = set(_written_in(r"""\.r(partition|split)\(":"(, 1)?\)"""))
     assert splits - ADDRESS_SPLITS_ELSEWHERE == {"raftsched/options.py"}
+
+
+# --- state names ------------------------------------------------------------------------------
+
+def test_the_state_vocabulary_is_the_state_machines_names() -> None:
+    """The readers' names (`raftsched.states`) are the state machine's enums' names, in order,
+    with the same terminal, live and placed sets: the wire strings cannot drift apart."""
+    from raftsched import states
+    from raftsched.state import model
+
+    pairs = [(model.JobState, states.JobStateName), (model.TaskState, states.TaskStateName),
+             (model.AttemptState, states.AttemptStateName)]
+    for numbered, named in pairs:
+        assert [m.name for m in numbered] == [m.value for m in named]
+    assert {s.name for s in model.TERMINAL_JOB_STATES} == states.TERMINAL_JOB_STATE_NAMES
+    assert {s.name for s in model.TERMINAL_TASK_STATES} == states.TERMINAL_TASK_STATE_NAMES
+    assert {s.name for s in model.LIVE_ATTEMPT_STATES} == states.LIVE_ATTEMPT_STATE_NAMES
+    assert {s.name for s in model.PLACED_TASK_STATES} == states.PLACED_TASK_STATE_NAMES
+    assert set(states.CANCELLABLE_JOB_STATE_NAMES) == \
+        {s.name for s in model.JobState} - states.TERMINAL_JOB_STATE_NAMES
+
+
+STATE_LITERAL = (r"""["'](PENDING|RUNNABLE|ASSIGNED|RUNNING|RETRY_WAIT|SUCCEEDED|FAILED|SKIPPED"""
+                 r"""|CANCELLED|REJECTED|LOST|TIMED_OUT|PREEMPTED)["']""")
+STATE_WORDS_ELSEWHERE = {
+    "agent/model.py": "the agent's own record of an attempt (RUNNING, FINISHED)",
+    "agent/executors/slurm.py": "Slurm's job states",
+    "scripts/bench_slurm.py": "Slurm's job states (RUNNING, COMPLETING)",
+    "raftsched/cli/render.py": "column titles (QUEUED, RUNNING; ASSIGNED, STARTED)",
+}
+
+
+def test_no_reader_spells_a_state_name_out() -> None:
+    """The CLI, the client, the console (code and templates), the views and the harness use
+    `raftsched.states` (or the state machine's enums), never a state's name as a literal."""
+    rule = re.compile(STATE_LITERAL)
+    sources = [*_product_sources(), *(ROOT / "raftsched" / "web").rglob("*.html"),
+               *(ROOT / "raftsched" / "web" / "static").rglob("*.js")]
+    spelled = {str(p.relative_to(ROOT)) for p in sources if rule.search(p.read_text())}
+    spelled -= {"raftsched/states.py"}
+    assert spelled <= set(STATE_WORDS_ELSEWHERE), sorted(spelled - set(STATE_WORDS_ELSEWHERE))
