@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import random
 import shutil
 import threading
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from agent.model import Directives, Resources
 from agent.outbox import Outbox
 from agent.session import Reregister, Session, SessionError
 from raftsched import limits
+from raftsched.client.retry import Backoff
 from raftsched.clock import Clock, SystemClock
 from raftsched.eventlog import EventLogger
 from raftsched.protocol import ReportVerdict
@@ -60,7 +62,8 @@ POLL_INTERVAL_MS = 50
 """The reporter checks the executor for completions at least this often."""
 RETRY_BACKOFF_INITIAL_MS = 100
 RETRY_BACKOFF_MAX_MS = 5_000
-"""Capped exponential backoff between failed calls to the leader."""
+"""The session's failed heartbeats and report flushes wait the one jittered backoff
+(`raftsched.client.retry.Backoff`) from RETRY_BACKOFF_INITIAL_MS up to this."""
 STOP_JOIN_TIMEOUT_MS = 10_000
 ATTEMPT_DIR_PRUNE_INTERVAL_MS = 60_000
 
@@ -98,7 +101,9 @@ def attempts_root(data_dir: Path) -> Path:
 class Agent:
     def __init__(self, config: AgentConfig, session: Session, executor: Executor, *,
                  metrics: AgentMetrics | None = None,
-                 stop: threading.Event | None = None, clock: Clock | None = None) -> None:
+                 stop: threading.Event | None = None, clock: Clock | None = None,
+                 rng: random.Random | None = None) -> None:
+        """`rng` draws the backoff's jitter (a seeded one makes the waits repeatable)."""
         assert config.heartbeat_wait_ms >= 0 and config.poll_interval_ms > 0
         assert config.report_batch_max >= 1
         self._config = config
@@ -107,6 +112,9 @@ class Agent:
         self._clock = clock or SystemClock()
         self._metrics = metrics or AgentMetrics()
         self._stop = stop or threading.Event()
+        self._rng = rng or random.Random()
+        self._backoff = Backoff(config.retry_backoff_initial_ms / 1000,
+                                config.retry_backoff_max_ms / 1000)
         self._lock_handle = _lock_data_dir(config.data_dir)
         try:
             self._fences = FenceStore(config.data_dir / FENCE_DIR)
@@ -290,9 +298,8 @@ class Agent:
             self._wake.wait(poll_s)
 
     def _backoff_s(self, failures: int) -> float:
-        delay_ms = min(self._config.retry_backoff_max_ms,
-                       self._config.retry_backoff_initial_ms * (1 << min(failures - 1, 20)))
-        return delay_ms / 1000
+        """The wait after the `failures`-th failed call in a row (the one jittered backoff)."""
+        return self._backoff.delay_s(failures, self._rng)
 
     def _collect(self) -> None:
         with self._lock:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from raftsched import procfs
+from raftsched.environment import TASK_FENCE_ENV, TASK_JOB_ID_ENV, TASK_TASK_ID_ENV
 
 AUTO = "auto"
 MODE_CGROUP = "cgroup"
@@ -53,7 +54,7 @@ CGROUP_POLL_MAX_MS = 50
 SCAN_ROUNDS = 20
 """Session mode: /proc scans at an attempt's end, each killing what it finds, until one finds
 nothing (a process that forks faster than it is killed outlasts them)."""
-ATTEMPT_MARKERS = ("RAFTSCHED_JOB_ID", "RAFTSCHED_TASK_ID", "RAFTSCHED_FENCE")
+ATTEMPT_MARKERS = (TASK_JOB_ID_ENV, TASK_TASK_ID_ENV, TASK_FENCE_ENV)
 """Environment entries that name an attempt (session mode)."""
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
-import re
 import signal
 import sys
 import threading
@@ -39,6 +38,13 @@ from agent.session import GrpcSession
 from agent.store import StoreError
 from raftsched import config, eventlog, options, tls
 from raftsched.clock import configure_skew_from_env
+from raftsched.environment import (
+    AGENT_DATA_DIR_ENV,
+    SERVERS_ENV,
+    TLS_CA_ENV,
+    TLS_CERT_ENV,
+    TLS_KEY_ENV,
+)
 from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.limits import (
@@ -50,11 +56,15 @@ from raftsched.limits import (
     MAX_ID_CHARS,
     MAX_MEMORY_MB,
 )
-from raftsched.options import integer, metrics_address, metrics_endpoint, port
-from raftsched.protocol import id_problem, show
+from raftsched.options import (
+    integer,
+    metrics_address,
+    metrics_endpoint,
+    parse_address_list,
+    port,
+)
+from raftsched.protocol import ID_RULE, id_problem, show
 
-SERVERS_ENV = "RAFTSCHED_SERVERS"
-DATA_DIR_ENV = "RAFTSCHED_AGENT_DATA_DIR"
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_INVALID = 2
@@ -71,7 +81,6 @@ _NO_USER_SWITCH = {"slurm": "Slurm runs each job as the account that submits it,
 """Why an executor takes no --task-user / --tenant-task-users."""
 PRIVATE_UMASK = 0o077
 """Everything the agent creates (lmdb stores, attempt records, task output) is its own alone."""
-_ADDRESS = re.compile(r"[^\s,]+:[0-9]{1,5}")
 
 log = EventLogger("agent")
 
@@ -98,9 +107,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster-id", required=True, metavar="ID",
-                        help="this cluster's id, as jobs pin it with 'cluster:' (letters, digits, "
-                             f"'_', '.', '-'; at most {MAX_ID_CHARS} characters)")
-    parser.add_argument("--servers", default=os.environ.get(SERVERS_ENV, ""),
+                        help="this cluster's id, as jobs pin it with 'cluster:' "
+                             f"({ID_RULE}; at most {MAX_ID_CHARS} characters)")
+    parser.add_argument("--servers", default=None,
                         metavar="HOST:PORT,...",
                         help="gRPC addresses of the scheduler replicas, comma-separated; any of "
                              "them will do, the agent follows redirects to the leader "
@@ -124,10 +133,10 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                         help="memory the agent may hand out, in MiB (default: this machine's)")
     parser.add_argument("--gpu", type=integer(0, MAX_GPU), default=0, metavar="N",
                         help="GPUs the agent may hand out (default: 0)")
-    parser.add_argument("--data-dir", default=os.environ.get(DATA_DIR_ENV, ""), metavar="DIR",
+    parser.add_argument("--data-dir", default=os.environ.get(AGENT_DATA_DIR_ENV, ""), metavar="DIR",
                         help="directory for the agent's durable state and attempt dirs (task "
                              "stdout/stderr); one agent per directory "
-                             f"(default: ${DATA_DIR_ENV})")
+                             f"(default: ${AGENT_DATA_DIR_ENV})")
 
 
 def _add_executor_arguments(parser: argparse.ArgumentParser) -> None:
@@ -145,11 +154,11 @@ def _add_executor_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _add_tls_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tls-ca", metavar="PEM",
-                        help=f"the cluster's CA (or ${tls.CA_ENV}); required unless --insecure-dev")
+                        help=f"the cluster's CA (or ${TLS_CA_ENV}); required unless --insecure-dev")
     parser.add_argument("--tls-cert", metavar="PEM",
                         help="this agent's certificate, issued for 'raftsched-agent:CLUSTER_ID' "
-                             f"(or ${tls.CERT_ENV})")
-    parser.add_argument("--tls-key", metavar="PEM", help=f"its private key (or ${tls.KEY_ENV})")
+                             f"(or ${TLS_CERT_ENV})")
+    parser.add_argument("--tls-key", metavar="PEM", help=f"its private key (or ${TLS_KEY_ENV})")
     parser.add_argument("--insecure-dev", action="store_true",
                         help="talk to replicas run with --insecure-dev: plaintext, no identity; "
                              "only for a throwaway local cluster")
@@ -286,12 +295,7 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
     problem = id_problem(cluster_id)  # the replicas' rule for a Register's cluster id
     if problem is not None:
         raise UsageError(f"--cluster-id {problem}")
-    servers = [s.strip() for s in str(args.servers).split(",") if s.strip()]
-    if not servers:
-        raise UsageError(f"no scheduler addresses: pass --servers or set ${SERVERS_ENV}")
-    for server in servers:
-        if not _ADDRESS.fullmatch(server):
-            raise UsageError(f"--servers: {server!r} is not HOST:PORT")
+    servers = _servers(args.servers)
     capabilities = tuple(dict.fromkeys(c.strip() for c in str(args.capabilities).split(",")
                                        if c.strip()))
     if len(capabilities) > MAX_CAPABILITIES_PER_CLUSTER:
@@ -315,7 +319,7 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
     if not 0 <= args.heartbeat_wait_ms <= MAX_HEARTBEAT_WAIT_MS:
         raise UsageError(f"--heartbeat-wait-ms: between 0 and {MAX_HEARTBEAT_WAIT_MS}")
     if not args.data_dir:
-        raise UsageError(f"no data dir: pass --data-dir or set ${DATA_DIR_ENV}")
+        raise UsageError(f"no data dir: pass --data-dir or set ${AGENT_DATA_DIR_ENV}")
     try:
         configure_skew_from_env()
     except ValueError as error:
@@ -324,6 +328,19 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
     return AgentConfig(cluster_id, Path(args.data_dir), capacity, capabilities,
                        heartbeat_wait_ms=int(args.heartbeat_wait_ms),
                        custom=_custom_resources(str(args.resources))), servers
+
+
+def _servers(flag: str | None) -> list[str]:
+    """--servers, else $RAFTSCHED_SERVERS: the one HOST:PORT rule (`options.host_port`), the
+    error naming where the bad item came from."""
+    source, text = ("--servers", flag) if flag is not None else \
+        (f"${SERVERS_ENV}", os.environ.get(SERVERS_ENV, ""))
+    if not text.strip():
+        raise UsageError(f"no scheduler addresses: pass --servers or set ${SERVERS_ENV}")
+    try:
+        return parse_address_list(text, source)
+    except ValueError as error:
+        raise UsageError(str(error)) from None
 
 
 def _custom_resources(text: str) -> tuple[tuple[str, int], ...]:

@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from raftsched.environment import WALL_CLOCK_SKEW_ENV
+
 MAX_CATCH_UP_RATE = 0.1
 """How much faster than real (monotonic) time proposal stamps may run while they catch up with a
 wall clock that is ahead of the replicated time: 0.1 = 10 % fast, at most."""
@@ -25,10 +27,6 @@ class Clock(Protocol):
         ...
 
 
-WALL_CLOCK_SKEW_ENV = "RAFTSCHED_FAILPOINT_WALL_CLOCK_SKEW_S"
-"""Fault injection: seconds (either sign) added to this process's wall clock. The jepsen-style
-harness sets it for its clock-skew faults (libfaketime breaks CPython's timed waits: sleeps fail
-with EINVAL and condition waits hang). Monotonic time is never skewed."""
 MAX_WALL_CLOCK_SKEW_S = 86_400.0
 _skew_ms = 0
 

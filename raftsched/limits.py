@@ -328,6 +328,14 @@ MAX_PIPELINED_PROPOSALS = 10_000
 MAX_SERVERS = 64
 """Addresses one client or agent is configured with."""
 
+RETRY_JITTER = 0.5
+"""The one retry policy's jitter (`client.retry.Backoff`): a wait is drawn uniformly from
+[(1 - RETRY_JITTER) x ceiling, ceiling], so clients and agents that failed together do not
+retry together."""
+
+RETRY_MAX_DOUBLINGS = 30
+"""A backoff's ceiling doubles at most this many times (then the cap rules anyway)."""
+
 
 # --- web console (raftsched/web) ---------------------------------------------------------------
 

@@ -4,6 +4,7 @@ refuses a bad value with a message argparse prints as a usage error (exit 2)."""
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import math
 import re
 
@@ -102,20 +103,10 @@ METRICS_LOOPBACK = "127.0.0.1"
 def metrics_address(text: str) -> tuple[str, int]:
     """`HOST:PORT` (or `[IPv6]:PORT`) to serve Prometheus metrics on; `0.0.0.0:PORT` serves
     every interface, so that a Prometheus on another host can scrape; port 0 turns it off."""
-    host, colon, port_text = text.strip().rpartition(":")
-    if not colon or not host:
-        raise argparse.ArgumentTypeError(f"not HOST:PORT: {text!r}")
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if not host or any(c.isspace() or c in "/[]" for c in host) or len(host) > 253:
-        raise argparse.ArgumentTypeError(f"not a host name or address: {host!r}")
     try:
-        port = int(port_text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a port number: {port_text!r}") from None
-    if not 0 <= port <= 65_535:
-        raise argparse.ArgumentTypeError(f"port {port} is not between 0 (off) and 65535")
-    return host, port
+        return host_port(text.strip(), port_zero="off")
+    except ValueError as error:
+        raise _refused(text, error) from None
 
 
 def metrics_endpoint(address: tuple[str, int] | None, port: int) -> tuple[str, int] | None:
@@ -123,3 +114,130 @@ def metrics_endpoint(address: tuple[str, int] | None, port: int) -> tuple[str, i
     if address is not None:
         return address if address[1] else None
     return (METRICS_LOOPBACK, port) if port else None
+
+
+# --- addresses: the one HOST:PORT rule --------------------------------------------------------
+
+MAX_HOST_CHARS = 253
+"""A DNS name's longest text form (RFC 1035); a 300-character host once made every pysyncobj
+tick fail after it was added as a replica."""
+_HOST_LABEL = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+"""One label of a DNS name (RFC 1123): at most 63 letters, digits and inner '-'."""
+
+
+def host_port(text: str, *, port_zero: str = "") -> tuple[str, int]:
+    """The one HOST:PORT rule of every address (the options `--servers`, `--peers`, `--raft`,
+    `--grpc`, `--listen`, `--server`, `--metrics-address`, and a replica's membership checks):
+    HOST is a DNS name (RFC 1123 labels: letters, digits, inner '-'; at most MAX_HOST_CHARS),
+    an IPv4 address, or an IPv6 address in brackets (`[::1]:7001`); PORT is 1..65535, or also
+    0 when `port_zero` says what 0 means. Nothing around it (callers strip what they split).
+    Returns (host without brackets, port); ValueError saying what is wrong otherwise."""
+    host, colon, port_text = text.rpartition(":")
+    if not colon:
+        raise ValueError("no ':PORT'")
+    if not host:
+        raise ValueError("no host")
+    if host.startswith("[") and host.endswith("]"):
+        _check_ipv6(host[1:-1])
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"an IPv6 address goes in brackets, e.g. [{host}]:{port_text}")
+    else:
+        _check_host(host)
+    if not port_text.isascii() or not port_text.isdigit() or len(port_text) > 5:
+        raise ValueError(f"not a port number: {port_text[:20]!r}")
+    port, low = int(port_text), 0 if port_zero else 1
+    if not low <= port <= PORT_MAX:
+        zero = f" ({port_zero})" if port_zero else ""
+        raise ValueError(f"port {port} is not between {low}{zero} and {PORT_MAX}")
+    return host, port
+
+
+def _check_ipv6(host: str) -> None:
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        raise ValueError(f"not a host name or address: {'[' + host + ']'!r}") from None
+
+
+def _check_host(host: str) -> None:
+    try:
+        ipaddress.IPv4Address(host)
+        return
+    except ValueError:
+        pass
+    labels = host.split(".")
+    if len(host) > MAX_HOST_CHARS or not host.isascii() or labels[-1].isdigit() or \
+            not all(_HOST_LABEL.fullmatch(label) for label in labels):
+        shown = host if len(host) <= 60 else host[:60] + "..."
+        raise ValueError(f"not a host name or address: {shown!r} (DNS labels of letters, "
+                         f"digits and inner '-'; or an IP, [...] for IPv6)")
+
+
+def address_list_problem(text: str, *, allow_empty: bool = False) -> tuple[list[str], str]:
+    """The addresses of a comma-separated list (items stripped, empty items skipped, each as
+    given) and "" — or ([], why the list is refused: which item, and what is wrong with it)."""
+    items = [part.strip() for part in text.split(",") if part.strip()]
+    if not items and not allow_empty:
+        return [], "names no address"
+    for item in items:
+        try:
+            host_port(item)
+        except ValueError as error:
+            return [], f"{item!r} is not HOST:PORT ({error})"
+    return items, ""
+
+
+def parse_address_list(text: str, source: str, *, allow_empty: bool = False) -> list[str]:
+    """`address_list_problem` for text from `source` (an option, or the environment variable
+    it defaults to): the addresses, or ValueError naming the source and the bad item."""
+    items, problem = address_list_problem(text, allow_empty=allow_empty)
+    if problem:
+        raise ValueError(f"{source} {problem}" if problem == "names no address"
+                         else f"{source}: {problem}")
+    return items
+
+
+def _refused(text: str, error: ValueError) -> argparse.ArgumentTypeError:
+    """The usage error of a single-address option: the text, and what is wrong with it when
+    more than that it is not HOST:PORT at all."""
+    reason = str(error)
+    detail = "" if reason in ("no ':PORT'", "no host") else f" ({reason})"
+    return argparse.ArgumentTypeError(f"not HOST:PORT: {text.strip()!r}{detail}")
+
+
+def address(text: str) -> str:
+    """The argparse type of a single HOST:PORT option (`--raft`, `--grpc`, `--server`): the
+    address as given (stripped)."""
+    if "," in text:
+        raise argparse.ArgumentTypeError(f"one HOST:PORT only, got {text.strip()!r}")
+    try:
+        host_port(text.strip())
+    except ValueError as error:
+        raise _refused(text, error) from None
+    return text.strip()
+
+
+def listen_address(text: str) -> str:
+    """`address` where port 0 asks for any free port (`raftsched web --listen`)."""
+    try:
+        host_port(text.strip(), port_zero="any free port")
+    except ValueError as error:
+        raise _refused(text, error) from None
+    return text.strip()
+
+
+def address_list(text: str) -> list[str]:
+    """The argparse type of a HOST:PORT,... option (`--servers`): at least one address."""
+    items, problem = address_list_problem(text)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return items
+
+
+def optional_address_list(text: str) -> list[str]:
+    """`address_list` that may be empty (`--peers` of a first replica)."""
+    items, problem = address_list_problem(text, allow_empty=True)
+    if problem:
+        raise argparse.ArgumentTypeError(problem)
+    return items

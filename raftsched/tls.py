@@ -28,13 +28,11 @@ from typing import Any
 
 import grpc
 
+from raftsched.environment import TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 from raftsched.errors import Code, RaftschedError
 
 AGENT_PREFIX = "raftsched-agent:"
 USER_PREFIX = "raftsched-user:"
-CA_ENV = "RAFTSCHED_TLS_CA"
-CERT_ENV = "RAFTSCHED_TLS_CERT"
-KEY_ENV = "RAFTSCHED_TLS_KEY"
 MAX_PEM_BYTES = 1024 * 1024
 """A CA bundle, certificate or key file larger than this is refused, not read."""
 FINGERPRINT_CACHE_SIZE = 4096
@@ -86,8 +84,8 @@ def files_from(ca: str | None, cert: str | None, key: str | None,
                env: Mapping[str, str] = os.environ) -> TlsFiles | None:
     """TlsFiles from options, else from $RAFTSCHED_TLS_CA/_CERT/_KEY; None when none is set.
     Some but not all of the three: RaftschedError(INVALID_ARGUMENT) naming what is missing."""
-    given = {"CA": ca or env.get(CA_ENV, ""), "certificate": cert or env.get(CERT_ENV, ""),
-             "key": key or env.get(KEY_ENV, "")}
+    given = {"CA": ca or env.get(TLS_CA_ENV, ""), "certificate": cert or env.get(TLS_CERT_ENV, ""),
+             "key": key or env.get(TLS_KEY_ENV, "")}
     if not any(given.values()):
         return None
     missing = [name for name, value in given.items() if not value]
@@ -95,7 +93,8 @@ def files_from(ca: str | None, cert: str | None, key: str | None,
         raise RaftschedError(
             Code.INVALID_ARGUMENT,
             f"TLS needs a CA, a certificate and a key; missing: {', '.join(missing)} "
-            f"(options --tls-ca/--tls-cert/--tls-key or ${CA_ENV}/${CERT_ENV}/${KEY_ENV})")
+            f"(options --tls-ca/--tls-cert/--tls-key or "
+            f"${TLS_CA_ENV}/${TLS_CERT_ENV}/${TLS_KEY_ENV})")
     return TlsFiles(Path(given["CA"]), Path(given["certificate"]), Path(given["key"]))
 
 

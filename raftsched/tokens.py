@@ -16,7 +16,6 @@ TOKEN_PREFIX = "rst_"
 TOKEN_ID_HEX = 16
 TOKEN_SECRET_BYTES = 32
 """Random bytes in a secret (43 characters of URL-safe base64)."""
-TOKEN_ENV = "RAFTSCHED_TOKEN"
 _TOKEN = re.compile(rf"{TOKEN_PREFIX}([0-9a-f]{{{TOKEN_ID_HEX}}})_([A-Za-z0-9_-]{{20,100}})")
 
 

@@ -28,7 +28,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from raftsched.client.client import Client  # noqa: E402
-from tests.support.cluster import LocalCluster, plus_one, wait_for  # noqa: E402
+from raftsched.states import TERMINAL_JOB_STATE_NAMES, JobStateName  # noqa: E402
+from tests.support.cluster import LocalCluster, plus_one  # noqa: E402
+from tests.support.waiting import wait_until  # noqa: E402
 
 PHASE_TIMEOUT_S = 300.0
 UNPLACEABLE = ("name: bench-submit\nallow_unschedulable: true\n"
@@ -87,7 +89,7 @@ def wait_terminal(client: Client, job_ids: list[str]) -> None:
         for _ in range(1_000):  # pages; bounded
             page = client.list_jobs(limit=1_000, page_token=token)
             pending -= {j.job_id for j in page.jobs
-                        if j.state in ("SUCCEEDED", "FAILED", "CANCELLED")}
+                        if j.state in TERMINAL_JOB_STATE_NAMES}
             token = page.next_page_token
             if not token:
                 break
@@ -103,7 +105,7 @@ def end_to_end_wide(client: Client, tasks: int) -> tuple[float, float]:
     job_id = client.submit(wide_job("bench-wide", tasks)).job_id
     submitted = time.perf_counter() - t0
     wait_terminal(client, [job_id])
-    assert client.get_job(job_id).state == "SUCCEEDED"
+    assert client.get_job(job_id).state == JobStateName.SUCCEEDED
     return tasks / (time.perf_counter() - t0), submitted
 
 
@@ -150,7 +152,7 @@ def failover(cluster: LocalCluster, trials: int) -> list[float]:
         client.submit(UNPLACEABLE)
         results.append(time.perf_counter() - t0)
         cluster.replicas[old].start()
-        wait_for(lambda: plus_one(cluster.leader_index()), 30, "a leader after restart")
+        wait_until(lambda: plus_one(cluster.leader_index()), "a leader after restart", 30)
         time.sleep(1.0)  # let the restarted replica catch up before the next trial
     return results
 

@@ -23,14 +23,16 @@ from statebench import state_with_jobs  # noqa: E402
 from raftsched.api import raftsched_pb2 as pb  # noqa: E402
 from raftsched.replica import views  # noqa: E402
 from raftsched.state.model import State  # noqa: E402
+from raftsched.states import JobStateName  # noqa: E402
 
 CASES: list[tuple[str, dict[str, Any]]] = [
     ("first page, newest first (50)", {"newest_first": True, "limit": 50}),
     ("first page, oldest first (50)", {"limit": 50}),
     ("tenant beta, newest first", {"newest_first": True, "limit": 50, "tenant": "beta"}),
-    ("state FAILED, newest first", {"newest_first": True, "limit": 50, "state": "FAILED"}),
+    ("state FAILED, newest first", {"newest_first": True, "limit": 50,
+                                    "state": JobStateName.FAILED}),
     ("tenant beta + FAILED", {"newest_first": True, "limit": 50, "tenant": "beta",
-                              "state": "FAILED"}),
+                              "state": JobStateName.FAILED}),
     ("query 'etl-train' (common)", {"newest_first": True, "limit": 50, "query": "etl-train"}),
     ("query 'job-0000042' (one job)", {"newest_first": True, "limit": 50,
                                        "query": "job-0000042"}),

@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 from raftsched import limits  # noqa: E402
 from raftsched.errors import RaftschedError  # noqa: E402
 from raftsched.eventlog import read_events  # noqa: E402
-from tests.support.cluster import LocalCluster, wait_for  # noqa: E402
+from tests.support.cluster import LocalCluster  # noqa: E402
+from tests.support.waiting import wait_until  # noqa: E402
 
 JOB_TASKS = 10_000
 """Tasks per submitted job. (A 100,000-task job, within the spec's limits, is applied in one
@@ -127,8 +128,8 @@ def _phases(cluster: LocalCluster, total_tasks: int) -> list[str]:
     prober.start()
     term_before = term_built
     marks = {i: len(dumps_written(cluster, i)) for i in range(3)}
-    wait_for(lambda: all(len(dumps_written(cluster, i)) > marks[i] for i in range(3)),
-             PHASE_TIMEOUT_S, "every replica to snapshot the full state")
+    wait_until(lambda: all(len(dumps_written(cluster, i)) > marks[i] for i in range(3)),
+               "every replica to snapshot the full state", PHASE_TIMEOUT_S)
     probe.stop.set()
     prober.join(SUBMIT_TIMEOUT_S)
     term_after = client.cluster_status().term
@@ -166,7 +167,7 @@ def _restart_one(cluster: LocalCluster, client: Any) -> list[str]:
             return False
         return bool(status.leader) and status.state_index >= target
 
-    wait_for(serving, PHASE_TIMEOUT_S, "the restarted replica to serve")
+    wait_until(serving, "the restarted replica to serve", PHASE_TIMEOUT_S)
     serving_s = time.perf_counter() - started
     log = cluster.root / "logs" / f"r{victim}.log"
     loads = [e for e in read_events(log, {"raft_dump_loaded"})]

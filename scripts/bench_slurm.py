@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from raftsched.states import JobStateName  # noqa: E402
 from tests.support.cluster import LocalCluster  # noqa: E402
 from tests.support.slurm import LocalSlurm, slurm_available  # noqa: E402
 
@@ -78,10 +79,11 @@ def through_raftsched(slurm: LocalSlurm, root: Path, tasks: int,
         spec = "name: wide\ntasks:\n" + "\n".join(lines) + "\n"
         started = time.monotonic()
         job_id = client.submit(spec).job_id
-        wait(lambda: client.get_job(job_id).state in ("SUCCEEDED", "FAILED"), "the wide job")
+        ended = (JobStateName.SUCCEEDED, JobStateName.FAILED)
+        wait(lambda: client.get_job(job_id).state in ended, "the wide job")
         makespan = time.monotonic() - started
         state = client.get_job(job_id).state
-        if state != "SUCCEEDED":
+        if state != JobStateName.SUCCEEDED:
             raise SystemExit(f"the wide job ended {state}")
         latencies = []
         probe = ("name: probe\ntasks:\n  - {id: p, command: [sleep, \"1\"], "

@@ -28,13 +28,9 @@ import msgpack
 from raftsched import limits
 from raftsched.replica import gc_pause
 from raftsched.spec import wire
-from raftsched.spec.job import (
-    JobSpec,
-    SpecError,
-    parse_spec_text,
-    parse_submitted_text,
-    validate_job_doc,
-)
+from raftsched.spec.job import parse_spec_text, parse_submitted_text
+from raftsched.spec.model import JobSpec, SpecError
+from raftsched.spec.validation import validate_job_doc
 from raftsched.state import commands, fsm
 from raftsched.state.model import State
 

@@ -46,8 +46,11 @@ from raftsched.client.client import Client  # noqa: E402
 from raftsched.dev import pki  # noqa: E402
 from raftsched.dev.ports import port_open  # noqa: E402
 from raftsched.errors import RaftschedError  # noqa: E402
-from raftsched.spec.job import JobSpec, parse_spec_text  # noqa: E402
-from tests.support.cluster import LocalCluster, free_port, wait_for  # noqa: E402
+from raftsched.spec.job import parse_spec_text  # noqa: E402
+from raftsched.spec.model import JobSpec  # noqa: E402
+from raftsched.states import TERMINAL_JOB_STATE_NAMES, JobStateName  # noqa: E402
+from tests.support.cluster import LocalCluster, free_port  # noqa: E402
+from tests.support.waiting import wait_until  # noqa: E402
 
 PHASE_TIMEOUT_S = 900.0
 CHROMIUM = "/usr/bin/chromium"
@@ -68,8 +71,8 @@ UNPLACEABLE = ("name: probe\nallow_unschedulable: true\n"
 PAGE_CASES: tuple[tuple[str, dict[str, str]], ...] = (
     ("first page", {}),
     ("tenant t3 (10 %)", {"tenant": "t3"}),
-    ("state SUCCEEDED (~90 %)", {"state": "SUCCEEDED"}),
-    ("state FAILED (0.1 %)", {"state": "FAILED"}),
+    ("state SUCCEEDED (~90 %)", {"state": JobStateName.SUCCEEDED}),
+    ("state FAILED (0.1 %)", {"state": JobStateName.FAILED}),
 )
 """(label, query) of the /jobs pages timed; the query goes to ListJobs as it is (a text query,
 `q`, is one more line here once ListJobs has it)."""
@@ -133,7 +136,7 @@ def start_console(cluster: LocalCluster, root: Path) -> Console:
         "--https-cert", str(files.cert), "--https-key", str(files.key),
         "--watch-token-file", str(watch)],
         root / "logs" / "web.log")
-    wait_for(lambda: port_open(f"127.0.0.1:{port}"), 60, "the console to listen")
+    wait_until(lambda: port_open(f"127.0.0.1:{port}"), "the console to listen", 60)
     return Console("127.0.0.1", port, ssl.create_default_context(cafile=str(files.ca)))
 
 
@@ -192,8 +195,9 @@ def wait_ran(client: Client, job_ids: list[str]) -> None:
     """Until the last jobs that run have ended (the agents run them in about submit order)."""
     last = [j for i, j in enumerate(job_ids) if kind_of(i) != "parked"][-20:]
     started = time.perf_counter()
-    wait_for(lambda: all(client.get_job(j).state in ("SUCCEEDED", "FAILED") for j in last)
-             or None, PHASE_TIMEOUT_S, "the fill jobs to run")
+    ended = (JobStateName.SUCCEEDED, JobStateName.FAILED)
+    wait_until(lambda: all(client.get_job(j).state in ended for j in last) or None,
+               "the fill jobs to run", PHASE_TIMEOUT_S)
     print(f"  the fill jobs that run had ended {time.perf_counter() - started:.1f} s later",
           flush=True)
 
@@ -347,8 +351,8 @@ class Stream:
                     self.first_s = time.perf_counter() - self.opened
                 self.last_state = json.loads(line[6:])["job_state"]
             elif line.startswith("data: ") and kind in ("end", "failed"):
-                self.followed_to_end = kind == "end" and self.last_state in (
-                    "SUCCEEDED", "FAILED", "CANCELLED")
+                self.followed_to_end = kind == "end" and self.last_state in \
+                    TERMINAL_JOB_STATE_NAMES
                 if not self.followed_to_end:
                     self.error = f"{kind} while its job was {self.last_state or 'not shown'}" + (
                         f": {json.loads(line[6:])}" if kind == "failed" else "")
@@ -398,8 +402,8 @@ def run_load(cluster: LocalCluster, phase: Phase, jobs: int, tasks_each: int,
     ended: list[float] = []
 
     def watch() -> None:
-        wait_for(lambda: all(client.get_job(j).state in ("SUCCEEDED", "FAILED", "CANCELLED")
-                             for j in job_ids) or None, PHASE_TIMEOUT_S, "the load to end")
+        wait_until(lambda: all(client.get_job(j).state in TERMINAL_JOB_STATE_NAMES
+                             for j in job_ids) or None, "the load to end", PHASE_TIMEOUT_S)
         ended.append(time.perf_counter())
 
     watcher = threading.Thread(target=watch, daemon=True)
@@ -508,7 +512,7 @@ class RawWatches:
     def _follow(self, client: Client, job_id: str) -> None:
         try:
             for event in client.watch_events(self._start, job_id=job_id):
-                if event.kind == "job" and event.state in ("SUCCEEDED", "FAILED", "CANCELLED"):
+                if event.kind == "job" and event.state in TERMINAL_JOB_STATE_NAMES:
                     self._ended.append(job_id)
                     return
         except RaftschedError as error:  # counted, not raised: the figure says it

@@ -8,7 +8,6 @@ the agent's durable attempt records make it exactly once across restarts.
 
 from agent.executors.base import (
     ATTEMPT_DIR_DIGITS,
-    CHECKPOINT_ENV_VAR,
     CHECKPOINT_KEEP_S,
     CHECKPOINTS_DIR,
     INHERITED_ENV_VARS,
@@ -25,7 +24,7 @@ from agent.executors.mock import MockExecutor, MockPlan, mock_plan
 from agent.executors.process import SubprocessExecutor
 
 __all__ = [
-    "ATTEMPT_DIR_DIGITS", "CHECKPOINTS_DIR", "CHECKPOINT_ENV_VAR", "CHECKPOINT_KEEP_S",
+    "ATTEMPT_DIR_DIGITS", "CHECKPOINTS_DIR", "CHECKPOINT_KEEP_S",
     "INHERITED_ENV_VARS", "KILL_GRACE_MS", "VANISHED_EXIT_CODE", "WORK_DIR", "Executor",
     "ExecutorError", "Launch", "MockExecutor", "MockPlan", "SubprocessExecutor", "TaskUser",
     "mock_plan", "task_env",

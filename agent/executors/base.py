@@ -11,6 +11,13 @@ from pathlib import Path
 from typing import Protocol
 
 from agent.model import Assignment, AttemptRecord, Completion, Resources
+from raftsched.environment import (
+    TASK_ATTEMPT_ENV,
+    TASK_FENCE_ENV,
+    TASK_IDEMPOTENCY_KEY_ENV,
+    TASK_JOB_ID_ENV,
+    TASK_TASK_ID_ENV,
+)
 
 KILL_GRACE_MS = 5_000
 """After SIGTERM (timeout or kill directive), the task's group gets SIGKILL this much later."""
@@ -31,7 +38,6 @@ from it), removed when an attempt of the task succeeds."""
 CHECKPOINT_KEEP_S = 7 * 24 * 3600
 """A checkpoint directory untouched this long (its task ended elsewhere, or never succeeded) is
 removed when the executor starts."""
-CHECKPOINT_ENV_VAR = "RAFTSCHED_CHECKPOINT_DIR"
 MOCK_KEYS = ("sleep_ms", "exit", "fail_attempts")
 MOCK_BAD_ARGUMENT_EXIT_CODE = 2
 MOCK_CLOSE_TIMEOUT_MS = 2_000
@@ -153,10 +159,10 @@ def task_env(assignment: Assignment, agent_env: dict[str, str]) -> dict[str, str
     env = {name: agent_env[name] for name in INHERITED_ENV_VARS if name in agent_env}
     env.update(assignment.env)
     env.update({
-        "RAFTSCHED_JOB_ID": assignment.job_id,
-        "RAFTSCHED_TASK_ID": assignment.task_id,
-        "RAFTSCHED_ATTEMPT": str(assignment.attempt),
-        "RAFTSCHED_FENCE": str(assignment.fence),
-        "RAFTSCHED_IDEMPOTENCY_KEY": assignment.idempotency_key,
+        TASK_JOB_ID_ENV: assignment.job_id,
+        TASK_TASK_ID_ENV: assignment.task_id,
+        TASK_ATTEMPT_ENV: str(assignment.attempt),
+        TASK_FENCE_ENV: str(assignment.fence),
+        TASK_IDEMPOTENCY_KEY_ENV: assignment.idempotency_key,
     })
     return env

@@ -20,7 +20,6 @@ from agent import runner
 from agent.containment import AttemptContainment, Containment, kill_cgroup, session_mode
 from agent.executors.base import (
     ATTEMPT_DIR_DIGITS,
-    CHECKPOINT_ENV_VAR,
     CHECKPOINT_KEEP_S,
     CHECKPOINTS_DIR,
     KILL_GRACE_MS,
@@ -36,6 +35,7 @@ from agent.executors.base import (
 from agent.files import read_json, write_json_atomic
 from agent.model import Assignment, AttemptRecord, Completion, Resources
 from raftsched import limits, procfs
+from raftsched.environment import TASK_CHECKPOINT_DIR_ENV
 from raftsched.eventlog import EventLogger
 from raftsched.protocol import task_key
 
@@ -160,7 +160,7 @@ class SubprocessExecutor:
                 env.update(HOME=str(work), USER=user.name, LOGNAME=user.name)
             checkpoint = self._checkpoint(assignment, user) if assignment.checkpoint else None
             if checkpoint is not None:
-                env[CHECKPOINT_ENV_VAR] = str(checkpoint)
+                env[TASK_CHECKPOINT_DIR_ENV] = str(checkpoint)
             write_json_atomic(directory / runner.SPEC_FILE, {
                 "argv": list(assignment.command), "env": env,
                 "cwd": assignment.cwd or str(work), "timeout_ms": assignment.timeout_ms,

@@ -9,7 +9,7 @@ from pathlib import Path
 from jepsen.checks_history import _Findings, _numbered, _read_lines
 from jepsen.checks_replay import _Replay
 from raftsched.protocol import task_key
-from raftsched.spec.job import FailurePolicy, TaskSpec, runs_when_upstream_done
+from raftsched.spec.model import FailurePolicy, TaskSpec, runs_when_upstream_done
 from raftsched.state.audit import TaskKey
 from raftsched.state.model import (
     AttemptState,

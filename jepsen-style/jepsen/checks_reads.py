@@ -14,6 +14,7 @@ from jepsen.checks_history import (
     _int,
 )
 from jepsen.checks_replay import _counts, _Read, _Replay
+from raftsched.states import JobStateName
 
 # --- reads --------------------------------------------------------------------------------------
 
@@ -68,7 +69,8 @@ def _done_i(op: Op) -> int:
 
 
 def _progress(read: _Read) -> tuple[int, int]:
-    rank = 2 if read.state in _TERMINAL_JOB_NAMES else 1 if read.state == "RUNNING" else 0
+    running = read.state == JobStateName.RUNNING
+    rank = 2 if read.state in _TERMINAL_JOB_NAMES else 1 if running else 0
     done = sum(v for k, v in read.tasks.items() if k in _TERMINAL_TASK_NAMES and _int(v))
     return rank, done
 

@@ -21,7 +21,7 @@ from jepsen.checks_history import (
     _int,
 )
 from jepsen.kills import KillLiveness
-from raftsched.replica.applied_log import AppliedLog, read_applied_log
+from raftsched.replica.raft.applied_log import AppliedLog, read_applied_log
 from raftsched.state import fsm, snapshot
 from raftsched.state.audit import LogAuditor
 from raftsched.state.commands import CommandError, Tag, decode

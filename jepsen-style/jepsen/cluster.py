@@ -26,9 +26,9 @@ from typing import Any
 from jepsen.hostile import HOSTILE_CLUSTER
 from jepsen.netns import Net, NodeNs
 from raftsched.client.client import Client
-from raftsched.clock import WALL_CLOCK_SKEW_ENV
 from raftsched.dev import pki
 from raftsched.dev.supervisor import Child, StopResult, Supervisor, stop_all
+from raftsched.environment import WALL_CLOCK_SKEW_ENV
 from raftsched.errors import RaftschedError
 from raftsched.tls import TlsFiles
 

@@ -38,6 +38,9 @@ Every line has:
                  {"event": attempt_started | attempt_finished | attempt_adopted |
                   stale_fence_rejected | agent_registered | report_verdict, "where": file:line,
                   and the log line's fields (fence, job, task, ..., ts: the agent's wall clock)}
+
+The one reader of this file is `jepsen.checks_history.read_history` (it checks every line's
+shape, drops a torn last line and pairs each invoke with its completion).
 """
 
 from __future__ import annotations
@@ -88,15 +91,3 @@ class History:
     def close(self) -> None:
         with self._lock:
             self._file.close()
-
-
-def read_history(path: Path) -> list[dict[str, Any]]:
-    """Every complete line; a torn last line (the harness was killed) is dropped."""
-    records = []
-    with open(path, encoding="utf-8") as source:
-        for line in source:
-            try:
-                records.append(json.loads(line))
-            except json.JSONDecodeError:
-                break
-    return records

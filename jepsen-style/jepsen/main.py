@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -33,6 +34,7 @@ from jepsen.nemesis import GROUPS, KINDS, FaultError, Nemesis, parse_faults
 from jepsen.netns import Net, NetError, iptables_binary
 from jepsen.workload import ClientWorker
 from raftsched.errors import RaftschedError
+from raftsched.states import TERMINAL_JOB_STATE_NAMES
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIVENESS, EXIT_NO_NAMESPACES = 0, 1, 2, 3, 77
 INSIDE_ENV = "RAFTSCHED_JEPSEN_INSIDE"
@@ -42,7 +44,7 @@ JOIN_TIMEOUT_S = 30.0
 CONVERGE_TIMEOUT_S = 20.0
 LIVENESS_POLL_S = 0.5
 AGENT_CAPACITY = {"cpu": 4.0, "memory_mb": 4096, "gpu": 0, "capabilities": ["linux"]}
-TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+TERMINAL_JOB_STATES = TERMINAL_JOB_STATE_NAMES
 HERE = Path(__file__).resolve().parent.parent
 REQUIRED_TOOLS = ("unshare", "nsenter", "ip")
 
@@ -183,11 +185,29 @@ def _as_init(harness: Any) -> int:
 def _harness(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     kinds = parse_faults(args.faults, args.nodes)
+    root, agents = _prepare(args, kinds)
+    outcome = _run(args, root, agents, kinds)
+    if outcome.failure == "interrupted":
+        return 130
+    return _report(args, root, outcome)
+
+
+@dataclass
+class _Outcome:
+    """What a run leaves for the report: why the harness itself failed (None: it did not) and
+    the faults the nemesis injected."""
+
+    failure: str | None = None
+    injected: dict[str, int] = field(default_factory=dict)
+
+
+def _prepare(args: argparse.Namespace,
+             kinds: tuple[str, ...]) -> tuple[Path, dict[str, dict[str, Any]]]:
+    """The results directory (with the empty ledger and meta.json) and the agents' capacity."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     root = (args.results or HERE / "results" / f"{stamp}-seed{args.seed}").resolve()
     root.mkdir(parents=True, exist_ok=True)
-    ledger = root / "ledger.txt"
-    ledger.touch()
+    (root / "ledger.txt").touch()
     agents = {f"c{i}": dict(AGENT_CAPACITY) for i in range(args.agents)}
     meta = {"seed": args.seed, "nodes": args.nodes, "agents": agents, "clients": args.clients,
             "time_s": args.time, "faults": list(kinds), "lost_after_s": args.lost_after_s,
@@ -197,52 +217,27 @@ def _harness(args: argparse.Namespace) -> int:
     _say(f"jepsen-style: seed {args.seed}, {args.nodes} replicas, {args.agents} agents, "
          f"{args.clients} clients, {args.time:g} s, faults {','.join(kinds)}\n"
          f"  results: {root}")
+    return root, agents
+
+
+def _run(args: argparse.Namespace, root: Path, agents: dict[str, dict[str, Any]],
+         kinds: tuple[str, ...]) -> _Outcome:
+    """Start the network and the cluster, exercise them, and always tear both down."""
     history = History(root / "history.jsonl")
     net: Net | None = None
     cluster: ClusterUnderTest | None = None
     stop = threading.Event()
-    failure: str | None = None
-    injected: dict[str, int] = {}
+    outcome = _Outcome()
     try:
         net = Net()
         cluster = ClusterUnderTest(root, net, args.nodes, agents, args.suspect_after_s,
                                    args.lost_after_s)
-        cluster.start()
-        leader = cluster.wait_leader(STARTUP_TIMEOUT_S)
-        if leader is None or not cluster.wait_agents_ready(STARTUP_TIMEOUT_S):
-            raise RuntimeError(f"the cluster did not come up within {STARTUP_TIMEOUT_S:g} s "
-                               f"(logs in {root / 'logs'})")
-        _say(f"  cluster up: leader {leader}, agents READY")
-        history.event("harness", "start", {"leader": leader})
-        workers = [ClientWorker(i, list(cluster.grpc.values()), history, ledger, args.seed, stop,
-                                cluster.user_tls, token=cluster.admin_token)
-                   for i in range(args.clients)]
-        nemesis = Nemesis(cluster, history, kinds, args.seed, stop)
-        for worker in workers:
-            worker.start()
-        nemesis.start()
-        _progress(args.time, workers, nemesis, stop)
-        stop.set()
-        if not nemesis.join(JOIN_TIMEOUT_S):
-            failure = "the nemesis did not stop"
-        for worker in workers:
-            if not worker.join(JOIN_TIMEOUT_S):
-                failure = f"client {worker.process} did not stop"
-        injected = nemesis.injected
-        errors = [w.error for w in workers if w.error] + ([nemesis.error] if nemesis.error else [])
-        if errors:
-            failure = f"harness thread failed: {errors[0]!r}"
-        _heal(cluster, net, workers, history)
-        _say(f"  healed at {history.now():.1f} s; waiting up to {args.liveness_bound_s:g} s "
-             "for every acknowledged job to finish")
-        acked = sorted({job for w in workers for job in w.acked.values()})
-        _liveness(cluster, history, acked, args.liveness_bound_s)
-        _final(cluster, history)
+        _exercise(args, root, cluster, net, history, kinds, stop, outcome)
     except KeyboardInterrupt:
-        failure = "interrupted"
+        outcome.failure = "interrupted"
         _say("interrupted: tearing down")
     except (RuntimeError, NetError, OSError) as error:
-        failure = str(error)
+        outcome.failure = str(error)
         _say(f"error: {error}")
     finally:
         stop.set()
@@ -253,24 +248,66 @@ def _harness(args: argparse.Namespace) -> int:
             net.close()
         _copy_agent_events(root, history)
         history.close()
-    if failure == "interrupted":
-        return 130
+    return outcome
+
+
+def _exercise(args: argparse.Namespace, root: Path, cluster: ClusterUnderTest, net: Net,
+              history: History, kinds: tuple[str, ...], stop: threading.Event,
+              outcome: _Outcome) -> None:
+    """Bring the cluster up, run the clients and the nemesis for the run's time, heal, then
+    wait for liveness and take the final reads (into `history`; failures into `outcome`)."""
+    cluster.start()
+    leader = cluster.wait_leader(STARTUP_TIMEOUT_S)
+    if leader is None or not cluster.wait_agents_ready(STARTUP_TIMEOUT_S):
+        raise RuntimeError(f"the cluster did not come up within {STARTUP_TIMEOUT_S:g} s "
+                           f"(logs in {root / 'logs'})")
+    _say(f"  cluster up: leader {leader}, agents READY")
+    history.event("harness", "start", {"leader": leader})
+    workers = [ClientWorker(i, list(cluster.grpc.values()), history, root / "ledger.txt",
+                            args.seed, stop, cluster.user_tls, token=cluster.admin_token)
+               for i in range(args.clients)]
+    nemesis = Nemesis(cluster, history, kinds, args.seed, stop)
+    for worker in workers:
+        worker.start()
+    nemesis.start()
+    _progress(args.time, workers, nemesis, stop)
+    stop.set()
+    if not nemesis.join(JOIN_TIMEOUT_S):
+        outcome.failure = "the nemesis did not stop"
+    for worker in workers:
+        if not worker.join(JOIN_TIMEOUT_S):
+            outcome.failure = f"client {worker.process} did not stop"
+    outcome.injected = nemesis.injected
+    errors = [w.error for w in workers if w.error] + ([nemesis.error] if nemesis.error else [])
+    if errors:
+        outcome.failure = f"harness thread failed: {errors[0]!r}"
+    _heal(cluster, net, workers, history)
+    _say(f"  healed at {history.now():.1f} s; waiting up to {args.liveness_bound_s:g} s "
+         "for every acknowledged job to finish")
+    acked = sorted({job for w in workers for job in w.acked.values()})
+    _liveness(cluster, history, acked, args.liveness_bound_s)
+    _final(cluster, history)
+
+
+def _report(args: argparse.Namespace, root: Path, outcome: _Outcome) -> int:
+    """Check the run's results, write and print the table, and say the exit status."""
     try:
         report = checker_mod.check(root)
     except checker_mod.CheckError as error:
         _say(f"error: the results in {root} cannot be checked: {error}")
         return EXIT_VIOLATION
-    table = format_table(args, root, injected, report, failure)
+    table = format_table(args, root, outcome.injected, report, outcome.failure)
     (root / "results.txt").write_text(table + "\n")
     (root / "report.json").write_text(json.dumps(checker_mod.report_json(report), indent=2,
                                                  default=str) + "\n")
     if args.json:
-        print(json.dumps({"seed": args.seed, "results": str(root), "harness_failure": failure,
-                          "faults_injected": injected,
+        print(json.dumps({"seed": args.seed, "results": str(root),
+                          "harness_failure": outcome.failure,
+                          "faults_injected": outcome.injected,
                           "report": checker_mod.report_json(report)}, default=str))
     else:
         print(table)
-    if failure is not None or report.violations:
+    if outcome.failure is not None or report.violations:
         return EXIT_VIOLATION
     return EXIT_OK if report.liveness_met else EXIT_LIVENESS
 

@@ -19,13 +19,13 @@ from raftsched.cli.common import (
     command_parser,
     connect,
     free_text,
-    parse_addresses,
     print_json,
     unknown_outcome,
 )
 from raftsched.cli.snapshot import register_snapshot
+from raftsched.environment import TOKEN_ENV
 from raftsched.errors import Code, RaftschedError
-from raftsched.options import integer
+from raftsched.options import address, integer
 
 # --- admin ----------------------------------------------------------------------------------------
 
@@ -40,29 +40,7 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
 
     _register_status(sub, parents)
 
-    add = command_parser(
-        sub, "add-replica", parents, "add a replica to the Raft cluster",
-        "Add a replica (already started with --peers naming the current members) to the Raft "
-        "membership. One change at a time, and only a safe one: refused while any current "
-        "member is not live or when nothing listens at RAFT_ADDR; the new replica must then "
-        "catch up within 30 s or it is removed again (the command waits for that, up to a "
-        "minute).",
-        'output:\n  "added RAFT_ADDR; members: ..."\n  --json: {"raft_address", "members": [...]}')
-    add.add_argument("raft_address", metavar="RAFT_ADDR", help="the new replica's Raft address")
-    add.add_argument("--grpc", default="", metavar="GRPC_ADDR",
-                     help="the new replica's gRPC address (for redirects and status)")
-    add.set_defaults(handler=_run_admin_add)
-
-    remove = command_parser(
-        sub, "remove-replica", parents, "remove a replica from the Raft cluster",
-        "Remove a replica from the Raft membership. The leader cannot remove itself: stop that "
-        "replica first (another one is elected), then remove it as a dead member. Refused when "
-        "the live members left would not be a majority of the new membership (remove the dead "
-        "replica, not a live one).",
-        'output:\n  "removed RAFT_ADDR; members: ..."\n  --json: {"raft_address", "members": '
-        '[...]}')
-    remove.add_argument("raft_address", metavar="RAFT_ADDR")
-    remove.set_defaults(handler=_run_admin_remove)
+    _register_membership(sub, parents)
     gone = command_parser(
         sub, "remove-cluster", parents, "forget a decommissioned compute cluster",
         "Forget compute cluster CLUSTER_ID (its history stays in the tasks' attempts). Refused "
@@ -98,13 +76,40 @@ def _register_status(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         ' "running", ...}],\n           "queued_total", "max_queued_tasks", "now_ms",'
         '\n           "commit_index", "applied_index", "responder", "state_index",'
         '\n           "state_digest" (with --digest, else "")}')
-    status.add_argument("--server", metavar="HOST:PORT",
+    status.add_argument("--server", type=address, metavar="HOST:PORT",
                         help="ask this replica only (its view may differ from the leader's)")
     status.add_argument("--digest", action="store_true",
                         help="also print the replica's state digest (a hash of its whole state at "
                              "state_index, to compare replicas; it costs the replica a pass over "
                              "its state, so do not poll with it)")
     status.set_defaults(handler=_run_admin_status, reads_only=True)
+
+
+def _register_membership(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
+    add = command_parser(
+        sub, "add-replica", parents, "add a replica to the Raft cluster",
+        "Add a replica (already started with --peers naming the current members) to the Raft "
+        "membership. One change at a time, and only a safe one: refused while any current "
+        "member is not live or when nothing listens at RAFT_ADDR; the new replica must then "
+        "catch up within 30 s or it is removed again (the command waits for that, up to a "
+        "minute).",
+        'output:\n  "added RAFT_ADDR; members: ..."\n  --json: {"raft_address", "members": [...]}')
+    add.add_argument("raft_address", type=address, metavar="RAFT_ADDR",
+                     help="the new replica's Raft address")
+    add.add_argument("--grpc", type=address, default=None, metavar="GRPC_ADDR",
+                     help="the new replica's gRPC address (for redirects and status)")
+    add.set_defaults(handler=_run_admin_add)
+
+    remove = command_parser(
+        sub, "remove-replica", parents, "remove a replica from the Raft cluster",
+        "Remove a replica from the Raft membership. The leader cannot remove itself: stop that "
+        "replica first (another one is elected), then remove it as a dead member. Refused when "
+        "the live members left would not be a majority of the new membership (remove the dead "
+        "replica, not a live one).",
+        'output:\n  "removed RAFT_ADDR; members: ..."\n  --json: {"raft_address", "members": '
+        '[...]}')
+    remove.add_argument("raft_address", type=address, metavar="RAFT_ADDR")
+    remove.set_defaults(handler=_run_admin_remove)
 
 
 def _register_drain(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
@@ -228,7 +233,7 @@ def _register_tokens(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
         "a tenant ('*': every tenant); a token of one tenant sees and touches only that "
         "tenant's jobs. Operator and admin tokens are of tenant '*' (one of another tenant, "
         "made by an older version, acts as a user). Callers pass it with --token or "
-        "$RAFTSCHED_TOKEN.")
+        f"${TOKEN_ENV}.")
     commands = token.add_subparsers(title="token commands", metavar="COMMAND", required=True)
     create = command_parser(
         commands, "create", parents, "make a token (its secret is shown once)",
@@ -303,7 +308,7 @@ def _run_token_revoke(args: argparse.Namespace) -> int:
 
 
 def _run_admin_status(args: argparse.Namespace) -> int:
-    server = parse_addresses(args.server, "--server")[0] if args.server else None
+    server: str | None = args.server
     servers = [server] if server and not args.servers else None
     with connect(args, servers) as client:
         status = client.cluster_status(server=server, include_digest=args.digest)
@@ -319,15 +324,11 @@ def _run_admin_status(args: argparse.Namespace) -> int:
 
 
 def _run_admin_add(args: argparse.Namespace) -> int:
-    parse_addresses(args.raft_address, "RAFT_ADDR")
-    if args.grpc:
-        parse_addresses(args.grpc, "--grpc")
     return _change_membership(args, "added", lambda client: client.add_replica(
-        args.raft_address, args.grpc))
+        args.raft_address, args.grpc or ""))
 
 
 def _run_admin_remove(args: argparse.Namespace) -> int:
-    parse_addresses(args.raft_address, "RAFT_ADDR")
     return _change_membership(args, "removed",
                               lambda client: client.remove_replica(args.raft_address))
 

@@ -14,10 +14,13 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeAlias
 
 from raftsched import limits
+from raftsched.environment import SERVERS_ENV, TLS_ENV, TOKEN_ENV
 from raftsched.errors import Code, CouldNotConnect, RaftschedError
-from raftsched.options import positive_seconds
-from raftsched.spec.job import JobSpec, SpecIssue
+from raftsched.options import address_list, parse_address_list, positive_seconds
+from raftsched.spec.issue import SpecIssue
+from raftsched.spec.model import JobSpec
 from raftsched.state.text import unprintable, visible
+from raftsched.states import JOB_STATE_NAMES
 
 if TYPE_CHECKING:  # raftsched.tls imports grpc: only the commands that connect load it
     from raftsched.tls import TlsFiles
@@ -38,12 +41,6 @@ EXIT_FOR_CODE: dict[Code, int] = {
     Code.UNAVAILABLE: EXIT_UNAVAILABLE,
     Code.DEADLINE_EXCEEDED: EXIT_UNAVAILABLE,
 }
-SERVERS_ENV = "RAFTSCHED_SERVERS"
-TLS_ENV = ("RAFTSCHED_TLS_CA", "RAFTSCHED_TLS_CERT", "RAFTSCHED_TLS_KEY")
-TOKEN_ENV = "RAFTSCHED_TOKEN"
-"""`raftsched.tokens.TOKEN_ENV`."""
-"""`raftsched.tls.CA_ENV`, `CERT_ENV`, `KEY_ENV`, spelled out for the help text (importing
-raftsched.tls would load grpc at start-up)."""
 GRPC_VERBOSITY_ENV = "GRPC_VERBOSITY"
 NOT_TLS_MARKER = "WRONG_VERSION_NUMBER"
 """What OpenSSL says when the other side of a TLS handshake answers in plaintext."""
@@ -55,7 +52,7 @@ MAX_CALL_TIMEOUT_S = 10.0
 """Deadline of one RPC attempt within that time."""
 INTERRUPTED = "INTERRUPTED"
 """The error code --json prints after Ctrl-C (not an API code)."""
-JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
+JOB_STATES = JOB_STATE_NAMES
 HELP_WIDTH = 92
 
 Handler = Callable[[argparse.Namespace], int]
@@ -296,7 +293,7 @@ def _connection_options() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(add_help=False)
     group = options.add_argument_group("connection")
     group.add_argument(
-        "--servers", metavar="HOST:PORT,...",
+        "--servers", type=address_list, metavar="HOST:PORT,...",
         help=f"gRPC addresses of scheduler replicas (default: ${SERVERS_ENV}, else the dev "
         "cluster recorded in $RAFTSCHED_DEV_DIR or ./.raftsched-dev)",
     )
@@ -329,15 +326,16 @@ def _connection_options() -> argparse.ArgumentParser:
     return options
 
 
-def resolve_servers(flag: str | None) -> list[str]:
-    """--servers, else $RAFTSCHED_SERVERS, else the servers of the recorded dev cluster."""
+def resolve_servers(flag: list[str] | None) -> list[str]:
+    """--servers (checked by its option type), else $RAFTSCHED_SERVERS, else the servers of
+    the recorded dev cluster."""
     if flag:
-        return parse_addresses(flag, "--servers")
+        return flag
     if os.environ.get(SERVERS_ENV):
         return parse_addresses(os.environ[SERVERS_ENV], SERVERS_ENV)
-    from raftsched.dev import cluster as devcluster
+    from raftsched.dev import record
 
-    servers = devcluster.servers_from_state(devcluster.default_dir())
+    servers = record.servers_from_state(record.default_dir())
     if not servers:
         raise CommandError(Code.INVALID_ARGUMENT,
                            "no scheduler addresses: pass --servers HOST:PORT,..., set "
@@ -346,15 +344,11 @@ def resolve_servers(flag: str | None) -> list[str]:
 
 
 def parse_addresses(text: str, source: str) -> list[str]:
-    addresses = [part.strip() for part in text.split(",") if part.strip()]
-    if not addresses:
-        raise CommandError(Code.INVALID_ARGUMENT, f"{source} names no address")
-    for address in addresses:
-        host, _, port = address.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise CommandError(Code.INVALID_ARGUMENT,
-                               f"{source}: {address!r} is not HOST:PORT")
-    return addresses
+    """`options.parse_address_list` (the one HOST:PORT rule) as a CLI usage error."""
+    try:
+        return parse_address_list(text, source)
+    except ValueError as error:
+        raise CommandError(Code.INVALID_ARGUMENT, str(error)) from None
 
 
 def resolve_tls(args: argparse.Namespace) -> TlsFiles | None:
@@ -374,10 +368,10 @@ def resolve_tls(args: argparse.Namespace) -> TlsFiles | None:
     files = tls.files_from(*flags)
     if files is not None:
         return files
-    from raftsched.dev import cluster as devcluster
+    from raftsched.dev import record
 
-    directory = devcluster.default_dir()
-    state = devcluster.load_state(directory)
+    directory = record.default_dir()
+    state = record.load_state(directory)
     if state is not None and state.replicas:
         if state.insecure:
             return None
@@ -408,9 +402,9 @@ def resolve_token(args: argparse.Namespace) -> str | None:
         return given.strip()
     if getattr(args, "insecure_dev", False):
         return None
-    from raftsched.dev import cluster as devcluster
+    from raftsched.dev import record
 
-    state = devcluster.load_state(devcluster.default_dir())
+    state = record.load_state(record.default_dir())
     if state is not None and state.replicas and state.user_tls is not None:
         return state.user_tls.read_token()
     return None

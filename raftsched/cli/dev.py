@@ -10,11 +10,13 @@ from typing import TYPE_CHECKING
 
 from raftsched import limits
 from raftsched.cli import render
-from raftsched.cli.common import EXIT_OK, TLS_ENV, Subparsers, command_parser, print_json
+from raftsched.cli.common import EXIT_OK, Subparsers, command_parser, print_json
+from raftsched.environment import DEV_DIR_ENV, SERVERS_ENV, TLS_ENV
 from raftsched.options import integer, positive_seconds
+from raftsched.protocol import ID_RULE
 
 if TYPE_CHECKING:
-    from raftsched.dev.cluster import ClusterState
+    from raftsched.dev.record import ClusterState
 
 # --- dev ------------------------------------------------------------------------------------------
 
@@ -35,7 +37,7 @@ def register_dev(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     sub = dev.add_subparsers(title="dev commands", metavar="COMMAND", required=True)
     directory = argparse.ArgumentParser(add_help=False)
     directory.add_argument("--dir", type=Path, default=None, metavar="DIR",
-                           help="the cluster's directory (default: $RAFTSCHED_DEV_DIR, else "
+                           help=f"the cluster's directory (default: ${DEV_DIR_ENV}, else "
                            "./.raftsched-dev)")
     _register_dev_up(sub, [common, directory])
     _register_dev_add_agent(sub, [common, directory])
@@ -63,12 +65,13 @@ def register_dev(commands: Subparsers, common: argparse.ArgumentParser) -> None:
 
 
 def _register_dev_up(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
-    from raftsched.dev import cluster as dc
+    from raftsched.dev import record
     from raftsched.dev import slurm as dev_slurm
 
+    slurm_agent = record.SLURM_AGENT
     up = command_parser(
         sub, "up", parents, "start replicas and agents locally and wait until ready",
-        f"Start {dc.DEFAULT_REPLICAS} (or 5) replicas and {dc.DEFAULT_AGENTS} agents as "
+        f"Start {record.DEFAULT_REPLICAS} (or 5) replicas and {record.DEFAULT_AGENTS} agents as "
         "background processes on ephemeral 127.0.0.1 ports, with a fresh cluster secret in "
         "DIR/secret (0600), a fresh throwaway CA in DIR/tls with a certificate for the "
         "replicas, each agent and you (raftsched-user:LOGIN, which the other commands then "
@@ -82,35 +85,37 @@ def _register_dev_up(sub: Subparsers, parents: list[argparse.ArgumentParser]) ->
         "address, role)\n  and agents; exit 0 when ready, 2 if a process exits while starting, "
         "a cluster\n  already runs in DIR or --slurm cannot run here (not root, Slurm not "
         f"installed),\n  3 on timeout\n{_DEV_JSON}")
-    up.add_argument("--replicas", type=integer(min(dc.REPLICA_COUNTS), max(dc.REPLICA_COUNTS)),
-                    choices=dc.REPLICA_COUNTS,
-                    default=dc.DEFAULT_REPLICAS)
-    up.add_argument("--agents", type=integer(0, dc.MAX_AGENTS), choices=range(dc.MAX_AGENTS + 1),
-                    default=dc.DEFAULT_AGENTS, metavar=f"0..{dc.MAX_AGENTS}",
-                    help=f"agents to start (default {dc.DEFAULT_AGENTS})")
-    up.add_argument("--executor", choices=dc.EXECUTORS, default=dc.DEFAULT_EXECUTOR,
+    counts = record.REPLICA_COUNTS
+    up.add_argument("--replicas", type=integer(min(counts), max(counts)),
+                    choices=record.REPLICA_COUNTS,
+                    default=record.DEFAULT_REPLICAS)
+    up.add_argument("--agents", type=integer(0, record.MAX_AGENTS),
+                    choices=range(record.MAX_AGENTS + 1),
+                    default=record.DEFAULT_AGENTS, metavar=f"0..{record.MAX_AGENTS}",
+                    help=f"agents to start (default {record.DEFAULT_AGENTS})")
+    up.add_argument("--executor", choices=record.EXECUTORS, default=record.DEFAULT_EXECUTOR,
                     help="mock: tasks succeed without running; subprocess: run the commands "
-                    f"(default {dc.DEFAULT_EXECUTOR})")
-    up.add_argument("--timeout", type=positive_seconds, default=dc.UP_TIMEOUT_S,
+                    f"(default {record.DEFAULT_EXECUTOR})")
+    up.add_argument("--timeout", type=positive_seconds, default=record.UP_TIMEOUT_S,
                     metavar="SECONDS",
                     help=f"wait this long for readiness (UP_TIMEOUT_S, default "
-                    f"{dc.UP_TIMEOUT_S:g})")
+                    f"{record.UP_TIMEOUT_S:g})")
     up.add_argument("--insecure-dev", action="store_true",
                     help="no CA, no secret: every process runs with --insecure-dev (plaintext "
                     "gRPC and Raft without authentication; the other commands then speak "
                     "plaintext to it)")
     up.add_argument("--slurm", action="store_true",
                     help="also start a private single-node Slurm in DIR/slurm (partition "
-                    f"{dev_slurm.PARTITION}: {dc.SLURM_AGENT.cpu} cpus, "
-                    f"{dc.SLURM_AGENT.memory_mb} MB, features "
-                    f"{','.join(dc.SLURM_AGENT.capabilities)}) and run {dc.SLURM_AGENT.cluster}'s "
+                    f"{dev_slurm.PARTITION}: {slurm_agent.cpu} cpus, "
+                    f"{slurm_agent.memory_mb} MB, features "
+                    f"{','.join(slurm_agent.capabilities)}) and run {slurm_agent.cluster}'s "
                     "agent in front of it (--executor slurm). Needs root and the Debian "
                     "packages slurm-wlm and munge (scripts/demo --slurm installs them)")
     up.set_defaults(handler=_run_dev_up)
 
 
 def _register_dev_add_agent(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
-    from raftsched.dev import cluster as dc
+    from raftsched.dev import record
 
     add = command_parser(
         sub, "add-agent", parents, "start one more agent on the running dev cluster",
@@ -134,10 +139,10 @@ def _register_dev_add_agent(sub: Subparsers, parents: list[argparse.ArgumentPars
         '"executor",\n           "slurm_partition"} (an agent of dev status --json)')
     add.add_argument("--cluster-id", required=True, metavar="ID",
                      help="the new compute cluster's id, as jobs pin it with 'cluster:' "
-                     "(letters, digits, '_', '.', '-'; not taken by a recorded agent)")
+                     f"({ID_RULE}; not taken by a recorded agent)")
     add.add_argument("--capabilities", default="", metavar="CAP,...",
                      help="capabilities it offers, comma-separated (default: none)")
-    add.add_argument("--cpu", type=integer(0, dc.MAX_CPU_CORES), default=None, metavar="CORES",
+    add.add_argument("--cpu", type=integer(0, record.MAX_CPU_CORES), default=None, metavar="CORES",
                      help="CPU cores it hands out (default: this machine's)")
     add.add_argument("--memory-mb", type=integer(0, limits.MAX_MEMORY_MB), default=None,
                      metavar="MB",
@@ -147,24 +152,25 @@ def _register_dev_add_agent(sub: Subparsers, parents: list[argparse.ArgumentPars
     add.add_argument("--resources", default="", metavar="NAME=COUNT,...",
                      help="named custom resources it offers, e.g. fpga=2,license=10 (default: "
                      "none)")
-    add.add_argument("--executor", choices=dc.AGENT_EXECUTORS, default=None,
+    add.add_argument("--executor", choices=record.AGENT_EXECUTORS, default=None,
                      help="mock, subprocess, or slurm: submit each task to the Slurm partition "
                      "--slurm-partition (default: the one the cluster was started with)")
     add.add_argument("--slurm-partition", default="", metavar="NAME",
                      help="with --executor slurm: the partition it fronts ('debug' in the "
                      "private Slurm of 'dev up --slurm'); its cpus, memory, gpus and node "
                      "features replace --cpu, --memory-mb, --gpu and join --capabilities")
-    add.add_argument("--timeout", type=positive_seconds, default=dc.UP_TIMEOUT_S,
+    add.add_argument("--timeout", type=positive_seconds, default=record.UP_TIMEOUT_S,
                      metavar="SECONDS",
-                     help=f"wait this long for READY (UP_TIMEOUT_S, default {dc.UP_TIMEOUT_S:g})")
+                     help="wait this long for READY (UP_TIMEOUT_S, default "
+                     f"{record.UP_TIMEOUT_S:g})")
     add.set_defaults(handler=_run_dev_add_agent)
 
 
 def _dev_dir(args: argparse.Namespace) -> Path:
-    from raftsched.dev import cluster as devcluster
+    from raftsched.dev import record
 
     directory: Path | None = args.dir
-    return directory if directory is not None else devcluster.default_dir()
+    return directory if directory is not None else record.default_dir()
 
 
 def _progress(message: str) -> None:
@@ -172,12 +178,13 @@ def _progress(message: str) -> None:
 
 
 def _run_dev_up(args: argparse.Namespace) -> int:
-    from raftsched.dev import cluster as devcluster
+    from raftsched.dev import status as dev_status
+    from raftsched.dev import up as dev_up
 
-    options = devcluster.UpOptions(_dev_dir(args), args.replicas, args.agents, args.executor,
+    options = dev_up.UpOptions(_dev_dir(args), args.replicas, args.agents, args.executor,
                                    args.timeout, insecure=args.insecure_dev, slurm=args.slurm)
-    state, view = devcluster.up(options, progress=_progress)
-    document = devcluster.cluster_doc(state, view)
+    state, view = dev_up.up(options, progress=_progress)
+    document = dev_status.cluster_doc(state, view)
     if args.json:
         print_json(document)
         return EXIT_OK
@@ -190,23 +197,24 @@ def _run_dev_up(args: argparse.Namespace) -> int:
         token = state.user_tls.token if state.user_tls is not None else ""
         print(f"\nweb console: {state.web.url}  (sign in with an API token, e.g. the admin "
               f"token in {token}; its certificate is signed by the dev CA)")
-    print(f"\nuse it:  export RAFTSCHED_DEV_DIR={state.dir}   (or RAFTSCHED_SERVERS="
+    print(f"\nuse it:  export {DEV_DIR_ENV}={state.dir}   (or {SERVERS_ENV}="
           f"{','.join(state.servers)}{_tls_exports(state)})")
     print(f"stop it: raftsched dev down --dir {state.dir}")
     return EXIT_OK
 
 
 def _run_dev_add_agent(args: argparse.Namespace) -> int:
-    from raftsched.dev import cluster as devcluster
+    from raftsched.dev import add_agent as dev_add_agent
+    from raftsched.dev import status as dev_status
 
     capabilities = tuple(c.strip() for c in str(args.capabilities).split(",") if c.strip())
-    options = devcluster.AddAgentOptions(_dev_dir(args), args.cluster_id, capabilities,
+    options = dev_add_agent.AddAgentOptions(_dev_dir(args), args.cluster_id, capabilities,
                                          args.cpu, args.memory_mb, args.gpu, args.executor,
                                          args.timeout,
-                                         devcluster.parse_resources(str(args.resources)),
+                                         dev_add_agent.parse_resources(str(args.resources)),
                                          str(args.slurm_partition).strip())
-    state, entry, view = devcluster.add_agent(options, progress=_progress)
-    document = devcluster.agent_doc(entry, view)
+    state, entry, view = dev_add_agent.add_agent(options, progress=_progress)
+    document = dev_status.agent_doc(entry, view)
     if args.json:
         print_json(document)
         return EXIT_OK
@@ -229,10 +237,10 @@ def _tls_exports(state: ClusterState) -> str:
 
 
 def _run_dev_status(args: argparse.Namespace) -> int:
-    from raftsched.dev import cluster as devcluster
+    from raftsched.dev import status as dev_status
 
-    state, view = devcluster.status(_dev_dir(args))
-    document = devcluster.cluster_doc(state, view)
+    state, view = dev_status.status(_dev_dir(args))
+    document = dev_status.cluster_doc(state, view)
     if args.json:
         print_json(document)
         return EXIT_OK
@@ -243,10 +251,11 @@ def _run_dev_status(args: argparse.Namespace) -> int:
 
 
 def _run_dev_down(args: argparse.Namespace) -> int:
-    from raftsched.dev import cluster as devcluster
+    from raftsched.dev import down as dev_down
+    from raftsched.dev import record
 
     directory = _dev_dir(args)
-    results = devcluster.down(directory, _progress)
+    results = dev_down.down(directory, _progress)
     stopped = [{"name": r.name, "pid": r.pid, "outcome": r.outcome} for r in results or []]
     if args.json:
         print_json({"dir": str(directory.resolve()), "recorded": results is not None,
@@ -256,5 +265,5 @@ def _run_dev_down(args: argparse.Namespace) -> int:
     else:
         print(render.table(["NAME", "PID", "OUTCOME"],
                            [[s["name"], s["pid"], s["outcome"]] for s in stopped], right=[1]))
-        print(f"\nstopped; logs kept in {directory.resolve() / devcluster.LOG_DIR_NAME}")
+        print(f"\nstopped; logs kept in {directory.resolve() / record.LOG_DIR_NAME}")
     return EXIT_OK

@@ -19,12 +19,19 @@ from datetime import datetime, tzinfo
 from typing import Any
 
 from raftsched.state.text import visible
+from raftsched.states import (
+    TASK_QUEUED_AT_AGENT,
+    TERMINAL_JOB_STATE_NAMES,
+    TERMINAL_TASK_STATE_NAMES,
+    TaskStateName,
+)
 
-TERMINAL_TASK_STATES = frozenset({"SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"})
-TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
-TASK_STATE_ORDER = (
-    "SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED",
-    "RUNNING", "QUEUED", "ASSIGNED", "RETRY_WAIT", "RUNNABLE", "PENDING",
+TERMINAL_TASK_STATES = TERMINAL_TASK_STATE_NAMES
+TERMINAL_JOB_STATES = TERMINAL_JOB_STATE_NAMES
+TASK_STATE_ORDER: tuple[str, ...] = (
+    TaskStateName.SUCCEEDED, TaskStateName.FAILED, TaskStateName.SKIPPED, TaskStateName.CANCELLED,
+    TaskStateName.RUNNING, TASK_QUEUED_AT_AGENT, TaskStateName.ASSIGNED, TaskStateName.RETRY_WAIT,
+    TaskStateName.RUNNABLE, TaskStateName.PENDING,
 )
 """Finished states first, then the ones closest to finishing; unknown states sort after these."""
 MISSING = "-"

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from raftsched import config
 from raftsched.cli.common import EXIT_INVALID, CommandError, Subparsers
+from raftsched.environment import SECRET_ENV
 from raftsched.errors import Code
 
 
@@ -55,7 +56,7 @@ SERVERS: dict[str, Server] = {
         "Run one scheduler replica in the foreground: a Raft member (pysyncobj) that serves "
         "the gRPC API (mutual TLS: --tls-ca, --tls-cert, --tls-key), and places work while it "
         "leads. It refuses to start without a cluster secret (--secret-file or "
-        "$RAFTSCHED_SECRET) and TLS files unless --insecure-dev. It logs "
+        f"${SECRET_ENV}) and TLS files unless --insecure-dev. It logs "
         "'event key=value' lines on stderr and runs until SIGTERM or Ctrl-C.",
     ),
     "agent": Server(

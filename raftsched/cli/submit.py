@@ -27,7 +27,9 @@ from raftsched.cli.common import (
 )
 from raftsched.errors import Code, RaftschedError
 from raftsched.spec.file import read_spec_file
-from raftsched.spec.job import JobSpec, SpecError, SpecIssue, parse_spec_text
+from raftsched.spec.issue import SpecIssue
+from raftsched.spec.job import parse_spec_text
+from raftsched.spec.model import JobSpec, SpecError
 
 # --- submit ---------------------------------------------------------------------------------------
 

@@ -14,7 +14,9 @@ from raftsched.cli.common import (
     read_stdin,
 )
 from raftsched.spec.file import load_spec_file
-from raftsched.spec.job import JobSpec, SpecError, SpecIssue, parse_spec_text
+from raftsched.spec.issue import SpecIssue
+from raftsched.spec.job import parse_spec_text
+from raftsched.spec.model import JobSpec, SpecError
 
 # --- validate -------------------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ from raftsched.cli.common import (
 )
 from raftsched.errors import Code
 from raftsched.state.text import visible
+from raftsched.states import JobStateName
 
 REDRAW_EVERY_S = 1.0
 """The in-place line's elapsed time moves at least this often, even when the job does not."""
@@ -125,7 +126,7 @@ def print_outcome(args: argparse.Namespace, document: dict[str, Any], final: dic
                   tasks: list[dict[str, Any]]) -> int:
     """The per-task table and the outcome line (or the JSON document); the exit status: 0 if
     the job SUCCEEDED, 1 if it ended FAILED or CANCELLED."""
-    code = EXIT_OK if final["state"] == "SUCCEEDED" else EXIT_JOB_FAILED
+    code = EXIT_OK if final["state"] == JobStateName.SUCCEEDED else EXIT_JOB_FAILED
     if args.json:
         print_json({**document, "state": final["state"], "tasks": final["tasks"],
                     "task_summaries": tasks, "reason": final["reason"]})

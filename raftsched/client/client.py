@@ -25,8 +25,11 @@ from raftsched.client import retry
 from raftsched.client.retry import RetryPolicy, Servers
 from raftsched.errors import Code, RaftschedError
 from raftsched.rpc import CHANNEL_OPTIONS, ended_for_age, error_from_rpc, retryable
-from raftsched.spec.job import JobSpec, SpecError, SpecIssue, parse_spec_text
+from raftsched.spec.issue import SpecIssue
+from raftsched.spec.job import parse_spec_text
+from raftsched.spec.model import JobSpec, SpecError
 from raftsched.spec.wire import pack_wire
+from raftsched.states import TERMINAL_JOB_STATE_NAMES
 
 DEFAULT_CALL_TIMEOUT_S = 10.0
 """Deadline of one RPC attempt."""
@@ -51,7 +54,7 @@ LOGS_FOLLOW_TIMEOUT_S = 7 * 24 * 3600.0
 """`task logs --follow` lasts as long as the attempt runs (up to a week)."""
 SNAPSHOT_STREAM_TIMEOUT_S = 3_600.0
 """A snapshot save: the leader writes it (up to limits.SNAPSHOT_SAVE_TIMEOUT_S), then streams it."""
-TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+TERMINAL_JOB_STATES = TERMINAL_JOB_STATE_NAMES
 STREAM_WAIT_BACKOFF_MAX_S = 1.0
 """Opening a stream a replica refused for lack of stream slots (RESOURCE_EXHAUSTED) is tried
 again this often at the least, within the retry budget (the CLI's --timeout)."""

@@ -31,6 +31,27 @@ T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
+class Backoff:
+    """The one jittered backoff: after the n-th consecutive failure, a wait drawn uniformly from
+    [(1 - jitter) x ceiling, ceiling], ceiling = min(max_s, initial_s x 2^(n-1)). Deterministic
+    for a given random source (tests inject a seeded `random.Random`)."""
+
+    initial_s: float
+    max_s: float
+    jitter: float = limits.RETRY_JITTER
+
+    def __post_init__(self) -> None:
+        assert 0 < self.initial_s <= self.max_s and 0 <= self.jitter <= 1
+
+    def delay_s(self, failures: int, rng: random.Random) -> float:
+        """The wait after the `failures`-th consecutive failure (1-based)."""
+        assert failures >= 1
+        doublings = min(failures - 1, limits.RETRY_MAX_DOUBLINGS)
+        ceiling = min(self.max_s, self.initial_s * 2.0 ** doublings)
+        return float(ceiling * (1.0 - self.jitter * rng.random()))
+
+
+@dataclass(frozen=True, slots=True)
 class RetryPolicy:
     budget_s: float
     """How long one call keeps retrying, waits included."""
@@ -38,17 +59,20 @@ class RetryPolicy:
     """RPC attempts of one call, redirects included."""
     backoff_initial_s: float
     backoff_max_s: float
-    jitter: float = 0.5
-    """A wait is drawn uniformly from [(1 - jitter) x ceiling, ceiling]."""
+    jitter: float = limits.RETRY_JITTER
+    """A wait is drawn uniformly from [(1 - jitter) x ceiling, ceiling] (`Backoff`)."""
 
     def __post_init__(self) -> None:
         assert self.budget_s >= 0 and self.max_attempts >= 1
         assert 0 < self.backoff_initial_s <= self.backoff_max_s and 0 <= self.jitter <= 1
 
+    @property
+    def backoff(self) -> Backoff:
+        return Backoff(self.backoff_initial_s, self.backoff_max_s, self.jitter)
+
     def delay_s(self, failures: int, rng: random.Random) -> float:
-        """The wait after the `failures`-th consecutive failure (1-based)."""
-        ceiling = min(self.backoff_max_s, self.backoff_initial_s * 2.0 ** min(failures - 1, 30))
-        return float(ceiling * (1.0 - self.jitter * rng.random()))
+        """The wait after the `failures`-th consecutive failure (1-based): `Backoff.delay_s`."""
+        return self.backoff.delay_s(failures, rng)
 
 
 class Stopped(RaftschedError):

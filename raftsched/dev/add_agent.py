@@ -1,5 +1,5 @@
-"""`raftsched dev add-agent`: start one more agent in a recorded cluster. (Part of
-`raftsched.dev.cluster`.)"""
+"""`raftsched dev add-agent`: start one more agent in a recorded cluster. (Part of the dev cluster,
+`raftsched.dev`.)"""
 
 from __future__ import annotations
 
@@ -50,6 +50,7 @@ from raftsched.dev.supervisor import (
     StopOutcome,
 )
 from raftsched.errors import Code
+from raftsched.protocol import id_problem  # the one id rule, the agent's --cluster-id's too
 
 if TYPE_CHECKING:  # raftsched.tls imports grpc, which `raftsched --help` does not load
     pass
@@ -85,8 +86,6 @@ def requested_shape(options: AddAgentOptions) -> AgentShape:
     no GPU, no capabilities, no custom resources) and its rules for ids and sizes;
     INVALID_ARGUMENT naming the option otherwise. A Slurm agent's sizes are 0 here: its
     partition's replace them (`add_agent`)."""
-    from raftsched.spec.job import id_problem  # the one id rule, the agent's --cluster-id's too
-
     problem = id_problem(options.cluster)
     if problem is not None:
         raise DevClusterError(Code.INVALID_ARGUMENT, f"--cluster-id {problem}")

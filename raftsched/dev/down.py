@@ -1,5 +1,5 @@
-"""`raftsched dev down`: stop every process of the recorded cluster. (Part of
-`raftsched.dev.cluster`.)"""
+"""`raftsched dev down`: stop every process of the recorded cluster. (Part of the dev cluster,
+`raftsched.dev`.)"""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """What `up` and `add-agent` share: `_Launch` (spawn, wait for readiness, stop on failure) and
-the readiness helpers. (Part of `raftsched.dev.cluster`.)"""
+the readiness helpers. (Part of the dev cluster, `raftsched.dev`.)"""
 
 from __future__ import annotations
 

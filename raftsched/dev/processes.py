@@ -1,5 +1,5 @@
 """What the dev cluster's verbs share: certificates, the commands of its processes, spawning them,
-asking the cluster (`probe_cluster`). (Part of `raftsched.dev.cluster`.)"""
+asking the cluster (`probe_cluster`). (Part of the dev cluster, `raftsched.dev`.)"""
 
 from __future__ import annotations
 

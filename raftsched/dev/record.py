@@ -1,5 +1,5 @@
 """The dev cluster's record: its shape, `ClusterState` and its JSON (cluster.json), the secret and
-the lock. (Part of `raftsched.dev.cluster`.)"""
+the lock. (Part of the dev cluster, `raftsched.dev`.)"""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ from raftsched.dev.supervisor import (
     Identity,
     Recorded,
 )
+from raftsched.environment import DEV_DIR_ENV, SECRET_ENV, SERVERS_ENV
 from raftsched.errors import Code, RaftschedError
 
 if TYPE_CHECKING:  # raftsched.tls imports grpc, which `raftsched --help` does not load
@@ -26,7 +27,6 @@ if TYPE_CHECKING:  # raftsched.tls imports grpc, which `raftsched --help` does n
 
 
 
-DEV_DIR_ENV = "RAFTSCHED_DEV_DIR"
 DEFAULT_DEV_DIR = ".raftsched-dev"
 STATE_FILE_NAME = "cluster.json"
 SECRET_FILE_NAME = "secret"
@@ -74,7 +74,7 @@ PROBE_TIMEOUT_S = 1.0
 """Deadline of one ClusterStatus call while polling."""
 PROGRESS_EVERY_S = 5.0
 SECRET_BYTES = 32
-RESERVED_ENV = ("RAFTSCHED_SECRET", "RAFTSCHED_SERVERS", DEV_DIR_ENV)
+RESERVED_ENV = (SECRET_ENV, SERVERS_ENV, DEV_DIR_ENV)
 """Not passed on to the processes: everything they need is on their command line (a Slurm
 agent also gets SLURM_CONF in its environment)."""
 READY = "READY"

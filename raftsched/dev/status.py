@@ -1,5 +1,5 @@
-"""`raftsched dev status`: the recorded cluster and what it answers. (Part of
-`raftsched.dev.cluster`.)"""
+"""`raftsched dev status`: the recorded cluster and what it answers. (Part of the dev cluster,
+`raftsched.dev`.)"""
 
 from __future__ import annotations
 

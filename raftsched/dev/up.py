@@ -1,4 +1,5 @@
-"""`raftsched dev up`: start a local cluster and record it. (Part of `raftsched.dev.cluster`.)"""
+"""`raftsched dev up`: start a local cluster and record it. (Part of the dev cluster,
+`raftsched.dev`.)"""
 
 from __future__ import annotations
 

@@ -41,6 +41,7 @@ from typing import Any, Protocol, TypeVar
 import grpc
 
 from raftsched import limits, rpc, tls
+from raftsched.environment import TOKEN_ENV
 from raftsched.eventlog import EventLogger
 from raftsched.replica import views
 from raftsched.spec.issue import show
@@ -201,7 +202,7 @@ def check_user(rule: Rule, caller: str | None, metadata: Any, reader: StateReade
     if not bearer or not str(bearer).startswith(BEARER):
         raise Refused(grpc.StatusCode.UNAUTHENTICATED,
                       "no token: send 'authorization: Bearer TOKEN' (the CLI: --token or "
-                      "$RAFTSCHED_TOKEN)")
+                      f"${TOKEN_ENV})")
     parsed = parse_token(str(bearer)[len(BEARER):])
     if parsed is None:
         raise Refused(grpc.StatusCode.UNAUTHENTICATED, "malformed token")

@@ -22,11 +22,14 @@ from raftsched import config, eventlog, limits, rpc, tls, tokens
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import ProposalClock, SystemClock, configure_skew_from_env
+from raftsched.environment import SECRET_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.options import (
+    address,
     metrics_address,
     metrics_endpoint,
+    optional_address_list,
     port,
     positive_int,
     positive_seconds,
@@ -64,27 +67,28 @@ log = EventLogger("raftsched.replica")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     config.add_option(parser, "replica")
-    parser.add_argument("--raft", required=True, metavar="HOST:PORT",
+    parser.add_argument("--raft", required=True, type=address, metavar="HOST:PORT",
                         help="address this replica's Raft endpoint binds and peers reach")
-    parser.add_argument("--grpc", required=True, metavar="HOST:PORT",
+    parser.add_argument("--grpc", required=True, type=address, metavar="HOST:PORT",
                         help="address of the gRPC API (clients, agents, admin)")
-    parser.add_argument("--peers", default="", metavar="RAFT_ADDR,...",
+    parser.add_argument("--peers", type=optional_address_list, default="",
+                        metavar="RAFT_ADDR,...",
                         help="Raft addresses of the other members (after the first start the "
                              "member list stored in the snapshot wins)")
     parser.add_argument("--data-dir", required=True, help="journal, snapshot and lock live here")
     secret = parser.add_mutually_exclusive_group()
     secret.add_argument("--secret-file", help="file holding the cluster secret (Raft frames are "
-                                              "authenticated with it); or set RAFTSCHED_SECRET")
+                                              f"authenticated with it); or set {SECRET_ENV}")
     secret.add_argument("--insecure-dev", action="store_true",
                         help="run without a secret and serve gRPC in plaintext without client "
                              "certificates: anyone reaching the Raft port can run code and "
                              "anyone reaching the gRPC port can do anything; only for a "
                              "throwaway local cluster")
     parser.add_argument("--tls-ca", metavar="PEM", help="CA that signs every client certificate "
-                        f"(or ${tls.CA_ENV}); required unless --insecure-dev")
+                        f"(or ${TLS_CA_ENV}); required unless --insecure-dev")
     parser.add_argument("--tls-cert", metavar="PEM", help="this replica's certificate, valid "
-                        f"for the --grpc host (or ${tls.CERT_ENV})")
-    parser.add_argument("--tls-key", metavar="PEM", help=f"its private key (or ${tls.KEY_ENV})")
+                        f"for the --grpc host (or ${TLS_CERT_ENV})")
+    parser.add_argument("--tls-key", metavar="PEM", help=f"its private key (or ${TLS_KEY_ENV})")
     parser.add_argument("--bootstrap-token-file", metavar="FILE",
                         help="a file holding the first admin token (rst_...; `raftsched dev up` "
                              "makes one): whichever replica leads first stores its sha256 with "
@@ -161,7 +165,7 @@ def _secret(args: argparse.Namespace) -> str | None:
     if args.secret_file:
         with open(args.secret_file, encoding="utf-8") as f:
             return f.read().strip() or None
-    return os.environ.get("RAFTSCHED_SECRET") or None
+    return os.environ.get(SECRET_ENV) or None
 
 
 class _StartError(Exception):
@@ -191,7 +195,7 @@ def _run(args: argparse.Namespace) -> int:
     secret = _checked_secret(args)
     tls_files = _checked_tls(args)
     on_office = _checked_bootstrap(args)
-    peers = [p.strip() for p in args.peers.split(",") if p.strip() and p.strip() != args.raft]
+    peers = [peer for peer in args.peers if peer != args.raft]
     if args.restore_from:
         _restore(args, peers)
     changes = ChangeFeed()

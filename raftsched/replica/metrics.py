@@ -42,7 +42,7 @@ from prometheus_client.registry import Collector
 
 from raftsched.replica.raft.handshakes import ClosedConnections
 from raftsched.replica.raft.port import RaftPort
-from raftsched.spec.job import PriorityClass
+from raftsched.spec.model import PriorityClass
 from raftsched.state import policy
 from raftsched.state.commands import ClusterStatus
 from raftsched.state.model import (

@@ -38,7 +38,9 @@ from raftsched.replica.leader import Leader
 from raftsched.replica.logs import LOG_CHUNK_BYTES, LogBroker
 from raftsched.replica.raft.port import RaftPort
 from raftsched.spec.issue import show
-from raftsched.spec.job import JobSpec, SpecError, parse_submitted_text, with_idempotency_key
+from raftsched.spec.job import parse_submitted_text
+from raftsched.spec.model import JobSpec, SpecError
+from raftsched.spec.validation import with_idempotency_key
 from raftsched.spec.wire import decode_wire, drop_items, release_wire, to_wire
 from raftsched.state import commands as c
 from raftsched.state.model import TERMINAL_JOB_STATES, Change, Role, State

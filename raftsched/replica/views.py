@@ -204,8 +204,9 @@ def task_summary(task: Task, why: str = "", with_spans: bool = False) -> pb.Task
     """`why`: the one reason a task that is not running waits (`waiting_reason`); `with_spans`:
     its latest `limits.TASK_SUMMARY_MAX_SPANS` attempts' times (a timeline's bars)."""
     attempt = task.current
-    shown = "QUEUED" if attempt is not None and attempt.state == AttemptState.QUEUED \
-        and task.state == TaskState.ASSIGNED else task.state.name
+    queued = attempt is not None and attempt.state == AttemptState.QUEUED
+    shown = AttemptState.QUEUED.name if queued and task.state == TaskState.ASSIGNED \
+        else task.state.name
     summary = pb.TaskSummary(task_id=task.spec.id, state=shown,
                              attempts=len(task.attempts), reason=why or task.reason,
                              depends_on=task.spec.depends_on)

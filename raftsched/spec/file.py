@@ -8,7 +8,9 @@ import stat
 from typing import NoReturn
 
 from raftsched import limits
-from raftsched.spec.job import JobSpec, SpecError, SpecIssue, parse_spec_text
+from raftsched.spec.issue import SpecIssue
+from raftsched.spec.job import parse_spec_text
+from raftsched.spec.model import JobSpec, SpecError
 
 _PIPE_HINT = " (to read a pipe, pass '-' and redirect the pipe to standard input)"
 _NOT_REGULAR = (

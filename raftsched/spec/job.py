@@ -1,8 +1,10 @@
 """Job specs: parse a YAML or JSON document into a validated, canonical `JobSpec`.
 
-This module is the job spec's public surface: the model lives in `raftsched.spec.model`, the
-text loading (YAML/JSON -> document) in `raftsched.spec.text`, the validation (document ->
-`JobSpec`) in `raftsched.spec.validation`.
+This module parses a spec's text (text loading, then validation) and nothing else: import the
+model (`JobSpec`, `TaskSpec`, `SpecError`, ...) from `raftsched.spec.model`, the text loading
+(YAML/JSON -> document) from `raftsched.spec.text`, the validation (document -> `JobSpec`,
+`with_idempotency_key`) from `raftsched.spec.validation`, and the id rule from
+`raftsched.protocol`.
 
 The document format is docs/architecture.md §5 plus optional per-task `env` (mapping) and
 `cwd` (string).
@@ -24,65 +26,9 @@ Choices worth knowing:
 
 from __future__ import annotations
 
-from raftsched.protocol import id_problem as id_problem  # the one id rule, shared with agents
-from raftsched.spec.issue import SpecIssue as SpecIssue
-from raftsched.spec.model import (
-    _ENV_NAME as _ENV_NAME,
-)
-from raftsched.spec.model import (
-    RESERVED_ENV_PREFIX as RESERVED_ENV_PREFIX,
-)
-from raftsched.spec.model import (
-    FailurePolicy as FailurePolicy,
-)
-from raftsched.spec.model import (
-    JobSpec as JobSpec,
-)
-from raftsched.spec.model import (
-    OnLost as OnLost,
-)
-from raftsched.spec.model import (
-    PriorityClass as PriorityClass,
-)
-from raftsched.spec.model import (
-    RetryPolicy as RetryPolicy,
-)
-from raftsched.spec.model import (
-    Scoring as Scoring,
-)
-from raftsched.spec.model import (
-    SpecError as SpecError,
-)
-from raftsched.spec.model import (
-    TaskSpec as TaskSpec,
-)
-from raftsched.spec.model import (
-    Trigger as Trigger,
-)
-from raftsched.spec.model import (
-    runs_when_upstream_done as runs_when_upstream_done,
-)
+from raftsched.spec.model import JobSpec
 from raftsched.spec.text import load_document
-from raftsched.spec.validation import validate_job_doc as validate_job_doc
-from raftsched.spec.validation import with_idempotency_key as with_idempotency_key
-
-__all__ = [
-    "FailurePolicy",
-    "JobSpec",
-    "OnLost",
-    "PriorityClass",
-    "RetryPolicy",
-    "Scoring",
-    "SpecError",
-    "SpecIssue",
-    "TaskSpec",
-    "Trigger",
-    "parse_spec_text",
-    "parse_submitted_text",
-    "runs_when_upstream_done",
-    "validate_job_doc",
-    "with_idempotency_key",
-]
+from raftsched.spec.validation import validate_job_doc
 
 
 def parse_spec_text(text: str | bytes, *, source: str = "<spec>") -> JobSpec:

@@ -13,10 +13,12 @@ from typing import Any, Final
 
 import msgpack
 
+from raftsched.environment import PREFIX
 from raftsched.spec.issue import SpecIssue
 from raftsched.spec.packing import list_in_pieces
 
-RESERVED_ENV_PREFIX: Final = "RAFTSCHED_"
+RESERVED_ENV_PREFIX: Final = PREFIX
+"""`raftsched.environment.PREFIX`: a spec's env may not set our variables."""
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -30,8 +30,10 @@ from typing import Any, TypeVar
 import msgpack
 
 from raftsched import limits
+from raftsched.protocol import id_problem
 from raftsched.spec.dag import check_graph
-from raftsched.spec.job import (
+from raftsched.spec.issue import SpecIssue
+from raftsched.spec.model import (
     _ENV_NAME,
     RESERVED_ENV_PREFIX,
     FailurePolicy,
@@ -41,12 +43,10 @@ from raftsched.spec.job import (
     RetryPolicy,
     Scoring,
     SpecError,
-    SpecIssue,
     TaskSpec,
     Trigger,
-    id_problem,
-    validate_job_doc,
 )
+from raftsched.spec.validation import validate_job_doc
 
 WIRE_VERSION = 3
 """Version 3 appends to a task its named custom resources; a spec without any is still written

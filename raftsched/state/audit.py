@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 
 from raftsched import limits
 from raftsched.protocol import ReportVerdict
-from raftsched.spec.job import JobSpec, runs_when_upstream_done
+from raftsched.spec.model import JobSpec, runs_when_upstream_done
 from raftsched.state import commands as c
 from raftsched.state import invariants, policy
 from raftsched.state.commands import ClusterStatus

@@ -6,7 +6,7 @@ from __future__ import annotations
 from raftsched import limits
 from raftsched.errors import Code
 from raftsched.spec.issue import show
-from raftsched.spec.job import OnLost
+from raftsched.spec.model import OnLost
 from raftsched.state.commands import (
     ClusterDrain,
     ClusterRegister,

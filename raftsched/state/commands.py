@@ -23,8 +23,8 @@ from raftsched import limits
 from raftsched.protocol import KnownAttempt as KnownAttempt
 from raftsched.protocol import Report as Report
 from raftsched.protocol import ReportKind as ReportKind
+from raftsched.protocol import id_problem
 from raftsched.spec import packing
-from raftsched.spec.job import id_problem
 
 
 class Tag(IntEnum):

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from raftsched import limits
-from raftsched.spec.job import TaskSpec
+from raftsched.spec.model import TaskSpec
 from raftsched.state.commands import ClusterStatus
 from raftsched.state.model import Cluster
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 
 from raftsched import limits
-from raftsched.spec.job import runs_when_upstream_done
+from raftsched.spec.model import runs_when_upstream_done
 from raftsched.state import feasibility, policy
 from raftsched.state.commands import CertRevoke, ClusterStatus, TokenPut
 from raftsched.state.job_index import Key

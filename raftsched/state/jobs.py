@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from raftsched import limits
 from raftsched.errors import Code
-from raftsched.spec.job import JobSpec, SpecError
+from raftsched.spec.model import JobSpec, SpecError
 from raftsched.spec.wire import validate_wire
 from raftsched.state import feasibility, policy
 from raftsched.state.commands import JobCancel, JobSubmit

@@ -5,7 +5,7 @@ dependents, and cancelling a job's open tasks."""
 from __future__ import annotations
 
 from raftsched import limits
-from raftsched.spec.job import FailurePolicy, TaskSpec, Trigger
+from raftsched.spec.model import FailurePolicy, TaskSpec, Trigger
 from raftsched.state import feasibility, policy
 from raftsched.state.commands import ClusterStatus, Report
 from raftsched.state.model import (

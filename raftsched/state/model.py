@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any
 
-from raftsched.spec.job import JobSpec, PriorityClass, TaskSpec
+from raftsched.spec.model import JobSpec, PriorityClass, TaskSpec
 from raftsched.state.commands import ClusterStatus
 from raftsched.state.job_index import JobIndex
 

@@ -48,7 +48,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from raftsched import limits
-from raftsched.spec.job import Scoring, TaskSpec
+from raftsched.spec.model import Scoring, TaskSpec
 from raftsched.state import policy
 from raftsched.state.commands import Placement, Preemption, Reservation
 from raftsched.state.feasibility import committed_custom_free, never_fits, unfit
@@ -99,8 +99,9 @@ class _Room:
         """Its agent could queue `spec`: a queue place is free and the rule holds against the
         cluster's whole capacity (the task fits it empty; it is open to the task)."""
         cluster = self.cluster
-        return self.queue > 0 and not cluster.overcommitted and unfit(spec, cluster, cluster.cpu_milli, cluster.memory_mb,
-                                         cluster.gpu, now_ms, cluster.custom) is None
+        return self.queue > 0 and not cluster.overcommitted and unfit(
+            spec, cluster, cluster.cpu_milli, cluster.memory_mb, cluster.gpu, now_ms,
+            cluster.custom) is None
 
     def fits(self, spec: TaskSpec, now_ms: int) -> bool:
         return unfit(spec, self.cluster, self.cpu_milli, self.memory_mb, self.gpu,

@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from raftsched import limits
-from raftsched.spec.job import JobSpec
+from raftsched.spec.model import JobSpec
 from raftsched.state.commands import ClusterStatus
 from raftsched.state.model import ALL_TENANTS, Cluster, State, Task, TenantPolicy, TenantUsage
 

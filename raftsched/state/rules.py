@@ -5,9 +5,9 @@ proposer sent it)."""
 from __future__ import annotations
 
 from raftsched import limits
+from raftsched.protocol import id_problem
+from raftsched.protocol import id_problem as tenant_name_problem  # the one id rule
 from raftsched.spec.issue import show
-from raftsched.spec.job import id_problem
-from raftsched.spec.job import id_problem as tenant_name_problem  # the spec's one rule
 from raftsched.state.commands import CertRevoke, ClusterRegister, TenantSet, TokenPut
 from raftsched.state.model import ALL_TENANTS, TOKEN_DIGEST_BYTES, TOKEN_ID_CHARS, Role
 from raftsched.state.text import text_problem

@@ -43,7 +43,7 @@ from typing import IO, Any
 import msgpack
 
 from raftsched import limits
-from raftsched.spec.job import SpecError
+from raftsched.spec.model import SpecError
 from raftsched.spec.wire import from_trusted_wire, to_wire, validate_wire
 from raftsched.state.commands import ClusterStatus
 from raftsched.state.model import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 import heapq
 
 from raftsched import limits
-from raftsched.spec.job import OnLost
+from raftsched.spec.model import OnLost
 from raftsched.state.commands import Tick
 from raftsched.state.lifecycle import app_failure, end_attempt, infra_failure
 from raftsched.state.model import AttemptState, State, TaskState, TimerKind

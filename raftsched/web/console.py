@@ -23,6 +23,7 @@ from starlette.templating import Jinja2Templates
 
 from raftsched import limits
 from raftsched.errors import Code, RaftschedError
+from raftsched.states import PLACED_TASK_STATE_NAMES, TERMINAL_JOB_STATE_NAMES
 from raftsched.web.hub import EventHub
 from raftsched.web.sessions import Session, SessionStore
 
@@ -78,6 +79,8 @@ class Console:
         environment = jinja2.Environment(loader=jinja2.FileSystemLoader(HERE / "templates"),
                                          autoescape=True, undefined=jinja2.StrictUndefined)
         environment.filters["when"] = when
+        environment.globals["placed_task_states"] = PLACED_TASK_STATE_NAMES
+        environment.globals["terminal_job_states"] = sorted(TERMINAL_JOB_STATE_NAMES)
         self.templates = Jinja2Templates(env=environment)
         self._shared = (EventHub(options.watch_client, "console")
                         if options.watch_client is not None else None)

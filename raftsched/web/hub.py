@@ -23,10 +23,11 @@ from typing import Any, Protocol
 
 from raftsched import eventlog, limits
 from raftsched.errors import RaftschedError
+from raftsched.states import TERMINAL_JOB_STATE_NAMES
 
 LOG = eventlog.EventLogger("web")
 PROGRESS = "progress"
-TERMINAL_JOB_STATES = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
+TERMINAL_JOB_STATES = TERMINAL_JOB_STATE_NAMES
 
 
 class EventSource(Protocol):

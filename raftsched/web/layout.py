@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from raftsched import limits
+from raftsched.states import TASK_QUEUED_AT_AGENT, TaskStateName
 
 NODE_W = 150
 NODE_H = 28
@@ -249,12 +250,14 @@ def group_counts(layers: list[list[str]],
     O(tasks): a live collapsed page recounts with it at every change."""
     result = []
     for layer in layers:
-        counts = Counter(states.get(t, "PENDING") for t in layer)
+        counts = Counter(states.get(t, TaskStateName.PENDING) for t in layer)
         result.append((_dominant(counts), tuple(sorted(counts.items()))))
     return result
 
 
-_ATTENTION = ("FAILED", "RUNNING", "QUEUED", "ASSIGNED", "RETRY_WAIT", "RUNNABLE", "PENDING")
+_ATTENTION = (TaskStateName.FAILED, TaskStateName.RUNNING, TASK_QUEUED_AT_AGENT,
+              TaskStateName.ASSIGNED,
+              TaskStateName.RETRY_WAIT, TaskStateName.RUNNABLE, TaskStateName.PENDING)
 
 
 def _dominant(counts: Counter[str]) -> str:
@@ -262,7 +265,7 @@ def _dominant(counts: Counter[str]) -> str:
     for state in _ATTENTION:
         if counts.get(state):
             return state
-    return counts.most_common(1)[0][0] if counts else "PENDING"
+    return counts.most_common(1)[0][0] if counts else TaskStateName.PENDING
 
 
 def _extent(count: int, step: int) -> int:

@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from raftsched import limits
+from raftsched.states import TERMINAL_JOB_STATE_NAMES, TERMINAL_TASK_STATE_NAMES
 from raftsched.web import layout
 from raftsched.web.console import (
     ConsoleClient,
@@ -40,8 +41,8 @@ from raftsched.web.hub import EventHub
 
 KEEPALIVE_S = 15.0
 """A comment line this often keeps proxies from closing a quiet stream."""
-TERMINAL = frozenset({"SUCCEEDED", "FAILED", "CANCELLED"})
-TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"})
+TERMINAL = TERMINAL_JOB_STATE_NAMES
+TASK_TERMINAL = TERMINAL_TASK_STATE_NAMES
 async def events(request: Request) -> Response:
     session = require_session(request)
     job_id = valid_id(request.path_params["job_id"])

@@ -21,7 +21,9 @@ from hypercorn.asyncio import serve as serve_asgi
 from hypercorn.config import Config as HypercornConfig
 
 from raftsched import eventlog, tls
+from raftsched.environment import SERVERS_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 from raftsched.errors import RaftschedError
+from raftsched.options import host_port, listen_address, parse_address_list
 from raftsched.web.app import build_app
 from raftsched.web.console import ConsoleClient, Options
 
@@ -91,17 +93,17 @@ async def _serve_until_signalled(app: Any, hyper: HypercornConfig) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--listen", required=True, metavar="HOST:PORT",
+    parser.add_argument("--listen", required=True, type=listen_address, metavar="HOST:PORT",
                         help="where the console serves HTTPS, e.g. 127.0.0.1:8443")
     parser.add_argument("--servers", metavar="HOST:PORT,...",
-                        default=os.environ.get("RAFTSCHED_SERVERS", ""),
-                        help="gRPC addresses of the replicas (default: $RAFTSCHED_SERVERS)")
+                        default=None,
+                        help=f"gRPC addresses of the replicas (default: ${SERVERS_ENV})")
     parser.add_argument("--tls-ca", metavar="PEM", help="the cluster's CA (default: "
-                        "$RAFTSCHED_TLS_CA)")
+                        f"${TLS_CA_ENV})")
     parser.add_argument("--tls-cert", metavar="PEM",
                         help="the console's own client certificate (raftsched-user:NAME) for "
-                        "its calls to the replicas (default: $RAFTSCHED_TLS_CERT)")
-    parser.add_argument("--tls-key", metavar="PEM", help="its key (default: $RAFTSCHED_TLS_KEY)")
+                        f"its calls to the replicas (default: ${TLS_CERT_ENV})")
+    parser.add_argument("--tls-key", metavar="PEM", help=f"its key (default: ${TLS_KEY_ENV})")
     parser.add_argument("--insecure-dev", action="store_true",
                         help="plaintext gRPC to a cluster run with --insecure-dev")
     parser.add_argument("--https-cert", required=True, metavar="PEM",
@@ -127,12 +129,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _config(args: argparse.Namespace) -> WebConfig:
-    host, _, port = args.listen.rpartition(":")
-    if not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"--listen {args.listen!r} is not HOST:PORT")
-    servers = tuple(s.strip() for s in args.servers.split(",") if s.strip())
-    if not servers:
+    host, port = host_port(args.listen, port_zero="any free port")
+    source, text = ("--servers", args.servers) if args.servers is not None else \
+        (f"${SERVERS_ENV}", os.environ.get(SERVERS_ENV, ""))
+    if not text.strip():
         raise ValueError("no replica addresses: pass --servers HOST:PORT,...")
+    servers = tuple(parse_address_list(text, source))
     files = None if args.insecure_dev else tls.files_from(args.tls_ca, args.tls_cert,
                                                           args.tls_key)
     if files is None and not args.insecure_dev:
@@ -141,7 +143,7 @@ def _config(args: argparse.Namespace) -> WebConfig:
     for path in (args.https_cert, args.https_key):
         if not os.path.isfile(path):
             raise ValueError(f"{path}: no such file")
-    return WebConfig(host.strip("[]"), int(port), servers, files, args.https_cert,
+    return WebConfig(host, port, servers, files, args.https_cert,
                      args.https_key, read_only=args.read_only,
                      watch_token=_watch_token(args.watch_token_file))
 

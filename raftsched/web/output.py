@@ -31,10 +31,11 @@ from starlette.responses import Response, StreamingResponse
 
 from raftsched import limits
 from raftsched.errors import Code, RaftschedError
+from raftsched.states import LIVE_ATTEMPT_STATE_NAMES
 from raftsched.web.console import ConsoleClient, PageError, call, require_session, valid_id
 
 STREAMS = ("stdout", "stderr")
-LIVE_ATTEMPT_STATES = frozenset({"ASSIGNED", "QUEUED", "RUNNING"})
+LIVE_ATTEMPT_STATES = LIVE_ATTEMPT_STATE_NAMES
 """An attempt in one of these states may still write output: its page follows it."""
 KEEPALIVE_S = 15.0
 """A comment line this often keeps proxies from closing a quiet stream."""

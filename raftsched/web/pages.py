@@ -17,6 +17,12 @@ from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from raftsched import clock, limits
 from raftsched.errors import Code, RaftschedError
+from raftsched.states import (
+    CANCELLABLE_JOB_STATE_NAMES,
+    JOB_STATE_NAMES,
+    TERMINAL_TASK_STATE_NAMES,
+    TaskStateName,
+)
 from raftsched.web import layout, live, output, timeline
 from raftsched.web.console import (
     COOKIE,
@@ -33,8 +39,8 @@ from raftsched.web.console import (
 )
 from raftsched.web.output import STREAMS
 
-JOB_STATES = ("PENDING", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED")
-TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "SKIPPED", "CANCELLED"})
+JOB_STATES = JOB_STATE_NAMES
+TASK_TERMINAL = TERMINAL_TASK_STATE_NAMES
 DEFAULT_TAIL_BYTES = 64 * 1024
 
 
@@ -147,7 +153,7 @@ async def job(request: Request) -> Response:
     rows = limits.WEB_TASK_TABLE_MAX_ROWS
     return render(request, "job.html", job=found, tasks=tasks[:rows],
                   hidden_rows=max(0, len(tasks) - rows),
-                  failures=[t for t in tasks if t.state == "FAILED"][:rows],
+                  failures=[t for t in tasks if t.state == TaskStateName.FAILED][:rows],
                   drawing=drawing, node_w=layout.NODE_W, node_h=layout.NODE_H,
                   shares_y=layout.SHARES_Y, shares_h=layout.SHARES_H,
                   counts_y=layout.COUNTS_Y, line_h=layout.LINE_H,
@@ -176,7 +182,7 @@ def _timeline_values(job_id: str, tasks: Sequence[Any]) -> dict[str, Any]:
 
 
 def _can_cancel(request: Request, found: Any) -> bool:
-    return not console_of(request).options.read_only and found.state in ("PENDING", "RUNNING")
+    return not console_of(request).options.read_only and found.state in CANCELLABLE_JOB_STATE_NAMES
 
 
 async def cancel_page(request: Request) -> Response:

@@ -32,9 +32,9 @@ from tests.support.agent import (
     config,
     kill_attempt_processes,
     remove_agent_cgroups,
-    wait_until,
 )
 from tests.support.agent_gateway import serve
+from tests.support.waiting import wait_until
 
 PROCESS_TIMEOUT_S = 15.0
 _PR_SET_CHILD_SUBREAPER = 36

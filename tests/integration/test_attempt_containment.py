@@ -21,7 +21,8 @@ import pytest
 from agent import containment, runner
 from agent.files import read_json
 from raftsched.procfs import is_alive
-from tests.support.cluster import LocalCluster, running, task_user_root, wait_for
+from tests.support.cluster import LocalCluster, running, task_user_root
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -115,20 +116,20 @@ def _escapee(cluster: LocalCluster, job_id: str, task_id: str,
         pid, ticks = (int(field) for field in path.read_text().split())
         return pid, ticks
 
-    found = wait_for(recorded, STATE_TIMEOUT_S, f"{task_id}'s escaped process to record itself")
+    found = wait_until(recorded, f"{task_id}'s escaped process to record itself", STATE_TIMEOUT_S)
     seen.append(found)
     return found
 
 
 def _ended(cluster: LocalCluster, job_id: str) -> str:
-    return str(wait_for(
+    return str(wait_until(
         lambda: (state := cluster.client(retry_budget_s=5).get_job(job_id).state)
-        in ("SUCCEEDED", "FAILED", "CANCELLED") and state, STATE_TIMEOUT_S, f"{job_id} to end"))
+        in ("SUCCEEDED", "FAILED", "CANCELLED") and state, f"{job_id} to end", STATE_TIMEOUT_S))
 
 
 def _assert_gone(escapees: list[tuple[int, int]], what: str) -> None:
-    wait_for(lambda: not any(is_alive(pid, ticks) for pid, ticks in escapees),
-             GONE_TIMEOUT_S, f"the processes that escaped {what} to be gone: {escapees}")
+    wait_until(lambda: not any(is_alive(pid, ticks) for pid, ticks in escapees),
+               f"the processes that escaped {what} to be gone: {escapees}", GONE_TIMEOUT_S)
 
 
 @pytest.fixture

@@ -16,14 +16,8 @@ from raftsched import limits, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.errors import Code, RaftschedError
-from tests.support.cluster import (
-    LocalCluster,
-    plus_one,
-    running,
-    task_user_root,
-    wait_for,
-    with_token,
-)
+from tests.support.cluster import LocalCluster, plus_one, running, task_user_root, with_token
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -53,8 +47,8 @@ def cluster() -> Iterator[LocalCluster]:
 def wait_state(cluster: LocalCluster, job_id: str, timeout_s: float = 60) -> str:
     client = cluster.client()
     terminal = ("SUCCEEDED", "FAILED", "CANCELLED")
-    state: str = wait_for(lambda: _terminal(client.get_job(job_id).state, terminal), timeout_s,
-                          f"job {job_id} to finish")
+    state: str = wait_until(lambda: _terminal(client.get_job(job_id).state, terminal),
+                            f"job {job_id} to finish", timeout_s)
     return state
 
 
@@ -96,9 +90,9 @@ def test_leader_kill_9_mid_job_completes_with_one_completion_per_task(
         for i in range(40))
     acked = [client.submit(wide).job_id for _ in range(3)]
     old = cluster.wait_leader()
-    wait_for(lambda: client.get_job(acked[0]).state == "RUNNING", 30, "the job to start")
+    wait_until(lambda: client.get_job(acked[0]).state == "RUNNING", "the job to start", 30)
     cluster.replicas[old].kill()
-    wait_for(lambda: plus_one(_other(cluster.leader_index(), old)), 30, "a new leader")
+    wait_until(lambda: plus_one(_other(cluster.leader_index(), old)), "a new leader", 30)
     for job_id in acked:
         assert wait_state(cluster, job_id, timeout_s=120) == "SUCCEEDED"
         assert_one_accepted_completion_each(cluster, job_id)
@@ -114,7 +108,7 @@ def test_agent_restart_mid_task_reports_the_result_once(cluster: LocalCluster) -
     client = cluster.client()
     job_id = client.submit("name: restart\ntasks:\n  - {id: slow, command: [sh, -c, 'sleep 3'], "
                            "cluster: solo}\n").job_id
-    wait_for(lambda: _running_on(client, job_id), 30, "the task to run on solo")
+    wait_until(lambda: _running_on(client, job_id), "the task to run on solo", 30)
     cluster.agents["solo"].kill()  # kill -9 the agent only: the task's wrapper lives on
     cluster.agents["solo"].start()  # same data dir: it re-adopts the attempt
     assert wait_state(cluster, job_id) == "SUCCEEDED"
@@ -129,11 +123,11 @@ def test_lost_cluster_replaces_attempt_and_rejects_the_stale_result(
     client = cluster.client()
     job_id = client.submit("name: lost\ntasks:\n  - {id: t, command: [mock, sleep_ms=4000]}\n"
                            ).job_id
-    first = wait_for(lambda: _running_on(client, job_id), 30, "the task to start")
+    first = wait_until(lambda: _running_on(client, job_id), "the task to start", 30)
     cluster.agents[first].signal(signal.SIGSTOP)  # silent beyond lost_after, not dead
     try:
-        second = wait_for(lambda: _running_on(client, job_id, not_on=first), 30,
-                          "a replacement attempt elsewhere")
+        second = wait_until(lambda: _running_on(client, job_id, not_on=first),
+                            "a replacement attempt elsewhere", 30)
         assert second != first
     finally:
         cluster.agents[first].signal(signal.SIGCONT)
@@ -142,8 +136,8 @@ def test_lost_cluster_replaces_attempt_and_rejects_the_stale_result(
     states = [(a.cluster, a.state) for a in history.attempts]
     assert states[0] == (first, "LOST") and states[-1] == (second, "SUCCEEDED")
     time.sleep(0)  # the stale attempt's fate is checked through the notes below
-    late = wait_for(lambda: [n for n in client.task_history(job_id, "t").notes] or None, 30,
-                    "the stale attempt's report to be recorded as late")
+    late = wait_until(lambda: [n for n in client.task_history(job_id, "t").notes] or None,
+                      "the stale attempt's report to be recorded as late", 30)
     assert all(n.fence == history.attempts[0].fence for n in late)
 
 
@@ -218,8 +212,8 @@ def test_watch_streams_past_the_caps_are_refused_and_agents_stay_served(
             states = {c.cluster_id: c.status for c in client.cluster_status().clusters}
             assert set(states) == {"east", "west"} and "LOST" not in states.values(), states
             time.sleep(0.2)
-        wait_for(lambda: all(c.status == "READY" for c in client.cluster_status().clusters)
-                 or None, READY_AGAIN_S, "both clusters READY with the streams still held")
+        wait_until(lambda: all(c.status == "READY" for c in client.cluster_status().clusters)
+                   or None, "both clusters READY with the streams still held", READY_AGAIN_S)
         assert client.submit(UNPLACEABLE).job_id != job_id
     finally:
         for call in calls:
@@ -235,7 +229,7 @@ def test_watch_streams_past_the_caps_are_refused_and_agents_stay_served(
             for call in again:
                 call.cancel()
 
-    wait_for(all_slots_free, 10.0, "the cancelled watches' slots to be free again")
+    wait_until(all_slots_free, "the cancelled watches' slots to be free again", 10.0)
     channel.close()
 
 
@@ -244,8 +238,8 @@ def test_an_admin_removes_an_idle_cluster_but_not_one_running_work(
     client = cluster.client()
     job_id = client.submit("name: pinned\ntasks:\n  - {id: t, command: [mock, sleep_ms=60000], "
                            "cluster: east}\n").job_id
-    wait_for(lambda: client.list_tasks(job_id).tasks[0].state == "RUNNING" or None, 30,
-             "the task to run on east")
+    wait_until(lambda: client.list_tasks(job_id).tasks[0].state == "RUNNING" or None,
+               "the task to run on east", 30)
     with pytest.raises(RaftschedError) as refused:
         client.remove_cluster("east")
     assert refused.value.code == Code.FAILED_PRECONDITION and "live attempt" in str(refused.value)

@@ -14,7 +14,8 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.replica.raft.applied_log import read_applied_log
 from raftsched.state import fsm, snapshot
 from raftsched.state.model import State
-from tests.support.cluster import LocalCluster, plus_one, running, wait_for
+from tests.support.cluster import LocalCluster, plus_one, running
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -78,8 +79,8 @@ def test_leader_kill_9_then_a_new_leader_takes_writes(cluster: LocalCluster) -> 
     before = client.submit(JOB).job_id
     old = cluster.wait_leader()
     cluster.replicas[old].kill()
-    new = wait_for(lambda: plus_one(_other_leader(cluster, old)), NEW_LEADER_TIMEOUT_S,
-                   "a new leader") - 1
+    new = wait_until(lambda: plus_one(_other_leader(cluster, old)), "a new leader",
+                     NEW_LEADER_TIMEOUT_S) - 1
     assert new != old
     after = client.submit(JOB).job_id
     assert client.get_job(before).job_id == before and client.get_job(after).job_id == after
@@ -102,7 +103,7 @@ def test_add_and_remove_a_replica_through_the_admin_api(cluster: LocalCluster) -
         status = cluster.client(retry_budget_s=1).cluster_status(grpc)
         leader = client.cluster_status()
         return status.applied_index >= leader.commit_index - 2 and bool(status.leader)
-    wait_for(caught_up, 30, "the new replica to catch up")
+    wait_until(caught_up, "the new replica to catch up", 30)
     for job_id in (before, after):
         assert client.get_job(job_id).job_id == job_id
     members = list(client.remove_replica(raft).members)
@@ -156,8 +157,8 @@ def test_a_dead_replica_is_replaced_and_a_live_one_is_not_removed_instead(
     members = list(client.add_replica(raft, grpc).members)
     assert raft in members and len(members) == 3
     after = client.submit(JOB).job_id
-    wait_for(lambda: cluster.client(retry_budget_s=1).cluster_status(grpc).applied_index
-             >= client.cluster_status().commit_index - 2, 30, "the new replica to catch up")
+    wait_until(lambda: cluster.client(retry_budget_s=1).cluster_status(grpc).applied_index
+               >= client.cluster_status().commit_index - 2, "the new replica to catch up", 30)
     for job_id in (before, after):
         assert client.get_job(job_id).job_id == job_id
 
@@ -173,7 +174,7 @@ def test_applied_logs_replay_to_every_replicas_digest_also_after_kill_9(
     victim = (cluster.wait_leader() + 1) % 3
     # A follower applies what the leader acknowledged a little later (on a busy machine, much
     # later): only what it applied before the kill can be re-applied after the restart.
-    wait_for(lambda: applied_jobs(cluster, victim) >= 3, 30, "the victim to apply 3 jobs")
+    wait_until(lambda: applied_jobs(cluster, victim) >= 3, "the victim to apply 3 jobs", 30)
     cluster.replicas[victim].kill()
     client.submit(JOB)
     cluster.replicas[victim].start()
@@ -187,7 +188,7 @@ def test_applied_logs_replay_to_every_replicas_digest_also_after_kill_9(
             return None
         return statuses
 
-    statuses: list[Any] = wait_for(converged, 30, "all replicas at one applied index")
+    statuses: list[Any] = wait_until(converged, "all replicas at one applied index", 30)
     logs = [read_applied_log(str(cluster.applied_log(i))) for i in range(3)]
     assert logs[victim].reapplied > 0, "the restarted replica did not re-apply its journal"
     for i, log in enumerate(logs):

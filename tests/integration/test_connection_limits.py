@@ -23,7 +23,8 @@ from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.dev.ports import port_open
 from tests.support import raw_sockets
-from tests.support.cluster import START_TIMEOUT_S, LocalCluster, free_port, wait_for, with_token
+from tests.support.cluster import START_TIMEOUT_S, LocalCluster, free_port, with_token
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -49,10 +50,10 @@ def replica(tmp_path: Path) -> Iterator[tuple[LocalCluster, int]]:
     try:
         local.replicas[0].start()
         address = local.grpc[0]
-        wait_for(lambda: port_open(address), START_TIMEOUT_S, f"{address} to listen")
+        wait_until(lambda: port_open(address), f"{address} to listen", START_TIMEOUT_S)
         probe = local.client(retry_budget_s=START_TIMEOUT_S)
-        wait_for(lambda: probe.cluster_status(address).leader == address, START_TIMEOUT_S,
-                 "the replica to lead")
+        wait_until(lambda: probe.cluster_status(address).leader == address, "the replica to lead",
+                   START_TIMEOUT_S)
         probe.close()
         yield local, metrics_port
     except BaseException:
@@ -85,9 +86,9 @@ def test_half_open_tls_handshakes_are_closed_and_an_authenticated_watch_is_not(
             for i in range(MAX_CONNECTIONS + OVER_CAP)]
         # Past the cap (the watch's connection counts too) they are closed at accept: long
         # before the deadline, while the others are still held.
-        at_once = wait_for(lambda: (lambda closed: closed if len(closed) >= OVER_CAP else None)(
+        at_once = wait_until(lambda: (lambda closed: closed if len(closed) >= OVER_CAP else None)(
             [s for s in socks if not raw_sockets.is_open(s)]),
-            HANDSHAKE_TIMEOUT_S + CLOSE_SLACK_S, f"{OVER_CAP} connections closed at accept")
+            f"{OVER_CAP} connections closed at accept", HANDSHAKE_TIMEOUT_S + CLOSE_SLACK_S)
         still_held = [s for s in socks if raw_sockets.is_open(s)]
         assert len(still_held) >= MAX_CONNECTIONS // 2, (len(at_once), len(still_held))
         # The authenticated connection is served while the half-open ones fill the cap.

@@ -17,8 +17,9 @@ import pytest
 
 from raftsched.errors import Code, RaftschedError
 from raftsched.state.policy import BACKPRESSURE_RETRY_AFTER_MS
-from tests.support.cluster import LocalCluster, running, wait_for
+from tests.support.cluster import LocalCluster, running
 from tests.support.paths import REPO
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -81,13 +82,13 @@ def test_a_task_no_cluster_could_take_is_refused_at_submit_unless_allowed_to_wai
         answer = json.loads(cli(cluster, "task", "explain", job_id, "train", "--json").stdout)
         return answer["summary"] if answer["state"] == "RUNNABLE" else None
 
-    summary = wait_for(train_explained, JOB_DONE_S, "train to wait, runnable")
+    summary = wait_until(train_explained, "train to wait, runnable", JOB_DONE_S)
     assert "no registered cluster could ever take it" in summary
     tasks = json.loads(cli(cluster, "job", "tasks", job_id, "--json").stdout)
     assert "no registered cluster could ever take it" in \
         {t["task_id"]: t["reason"] for t in tasks}["train"]
     cluster.add_agent("tpu-north", capabilities="linux,tpu", cpu=2)
-    assert wait_for(lambda: finished(cluster, job_id), JOB_DONE_S, "the job") == "SUCCEEDED"
+    assert wait_until(lambda: finished(cluster, job_id), "the job", JOB_DONE_S) == "SUCCEEDED"
 
 
 def test_backpressure_refuses_past_max_queued_and_loses_nothing_accepted(
@@ -115,11 +116,11 @@ def test_backpressure_refuses_past_max_queued_and_loses_nothing_accepted(
         assert "max_queued=6" in refusal.message
         assert refusal.retry_after_ms == BACKPRESSURE_RETRY_AFTER_MS
     for job_id in accepted:
-        assert wait_for(lambda j=job_id: finished(cluster, j), JOB_DONE_S, job_id) == "SUCCEEDED"
+        assert wait_until(lambda j=job_id: finished(cluster, j), job_id, JOB_DONE_S) == "SUCCEEDED"
     listed = cluster.client().list_jobs(tenant="alpha").jobs
     assert sorted(j.job_id for j in listed) == sorted(accepted)
     other = cluster.client().submit(job.replace("tenant: alpha", "tenant: beta"))
-    assert wait_for(lambda: finished(cluster, other.job_id), JOB_DONE_S, "beta") == "SUCCEEDED"
+    assert wait_until(lambda: finished(cluster, other.job_id), "beta", JOB_DONE_S) == "SUCCEEDED"
 
 
 def test_drain_tenants_and_status_through_the_cli(cluster: LocalCluster,
@@ -140,7 +141,7 @@ def test_drain_tenants_and_status_through_the_cli(cluster: LocalCluster,
         f"  - {{id: t{i}, command: [mock, sleep_ms=20]}}\n" for i in range(6))
     submitted = cli(cluster, "submit", spec(tmp_path, "wide", wide), "--json")
     job_id = json.loads(submitted.stdout)["job_id"]
-    assert wait_for(lambda: finished(cluster, job_id), JOB_DONE_S, "wide") == "SUCCEEDED"
+    assert wait_until(lambda: finished(cluster, job_id), "wide", JOB_DONE_S) == "SUCCEEDED"
     tasks = json.loads(cli(cluster, "job", "tasks", job_id, "--json").stdout)
     assert {t["cluster"] for t in tasks} == {"west"}, tasks
 

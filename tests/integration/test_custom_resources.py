@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.cluster import LocalCluster, running, wait_for
+from tests.support.cluster import LocalCluster, running
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -46,8 +47,8 @@ def test_tasks_needing_a_custom_resource_share_what_the_cluster_offers(
     assert box["custom"] == {"fpga": 1} and box["custom_reserved"] == {}
 
     job_id = client.submit(TWO).job_id
-    wait_for(lambda: client.get_job(job_id).state == "SUCCEEDED" or None, DONE_TIMEOUT_S,
-             "both FPGA tasks to finish")
+    wait_until(lambda: client.get_job(job_id).state == "SUCCEEDED" or None,
+               "both FPGA tasks to finish", DONE_TIMEOUT_S)
     history = {t: client.task_history(job_id, t) for t in ("a", "b")}
     assert {h.attempts[-1].cluster for h in history.values()} == {"fpga-box"}
     first, second = sorted(history.values(), key=lambda h: h.attempts[-1].started_ms)

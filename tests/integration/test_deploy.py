@@ -81,7 +81,7 @@ def unit_settings(path: Path) -> dict[str, dict[str, str]]:
 def test_the_replica_example_is_accepted_by_the_replica_parser() -> None:
     args = example_args("replica")
     assert (args.raft, args.grpc) == ("10.0.0.1:7000", "10.0.0.1:8000")
-    assert args.peers == "10.0.0.2:7000,10.0.0.3:7000"
+    assert args.peers == ["10.0.0.2:7000", "10.0.0.3:7000"]  # the address-list option type
     assert args.data_dir == "/var/lib/raftsched"
     assert args.secret_file == "/etc/raftsched/secret" and args.insecure_dev is False
     assert (args.tls_ca, args.tls_cert, args.tls_key) == (

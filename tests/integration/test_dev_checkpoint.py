@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import parsed_ok, run_cli
-from tests.support.cluster import wait_for
+from tests.support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -98,12 +98,12 @@ def test_a_preempted_task_resumes_from_its_checkpoint_in_a_dev_cluster_under_a_p
         fence = tasks[0]["fence"]
         return bool(fence) and (attempts / f"{fence:020d}" / "work" / "trapped").exists()
 
-    wait_for(trapped, STATE_TIMEOUT_S, "the low-class task to set its SIGTERM trap")
+    wait_until(trapped, "the low-class task to set its SIGTERM trap", STATE_TIMEOUT_S)
     urgent = parsed(raftsched(private_dir, "submit", str(tmp_path / "urgent.yaml"),
                               "--json"))["job_id"]
     for job_id in (urgent, low):
-        wait_for(lambda job_id=job_id: _job_state(private_dir, job_id)
-                 in ("SUCCEEDED", "FAILED", "CANCELLED"), STATE_TIMEOUT_S, f"{job_id} to end")
+        wait_until(lambda job_id=job_id: _job_state(private_dir, job_id)
+                   in ("SUCCEEDED", "FAILED", "CANCELLED"), f"{job_id} to end", STATE_TIMEOUT_S)
         assert _job_state(private_dir, job_id) == "SUCCEEDED"
     history = parsed(raftsched(private_dir, "task", "history", low, "train", "--json"))
     assert [attempt["state"] for attempt in history["attempts"]] == ["PREEMPTED", "SUCCEEDED"]

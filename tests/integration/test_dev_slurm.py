@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from raftsched.dev import cluster as dc
+from raftsched.dev import record
 from raftsched.dev import slurm as private_slurm
 from raftsched.dev.supervisor import log_tail, stop_all
 from tests.support.cli import parsed_ok, run_cli
-from tests.support.slurm import wait_until
+from tests.support.waiting import wait_until
 
 pytest.importorskip("raftsched.replica.main")
 pytest.importorskip("agent.main")
@@ -79,7 +79,7 @@ def reap(directory: Path) -> None:
     out)."""
     with contextlib.suppress(subprocess.TimeoutExpired):
         raftsched(directory, "dev", "down")
-    state = dc.load_state(directory)
+    state = record.load_state(directory)
     if state is not None:
         stop_all(state.processes())
         if state.slurm is not None:
@@ -100,7 +100,7 @@ def test_dev_up_slurm_runs_cpu_easts_tasks_as_slurm_jobs_and_down_stops_its_daem
     assert (east["executor"], east["slurm_partition"], east["capabilities"], east["status"]) == (
         "slurm", slurm["partition"], ["linux"], "READY")
     assert agents["gpu-west"]["executor"] == "subprocess"
-    state = dc.load_state(dev_dir)
+    state = record.load_state(dev_dir)
     assert state is not None and all(d.alive() for d in state.slurm_daemons())
 
     spec = tmp_path / "pinned.yaml"
@@ -149,6 +149,6 @@ def test_dev_up_slurm_runs_cpu_easts_tasks_as_slurm_jobs_and_down_stops_its_daem
     assert not any(d.alive() for d in state.slurm_daemons())
     assert state.slurm is not None
     assert private_slurm.job_processes(Path(state.slurm.conf), set()) == []
-    assert dc.load_state(dev_dir) is None
+    assert record.load_state(dev_dir) is None
     print(f"\ndev up --slurm ready in {up_s:.1f} s; the whole test "
           f"{time.monotonic() - started:.1f} s")

@@ -19,7 +19,8 @@ import pytest
 
 from raftsched.client.client import Client
 from raftsched.errors import Code, RaftschedError
-from tests.support.cluster import LocalCluster, code_of, running, wait_for
+from tests.support.cluster import LocalCluster, code_of, running
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -114,8 +115,8 @@ def test_a_resume_from_before_the_window_is_too_old(cluster: LocalCluster) -> No
         f"  - {{id: t{i}, command: [mock]}}\n" for i in range(RETENTION // 3))
     for _ in range(3):  # each runs every task: several events each, past the window
         job_id = client.submit(many).job_id
-        wait_for(lambda j=job_id: client.get_job(j).state == "SUCCEEDED" or None,
-                 EVENT_TIMEOUT_S, "the job to succeed")
+        wait_until(lambda j=job_id: client.get_job(j).state == "SUCCEEDED" or None,
+                   "the job to succeed", EVENT_TIMEOUT_S)
     with pytest.raises(RaftschedError) as raised:
         next(iter(client.watch_events(1)))
     assert raised.value.code == Code.FAILED_PRECONDITION
@@ -170,11 +171,11 @@ def test_a_resume_too_old_on_a_restarted_replica_goes_on_from_another(tmp_path: 
         admin = local.client()
         start = admin.list_jobs().applied_index
         job_id = admin.submit(CHAIN.format(tenant="acme", ms=10)).job_id
-        wait_for(lambda: admin.get_job(job_id).state == "SUCCEEDED" or None, EVENT_TIMEOUT_S,
-                 "the job to succeed")
+        wait_until(lambda: admin.get_job(job_id).state == "SUCCEEDED" or None, "the job to succeed",
+                   EVENT_TIMEOUT_S)
         # Snapshots every 20 entries (ticks and heartbeats make entries): three times as many.
-        wait_for(lambda: admin.list_jobs().applied_index > start + 60 or None, EVENT_TIMEOUT_S,
-                 "60 more entries applied")
+        wait_until(lambda: admin.list_jobs().applied_index > start + 60 or None,
+                   "60 more entries applied", EVENT_TIMEOUT_S)
         victim = (local.wait_leader() + 1) % 3
         local.replicas[victim].kill()
         local.replicas[victim].start()

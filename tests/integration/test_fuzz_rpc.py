@@ -62,7 +62,7 @@ import pytest
 from google.protobuf import descriptor, message_factory, text_format
 from google.protobuf.message import DecodeError  # type: ignore[import-untyped]
 
-from raftsched import limits, rpc, tls
+from raftsched import limits, options, rpc, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.errors import RaftschedError
@@ -123,7 +123,7 @@ INT_BOUNDS = {
 }
 LONG_LENGTHS = sorted({value + 1 for name, value in vars(limits).items()
                        if name.endswith(("_CHARS", "_BYTES")) and isinstance(value, int)
-                       and value <= limits.LARGE_SPEC_BYTES} | {membership.MAX_HOST_CHARS + 1})
+                       and value <= limits.LARGE_SPEC_BYTES} | {options.MAX_HOST_CHARS + 1})
 """One past every char or byte bound up to LARGE_SPEC_BYTES (129, 257, ..., 65537, 262145)."""
 LONG_UNITS = ("a", "9", "\u00e9", "e\u0301", "\U0001f642", "\u202e")
 REPEAT_COUNTS = (limits.MAX_CAPABILITIES_PER_CLUSTER + 1, limits.MAX_REQUIRES_PER_TASK + 1,

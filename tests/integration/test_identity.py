@@ -39,7 +39,8 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.replica.raft.restore import write_snapshot_file
 from raftsched.state import snapshot
 from raftsched.state.model import Role, TokenRecord
-from tests.support.cluster import LocalCluster, code_of, running, wait_for, with_token
+from tests.support.cluster import LocalCluster, code_of, running, with_token
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -172,7 +173,7 @@ def test_a_revoked_certificate_is_refused_by_health_and_reflection_too(
             with tls.open_channel(address, stolen, rpc.CHANNEL_OPTIONS) as channel:
                 return _health_and_reflection(channel) == \
                     [grpc.StatusCode.UNAUTHENTICATED] * 3
-        wait_for(refused, 30, f"{address} to refuse the revoked certificate everywhere")
+        wait_until(refused, f"{address} to refuse the revoked certificate everywhere", 30)
     with _leader_channel(cluster, agent) as channel:  # any certificate that is not revoked
         assert _health_and_reflection(channel) == ["open"] * 3
 
@@ -196,8 +197,8 @@ def test_one_tokens_watches_block_neither_other_tenants_nor_the_admin(
     parked = cluster.client(token=alpha).submit(PARKED.format(tenant="alpha")).job_id
     betas = cluster.client(token=beta)
     running_job = betas.submit(RUNNING.format(tenant="beta", ms=120_000)).job_id
-    wait_for(lambda: betas.list_tasks(running_job).tasks[0].state == "RUNNING" or None, 60,
-             "beta's task to run")
+    wait_until(lambda: betas.list_tasks(running_job).tasks[0].state == "RUNNING" or None,
+               "beta's task to run", 60)
     held: list[Any] = []
     with _leader_channel(cluster, cluster.user_tls, alpha) as as_alpha, \
             _leader_channel(cluster, cluster.user_tls, beta) as as_beta, \
@@ -218,8 +219,8 @@ def test_one_tokens_watches_block_neither_other_tenants_nor_the_admin(
             ordinary = limits.MAX_STREAMS - limits.ADMIN_STREAM_RESERVE
             gamma_job = cluster.client(token=gamma).submit(PARKED.format(tenant="gamma")).job_id
             for _ in range(ordinary - len(held)):  # the cancelled logs' slot frees soon
-                held.append(wait_for(lambda: _opened(as_gamma, gamma_job), 30,
-                                     "a free ordinary slot"))
+                held.append(wait_until(lambda: _opened(as_gamma, gamma_job), "a free ordinary slot",
+                                       30))
             extra = _watches(as_gamma, gamma_job, 1)[0]
             assert _first(extra) == grpc.StatusCode.RESOURCE_EXHAUSTED
             assert "ADMIN_STREAM_RESERVE" in extra.details()
@@ -386,8 +387,8 @@ def test_unknown_tokens_cost_no_log_entries_and_few_log_lines(cluster: LocalClus
         suppressed = sum(e["count"] for e in found if e["event"] == "call_refused_suppressed")
         return found if written + suppressed >= RANDOM_TOKENS else None
 
-    found = wait_for(counted, limits.REFUSED_CALL_LOG_WINDOW_S * 3,
-                     "the suppressed refusals to be counted")
+    found = wait_until(counted, "the suppressed refusals to be counted",
+                       limits.REFUSED_CALL_LOG_WINDOW_S * 3)
     written = sum(1 for e in found if e["event"] == "call_refused")
     assert written <= limits.REFUSED_CALL_LOG_LINES * windows, (written, windows)
     assert found[0]["event"] == "call_refused" and "unknown" in found[0]["reason"]

@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.cluster import LocalCluster, running, task_user_root, wait_for
+from tests.support.cluster import LocalCluster, running, task_user_root
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -68,21 +69,21 @@ def test_a_higher_class_task_preempts_a_checkpointing_task_that_then_resumes(
         cluster: LocalCluster) -> None:
     client = cluster.client()
     low = client.submit(LOW).job_id
-    wait_for(lambda: state_of(cluster, low, "train") == "RUNNING" or None, JOB_DONE_S,
-             "the low-class task to run")
+    wait_until(lambda: state_of(cluster, low, "train") == "RUNNING" or None,
+               "the low-class task to run", JOB_DONE_S)
     # RUNNING is reported once the agent has launched the task's wrapper; a kill before the
     # wrapper starts the task stops it with nothing run. The task says when its trap is set.
     checkpoints = cluster.root / "agent-gpu" / "checkpoints"
-    wait_for(lambda: list(checkpoints.glob("*/trapped")), JOB_DONE_S,
-             "the low-class task to set its SIGTERM trap")
+    wait_until(lambda: list(checkpoints.glob("*/trapped")),
+               "the low-class task to set its SIGTERM trap", JOB_DONE_S)
     urgent = client.submit(URGENT).job_id
 
     def done(job_id: str) -> str | None:
         state = cluster.client(retry_budget_s=5).get_job(job_id).state
         return state if state in ("SUCCEEDED", "FAILED", "CANCELLED") else None
 
-    assert wait_for(lambda: done(urgent), JOB_DONE_S, "the urgent job") == "SUCCEEDED"
-    assert wait_for(lambda: done(low), JOB_DONE_S, "the preempted job") == "SUCCEEDED", \
+    assert wait_until(lambda: done(urgent), "the urgent job", JOB_DONE_S) == "SUCCEEDED"
+    assert wait_until(lambda: done(low), "the preempted job", JOB_DONE_S) == "SUCCEEDED", \
         client.task_history(low, "train")
 
     history = client.task_history(low, "train")

@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from tests.support import paths
-from tests.support.cluster import free_port, wait_for
+from tests.support.cluster import free_port
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -143,16 +144,16 @@ def test_a_real_prometheus_scrapes_every_replica_and_agent(tmp_path: Path) -> No
             active = api(base, "targets")["activeTargets"]
             return len(active) == 5 and all(t["health"] == "up" for t in active)
 
-        wait_for(all_up, SCRAPE_TIMEOUT_S, "Prometheus to scrape all 5 targets",
-                 retry_on=(OSError, ValueError))
+        wait_until(all_up, "Prometheus to scrape all 5 targets", SCRAPE_TIMEOUT_S,
+                   retry_on=(OSError, ValueError))
 
         def value(query: str) -> float | None:
             result = api(base, "query", query=query)["result"]
             return float(result[0]["value"][1]) if result else None
 
         # The state's figures come once, from the leader: summing over replicas adds nothing.
-        assert wait_for(lambda: value('sum(raftsched_replica_leader{job="raftsched"})') == 1,
-                        SCRAPE_TIMEOUT_S, "one leader in Prometheus")
+        assert wait_until(lambda: value('sum(raftsched_replica_leader{job="raftsched"})') == 1,
+                          "one leader in Prometheus", SCRAPE_TIMEOUT_S)
         assert value('count(raftsched_live_jobs{job="raftsched"})') == 1
         assert value('sum(raftsched_placements_total{job="raftsched"})') >= tasks
         assert value('sum(raftsched_reports_total{job="raftsched", verdict="accepted"})') \
@@ -170,7 +171,7 @@ def test_a_real_prometheus_scrapes_every_replica_and_agent(tmp_path: Path) -> No
                                           and not r["lastEvaluation"].startswith("0001")
                                           for r in rules) else None
 
-        rules = wait_for(rules_evaluated, SCRAPE_TIMEOUT_S, "every alert rule evaluated")
+        rules = wait_until(rules_evaluated, "every alert rule evaluated", SCRAPE_TIMEOUT_S)
         assert all(rule["health"] == "ok" for rule in rules), rules
 
         def quiet() -> bool:
@@ -180,8 +181,8 @@ def test_a_real_prometheus_scrapes_every_replica_and_agent(tmp_path: Path) -> No
                       for rule in group["rules"]}
             return states["RaftschedNoLeader"] == states["RaftschedReplicaDown"] == "inactive"
 
-        wait_for(quiet, SCRAPE_TIMEOUT_S, "no-leader and replica-down alerts inactive",
-                 retry_on=(OSError, ValueError))
+        wait_until(quiet, "no-leader and replica-down alerts inactive", SCRAPE_TIMEOUT_S,
+                   retry_on=(OSError, ValueError))
     finally:
         if prometheus is not None:
             prometheus.terminate()

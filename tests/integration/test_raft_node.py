@@ -34,7 +34,8 @@ from raftsched.state import commands as c
 from raftsched.state import fsm
 from raftsched.state.outcome import Applied
 from tests.support import raw_sockets
-from tests.support.raft_harness import Cluster, free_ports, wait_for
+from tests.support.raft_harness import Cluster, free_ports
+from tests.support.waiting import wait_until
 
 JOB_WIRE = doc_to_wire({"name": "n", "allow_unschedulable": True,
                         "tasks": [{"id": "a", "command": ["true"]}]})
@@ -88,7 +89,7 @@ def local_nodes(tmp_path: Path) -> Iterator[Callable[..., RaftNode]]:
 
 
 def wait_local_leader(node: RaftNode) -> None:
-    wait_for(lambda: node.is_leader_confirmed(1.0), 10.0, "the single replica to lead")
+    wait_until(lambda: node.is_leader_confirmed(1.0), "the single replica to lead", 10.0)
 
 
 # --- journal unit tests -------------------------------------------------------------------------
@@ -361,7 +362,7 @@ def test_on_changes_gets_each_entrys_changes_and_a_loaded_dumps_index(tmp_path: 
         wait_local_leader(node)
         for i in range(25):
             node.propose(submit(f"j{i}"), 5.0)
-        wait_for(lambda: node.status().log_first_index > 1, 10.0, "a compaction")
+        wait_until(lambda: node.status().log_first_index > 1, "a compaction", 10.0)
         node.propose(submit("after-dump"), 5.0)
     finally:
         node.close()
@@ -374,9 +375,8 @@ def test_on_changes_gets_each_entrys_changes_and_a_loaded_dumps_index(tmp_path: 
     try:
         assert seen and seen[0][1] is None  # the dump, loaded before the constructor returns
         wait_local_leader(again)
-        wait_for(lambda: any(ch and ch[0] == ("job", "after-dump") for _, ch in seen) or None,
-                 10.0,
-                 "the entry after the dump applied again")
+        wait_until(lambda: any(ch and ch[0] == ("job", "after-dump") for _, ch in seen) or None,
+                   "the entry after the dump applied again", 10.0)
         assert all(index > seen[0][0] for index, _ in seen[1:])
     finally:
         again.close()
@@ -389,7 +389,7 @@ def test_single_replica_recovers_from_dump_and_journal(tmp_path: Path) -> None:
         wait_local_leader(node)
         for i in range(25):
             node.propose(submit(f"j{i}"), 5.0)
-        wait_for(lambda: node.status().log_first_index > 1, 10.0, "a compaction")
+        wait_until(lambda: node.status().log_first_index > 1, "a compaction", 10.0)
         node.propose(submit("after-dump"), 5.0)
         digest = node.status(include_digest=True).state_digest
     finally:
@@ -541,13 +541,13 @@ def test_applying_is_off_the_raft_thread(clusters: Callable[..., Cluster],
     cluster = clusters(3)
     cluster.start()
     # No leader can confirm itself (its barrier is not applied): ask pysyncobj who leads.
-    leader = wait_for(lambda: next((r for r in cluster.replicas if r.status()["is_leader"]),
-                                   None), 30.0, "a leader")
+    leader = wait_until(lambda: next((r for r in cluster.replicas if r.status()["is_leader"]),
+                                   None), "a leader", 30.0)
     term = leader.status()["term"]
     held = leader.ok("submit_many held- 20 2")
     assert held["acked"] == [] and held["unknown"] == 20  # committed, not applied: no outcome
-    wait_for(lambda: all(r.status()["commit_index"] >= leader.status()["commit_index"]
-                         for r in cluster.replicas), 30.0, "every replica to learn the commits")
+    wait_until(lambda: all(r.status()["commit_index"] >= leader.status()["commit_index"]
+                         for r in cluster.replicas), "every replica to learn the commits", 30.0)
     statuses = [r.status() for r in cluster.replicas]
     assert all(s["commit_index"] > s["state_index"] for s in statuses)
     assert [s["term"] for s in statuses] == [term] * 3 and statuses[
@@ -574,16 +574,16 @@ def test_a_snapshot_in_progress_stalls_neither_commits_nor_leadership(
     term = leader.status()["term"]
     acked = leader.ok("submit_many before-dump- 40 20")["acked"]
     waiting = Path(str(latch) + ".waiting")
-    wait_for(lambda: waiting.exists() and len(waiting.read_text().split()) >= 3, 30.0,
-             "every replica's snapshot to start (and wait at the latch)")
+    wait_until(lambda: waiting.exists() and len(waiting.read_text().split()) >= 3,
+               "every replica's snapshot to start (and wait at the latch)", 30.0)
     acked += leader.ok("submit_many during-dump- 40 20")["acked"]
     assert len(acked) == 80
     statuses = [r.status() for r in cluster.replicas]
     assert [s["dumps_written"] for s in statuses] == [0, 0, 0]  # all still in progress
     assert [s["term"] for s in statuses] == [term] * 3 and cluster.wait_leader() is leader
     latch.touch()
-    wait_for(lambda: all(r.status()["dumps_written"] >= 1 for r in cluster.replicas), 30.0,
-             "every replica to finish its snapshot")
+    wait_until(lambda: all(r.status()["dumps_written"] >= 1 for r in cluster.replicas),
+               "every replica to finish its snapshot", 30.0)
     digest = cluster.wait_converged()
     assert digest and all(set(acked) <= set(r.jobs()) for r in cluster.replicas)
 
@@ -599,8 +599,8 @@ def test_compaction_snapshot_install_and_restart(clusters: Callable[..., Cluster
     lagging.kill()
     acked = leader.ok("submit_many while-down- 200 20")["acked"]
     assert len(acked) == 200
-    wait_for(lambda: leader.status()["log_first_index"] > lagging_last + 1, 20.0,
-             "the leader to compact past the stopped replica's log")
+    wait_until(lambda: leader.status()["log_first_index"] > lagging_last + 1,
+               "the leader to compact past the stopped replica's log", 20.0)
     assert leader.status()["dumps_written"] >= 1
 
     lagging.start()  # it has no dump: only a snapshot install can bring it up to date
@@ -615,8 +615,8 @@ def test_compaction_snapshot_install_and_restart(clusters: Callable[..., Cluster
     cluster.kill_all()
     cluster.start()
     # each rebuilds its state from its own dump + journal
-    wait_for(lambda: all(r.status()["dumps_loaded"] == 1 for r in cluster.replicas), 10.0,
-             "every replica to load its dump")
+    wait_until(lambda: all(r.status()["dumps_loaded"] == 1 for r in cluster.replicas),
+               "every replica to load its dump", 10.0)
     cluster.wait_leader()
     assert cluster.wait_converged() == digest  # barriers change no state
     for replica in cluster.replicas:
@@ -698,8 +698,8 @@ def test_membership_changes_one_at_a_time_and_never_without_a_live_majority(
             leader.request(f"add {fake_address} 5 1.5")))
         adder.start()
         try:
-            wait_for(lambda: fake_address in leader.status()["members"], 10.0,
-                     "the add to be appended")
+            wait_until(lambda: fake_address in leader.status()["members"], "the add to be appended",
+                       10.0)
             kind, detail = leader.request(f"remove {other.address} 5")
             assert kind == "error" and detail.startswith("FAILED_PRECONDITION"), (kind, detail)
             assert "in progress" in detail
@@ -707,8 +707,8 @@ def test_membership_changes_one_at_a_time_and_never_without_a_live_majority(
             adder.join(60)
     assert replies and replies[0][0] == "error" and "did not catch up" in replies[0][1], replies
     assert "removed again" in replies[0][1]
-    wait_for(lambda: all(r.status()["members"] == three for r in cluster.replicas), 20.0,
-             "three members again")
+    wait_until(lambda: all(r.status()["members"] == three for r in cluster.replicas),
+               "three members again", 20.0)
 
     # Nothing listens: refused before anything is proposed.
     with socket.create_server(("127.0.0.1", 0)) as closed:
@@ -739,11 +739,11 @@ def test_membership_changes_one_at_a_time_and_never_without_a_live_majority(
             return None
         assert kind == "ok" or str(detail).startswith("ALREADY_EXISTS"), (kind, detail)
         return True
-    wait_for(add_joiner, 60.0, "the joiner to be added")
+    wait_until(add_joiner, "the joiner to be added", 60.0)
     four = sorted([*cluster.addresses, joiner.address])
     members_of = [*cluster.replicas, joiner]
-    wait_for(lambda: all(r.status()["members"] == four for r in members_of), 20.0,
-             "all four replicas to see four members")
+    wait_until(lambda: all(r.status()["members"] == four for r in members_of),
+               "all four replicas to see four members", 20.0)
     cluster.wait_converged(members_of)
     assert "before-join" in joiner.jobs()
 
@@ -752,12 +752,12 @@ def test_membership_changes_one_at_a_time_and_never_without_a_live_majority(
     assert kind == "error" and "cannot remove itself: stop the replica" in detail, detail
     leader.ok(f"remove {joiner.address} 20")
     joiner.kill()
-    wait_for(lambda: all(r.status()["members"] == three for r in cluster.replicas), 20.0,
-             "three members again")
+    wait_until(lambda: all(r.status()["members"] == three for r in cluster.replicas),
+               "three members again", 20.0)
     new_leader = leader.ok("transfer 10")
     assert new_leader != leader.address
     successor = next(r for r in cluster.replicas if r.address == new_leader)
-    wait_for(lambda: successor.ok("confirm 2"), 10.0, "the new leader to commit")
+    wait_until(lambda: successor.ok("confirm 2"), "the new leader to commit", 10.0)
     assert successor.ok("submit after-leave") == {
         "applied": {"job_id": "after-leave", "created": True}}
 
@@ -906,8 +906,8 @@ def test_a_huge_or_negative_frame_length_is_refused_before_buffering(
     for replica in cluster.replicas:
         # A replica that was slow to hear the leader may still be at an earlier term: wait for
         # it to hear of this one; an election would have moved every replica past `term`.
-        status = wait_for(lambda r=replica: (lambda s: s if s["term"] >= term else None)(
-            r.status()), 30.0, f"{replica.address} to hear of term {term}")
+        status = wait_until(lambda r=replica: (lambda s: s if s["term"] >= term else None)(
+            r.status()), f"{replica.address} to hear of term {term}", 30.0)
         assert status["term"] == term, "an election happened"
         assert status["leader"] == leader.address
 
@@ -950,14 +950,15 @@ def test_unauthenticated_raft_connections_are_capped_per_address_and_timed_out(
             return stack.enter_context(raw_sockets.connect(leader.raft_port, source, send))
 
         held = [opened("127.0.0.2", HALF_FRAME if i % 2 else b"") for i in range(cap)]
-        wait_for(lambda: unauthenticated(leader)["pending"] == cap, 10.0, "the leader to hold them")
+        wait_until(lambda: unauthenticated(leader)["pending"] == cap, "the leader to hold them",
+                   10.0)
         over = [opened("127.0.0.2") for _ in range(OVER_CAP)]
         for sock in over:
             raw_sockets.wait_closed(sock, HANDSHAKE_TIMEOUT_S + CLOSE_SLACK_S)
         assert all(raw_sockets.is_open(sock) for sock in held), "not at accept, but a timeout"
         elsewhere = opened("127.0.0.3")
-        wait_for(lambda: unauthenticated(leader)["pending"] == cap + 1, 10.0,
-                 "a connection from another address to be held too")
+        wait_until(lambda: unauthenticated(leader)["pending"] == cap + 1,
+                   "a connection from another address to be held too", 10.0)
         assert leader.ok("submit during-probe") == {
             "applied": {"job_id": "during-probe", "created": True}}
         for sock in [*held, elsewhere]:

@@ -24,7 +24,8 @@ from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.client.client import Client
 from raftsched.replica.raft.applied_log import read_applied_log
 from raftsched.state import commands as c
-from tests.support.cluster import LocalCluster, running, wait_for
+from tests.support.cluster import LocalCluster, running
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -81,10 +82,10 @@ def _running_task(cluster: LocalCluster, client: Client, pid_file: Path) -> tupl
     job_id = client.submit(
         "name: victim\ntasks:\n  - id: t\n    cluster: east\n    command: [sh, -c, "
         f"'echo $$ > {pid_file}; exec sleep 600']\n").job_id
-    wait_for(lambda: client.list_tasks(job_id).tasks[0].state == "RUNNING" or None,
-             START_TIMEOUT_S, "the victim's task to run on east")
-    text: str = wait_for(lambda: pid_file.read_text().strip() if pid_file.exists() else None,
-                         START_TIMEOUT_S, "the task to write its pid")
+    wait_until(lambda: client.list_tasks(job_id).tasks[0].state == "RUNNING" or None,
+               "the victim's task to run on east", START_TIMEOUT_S)
+    text: str = wait_until(lambda: pid_file.read_text().strip() if pid_file.exists() else None,
+                           "the task to write its pid", START_TIMEOUT_S)
     pid = int(text)
     return job_id, client.list_tasks(job_id).tasks[0].fence, pid
 
@@ -123,8 +124,8 @@ def test_a_register_flood_of_phantom_attempts_leaves_another_clusters_kills_work
         try:
             client.cancel(job_id, reason="the victim is cancelled during the flood")
             cancelled = time.monotonic()
-            wait_for(lambda: not procfs.is_alive(pid, stat.start_ticks), KILL_DEADLINE_S,
-                     f"the cancelled task's process {pid} to die")
+            wait_until(lambda: not procfs.is_alive(pid, stat.start_ticks),
+                       f"the cancelled task's process {pid} to die", KILL_DEADLINE_S)
             print(f"the cancelled task died {time.monotonic() - cancelled:.2f} s after the "
                   f"cancel committed, {len(flood_errors)} flood calls refused meanwhile")
             seen = _clusters(client)
@@ -132,8 +133,8 @@ def test_a_register_flood_of_phantom_attempts_leaves_another_clusters_kills_work
         finally:
             stop.set()
             flooder.join(CALL_TIMEOUT_S)
-    wait_for(lambda: _clusters(client)["east"].pending_kills == 0 or None, START_TIMEOUT_S,
-             "east's agent to confirm the kill")
+    wait_until(lambda: _clusters(client)["east"].pending_kills == 0 or None,
+               "east's agent to confirm the kill", START_TIMEOUT_S)
     removed = cluster.cli("admin", "remove-cluster", "mallory", "--json")
     assert removed.returncode == 0, removed.stderr
     assert "mallory" not in _clusters(client) and _clusters(client)["east"].status == "READY"

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import LocalCluster, running, wait_for
+from tests.support.cluster import LocalCluster, running
 from tests.support.slurm import LocalSlurm, local_slurm
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -83,8 +84,8 @@ def test_a_dag_runs_through_slurm_with_outputs_and_exit_codes(cluster: LocalClus
     assert hpc["capacity"]["cpu_milli"] == 8_000  # the partition's cpus, read with sinfo
     client = cluster.client()
     job_id = client.submit(DAG).job_id
-    wait_for(lambda: client.get_job(job_id).state in ("FAILED", "SUCCEEDED") or None,
-             STATE_TIMEOUT_S, "the DAG to end")
+    wait_until(lambda: client.get_job(job_id).state in ("FAILED", "SUCCEEDED") or None,
+               "the DAG to end", STATE_TIMEOUT_S)
     tasks = tasks_of(cluster, job_id)
     hello, fails = tasks["hello"], tasks["fails"]
     assert (hello.state, fails.state) == ("SUCCEEDED", "FAILED")
@@ -100,29 +101,29 @@ def test_a_dag_runs_through_slurm_with_outputs_and_exit_codes(cluster: LocalClus
 def test_a_cancelled_job_is_cancelled_in_slurm(cluster: LocalCluster, slurm: LocalSlurm) -> None:
     client = cluster.client()
     job_id = client.submit(LONG).job_id
-    wait_for(lambda: tasks_of(cluster, job_id)["nap"].state == "RUNNING" or None,
-             STATE_TIMEOUT_S, "the task to run in Slurm")
+    wait_until(lambda: tasks_of(cluster, job_id)["nap"].state == "RUNNING" or None,
+               "the task to run in Slurm", STATE_TIMEOUT_S)
     fence = tasks_of(cluster, job_id)["nap"].fence
     (slurm_id,) = slurm_jobs_named(slurm, f"rs-{fence}")
     client.cancel(job_id)
-    wait_for(lambda: slurm.job(slurm_id).get("JobState") == "CANCELLED" or None,
-             STATE_TIMEOUT_S, "Slurm to cancel the job")
-    wait_for(lambda: client.get_job(job_id).state == "CANCELLED" or None, STATE_TIMEOUT_S,
-             "the job to be CANCELLED")
+    wait_until(lambda: slurm.job(slurm_id).get("JobState") == "CANCELLED" or None,
+               "Slurm to cancel the job", STATE_TIMEOUT_S)
+    wait_until(lambda: client.get_job(job_id).state == "CANCELLED" or None,
+               "the job to be CANCELLED", STATE_TIMEOUT_S)
 
 
 def test_an_agent_killed_mid_task_re_adopts_its_slurm_job(cluster: LocalCluster,
                                                           slurm: LocalSlurm) -> None:
     client = cluster.client()
     job_id = client.submit(SHORT_NAP).job_id
-    wait_for(lambda: tasks_of(cluster, job_id)["nap"].state == "RUNNING" or None,
-             STATE_TIMEOUT_S, "the task to run in Slurm")
+    wait_until(lambda: tasks_of(cluster, job_id)["nap"].state == "RUNNING" or None,
+               "the task to run in Slurm", STATE_TIMEOUT_S)
     fence = tasks_of(cluster, job_id)["nap"].fence
     agent = cluster.agents["hpc"]
     agent.kill()  # SIGKILL while Slurm runs the job
     agent.start()
-    wait_for(lambda: client.get_job(job_id).state == "SUCCEEDED" or None, STATE_TIMEOUT_S,
-             "the task to succeed after the agent's restart")
+    wait_until(lambda: client.get_job(job_id).state == "SUCCEEDED" or None,
+               "the task to succeed after the agent's restart", STATE_TIMEOUT_S)
     nap = tasks_of(cluster, job_id)["nap"]
     assert nap.fence == fence and nap.attempts == 1  # one result
     assert len(slurm_jobs_named(slurm, f"rs-{fence}")) == 1  # no second Slurm job
@@ -134,8 +135,8 @@ def test_a_task_past_its_timeout_is_cancelled_in_slurm_and_timed_out(cluster: Lo
                                                                       slurm: LocalSlurm) -> None:
     client = cluster.client()
     job_id = client.submit(OVERRUN).job_id
-    wait_for(lambda: client.get_job(job_id).state == "FAILED" or None, STATE_TIMEOUT_S,
-             "the overrunning task to fail")
+    wait_until(lambda: client.get_job(job_id).state == "FAILED" or None,
+               "the overrunning task to fail", STATE_TIMEOUT_S)
     (attempt,) = client.task_history(job_id, "slow").attempts
     assert attempt.state == "TIMED_OUT"
     (slurm_id,) = slurm_jobs_named(slurm, f"rs-{attempt.fence}")
@@ -157,7 +158,7 @@ def test_a_leftover_job_of_the_cluster_is_cancelled_and_no_other(cluster: LocalC
 
     stale = sbatch("rs-987654", "raftsched hpc lost/task fence 987654")
     other = sbatch("rs-987655", "raftsched west some/task fence 987655")
-    wait_for(lambda: slurm.job(stale).get("JobState") == "CANCELLED" or None, STATE_TIMEOUT_S,
-             "the agent to cancel the stale job")
+    wait_until(lambda: slurm.job(stale).get("JobState") == "CANCELLED" or None,
+               "the agent to cancel the stale job", STATE_TIMEOUT_S)
     assert slurm.job(other).get("JobState") in ("PENDING", "RUNNING")
     slurm.run("scancel", other)

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.slurm import LocalSlurm, local_slurm, wait_until
+from tests.support.slurm import LocalSlurm, local_slurm
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 

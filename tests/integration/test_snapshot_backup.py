@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from raftsched.state.snapshot import MAGIC
-from tests.support.cluster import LocalCluster, wait_for
+from tests.support.cluster import LocalCluster
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -174,8 +175,8 @@ def test_a_lost_majority_is_recovered_from_a_survivors_data_dir(
     before = jobs_of(old)
     survivor = old.wait_leader()  # the leader holds every acknowledged entry
     data_dir = old.root / f"replica-{survivor}"
-    wait_for(lambda: (data_dir / "raft.dump").exists() or None, RUN_TIMEOUT_S,
-             "the survivor to have compacted its log once")
+    wait_until(lambda: (data_dir / "raft.dump").exists() or None,
+               "the survivor to have compacted its log once", RUN_TIMEOUT_S)
     for i, replica in enumerate(old.replicas):
         if i != survivor:
             replica.kill()  # SIGKILL: lost for good

@@ -25,7 +25,8 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.replica.raft.applied_log import read_applied_log
 from raftsched.state.commands import JobSubmit, Tag, decode
 from raftsched.state.policy import BACKPRESSURE_RETRY_AFTER_MS
-from tests.support.cluster import START_TIMEOUT_S, LocalCluster, running, wait_for, with_token
+from tests.support.cluster import START_TIMEOUT_S, LocalCluster, running, with_token
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -66,7 +67,7 @@ def terms(cluster: LocalCluster) -> list[int]:
             if error.code != Code.UNAVAILABLE:
                 raise
             return None
-    return wait_for(answered, START_TIMEOUT_S, "every replica to answer with its term")
+    return wait_until(answered, "every replica to answer with its term", START_TIMEOUT_S)
 
 
 def term_after_a_later_commit(cluster: LocalCluster) -> list[int]:
@@ -179,8 +180,8 @@ def test_submits_refused_by_max_queued_are_not_written_to_the_log(
         assert refusal.retry_after_ms == BACKPRESSURE_RETRY_AFTER_MS
     later = client.submit(SMALL).job_id
     for i in range(len(cluster.grpc)):
-        names = wait_for(lambda i=i: applied_through(cluster, i, later), CALL_TIMEOUT_S,
-                         f"replica {i} to apply {later}")
+        names = wait_until(lambda i=i: applied_through(cluster, i, later),
+                           f"replica {i} to apply {later}", CALL_TIMEOUT_S)
         assert "refused" not in names.values(), f"replica {i} applied a refused submit"
 
 

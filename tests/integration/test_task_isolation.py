@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.cluster import LocalCluster, running, task_user_root, wait_for
+from tests.support.cluster import LocalCluster, running, task_user_root
+from tests.support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -52,8 +53,8 @@ def test_a_task_cannot_touch_the_agent_other_attempts_or_its_own_result(
     secret_job = client.submit(
         "name: secret\ntasks:\n  - {id: t, command: [sh, -c, 'true'], "
         "env: {API_TOKEN: hunter2}}\n").job_id
-    wait_for(lambda: client.get_job(secret_job).state == "SUCCEEDED" or None, 60,
-             "the job with a secret to finish")
+    wait_until(lambda: client.get_job(secret_job).state == "SUCCEEDED" or None,
+               "the job with a secret to finish", 60)
     attempts = cluster.root / "agent-iso" / "attempts"
     other_spec = attempts / f"{_fence(cluster, secret_job):020d}" / "spec.json"
     assert "hunter2" in other_spec.read_text()  # the file is there: only access is refused
@@ -68,8 +69,8 @@ def test_a_task_cannot_touch_the_agent_other_attempts_or_its_own_result(
         "id": "t", "command": ["sh", "-c", script],
         "env": {"OTHER_SPEC": str(other_spec), "JOURNAL": str(journal)}}]}
     job_id = client.submit(json.dumps(spec)).job_id
-    wait_for(lambda: client.get_job(job_id).state in ("FAILED", "SUCCEEDED") or None, 60,
-             "the hostile job to end")
+    wait_until(lambda: client.get_job(job_id).state in ("FAILED", "SUCCEEDED") or None,
+               "the hostile job to end", 60)
     task = client.list_tasks(job_id).tasks[0]
     output = (attempts / f"{task.fence:020d}" / "stdout").read_text().splitlines()
     assert [line for line in output if line.startswith("ALLOWED")] == [], output
@@ -98,8 +99,8 @@ def test_a_cwd_the_task_account_may_not_enter_starts_nothing(cluster: LocalClust
         jobs[cwd] = client.submit(json.dumps(spec)).job_id
     reasons = {}
     for cwd, job_id in jobs.items():
-        wait_for(lambda job_id=job_id: client.get_job(job_id).state in ("FAILED", "SUCCEEDED")
-                 or None, 60, f"the job with cwd {cwd} to end")
+        wait_until(lambda job_id=job_id: client.get_job(job_id).state in ("FAILED", "SUCCEEDED")
+                   or None, f"the job with cwd {cwd} to end", 60)
         attempt = client.task_history(job_id, "t").attempts[-1]
         assert (client.get_job(job_id).state, attempt.exit_code) == ("FAILED", 126), attempt
         reasons[cwd] = attempt.reason

@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.cluster import LocalCluster, running, task_user_root, wait_for
+from tests.support.cluster import LocalCluster, running, task_user_root
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -51,8 +52,8 @@ def task_state(cluster: LocalCluster, job_id: str) -> str:
 def test_task_output_through_the_leader(cluster: LocalCluster) -> None:
     client = cluster.client()
     job_id = client.submit(TALK).job_id
-    wait_for(lambda: task_state(cluster, job_id) == "RUNNING" or None, STATE_TIMEOUT_S,
-             "the task to run")
+    wait_until(lambda: task_state(cluster, job_id) == "RUNNING" or None, "the task to run",
+               STATE_TIMEOUT_S)
 
     followed = cluster.cli("task", "logs", job_id, "talk", "--follow")
     assert followed.returncode == 0, followed.stderr

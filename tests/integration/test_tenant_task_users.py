@@ -21,7 +21,8 @@ import pytest
 from agent import runner
 from agent.files import read_json
 from tests.support.agent import spare_accounts
-from tests.support.cluster import LocalCluster, running, task_user_root, wait_for
+from tests.support.cluster import LocalCluster, running, task_user_root
+from tests.support.waiting import wait_until
 
 pytestmark = [
     pytest.mark.integration,
@@ -78,8 +79,8 @@ def _task(cluster: LocalCluster, job_id: str) -> Any:
 
 
 def _ended(cluster: LocalCluster, job_id: str) -> Any:
-    wait_for(lambda: cluster.client(retry_budget_s=5).get_job(job_id).state
-             in ("SUCCEEDED", "FAILED") or None, STATE_TIMEOUT_S, f"job {job_id} to end")
+    wait_until(lambda: cluster.client(retry_budget_s=5).get_job(job_id).state
+               in ("SUCCEEDED", "FAILED") or None, f"job {job_id} to end", STATE_TIMEOUT_S)
     return _task(cluster, job_id)
 
 
@@ -99,17 +100,17 @@ def test_tenants_on_one_agent_run_as_their_own_accounts_and_cannot_reach_each_ot
     beta = cluster.client(token=admin.create_token("beta", "user", "beta").token)
     gate = cluster.root / "gate"
     held = alpha.submit(_job("alpha", HOLD, {"GATE": str(gate)}, checkpoint=True)).job_id
-    fence = int(wait_for(lambda: _task(cluster, held).fence
-                         if _task(cluster, held).state == "RUNNING" else None,
-                         STATE_TIMEOUT_S, "alpha's task to run"))
+    fence = int(wait_until(lambda: _task(cluster, held).fence
+                           if _task(cluster, held).state == "RUNNING" else None,
+                           "alpha's task to run", STATE_TIMEOUT_S))
     work = _attempt_dir(cluster, fence) / "work"
-    wait_for(lambda: (work / "where").exists() or None, STATE_TIMEOUT_S,
-             "alpha's task to leave its secrets")
+    wait_until(lambda: (work / "where").exists() or None, "alpha's task to leave its secrets",
+               STATE_TIMEOUT_S)
     checkpoint = (work / "where").read_text().strip()
     # The wrapper writes task.json once the task's exec went through (it reads the start's
     # outcome first), which may be after the task's first lines ran.
-    task_file = wait_for(lambda: read_json(_attempt_dir(cluster, fence) / runner.TASK_FILE),
-                         STATE_TIMEOUT_S, "the wrapper to record alpha's task")
+    task_file = wait_until(lambda: read_json(_attempt_dir(cluster, fence) / runner.TASK_FILE),
+                           "the wrapper to record alpha's task", STATE_TIMEOUT_S)
 
     agent = cluster.agents[AGENT]
     agent.kill()  # SIGKILL: alpha's task runs on under its wrapper; the next agent adopts it

@@ -20,8 +20,9 @@ from raftsched import rpc, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.dev import pki
 from raftsched.replica.identity import Rule, rule_of
-from tests.support.cluster import LocalCluster, running, wait_for, with_token
+from tests.support.cluster import LocalCluster, running, with_token
 from tests.support.paths import REPO
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -123,8 +124,8 @@ def test_another_process_cannot_take_over_an_agents_cluster_or_forge_its_results
     cluster.wait_clusters_ready("east")
     client = cluster.client()
     job_id = client.submit(JOB).job_id
-    wait_for(lambda: client.list_tasks(job_id).tasks[0].state == "RUNNING" or None, 30,
-             "the task to run on east")
+    wait_until(lambda: client.list_tasks(job_id).tasks[0].state == "RUNNING" or None,
+               "the task to run on east", 30)
     fence = client.list_tasks(job_id).tasks[0].fence
     gateway = pb.DESCRIPTOR.services_by_name["AgentGateway"]
     west = cluster.agent_tls("west")
@@ -187,8 +188,8 @@ def test_a_revoked_certificate_is_refused_and_a_new_one_for_the_cluster_works(
     assert json.loads(revoked.stdout) == {"fingerprint": stolen.fingerprint,
                                           "subject": "raftsched-agent:east", "created": True}
     client = cluster.client()
-    wait_for(lambda: {c.cluster_id: c.status for c in client.cluster_status().clusters}
-             ["east"] != "READY" or None, EXIT_TIMEOUT_S, "east to stop being READY")
+    wait_until(lambda: {c.cluster_id: c.status for c in client.cluster_status().clusters}
+               ["east"] != "READY" or None, "east to stop being READY", EXIT_TIMEOUT_S)
     gateway = pb.DESCRIPTOR.services_by_name["AgentGateway"]
     with _channel(cluster, east) as channel:
         assert _call(channel, gateway, gateway.methods_by_name["Register"],

@@ -23,8 +23,9 @@ from raftsched.api import raftsched_pb2 as pb
 from raftsched.client.client import Client
 from raftsched.errors import Code
 from raftsched.replica.identity import Rule, rule_of
-from tests.support.cluster import LocalCluster, code_of, running, wait_for
+from tests.support.cluster import LocalCluster, code_of, running
 from tests.support.paths import REPO
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
 
@@ -129,8 +130,8 @@ def test_token_secrets_never_reach_the_log_or_snapshots(cluster: LocalCluster,
     leader = cluster.wait_leader()
     client = cluster.client()
     client.submit(PARKED.format(tenant="default"))
-    wait_for(lambda: client.cluster_status(cluster.grpc[leader]).applied_index > 0, 30,
-             "an applied entry")
+    wait_until(lambda: client.cluster_status(cluster.grpc[leader]).applied_index > 0,
+               "an applied entry", 30)
     stores = [path for i in range(3) for path in (tmp_path / f"replica-{i}").rglob("*")
               if path.is_file()] + [cluster.applied_log(i) for i in range(3)]
     assert stores

@@ -34,7 +34,8 @@ import pytest
 from raftsched import tokens
 from raftsched.dev import pki
 from raftsched.dev.ports import port_open
-from tests.support.cluster import LocalCluster, free_port, running, task_user_root, wait_for
+from tests.support.cluster import LocalCluster, free_port, running, task_user_root
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -110,7 +111,7 @@ def _start_console(cluster: LocalCluster, root: Path, name: str = "web",
         "--tls-cert", str(files.cert), "--tls-key", str(files.key),
         "--https-cert", str(files.cert), "--https-key", str(files.key), *extra],
         root / "logs" / f"{name}.log")
-    wait_for(lambda: port_open(address), STATE_TIMEOUT_S, f"the console on {address}")
+    wait_until(lambda: port_open(address), f"the console on {address}", STATE_TIMEOUT_S)
     return f"https://{address}"
 
 
@@ -141,8 +142,8 @@ def test_sign_in_list_graph_and_a_task_turning_succeeded_live(site: Site) -> Non
     page = _page(site, site.tokens["acme"])
     _shot(site, page, "01-jobs")
     assert page.locator(f'tr[data-job-id="{site.job_id}"]').count() == 1
-    wait_for(lambda: _task_states(site)["gate"] == "RUNNING" or None, STATE_TIMEOUT_S,
-             "the gate task to run")
+    wait_until(lambda: _task_states(site)["gate"] == "RUNNING" or None, "the gate task to run",
+               STATE_TIMEOUT_S)
     fetched: list[str] = []  # the timeline's fragment, fetched again by the page
     page.on("request", lambda r: fetched.append(r.url) if r.url.endswith("/timeline") else None)
     page.click(f'a[href="/jobs/{site.job_id}"]')
@@ -179,8 +180,8 @@ def test_sign_in_list_graph_and_a_task_turning_succeeded_live(site: Site) -> Non
 
 
 def test_a_task_page_shows_attempts_and_output(site: Site) -> None:
-    wait_for(lambda: _task_states(site)["hello"] == "SUCCEEDED" or None, STATE_TIMEOUT_S,
-             "hello to succeed")
+    wait_until(lambda: _task_states(site)["hello"] == "SUCCEEDED" or None, "hello to succeed",
+               STATE_TIMEOUT_S)
     page = _page(site, site.tokens["acme"])
     page.goto(f"{site.url}/jobs/{site.job_id}/tasks/hello")
     assert "hello-from-task" in page.locator("#output").inner_text()
@@ -328,8 +329,8 @@ def _retrying_spec() -> str:
 def test_the_timeline_draws_a_bar_per_attempt_of_a_finished_job(site: Site) -> None:
     client = site.cluster.client(token=site.tokens["acme"])
     job_id = client.submit(_retrying_spec()).job_id
-    wait_for(lambda: client.get_job(job_id).state in ("SUCCEEDED", "FAILED") or None,
-             STATE_TIMEOUT_S, "the retrying job to end")
+    wait_until(lambda: client.get_job(job_id).state in ("SUCCEEDED", "FAILED") or None,
+               "the retrying job to end", STATE_TIMEOUT_S)
     history = {t.task_id: client.task_history(job_id, t.task_id).attempts
                for t in client.list_tasks(job_id).tasks}
     assert len(history["flaky"]) == len(history["boom"]) == 2
@@ -421,8 +422,8 @@ def test_a_collapsed_group_grows_live_when_its_layer_gains_states(site: Site) ->
     client = site.cluster.client(token=site.tokens["acme"])
     job_id = client.submit(json.dumps({"name": "growing", "tenant": "acme", "tasks": tasks,
                                        "allow_unschedulable": True})).job_id
-    wait_for(lambda: client.get_job(job_id).tasks.get("RUNNING") == 2 or None, STATE_TIMEOUT_S,
-             "ok and bad to run")
+    wait_until(lambda: client.get_job(job_id).tasks.get("RUNNING") == 2 or None,
+               "ok and bad to run", STATE_TIMEOUT_S)
     page = _page(site, site.tokens["acme"])
     page.goto(f"{site.url}/jobs/{job_id}")
     lines = 'g.group[data-layer="0"] text.small'
@@ -556,8 +557,8 @@ def test_a_running_tasks_page_shows_its_lines_as_it_prints_them(site: Site) -> N
     gates.mkdir()
     client = site.cluster.client(token=site.tokens["acme"])
     job_id = client.submit(_live_spec(gates)).job_id
-    wait_for(lambda: client.task_history(job_id, "talk").state == "RUNNING" or None,
-             STATE_TIMEOUT_S, "the talking task to run")
+    wait_until(lambda: client.task_history(job_id, "talk").state == "RUNNING" or None,
+               "the talking task to run", STATE_TIMEOUT_S)
     page = _page(site, site.tokens["acme"])
     page.goto(f"{site.url}/jobs/{job_id}/tasks/talk")
     page.wait_for_selector("pre#output:has-text('first-line')", timeout=LIVE_TIMEOUT_MS)
@@ -581,8 +582,8 @@ def test_a_running_tasks_page_shows_its_lines_as_it_prints_them(site: Site) -> N
 
 
 def test_a_finished_tasks_page_says_nothing_of_why_it_is_not_running(site: Site) -> None:
-    wait_for(lambda: _task_states(site)["hello"] == "SUCCEEDED" or None, STATE_TIMEOUT_S,
-             "hello to succeed")
+    wait_until(lambda: _task_states(site)["hello"] == "SUCCEEDED" or None, "hello to succeed",
+               STATE_TIMEOUT_S)
     page = _page(site, site.tokens["acme"])
     page.goto(f"{site.url}/jobs/{site.job_id}/tasks/hello")
     assert "Why not running" not in page.content() and page.locator("#explain").count() == 0
@@ -610,8 +611,8 @@ def test_clusters_and_tenants_show_reported_free_and_fair_share(site: Site) -> N
     held = [_holding(site, "acme", 2, gate), _holding(site, "other", 1, gate)]
     try:
         for job_id, client in held:
-            wait_for(lambda j=job_id, c=client: c.task_history(j, "hold").state == "RUNNING"
-                     or None, STATE_TIMEOUT_S, f"{job_id} to run")
+            wait_until(lambda j=job_id, c=client: c.task_history(j, "hold").state == "RUNNING"
+                       or None, f"{job_id} to run", STATE_TIMEOUT_S)
         admin = site.cluster.client()
         leader = admin.cluster_status(server=admin.cluster_status().leader)
         follower = next(a for a in site.cluster.grpc if a != leader.responder)

@@ -22,7 +22,7 @@ import pytest
 
 from raftsched import eventlog, limits
 from raftsched.protocol import ReportVerdict
-from raftsched.replica.applied_log import AppliedLogWriter
+from raftsched.replica.raft.applied_log import AppliedLogWriter
 from raftsched.state import assign, fsm, snapshot
 from raftsched.state import commands as c
 from raftsched.state.audit import LogAuditor

@@ -17,6 +17,10 @@ import pytest
 
 from tests.support import paths
 
+sys.path.insert(0, str(paths.JEPSEN_STYLE))
+
+from jepsen.checks_history import _Findings, read_history
+
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 ROOT = paths.REPO
@@ -76,8 +80,7 @@ def test_a_hostile_agent_flooding_register_kills_nothing_and_delays_no_kill(
     assert out["faults_injected"].get("hostile-agent", 0) >= 1, out["faults_injected"]
     assert report["invariants_checked"]["hostile_no_kills"] >= 10
     assert report["invariants_checked"]["kill_liveness"] >= 3
-    floods = [json.loads(line)["value"] for line in
-              (results / "history.jsonl").read_text().splitlines()
-              if '"f": "hostile"' in line]
+    history = read_history(results / "history.jsonl", _Findings(results))
+    floods = [event["value"] for event in history.events if event["f"] == "hostile"]
     assert floods and all(flood["kills_recorded"] == 0 for flood in floods)
     assert sum(flood["told_to_stop"] for flood in floods) >= 10_000

@@ -9,7 +9,7 @@ import pwd
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -33,6 +33,7 @@ from agent.model import (
 from agent.session import Reregister, Unknown
 from raftsched.procfs import is_alive
 from raftsched.protocol import Observation, ReportVerdict
+from tests.support.waiting import wait_until
 
 T = TypeVar("T")
 
@@ -44,19 +45,6 @@ AGENT_JOIN_TIMEOUT_S = 10.0
 REAP_TIMEOUT_S = 5.0
 TASK_RESOURCES = Resources(100, 10, 0)
 CAPACITY = Resources(4000, 4096, 1)
-
-
-def wait_until(predicate: Callable[[], T], what: str,
-               timeout_s: float = DEFAULT_TIMEOUT_S) -> T:
-    """Polls until `predicate()` is truthy and returns it; fails the test at the deadline."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(POLL_S)
 
 
 def assignment(fence: int, *, job_id: str = "job", task_id: str = "t",

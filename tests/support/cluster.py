@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -24,6 +23,7 @@ from raftsched.dev.ports import pick_free_ports, port_open
 from raftsched.dev.supervisor import Child, Supervisor
 from raftsched.errors import Code, RaftschedError
 from tests.support.agent import kill_attempt_processes, remove_agent_cgroups
+from tests.support.waiting import wait_until
 
 T = TypeVar("T")
 START_TIMEOUT_S = 30.0
@@ -37,25 +37,6 @@ SECRET = "integration-test-secret"
 
 def free_port() -> int:
     return pick_free_ports(1)[0]
-
-
-def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str,
-             retry_on: tuple[type[Exception], ...] = (RaftschedError, OSError)) -> T:
-    """Poll `condition` until it returns something truthy, treating `retry_on` errors as "not
-    yet"; fail with `what` (and the last such error) once the timeout has passed."""
-    deadline = time.monotonic() + timeout_s
-    last_error: Exception | None = None
-    while True:
-        try:
-            value = condition()
-            if value:
-                return value
-        except retry_on as error:
-            last_error = error
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}"
-                                 + (f" (last error: {last_error})" if last_error else ""))
-        time.sleep(POLL_S)
 
 
 @dataclass
@@ -165,7 +146,7 @@ class LocalCluster:
         return None
 
     def wait_leader(self, timeout_s: float = START_TIMEOUT_S) -> int:
-        index = wait_for(lambda: plus_one(self.leader_index()), timeout_s, "a leader")
+        index = wait_until(lambda: plus_one(self.leader_index()), "a leader", timeout_s)
         return index - 1
 
     def spawn_joiner(self) -> tuple[Child, str, str]:
@@ -179,7 +160,7 @@ class LocalCluster:
         proc = self.supervisor.start(f"joiner-{raft}", argv,
                                      self.root / "logs" / f"joiner-{raft}.log")
         self.replicas.append(proc)
-        wait_for(lambda: port_open(raft), START_TIMEOUT_S, f"the joiner to listen on {raft}")
+        wait_until(lambda: port_open(raft), f"the joiner to listen on {raft}", START_TIMEOUT_S)
         return proc, raft, grpc
 
     # -- agents ----------------------------------------------------------------------------------
@@ -209,7 +190,7 @@ class LocalCluster:
             status = self.client(retry_budget_s=2).cluster_status()
             states = {c.cluster_id: c.status for c in status.clusters}
             return all(states.get(cid) == "READY" for cid in cluster_ids)
-        wait_for(ready, timeout_s, f"clusters {cluster_ids} READY")
+        wait_until(ready, f"clusters {cluster_ids} READY", timeout_s)
 
     def wait_all_applied(self, timeout_s: float = START_TIMEOUT_S) -> int:
         """Every live replica has applied what the leader had committed when this was called
@@ -222,7 +203,7 @@ class LocalCluster:
                 if proc.alive() and client.cluster_status(server=address).applied_index < target:
                     return False
             return True
-        wait_for(caught_up, timeout_s, f"every replica to apply index {target}")
+        wait_until(caught_up, f"every replica to apply index {target}", timeout_s)
         return int(target)
 
     # -- teardown --------------------------------------------------------------------------------

@@ -14,13 +14,14 @@ import os
 import signal
 import socket
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar
 
 from raftsched.dev.ports import pick_free_ports
 from raftsched.dev.supervisor import Supervisor
-from tests.support import cluster, paths
+from tests.support import paths
+from tests.support.waiting import NotYet, wait_until
 
 REPO_ROOT = paths.REPO
 PROC_SCRIPT = REPO_ROOT / "tests" / "support" / "raft_proc.py"
@@ -34,18 +35,12 @@ DEAD_REPLICA_SIGNS = ("failed _onTick",)
 T = TypeVar("T")
 
 
-class HarnessError(AssertionError):
+class HarnessError(NotYet):
     pass
 
 
 def free_ports(count: int) -> list[int]:
     return pick_free_ports(count)
-
-
-def wait_for(condition: Callable[[], T | None], timeout_s: float, what: str) -> T:
-    """`tests.support.cluster.wait_for`, also polling on while a replica answers with a
-    HarnessError."""
-    return cluster.wait_for(condition, timeout_s, what, retry_on=(OSError, HarnessError))
 
 
 class ReplicaProcess:
@@ -204,7 +199,7 @@ class Cluster:
 
     def wait_leader(self, candidates: list[ReplicaProcess] | None = None,
                     timeout_s: float = 20.0) -> ReplicaProcess:
-        return wait_for(lambda: self.find_leader(candidates), timeout_s, "a confirmed leader")
+        return wait_until(lambda: self.find_leader(candidates), "a confirmed leader", timeout_s)
 
     def wait_converged(self, replicas: list[ReplicaProcess] | None = None,
                        timeout_s: float = 20.0) -> str:
@@ -215,7 +210,7 @@ class Cluster:
             views = {(s["state_digest"], s["state_index"]) for s in map(_status, chosen)}
             return next(iter(views))[0] if len(views) == 1 else None
 
-        return wait_for(same, timeout_s, f"{len(chosen)} replicas to agree")
+        return wait_until(same, f"{len(chosen)} replicas to agree", timeout_s)
 
     def kill_all(self) -> None:
         """kill -9 every replica (paused ones too), one right after the other, then reap them."""

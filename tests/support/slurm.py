@@ -5,8 +5,7 @@ Slurm cannot run (not installed: scripts/test installs slurm-wlm and munge as ro
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -31,9 +30,8 @@ from raftsched.dev.slurm import (
 __all__ = [
     "CANCEL_TIMEOUT_S", "CLIENTS", "COMMAND_TIMEOUT_S", "DAEMONS", "DEF_MEM_PER_CPU_MB",
     "NODE_CPUS", "NODE_MEMORY_MB", "PARTITION", "POLL_S", "START_TIMEOUT_S", "STOP_TIMEOUT_S",
-    "LocalSlurm", "SlurmError", "binary", "local_slurm", "slurm_available", "wait_until",
+    "LocalSlurm", "SlurmError", "binary", "local_slurm", "slurm_available",
 ]
-WAIT_POLL_S = 0.1
 
 
 @contextmanager
@@ -48,13 +46,3 @@ def local_slurm(directory: Path, *, start_timeout_s: float = START_TIMEOUT_S,
     with LocalSlurm(directory, start_timeout_s=start_timeout_s, cpus=cpus,
                     memory_mb=memory_mb) as slurm:
         yield slurm
-
-
-def wait_until(condition: Callable[[], bool], what: Callable[[], str], timeout_s: float) -> None:
-    """Polls `condition` until it holds; AssertionError with `what()` (made only then, so it
-    may show fresh state such as a log tail) once `timeout_s` of wall clock have passed."""
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:g} s: {what()}")
-        time.sleep(WAIT_POLL_S)

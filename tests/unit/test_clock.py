@@ -10,7 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from raftsched import clock as clock_module
-from raftsched.clock import MAX_CATCH_UP_RATE, WALL_CLOCK_SKEW_ENV, ManualClock, ProposalClock
+from raftsched.clock import MAX_CATCH_UP_RATE, ManualClock, ProposalClock
+from raftsched.environment import WALL_CLOCK_SKEW_ENV
 
 
 def clocks(committed_offset_s: float | None) -> tuple[ManualClock, list[int], ProposalClock]:

@@ -17,16 +17,12 @@ configuration without a live majority:
 
 from __future__ import annotations
 
-import ipaddress
-import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
 from raftsched.errors import Code, RaftschedError
+from raftsched.options import host_port
 
-MAX_HOST_CHARS = 253
-"""A DNS name's longest text form (RFC 1035); a 300-character host once made every pysyncobj tick
-fail after it was added."""
 MEMBER_ACK_TIMEOUT_S = 2.0
 """How long a current member has to acknowledge a fresh commit to count as live (20 heartbeats)."""
 JOIN_PROBE_TIMEOUT_S = 5.0
@@ -37,42 +33,17 @@ JOIN_CATCH_UP_TIMEOUT_S = 30.0
 removed again. Catching up may take a snapshot transfer: 1,000,000 tasks loaded and served in
 ~8 s in scripts/bench restart."""
 
-_LABEL = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-
 
 def check_address(address: str) -> None:
-    """Refuse (INVALID_ARGUMENT) anything but `host:port`, host a DNS name or an IP literal
-    (IPv6 in brackets), port 1-65535: no paths, control characters, spaces or empty parts."""
-    host, sep, port = address.rpartition(":")
-    problem = None
-    if not sep or not host:
-        problem = "expected host:port"
-    elif not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
-        problem = "the port must be a number from 1 to 65535"
-    elif not _valid_host(host):
-        problem = (f"the host must be a DNS name (letters, digits, '-' and '.', at most "
-                   f"{MAX_HOST_CHARS} characters) or an IP address ([...] for IPv6)")
-    if problem is not None:
+    """Refuse (INVALID_ARGUMENT) anything but `host:port` by the one HOST:PORT rule
+    (`raftsched.options.host_port`: a DNS name or an IP literal, IPv6 in brackets, port
+    1-65535; no paths, control characters, spaces or empty parts)."""
+    try:
+        host_port(address)
+    except ValueError as problem:
         shown = address if len(address) <= 80 else address[:80] + "..."
         raise RaftschedError(Code.INVALID_ARGUMENT,
-                             f"not a replica address: {shown!r}: {problem}")
-
-
-def _valid_host(host: str) -> bool:
-    if host.startswith("[") and host.endswith("]"):
-        try:
-            return ipaddress.ip_address(host[1:-1]).version == 6
-        except ValueError:
-            return False
-    if len(host) > MAX_HOST_CHARS or not host.isascii():
-        return False
-    try:
-        ipaddress.IPv4Address(host)
-        return True
-    except ValueError:
-        pass
-    labels = host.split(".")
-    return all(_LABEL.match(label) for label in labels) and not labels[-1].isdigit()
+                             f"not a replica address: {shown!r}: {problem}") from None
 
 
 def check_add(members: Collection[str], lagging: Collection[str], address: str) -> None:

@@ -11,7 +11,7 @@
   var source = null, delay = 1000, retry = null, ended = false;
   var MAX_DELAY = 30000;
   var SVG = "http://www.w3.org/2000/svg";
-  var TERMINAL_JOB = ["SUCCEEDED", "FAILED", "CANCELLED"];
+  var TERMINAL_JOB = (live.getAttribute("data-terminal-states") || "").split(" ");
   var byId = null;
 
   function setState(element, state) {

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from raftsched.client.client import Client
+from raftsched.states import TERMINAL_JOB_STATE_NAMES, JobStateName
 
 from . import turnaround, workloads
 from .processes import Supervisor, Timeout, log, raise_on_sigterm
@@ -36,7 +37,7 @@ SUBMIT_THREADS = 16
 LIST_PAGE = 1_000
 MAX_PAGES = 1_000
 JOB_POLL_S = 0.05
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+TERMINAL = TERMINAL_JOB_STATE_NAMES
 
 
 def job_spec(name: str, nodes: list[Node], cpu: float) -> str:
@@ -80,7 +81,7 @@ def run_job(client: Client, name: str, nodes: list[Node], cpu: float,
     started = time.perf_counter()
     job_id = client.submit(job_spec(name, nodes, cpu)).job_id
     finished, job = wait_job(client, job_id, timeout_s)
-    if job is None or job.state != "SUCCEEDED":
+    if job is None or job.state != JobStateName.SUCCEEDED:
         raise RuntimeError(f"job {name} ended {getattr(job, 'state', '?')}: "
                            f"{getattr(job, 'reason', '')}")
     return finished - started, job_id
@@ -89,7 +90,7 @@ def run_job(client: Client, name: str, nodes: list[Node], cpu: float,
 def non_terminal(client: Client) -> set[str]:
     """Ids of every job still PENDING or RUNNING (one ListJobs page per 1,000 of them)."""
     ids: set[str] = set()
-    for state in ("PENDING", "RUNNING"):
+    for state in (JobStateName.PENDING, JobStateName.RUNNING):
         token = ""
         for _ in range(MAX_PAGES):
             page = client.list_jobs(state=state, limit=LIST_PAGE, page_token=token)

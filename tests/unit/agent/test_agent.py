@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -13,20 +15,23 @@ from agent.executors import MockExecutor, SubprocessExecutor
 from agent.model import (
     AttemptRecord,
     AttemptState,
+    Beat,
     Directives,
     KillDirective,
     ReportKind,
     Resources,
 )
 from agent.outbox import Outbox
+from agent.session import Unknown
+from raftsched.client.retry import Backoff
 from tests.support.agent import (
     FakeSession,
     assignment,
     config,
     kill_attempt_processes,
     running_agent,
-    wait_until,
 )
+from tests.support.waiting import wait_until
 
 STARTED, REJECTED, FINISHED, KILLED = (ReportKind.STARTED, ReportKind.REJECTED,
                                        ReportKind.FINISHED, ReportKind.KILLED)
@@ -375,3 +380,47 @@ def test_the_agent_admits_no_more_than_its_executor_sees_free(tmp_path: Path) ->
     finally:
         executor.close()
     assert executor.started == []
+
+
+class _UnreachableLeader(FakeSession):
+    """Registers, then every heartbeat's outcome is unknown (the leader went away)."""
+
+    def heartbeat(self, beat: Beat) -> Directives:
+        raise Unknown("injected: no answer")
+
+
+class _RecordingStop(threading.Event):
+    """The agent's stop event: records each wait and is set after `waits` of them."""
+
+    def __init__(self, waits: int) -> None:
+        super().__init__()
+        self.waits: list[float | None] = []
+        self._limit = waits
+
+    def wait(self, timeout: float | None = None) -> bool:
+        self.waits.append(timeout)
+        if len(self.waits) >= self._limit:
+            self.set()
+        return self.is_set()
+
+
+def test_failed_heartbeats_wait_the_client_retry_policys_jittered_backoff(
+        tmp_path: Path, executor: MockExecutor) -> None:
+    """One backoff for the client and the agent's session: the waits after failed heartbeats
+    are `client.retry.Backoff`'s draws from the injected random source (jittered, capped)."""
+    stop = _RecordingStop(waits=10)
+    agent_config = config(tmp_path)
+    agent = Agent(agent_config, _UnreachableLeader(), executor, stop=stop,
+                  rng=random.Random(5))
+    try:
+        agent._heartbeat_loop()
+    finally:
+        agent.close()
+    backoff = Backoff(agent_config.retry_backoff_initial_ms / 1000,
+                      agent_config.retry_backoff_max_ms / 1000)
+    expected_rng = random.Random(5)
+    assert stop.waits == [backoff.delay_s(n, expected_rng) for n in range(1, 11)]
+    for n, wait_s in enumerate(stop.waits, 1):
+        ceiling_s = min(backoff.max_s, backoff.initial_s * 2 ** (n - 1))
+        assert wait_s is not None and (1 - backoff.jitter) * ceiling_s <= wait_s <= ceiling_s
+    assert len(set(stop.waits)) == len(stop.waits)  # jittered: no two agents retry in step

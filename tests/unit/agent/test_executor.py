@@ -28,7 +28,8 @@ from agent.executors import (
 from agent.files import read_json, write_json_atomic
 from agent.model import AttemptRecord, AttemptState, Completion, Resources
 from raftsched.procfs import is_alive, start_ticks
-from tests.support.agent import assignment, kill_attempt_processes, wait_until
+from tests.support.agent import assignment, kill_attempt_processes
+from tests.support.waiting import wait_until
 
 CAP_BYTES = 1_000
 GRACE_MS = 300

@@ -26,8 +26,9 @@ from agent.executors.slurm import (
 )
 from agent.model import AttemptRecord, AttemptState, Completion, ReportKind
 from raftsched.protocol import Assignment, Resources
-from tests.support.agent import FakeSession, config, running_agent, wait_until
+from tests.support.agent import FakeSession, config, running_agent
 from tests.support.agent import assignment as agent_assignment
+from tests.support.waiting import wait_until
 
 
 class FakeSlurm:

@@ -20,7 +20,8 @@ from agent.executors import Launch, SubprocessExecutor, TaskUser
 from agent.files import read_json
 from agent.main import UNLISTED_TENANTS, shared_task_users
 from agent.model import AttemptRecord, AttemptState, Completion, Resources
-from tests.support.agent import assignment, kill_attempt_processes, spare_accounts, wait_until
+from tests.support.agent import assignment, kill_attempt_processes, spare_accounts
+from tests.support.waiting import wait_until
 
 GRACE_MS = 300
 COMPLETION_TIMEOUT_S = 20.0

@@ -16,14 +16,18 @@ from typing import Any
 
 import pytest
 
-from raftsched import procfs
+from raftsched import environment, procfs
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.cli import common, servers
 from raftsched.cli import main as cli
 from raftsched.client.client import Submitted
-from raftsched.dev import cluster as devcluster
+from raftsched.dev import add_agent as dev_add_agent
+from raftsched.dev import down as dev_down
+from raftsched.dev import processes, record, supervisor
+from raftsched.dev import status as dev_status
+from raftsched.dev import up as dev_up
 from raftsched.errors import Code, RaftschedError
-from raftsched.spec.job import JobSpec
+from raftsched.spec.model import JobSpec
 from tests.support import paths
 
 EXAMPLES = paths.EXAMPLES
@@ -190,7 +194,7 @@ class Made:
 @pytest.fixture
 def made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Made:
     monkeypatch.setenv(common.SERVERS_ENV, "127.0.0.1:7001,127.0.0.1:7002")
-    monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(tmp_path / "no-dev-cluster"))
+    monkeypatch.setenv(environment.DEV_DIR_ENV, str(tmp_path / "no-dev-cluster"))
     for name in common.TLS_ENV:  # never read: the client is a fake (test_tls_options.py)
         monkeypatch.setenv(name, f"/tls/{name.lower()}.pem")
     return Made()
@@ -635,7 +639,7 @@ def test_admin_membership(capsys: pytest.CaptureFixture[str], fake: FakeClient,
     assert (code, document) == (0, {"raft_address": "127.0.0.1:6003",
                                     "members": ["127.0.0.1:6001"]})
     code, _, err = run(capsys, "admin", "add-replica", "nonsense")
-    assert code == 2 and "is not HOST:PORT" in err
+    assert code == 2 and "argument RAFT_ADDR: not HOST:PORT: 'nonsense'" in err
 
     def fail(raft_address: str) -> Any:
         raise RaftschedError(Code.UNAVAILABLE, "no leader")
@@ -706,21 +710,37 @@ def test_servers_come_from_the_flag_then_the_environment_then_the_dev_cluster(
 
     dev_dir = tmp_path / "dev"
     dev_dir.mkdir()
-    monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(dev_dir))
-    state = devcluster.ClusterState(str(dev_dir), "mock", str(dev_dir / "secret"), 0)
-    state.replicas.append(devcluster.ReplicaEntry("replica-1", 1, 1, "127.0.0.1:9001",
+    monkeypatch.setenv(environment.DEV_DIR_ENV, str(dev_dir))
+    state = record.ClusterState(str(dev_dir), "mock", str(dev_dir / "secret"), 0)
+    state.replicas.append(record.ReplicaEntry("replica-1", 1, 1, "127.0.0.1:9001",
                                                   "127.0.0.1:9101", 0, "d", "l"))
-    devcluster.save_state(state)
+    record.save_state(state)
     run(capsys, "job", "status", "x")
     assert made.servers[-1] == ["127.0.0.1:9001"]
 
 
-@pytest.mark.parametrize("argv", [["--servers", "nohost"], ["--servers", "h:99999"],
-                                  ["--servers", ","]])
+@pytest.mark.parametrize(("argv", "says"), [
+    (["--servers", "nohost"], "'nohost' is not HOST:PORT (no ':PORT')"),
+    (["--servers", "h:1,h:99999"], "'h:99999' is not HOST:PORT (port 99999 is not between 1 "
+                                   "and 65535)"),
+    (["--servers", ","], "names no address"),
+    (["--servers", "::1:7001"], "'::1:7001' is not HOST:PORT (an IPv6 address goes in "
+                                "brackets, e.g. [::1]:7001)"),
+])
 def test_bad_server_addresses(capsys: pytest.CaptureFixture[str], fake: FakeClient,
-                              argv: list[str]) -> None:
+                              argv: list[str], says: str) -> None:
+    """The one address-list option type: a usage error naming the option and the bad item."""
     code, _, err = run(capsys, "job", "status", "x", *argv)
-    assert code == 2 and err.startswith("error: INVALID_ARGUMENT: --servers")
+    assert code == 2 and f"error: argument --servers: {says}\n" in err
+
+
+def test_bad_server_addresses_from_the_environment_name_the_variable(
+        capsys: pytest.CaptureFixture[str], fake: FakeClient,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(environment.SERVERS_ENV, "h:1,h:x")
+    code, _, err = run(capsys, "job", "status", "x")
+    assert code == 2 and err.startswith("error: INVALID_ARGUMENT: RAFTSCHED_SERVERS: 'h:x' is "
+                                        "not HOST:PORT (not a port number: 'x')")
 
 
 @pytest.mark.parametrize("timeout", ["0", "-1", "abc"])
@@ -809,46 +829,46 @@ def test_validate_and_start_up_import_neither_grpc_nor_the_servers() -> None:
 # --- dev ----------------------------------------------------------------------------------------
 
 
-def own_state(directory: Path) -> devcluster.ClusterState:
+def own_state(directory: Path) -> record.ClusterState:
     """A recorded cluster whose 'processes' are this test process (alive) and a dead pid."""
     start = procfs.start_ticks(os.getpid())
     assert start is not None
-    state = devcluster.ClusterState(str(directory), "mock", str(directory / "secret"), 0)
+    state = record.ClusterState(str(directory), "mock", str(directory / "secret"), 0)
     state.replicas += [
-        devcluster.ReplicaEntry("replica-1", os.getpid(), start, "127.0.0.1:5001",
+        record.ReplicaEntry("replica-1", os.getpid(), start, "127.0.0.1:5001",
                                 "127.0.0.1:6001", 0, "d1", "l1"),
-        devcluster.ReplicaEntry("replica-2", os.getpid(), start + 1, "127.0.0.1:5002",
+        record.ReplicaEntry("replica-2", os.getpid(), start + 1, "127.0.0.1:5002",
                                 "127.0.0.1:6002", 0, "d2", "l2"),
     ]
-    state.agents.append(devcluster.AgentEntry("gpu-west", os.getpid(), start, ("linux", "gpu"),
+    state.agents.append(record.AgentEntry("gpu-west", os.getpid(), start, ("linux", "gpu"),
                                               4, 8192, 2, 0, "d3", "l3"))
     return state
 
 
-VIEW = devcluster.ClusterView(leader="127.0.0.1:5001", term=1, responder="127.0.0.1:5001",
+VIEW = processes.ClusterView(leader="127.0.0.1:5001", term=1, responder="127.0.0.1:5001",
                               clusters={"gpu-west": "READY"}, from_leader=True)
 
 
 def test_dev_up(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                 tmp_path: Path) -> None:
-    asked: list[devcluster.UpOptions] = []
+    asked: list[dev_up.UpOptions] = []
 
-    def up(options: devcluster.UpOptions, *, progress: Any) -> Any:
+    def up(options: dev_up.UpOptions, *, progress: Any) -> Any:
         asked.append(options)
         progress("starting")
         return own_state(tmp_path), VIEW
 
-    monkeypatch.setattr(devcluster, "up", up)
+    monkeypatch.setattr(dev_up, "up", up)
     code, out, err = run(capsys, "dev", "up", "--dir", str(tmp_path), "--replicas", "5",
                          "--agents", "3", "--executor", "subprocess", "--timeout", "9")
     assert code == 0
-    assert asked == [devcluster.UpOptions(tmp_path, 5, 3, "subprocess", 9.0)]
+    assert asked == [dev_up.UpOptions(tmp_path, 5, 3, "subprocess", 9.0)]
     assert PROGRESS.match(err) and err.endswith("starting\n")
     assert out.splitlines()[0] == "dev cluster up: 2 replicas, 1 agents (mock executor)"
     assert f"stop it: raftsched dev down --dir {tmp_path}" in out
 
     code, document = run_json(capsys, "dev", "up", "--dir", str(tmp_path))
-    assert code == 0 and asked[-1] == devcluster.UpOptions(tmp_path)
+    assert code == 0 and asked[-1] == dev_up.UpOptions(tmp_path)
     assert document["servers"] == ["127.0.0.1:5001", "127.0.0.1:5002"]
     assert document["dir"] == str(tmp_path)
     assert document["replicas"][0] == {
@@ -869,18 +889,18 @@ def test_dev_up_refuses_bad_options(capsys: pytest.CaptureFixture[str], argv: li
 
 def test_dev_up_slurm(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                      tmp_path: Path) -> None:
-    asked: list[devcluster.UpOptions] = []
+    asked: list[dev_up.UpOptions] = []
 
-    def up(options: devcluster.UpOptions, *, progress: Any) -> Any:
+    def up(options: dev_up.UpOptions, *, progress: Any) -> Any:
         asked.append(options)
         state = own_state(tmp_path)
-        state.slurm = devcluster.SlurmEntry(str(tmp_path / "slurm"), "/d/slurm.conf", "debug",
+        state.slurm = record.SlurmEntry(str(tmp_path / "slurm"), "/d/slurm.conf", "debug",
                                             "/d/jobcomp.txt")
         return state, VIEW
 
-    monkeypatch.setattr(devcluster, "up", up)
+    monkeypatch.setattr(dev_up, "up", up)
     code, out, _ = run(capsys, "dev", "up", "--dir", str(tmp_path), "--slurm")
-    assert code == 0 and asked == [devcluster.UpOptions(tmp_path, slurm=True)]
+    assert code == 0 and asked == [dev_up.UpOptions(tmp_path, slurm=True)]
     assert out.splitlines()[0] == ("dev cluster up: 2 replicas, 1 agents (mock executor; a "
                                    "private Slurm, partition debug)")
     assert "slurm:   partition debug; client commands need SLURM_CONF=/d/slurm.conf" in out
@@ -891,20 +911,20 @@ def test_dev_up_slurm(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.Mo
 def test_dev_add_agent_passes_slurm_and_resources(capsys: pytest.CaptureFixture[str],
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   tmp_path: Path) -> None:
-    asked: list[devcluster.AddAgentOptions] = []
-    entry = devcluster.AgentEntry("hpc", os.getpid(), 1, ("linux",), 8, 4000, 0, 9, "d", "l",
+    asked: list[dev_add_agent.AddAgentOptions] = []
+    entry = record.AgentEntry("hpc", os.getpid(), 1, ("linux",), 8, 4000, 0, 9, "d", "l",
                                   (("lic", 2),), "slurm", "debug")
 
-    def add_agent(options: devcluster.AddAgentOptions, *, progress: Any) -> Any:
+    def add_agent(options: dev_add_agent.AddAgentOptions, *, progress: Any) -> Any:
         asked.append(options)
         return own_state(tmp_path), entry, VIEW
 
-    monkeypatch.setattr(devcluster, "add_agent", add_agent)
+    monkeypatch.setattr(dev_add_agent, "add_agent", add_agent)
     code, document = run_json(capsys, "dev", "add-agent", "--dir", str(tmp_path),
                               "--cluster-id", "hpc", "--executor", "slurm",
                               "--slurm-partition", "debug", "--resources", "lic=2, fpga=1")
     assert code == 0
-    assert asked == [devcluster.AddAgentOptions(tmp_path, "hpc", executor="slurm",
+    assert asked == [dev_add_agent.AddAgentOptions(tmp_path, "hpc", executor="slurm",
                                                 resources=(("fpga", 1), ("lic", 2)),
                                                 slurm_partition="debug")]
     assert (document["resources"], document["executor"], document["slurm_partition"]) == (
@@ -923,12 +943,12 @@ def test_dev_add_agent_passes_slurm_and_resources(capsys: pytest.CaptureFixture[
 def test_dev_up_failure_shows_the_log_tail(capsys: pytest.CaptureFixture[str],
                                            monkeypatch: pytest.MonkeyPatch,
                                            tmp_path: Path) -> None:
-    def up(options: devcluster.UpOptions, *, progress: Any) -> Any:
-        raise devcluster.DevClusterError(Code.FAILED_PRECONDITION, "replica-1 exited",
+    def up(options: dev_up.UpOptions, *, progress: Any) -> Any:
+        raise record.DevClusterError(Code.FAILED_PRECONDITION, "replica-1 exited",
                                          log="/d/logs/replica-1.log",
                                          log_tail=["line 1", "error: no secret"])
 
-    monkeypatch.setattr(devcluster, "up", up)
+    monkeypatch.setattr(dev_up, "up", up)
     code, out, err = run(capsys, "dev", "up", "--dir", str(tmp_path))
     assert (code, out) == (2, "")
     assert err.splitlines() == ["--- last 2 lines of /d/logs/replica-1.log", "line 1",
@@ -942,17 +962,17 @@ def test_dev_up_failure_shows_the_log_tail(capsys: pytest.CaptureFixture[str],
 def test_dev_up_timeout_exits_3_without_a_read_only_hint(
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
-    def up(options: devcluster.UpOptions, *, progress: Any) -> Any:
-        raise devcluster.DevClusterError(Code.UNAVAILABLE, "not a leader after 60 s")
+    def up(options: dev_up.UpOptions, *, progress: Any) -> Any:
+        raise record.DevClusterError(Code.UNAVAILABLE, "not a leader after 60 s")
 
-    monkeypatch.setattr(devcluster, "up", up)
+    monkeypatch.setattr(dev_up, "up", up)
     code, _, err = run(capsys, "dev", "up", "--dir", str(tmp_path))
     assert (code, err) == (3, "error: UNAVAILABLE: not a leader after 60 s\n")
 
 
 def test_dev_status(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                     tmp_path: Path) -> None:
-    monkeypatch.setattr(devcluster, "status", lambda directory: (own_state(tmp_path), VIEW))
+    monkeypatch.setattr(dev_status, "status", lambda directory: (own_state(tmp_path), VIEW))
     code, out, _ = run(capsys, "dev", "status", "--dir", str(tmp_path))
     assert code == 0 and out.splitlines()[0].endswith("leader: 127.0.0.1:5001")
     assert "DEAD" in out
@@ -972,9 +992,9 @@ def test_dev_status_and_down_without_a_cluster(capsys: pytest.CaptureFixture[str
 
 def test_dev_down(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
                   tmp_path: Path) -> None:
-    results = [devcluster.StopResult("replica-1", 10, "stopped"),
-               devcluster.StopResult("cpu-east", 11, "not running")]
-    monkeypatch.setattr(devcluster, "down", lambda directory, progress: results)
+    results = [supervisor.StopResult("replica-1", 10, "stopped"),
+               supervisor.StopResult("cpu-east", 11, "not running")]
+    monkeypatch.setattr(dev_down, "down", lambda directory, progress: results)
     code, out, _ = run(capsys, "dev", "down", "--dir", str(tmp_path))
     assert code == 0
     assert out.splitlines()[:3] == ["NAME       PID  OUTCOME", "replica-1   10  stopped",
@@ -987,13 +1007,13 @@ def test_dev_dir_defaults_to_the_environment(capsys: pytest.CaptureFixture[str],
                                              monkeypatch: pytest.MonkeyPatch,
                                              tmp_path: Path) -> None:
     seen: list[Path] = []
-    monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(tmp_path / "from-env"))
-    monkeypatch.setattr(devcluster, "down",
+    monkeypatch.setenv(environment.DEV_DIR_ENV, str(tmp_path / "from-env"))
+    monkeypatch.setattr(dev_down, "down",
                         lambda directory, progress: seen.append(directory))
     run(capsys, "dev", "down")
-    monkeypatch.delenv(devcluster.DEV_DIR_ENV)
+    monkeypatch.delenv(environment.DEV_DIR_ENV)
     run(capsys, "dev", "down")
-    assert seen == [tmp_path / "from-env", Path(devcluster.DEFAULT_DEV_DIR)]
+    assert seen == [tmp_path / "from-env", Path(record.DEFAULT_DEV_DIR)]
 
 
 # --- retry notices ------------------------------------------------------------------------------

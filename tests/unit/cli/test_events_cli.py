@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
+from raftsched import environment
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.cli import common
 from raftsched.cli import main as cli
 from raftsched.cli.events import EVENT_FIELDS, event_doc, event_line
-from raftsched.dev import cluster as devcluster
 
 
 def test_a_human_line_escapes_free_text_and_names_the_attempt() -> None:
@@ -56,7 +56,7 @@ class _EventsClient:
 @pytest.fixture
 def env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
     monkeypatch.setenv(common.SERVERS_ENV, "127.0.0.1:7001")
-    monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(tmp_path / "no-dev-cluster"))
+    monkeypatch.setenv(environment.DEV_DIR_ENV, str(tmp_path / "no-dev-cluster"))
     for name in common.TLS_ENV:
         monkeypatch.setenv(name, f"/tls/{name.lower()}.pem")
     return monkeypatch

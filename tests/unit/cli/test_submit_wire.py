@@ -10,12 +10,11 @@ from typing import Any
 
 import pytest
 
-from raftsched import limits
+from raftsched import environment, limits
 from raftsched.cli import common
 from raftsched.client.client import Client
-from raftsched.dev import cluster as devcluster
 from raftsched.spec.file import load_spec_file
-from raftsched.spec.job import JobSpec
+from raftsched.spec.model import JobSpec
 from raftsched.spec.wire import pack_wire
 from tests.unit.cli.test_commands import DIAMOND, FakeClient, run
 
@@ -23,7 +22,7 @@ from tests.unit.cli.test_commands import DIAMOND, FakeClient, run
 @pytest.fixture
 def servers(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(common.SERVERS_ENV, "127.0.0.1:7001")
-    monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(tmp_path / "no-dev-cluster"))
+    monkeypatch.setenv(environment.DEV_DIR_ENV, str(tmp_path / "no-dev-cluster"))
     for name in common.TLS_ENV:  # never read: the client is a fake, or never connects
         monkeypatch.setenv(name, f"/tls/{name.lower()}.pem")
 

@@ -19,13 +19,12 @@ from typing import Any
 import grpc
 import pytest
 
-from raftsched import eventlog, rpc, tls, tokens
+from raftsched import environment, eventlog, rpc, tls, tokens
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.cli import common
 from raftsched.cli import main as cli
-from raftsched.dev import cluster as devcluster
-from raftsched.dev import pki
+from raftsched.dev import pki, record
 from raftsched.errors import Code, RaftschedError
 from raftsched.replica import identity
 from raftsched.state.model import ALL_TENANTS, Role, State, TokenRecord
@@ -73,7 +72,7 @@ def made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Made:
 
     monkeypatch.setattr(common, "make_client", make_client)
     monkeypatch.setenv(common.SERVERS_ENV, "127.0.0.1:7001")
-    monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(tmp_path / "dev"))
+    monkeypatch.setenv(environment.DEV_DIR_ENV, str(tmp_path / "dev"))
     for name in common.TLS_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(common.TOKEN_ENV, TOKEN.token)
@@ -81,13 +80,13 @@ def made(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Made:
 
 
 def record_dev_cluster(directory: Path, *, insecure: bool,
-                       user_tls: devcluster.TlsPaths | None) -> None:
+                       user_tls: record.TlsPaths | None) -> None:
     directory.mkdir(exist_ok=True)
-    state = devcluster.ClusterState(str(directory), "mock", "", 0, insecure=insecure,
+    state = record.ClusterState(str(directory), "mock", "", 0, insecure=insecure,
                                     user_tls=user_tls)
-    state.replicas.append(devcluster.ReplicaEntry("replica-1", 1, 1, "127.0.0.1:9001",
+    state.replicas.append(record.ReplicaEntry("replica-1", 1, 1, "127.0.0.1:9001",
                                                   "127.0.0.1:9101", 0, "d", "l"))
-    devcluster.save_state(state)
+    record.save_state(state)
 
 
 def files(prefix: str) -> tls.TlsFiles:
@@ -100,7 +99,7 @@ def test_the_token_comes_from_the_flag_then_the_environment_then_the_dev_cluster
     monkeypatch.delenv(common.TOKEN_ENV, raising=False)
     dev_token, env_token, flag_token = (tokens.new_token().token for _ in range(3))
     (tmp_path / "admin.token").write_text(dev_token + "\n")
-    dev = devcluster.TlsPaths("dev-ca", "dev-cert", "dev-key", str(tmp_path / "admin.token"))
+    dev = record.TlsPaths("dev-ca", "dev-cert", "dev-key", str(tmp_path / "admin.token"))
     record_dev_cluster(tmp_path / "dev", insecure=False, user_tls=dev)
     assert run(capsys, "job", "status", "j")[0] == 0
     assert made.tokens[-1] == dev_token
@@ -111,17 +110,16 @@ def test_the_token_comes_from_the_flag_then_the_environment_then_the_dev_cluster
     assert made.tokens[-1] == flag_token
     code, _, err = run(capsys, "job", "status", "j", "--token", "hunter2")
     assert code == 2 and "is not a token" in err and "hunter2" not in err
-    assert common.TOKEN_ENV == tokens.TOKEN_ENV
 
 
 def test_the_env_names_are_raftsched_tls_ones() -> None:
-    assert common.TLS_ENV == (tls.CA_ENV, tls.CERT_ENV, tls.KEY_ENV)
+    assert common.TLS_ENV == ("RAFTSCHED_TLS_CA", "RAFTSCHED_TLS_CERT", "RAFTSCHED_TLS_KEY")
 
 
 def test_flags_then_environment_then_the_dev_cluster(
         capsys: pytest.CaptureFixture[str], made: Made, monkeypatch: pytest.MonkeyPatch,
         tmp_path: Path) -> None:
-    dev = devcluster.TlsPaths("dev-ca", "dev-cert", "dev-key")
+    dev = record.TlsPaths("dev-ca", "dev-cert", "dev-key")
     record_dev_cluster(tmp_path / "dev", insecure=False, user_tls=dev)
     assert run(capsys, "job", "status", "j")[0] == 0
     assert made.tls[-1] == files("dev-")
@@ -147,7 +145,7 @@ def test_a_dev_cluster_run_insecure_is_spoken_to_in_plaintext(
 
 def test_insecure_dev_is_plaintext_whatever_the_environment_says(
         capsys: pytest.CaptureFixture[str], made: Made, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(tls.CA_ENV, "env-ca")
+    monkeypatch.setenv(environment.TLS_CA_ENV, "env-ca")
     assert run(capsys, "job", "status", "j", "--insecure-dev")[0] == 0
     assert made.tls == [None]
     code, _, err = run(capsys, "job", "status", "j", "--insecure-dev", "--tls-cert", "c")
@@ -271,7 +269,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 @pytest.fixture
 def no_dev_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv(devcluster.DEV_DIR_ENV, str(tmp_path / "none"))
+    monkeypatch.setenv(environment.DEV_DIR_ENV, str(tmp_path / "none"))
     monkeypatch.delenv(common.SERVERS_ENV, raising=False)
     for name in common.TLS_ENV:
         monkeypatch.delenv(name, raising=False)
@@ -361,7 +359,7 @@ def test_the_real_command_prints_one_line_and_no_grpc_log(served: Served, tmp_pa
     options = flags(tls.TlsFiles(served.pki.foreign_ca, served.pki.user.cert,
                                  served.pki.user.key))
     env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": str(paths.REPO),
-           devcluster.DEV_DIR_ENV: str(tmp_path / "none")}
+           environment.DEV_DIR_ENV: str(tmp_path / "none")}
     done = subprocess.run([sys.executable, "-m", "raftsched", "job", "status", "j",
                            "--servers", served.secure[0], "--timeout", TIMEOUT_S, *options],
                           capture_output=True, text=True, timeout=60, env=env, check=False)

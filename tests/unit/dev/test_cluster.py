@@ -1,6 +1,7 @@
-"""raftsched.dev.cluster without a cluster: the state file, ports, the secret, the throwaway
-certificates, and `up`/`down` driven with stand-in processes (`sleep`) and a fake readiness probe.
-Starting, identifying and stopping processes is the supervisor's (test_supervisor.py)."""
+"""The dev cluster (raftsched.dev) without a cluster: the state file, ports, the secret, the
+throwaway certificates, and `up`/`down` driven with stand-in processes (`sleep`) and a fake
+readiness probe. Starting, identifying and stopping processes is the supervisor's
+(test_supervisor.py)."""
 
 from __future__ import annotations
 
@@ -19,21 +20,37 @@ import pytest
 from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from raftsched.dev import cluster as dc
-from raftsched.dev import ports
+from raftsched.dev import add_agent as dev_add_agent
+from raftsched.dev import down as dev_down
+from raftsched.dev import launch, ports, processes, record
 from raftsched.dev import slurm as private_slurm
+from raftsched.dev import status as dev_status
 from raftsched.dev import supervisor as sv
+from raftsched.dev import up as dev_up
+from raftsched.dev.add_agent import AddAgentOptions, machine_memory_mb, requested_shape
+from raftsched.dev.processes import ClusterView
+from raftsched.dev.record import (
+    AgentEntry,
+    AgentShape,
+    ClusterState,
+    DaemonEntry,
+    DevClusterError,
+    ReplicaEntry,
+    SlurmEntry,
+    TlsPaths,
+)
+from raftsched.dev.up import UpOptions
 from raftsched.errors import Code
 
 SLEEPER = ["sleep", "60"]
 
 
-def sample_state(directory: Path) -> dc.ClusterState:
-    state = dc.ClusterState(str(directory), "mock", str(directory / "secret"), 1234,
-                            user_tls=dc.TlsPaths("/d/tls/ca.pem", "/d/tls/u.pem", "/d/tls/u.key"))
-    state.replicas.append(dc.ReplicaEntry("replica-1", 100, 555, "127.0.0.1:5001",
+def sample_state(directory: Path) -> ClusterState:
+    state = ClusterState(str(directory), "mock", str(directory / "secret"), 1234,
+                            user_tls=TlsPaths("/d/tls/ca.pem", "/d/tls/u.pem", "/d/tls/u.key"))
+    state.replicas.append(ReplicaEntry("replica-1", 100, 555, "127.0.0.1:5001",
                                           "127.0.0.1:6001", 9001, "/d/r1", "/d/logs/r1.log"))
-    state.agents.append(dc.AgentEntry("gpu-west", 101, 556, ("linux", "gpu"), 4, 16384, 2, 9002,
+    state.agents.append(AgentEntry("gpu-west", 101, 556, ("linux", "gpu"), 4, 16384, 2, 9002,
                                       "/d/a1", "/d/logs/a1.log"))
     return state
 
@@ -42,13 +59,13 @@ def sample_state(directory: Path) -> dc.ClusterState:
 
 
 def test_state_file_round_trip(tmp_path: Path) -> None:
-    assert dc.load_state(tmp_path) is None
+    assert record.load_state(tmp_path) is None
     state = sample_state(tmp_path)
-    dc.save_state(state)
-    assert dc.load_state(tmp_path) == state
-    assert dc.servers_from_state(tmp_path) == ["127.0.0.1:5001"]
+    record.save_state(state)
+    assert record.load_state(tmp_path) == state
+    assert record.servers_from_state(tmp_path) == ["127.0.0.1:5001"]
     document = json.loads((tmp_path / "cluster.json").read_text())
-    assert document["version"] == dc.STATE_VERSION
+    assert document["version"] == record.STATE_VERSION
     assert document["replicas"][0]["start_time_ticks"] == 555
     assert document["insecure"] is False
     assert document["user_tls"] == {"ca": "/d/tls/ca.pem", "cert": "/d/tls/u.pem",
@@ -60,7 +77,7 @@ def test_a_state_file_from_before_tls_describes_a_plaintext_cluster(tmp_path: Pa
     document = sample_state(tmp_path).to_doc()
     del document["insecure"], document["user_tls"]
     (tmp_path / "cluster.json").write_text(json.dumps(document))
-    state = dc.load_state(tmp_path)
+    state = record.load_state(tmp_path)
     assert state is not None and state.insecure and state.client_tls is None
 
 
@@ -80,16 +97,16 @@ def test_a_damaged_state_file_is_refused_by_name(tmp_path: Path, mutate: Any) ->
     document = sample_state(tmp_path).to_doc()
     mutate(document)
     (tmp_path / "cluster.json").write_text(json.dumps(document))
-    with pytest.raises(dc.DevClusterError) as caught:
-        dc.load_state(tmp_path)
+    with pytest.raises(DevClusterError) as caught:
+        record.load_state(tmp_path)
     assert caught.value.code is Code.FAILED_PRECONDITION
     assert "is not a raftsched dev cluster state file" in caught.value.message
 
 
 def test_not_json_at_all(tmp_path: Path) -> None:
     (tmp_path / "cluster.json").write_text("{")
-    with pytest.raises(dc.DevClusterError):
-        dc.load_state(tmp_path)
+    with pytest.raises(DevClusterError):
+        record.load_state(tmp_path)
 
 
 # --- processes ----------------------------------------------------------------------------------
@@ -128,55 +145,56 @@ def test_pick_free_ports_gives_distinct_bindable_ports() -> None:
 def test_secret_is_fresh_random_and_owner_only(tmp_path: Path) -> None:
     (tmp_path / "secret").write_text("old")
     os.chmod(tmp_path / "secret", 0o644)
-    path = dc.write_secret(tmp_path)
+    path = record.write_secret(tmp_path)
     first = path.read_text()
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
     assert len(first) >= 40 and first != "old"
-    assert dc.write_secret(tmp_path).read_text() != first
+    assert record.write_secret(tmp_path).read_text() != first
 
 
 def test_only_one_dev_command_at_a_time(tmp_path: Path) -> None:
-    with (dc.exclusive(tmp_path),
-          pytest.raises(dc.DevClusterError, match="another 'raftsched dev' command"),
-          dc.exclusive(tmp_path)):
+    with (record.exclusive(tmp_path),
+          pytest.raises(DevClusterError, match="another 'raftsched dev' command"),
+          record.exclusive(tmp_path)):
         pass
-    with dc.exclusive(tmp_path):
+    with record.exclusive(tmp_path):
         pass
 
 
 def test_agent_shapes() -> None:
-    shapes = dc.agent_shapes(4)
+    shapes = record.agent_shapes(4)
     assert [(s.cluster, s.capabilities, s.gpu) for s in shapes] == [
         ("cpu-east", ("linux",), 0), ("gpu-west", ("linux", "gpu"), 2),
         ("agent-3", ("linux",), 0), ("agent-4", ("linux",), 0)]
     assert all(s.cpu >= 1 and s.memory_mb >= 1024 for s in shapes)
-    assert dc.agent_shapes(0) == []
+    assert record.agent_shapes(0) == []
 
 
 def test_commands_of_the_processes(tmp_path: Path) -> None:
-    replica_tls = dc.TlsPaths("ca.pem", "replica.pem", "replica.key")
-    replica = dc.replica_command("127.0.0.1:1", "127.0.0.1:2", ["127.0.0.1:3", "127.0.0.1:4"],
-                                 tmp_path / "r", tmp_path / "secret", 9, tls=replica_tls)
+    replica_tls = TlsPaths("ca.pem", "replica.pem", "replica.key")
+    replica = processes.replica_command("127.0.0.1:1", "127.0.0.1:2",
+                                        ["127.0.0.1:3", "127.0.0.1:4"], tmp_path / "r",
+                                        tmp_path / "secret", 9, tls=replica_tls)
     assert replica[:4] == [sys.executable, "-m", "raftsched", "replica"]
     assert replica[4:] == ["--raft", "127.0.0.1:1", "--grpc", "127.0.0.1:2", "--peers",
                            "127.0.0.1:3,127.0.0.1:4", "--data-dir", str(tmp_path / "r"),
                            "--secret-file", str(tmp_path / "secret"), "--tls-ca", "ca.pem",
                            "--tls-cert", "replica.pem", "--tls-key", "replica.key",
                            "--metrics-port", "9"]
-    insecure = dc.replica_command("127.0.0.1:1", "127.0.0.1:2", [], tmp_path / "r", None, 9,
+    insecure = processes.replica_command("127.0.0.1:1", "127.0.0.1:2", [], tmp_path / "r", None, 9,
                                   tls=None)
     assert insecure[-3:] == ["--insecure-dev", "--metrics-port", "9"]
     assert "--secret-file" not in insecure
-    agent_tls = dc.TlsPaths("ca.pem", "agent.pem", "agent.key")
-    agent = dc.agent_command(dc.FIRST_AGENTS[1], ["127.0.0.1:2"], tmp_path / "a", "mock", 8,
-                             tls=agent_tls)
+    agent_tls = TlsPaths("ca.pem", "agent.pem", "agent.key")
+    agent = processes.agent_command(record.FIRST_AGENTS[1], ["127.0.0.1:2"], tmp_path / "a",
+                                    "mock", 8, tls=agent_tls)
     assert agent[3:] == ["agent", "--cluster-id", "gpu-west", "--servers", "127.0.0.1:2",
                          "--capabilities", "linux,gpu", "--cpu", "4", "--memory-mb", "16384",
                          "--gpu", "2", "--data-dir", str(tmp_path / "a"), "--executor", "mock",
                          "--metrics-port", "8", "--tls-ca", "ca.pem", "--tls-cert", "agent.pem",
                          "--tls-key", "agent.key"]
-    assert dc.agent_command(dc.FIRST_AGENTS[1], ["127.0.0.1:2"], tmp_path / "a", "mock", 8,
-                            tls=None)[-1] == "--insecure-dev"
+    assert processes.agent_command(record.FIRST_AGENTS[1], ["127.0.0.1:2"], tmp_path / "a",
+                                   "mock", 8, tls=None)[-1] == "--insecure-dev"
 
 
 def common_name(path: str) -> str:
@@ -185,7 +203,7 @@ def common_name(path: str) -> str:
 
 
 def test_certificates_for_the_replicas_each_agent_and_the_user(tmp_path: Path) -> None:
-    issued = dc.issue_certificates(tmp_path, ["cpu-east", "gpu-west"], "ada")
+    issued = processes.issue_certificates(tmp_path, ["cpu-east", "gpu-west"], "ada")
     assert common_name(issued.user.cert) == "raftsched-user:ada"
     assert {cluster: common_name(files.cert) for cluster, files in issued.agents.items()} == {
         "cpu-east": "raftsched-agent:cpu-east", "gpu-west": "raftsched-agent:gpu-west"}
@@ -203,22 +221,22 @@ def test_certificates_for_the_replicas_each_agent_and_the_user(tmp_path: Path) -
 
 
 @pytest.mark.parametrize(("login", "name"), [
-    ("ada", "ada"), ("j.doe-2_x", "j.doe-2_x"), ("ad a/é:", "ada"), ("", dc.DEFAULT_USER_NAME),
-    ("x" * 100, "x" * dc.MAX_USER_NAME_CHARS),
+    ("ada", "ada"), ("j.doe-2_x", "j.doe-2_x"), ("ad a/é:", "ada"), ("", record.DEFAULT_USER_NAME),
+    ("x" * 100, "x" * record.MAX_USER_NAME_CHARS),
 ])
 def test_the_dev_user_name(monkeypatch: pytest.MonkeyPatch, login: str, name: str) -> None:
     monkeypatch.setattr(getpass, "getuser", lambda: login)
-    assert dc.local_user_name() == name
+    assert processes.local_user_name() == name
 
 
 def test_child_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAFTSCHED_SECRET", "s3cret")
     monkeypatch.setenv("RAFTSCHED_SERVERS", "elsewhere:1")
     monkeypatch.setenv("KEEP_ME", "1")
-    env = dc.child_env()
+    env = processes.child_env()
     assert "RAFTSCHED_SECRET" not in env and "RAFTSCHED_SERVERS" not in env
     assert env["KEEP_ME"] == "1" and env["PYTHONUNBUFFERED"] == "1"
-    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(dc.__file__).resolve().parents[2])
+    assert env["PYTHONPATH"].split(os.pathsep)[0] == str(Path(record.__file__).resolve().parents[2])
 
 
 # --- up and down with stand-in processes --------------------------------------------------------
@@ -233,9 +251,9 @@ class Stand:
         self.argvs: dict[str, list[str]] = {}
         self.envs: dict[str, Mapping[str, str] | None] = {}
         self.failing: set[str] = set()
-        self.views: list[dc.ClusterView | None] = [None, leader_view(), ready_view()]
+        self.views: list[ClusterView | None] = [None, leader_view(), ready_view()]
         self.probes = 0
-        self.probed_with: list[dc.TlsPaths | None] = []
+        self.probed_with: list[TlsPaths | None] = []
         self.interrupt_at_probe: int | None = None
 
     def spawn(self, name: str, argv: list[str], log: Path, cwd: Path,
@@ -245,11 +263,11 @@ class Stand:
         self.envs[name] = env
         stand_in = (["sh", "-c", f"echo {name} cannot start >&2; exit 3"]
                     if name in self.failing else SLEEPER)
-        child = dc.spawn_process(name, stand_in, log, cwd)
+        child = processes.spawn_process(name, stand_in, log, cwd)
         self.children.append(child)
         return child
 
-    def probe(self, servers: Sequence[str], tls: dc.TlsPaths | None) -> dc.ClusterView | None:
+    def probe(self, servers: Sequence[str], tls: TlsPaths | None) -> ClusterView | None:
         self.probes += 1
         self.probed_with.append(tls)
         if self.probes == self.interrupt_at_probe:
@@ -262,11 +280,11 @@ def NO_TOKEN(servers: object, user: object, budget_s: float) -> str:
     return "watch-secret"
 
 
-def leader_view(clusters: dict[str, str] | None = None) -> dc.ClusterView:
-    return dc.ClusterView("127.0.0.1:1", 1, "127.0.0.1:1", clusters or {}, from_leader=True)
+def leader_view(clusters: dict[str, str] | None = None) -> ClusterView:
+    return ClusterView("127.0.0.1:1", 1, "127.0.0.1:1", clusters or {}, from_leader=True)
 
 
-def ready_view() -> dc.ClusterView:
+def ready_view() -> ClusterView:
     return leader_view({"cpu-east": "READY", "gpu-west": "READY"})
 
 
@@ -275,9 +293,9 @@ def stand(children: list[sv.Child]) -> Stand:
     return Stand(children)
 
 
-def up(stand: Stand, directory: Path, **options: Any) -> tuple[dc.ClusterState, dc.ClusterView]:
+def up(stand: Stand, directory: Path, **options: Any) -> tuple[ClusterState, ClusterView]:
     messages: list[str] = []
-    result = dc.up(dc.UpOptions(directory, **options), progress=messages.append,
+    result = dev_up.up(UpOptions(directory, **options), progress=messages.append,
                    spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None,
                    web_ready=lambda address: True,
                    web_token=NO_TOKEN)
@@ -291,7 +309,7 @@ def test_up_records_every_process_and_down_stops_exactly_those(
     assert view == ready_view()
     assert [r.id for r in state.replicas] == ["replica-1", "replica-2", "replica-3"]
     assert [a.cluster for a in state.agents] == ["cpu-east", "gpu-west"]
-    assert dc.load_state(tmp_path) == state
+    assert record.load_state(tmp_path) == state
     for process, child in zip(state.processes(), stand.children, strict=True):
         assert process == child.recorded() and process.alive()
     addresses = [r.grpc_address for r in state.replicas] + [r.raft_address for r in
@@ -308,9 +326,9 @@ def test_up_records_every_process_and_down_stops_exactly_those(
     assert common_name(gpu[gpu.index("--tls-cert") + 1]) == "raftsched-agent:gpu-west"
     assert gpu[gpu.index("--tls-ca") + 1] == str(tmp_path / "tls" / "ca.pem")
     assert not state.insecure and state.user_tls is not None
-    assert common_name(state.user_tls.cert) == f"raftsched-user:{dc.local_user_name()}"
+    assert common_name(state.user_tls.cert) == f"raftsched-user:{processes.local_user_name()}"
     assert stand.probed_with == [state.user_tls] * stand.probes
-    assert dc.cluster_doc(state, view)["user_tls"]["key"] == state.user_tls.key
+    assert dev_status.cluster_doc(state, view)["user_tls"]["key"] == state.user_tls.key
     header = (tmp_path / "logs" / "replica-1.log").read_text().splitlines()[0]
     assert header.startswith("--- ") and "replica-1 (raftsched dev): sleep 60" in header
     web = stand.argvs["web"]
@@ -318,13 +336,13 @@ def test_up_records_every_process_and_down_stops_exactly_those(
     assert web[web.index("--servers") + 1] == ",".join(state.servers)
     assert common_name(web[web.index("--tls-cert") + 1]) == "raftsched-user:web-console"
     assert web[web.index("--https-cert") + 1] == web[web.index("--tls-cert") + 1]
-    assert dc.cluster_doc(state, view)["web"]["url"] == state.web.url
+    assert dev_status.cluster_doc(state, view)["web"]["url"] == state.web.url
     watch = Path(web[web.index("--watch-token-file") + 1])
     assert watch.read_text() == "watch-secret\n"
     assert stat.S_IMODE(watch.stat().st_mode) == 0o600
 
     unrelated = start(stand.children, SLEEPER, tmp_path)
-    results = dc.down(tmp_path)
+    results = dev_down.down(tmp_path)
     assert results is not None
     assert [(r.name, r.outcome) for r in results] == [
         ("replica-1", "stopped"), ("replica-2", "stopped"), ("replica-3", "stopped"),
@@ -333,46 +351,46 @@ def test_up_records_every_process_and_down_stops_exactly_those(
     assert [child.poll() for child in stand.children[:-1]] == [-signal.SIGTERM] * 6
     assert not (tmp_path / "cluster.json").exists()
     assert (tmp_path / "logs" / "replica-1.log").exists() and (tmp_path / "secret").exists()
-    assert dc.down(tmp_path) is None  # idempotent
+    assert dev_down.down(tmp_path) is None  # idempotent
 
 
 def test_up_insecure_runs_plaintext_without_a_secret_or_certificates(
         stand: Stand, tmp_path: Path) -> None:
     state, _ = up(stand, tmp_path, insecure=True)
     assert state.insecure and state.user_tls is None and state.secret_file == ""
-    assert dc.load_state(tmp_path) == state
+    assert record.load_state(tmp_path) == state
     for argv in stand.argvs.values():
         assert "--insecure-dev" in argv
         assert not {"--secret-file", "--tls-ca", "--tls-cert", "--tls-key"} & set(argv)
     assert not (tmp_path / "secret").exists() and not (tmp_path / "tls").exists()
     assert stand.probed_with == [None] * stand.probes
-    document = dc.cluster_doc(state, None)
+    document = dev_status.cluster_doc(state, None)
     assert (document["insecure"], document["user_tls"]) == (True, None)
-    dc.down(tmp_path)
+    dev_down.down(tmp_path)
 
 
 def test_up_refuses_while_a_cluster_runs_and_forgets_a_dead_one(
         stand: Stand, tmp_path: Path) -> None:
     state, _ = up(stand, tmp_path, agents=0)
     secret = (tmp_path / "secret").read_text()
-    with pytest.raises(dc.DevClusterError, match="already running") as caught:
+    with pytest.raises(DevClusterError, match="already running") as caught:
         up(stand, tmp_path, agents=0)
     assert caught.value.code is Code.FAILED_PRECONDITION
     assert (tmp_path / "secret").read_text() == secret  # the running cluster's, untouched
-    assert dc.load_state(tmp_path) == state
+    assert record.load_state(tmp_path) == state
     for child in stand.children:
         child.kill()
     stand.probes = 0
     again, _ = up(stand, tmp_path, agents=0)  # the recorded processes are all gone
     assert [r.pid for r in again.replicas] != [r.pid for r in state.replicas]
-    dc.down(tmp_path)
+    dev_down.down(tmp_path)
 
 
 def test_up_stops_everything_when_a_process_dies_and_shows_its_log(
         stand: Stand, tmp_path: Path) -> None:
     stand.failing.add("replica-2")
     stand.views = [None]
-    with pytest.raises(dc.DevClusterError) as caught:
+    with pytest.raises(DevClusterError) as caught:
         up(stand, tmp_path)
     error = caught.value
     assert error.code is Code.FAILED_PRECONDITION
@@ -385,8 +403,8 @@ def test_up_stops_everything_when_a_process_dies_and_shows_its_log(
 
 def test_up_times_out_naming_what_it_waited_for(stand: Stand, tmp_path: Path) -> None:
     stand.views = [leader_view({"cpu-east": "READY"})]  # gpu-west never registers
-    with pytest.raises(dc.DevClusterError) as caught:
-        dc.up(dc.UpOptions(tmp_path, timeout_s=0.3), progress=lambda m: None,
+    with pytest.raises(DevClusterError) as caught:
+        dev_up.up(UpOptions(tmp_path, timeout_s=0.3), progress=lambda m: None,
               spawn=stand.spawn, probe=stand.probe)
     error = caught.value
     assert error.code is Code.UNAVAILABLE
@@ -406,24 +424,24 @@ def test_ctrl_c_during_up_stops_what_was_started(stand: Stand, tmp_path: Path) -
 
 
 def test_status_reports_processes_and_the_leader(stand: Stand, tmp_path: Path) -> None:
-    with pytest.raises(dc.DevClusterError) as caught:
-        dc.status(tmp_path)
+    with pytest.raises(DevClusterError) as caught:
+        dev_status.status(tmp_path)
     assert caught.value.code is Code.NOT_FOUND
     recorded, _ = up(stand, tmp_path)
     stand.children[1].kill()
-    asked: list[tuple[Sequence[str], dc.TlsPaths | None]] = []
+    asked: list[tuple[Sequence[str], TlsPaths | None]] = []
 
-    def probe(servers: Sequence[str], tls: dc.TlsPaths | None) -> dc.ClusterView:
+    def probe(servers: Sequence[str], tls: TlsPaths | None) -> ClusterView:
         asked.append((servers, tls))
         return ready_view()
 
-    state, view = dc.status(tmp_path, probe=probe)
+    state, view = dev_status.status(tmp_path, probe=probe)
     # only live replicas are asked, with the recorded user certificate
     assert asked == [([state.servers[0], state.servers[2]], recorded.user_tls)]
-    document = dc.cluster_doc(state, view)
+    document = dev_status.cluster_doc(state, view)
     assert [r["alive"] for r in document["replicas"]] == [True, False, True]
     assert [a["status"] for a in document["agents"]] == ["READY", "READY"]
-    results = dc.down(tmp_path)
+    results = dev_down.down(tmp_path)
     assert results is not None and results[1].outcome is sv.StopOutcome.NOT_RUNNING
 
 
@@ -433,7 +451,7 @@ def test_status_reports_processes_and_the_leader(stand: Stand, tmp_path: Path) -
 def test_the_recorded_authority_issues_more_certificates(tmp_path: Path) -> None:
     from raftsched.dev import pki
 
-    issued = dc.issue_certificates(tmp_path, ["cpu-east"], "ada")
+    issued = processes.issue_certificates(tmp_path, ["cpu-east"], "ada")
     authority = pki.load_authority(tmp_path / "tls")
     files = pki.issue_agent(authority, "big")
     assert files.ca == Path(issued.user.ca)
@@ -465,10 +483,10 @@ def _leaf_as_ca(tmp_path: Path, authority: Any) -> Path:
 
 
 def test_the_requested_shape_has_the_agents_defaults() -> None:
-    shape = dc.requested_shape(dc.AddAgentOptions(Path("d"), "big"))
-    assert shape == dc.AgentShape("big", (), os.cpu_count() or 1, dc.machine_memory_mb(), 0)
-    assert dc.machine_memory_mb() > 0
-    shape = dc.requested_shape(dc.AddAgentOptions(Path("d"), "x.1_b-2", ("linux", "gpu", "linux"),
+    shape = requested_shape(AddAgentOptions(Path("d"), "big"))
+    assert shape == AgentShape("big", (), os.cpu_count() or 1, machine_memory_mb(), 0)
+    assert machine_memory_mb() > 0
+    shape = requested_shape(AddAgentOptions(Path("d"), "x.1_b-2", ("linux", "gpu", "linux"),
                                                   cpu=0, memory_mb=0, gpu=8))
     assert (shape.capabilities, shape.cpu, shape.memory_mb, shape.gpu) == (("linux", "gpu"),
                                                                            0, 0, 8)
@@ -487,18 +505,18 @@ def test_the_requested_shape_has_the_agents_defaults() -> None:
     ({"gpu": -1}, "--gpu -1: between 0 and 1000000"),
 ])
 def test_a_bad_shape_is_refused_naming_the_option(options: dict[str, Any], message: str) -> None:
-    with pytest.raises(dc.DevClusterError) as caught:
-        dc.requested_shape(dc.AddAgentOptions(Path("d"), **{"cluster": "big", **options}))
+    with pytest.raises(DevClusterError) as caught:
+        requested_shape(AddAgentOptions(Path("d"), **{"cluster": "big", **options}))
     assert caught.value.code is Code.INVALID_ARGUMENT
     assert caught.value.message.startswith(message), caught.value.message
 
 
 def add(stand: Stand, directory: Path, cluster: str = "big", *, messages: list[str] | None = None,
-        **options: Any) -> tuple[dc.ClusterState, dc.AgentEntry, dc.ClusterView]:
+        **options: Any) -> tuple[ClusterState, AgentEntry, ClusterView]:
     """`add_agent` on the stand's cluster, which reports `cluster` READY on the second probe."""
     stand.probes, stand.probed_with = 0, []
     stand.views = [ready_view(), leader_view({**ready_view().clusters, cluster: "READY"})]
-    return dc.add_agent(dc.AddAgentOptions(directory, cluster, **options),
+    return dev_add_agent.add_agent(AddAgentOptions(directory, cluster, **options),
                         progress=(messages if messages is not None else []).append,
                         spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None)
 
@@ -512,7 +530,7 @@ def test_add_agent_starts_records_and_waits_for_it_and_down_stops_it(
     assert (entry.cluster, entry.capabilities, entry.cpu, entry.memory_mb, entry.gpu) == (
         "big", ("linux", "fast"), 64, 1024, 1)
     assert view.clusters["big"] == "READY"
-    assert dc.load_state(tmp_path) == state
+    assert record.load_state(tmp_path) == state
     assert state.agents == [*before.agents, entry]
     assert sv.Recorded("big", sv.Identity(entry.pid, entry.start_time_ticks)).alive()
     argv = stand.argvs["big"]
@@ -532,8 +550,8 @@ def test_add_agent_starts_records_and_waits_for_it_and_down_stops_it(
     assert "waiting for agent big to be READY (up to 60 s)" in messages
     assert messages[0].startswith("starting agent big (mock executor; cpu 64, memory 1024 MB")
     assert messages[-1].startswith("big ready after ")
-    document = dc.agent_doc(entry, view)
-    assert document == dc.cluster_doc(state, view)["agents"][-1]
+    document = dev_status.agent_doc(entry, view)
+    assert document == dev_status.cluster_doc(state, view)["agents"][-1]
     assert set(document) == {"cluster", "pid", "alive", "capabilities", "status", "cpu",
                              "memory_mb", "gpu", "metrics_port", "data_dir", "log",
                              "resources", "executor", "slurm_partition"}
@@ -542,9 +560,9 @@ def test_add_agent_starts_records_and_waits_for_it_and_down_stops_it(
     assert (document["status"], document["alive"], document["capabilities"]) == (
         "READY", True, ["linux", "fast"])
 
-    listed, _ = dc.status(tmp_path, probe=lambda servers, tls: view)
+    listed, _ = dev_status.status(tmp_path, probe=lambda servers, tls: view)
     assert [a.cluster for a in listed.agents] == ["cpu-east", "gpu-west", "big"]
-    results = dc.down(tmp_path)
+    results = dev_down.down(tmp_path)
     assert results is not None
     assert ("big", "stopped") in [(r.name, r.outcome) for r in results]
     assert not sv.Recorded("big", sv.Identity(entry.pid, entry.start_time_ticks)).alive()
@@ -558,27 +576,27 @@ def test_add_agent_on_an_insecure_cluster_runs_it_plaintext(stand: Stand, tmp_pa
     assert argv[argv.index("--executor") + 1] == "subprocess"
     assert not (tmp_path / "tls").exists()
     assert stand.probed_with == [None] * stand.probes
-    assert dc.load_state(tmp_path) == state and state.agents[-1] == entry
-    dc.down(tmp_path)
+    assert record.load_state(tmp_path) == state and state.agents[-1] == entry
+    dev_down.down(tmp_path)
 
 
 def test_add_agent_refuses_without_a_running_cluster(stand: Stand, tmp_path: Path) -> None:
-    with pytest.raises(dc.DevClusterError, match="no dev cluster recorded in") as caught:
+    with pytest.raises(DevClusterError, match="no dev cluster recorded in") as caught:
         add(stand, tmp_path / "none")
     assert caught.value.code is Code.NOT_FOUND
     assert not (tmp_path / "none").exists()
     state, _ = up(stand, tmp_path)
     stand.children[0].kill()
     stand.children[1].kill()
-    with pytest.raises(dc.DevClusterError, match="only 1 of the 3 replicas") as caught:
+    with pytest.raises(DevClusterError, match="only 1 of the 3 replicas") as caught:
         add(stand, tmp_path)
     assert caught.value.code is Code.FAILED_PRECONDITION
     for child in stand.children:
         child.kill()
-    with pytest.raises(dc.DevClusterError, match="is not running") as caught:
+    with pytest.raises(DevClusterError, match="is not running") as caught:
         add(stand, tmp_path)
     assert caught.value.code is Code.FAILED_PRECONDITION
-    assert "big" not in stand.argvs and dc.load_state(tmp_path) == state
+    assert "big" not in stand.argvs and record.load_state(tmp_path) == state
 
 
 @pytest.mark.parametrize(("cluster", "options", "code", "message"), [
@@ -591,34 +609,34 @@ def test_add_agent_refuses_a_taken_id_or_a_bad_shape_before_starting_anything(
         stand: Stand, tmp_path: Path, cluster: str, options: dict[str, Any], code: Code,
         message: str) -> None:
     state, _ = up(stand, tmp_path)
-    with pytest.raises(dc.DevClusterError) as caught:
+    with pytest.raises(DevClusterError) as caught:
         add(stand, tmp_path, cluster, **options)
     assert caught.value.code is code and caught.value.message.startswith(message)
-    assert len(stand.children) == 6 and dc.load_state(tmp_path) == state
-    dc.down(tmp_path)
+    assert len(stand.children) == 6 and record.load_state(tmp_path) == state
+    dev_down.down(tmp_path)
 
 
 def test_add_agent_refuses_beyond_the_bound_and_while_another_command_works(
         stand: Stand, tmp_path: Path) -> None:
     state, _ = up(stand, tmp_path, agents=0)
-    with dc.exclusive(tmp_path), pytest.raises(dc.DevClusterError, match="another 'raftsched"):
+    with record.exclusive(tmp_path), pytest.raises(DevClusterError, match="another 'raftsched"):
         add(stand, tmp_path)
-    filler = dc.AgentEntry("x", 1, 1, (), 1, 1, 0, 1, "/d", "/l")
-    state.agents = [filler] * dc.MAX_RECORDED_AGENTS
-    dc.save_state(state)
-    with pytest.raises(dc.DevClusterError, match="MAX_RECORDED_AGENTS") as caught:
+    filler = AgentEntry("x", 1, 1, (), 1, 1, 0, 1, "/d", "/l")
+    state.agents = [filler] * record.MAX_RECORDED_AGENTS
+    record.save_state(state)
+    with pytest.raises(DevClusterError, match="MAX_RECORDED_AGENTS") as caught:
         add(stand, tmp_path)
     assert caught.value.code is Code.RESOURCE_EXHAUSTED
     assert len(stand.children) == 4  # 3 replicas and the web console
-    dc.down(tmp_path)
+    dev_down.down(tmp_path)
 
 
 def test_add_agent_stops_and_forgets_an_agent_that_exits(stand: Stand, tmp_path: Path) -> None:
     before, _ = up(stand, tmp_path)
     stand.failing.add("big")
     stand.views = [None]
-    with pytest.raises(dc.DevClusterError) as caught:
-        dc.add_agent(dc.AddAgentOptions(tmp_path, "big"), progress=lambda m: None,
+    with pytest.raises(DevClusterError) as caught:
+        dev_add_agent.add_agent(AddAgentOptions(tmp_path, "big"), progress=lambda m: None,
                      spawn=stand.spawn, probe=lambda servers, tls: None,
                      sleep=lambda s: None)
     error = caught.value
@@ -627,9 +645,9 @@ def test_add_agent_stops_and_forgets_an_agent_that_exits(stand: Stand, tmp_path:
     assert "while it was joining the cluster" in error.message
     assert error.log == str(tmp_path / "logs" / "big.log")
     assert error.log_tail[-1] == "big cannot start"
-    assert dc.load_state(tmp_path) == before
+    assert record.load_state(tmp_path) == before
     assert all(process.alive() for process in before.processes())  # the rest runs on
-    dc.down(tmp_path)
+    dev_down.down(tmp_path)
 
 
 def test_add_agent_times_out_stops_and_forgets_it(stand: Stand, tmp_path: Path) -> None:
@@ -637,8 +655,8 @@ def test_add_agent_times_out_stops_and_forgets_it(stand: Stand, tmp_path: Path) 
     stand.probes, stand.views = 0, [ready_view()]  # big never registers
     ticks = iter(range(1000))
     messages: list[str] = []
-    with pytest.raises(dc.DevClusterError) as caught:
-        dc.add_agent(dc.AddAgentOptions(tmp_path, "big", timeout_s=10),
+    with pytest.raises(DevClusterError) as caught:
+        dev_add_agent.add_agent(AddAgentOptions(tmp_path, "big", timeout_s=10),
                      progress=messages.append, spawn=stand.spawn, probe=stand.probe,
                      clock=lambda: float(next(ticks)), sleep=lambda s: None)
     error = caught.value
@@ -649,43 +667,43 @@ def test_add_agent_times_out_stops_and_forgets_it(stand: Stand, tmp_path: Path) 
     assert any(m.startswith("still waiting for agent big to be READY: ")
                and m.endswith(" s of 10 s (big not registered)") for m in messages), messages
     assert stand.children[-1].poll() is not None
-    assert dc.load_state(tmp_path) == before
+    assert record.load_state(tmp_path) == before
     # the same id can be tried again: the new agent resumes from the data dir left behind
     state, entry, _ = add(stand, tmp_path, "big")
     assert Path(entry.data_dir).is_dir() and state.agents[-1] == entry
-    dc.down(tmp_path)
+    dev_down.down(tmp_path)
 
 
 def test_ctrl_c_during_add_agent_stops_and_forgets_it(stand: Stand, tmp_path: Path) -> None:
     before, _ = up(stand, tmp_path)
     stand.probes, stand.interrupt_at_probe = 0, 1
     with pytest.raises(KeyboardInterrupt):
-        dc.add_agent(dc.AddAgentOptions(tmp_path, "big"), progress=lambda m: None,
+        dev_add_agent.add_agent(AddAgentOptions(tmp_path, "big"), progress=lambda m: None,
                      spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None)
     assert stand.children[-1].poll() is not None
-    assert dc.load_state(tmp_path) == before
-    dc.down(tmp_path)
+    assert record.load_state(tmp_path) == before
+    dev_down.down(tmp_path)
 
 
 # --- custom resources, Slurm agents and the private Slurm of `up --slurm` -----------------------
 
 
-def slurm_state(directory: Path) -> dc.ClusterState:
+def slurm_state(directory: Path) -> ClusterState:
     state = sample_state(directory)
-    state.agents.append(dc.AgentEntry("cpu-east", 102, 557, ("linux",), 4, 8192, 0, 9003,
+    state.agents.append(AgentEntry("cpu-east", 102, 557, ("linux",), 4, 8192, 0, 9003,
                                       "/d/a2", "/d/logs/a2.log", (("fpga", 1), ("lic", 2)),
                                       "slurm", "debug"))
-    state.slurm = dc.SlurmEntry("/d/slurm", "/d/slurm/slurm.conf", "debug",
+    state.slurm = SlurmEntry("/d/slurm", "/d/slurm/slurm.conf", "debug",
                                 "/d/slurm/jobcomp.txt", "/tmp/rs-munge-x", [
-                                    dc.DaemonEntry("munged", 103, 558, "/d/slurm/log/munged.log"),
-                                    dc.DaemonEntry("slurmctld", 104, 559, "/d/s/slurmctld.log")])
+                                    DaemonEntry("munged", 103, 558, "/d/slurm/log/munged.log"),
+                                    DaemonEntry("slurmctld", 104, 559, "/d/s/slurmctld.log")])
     return state
 
 
 def test_the_private_slurm_and_an_agents_resources_round_trip(tmp_path: Path) -> None:
     state = slurm_state(tmp_path)
-    dc.save_state(state)
-    assert dc.load_state(tmp_path) == state
+    record.save_state(state)
+    assert record.load_state(tmp_path) == state
     document = json.loads((tmp_path / "cluster.json").read_text())
     assert document["agents"][1]["resources"] == {"fpga": 1, "lic": 2}
     assert (document["agents"][1]["executor"], document["agents"][1]["slurm_partition"]) == (
@@ -698,7 +716,7 @@ def test_the_private_slurm_and_an_agents_resources_round_trip(tmp_path: Path) ->
     assert [p.name for p in state.processes()] == ["replica-1", "gpu-west", "cpu-east"]
     assert state.slurm_daemons() == [sv.Recorded("munged", sv.Identity(103, 558)),
                                      sv.Recorded("slurmctld", sv.Identity(104, 559))]
-    shown = dc.cluster_doc(state, None)
+    shown = dev_status.cluster_doc(state, None)
     assert shown["slurm"] == {"dir": "/d/slurm", "conf": "/d/slurm/slurm.conf",
                               "partition": "debug", "jobcomp": "/d/slurm/jobcomp.txt",
                               "daemons": [{"name": "munged", "pid": 103, "alive": False,
@@ -718,12 +736,12 @@ def test_a_state_file_from_before_slurm_and_resources_still_loads(tmp_path: Path
     for key in ("resources", "executor", "slurm_partition"):
         del document["agents"][0][key]
     (tmp_path / "cluster.json").write_text(json.dumps(document))
-    state = dc.load_state(tmp_path)
+    state = record.load_state(tmp_path)
     assert state is not None and state.slurm is None and state.slurm_daemons() == []
     assert state.agents[0].resources == () and state.agents[0].executor == ""
-    agent = dc.cluster_doc(state, None)["agents"][0]
+    agent = dev_status.cluster_doc(state, None)["agents"][0]
     assert (agent["executor"], agent["resources"]) == ("mock", {})  # the cluster's executor
-    assert dc.cluster_doc(state, None)["slurm"] is None
+    assert dev_status.cluster_doc(state, None)["slurm"] is None
 
 
 @pytest.mark.parametrize("mutate", [
@@ -739,8 +757,8 @@ def test_a_damaged_slurm_or_resources_entry_is_refused(tmp_path: Path, mutate: A
     document = slurm_state(tmp_path).to_doc()
     mutate(document)
     (tmp_path / "cluster.json").write_text(json.dumps(document))
-    with pytest.raises(dc.DevClusterError, match="is not a raftsched dev cluster state file"):
-        dc.load_state(tmp_path)
+    with pytest.raises(DevClusterError, match="is not a raftsched dev cluster state file"):
+        record.load_state(tmp_path)
 
 
 @pytest.mark.parametrize(("text", "resources"), [
@@ -748,8 +766,8 @@ def test_a_damaged_slurm_or_resources_entry_is_refused(tmp_path: Path, mutate: A
     ("matlab_license=10, fpga=2", (("fpga", 2), ("matlab_license", 10))),
     (f"big={1_000_000_000}", (("big", 1_000_000_000),)),
 ])
-def test_parse_resources(text: str, resources: dc.Resources) -> None:
-    assert dc.parse_resources(text) == resources
+def test_parse_resources(text: str, resources: record.Resources) -> None:
+    assert dev_add_agent.parse_resources(text) == resources
 
 
 @pytest.mark.parametrize(("text", "message"), [
@@ -763,17 +781,17 @@ def test_parse_resources(text: str, resources: dc.Resources) -> None:
     (",".join(f"r{i}=1" for i in range(33)), "--resources: at most 32"),
 ])
 def test_bad_resources_are_refused_naming_the_entry(text: str, message: str) -> None:
-    with pytest.raises(dc.DevClusterError) as caught:
-        dc.parse_resources(text)
+    with pytest.raises(DevClusterError) as caught:
+        dev_add_agent.parse_resources(text)
     assert caught.value.code is Code.INVALID_ARGUMENT
     assert caught.value.message.startswith(message), caught.value.message
 
 
 def test_a_slurm_agents_shape_leaves_its_sizes_to_the_partition() -> None:
-    shape = dc.requested_shape(dc.AddAgentOptions(Path("d"), "hpc", ("linux",),
+    shape = requested_shape(AddAgentOptions(Path("d"), "hpc", ("linux",),
                                                   executor="slurm", slurm_partition="debug",
                                                   resources=(("lic", 2),)))
-    assert shape == dc.AgentShape("hpc", ("linux",), 0, 0, 0, (("lic", 2),))
+    assert shape == AgentShape("hpc", ("linux",), 0, 0, 0, (("lic", 2),))
 
 
 @pytest.mark.parametrize(("options", "message"), [
@@ -787,21 +805,21 @@ def test_a_slurm_agents_shape_leaves_its_sizes_to_the_partition() -> None:
 ])
 def test_a_bad_slurm_or_resources_request_is_refused(options: dict[str, Any],
                                                      message: str) -> None:
-    with pytest.raises(dc.DevClusterError) as caught:
-        dc.requested_shape(dc.AddAgentOptions(Path("d"), "hpc", **options))
+    with pytest.raises(DevClusterError) as caught:
+        requested_shape(AddAgentOptions(Path("d"), "hpc", **options))
     assert caught.value.code is Code.INVALID_ARGUMENT
     assert caught.value.message.startswith(message), caught.value.message
 
 
 def test_the_command_of_a_slurm_agent_and_of_one_with_resources(tmp_path: Path) -> None:
-    shape = dc.AgentShape("hpc", ("linux",), 4, 8192, 0, (("fpga", 1), ("lic", 2)))
-    argv = dc.agent_command(shape, ["127.0.0.1:2"], tmp_path / "a", "slurm", 8, tls=None,
+    shape = AgentShape("hpc", ("linux",), 4, 8192, 0, (("fpga", 1), ("lic", 2)))
+    argv = processes.agent_command(shape, ["127.0.0.1:2"], tmp_path / "a", "slurm", 8, tls=None,
                             slurm_partition="debug")
     assert argv[3:] == ["agent", "--cluster-id", "hpc", "--servers", "127.0.0.1:2",
                         "--capabilities", "linux", "--slurm-partition", "debug",
                         "--resources", "fpga=1,lic=2", "--data-dir", str(tmp_path / "a"),
                         "--executor", "slurm", "--metrics-port", "8", "--insecure-dev"]
-    plain = dc.agent_command(shape, ["127.0.0.1:2"], tmp_path / "a", "mock", 8, tls=None)
+    plain = processes.agent_command(shape, ["127.0.0.1:2"], tmp_path / "a", "mock", 8, tls=None)
     assert plain[plain.index("--cpu"):plain.index("--data-dir")] == [
         "--cpu", "4", "--memory-mb", "8192", "--gpu", "0", "--resources", "fpga=1,lic=2"]
 
@@ -845,7 +863,7 @@ def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(FakeSlurm, "made", [])
 
     def cancel(env: Mapping[str, str], cwd: Path) -> None:
-        state = dc.load_state(cwd.parent)
+        state = record.load_state(cwd.parent)
         assert state is not None and env["SLURM_CONF"] == str(cwd / "slurm.conf")
         cancelled.extend(p.name for p in state.processes() + state.slurm_daemons()
                          if p.alive())
@@ -857,13 +875,13 @@ def fake_slurm(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def test_up_slurm_records_the_daemons_and_puts_cpu_east_in_front_of_it(
         stand: Stand, tmp_path: Path, fake_slurm: list[str]) -> None:
     messages: list[str] = []
-    state, _ = dc.up(dc.UpOptions(tmp_path, slurm=True, executor="subprocess"),
+    state, _ = dev_up.up(UpOptions(tmp_path, slurm=True, executor="subprocess"),
                      progress=messages.append, spawn=stand.spawn, probe=stand.probe,
                      sleep=lambda s: None, web_token=NO_TOKEN, web_ready=lambda address: True)
     (slurm,) = FakeSlurm.made
     assert slurm.directory == tmp_path / "slurm"
     assert slurm.size == (4, 8192, ("linux",))  # cpu-east's size; its capability as a feature
-    assert state.slurm is not None and dc.load_state(tmp_path) == state
+    assert state.slurm is not None and record.load_state(tmp_path) == state
     assert [d.name for d in state.slurm.daemons] == ["munged", "slurmctld", "slurmd"]
     for daemon in state.slurm_daemons():
         assert daemon.identity == slurm.children[daemon.name].identity and daemon.alive()
@@ -880,11 +898,11 @@ def test_up_slurm_records_the_daemons_and_puts_cpu_east_in_front_of_it(
         ("cpu-east", "slurm", "debug"), ("gpu-west", "subprocess", "")]
     assert messages[0].startswith(f"starting a private Slurm in {tmp_path / 'slurm'}")
     assert any("cpu-east: Slurm partition debug" in m for m in messages)
-    with pytest.raises(dc.DevClusterError, match="already running"):
-        dc.up(dc.UpOptions(tmp_path, slurm=True), progress=messages.append, spawn=stand.spawn,
+    with pytest.raises(DevClusterError, match="already running"):
+        dev_up.up(UpOptions(tmp_path, slurm=True), progress=messages.append, spawn=stand.spawn,
               probe=stand.probe, sleep=lambda s: None)
 
-    results = dc.down(tmp_path)
+    results = dev_down.down(tmp_path)
     assert results is not None
     assert [(r.name, r.outcome) for r in results] == [
         ("replica-1", "stopped"), ("replica-2", "stopped"), ("replica-3", "stopped"),
@@ -899,8 +917,8 @@ def test_up_slurm_stops_the_daemons_it_recorded_when_slurm_does_not_start(
         stand: Stand, tmp_path: Path, fake_slurm: list[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(FakeSlurm, "fail", True)
-    with pytest.raises(dc.DevClusterError) as caught:
-        dc.up(dc.UpOptions(tmp_path, slurm=True), progress=lambda m: None, spawn=stand.spawn,
+    with pytest.raises(DevClusterError) as caught:
+        dev_up.up(UpOptions(tmp_path, slurm=True), progress=lambda m: None, spawn=stand.spawn,
               probe=stand.probe, sleep=lambda s: None)
     error = caught.value
     assert error.code is Code.FAILED_PRECONDITION
@@ -915,8 +933,8 @@ def test_up_slurm_stops_the_daemons_it_recorded_when_slurm_does_not_start(
 def test_up_slurm_is_refused_in_one_line_where_slurm_cannot_run(
         stand: Stand, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(private_slurm, "slurm_available", lambda: "a private Slurm needs root")
-    with pytest.raises(dc.DevClusterError) as caught:
-        dc.up(dc.UpOptions(tmp_path, slurm=True), progress=lambda m: None, spawn=stand.spawn,
+    with pytest.raises(DevClusterError) as caught:
+        dev_up.up(UpOptions(tmp_path, slurm=True), progress=lambda m: None, spawn=stand.spawn,
               probe=stand.probe)
     assert caught.value.code is Code.FAILED_PRECONDITION
     assert caught.value.message == "--slurm: a private Slurm needs root"
@@ -938,7 +956,7 @@ def test_add_agent_slurm_fronts_the_clusters_own_slurm_with_its_partitions_size(
         return agent.executors.slurm.PartitionCapacity(8000, 4000, 1, ("linux", "big-mem"))
 
     monkeypatch.setattr(agent.executors.slurm, "partition_capacity", capacity)
-    state, _ = dc.up(dc.UpOptions(tmp_path, slurm=True), progress=lambda m: None,
+    state, _ = dev_up.up(UpOptions(tmp_path, slurm=True), progress=lambda m: None,
                      spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None,
                      web_token=NO_TOKEN, web_ready=lambda address: True)
     assert state.slurm is not None
@@ -959,21 +977,21 @@ def test_add_agent_slurm_fronts_the_clusters_own_slurm_with_its_partitions_size(
     assert messages[0].startswith("starting agent hpc (slurm executor, Slurm partition debug; "
                                   "cpu 8, memory 4000 MB, gpu 1; capabilities hpc,linux,big-mem;"
                                   " resources lic=2;")
-    document = dc.agent_doc(entry, None)
+    document = dev_status.agent_doc(entry, None)
     assert (document["resources"], document["executor"], document["slurm_partition"]) == (
         {"lic": 2}, "slurm", "debug")
 
-    with pytest.raises(dc.DevClusterError) as caught:
+    with pytest.raises(DevClusterError) as caught:
         add(stand, tmp_path, "hpc2", executor="slurm", slurm_partition="gpu")
     assert caught.value.code is Code.FAILED_PRECONDITION
     assert caught.value.message.startswith("--slurm-partition gpu: Slurm partition 'gpu' has "
                                            "no node (asked the dev cluster's private Slurm;")
     slurmctld = next(c for c in stand.children if c.name == "slurmctld")
     slurmctld.kill()
-    with pytest.raises(dc.DevClusterError, match="private Slurm of the dev cluster in .* is not "
+    with pytest.raises(DevClusterError, match="private Slurm of the dev cluster in .* is not "
                                                  r"running \(slurmctld \(pid \d+\) gone\)"):
         add(stand, tmp_path, "hpc3", executor="slurm", slurm_partition="debug")
-    dc.down(tmp_path)
+    dev_down.down(tmp_path)
 
 
 def test_add_agent_slurm_without_a_private_slurm_asks_the_one_slurm_conf_names(
@@ -988,17 +1006,17 @@ def test_add_agent_slurm_without_a_private_slurm_asks_the_one_slurm_conf_names(
     monkeypatch.setattr(agent.executors.slurm, "partition_capacity", capacity)
     up(stand, tmp_path)
     monkeypatch.setenv("SLURM_CONF", "/etc/slurm/site.conf")
-    with pytest.raises(dc.DevClusterError) as caught:
+    with pytest.raises(DevClusterError) as caught:
         add(stand, tmp_path, "hpc", executor="slurm", slurm_partition="gpu")
     assert caught.value.message.startswith(
         "--slurm-partition gpu: sinfo -p gpu: cannot reach /etc/slurm/site.conf (asked the "
         "Slurm SLURM_CONF=/etc/slurm/site.conf names;")
     monkeypatch.delenv("SLURM_CONF")
-    with pytest.raises(dc.DevClusterError, match="the Slurm of this machine's default "
+    with pytest.raises(DevClusterError, match="the Slurm of this machine's default "
                                                  "configuration"):
         add(stand, tmp_path, "hpc", executor="slurm", slurm_partition="gpu")
     assert "hpc" not in stand.argvs
-    dc.down(tmp_path)
+    dev_down.down(tmp_path)
 
 
 def test_traversable_adds_go_x_from_the_top_down_to_the_bottom_only(tmp_path: Path) -> None:
@@ -1008,7 +1026,7 @@ def test_traversable_adds_go_x_from_the_top_down_to_the_bottom_only(tmp_path: Pa
     for directory in (top, top / "data", bottom, bottom / "cpu-east"):
         directory.chmod(0o700)
     (top / "data").chmod(0o711)
-    assert dc.traversable(top, bottom) == [top, bottom]
+    assert launch.traversable(top, bottom) == [top, bottom]
     modes = [stat.S_IMODE(d.stat().st_mode) for d in (top, top / "data", bottom)]
     assert modes == [0o711, 0o711, 0o711]
     assert stat.S_IMODE((bottom / "cpu-east").stat().st_mode) == 0o700  # the agent's own
@@ -1021,7 +1039,7 @@ def test_up_as_root_lets_task_accounts_through_to_subprocess_agents_and_says_so(
     top = tmp_path / "dev"
     top.mkdir(mode=0o700)
     messages: list[str] = []
-    state, _ = dc.up(dc.UpOptions(top, executor="subprocess"), progress=messages.append,
+    state, _ = dev_up.up(UpOptions(top, executor="subprocess"), progress=messages.append,
                      spawn=stand.spawn, probe=stand.probe, sleep=lambda s: None,
                      web_token=NO_TOKEN, web_ready=lambda address: True)
     data_dir = Path(state.agents[0].data_dir)
@@ -1032,4 +1050,4 @@ def test_up_as_root_lets_task_accounts_through_to_subprocess_agents_and_says_so(
     assert len(said) == 1 and said[0].startswith(f"let task accounts pass through {top}")
     assert said[0].endswith("(chmod go+x): tasks reach their work and checkpoint dirs by "
                             "absolute path")  # once: the second agent found them open
-    dc.down(top)
+    dev_down.down(top)

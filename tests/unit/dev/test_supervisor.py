@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +17,7 @@ import pytest
 from raftsched import procfs
 from raftsched.dev import supervisor as sv
 from raftsched.errors import Code
+from tests.support.waiting import wait_until
 
 WAIT_TIMEOUT_S = 10.0
 """Bound on every wait for a child to reach a state; far more than any of them needs."""
@@ -40,13 +41,6 @@ def python(code: str) -> list[str]:
 def supervisor() -> Iterator[sv.Supervisor]:
     with sv.Supervisor() as children:
         yield children
-
-
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline_s = time.monotonic() + WAIT_TIMEOUT_S
-    while not condition():
-        assert time.monotonic() < deadline_s, f"not {what} after {WAIT_TIMEOUT_S:g} s"
-        time.sleep(POLL_S)
 
 
 def state_of(pid: int) -> str:
@@ -203,8 +197,7 @@ def test_pause_and_resume_the_whole_group(supervisor: sv.Supervisor, tmp_path: P
     grandchild = grandchild_of(child)
     try:
         assert child.pause() and child.paused
-        wait_until(lambda: {state_of(child.pid), state_of(grandchild.pid)} == {"T"},
-                   "both stopped")
+        wait_until(lambda: {state_of(child.pid), state_of(grandchild.pid)} == {"T"}, "both stopped")
         assert child.alive()  # paused is not exited
         assert child.resume() and not child.paused
         wait_until(lambda: "T" not in {state_of(child.pid), state_of(grandchild.pid)},

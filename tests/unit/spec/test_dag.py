@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from raftsched import limits
 from raftsched.spec.dag import check_graph, topological_order
-from raftsched.spec.job import SpecIssue
+from raftsched.spec.issue import SpecIssue
 
 
 def graph(edges: dict[str, list[str]]) -> tuple[list[str], list[list[str]]]:

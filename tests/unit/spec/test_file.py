@@ -13,7 +13,7 @@ import pytest
 
 from raftsched import limits
 from raftsched.spec.file import load_spec_file, read_spec_file
-from raftsched.spec.job import SpecError
+from raftsched.spec.model import SpecError
 
 FIFO_WAIT_S = 10.0
 """How long reading a FIFO may take before the test counts it as blocked (it takes microseconds)."""

@@ -14,19 +14,19 @@ from hypothesis import strategies as st
 
 from raftsched import limits
 from raftsched.spec.file import load_spec_file
-from raftsched.spec.job import (
+from raftsched.spec.issue import SpecIssue
+from raftsched.spec.job import parse_spec_text
+from raftsched.spec.model import (
     FailurePolicy,
     JobSpec,
     OnLost,
     RetryPolicy,
     SpecError,
-    SpecIssue,
     TaskSpec,
     Trigger,
-    parse_spec_text,
     runs_when_upstream_done,
-    validate_job_doc,
 )
+from raftsched.spec.validation import validate_job_doc
 from tests.support import paths
 
 EXAMPLES = paths.EXAMPLES
@@ -655,7 +655,7 @@ def test_any_text_gives_a_spec_or_a_spec_error(text: str) -> None:
 
 
 def test_an_idempotency_key_is_set_without_validating_the_spec_again() -> None:
-    from raftsched.spec.job import with_idempotency_key
+    from raftsched.spec.validation import with_idempotency_key
 
     spec = parse_spec_text(DIAMOND_YAML)
     keyed = with_idempotency_key(spec, "nightly-2026-12-01")

@@ -9,7 +9,8 @@ import json
 import pytest
 
 from raftsched import limits
-from raftsched.spec.job import SpecError, parse_spec_text, parse_submitted_text
+from raftsched.spec.job import parse_spec_text, parse_submitted_text
+from raftsched.spec.model import SpecError
 
 YAML = "name: y\ntasks:\n  - {id: a, command: [x]}\n"
 JSON = json.dumps({"name": "j", "tasks": [{"id": "a", "command": ["x"]}]})

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from raftsched import limits
 from raftsched.spec import wire as spec_wire
-from raftsched.spec.job import FailurePolicy, OnLost, SpecError, Trigger, validate_job_doc
+from raftsched.spec.model import FailurePolicy, OnLost, SpecError, Trigger
+from raftsched.spec.validation import validate_job_doc
 from tests.unit.spec.test_job import job_docs, json_values
 
 

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 from raftsched import limits
 from raftsched.spec import wire as spec_wire
-from raftsched.spec.job import SpecError, parse_spec_text, validate_job_doc
+from raftsched.spec.job import parse_spec_text
+from raftsched.spec.model import SpecError
+from raftsched.spec.validation import validate_job_doc
 from tests.unit.spec.test_job import job_docs, json_values
 from tests.unit.spec.test_wire import EDGE_LIST, _positions, neighbours
 

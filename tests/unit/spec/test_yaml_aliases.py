@@ -11,7 +11,8 @@ import pytest
 import yaml
 
 from raftsched import limits
-from raftsched.spec.job import SpecError, parse_spec_text
+from raftsched.spec.job import parse_spec_text
+from raftsched.spec.model import SpecError
 
 BUILT_BYTES_MAX = 8 * 1024 * 1024
 """Python memory a refused bomb may take while it is parsed: its text's worth, not its

@@ -12,7 +12,7 @@ import pytest
 
 from raftsched import limits
 from raftsched.errors import Code
-from raftsched.spec.job import validate_job_doc
+from raftsched.spec.validation import validate_job_doc
 from raftsched.state import commands as c
 from raftsched.state import policy
 from raftsched.state.outcome import Applied, Outcome, Rejected

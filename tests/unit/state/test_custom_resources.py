@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from raftsched.errors import Code
-from raftsched.spec.job import SpecError, validate_job_doc
+from raftsched.spec.model import SpecError
+from raftsched.spec.validation import validate_job_doc
 from raftsched.spec.wire import doc_to_wire, from_trusted_wire, to_wire, validate_wire
 from raftsched.state import commands as c
 from raftsched.state import placement, snapshot

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from raftsched.replica import views
-from raftsched.spec.job import TaskSpec, validate_job_doc
+from raftsched.spec.model import TaskSpec
+from raftsched.spec.validation import validate_job_doc
 from raftsched.state import commands as c
 from raftsched.state import placement
 from raftsched.state.feasibility import (

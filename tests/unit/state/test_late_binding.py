@@ -124,12 +124,14 @@ def test_reregistration_reconciles_queued_attempts() -> None:
     running = h.assign_one("j", "t0", "east")
     started, dropped = h.assign_one("j", "t1", "east"), h.assign_one("j", "t2", "east")
     h.queued("east", "j", "t1", started)
+    h.queued("east", "j", "t2", dropped)
     known = (c.KnownAttempt("j", "t0", running, True), c.KnownAttempt("j", "t1", started, True))
     outcome = h.register("east", cpu=2, incarnation=2, known=known, queue_depth=2)
     assert isinstance(outcome, Applied) and isinstance(outcome.result, ClusterRegistered)
     assert outcome.result.lost == 1
     assert h.current("j", "t1").state == AttemptState.RUNNING
     assert h.states("j")["t2"] == "RUNNABLE"
+    assert h.current("j", "t2").fence == dropped and h.current("j", "t2").state == AttemptState.LOST
     cluster = h.state.clusters["east"]
     assert not cluster.queued and cluster.reserved_cpu_milli == 2000
 
@@ -185,6 +187,7 @@ def test_views_say_queued() -> None:
     h.assign_one("j", "t0", "east")
     first, second = h.assign_one("j", "t1", "east"), h.assign_one("j", "t2", "east")
     h.queued("east", "j", "t2", second)
+    assert list(h.state.clusters["east"].queued) == [first, second]
     states = {t.task_id: t.state for t in views.list_tasks(h.state, "j").tasks}
     assert states == {"t0": "ASSIGNED", "t1": "ASSIGNED", "t2": "QUEUED", "t3": "RUNNABLE"}
     explained = views.explain_task(h.state, "j", "t2").summary

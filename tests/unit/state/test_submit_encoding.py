@@ -10,7 +10,7 @@ import msgpack
 import pytest
 
 from raftsched.spec import packing
-from raftsched.spec.job import validate_job_doc
+from raftsched.spec.validation import validate_job_doc
 from raftsched.spec.wire import to_wire
 from raftsched.state import commands as c
 
