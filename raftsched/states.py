@@ -60,8 +60,7 @@ LIVE_ATTEMPT_STATE_NAMES = frozenset({AttemptStateName.ASSIGNED, AttemptStateNam
 TASK_QUEUED_AT_AGENT = AttemptStateName.QUEUED
 """What a task list shows for an ASSIGNED task whose attempt its agent holds in its local queue
 (late binding): not a state of the state machine's tasks, a finer word for ASSIGNED."""
-PLACED_TASK_STATE_NAMES = frozenset({TaskStateName.ASSIGNED, TASK_QUEUED_AT_AGENT,
-                                     TaskStateName.RUNNING})
+PLACED_TASK_STATE_NAMES = frozenset({TaskStateName.ASSIGNED, TaskStateName.RUNNING})
 """A task in one of these holds an attempt on a cluster ("where it runs")."""
 CANCELLABLE_JOB_STATE_NAMES = frozenset({JobStateName.PENDING, JobStateName.RUNNING})
 """A job in one of these may still be cancelled (every non-terminal state)."""
