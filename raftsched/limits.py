@@ -96,6 +96,10 @@ MAX_ADDRESS_CHARS = 256
 MAX_REPLICAS = 16
 """Replica addresses the state remembers (Raft clusters are 3 or 5; room for changes)."""
 
+MAX_WITHDRAWALS_PER_BATCH = 64
+"""Queued attempts one ASSIGN_BATCH may take back from agents' local queues (late binding) for
+tasks of a higher priority; the planner asks for fewer (`placement.MAX_WITHDRAWALS_PER_PLAN`)."""
+
 # --- state machine ------------------------------------------------------------------------------
 MAX_LIVE_JOBS = 100_000
 """Jobs not yet terminal; a submit beyond it is RESOURCE_EXHAUSTED."""

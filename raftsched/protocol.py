@@ -71,6 +71,10 @@ class ReportKind(enum.IntEnum):
     the moment a slot frees there, reported STARTED then. Counts as the answer to the
     assignment (no ASSIGN_TIMEOUT while queued); a cluster LOST with it queued replaces it by
     `on_lost`, as a running one."""
+    WITHDRAWN = 6
+    """Dropped from the agent's local queue before it started, as a withdraw directive asked
+    (a task of a higher priority took its place): the fence is stored, it never starts there.
+    The task goes back to its queue at no cost."""
 
 
 TERMINAL_REPORT_KINDS = frozenset({ReportKind.FINISHED, ReportKind.KILLED})
@@ -205,6 +209,9 @@ class KillDirective:
     job_id: str
     task_id: str
     fence: int
+    withdraw: bool = False
+    """Only if it has not started: drop it from the local queue (report WITHDRAWN); an attempt
+    that runs or ran is left alone (its STARTED/FINISHED report answers)."""
 
     @property
     def task_key(self) -> str:

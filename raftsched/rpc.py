@@ -456,11 +456,13 @@ def registered_from_pb(message: Any) -> Registered:
 
 
 def kill_to_pb(kill: KillDirective) -> Any:
-    return pb.KillDirective(job_id=kill.job_id, task_id=kill.task_id, fence=kill.fence)
+    return pb.KillDirective(job_id=kill.job_id, task_id=kill.task_id, fence=kill.fence,
+                            withdraw=kill.withdraw)
 
 
 def kill_from_pb(message: Any) -> KillDirective:
-    return KillDirective(str(message.job_id), str(message.task_id), int(message.fence))
+    return KillDirective(str(message.job_id), str(message.task_id), int(message.fence),
+                         bool(message.withdraw))
 
 
 def beat_to_pb(beat: Beat) -> Any:

@@ -45,6 +45,7 @@ class AttemptStateName(StrEnum):
     PREEMPTED = "PREEMPTED"
     CANCELLED = "CANCELLED"
     QUEUED = "QUEUED"
+    WITHDRAWN = "WITHDRAWN"
 
 
 JOB_STATE_NAMES: tuple[str, ...] = tuple(JobStateName)

@@ -504,14 +504,16 @@ class Assignment(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., kill_grace_ms: _Optional[int] = ..., checkpoint: _Optional[bool] = ..., tenant: _Optional[str] = ...) -> None: ...
 
 class KillDirective(_message.Message):
-    __slots__ = ("job_id", "task_id", "fence")
+    __slots__ = ("job_id", "task_id", "fence", "withdraw")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
+    WITHDRAW_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_id: str
     fence: int
-    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ...) -> None: ...
+    withdraw: bool
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., withdraw: _Optional[bool] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("term", "assignments", "kills", "reregister", "log_requests")
@@ -537,12 +539,14 @@ class AgentReport(_message.Message):
         FINISHED: _ClassVar[AgentReport.Kind]
         KILLED: _ClassVar[AgentReport.Kind]
         QUEUED: _ClassVar[AgentReport.Kind]
+        WITHDRAWN: _ClassVar[AgentReport.Kind]
     KIND_UNSPECIFIED: AgentReport.Kind
     STARTED: AgentReport.Kind
     REJECTED: AgentReport.Kind
     FINISHED: AgentReport.Kind
     KILLED: AgentReport.Kind
     QUEUED: AgentReport.Kind
+    WITHDRAWN: AgentReport.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]

@@ -288,6 +288,7 @@ def deliveries(state: State, cluster_id: str,
     pending = [(fence, 0) for fence, (job_id, index) in cluster.live.items()
                if _current_state(state, job_id, index, fence) == AttemptState.ASSIGNED]
     pending += [(fence, 1) for fence in cluster.kills]
+    pending += [(fence, 1) for fence in cluster.withdrawing if fence not in cluster.kills]
     bound = limits.MAX_DELIVERIES_PER_HEARTBEAT
     chosen = set(pending) if due is None else due(pending, bound)
     assignments: list[Assignment] = []
@@ -302,8 +303,12 @@ def deliveries(state: State, cluster_id: str,
             assert task.current is not None
             assignments.append(_assignment(job, task, task.current.number, fence))
         elif kind == 1 and len(kills) < bound:
-            job_id, task_id = cluster.kills[fence]
-            kills.append(KillDirective(job_id, task_id, fence))
+            if fence in cluster.kills:
+                job_id, task_id = cluster.kills[fence]
+                kills.append(KillDirective(job_id, task_id, fence))
+            else:  # late binding: take it back from the local queue unless it started
+                job_id, task_id = cluster.withdrawing[fence]
+                kills.append(KillDirective(job_id, task_id, fence, withdraw=True))
     return assignments, kills
 
 

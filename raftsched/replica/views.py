@@ -323,6 +323,9 @@ def _summary(state: State, job: Job, task: Task) -> str:
 
 def _queued_words(cluster: Cluster, attempt: Attempt) -> str:
     """Where a queued attempt (late binding) stands, or "" for one that is not queued."""
+    if attempt.fence in cluster.withdrawing:
+        return (f"being withdrawn from {cluster.id}'s queue (fence {attempt.fence}) for a task "
+                "of a higher priority: it goes back to the ready queue unless it started")
     if attempt.fence in cluster.queued:
         place = list(cluster.queued).index(attempt.fence) + 1
         held = "held in" if attempt.state == AttemptState.QUEUED else "sent to"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from raftsched import limits
 from raftsched.state import feasibility, policy
-from raftsched.state.commands import AssignBatch, Placement, Preemption, Reservation
+from raftsched.state.commands import AssignBatch, Placement, Preemption, Reservation, Withdrawal
 from raftsched.state.feasibility import Unfit, unfit_committed
 from raftsched.state.lifecycle import end_attempt, hold_room
 from raftsched.state.model import Attempt, AttemptState, State, TaskState, TimerKind
@@ -25,6 +25,7 @@ from raftsched.state.results import Assigned, AssignResult, Dropped, DropReason
 _RUNNABLE = TaskState.RUNNABLE
 _ASSIGNED = TaskState.ASSIGNED
 _A_ASSIGNED = AttemptState.ASSIGNED
+_A_QUEUED = AttemptState.QUEUED
 
 
 def apply_assign_batch(state: State, cmd: AssignBatch) -> Applied[AssignResult]:
@@ -33,6 +34,7 @@ def apply_assign_batch(state: State, cmd: AssignBatch) -> Applied[AssignResult]:
     assigned: list[Assigned] = []
     dropped: list[Dropped] = []
     preempted = tuple(p.fence for p in cmd.preemptions if _preempt(state, p))
+    withdrawing = tuple(w.fence for w in cmd.withdrawals if _withdraw(state, w))
     for placement in cmd.items:
         outcome = _assign_one(state, placement, cmd.now_ms)
         if type(outcome) is int:
@@ -48,7 +50,7 @@ def apply_assign_batch(state: State, cmd: AssignBatch) -> Applied[AssignResult]:
     for drop in dropped:
         name = drop.reason.name.lower()
         stats.dropped[name] = stats.dropped.get(name, 0) + 1
-    return Applied(AssignResult(tuple(assigned), tuple(dropped), preempted))
+    return Applied(AssignResult(tuple(assigned), tuple(dropped), preempted, withdrawing))
 
 
 def _preempt(state: State, preemption: Preemption) -> bool:
@@ -78,6 +80,31 @@ def _preempt(state: State, preemption: Preemption) -> bool:
     state.preempted_ms.append(state.now_ms)
     while len(state.preempted_ms) > policy.MAX_PREEMPTIONS_PER_WINDOW:
         state.preempted_ms.popleft()
+    return True
+
+
+def _withdraw(state: State, withdrawal: Withdrawal) -> bool:
+    """Ask a cluster's agent to take back a queued attempt (late binding) for a RUNNABLE task of
+    a higher priority (`policy.may_withdraw`). Refused, changing nothing, unless the attempt is
+    its task's current one, committed beyond its cluster's room and not started, and not
+    already being withdrawn. Its queue place is free to this batch's items at once; the attempt
+    ends when the agent answers WITHDRAWN, or stays if the agent answers STARTED."""
+    job = state.jobs.get(withdrawal.job_id)
+    by_job = state.jobs.get(withdrawal.by_job_id)
+    index = None if job is None else job.index_of.get(withdrawal.task_id)
+    by_index = None if by_job is None else by_job.index_of.get(withdrawal.by_task_id)
+    if job is None or by_job is None or index is None or by_index is None:
+        return False
+    task, by_task = job.tasks[index], by_job.tasks[by_index]
+    attempt = task.current
+    if attempt is None or attempt.fence != withdrawal.fence \
+            or attempt.state not in (_A_ASSIGNED, _A_QUEUED) \
+            or by_task.state != _RUNNABLE or not policy.may_withdraw(by_job.spec, job.spec):
+        return False
+    cluster = state.clusters[attempt.cluster_id]
+    if attempt.fence not in cluster.queued or attempt.fence in cluster.withdrawing:
+        return False
+    cluster.withdrawing[attempt.fence] = (job.id, task.spec.id)
     return True
 
 

@@ -133,6 +133,19 @@ class Preemption:
 
 
 @dataclass(frozen=True, slots=True)
+class Withdrawal:
+    """Take the queued, not yet started attempt `fence` of task `task_id` back from its agent's
+    local queue (late binding) so that task `by_task_id` of job `by_job_id`, of a higher
+    priority, takes its place: the agent drops it unless it started it meanwhile."""
+
+    job_id: str
+    task_id: str
+    fence: int
+    by_job_id: str
+    by_task_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class AssignBatch:
     now_ms: int
     items: tuple[Placement, ...]
@@ -141,6 +154,9 @@ class AssignBatch:
     cluster is free to keep for another)."""
     preemptions: tuple[Preemption, ...] = ()
     """Applied first: each re-checked (classes, preemptible, bounds) and dropped if it fails."""
+    withdrawals: tuple[Withdrawal, ...] = ()
+    """Applied first too: each re-checked (queued, not started, of a lower priority) and dropped
+    if it fails. A withdrawn attempt frees its queue place for this batch's items."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,14 +304,18 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
             return Tag.CLUSTER_STATUS, [cmd.cluster_id, int(cmd.status), cmd.now_ms, cmd.reason]
         case AssignBatch():
             items = [[p.job_id, p.task_id, p.cluster_id] for p in cmd.items]
-            if not cmd.reservations and not cmd.preemptions:
+            if not cmd.reservations and not cmd.preemptions and not cmd.withdrawals:
                 return Tag.ASSIGN_BATCH, [cmd.now_ms, items]
             reservations = [[r.job_id, r.task_id, r.cluster_id] for r in cmd.reservations]
-            if not cmd.preemptions:
+            if not cmd.preemptions and not cmd.withdrawals:
                 return Tag.ASSIGN_BATCH, [cmd.now_ms, items, reservations]
             preemptions = [[p.job_id, p.task_id, p.fence, p.by_job_id, p.by_task_id]
                            for p in cmd.preemptions]
-            return Tag.ASSIGN_BATCH, [cmd.now_ms, items, reservations, preemptions]
+            if not cmd.withdrawals:
+                return Tag.ASSIGN_BATCH, [cmd.now_ms, items, reservations, preemptions]
+            withdrawals = [[w.job_id, w.task_id, w.fence, w.by_job_id, w.by_task_id]
+                           for w in cmd.withdrawals]
+            return Tag.ASSIGN_BATCH, [cmd.now_ms, items, reservations, preemptions, withdrawals]
         case ReportBatch():
             reports = [
                 [int(r.kind), r.job_id, r.task_id, r.fence, r.exit_code, r.timed_out, r.reason]
@@ -534,17 +554,29 @@ def _decode_preemption(value: Any) -> Preemption:
 def _decode_assign(p: Any) -> AssignBatch:
     reservations: tuple[Reservation, ...] = ()
     preemptions: tuple[Preemption, ...] = ()
-    if isinstance(p, list) and len(p) in (3, 4):
+    withdrawals: tuple[Withdrawal, ...] = ()
+    if isinstance(p, list) and len(p) in (3, 4, 5):
         now_ms, items, raw = p[:3]
         reservations = tuple(_decode_reservation(r)
                              for r in _list(raw, "reservations", limits.MAX_CLUSTERS))
-        if len(p) == 4:
+        if len(p) >= 4:
             preemptions = tuple(_decode_preemption(r) for r in _list(
                 p[3], "preemptions", limits.MAX_PREEMPTIONS_PER_BATCH))
+        if len(p) == 5:
+            withdrawals = tuple(_decode_withdrawal(r) for r in _list(
+                p[4], "withdrawals", limits.MAX_WITHDRAWALS_PER_BATCH))
     else:
         now_ms, items = _fields(p, 2, "ASSIGN_BATCH")
     placements = tuple(map(_decode_placement, _list(items, "items", limits.MAX_BATCH_ITEMS)))
-    return AssignBatch(_int(now_ms, "now_ms"), placements, reservations, preemptions)
+    return AssignBatch(_int(now_ms, "now_ms"), placements, reservations, preemptions,
+                       withdrawals)
+
+
+def _decode_withdrawal(value: Any) -> Withdrawal:
+    job_id, task_id, fence, by_job_id, by_task_id = _fields(
+        value, 5, "ASSIGN_BATCH.withdrawals[]")
+    return Withdrawal(_str(job_id, "job_id"), _str(task_id, "task_id"), _int(fence, "fence"),
+                      _str(by_job_id, "by_job_id"), _str(by_task_id, "by_task_id"))
 
 
 _REPORT_KINDS = {int(k): k for k in ReportKind}

@@ -97,11 +97,17 @@ def unfit_committed(spec: TaskSpec, cluster: Cluster, now_ms: int) -> Unfit | No
                  cluster.gpu - cluster.reserved_gpu, now_ms)
 
 
+def queue_places(cluster: Cluster) -> int:
+    """Places free in the cluster's agent's local queue: its depth less the attempts queued
+    there, those being withdrawn not counted."""
+    return cluster.queue_depth - len(cluster.queued) + len(cluster.withdrawing)
+
+
 def fits_queue(spec: TaskSpec, cluster: Cluster, now_ms: int) -> bool:
     """Late binding: the cluster's agent may hold `spec` in its local queue — a queue place is
     free (`Cluster.queued` below `queue_depth`), the cluster is not overcommitted, and the rule
     holds against its whole capacity (READY, open, capabilities, pins; it fits it empty)."""
-    return len(cluster.queued) < cluster.queue_depth and not cluster.overcommitted and unfit(
+    return queue_places(cluster) > 0 and not cluster.overcommitted and unfit(
         spec, cluster, cluster.cpu_milli, cluster.memory_mb, cluster.gpu, now_ms,
         cluster.custom) is None
 

@@ -243,6 +243,10 @@ def _check_queued(state: State, cluster: Cluster) -> None:
         assert attempt is not None and attempt.state in (_A_ASSIGNED, _A_QUEUED), \
             f"cluster {cluster.id}: queued fence {fence} is {attempt and attempt.state.name}"
     assert cluster.queue_depth <= limits.MAX_AGENT_QUEUE_DEPTH
+    for fence, (job_id, _task_id) in cluster.withdrawing.items():
+        queued = cluster.queued.get(fence)
+        assert queued is not None and queued[0] == job_id, \
+            f"cluster {cluster.id}: withdrawing fence {fence} is not queued there"
 
 
 def _check_kills(state: State, cluster: Cluster) -> None:

@@ -50,6 +50,7 @@ def end_attempt(state: State, job: Job, task: Task, attempt: Attempt, outcome: A
     del cluster.live[attempt.fence]
     cluster.preemptible.pop(attempt.fence, None)
     spec = task.spec
+    cluster.withdrawing.pop(attempt.fence, None)
     if cluster.queued.pop(attempt.fence, None) is None:  # a queued attempt held no room
         release_room(cluster, spec)
         if cluster.queued:
@@ -91,8 +92,9 @@ def promote_queued(state: State, cluster: Cluster) -> None:
     """Room freed on `cluster`: its queued attempts take it in fence order, while the head fits
     the committed room (the order the agent starts them in as its real slots free; a head that
     does not fit stops the walk, as it stops the agent's). O(promoted + 1)."""
-    while cluster.queued:
-        fence, (job_id, index) = next(iter(cluster.queued.items()))
+    for fence, (job_id, index) in list(cluster.queued.items()):
+        if fence in cluster.withdrawing:
+            continue  # its agent is asked to drop it: the next one is what starts there
         spec = state.jobs[job_id].tasks[index].spec
         if not feasibility.fits_room(spec, cluster):
             return
@@ -105,6 +107,7 @@ def promote_started(cluster: Cluster, attempt: Attempt, spec: TaskSpec) -> None:
     slots freed before the reports that say so committed): it holds its room now. Past the
     committed capacity, the cluster is marked overcommitted (no new work) until reports of the
     attempts that made way commit."""
+    cluster.withdrawing.pop(attempt.fence, None)  # it started: the withdrawal is void
     if cluster.queued.pop(attempt.fence, None) is not None:
         hold_room(cluster, spec)
         if not feasibility.within_capacity(cluster):

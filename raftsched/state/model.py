@@ -48,6 +48,9 @@ class AttemptState(IntEnum):
     QUEUED = 9
     """Admitted into its agent's local queue (late binding: `Cluster.queued`): it starts the
     moment a slot frees there. No ASSIGN_TIMEOUT runs while it waits."""
+    WITHDRAWN = 10
+    """Taken back from its agent's queue before it started, for a task of a higher priority:
+    its task went back to the ready queue at no cost."""
 
 
 LIVE_ATTEMPT_STATES = frozenset({AttemptState.ASSIGNED, AttemptState.RUNNING,
@@ -210,6 +213,10 @@ class Cluster:
     the `reserved_*` room until promoted: in fence order as room frees here
     (`lifecycle.promote_queued`, the rule the agent follows with its real capacity), or at once
     when the agent reports one STARTED."""
+    withdrawing: dict[int, tuple[str, str]] = field(default_factory=dict)
+    """fence -> (job id, task id) of queued attempts a batch asked the agent to withdraw for a
+    task of a higher priority (a subset of `queued`; their queue places are free to new
+    placements): until the agent answers WITHDRAWN (the attempt ends) or STARTED (it stays)."""
 
 
 ReadyEntry = tuple[int, int, int, int, str]

@@ -50,8 +50,8 @@ from dataclasses import dataclass, field
 from raftsched import limits
 from raftsched.spec.model import Scoring, TaskSpec
 from raftsched.state import policy
-from raftsched.state.commands import Placement, Preemption, Reservation
-from raftsched.state.feasibility import committed_custom_free, never_fits, unfit
+from raftsched.state.commands import Placement, Preemption, Reservation, Withdrawal
+from raftsched.state.feasibility import committed_custom_free, never_fits, queue_places, unfit
 from raftsched.state.model import Cluster, Job, State, Task, TaskShape, shape_of
 from raftsched.state.queries import iter_ready, reservation_holder
 
@@ -66,6 +66,9 @@ RESERVATION_SCAN = 1_000
 """Shape-queue heads the reservation and preemption passes look at per plan."""
 MAX_PREEMPTIONS_PER_PLAN = 8
 """Attempts one plan preempts at most."""
+MAX_WITHDRAWALS_PER_PLAN = 16
+"""Queued attempts one plan takes back from agents' local queues for tasks that outrank them
+(late binding); at most limits.MAX_WITHDRAWALS_PER_BATCH."""
 MAX_PREEMPTORS_PER_PLAN = 32
 """Waiting tasks one plan tries to make room for by preemption at most (the highest class and
 the longest waiting first): the pass costs at most this x the preemptible attempts running."""
@@ -85,8 +88,11 @@ class _Room:
     custom: dict[str, int] = field(default_factory=dict)
     """The custom resources free (committed room less this plan's), for a cluster with any."""
     queue: int = 0
-    """Places free in its agent's local queue (late binding: `Cluster.queue_depth` less the
-    attempts queued there, less what this plan queued)."""
+    """Places free in its agent's local queue (late binding: `feasibility.queue_places`, less
+    what this plan queued, plus what its withdrawals freed)."""
+    before: int = 0
+    """`queue` before the last `_choose_queue` that picked this room (what its withdrawals
+    added is the difference)."""
 
     def take(self, spec: TaskSpec) -> None:
         self.cpu_milli -= spec.cpu_milli
@@ -96,10 +102,11 @@ class _Room:
             self.custom[name] -= count
 
     def queues(self, spec: TaskSpec, now_ms: int) -> bool:
-        """Its agent could queue `spec`: a queue place is free and the rule holds against the
-        cluster's whole capacity (the task fits it empty; it is open to the task)."""
+        """Its agent could queue `spec`, places aside: the rule holds against the cluster's
+        whole capacity (the task fits it empty; it is open to the task), it is not
+        overcommitted, and no other task keeps it."""
         cluster = self.cluster
-        return self.queue > 0 and not cluster.overcommitted and unfit(
+        return self.reserved_for is None and not cluster.overcommitted and unfit(
             spec, cluster, cluster.cpu_milli, cluster.memory_mb, cluster.gpu, now_ms,
             cluster.custom) is None
 
@@ -125,6 +132,9 @@ class Plan:
     """New reservations (`Cluster.reserved_for`), applied before the placements."""
     preemptions: list[Preemption] = field(default_factory=list)
     """Running attempts to stop for a higher class's task (which gets a reservation there)."""
+    withdrawals: list[Withdrawal] = field(default_factory=list)
+    """Queued, not yet started attempts to take back from agents' local queues so that a task
+    of a higher priority goes before them (late binding)."""
 
 
 @dataclass(slots=True)
@@ -157,7 +167,7 @@ def plan(state: State, *, now_ms: int | None = None, max_items: int = limits.MAX
     placed_holders = {(p.job_id, p.task_id) for p in result.placements}
     _preempt(state, rooms, now, result, placed_holders)
     _reserve(state, rooms, now, result.reservations, placed_holders)
-    _walk(state, rooms, now, result.placements, placed_by_tenant, max_items, placed_holders)
+    _walk(state, rooms, now, result, placed_by_tenant, max_items, placed_holders)
     return result
 
 
@@ -180,7 +190,7 @@ def _rooms(state: State, now_ms: int, reported_free: Mapping[str, Free],
         reserved_for = None if holder is None else (holder[0].id, holder[1].index)
         rooms.append(_Room(cluster, cpu, memory, gpu, reserved_for,
                            committed_custom_free(cluster) if cluster.custom else {},
-                           max(0, cluster.queue_depth - len(cluster.queued))))
+                           max(0, queue_places(cluster))))
     return rooms
 
 
@@ -422,15 +432,18 @@ def _closest(rooms: list[_Room], spec: TaskSpec) -> _Room | None:
 # --- the fair-share walk ------------------------------------------------------------------------
 
 
-def _walk(state: State, rooms: list[_Room], now_ms: int, placements: list[Placement],
+def _walk(state: State, rooms: list[_Room], now_ms: int, result: Plan,
           placed_by_tenant: dict[str, int], max_items: int,
           placed_holders: set[tuple[str, str]]) -> None:
+    placements = result.placements
     unplaceable: set[TaskShape] = set()
     """Shapes that fit nowhere in this plan's rooms (which only shrink as it places): the walk
     passes over the rest of each such shape's queue without looking at it."""
     open_rooms = sum(1 for room in rooms
                      if room.cpu_milli >= limits.MIN_CPU_MILLI and room.reserved_for is None)
     queue_places = sum(room.queue for room in rooms if room.reserved_for is None)
+    queued_anywhere = any(room.cluster.queued for room in rooms)
+    taken: set[int] = set()
     total = policy.totals(state.clusters.values())
     order: list[tuple[float, str, _Turn]] = []
     for tenant in sorted(state.queues):
@@ -443,7 +456,8 @@ def _walk(state: State, rooms: list[_Room], now_ms: int, placements: list[Placem
         order.append((share, tenant, turn))
     heapq.heapify(order)
     looks = 0
-    while order and len(placements) < max_items and (open_rooms > 0 or queue_places > 0):
+    while order and len(placements) < max_items and (open_rooms > 0 or queue_places > 0
+                                                     or queued_anywhere):
         looks += 1
         if looks > limits.MAX_PLACEMENT_SCAN:
             return
@@ -461,7 +475,9 @@ def _walk(state: State, rooms: list[_Room], now_ms: int, placements: list[Placem
             room.take(spec)
             if room.cpu_milli < limits.MIN_CPU_MILLI:
                 open_rooms -= 1  # it had room for this task, so it was open before
-        elif queue_places > 0 and (room := _choose_queue(rooms, task, now_ms)) is not None:
+        elif (queue_places > 0 or queued_anywhere) and (room := _choose_queue(
+                state, rooms, job, task, now_ms, result.withdrawals, taken)) is not None:
+            queue_places += room.queue - room.before  # places its withdrawals freed
             room.queue -= 1  # late binding: its agent starts it the moment a slot frees
             queue_places -= 1
         else:
@@ -478,21 +494,51 @@ def _walk(state: State, rooms: list[_Room], now_ms: int, placements: list[Placem
         heapq.heapreplace(order, (new_share, tenant, turn))
 
 
-def _choose_queue(rooms: list[_Room], task: Task, now_ms: int) -> _Room | None:
-    """For a task that fits no room now: the open cluster whose agent's queue has the most
-    places free (its slots turn over soonest), away from the cluster its last attempt ended on
-    when another would do; ties to the first cluster id. None when no queue takes it."""
+def _choose_queue(state: State, rooms: list[_Room], job: Job, task: Task, now_ms: int,
+                  withdrawals: list[Withdrawal], taken: set[int]) -> _Room | None:
+    """Late binding, for a task that fits no room now: the open cluster whose agent should
+    queue it, and the withdrawals that put it first there. A queue where it would wait behind
+    no lower-priority attempt (`policy.may_withdraw`) and that has a place goes first, the most
+    places free first (its slots turn over soonest); else the one with the fewest such
+    attempts, which are taken back (at most MAX_WITHDRAWALS_PER_PLAN a plan): the task does not
+    wait behind a queue it outranks. Away from the cluster its last attempt ended on when
+    another would do; ties to the first cluster id. None when no queue takes it."""
     avoid = task.attempts[-1].cluster_id if task.attempts else None
-    best: _Room | None = None
-    fallback: _Room | None = None
-    for room in rooms:
-        if room.reserved_for is not None or not room.queues(task.spec, now_ms):
+    best: tuple[tuple[bool, int, bool, int], _Room, list[tuple[Job, Task, int]]] | None = None
+    budget = MAX_WITHDRAWALS_PER_PLAN - len(withdrawals)
+    for position, room in enumerate(rooms):
+        if not room.queues(task.spec, now_ms):
             continue
-        if room.cluster.id == avoid:
-            fallback = room
-        elif best is None or room.queue > best.queue:
-            best = room
-    return best if best is not None else fallback
+        lower = _outranked(state, room.cluster, job, taken) if room.cluster.queued else []
+        if (room.queue <= 0 and not lower) or len(lower) > budget:
+            continue
+        key = (bool(lower), len(lower) - room.queue, room.cluster.id == avoid, position)
+        if best is None or key < best[0]:
+            best = (key, room, lower)
+    if best is None:
+        return None
+    _, room, lower = best
+    room.before = room.queue
+    for victim_job, victim, fence in lower:
+        withdrawals.append(Withdrawal(victim_job.id, victim.spec.id, fence, job.id,
+                                      task.spec.id))
+        taken.add(fence)
+        room.queue += 1
+    return room
+
+
+def _outranked(state: State, cluster: Cluster, job: Job,
+               taken: set[int]) -> list[tuple[Job, Task, int]]:
+    """The attempts queued on `cluster`, not yet started nor being withdrawn, that a task of
+    `job` may take the place of (`policy.may_withdraw`), in fence order. O(its queue)."""
+    found = []
+    for fence, (job_id, index) in cluster.queued.items():
+        if fence in cluster.withdrawing or fence in taken:
+            continue
+        victim_job = state.jobs[job_id]
+        if policy.may_withdraw(job.spec, victim_job.spec):
+            found.append((victim_job, victim_job.tasks[index], fence))
+    return found
 
 
 def _choose(rooms: list[_Room], job: Job, task: Task, now_ms: int) -> _Room | None:

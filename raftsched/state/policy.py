@@ -71,6 +71,14 @@ def may_preempt(by: JobSpec, victim: JobSpec, victim_task: Task) -> bool:
             and victim_task.preemptions < MAX_PREEMPTIONS_PER_TASK)
 
 
+def may_withdraw(by: JobSpec, victim: JobSpec) -> bool:
+    """Whether a task of job `by` may take a queued, not yet started attempt of job `victim`
+    back from its agent's local queue (late binding) for its place: `by` is of a higher
+    priority class, or of the same class and a higher priority. Nothing runs, so nothing is
+    lost but the place; the victim's task goes back to its ready queue."""
+    return (by.priority_class.rank, by.priority) > (victim.priority_class.rank, victim.priority)
+
+
 def policy_of(state: State, tenant: str) -> TenantPolicy:
     policy = state.tenants.get(tenant)
     if policy is not None:

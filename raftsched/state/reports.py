@@ -26,7 +26,7 @@ from raftsched.state.model import (
 )
 from raftsched.state.outcome import Applied, Rejected
 from raftsched.state.queries import find_attempt
-from raftsched.state.queues import note_attempt
+from raftsched.state.queues import make_runnable, note_attempt
 from raftsched.state.results import MarkedLost, ReportResult
 
 # Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
@@ -74,6 +74,8 @@ def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entr
         return ReportVerdict.ACCEPTED
     if report.kind == ReportKind.QUEUED:
         return _queued(state, job, task, attempt, report, now_ms)
+    if report.kind == ReportKind.WITHDRAWN:
+        return _withdrawn(state, job, task, attempt, report, now_ms)
     if report.kind == ReportKind.REJECTED:
         if attempt.state == _A_RUNNING:
             return _note(task, ReportVerdict.LATE, report, now_ms, "rejection of a RUNNING attempt")
@@ -104,6 +106,23 @@ def _queued(state: State, job: Job, task: Task, attempt: Attempt, report: Report
     return ReportVerdict.ACCEPTED
 
 
+def _withdrawn(state: State, job: Job, task: Task, attempt: Attempt, report: Report,
+               now_ms: int) -> ReportVerdict:
+    """The agent dropped a queued attempt it was asked to withdraw: it ends, and its task goes
+    back to its ready queue at no cost. Late for one that runs or was not being withdrawn."""
+    cluster = state.clusters[attempt.cluster_id]
+    if attempt.state == _A_RUNNING:
+        return _note(task, ReportVerdict.LATE, report, now_ms, "WITHDRAWN of a RUNNING attempt")
+    if attempt.fence not in cluster.withdrawing:
+        return _note(task, ReportVerdict.LATE, report, now_ms,
+                     "WITHDRAWN of an attempt that was not being withdrawn")
+    end_attempt(state, job, task, attempt, AttemptState.WITHDRAWN,
+                report.reason or f"withdrawn from {cluster.id}'s queue for a task of a higher "
+                                 "priority", kill=False)
+    make_runnable(state, job, task)
+    return ReportVerdict.ACCEPTED
+
+
 def _note_stale(task: Task, attempt: Attempt, report: Report, now_ms: int) -> ReportVerdict:
     if attempt is task.attempts[-1] and _same_outcome(attempt, report):
         return _note(task, ReportVerdict.DUPLICATE, report, now_ms,
@@ -121,6 +140,8 @@ def _same_outcome(attempt: Attempt, report: Report) -> bool:
         return attempt.state == AttemptState.REJECTED
     if report.kind == ReportKind.KILLED:
         return attempt.state == AttemptState.PREEMPTED
+    if report.kind == ReportKind.WITHDRAWN:
+        return attempt.state == AttemptState.WITHDRAWN
     return False
 
 

@@ -95,6 +95,8 @@ class AssignResult:
     dropped: tuple[Dropped, ...]
     preempted: tuple[int, ...] = ()
     """Fences of the attempts the batch's preemptions stopped (those refused are left out)."""
+    withdrawing: tuple[int, ...] = ()
+    """Fences of the queued attempts the batch asked their agents to withdraw."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -161,6 +161,8 @@ def _cluster_record(c: Cluster) -> list[Any]:
     if late:  # late binding (`Cluster.queued`): only a cluster whose agent declared a queue
         record.append(c.queue_depth)
         record.append([[f, j, i] for f, (j, i) in c.queued.items()])
+    if c.withdrawing:
+        record.append([[f, j, t] for f, (j, t) in c.withdrawing.items()])
     return record
 
 
@@ -388,6 +390,7 @@ def _cluster_from(r: list[Any]) -> Cluster:
         kills_unrecorded=r[21] if len(r) > 21 else 0,
         queue_depth=r[22] if len(r) > 22 else 0,
         queued={f: (j, i) for f, j, i in r[23]} if len(r) > 23 else {},
+        withdrawing={f: (j, t) for f, j, t in r[24]} if len(r) > 24 else {},
     )
 
 

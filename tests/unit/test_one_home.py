@@ -287,7 +287,7 @@ def test_the_state_vocabulary_is_the_state_machines_names() -> None:
     assert {s.name for s in model.TERMINAL_TASK_STATES} == states.TERMINAL_TASK_STATE_NAMES
     assert {s.name for s in model.LIVE_ATTEMPT_STATES} == states.LIVE_ATTEMPT_STATE_NAMES
     assert {s.name for s in model.PLACED_TASK_STATES} == states.PLACED_TASK_STATE_NAMES
-    assert states.TASK_QUEUED_AT_AGENT == model.AttemptState.QUEUED.name  # late binding's word
+    assert model.AttemptState.QUEUED.name == states.TASK_QUEUED_AT_AGENT  # late binding's word
     assert set(states.CANCELLABLE_JOB_STATE_NAMES) == \
         {s.name for s in model.JobState} - states.TERMINAL_JOB_STATE_NAMES
 

@@ -36,6 +36,11 @@ EXAMPLES: list[c.Command] = [
     c.CertRevoke("ab" * 32, "raftsched-agent:east", "key left on a laptop", 24),
     c.ClusterRegister("west", 1, (), 4000, 512, 0, 25, (), (), queue_depth=3),
     c.ClusterRegister("west", 2, (), 4000, 512, 0, 26, (), (("fpga", 2),), queue_depth=1),
+    c.AssignBatch(27, (c.Placement("j1", "hi", "east"),), (), (),
+                  (c.Withdrawal("j2", "lo", 9, "j1", "hi"),)),
+    c.AssignBatch(28, (), (c.Reservation("j1", "big", "west"),),
+                  (c.Preemption("j3", "v", 4, "j1", "big"),),
+                  (c.Withdrawal("j2", "lo", 9, "j1", "x"),)),
 ]
 
 

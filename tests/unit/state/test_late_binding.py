@@ -10,6 +10,7 @@ import pytest
 from raftsched import limits
 from raftsched.protocol import ReportVerdict
 from raftsched.replica import views
+from raftsched.replica.gateway import deliveries
 from raftsched.state import commands as c
 from raftsched.state import placement, snapshot
 from raftsched.state.feasibility import Unfit
@@ -198,3 +199,101 @@ def test_views_say_queued() -> None:
     cluster = views.compute_cluster(h.state, h.state.clusters["east"], 0)
     assert (cluster.queue_depth, cluster.queued) == (2, 2)
     assert [a.state for a in views.task_history(h.state, "j", "t2").attempts] == ["QUEUED"]
+
+
+# --- withdrawal: a task of a higher priority does not wait behind a queue it outranks ---------
+
+
+def queued_low(depth: int = 1) -> tuple[Harness, int]:
+    """east: 1 cpu running a low-priority task, its queue full of another (acknowledged)."""
+    h = Harness()
+    h.register("east", cpu=1, queue_depth=depth)
+    h.submit("low", job_doc([task_doc(f"l{i}", **ONE_CPU) for i in range(3)], priority=1))
+    running = h.assign_one("low", "l0", "east")
+    h.started("east", "low", "l0", running)
+    queued = h.assign_one("low", "l1", "east")
+    h.queued("east", "low", "l1", queued)
+    h.submit("high", job_doc([task_doc("h", **ONE_CPU)], priority=9))
+    return h, queued
+
+
+def withdraw(h: Harness, fence: int, *items: tuple[str, str, str]) -> c.AssignBatch:
+    return c.AssignBatch(h.now_ms, tuple(c.Placement(*item) for item in items), (), (),
+                         (c.Withdrawal("low", "l1", fence, "high", "h"),))
+
+
+def test_the_planner_takes_a_queue_place_back_for_a_task_that_outranks_it() -> None:
+    h, queued = queued_low()
+    plan = placement.plan(h.state, now_ms=h.now_ms)
+    assert plan.withdrawals == [c.Withdrawal("low", "l1", queued, "high", "h")]
+    assert [(p.job_id, p.task_id, p.cluster_id) for p in plan.placements] == [
+        ("high", "h", "east")]
+    result = h.expect(c.AssignBatch(h.now_ms, tuple(plan.placements), (), (),
+                                    tuple(plan.withdrawals)), type(h.assign()))
+    assert result.withdrawing == (queued,) and len(result.assigned) == 1
+    cluster = h.state.clusters["east"]
+    assert cluster.withdrawing == {queued: ("low", "l1")}
+    assert list(cluster.queued) == [queued, result.assigned[0][1]]
+    assert placement.plan(h.state, now_ms=h.now_ms).withdrawals == []  # asked once
+
+
+def test_the_planner_withdraws_nothing_for_an_equal_priority() -> None:
+    h = Harness()
+    h.register("east", cpu=1, queue_depth=1)
+    h.submit("a", job_doc([task_doc(f"t{i}", **ONE_CPU) for i in range(3)]))
+    h.assign_one("a", "t0", "east")
+    h.assign_one("a", "t1", "east")
+    h.submit("b", job_doc([task_doc("t", **ONE_CPU)]))
+    plan = placement.plan(h.state, now_ms=h.now_ms)
+    assert plan.withdrawals == [] and plan.placements == []
+
+
+def test_a_withdrawn_attempt_ends_at_no_cost_and_its_task_is_placed_again() -> None:
+    h, queued = queued_low()
+    h.expect(withdraw(h, queued, ("high", "h", "east")), type(h.assign()))
+    _, kills = deliveries(h.state, "east")
+    assert [(k.fence, k.withdraw) for k in kills] == [(queued, True)]
+    verdict = h.report("east", c.Report(c.ReportKind.WITHDRAWN, "low", "l1", queued))[0]
+    assert verdict == ReportVerdict.ACCEPTED
+    task = h.task("low", "l1")
+    assert task.state.name == "RUNNABLE" and task.infra_failures == 0 and task.app_failures == 0
+    assert h.current("low", "l1").state == AttemptState.WITHDRAWN
+    cluster = h.state.clusters["east"]
+    assert not cluster.withdrawing and queued not in cluster.queued
+    assert deliveries(h.state, "east")[1] == []
+    again = h.report("east", c.Report(c.ReportKind.WITHDRAWN, "low", "l1", queued))[0]
+    assert again == ReportVerdict.DUPLICATE
+
+
+def test_a_withdrawal_the_agent_answers_with_started_is_void() -> None:
+    h, queued = queued_low()
+    h.expect(withdraw(h, queued), type(h.assign()))
+    running = h.current("low", "l0").fence
+    h.finished("east", "low", "l0", running)
+    assert h.started("east", "low", "l1", queued) == ReportVerdict.ACCEPTED
+    cluster = h.state.clusters["east"]
+    assert not cluster.withdrawing and h.current("low", "l1").state == AttemptState.RUNNING
+    late = h.report("east", c.Report(c.ReportKind.WITHDRAWN, "low", "l1", queued))[0]
+    assert late == ReportVerdict.LATE
+
+
+def test_a_withdrawal_is_refused_for_what_it_may_not_take() -> None:
+    """Not of a lower priority, started, promoted into room, or asked already: nothing."""
+    h, queued = queued_low()
+    h.submit("peer", job_doc([task_doc("p", **ONE_CPU)], priority=1))
+    same = c.AssignBatch(h.now_ms, (), (), (), (c.Withdrawal("low", "l1", queued, "peer", "p"),))
+    assert h.expect(same, type(h.assign())).withdrawing == ()
+    assert h.expect(withdraw(h, queued), type(h.assign())).withdrawing == (queued,)
+    assert h.expect(withdraw(h, queued), type(h.assign())).withdrawing == ()  # asked already
+    h2, queued2 = queued_low()
+    h2.finished("east", "low", "l0", h2.current("low", "l0").fence)  # promoted into the room
+    assert queued2 not in h2.state.clusters["east"].queued
+    assert h2.expect(withdraw(h2, queued2), type(h2.assign())).withdrawing == ()
+
+
+def test_snapshots_keep_withdrawals() -> None:
+    h, queued = queued_low()
+    h.expect(withdraw(h, queued), type(h.assign()))
+    loaded = snapshot.load(snapshot.dump(h.state))
+    assert loaded.clusters["east"].withdrawing == {queued: ("low", "l1")}
+    assert snapshot.dump(loaded) == snapshot.dump(h.state)
