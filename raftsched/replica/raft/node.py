@@ -94,14 +94,12 @@ from __future__ import annotations
 
 import fcntl
 import functools
-import gc
 import os
 import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, BinaryIO, TypeVar
 
@@ -192,9 +190,9 @@ CLOSE_TIMEOUT_S = 10.0
 
 GC_FREEZE_ENTRY_BYTES = 64 * 1024
 """An entry this large (a job of a thousand tasks or more) is applied with the cyclic GC quiet
-and its objects frozen afterwards (`_quiet_gc`). Measured with 4 clients submitting 40 jobs of
-10,000 tasks: frozen from 1 MiB up, 18 leader changes (full collections walking the growing
-state); from 64 KiB up, none."""
+and its objects frozen afterwards (`gc_pause.frozen_after`). Measured with 4 clients submitting
+40 jobs of 10,000 tasks: frozen from 1 MiB up, 18 leader changes (full collections walking the
+growing state); from 64 KiB up, none."""
 
 APPLY_LATCH_ENV = "RAFTSCHED_FAILPOINT_APPLY_LATCH"
 """Fault injection: a path. The applier creates PATH.waiting, then applies nothing until PATH
@@ -333,19 +331,10 @@ class RaftNode:
             os.close(self._lock_fd)
             raise
 
-    def _start(self, secret: str | None, fsync: bool, compaction_min_entries: int,
-               compaction_min_time_s: float) -> None:
-        journal_path = os.path.join(self._data_dir, JOURNAL_FILE_NAME)
-        dump_path = os.path.join(self._data_dir, DUMP_FILE_NAME)
-        self._journal = DurableJournal(journal_path, dump_path=dump_path, fsync=fsync)
-        self._dumps = Dumps(self._data_dir, fsync, lambda: self._state, self._applier.idle)
-        if self._journal.first_index() > 1 and not os.path.exists(dump_path):
-            raise RaftschedError(
-                Code.FAILED_PRECONDITION,
-                f"{journal_path} was compacted but {dump_path} is missing: this replica cannot "
-                "rebuild its state; wipe its data dir and re-add it",
-            )
-        conf = SyncObjConf(
+    def _conf(self, secret: str | None, journal_path: str, dump_path: str,
+              compaction_min_entries: int, compaction_min_time_s: float) -> SyncObjConf:
+        """pysyncobj's configuration: our tuning, journal, snapshot hooks and callbacks."""
+        return SyncObjConf(
             password=secret,
             bindAddress=self._address,
             appendEntriesUseBatch=False,
@@ -369,6 +358,21 @@ class RaftNode:
             logCompactionMinTime=compaction_min_time_s,
             onStateChanged=self._on_state_changed,
         )
+
+    def _start(self, secret: str | None, fsync: bool, compaction_min_entries: int,
+               compaction_min_time_s: float) -> None:
+        journal_path = os.path.join(self._data_dir, JOURNAL_FILE_NAME)
+        dump_path = os.path.join(self._data_dir, DUMP_FILE_NAME)
+        self._journal = DurableJournal(journal_path, dump_path=dump_path, fsync=fsync)
+        self._dumps = Dumps(self._data_dir, fsync, lambda: self._state, self._applier.idle)
+        if self._journal.first_index() > 1 and not os.path.exists(dump_path):
+            raise RaftschedError(
+                Code.FAILED_PRECONDITION,
+                f"{journal_path} was compacted but {dump_path} is missing: this replica cannot "
+                "rebuild its state; wipe its data dir and re-add it",
+            )
+        conf = self._conf(secret, journal_path, dump_path, compaction_min_entries,
+                          compaction_min_time_s)
 
         def transport(sync_obj: Any, self_node: Any, other_nodes: Any) -> SyncingTransport:
             self._transport = SyncingTransport(sync_obj, self_node, other_nodes,
@@ -418,7 +422,7 @@ class RaftNode:
         if self._apply_latch and not os.path.exists(self._apply_latch):
             wait_for_latch(self._apply_latch)
         try:
-            with self._lock, _quiet_gc(len(data) >= GC_FREEZE_ENTRY_BYTES):
+            with self._lock, gc_pause.frozen_after(len(data) >= GC_FREEZE_ENTRY_BYTES):
                 previous = self._state_index
                 collected: list[Change] | None = [] if self._on_changes is not None else None
                 self._state.changes = collected
@@ -507,7 +511,7 @@ class RaftNode:
         """pysyncobj's deserializer hook (startup and snapshot install): replaces the State."""
         self._applier.discard()  # superseded: pysyncobj hands over the entries after it again
         try:
-            with open(file_name, "rb") as source, _quiet_gc(True):
+            with open(file_name, "rb") as source, gc_pause.frozen_after(True):
                 state, extra = snapshot.load_with_extra(source)
             last, previous, members = snapshot.parse_raft_extra(extra)
             self._journal.align_to_dump(previous, last)
@@ -769,27 +773,6 @@ class RaftNode:
 
 
 # --- helpers ------------------------------------------------------------------------------------
-
-
-@contextmanager
-def _quiet_gc(big: bool) -> Iterator[None]:
-    """Around building a large part of the state (a snapshot load, a big JOB_SUBMIT): no cyclic
-    GC while it runs, then its objects move to the permanent generation (`gc.freeze`).
-
-    The state is millions of long-lived, acyclic objects (freed by reference counting, which
-    freezing does not stop). Left in the collected generations, every full collection walks all
-    of them — seconds on the tick thread at a million tasks, long enough to lose leadership —
-    and collections triggered while a big entry is built run again and again as it grows. The
-    young generations are collected first, so no young cyclic garbage is frozen."""
-    if not big:
-        yield
-        return
-    with gc_pause.paused():
-        try:
-            yield
-        finally:
-            gc.collect(1)
-            gc.freeze()
 
 
 def _lock_data_dir(data_dir: str) -> int:
