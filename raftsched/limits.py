@@ -326,6 +326,11 @@ COMMANDS_QUEUE_MAX = 20_000
 MAX_PIPELINED_PROPOSALS = 10_000
 """Entries one `propose_many` call may submit."""
 
+PROPOSE_TIMEOUT_S = 5.0
+"""How long a proposal (`replica.proposals.Proposer`: the leader's own commands and the clients'
+and agents' alike) waits for its entry to commit before its outcome is unknown
+(DEADLINE_EXCEEDED to a client: retry with the same request id)."""
+
 
 # --- client -----------------------------------------------------------------------------------
 

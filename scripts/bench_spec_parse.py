@@ -138,7 +138,7 @@ def bench_wire(tasks: int, runs: int) -> None:
             lambda: commands.encode(command), runs)
 
     def digest_paused() -> object:
-        with gc_pause.paused():  # as the applier computes it (node._quiet_gc)
+        with gc_pause.paused():  # as the applier computes it (gc_pause.frozen_after)
             return spec.digest()
 
     measure(f"wire form, {tasks} tasks: digest, GC paused", len(data), digest_paused, runs)

@@ -4,7 +4,6 @@ key, follow."""
 from __future__ import annotations
 
 import argparse
-import uuid
 from typing import Any
 
 from raftsched import limits
@@ -124,15 +123,19 @@ def _spec_refused(args: argparse.Namespace, error: SpecError) -> int:
 
 
 def _idempotency_key(flag: str | None, spec: JobSpec) -> str:
-    key = flag or spec.idempotency_key or f"cli-{uuid.uuid4().hex}"
-    if len(key) > limits.MAX_IDEMPOTENCY_KEY_CHARS:
+    """`keys.submit_key`, the client's one rule; a too-long flag is refused here, naming it.
+    (Imported here: start-up imports nothing of the client, test_commands checks.)"""
+    from raftsched.client.keys import submit_key
+
+    if flag and len(flag) > limits.MAX_IDEMPOTENCY_KEY_CHARS:
         raise CommandError(Code.INVALID_ARGUMENT, f"--idempotency-key: at most "
                                                   f"{limits.MAX_IDEMPOTENCY_KEY_CHARS} characters")
-    return key
+    return submit_key(flag, spec)
 
 
 def _submit(client: ClientLike, spec: JobSpec, key: str, file: str) -> Any:
-    """Send the spec validated here in its wire form (the replicas parse no document)."""
+    """Send the spec parsed and validated here, as it is (`submit_spec`: the client parses
+    nothing again; it sends the wire form, so the replicas parse no document)."""
     retry = (f"running the same command again with --idempotency-key {key} is safe: the "
              "scheduler then returns the job instead of creating a second one")
     try:

@@ -1,7 +1,7 @@
 """The Python client: finds the leader, follows redirects, retries what is safe to retry.
 
 Every call is safe to retry: reads are reads, cancel is idempotent, and `submit` always carries an
-idempotency key (the spec's own, or one made here), so a call whose outcome is unknown
+idempotency key (`keys.submit_key`: the one rule, the CLI's too), so a call whose outcome is unknown
 (DEADLINE_EXCEEDED, or a connection lost mid-call) is simply sent again. Retries are bounded by
 `MAX_CALL_ATTEMPTS` and by the caller's `retry_budget_s`; what is left when they run out is raised
 as a `RaftschedError` with the last code seen.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
@@ -22,6 +21,7 @@ from raftsched import limits, tls
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.client import retry
+from raftsched.client.keys import submit_key
 from raftsched.client.retry import RetryPolicy, Servers
 from raftsched.errors import Code, RaftschedError
 from raftsched.rpc import CHANNEL_OPTIONS, ended_for_age, error_from_rpc, retryable
@@ -150,10 +150,9 @@ class Client:
 
     def submit_spec(self, spec: JobSpec, idempotency_key: str | None = None) -> Submitted:
         """Submit a validated spec in its wire form (SubmitJobRequest.spec_wire: the replicas
-        parse no document, whatever its size). Without a key in the spec or the call, one is
-        made here so that retries cannot create a second job. SpecError when the wire form is
-        over MAX_SPEC_BYTES."""
-        key = idempotency_key or spec.idempotency_key or f"auto-{uuid.uuid4().hex}"
+        parse no document, whatever its size), as it is: nothing is parsed or validated again
+        here. The key is `submit_key`'s. SpecError when the wire form is over MAX_SPEC_BYTES."""
+        key = submit_key(idempotency_key, spec)
         wire = pack_wire(spec)
         if len(wire) > limits.MAX_SPEC_BYTES:
             raise SpecError([SpecIssue("", f"the spec's wire form is {len(wire)} bytes; a job "

@@ -37,15 +37,14 @@ from raftsched.protocol import (
 )
 from raftsched.replica.leader import Leader
 from raftsched.replica.logs import LogBroker
+from raftsched.replica.proposals import Proposer, result_or_error
 from raftsched.replica.raft.port import RaftPort
 from raftsched.state import commands as c
 from raftsched.state.model import AttemptState, Job, State, Task, TaskState
-from raftsched.state.outcome import Rejected
 from raftsched.state.queries import attempt_of_cluster
 from raftsched.state.results import ClusterRegistered, ReportResult, Result
 from raftsched.state.rules import cluster_register_problem
 
-PROPOSE_TIMEOUT_S = 5.0
 assert limits.MAX_DELIVERIES_PER_HEARTBEAT <= limits.MAX_BATCH_ITEMS
 MAX_INCARNATION_STEP = 1_000
 """How far a Register may move a cluster's incarnation at once (agents add one per start; an
@@ -56,24 +55,11 @@ log = EventLogger("raftsched.gateway")
 
 def propose(node: RaftPort, leader: Leader, command: c.Command,
             appended: Callable[[], None] | None = None) -> Result:
-    """Commit `command` as the leader; its Applied result, or RaftschedError. `appended` runs
-    once the entry is in the log, before its commit is waited for: whatever is proposed from
-    then on applies after it."""
-    if not leader.leading():
-        raise RaftschedError(Code.UNAVAILABLE, "not the leader")
-    try:
-        pending = node.submit(c.encode(command))
-    except c.CommandError as error:
-        raise RaftschedError(Code.RESOURCE_EXHAUSTED, str(error)) from None
-    if appended is not None:
-        appended()
-    outcome = pending.outcome(PROPOSE_TIMEOUT_S)
-    if isinstance(outcome, Rejected):
-        raise RaftschedError(outcome.code, outcome.reason,
-                             retry_after_ms=outcome.retry_after_ms)
-    leader.wake()
-    result: Result = outcome.result
-    return result
+    """Commit `command` as the leader in office (`proposals.Proposer`, which wakes the leader's
+    loop after a commit); its Applied result, or the RaftschedError a client is told
+    (`proposals.result_or_error`). `appended` as for `Proposer.propose`."""
+    proposer = Proposer(node, leading=leader.leading, committed=leader.wake)
+    return result_or_error(proposer.propose(command, appended))
 
 
 class AgentGateway:

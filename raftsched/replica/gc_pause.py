@@ -39,3 +39,24 @@ def paused() -> Iterator[None]:
             _holders -= 1
             if _holders == 0 and _was_enabled:
                 gc.enable()
+
+
+@contextmanager
+def frozen_after(big: bool) -> Iterator[None]:
+    """Around building a large part of the state (a snapshot load, a big JOB_SUBMIT): no cyclic
+    GC while it runs, then its objects move to the permanent generation (`gc.freeze`).
+
+    The state is millions of long-lived, acyclic objects (freed by reference counting, which
+    freezing does not stop). Left in the collected generations, every full collection walks all
+    of them — seconds on the tick thread at a million tasks, long enough to lose leadership —
+    and collections triggered while a big entry is built run again and again as it grows. The
+    young generations are collected first, so no young cyclic garbage is frozen."""
+    if not big:
+        yield
+        return
+    with paused():
+        try:
+            yield
+        finally:
+            gc.collect(1)
+            gc.freeze()

@@ -25,10 +25,10 @@ from raftsched import limits
 from raftsched.clock import Clock
 from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
+from raftsched.replica.proposals import Committed, Proposer, Refused, error_of, for_leader
 from raftsched.replica.raft.port import Pending, RaftPort  # noqa: F401  (Pending: kept importable here)
 from raftsched.state import commands as c
 from raftsched.state import placement
-from raftsched.state.outcome import Applied, Rejected
 from raftsched.state.placement import Free
 from raftsched.state.results import AssignResult, BarrierResult
 
@@ -36,7 +36,6 @@ log = EventLogger("raftsched.leader")
 
 LOOP_INTERVAL_S = 0.05
 """Longest sleep between rounds when nothing wakes the loop."""
-PROPOSE_TIMEOUT_S = 5.0
 TICK_INTERVAL_S = 1.0
 """A TICK is proposed at least this often while leading (timers, retention)."""
 SUSPECT_AFTER_S = 5.0
@@ -104,6 +103,7 @@ class Leader:
         """`version` moves whenever the applied state changes (service.ChangeFeed.version);
         planning is skipped while nothing changed since a plan that placed nothing."""
         self._node = node
+        self._proposer = Proposer(node)
         self._version = version
         self._idle_version: int | None = None
         self._clock = clock
@@ -276,8 +276,7 @@ class Leader:
         nonce = uuid.uuid4().hex
         barrier = c.Barrier(nonce, self._clock.now_ms(), self._config.raft_address,
                             self._config.grpc_address)
-        outcome = self._node.propose(c.encode(barrier), PROPOSE_TIMEOUT_S)
-        if not (isinstance(outcome, Applied) and outcome.result == BarrierResult(nonce)):
+        if for_leader(self._proposer.propose(barrier), "barrier") != BarrierResult(nonce):
             return
         now = self._clock.monotonic_s()
         clusters = self._node.read(lambda s: list(s.clusters))
@@ -289,14 +288,12 @@ class Leader:
         log.info("leader_elected", term=term, raft=self._config.raft_address,
                  grpc=self._config.grpc_address, clusters=len(clusters))
         for command in self._config.on_office:
-            try:
-                outcome = self._node.propose(command(self._clock.now_ms()), PROPOSE_TIMEOUT_S)
-            except RaftschedError as error:
-                log.warning("office_command_failed", error=str(error))
-                continue
-            if isinstance(outcome, Rejected):
+            outcome = self._proposer.propose(command(self._clock.now_ms()))
+            if isinstance(outcome, Refused):
                 log.warning("office_command_rejected", code=outcome.code.value,
                             reason=outcome.reason)
+            elif not isinstance(outcome, Committed):
+                log.warning("office_command_failed", error=str(error_of(outcome)))
 
     def _place(self) -> None:
         # Unplaceable tasks stay in the queue; re-planning them every round would cost what is
@@ -325,11 +322,11 @@ class Leader:
             log.info("preempting", fences=[p.fence for p in planned.preemptions],
                      victims=[f"{p.job_id}/{p.task_id}" for p in planned.preemptions],
                      by=[f"{p.by_job_id}/{p.by_task_id}" for p in planned.preemptions])
-        outcome = self._node.propose(
-            c.encode(c.AssignBatch(now_ms, tuple(planned.placements),
-                                   tuple(planned.reservations), tuple(planned.preemptions))),
-            PROPOSE_TIMEOUT_S)
-        if isinstance(outcome, Applied) and isinstance(result := outcome.result, AssignResult):
+        result = for_leader(self._proposer.propose(
+            c.AssignBatch(now_ms, tuple(planned.placements), tuple(planned.reservations),
+                          tuple(planned.preemptions), tuple(planned.withdrawals))),
+            "assign_batch")
+        if isinstance(result, AssignResult):
             log.debug("assigned", count=len(result.assigned), dropped=len(result.dropped),
                       plan_ms=round((planned_s - started_s) * 1000, 2),
                       commit_ms=round((self._clock.monotonic_s() - planned_s) * 1000, 2))
@@ -343,8 +340,7 @@ class Leader:
         if not due and now - self._term.last_tick_s < self._config.tick_interval_s:
             return
         self._term.last_tick_s = now
-        self._node.propose(c.encode(c.Tick(now_ms, self._rng.getrandbits(64))),
-                           PROPOSE_TIMEOUT_S)
+        for_leader(self._proposer.propose(c.Tick(now_ms, self._rng.getrandbits(64))), "tick")
 
     def _check_health(self) -> None:
         now = self._clock.monotonic_s()
@@ -357,8 +353,8 @@ class Leader:
             wanted = self._wanted_status(status, silent_s)
             if wanted is not None:
                 reason = f"no heartbeat for {silent_s:.1f} s"
-                self._node.propose(c.encode(c.ClusterStatusChange(
-                    cluster_id, wanted, self._clock.now_ms(), reason)), PROPOSE_TIMEOUT_S)
+                for_leader(self._proposer.propose(c.ClusterStatusChange(
+                    cluster_id, wanted, self._clock.now_ms(), reason)), "cluster_status")
                 log.info("cluster_status", cluster=cluster_id, status=wanted.name, reason=reason)
 
     def _warn_unrecorded_kills(self) -> None:

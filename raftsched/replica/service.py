@@ -33,7 +33,7 @@ from raftsched.eventlog import EventLogger
 from raftsched.protocol import LOG_STREAMS
 from raftsched.replica import gc_pause, identity, views
 from raftsched.replica.events import SEQ_END, Cursor, EventFilter, EventLog, TooOld
-from raftsched.replica.gateway import PROPOSE_TIMEOUT_S, AgentGateway, propose
+from raftsched.replica.gateway import AgentGateway, propose
 from raftsched.replica.leader import Leader
 from raftsched.replica.logs import LOG_CHUNK_BYTES, LogBroker
 from raftsched.replica.raft.port import RaftPort
@@ -850,9 +850,9 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         self.ctx.require_leader(context)
         try:
             if add:
-                self.ctx.node.add_replica(request.raft_address, PROPOSE_TIMEOUT_S * 2)
+                self.ctx.node.add_replica(request.raft_address, limits.PROPOSE_TIMEOUT_S * 2)
             else:
-                self.ctx.node.remove_replica(request.raft_address, PROPOSE_TIMEOUT_S * 2)
+                self.ctx.node.remove_replica(request.raft_address, limits.PROPOSE_TIMEOUT_S * 2)
         except RaftschedError as error:
             self.ctx.abort(context, error)
         if add and request.grpc_address:

@@ -3,6 +3,8 @@ unknown outcome (it may still commit: retry with the same request id)."""
 
 from __future__ import annotations
 
+from pysyncobj.config import FAIL_REASON
+
 from raftsched.errors import Code, RaftschedError
 
 
@@ -23,3 +25,14 @@ class OutcomeUnknown(RaftschedError):
             Code.DEADLINE_EXCEEDED,
             f"{detail}: the command may or may not have committed; retry with the same request id",
         )
+
+
+_FAIL_NAMES = {
+    value: name for name, value in vars(FAIL_REASON).items() if not name.startswith("_")
+}
+
+
+def fail_name(reason: object) -> str:
+    """pysyncobj's FAIL_REASON value by its name (the value itself when it has none)."""
+    name: str = _FAIL_NAMES.get(reason, str(reason))
+    return name

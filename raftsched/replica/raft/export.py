@@ -23,14 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from raftsched.errors import Code, RaftschedError
+from raftsched.replica.raft.dumps import DUMP_FILE_NAME, EXTRA_FORMAT, entry_out
 from raftsched.replica.raft.journal import DurableJournal
-from raftsched.replica.raft.node import (
-    DUMP_FILE_NAME,
-    EXTRA_FORMAT,
-    JOURNAL_FILE_NAME,
-    _entry_out,
-    _lock_data_dir,
-)
+from raftsched.replica.raft.node import JOURNAL_FILE_NAME, _lock_data_dir
 from raftsched.replica.raft.restore import write_snapshot_file
 from raftsched.state import fsm, snapshot
 from raftsched.state.model import State
@@ -76,7 +71,7 @@ def export_state(data_dir: str, out_path: str) -> Exported:
             raise RaftschedError(Code.FAILED_PRECONDITION,
                                  f"{data_dir} holds no log entry yet: nothing to export")
         write_snapshot_file(out_path, state, {
-            "format": EXTRA_FORMAT, "last": _entry_out(last), "previous": _entry_out(previous),
+            "format": EXTRA_FORMAT, "last": entry_out(last), "previous": entry_out(previous),
             "members": sorted(members)})
     finally:
         os.close(lock)

@@ -49,12 +49,8 @@ pysyncobj internals this module relies on (re-check them when changing the pinne
   forks for our serializer; and `transport.py` replaces `TcpConnection` in `pysyncobj.tcp_server`
   and `pysyncobj.transport` (the two places that build connections) with one that bounds frame
   sizes before buffering them. These globals are the adapter's only patches, done at import.
-- `SyncObj.__tryLogCompaction` passes the serializer `(None, last_applied_entry, previous_entry,
-  cluster_nodes)`; `pysyncobj/serializer.py` `Serializer.serialize` calls our serializer with
-  `data[1:]` (a 3-tuple: the state element is not passed at all) and the path `fullDumpFile +
-  '.tmp'`, then renames it over `fullDumpFile`; `Serializer.deserialize` returns `(None,) +
-  deserializer(fullDumpFile)`. pysyncobj forks only for its own serializer; `dumps.py` makes it
-  fork for ours too, and `checkSerializing` reaps the child (waitpid) before the log is compacted.
+- The serializer hooks (`__tryLogCompaction`, `Serializer.serialize`/`deserialize`, the fork):
+  listed in `dumps.py`.
 - `SyncObj.__loadDumpFile` clears the journal unless `journal[0] == data[2]` and
   `journal[1] == data[1]`; on startup we first align the journal to the dump (see
   `DurableJournal.align_to_dump`) so a crash between the dump rename and the journal compaction
@@ -96,19 +92,14 @@ tick thread stops when the thread that built it exits: construct RaftNode on a l
 
 from __future__ import annotations
 
-import faulthandler
 import fcntl
 import functools
-import gc
 import os
-import socket
 import threading
 import time
-import traceback
 import uuid
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, BinaryIO, TypeVar
 
@@ -122,16 +113,21 @@ from raftsched import limits
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.replica import gc_pause
-from raftsched.replica.raft import dumps as _dumps  # noqa: F401  (installs ForkingSerializer)
 from raftsched.replica.raft import membership
 from raftsched.replica.raft.alarms import ALARM_FILTER, LibraryAlarms
 from raftsched.replica.raft.applied_log import AppliedLogWriter
 from raftsched.replica.raft.applier import Applier, PendingApply
-from raftsched.replica.raft.dumps import DumpWaiter
-from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown
+from raftsched.replica.raft.dumps import (  # noqa: F401  (DUMP_LATCH_ENV: tests read it here)
+    DUMP_FILE_NAME,
+    DUMP_LATCH_ENV,
+    Dumps,
+    wait_for_latch,
+)
+from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown, fail_name
 from raftsched.replica.raft.handshakes import ClosedConnections
 from raftsched.replica.raft.journal import DurableJournal, Entry, pending_journal
 from raftsched.replica.raft.port import RaftStatus
+from raftsched.replica.raft.replies import ProposalObserver, Replies
 from raftsched.replica.raft.transport import SyncingTransport
 from raftsched.state import fsm, snapshot
 from raftsched.state.commands import Barrier, encode
@@ -191,44 +187,21 @@ FIRST_TICK_TIMEOUT_S = 120.0
 """Start-up waits this long for the first tick, which loads the dump (seconds for big states)."""
 CLOSE_TIMEOUT_S = 10.0
 """How long `close` waits for the tick thread to exit."""
-TRANSFER_POLL_S = 0.02
-MEMBERSHIP_POLL_S = 0.05
-"""How often a membership check looks again at the followers' progress."""
 
-DUMP_NICENESS = 19
-"""The snapshot writer (a forked child) runs this much nicer than the replica."""
 GC_FREEZE_ENTRY_BYTES = 64 * 1024
 """An entry this large (a job of a thousand tasks or more) is applied with the cyclic GC quiet
-and its objects frozen afterwards (`_quiet_gc`). Measured with 4 clients submitting 40 jobs of
-10,000 tasks: frozen from 1 MiB up, 18 leader changes (full collections walking the growing
-state); from 64 KiB up, none."""
+and its objects frozen afterwards (`gc_pause.frozen_after`). Measured with 4 clients submitting
+40 jobs of 10,000 tasks: frozen from 1 MiB up, 18 leader changes (full collections walking the
+growing state); from 64 KiB up, none."""
 
-DUMP_LATCH_ENV = "RAFTSCHED_FAILPOINT_DUMP_LATCH"
-"""Fault injection: a path. The snapshot writer creates PATH.waiting, then waits until PATH exists
-(at most DUMP_LATCH_MAX_WAIT_S) before writing: a test holds a snapshot in progress as long as
-it likes and shows that nothing else waits for it. Read once when a RaftNode is built."""
 APPLY_LATCH_ENV = "RAFTSCHED_FAILPOINT_APPLY_LATCH"
 """Fault injection: a path. The applier creates PATH.waiting, then applies nothing until PATH
-exists (at most DUMP_LATCH_MAX_WAIT_S): a test holds applies back and shows Raft goes on."""
-DUMP_LATCH_MAX_WAIT_S = 120.0
-DUMP_LATCH_POLL_S = 0.05
+exists (at most dumps.DUMP_LATCH_MAX_WAIT_S): a test holds applies back and shows Raft goes on."""
 
 BARRIER_TIMEOUT_S = 5.0
 """`fresh_dump` first proves leadership with a committed no-op within this long."""
-DUMP_RETRY_S = 1.0
-"""`fresh_dump` asks for a snapshot again this often until one is written."""
 JOURNAL_FILE_NAME = "raft.journal"
-DUMP_FILE_NAME = "raft.dump"
-DUMP_ERROR_FILE_NAME = "raft.dump.error"
-"""What a failed dump child leaves: its traceback (it may not log)."""
-MAX_DUMP_ERROR_CHARS = 8_000
 LOCK_FILE_NAME = "raft.lock"
-EXTRA_FORMAT = snapshot.RAFT_EXTRA_FORMAT
-"""Version of the pysyncobj bookkeeping we keep in a snapshot's `extra` record."""
-
-_FAIL_NAMES = {
-    value: name for name, value in vars(FAIL_REASON).items() if not name.startswith("_")
-}
 _RAFT_STATE_LEADER = 2
 """pysyncobj `_RAFT_STATE.LEADER`, as passed to `onStateChanged`."""
 
@@ -262,68 +235,10 @@ class _ReplicatedLog(SyncObj):  # type: ignore[misc]
         return self._raftsched_apply(data, int(self.raftLastApplied) + 1)
 
 
-class _Replies:
-    """Collects pysyncobj callbacks `(result, fail_reason)` for a batch of submissions."""
-
-    _NONE: Any = object()
-
-    def __init__(self, count: int, observe: ProposalObserver | None = None) -> None:
-        self.results: list[Any] = [None] * count
-        self.reasons: list[Any] = [self._NONE] * count
-        self._left = count
-        self._lock = threading.Lock()
-        self.done = threading.Event()
-        self._observe = observe
-        self._started = time.monotonic()
-        if count == 0:
-            self.done.set()
-
-    def callback(self, position: int, result: Any, reason: Any) -> None:
-        """pysyncobj's callback (tick thread). A committed entry's result is the applier's
-        PendingApply: the position is answered once that entry is applied."""
-        if isinstance(result, PendingApply):
-            result.when_done(lambda outcome: self._record(position, outcome, reason))
-            return
-        self._record(position, result, reason)
-
-    def _record(self, position: int, result: Any, reason: Any) -> None:
-        with self._lock:
-            if self.reasons[position] is not self._NONE:
-                return
-            self.results[position] = result
-            self.reasons[position] = reason
-            self._left -= 1
-            if self._left == 0:
-                self.done.set()
-        if self._observe is not None:
-            try:
-                self._observe(_proposal_outcome(result, reason), time.monotonic() - self._started)
-            except Exception:
-                log.exception("raft_proposal_observer_failed")
-
-    def replied(self, position: int) -> bool:
-        return self.reasons[position] is not self._NONE
-
-
-ProposalObserver = Callable[[str, float], None]
-"""(outcome, seconds from append to answer), once per proposed entry: outcome is "applied",
-"rejected" (committed; the state machine refused it), "not_leader" or "unknown"."""
-
-
-def _proposal_outcome(result: Any, reason: Any) -> str:
-    if reason == FAIL_REASON.SUCCESS:
-        if isinstance(result, Applied):
-            return "applied"
-        return "rejected" if isinstance(result, Rejected) else "unknown"
-    if reason in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER):
-        return "not_leader"
-    return "unknown"
-
-
 class Proposal:
     """An entry appended by `RaftNode.submit`, not yet waited for."""
 
-    def __init__(self, node: RaftNode, replies: _Replies) -> None:
+    def __init__(self, node: RaftNode, replies: Replies) -> None:
         self._node = node
         self._replies = replies
 
@@ -394,8 +309,7 @@ class RaftNode:
         self._applier = Applier(self._apply_now, f"raft-apply-{self_address}")
         self._state = State()
         self._state_index = 0
-        self._membership_lock = threading.Lock()
-        self._membership_pending: str | None = None
+        self._membership = membership.MembershipChanges(self)
         self._tick_tasks: deque[Callable[[], None]] = deque()
         self._alarms = LibraryAlarms()
         self._tick_thread_id: int | None = None
@@ -403,14 +317,10 @@ class RaftNode:
         self._transport: SyncingTransport | None = None
         self._handshake_timeout_s = handshake_timeout_s
         """An incoming Raft connection not authenticated this long is closed (transport.py)."""
-        self._dumps_written = 0
-        self._dump_waiters: list[DumpWaiter] = []
-        self._dump_waiters_lock = threading.Lock()
         self._dumps_loaded = 0
         self._unsynced_applies = 0
         self._fatal: str | None = None
         self._closed = False
-        self._dump_latch = os.environ.get(DUMP_LATCH_ENV, "")
         self._apply_latch = os.environ.get(APPLY_LATCH_ENV, "")
         self._data_dir = os.path.abspath(data_dir)
         os.makedirs(self._data_dir, exist_ok=True)
@@ -421,18 +331,10 @@ class RaftNode:
             os.close(self._lock_fd)
             raise
 
-    def _start(self, secret: str | None, fsync: bool, compaction_min_entries: int,
-               compaction_min_time_s: float) -> None:
-        journal_path = os.path.join(self._data_dir, JOURNAL_FILE_NAME)
-        dump_path = os.path.join(self._data_dir, DUMP_FILE_NAME)
-        self._journal = DurableJournal(journal_path, dump_path=dump_path, fsync=fsync)
-        if self._journal.first_index() > 1 and not os.path.exists(dump_path):
-            raise RaftschedError(
-                Code.FAILED_PRECONDITION,
-                f"{journal_path} was compacted but {dump_path} is missing: this replica cannot "
-                "rebuild its state; wipe its data dir and re-add it",
-            )
-        conf = SyncObjConf(
+    def _conf(self, secret: str | None, journal_path: str, dump_path: str,
+              compaction_min_entries: int, compaction_min_time_s: float) -> SyncObjConf:
+        """pysyncobj's configuration: our tuning, journal, snapshot hooks and callbacks."""
+        return SyncObjConf(
             password=secret,
             bindAddress=self._address,
             appendEntriesUseBatch=False,
@@ -450,12 +352,27 @@ class RaftNode:
             dynamicMembershipChange=True,
             journalFile=journal_path,
             fullDumpFile=dump_path,
-            serializer=self._write_dump,
+            serializer=self._dumps.write,
             deserializer=self._read_dump,
             logCompactionMinEntries=compaction_min_entries,
             logCompactionMinTime=compaction_min_time_s,
             onStateChanged=self._on_state_changed,
         )
+
+    def _start(self, secret: str | None, fsync: bool, compaction_min_entries: int,
+               compaction_min_time_s: float) -> None:
+        journal_path = os.path.join(self._data_dir, JOURNAL_FILE_NAME)
+        dump_path = os.path.join(self._data_dir, DUMP_FILE_NAME)
+        self._journal = DurableJournal(journal_path, dump_path=dump_path, fsync=fsync)
+        self._dumps = Dumps(self._data_dir, fsync, lambda: self._state, self._applier.idle)
+        if self._journal.first_index() > 1 and not os.path.exists(dump_path):
+            raise RaftschedError(
+                Code.FAILED_PRECONDITION,
+                f"{journal_path} was compacted but {dump_path} is missing: this replica cannot "
+                "rebuild its state; wipe its data dir and re-add it",
+            )
+        conf = self._conf(secret, journal_path, dump_path, compaction_min_entries,
+                          compaction_min_time_s)
 
         def transport(sync_obj: Any, self_node: Any, other_nodes: Any) -> SyncingTransport:
             self._transport = SyncingTransport(sync_obj, self_node, other_nodes,
@@ -490,12 +407,6 @@ class RaftNode:
 
     # -- tick thread --------------------------------------------------------------------------
 
-    def ready_to_dump(self) -> bool:
-        """A snapshot may be written now (dumps.ForkingSerializer asks, on the tick thread):
-        the applier has applied every entry handed over, so the state is exactly as of the
-        entry pysyncobj will record in the snapshot."""
-        return self._applier.idle()
-
     def _apply_committed(self, data: bytes, index: int) -> PendingApply:
         """The replicated method's body, on the tick thread: make the entry durable here, then
         hand it to the applier (applier.py); pysyncobj passes the PendingApply to the
@@ -509,9 +420,9 @@ class RaftNode:
     def _apply_now(self, data: bytes, index: int) -> Outcome:
         """Apply one committed entry, on the applier thread, in log order."""
         if self._apply_latch and not os.path.exists(self._apply_latch):
-            _wait_for_latch(self._apply_latch)
+            wait_for_latch(self._apply_latch)
         try:
-            with self._lock, _quiet_gc(len(data) >= GC_FREEZE_ENTRY_BYTES):
+            with self._lock, gc_pause.frozen_after(len(data) >= GC_FREEZE_ENTRY_BYTES):
                 previous = self._state_index
                 collected: list[Change] | None = [] if self._on_changes is not None else None
                 self._state.changes = collected
@@ -579,106 +490,28 @@ class RaftNode:
             except Exception:
                 log.exception("raft_leader_callback_failed")
 
-    def _write_dump(self, file_name: str, data: Any) -> None:
-        """pysyncobj's serializer hook: `data` is (last applied entry, the one before, nodes).
-
-        Runs in a child forked from the tick thread (`dumps.ForkingSerializer`): the state is a
-        copy-on-write image as of that tick, and the replica goes on meanwhile. So it does
-        nothing but write and fsync the file: no logging, no locks (see dumps.py);
-        `dump_finished` reports the outcome in the replica.
-        """
-        # No cyclic garbage collection in this child: a collection would finalize objects of
-        # the parent's other threads (gRPC calls in flight), whose library state the fork left
-        # behind; it crashed children with SIGSEGV after they had written the file.
-        gc.disable()
-        # A crash of this child (a signal) leaves its Python stack in the report too.
-        crash_report = open(os.path.join(self._data_dir, DUMP_ERROR_FILE_NAME), "w")  # noqa: SIM115
-        faulthandler.enable(file=crash_report, all_threads=False)
-        os.nice(DUMP_NICENESS)  # this child only: the replica itself keeps the CPU first
-        if self._dump_latch:
-            _wait_for_latch(self._dump_latch)
-        last, previous, nodes = data
-        members = sorted(str(getattr(n, "id", n)) for n in nodes)
-        extra = {"format": EXTRA_FORMAT, "last": _entry_out(last),
-                 "previous": _entry_out(previous), "members": members}
-        try:
-            with open(file_name, "wb") as out:
-                snapshot.dump_to(out, self._state, extra)
-                out.flush()
-                if self._journal.fsync:
-                    os.fsync(out.fileno())
-        except BaseException:
-            # No logging here (see above): the replica reads this file in `dump_finished`.
-            traceback.print_exc(file=crash_report)
-            crash_report.flush()
-            raise
-
-    def dump_finished(self, ok: bool, index: int, term: int, elapsed_s: float) -> None:
-        """A snapshot at `index` was written (or failed) by the dump child; on the tick thread.
-        On success pysyncobj compacts the log up to it next. A `fresh_dump` waiting for one
-        gets the file opened here, before any later dump can replace it."""
-        if ok:
-            self._dumps_written += 1
-            log.info("raft_dump_written", index=index, elapsed_ms=round(elapsed_s * 1000, 1))
-        else:
-            report = os.path.join(self._data_dir, DUMP_ERROR_FILE_NAME)
-            try:
-                with open(report) as file:
-                    error = file.read(MAX_DUMP_ERROR_CHARS)
-                os.unlink(report)
-            except OSError:
-                error = "(the dump child left no report: it was killed, or failed in pysyncobj)"
-            log.error("raft_dump_write_failed", index=index,
-                      elapsed_ms=round(elapsed_s * 1000, 1), error=error)
-        with self._dump_waiters_lock:
-            waiters, self._dump_waiters = self._dump_waiters, []
-        for waiter in waiters:
-            if not ok:
-                waiter.finish(None, index, term,
-                              "the replica could not write its snapshot (see its log)")
-                continue
-            try:
-                dump = open(os.path.join(self._data_dir, DUMP_FILE_NAME), "rb")  # noqa: SIM115
-                waiter.finish(dump, index, term, "")  # the caller of fresh_dump closes it
-            except OSError as error:
-                waiter.finish(None, index, term, f"cannot open the snapshot: {error}")
-
     def fresh_dump(self, timeout_s: float) -> tuple[BinaryIO, int, int]:
         """A snapshot of the whole state written now (the forked dump child, as for log
         compaction), opened for reading: (file, index, term). The caller closes the file; a
         later snapshot renames a new file into place and leaves this one readable. A no-op
-        entry is committed first, so there is something new to write even on an idle replica;
-        the request is repeated each DUMP_RETRY_S (pysyncobj drops a forced compaction it could
-        not start at once). Raises RaftschedError (UNAVAILABLE: not the leader or stopped;
+        entry is committed first, so there is something new to write even on an idle replica
+        (`dumps.Dumps.fresh`). Raises RaftschedError (UNAVAILABLE: not the leader or stopped;
         DEADLINE_EXCEEDED)."""
         self._check_running()
         if not self.is_leader_confirmed(min(timeout_s, BARRIER_TIMEOUT_S)):
             raise NotLeader(self.leader_address())
-        waiter = DumpWaiter()
-        with self._dump_waiters_lock:
-            self._dump_waiters.append(waiter)
-        deadline = time.monotonic() + timeout_s
-        while not waiter.done.is_set():
-            left = deadline - time.monotonic()
-            if left <= 0:
-                with self._dump_waiters_lock:
-                    if waiter in self._dump_waiters:
-                        self._dump_waiters.remove(waiter)
-                waiter.discard()
-                raise RaftschedError(Code.DEADLINE_EXCEEDED,
-                                     f"no snapshot was written within {timeout_s:g} s")
+
+        def ask() -> None:
             self._check_running()
             self._obj.forceLogCompaction()  # sets a flag the tick thread reads
-            waiter.done.wait(min(left, DUMP_RETRY_S))
-        if waiter.file is None:
-            raise RaftschedError(Code.INTERNAL, waiter.error)
-        return waiter.file, waiter.index, waiter.term
+
+        return self._dumps.fresh(timeout_s, ask)
 
     def _read_dump(self, file_name: str) -> tuple[Entry, Entry, set[Any]]:
         """pysyncobj's deserializer hook (startup and snapshot install): replaces the State."""
         self._applier.discard()  # superseded: pysyncobj hands over the entries after it again
         try:
-            with open(file_name, "rb") as source, _quiet_gc(True):
+            with open(file_name, "rb") as source, gc_pause.frozen_after(True):
                 state, extra = snapshot.load_with_extra(source)
             last, previous, members = snapshot.parse_raft_extra(extra)
             self._journal.align_to_dump(previous, last)
@@ -742,7 +575,7 @@ class RaftNode:
         replies.done.wait(timeout_s)
         return [self._outcome(replies, position, timeout_s) for position in range(len(entries))]
 
-    def _submit(self, entries: list[bytes]) -> _Replies:
+    def _submit(self, entries: list[bytes]) -> Replies:
         for data in entries:
             if len(data) > limits.MAX_ENTRY_BYTES:
                 raise RaftschedError(Code.RESOURCE_EXHAUSTED,
@@ -751,12 +584,12 @@ class RaftNode:
         self._check_running()
         if not self._obj._isLeader():
             raise NotLeader(self.leader_address())
-        replies = _Replies(len(entries), self._on_proposal)
+        replies = Replies(len(entries), self._on_proposal)
         for position, data in enumerate(entries):
             self._obj.apply_entry(data, callback=functools.partial(replies.callback, position))
         return replies
 
-    def _outcome(self, replies: _Replies, position: int,
+    def _outcome(self, replies: Replies, position: int,
                  timeout_s: float) -> Outcome | RaftschedError:
         if not replies.replied(position):
             return OutcomeUnknown(f"no commit within {timeout_s:g} s")
@@ -769,7 +602,7 @@ class RaftNode:
             return OutcomeUnknown(f"committed entry returned {result!r}, not an outcome")
         if reason in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER):
             return NotLeader(self.leader_address())
-        return OutcomeUnknown(f"pysyncobj reported {_FAIL_NAMES.get(reason, reason)}")
+        return OutcomeUnknown(f"pysyncobj reported {fail_name(reason)}")
 
     # -- reads --------------------------------------------------------------------------------
 
@@ -864,172 +697,38 @@ class RaftNode:
             replication=asdict(self._transport.replication) if self._transport else {},
             unauthenticated_connections=self._unauthenticated_connections(),
             apply_backlog=self._applier.backlog,
-            dumps_written=self._dumps_written,
+            dumps_written=self._dumps.written,
             dumps_loaded=self._dumps_loaded,
             library_alarms=asdict(self._alarms),
-            membership_change=self._membership_pending,
+            membership_change=self._membership.pending,
             fatal=self._fatal,
         )
 
-    # -- membership ---------------------------------------------------------------------------
+    # -- membership (membership.MembershipChanges) -------------------------------------------
 
     def add_replica(self, address: str, timeout_s: float,
                     catch_up_s: float = membership.JOIN_CATCH_UP_TIMEOUT_S) -> None:
-        """Add a voting member (call on the leader). Start the new replica with every current
-        member as its peers. One membership change at a time, and only one that cannot leave
-        the configuration without a live majority (`membership`): every current member live,
-        the address reachable, and the newcomer caught up within `catch_up_s` (or it is removed
-        again and FAILED_PRECONDITION says why). `timeout_s` bounds each proposal."""
-        membership.check_address(address)
-        with self._membership_change(f"add {address}", timeout_s) as deadline:
-            members = self.members()
-            membership.check_add(members, self._lagging(members), address)
-            _probe(address, min(membership.JOIN_PROBE_TIMEOUT_S,
-                                max(0.1, deadline - time.monotonic())))
-            since = int(self._obj.raftCommitIndex)
-            self._change_membership(self._obj.addNodeToCluster, address, deadline)
-            log.info("raft_member_added", address=address)
-            if not self._caught_up(address, since, catch_up_s):
-                self._change_membership(self._obj.removeNodeFromCluster, address,
-                                        time.monotonic() + timeout_s)
-                log.warning("raft_member_rolled_back", address=address)
-                raise RaftschedError(
-                    Code.FAILED_PRECONDITION,
-                    f"{address} was added but did not catch up within "
-                    f"{catch_up_s:g} s (not a replica of this cluster, "
-                    "a different secret, or not started with every current member as its "
-                    "peers?); it was removed again",
-                )
+        """Add a voting member (call on the leader; `MembershipChanges.add`)."""
+        self._membership.add(address, timeout_s, catch_up_s)
 
     def remove_replica(self, address: str, timeout_s: float) -> None:
-        """Remove a voting member (call on the leader; the leader cannot remove itself), unless
-        the live members left would not be a majority of the new configuration."""
-        membership.check_address(address)
-        with self._membership_change(f"remove {address}", timeout_s) as deadline:
-            if address == self._address:
-                raise RaftschedError(
-                    Code.FAILED_PRECONDITION,
-                    f"{address} is the leader, and the leader cannot remove itself: stop "
-                    f"the replica at {address} (another one is elected leader), then run "
-                    f"`raftsched admin remove-replica {address}` again to remove it as a dead "
-                    "member",
-                )
-            members = self.members()
-            membership.check_remove(members, self._lagging(members), address)
-            self._change_membership(self._obj.removeNodeFromCluster, address, deadline)
-        log.info("raft_member_removed", address=address)
-
-    def _match_indexes(self, timeout_s: float) -> dict[str, int]:
-        """The leader's match index of each connected follower (pysyncobj's getStatus, read on
-        the tick thread that owns those maps). A disconnected follower is left out."""
-        result: dict[str, int] = {}
-        done = threading.Event()
-
-        def gather() -> None:
-            try:
-                result.update(membership.connected_match_indexes(self._obj.getStatus()))
-            finally:
-                done.set()
-
-        self._tick_tasks.append(gather)
-        if not done.wait(timeout_s):
-            raise OutcomeUnknown(f"the tick thread did not answer within {timeout_s:g} s")
-        return result
-
-    def _lagging(self, members: list[str]) -> set[str]:
-        """Members (never this leader) that have not acknowledged the entry committed last,
-        waiting up to MEMBER_ACK_TIMEOUT_S for them. The caller just committed a barrier
-        (`_membership_change`), so a live follower has it or gets it with the next heartbeat."""
-        target = int(self._obj.raftCommitIndex)
-        others = [m for m in members if m != self._address]
-        deadline = time.monotonic() + membership.MEMBER_ACK_TIMEOUT_S
-        while True:
-            matched = self._match_indexes(membership.MEMBER_ACK_TIMEOUT_S)
-            lagging = {m for m in others if matched.get(m, -1) < target}
-            if not lagging or time.monotonic() >= deadline:
-                return lagging
-            time.sleep(MEMBERSHIP_POLL_S)
-
-    def _caught_up(self, address: str, since: int, timeout_s: float) -> bool:
-        """Whether the new member acknowledged every entry committed before it was added,
-        within `timeout_s` (so it can serve as one of a majority)."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._match_indexes(timeout_s).get(address, -1) >= since:
-                return True
-            if not self._obj._isLeader():
-                raise NotLeader(self.leader_address())
-            time.sleep(MEMBERSHIP_POLL_S)
-        return False
+        """Remove a voting member (call on the leader; `MembershipChanges.remove`)."""
+        self._membership.remove(address, timeout_s)
 
     def transfer_leadership(self, timeout_s: float, target: str | None = None) -> str:
-        """Hand leadership to `target` (or the most caught-up follower); returns the new leader.
-
-        pysyncobj sends Raft's TimeoutNow; success only means it was sent, so this polls until
-        another leader is known.
-        """
-        deadline = time.monotonic() + timeout_s
+        """Hand leadership to `target` (or the most caught-up follower); the new leader."""
         self._check_running()
-        if not self._obj._isLeader():
-            raise NotLeader(self.leader_address())
-        replies = _Replies(1)
-        callback = functools.partial(replies.callback, 0)
-        # transferLeadership sends on the transport: it must run on the tick thread.
-        self._tick_tasks.append(lambda: self._obj.transferLeadership(target, callback))
-        replies.done.wait(max(0.0, deadline - time.monotonic()))
-        if not replies.replied(0):
-            raise OutcomeUnknown(f"leadership transfer not started within {timeout_s:g} s")
-        if replies.reasons[0] != FAIL_REASON.SUCCESS:
-            raise RaftschedError(
-                Code.FAILED_PRECONDITION,
-                f"pysyncobj refused the transfer ({_FAIL_NAMES.get(replies.reasons[0])}): the "
-                "target must be a connected member whose log is fully caught up",
-            )
-        while time.monotonic() < deadline:
-            leader = self.leader_address()
-            if leader is not None and leader != self._address:
-                return leader
-            time.sleep(TRANSFER_POLL_S)
-        raise OutcomeUnknown(f"no new leader within {timeout_s:g} s")
+        return self._membership.transfer_leadership(timeout_s, target)
 
-    @contextmanager
-    def _membership_change(self, what: str, timeout_s: float) -> Iterator[float]:
-        if not self._membership_lock.acquire(blocking=False):
-            raise RaftschedError(
-                Code.FAILED_PRECONDITION,
-                f"cannot {what}: membership change '{self._membership_pending}' is in progress; "
-                "changes are made one at a time",
-            )
-        try:
-            self._membership_pending = what
-            deadline = time.monotonic() + timeout_s
-            # Also guarantees the leader's first entry of its term is applied, which pysyncobj
-            # requires before any membership change.
-            if not self.is_leader_confirmed(timeout_s):
-                raise NotLeader(self.leader_address())
-            yield deadline
-        finally:
-            self._membership_pending = None
-            self._membership_lock.release()
+    @property
+    def syncobj(self) -> Any:
+        """pysyncobj's SyncObj (for membership.py and dumps.py, inside the adapter only)."""
+        return self._obj
 
-    def _change_membership(self, submit: Callable[..., None], address: str,
-                           deadline: float) -> None:
-        replies = _Replies(1)
-        submit(address, functools.partial(replies.callback, 0))
-        replies.done.wait(max(0.0, deadline - time.monotonic()))
-        if not replies.replied(0):
-            raise OutcomeUnknown("membership change not committed in time (check members())")
-        reason = replies.reasons[0]
-        if reason == FAIL_REASON.SUCCESS:
-            return
-        if reason == FAIL_REASON.REQUEST_DENIED:
-            raise RaftschedError(
-                Code.FAILED_PRECONDITION,
-                "pysyncobj denied the membership change: an earlier change is not committed yet",
-            )
-        if reason in (FAIL_REASON.NOT_LEADER, FAIL_REASON.MISSING_LEADER):
-            raise NotLeader(self.leader_address())
-        raise OutcomeUnknown(f"membership change: pysyncobj reported {_FAIL_NAMES.get(reason)}")
+    def on_tick_thread(self, task: Callable[[], None]) -> None:
+        """Run `task` on the tick thread at the end of its next tick (it owns pysyncobj's maps
+        and the transport); never block in it."""
+        self._tick_tasks.append(task)
 
     # -- admin --------------------------------------------------------------------------------
 
@@ -1076,60 +775,6 @@ class RaftNode:
 # --- helpers ------------------------------------------------------------------------------------
 
 
-def _probe(address: str, timeout_s: float) -> None:
-    """Refuse (FAILED_PRECONDITION) an address where nothing accepts a TCP connection within
-    `timeout_s` (tried again every MEMBERSHIP_POLL_S: a replica just started may not listen
-    yet)."""
-    host, _, port = address.rpartition(":")
-    deadline = time.monotonic() + timeout_s
-    while True:
-        left = deadline - time.monotonic()
-        try:
-            with socket.create_connection((host.strip("[]"), int(port)),
-                                          timeout=max(0.05, left)):
-                return
-        except OSError as error:
-            if time.monotonic() + MEMBERSHIP_POLL_S < deadline:
-                time.sleep(MEMBERSHIP_POLL_S)
-                continue
-            raise RaftschedError(
-                Code.FAILED_PRECONDITION,
-                f"cannot add {address}: nothing accepted connections there within "
-                f"{timeout_s:g} s ({error.strerror or type(error).__name__}); start the new "
-                "replica first, with every current member as its peers",
-            ) from None
-
-
-def _wait_for_latch(path: str) -> None:
-    """The DUMP_LATCH_ENV failpoint, in the dump child: say it waits, then wait (bounded)."""
-    with open(path + ".waiting", "a", encoding="utf-8") as marker:
-        marker.write(f"{os.getpid()}\n")
-    deadline = time.monotonic() + DUMP_LATCH_MAX_WAIT_S
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(DUMP_LATCH_POLL_S)
-
-
-@contextmanager
-def _quiet_gc(big: bool) -> Iterator[None]:
-    """Around building a large part of the state (a snapshot load, a big JOB_SUBMIT): no cyclic
-    GC while it runs, then its objects move to the permanent generation (`gc.freeze`).
-
-    The state is millions of long-lived, acyclic objects (freed by reference counting, which
-    freezing does not stop). Left in the collected generations, every full collection walks all
-    of them — seconds on the tick thread at a million tasks, long enough to lose leadership —
-    and collections triggered while a big entry is built run again and again as it grows. The
-    young generations are collected first, so no young cyclic garbage is frozen."""
-    if not big:
-        yield
-        return
-    with gc_pause.paused():
-        try:
-            yield
-        finally:
-            gc.collect(1)
-            gc.freeze()
-
-
 def _lock_data_dir(data_dir: str) -> int:
     fd = os.open(os.path.join(data_dir, LOCK_FILE_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
     try:
@@ -1139,10 +784,3 @@ def _lock_data_dir(data_dir: str) -> int:
         raise RaftschedError(Code.FAILED_PRECONDITION,
                              f"{data_dir} is in use by another replica process") from None
     return fd
-
-
-def _entry_out(entry: Any) -> list[Any]:
-    command, index, term = entry
-    return [command.encode() if isinstance(command, str) else bytes(command), int(index),
-            int(term)]
-

@@ -23,9 +23,10 @@ from typing import Any
 
 from raftsched import files
 from raftsched.errors import Code, RaftschedError
+from raftsched.replica.raft.dumps import DUMP_FILE_NAME
 from raftsched.replica.raft.journal import DurableJournal
 from raftsched.replica.raft.membership import check_address
-from raftsched.replica.raft.node import DUMP_FILE_NAME, JOURNAL_FILE_NAME
+from raftsched.replica.raft.node import JOURNAL_FILE_NAME
 from raftsched.state import snapshot
 from raftsched.state.model import State
 

@@ -235,7 +235,7 @@ def test_submit(capsys: pytest.CaptureFixture[str], fake: FakeClient, made: Made
     code, out, err = run(capsys, "submit", DEMO)
     assert (code, err) == (0, "")
     key = fake.calls[0][1][0]
-    assert key.startswith("cli-")
+    assert key.startswith("auto-")  # the one rule (client.keys.submit_key)
     assert out.splitlines() == [f"submitted job demo-1 (new; idempotency key {key})",
                                 "follow it with: raftsched job status demo-1"]
     assert made.servers == [["127.0.0.1:7001", "127.0.0.1:7002"]]

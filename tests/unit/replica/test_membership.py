@@ -69,3 +69,62 @@ def test_connected_match_indexes_leave_out_disconnected_followers() -> None:
               "match_idx_server_b:2": 9, "partner_node_status_server_b:2": 0,
               "match_idx_count": 2, "commit_idx": 9}
     assert membership.connected_match_indexes(status) == {"a:1": 7}
+
+
+class FakeObj:
+    """The few SyncObj members MembershipChanges reads, answering every change at once."""
+
+    def __init__(self) -> None:
+        self.raftCommitIndex = 5
+        self.changes: list[tuple[str, str]] = []
+
+    def _isLeader(self) -> bool:
+        return True
+
+    def getStatus(self) -> dict[str, int]:
+        return {"match_idx_server_b:1": 5, "partner_node_status_server_b:1": 2,
+                "match_idx_server_c:1": 5, "partner_node_status_server_c:1": 2}
+
+    def removeNodeFromCluster(self, address: str, callback: object) -> None:
+        from pysyncobj.config import FAIL_REASON
+        self.changes.append(("remove", address))
+        callback(None, FAIL_REASON.SUCCESS)  # type: ignore[operator]
+
+
+class FakeHost:
+    address = "a:1"
+
+    def __init__(self) -> None:
+        self.syncobj = FakeObj()
+        self.on_tick: list[object] = []
+
+    def members(self) -> list[str]:
+        return list(THREE)
+
+    def leader_address(self) -> str | None:
+        return self.address
+
+    def is_leader_confirmed(self, timeout_s: float) -> bool:
+        return True
+
+    def on_tick_thread(self, task: object) -> None:
+        task()  # type: ignore[operator]  (the tick thread, at once)
+
+
+def test_membership_changes_outside_the_node_one_at_a_time() -> None:
+    """The change mechanics moved out of RaftNode (`MembershipChanges`): a removal of a live
+    follower commits, the leader cannot remove itself, and a second change while one is in
+    progress is refused, naming the one in progress."""
+    host = FakeHost()
+    changes = membership.MembershipChanges(host)
+    changes.remove("c:1", 1.0)
+    assert host.syncobj.changes == [("remove", "c:1")] and changes.pending is None
+    with pytest.raises(RaftschedError) as itself:
+        changes.remove("a:1", 1.0)
+    assert itself.value.code == Code.FAILED_PRECONDITION and changes.pending is None
+    with changes._change("add d:1", 1.0):
+        assert changes.pending == "add d:1"
+        with pytest.raises(RaftschedError) as busy:
+            changes.remove("b:1", 1.0)
+    assert busy.value.code == Code.FAILED_PRECONDITION and "'add d:1' is in progress" in str(
+        busy.value)
