@@ -93,7 +93,7 @@ def test_every_id_check_answers_as_the_one_rule(value: str, tmp_path: Path) -> N
 
 ENV_DEFINED_ELSEWHERE = {
     # Failpoint latches beside the code they stop (the Raft adapter; raftsched.environment says).
-    "RAFTSCHED_FAILPOINT_DUMP_LATCH": "raftsched/replica/raft/node.py",
+    "RAFTSCHED_FAILPOINT_DUMP_LATCH": "raftsched/replica/raft/dumps.py",
     "RAFTSCHED_FAILPOINT_APPLY_LATCH": "raftsched/replica/raft/node.py",
     "RAFTSCHED_JEPSEN_INSIDE": "jepsen-style/jepsen/main.py",  # the harness's own re-exec mark
 }
@@ -262,7 +262,7 @@ def test_every_address_option_answers_as_the_one_rule(
 
 ADDRESS_SPLITS_ELSEWHERE = {
     # They split an address the one rule already accepted, to connect to it (not option parsing).
-    "raftsched/dev/ports.py", "raftsched/replica/raft/node.py", "raftsched/replica/service.py",
+    "raftsched/dev/ports.py", "raftsched/replica/raft/membership.py", "raftsched/replica/service.py",
 }
 
 
