@@ -42,6 +42,7 @@ from raftsched.clock import configure_skew_from_env
 from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.limits import (
+    MAX_AGENT_QUEUE_DEPTH,
     MAX_CAPABILITIES_PER_CLUSTER,
     MAX_CPU_MILLI,
     MAX_CUSTOM_RESOURCE_COUNT,
@@ -128,6 +129,13 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory for the agent's durable state and attempt dirs (task "
                              "stdout/stderr); one agent per directory "
                              f"(default: ${DATA_DIR_ENV})")
+    parser.add_argument("--queue-depth", type=integer(0, MAX_AGENT_QUEUE_DEPTH), default=None,
+                        metavar="N",
+                        help="assignments the agent may hold in a local queue beyond its free "
+                             "capacity, started the moment a slot frees (late binding; 0: no "
+                             f"queue; at most {MAX_AGENT_QUEUE_DEPTH}); default: about a tenth "
+                             "of the slots, as Dask sizes worker saturation: max(1, --cpu "
+                             "cores // 10)")
 
 
 def _add_executor_arguments(parser: argparse.ArgumentParser) -> None:
@@ -323,7 +331,21 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
     capacity = Resources(round(args.cpu * 1000), int(args.memory_mb), int(args.gpu))
     return AgentConfig(cluster_id, Path(args.data_dir), capacity, capabilities,
                        heartbeat_wait_ms=int(args.heartbeat_wait_ms),
-                       custom=_custom_resources(str(args.resources))), servers
+                       custom=_custom_resources(str(args.resources)),
+                       queue_depth=_queue_depth(args.queue_depth, args.cpu)), servers
+
+
+def default_queue_depth(cpu_cores: float) -> int:
+    """About a tenth of the slots, at least 1 (Dask's worker saturation)."""
+    return max(1, int(cpu_cores) // 10)
+
+
+def _queue_depth(option: int | None, cpu_cores: float) -> int:
+    if option is None:
+        return default_queue_depth(cpu_cores)
+    if not 0 <= option <= MAX_AGENT_QUEUE_DEPTH:
+        raise UsageError(f"--queue-depth {option}: between 0 and {MAX_AGENT_QUEUE_DEPTH}")
+    return int(option)
 
 
 def _custom_resources(text: str) -> tuple[tuple[str, int], ...]:
