@@ -135,7 +135,8 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                              "capacity, started the moment a slot frees (late binding; 0: no "
                              f"queue; at most {MAX_AGENT_QUEUE_DEPTH}); default: about a tenth "
                              "of the slots, as Dask sizes worker saturation: max(1, --cpu "
-                             "cores // 10)")
+                             "cores // 10); 0 with --resources (only the scheduler counts "
+                             "custom resources)")
 
 
 def _add_executor_arguments(parser: argparse.ArgumentParser) -> None:
@@ -329,10 +330,11 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
     except ValueError as error:
         raise UsageError(str(error)) from None
     capacity = Resources(round(args.cpu * 1000), int(args.memory_mb), int(args.gpu))
+    custom = _custom_resources(str(args.resources))
     return AgentConfig(cluster_id, Path(args.data_dir), capacity, capabilities,
                        heartbeat_wait_ms=int(args.heartbeat_wait_ms),
-                       custom=_custom_resources(str(args.resources)),
-                       queue_depth=_queue_depth(args.queue_depth, args.cpu)), servers
+                       custom=custom,
+                       queue_depth=_queue_depth(args.queue_depth, args.cpu, custom)), servers
 
 
 def default_queue_depth(cpu_cores: float) -> int:
@@ -340,11 +342,18 @@ def default_queue_depth(cpu_cores: float) -> int:
     return max(1, int(cpu_cores) // 10)
 
 
-def _queue_depth(option: int | None, cpu_cores: float) -> int:
+def _queue_depth(option: int | None, cpu_cores: float,
+                 custom: tuple[tuple[str, int], ...]) -> int:
+    """No queue on a cluster with custom resources: only the scheduler counts them, so the
+    agent could not tell that a queued attempt's are free before it starts it."""
     if option is None:
-        return default_queue_depth(cpu_cores)
+        return 0 if custom else default_queue_depth(cpu_cores)
     if not 0 <= option <= MAX_AGENT_QUEUE_DEPTH:
         raise UsageError(f"--queue-depth {option}: between 0 and {MAX_AGENT_QUEUE_DEPTH}")
+    if option and custom:
+        raise UsageError(f"--queue-depth {option} with --resources: the agent cannot see "
+                         "custom resources free, so it could start a queued attempt without "
+                         "them; use --queue-depth 0 (the default with --resources)")
     return int(option)
 
 

@@ -357,3 +357,7 @@ def test_the_queue_depth_flag_defaults_to_a_tenth_of_the_cores_and_is_bounded() 
     assert config.queue_depth == 0
     with pytest.raises(SystemExit):
         parser.parse_args([*base, "--queue-depth", "1025"])
+    config, _ = main._config(parser.parse_args([*base, "--cpu", "32", "--resources", "fpga=1"]))
+    assert config.queue_depth == 0  # only the scheduler counts custom resources
+    with pytest.raises(main.UsageError, match="--queue-depth 2 with --resources"):
+        main._config(parser.parse_args([*base, "--resources", "fpga=1", "--queue-depth", "2"]))
