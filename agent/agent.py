@@ -91,6 +91,8 @@ class AgentConfig:
     ack_crossing_window_ms: int = ACK_CROSSING_WINDOW_MS
     custom: tuple[tuple[str, int], ...] = ()
     """Named custom resources this cluster offers (advertised; the scheduler accounts them)."""
+    queue_depth: int = 0
+    """Attempts held in the local queue beyond the free capacity (late binding; 0: none)."""
 
 
 def attempts_root(data_dir: Path) -> Path:
@@ -304,6 +306,8 @@ class Agent:
     def _collect(self) -> None:
         with self._lock:
             collected = self._core.collect()
+            if collected:
+                self._core.start_queued()  # at once: no round trip, no wait for a heartbeat
         if collected:
             self._wake.set()
 
@@ -356,7 +360,8 @@ class Agent:
 
 def _core_config(config: AgentConfig) -> CoreConfig:
     return CoreConfig(config.cluster_id, config.capacity, config.capabilities, config.custom,
-                      config.heartbeat_wait_ms, config.ack_crossing_window_ms)
+                      config.heartbeat_wait_ms, config.ack_crossing_window_ms,
+                      queue_depth=config.queue_depth)
 
 
 def _lock_data_dir(data_dir: Path) -> IO[str]:

@@ -59,6 +59,9 @@ NEVER_STARTED_REASON = "the agent stopped before starting it"
 NOT_RUNNING_REASON = "not running on this agent"
 SEEN_BEFORE_REASON = "fence seen before; the attempt is not running here"
 EMPTY_COMMAND_REASON = "empty command"
+QUEUE_WITHDRAWN_REASON = "withdrawn from the agent's queue before it started"
+QUEUED_AT_RESTART_REASON = "the agent restarted before starting it"
+WITHDRAWN_REASON = "withdrawn from the agent's queue for a task of a higher priority"
 ACK_CROSSING_WINDOW_MS = 10_000
 """For this long after a report is acked, a directive it answered (an assignment for STARTED or
 REJECTED, a kill for FINISHED or KILLED) is taken as having crossed that commit and draws no
@@ -123,6 +126,11 @@ class Decision(enum.Enum):
 
     STARTED = "started"
     """Admitted and started."""
+    QUEUED = "queued"
+    """Admitted but no room now (capacity or the running bound): held in the local queue
+    (late binding), QUEUED; it starts the moment a slot frees."""
+    QUEUE_STARTED = "queue_started"
+    """A queued attempt started because a slot freed (`start_queued`)."""
     STALE_TERM = "stale_term"
     """The whole answer came from a lower term than one seen: ignored."""
     MALFORMED = "malformed"
@@ -139,7 +147,7 @@ class Decision(enum.Enum):
     SEEN_BEFORE = "seen_before"
     """A redelivered fence that does not run here: rejected again."""
     REDELIVERY_ANSWERED = "redelivery_answered"
-    """A redelivered fence that runs here: STARTED again."""
+    """A redelivered fence that runs or is queued here: STARTED (or QUEUED) again."""
     REDELIVERY_CROSSED = "redelivery_crossed"
     """A redelivered fence whose answer was acked within the crossing window: no answer."""
     REDELIVERY_FINISHED = "redelivery_finished"
@@ -149,17 +157,32 @@ class Decision(enum.Enum):
     """A kill of an attempt that finished here, or whose answer crossed the directive."""
     KILL_NOT_RUNNING = "kill_not_running"
     """A kill of a fence that never ran here: KILLED at once, and the fence is stored."""
+    KILL_QUEUED = "kill_queued"
+    """A kill of a queued fence: withdrawn from the queue, KILLED at once; the fence stays
+    stored, so it never starts here later."""
+    WITHDRAWN = "withdrawn"
+    """A withdraw directive for a queued fence (or one never seen): dropped unstarted,
+    WITHDRAWN at once; the fence stays stored, so it never starts here later."""
+    WITHDRAW_TOO_LATE = "withdraw_too_late"
+    """A withdraw directive for a fence that runs or ran here: left alone (its STARTED or
+    FINISHED report answers)."""
     NEVER_STARTED = "never_started"
     """At start: a record of an attempt an earlier agent stopped before launching: rejected."""
+    QUEUED_AT_RESTART = "queued_at_restart"
+    """At start: a record of an attempt an earlier agent held queued: rejected, never started."""
 
 
 REFUSALS = frozenset({
     Decision.STALE_TERM, Decision.MALFORMED, Decision.ADMISSION_PAUSED, Decision.STALE_FENCE,
     Decision.EMPTY_COMMAND, Decision.TOO_MANY_RUNNING, Decision.NO_CAPACITY,
     Decision.START_FAILED, Decision.SEEN_BEFORE, Decision.KILL_NOT_RUNNING,
-    Decision.NEVER_STARTED,
+    Decision.NEVER_STARTED, Decision.QUEUED_AT_RESTART,
 })
 """The decisions that say no (or ignore): the simulation asserts each one occurs."""
+_NO_ROOM = frozenset({Decision.NO_CAPACITY, Decision.TOO_MANY_RUNNING})
+"""The refusals a local queue with room turns into QUEUED."""
+_ANSWERS = {AttemptState.RUNNING: ReportKind.STARTED, AttemptState.QUEUED: ReportKind.QUEUED}
+"""What a redelivered fence with a record in this state is answered again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +195,9 @@ class CoreConfig:
     ack_crossing_window_ms: int = ACK_CROSSING_WINDOW_MS
     max_running_attempts: int = limits.MAX_RUNNING_ATTEMPTS
     admission_pause_reports: int = limits.OUTBOX_ADMISSION_PAUSE_REPORTS
+    queue_depth: int = 0
+    """Attempts held in the local queue at most (late binding; 0: none, every assignment that
+    finds no room is refused). Declared in the registration: the leader commits no more."""
 
 
 @dataclass
@@ -182,6 +208,7 @@ class _Admitting:
     running: int
     fences: dict[str, int] = field(default_factory=dict)
     to_run: list[Assignment] = field(default_factory=list)
+    queued: list[Assignment] = field(default_factory=list)
     reports: list[Report] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
 
@@ -190,6 +217,7 @@ class AgentCore:
     def __init__(self, config: CoreConfig, clock: Clock, fences: FenceStore, outbox: Outbox,
                  executor: AttemptExecutor, metrics: AgentMetrics | None = None) -> None:
         assert config.max_running_attempts >= 1 and config.admission_pause_reports >= 1
+        assert 0 <= config.queue_depth <= limits.MAX_AGENT_QUEUE_DEPTH
         self._config = config
         self._clock = clock
         self._fences = fences
@@ -197,6 +225,8 @@ class AgentCore:
         self._executor = executor
         self._metrics = metrics or AgentMetrics()
         self._running: dict[int, AttemptRecord] = {}
+        self._queue: dict[int, Assignment] = {}
+        """Queued attempts by fence (their records are QUEUED); they start in fence order."""
         self._slots = SlotTurnaround()
         self._idle_counted = 0
         self._kills_requested: set[int] = set()
@@ -211,6 +241,9 @@ class AgentCore:
 
     def running(self) -> list[int]:
         return sorted(self._running)
+
+    def queued(self) -> list[int]:
+        return sorted(self._queue)
 
     def pending_reports(self) -> int:
         return int(self._outbox.count())
@@ -229,8 +262,10 @@ class AgentCore:
     def _adopt(self) -> list[Decision]:
         """Watches again every attempt an earlier agent left running. One it stopped before
         launching never ran: it is rejected (an infrastructure failure, retried at once) and
-        not listed as running at registration."""
+        not listed as running at registration. So is one it held queued: the queue is not kept
+        across a restart, and rejecting it (never starting it) can never run a fence twice."""
         never_started: list[AttemptRecord] = []
+        queued = [r for r in self._outbox.attempts() if r.state == AttemptState.QUEUED]
         for record in self._outbox.attempts():
             if record.state != AttemptState.RUNNING:
                 continue
@@ -242,19 +277,24 @@ class AgentCore:
             self._running[record.fence] = record
             log.info("attempt_adopted", fence=record.fence, job=record.job_id,
                      task=record.task_id, pid=record.wrapper_pid)
-        if never_started:
+        for record in queued:
+            log.info("attempt_queued_at_restart", fence=record.fence, job=record.job_id,
+                     task=record.task_id)
+        if never_started or queued:
             self._outbox.write(
-                reports=[Report(ReportKind.REJECTED, r.job_id, r.task_id, r.fence,
-                                reason=NEVER_STARTED_REASON) for r in never_started],
-                delete_records=[r.fence for r in never_started])
+                reports=[_record_rejected(r, NEVER_STARTED_REASON) for r in never_started] +
+                [_record_rejected(r, QUEUED_AT_RESTART_REASON) for r in queued],
+                delete_records=[r.fence for r in never_started + queued])
         self._metrics.attempts_running.set(len(self._running))
-        return [Decision.NEVER_STARTED] * len(never_started)
+        return [Decision.NEVER_STARTED] * len(never_started) + \
+            [Decision.QUEUED_AT_RESTART] * len(queued)
 
     def registration(self) -> Registration:
         """What Register says: every attempt this agent knows of."""
         known = tuple(record.known() for record in self._outbox.attempts())
         return Registration(self._config.cluster_id, self.incarnation, self._config.capabilities,
-                            self._config.capacity, known, self._config.custom)
+                            self._config.capacity, known, self._config.custom,
+                            queue_depth=self._config.queue_depth)
 
     def registered(self, registered: Registered) -> None:
         self._fences.raise_term(registered.term)
@@ -269,8 +309,11 @@ class AgentCore:
         """Stops the running attempts the scheduler answered it does not know as this
         cluster's (`Registered.stop`: forgotten jobs, a restored older state): the kill
         directive's path without a directive. Their KILLED reports are answered not_found and
-        leave the outbox. Only attempts this agent runs are touched."""
+        leave the outbox. Only attempts this agent runs or holds queued are touched."""
         for kill in stop[:limits.MAX_REGISTER_KNOWN_ATTEMPTS]:
+            if kill.fence in self._queue:
+                self._withdraw(kill.fence)
+                continue
             if kill.fence not in self._running or kill.fence in self._kills_requested:
                 continue
             if self._executor.kill(kill.fence):
@@ -314,6 +357,7 @@ class AgentCore:
         if self._fences.raise_term(directives.term):
             log.info("term_seen", term=directives.term)
         decisions = self._handle_kills(directives.kills)
+        decisions += self.start_queued()  # FIFO: what waits goes before this answer's work
         decisions += self._handle_assignments(
             directives.assignments[:limits.MAX_ASSIGNMENTS_PER_BEAT])
         return decisions
@@ -333,6 +377,11 @@ class AgentCore:
         if kill.fence < 1:
             log.warning("malformed_kill", job=kill.job_id, task=kill.task_id)
             return Decision.MALFORMED
+        if kill.withdraw:
+            return self._take_back(kill, fences, reports)
+        if kill.fence in self._queue:
+            self._withdraw(kill.fence)
+            return Decision.KILL_QUEUED
         if kill.fence in self._running:
             if self._executor.kill(kill.fence) and kill.fence not in self._kills_requested:
                 self._kills_requested.add(kill.fence)
@@ -350,6 +399,35 @@ class AgentCore:
                               reason=NOT_RUNNING_REASON))
         return Decision.KILL_NOT_RUNNING
 
+    def _take_back(self, kill: KillDirective, fences: dict[str, int],
+                   reports: list[Report]) -> Decision:
+        """A withdraw directive (late binding: a task of a higher priority takes the place):
+        only an attempt that has not started leaves, answered WITHDRAWN; one that runs or ran
+        here is left alone, its STARTED or FINISHED report answers the leader."""
+        if kill.fence in self._queue:
+            self._withdraw(kill.fence, ReportKind.WITHDRAWN, WITHDRAWN_REASON)
+            return Decision.WITHDRAWN
+        if kill.fence in self._running or self._outbox.attempt(kill.fence) is not None \
+                or self._crossed(kill.fence, ReportKind.STARTED, *TERMINAL_REPORT_KINDS):
+            return Decision.WITHDRAW_TOO_LATE
+        # Never seen here (its assignment is still on its way): it can never start here now.
+        fences[kill.task_key] = max(fences.get(kill.task_key, 0), kill.fence)
+        reports.append(Report(ReportKind.WITHDRAWN, kill.job_id, kill.task_id, kill.fence,
+                              reason=WITHDRAWN_REASON))
+        return Decision.WITHDRAWN
+
+    def _withdraw(self, fence: int, kind: ReportKind = ReportKind.KILLED,
+                  reason: str = QUEUE_WITHDRAWN_REASON) -> None:
+        """A queued attempt leaves the queue unstarted: its record goes and its KILLED (or
+        WITHDRAWN) report is stored in one write (its fence stays stored: it never starts here
+        later)."""
+        queued = self._queue[fence]
+        self._outbox.write(reports=[_rejected(queued, reason, kind)], delete_records=[fence])
+        del self._queue[fence]
+        self._metrics.attempts_queued.set(len(self._queue))
+        log.info("attempt_withdrawn_from_queue", fence=fence, job=queued.job_id,
+                 task=queued.task_id)
+
     # -- assignments ---------------------------------------------------------------------------
 
     def _handle_assignments(self, assignments: Sequence[Assignment]) -> list[Decision]:
@@ -365,7 +443,8 @@ class AgentCore:
             if decision is not None:
                 admitting.decisions.append(decision)
         self._fences.raise_fences(admitting.fences)  # durable before anything starts or is refused
-        return admitting.decisions + self._launch(admitting.to_run, admitting.reports)
+        return admitting.decisions + self._launch(admitting.to_run, admitting.reports,
+                                                  admitting.queued)
 
     def _admit(self, assignment: Assignment, admitting: _Admitting) -> Decision | None:
         """One assignment's admission; None when it is to be started (`_launch` decides)."""
@@ -393,6 +472,9 @@ class AgentCore:
                                 admitting.running + len(admitting.to_run))
         if refusal is not None:
             decision, reason = refusal
+            if decision in _NO_ROOM and self._can_queue(assignment, admitting):
+                admitting.queued.append(assignment)
+                return Decision.QUEUED
             admitting.reports.append(_rejected(assignment, reason))
             return decision
         admitting.to_run.append(assignment)
@@ -420,6 +502,12 @@ class AgentCore:
                 f"{free.cpu_milli} memory_mb={free.memory_mb} gpu={free.gpu}")
         return None
 
+    def _can_queue(self, assignment: Assignment, admitting: _Admitting) -> bool:
+        """Room in the local queue, and it fits this cluster's total capacity (so it can start
+        once enough has finished)."""
+        return len(self._queue) + len(admitting.queued) < self._config.queue_depth and \
+            assignment.resources.fits_in(self._config.capacity)
+
     def _redelivered(self, assignment: Assignment) -> tuple[Decision, Report | None]:
         """The same fence again: acknowledge again, never run twice."""
         fence = assignment.fence
@@ -430,20 +518,23 @@ class AgentCore:
             # Its fence was stored but it never started here: refused earlier, killed before it
             # arrived, or the agent stopped between storing the fence and recording the attempt.
             return Decision.SEEN_BEFORE, _rejected(assignment, SEEN_BEFORE_REASON)
-        if record.state == AttemptState.RUNNING:
-            if self._crossed(fence, ReportKind.STARTED):
+        if record.state in _ANSWERS:
+            kind = _ANSWERS[record.state]  # STARTED, or QUEUED: never queued or run twice
+            if self._crossed(fence, kind):
                 return Decision.REDELIVERY_CROSSED, None  # this answer crossed that commit
-            return Decision.REDELIVERY_ANSWERED, _report(ReportKind.STARTED, record)
+            return Decision.REDELIVERY_ANSWERED, _report(kind, record)
         return Decision.REDELIVERY_FINISHED, None  # its FINISHED/KILLED report is in the outbox
 
-    def _launch(self, to_run: Sequence[Assignment],
-                refused: Sequence[Report]) -> list[Decision]:
+    def _launch(self, to_run: Sequence[Assignment], refused: Sequence[Report],
+                queued: Sequence[Assignment] = ()) -> list[Decision]:
         now_ms = self._clock.now_ms()
-        records = [AttemptRecord(a.fence, a.job_id, a.task_id, a.attempt, AttemptState.RUNNING,
-                                 a.resources, self._executor.attempt_dir(a.fence), now_ms)
-                   for a in to_run]
-        # Recorded before the processes start: a restart then finds anything that may run.
-        self._outbox.write(records=records)
+        records = [self._record(a, AttemptState.RUNNING, now_ms) for a in to_run]
+        # Recorded before the processes start: a restart then finds anything that may run. A
+        # queued attempt's record and its QUEUED report are one write, before it is answered.
+        self._outbox.write(records=records + [self._record(a, AttemptState.QUEUED, now_ms)
+                                              for a in queued],
+                           reports=[_rejected(a, "", ReportKind.QUEUED) for a in queued])
+        self._enqueue(queued)
         self._store_reports(refused)
         self._metrics.attempts_rejected.inc(sum(r.kind == ReportKind.REJECTED for r in refused))
         launched: list[AttemptRecord] = []
@@ -467,6 +558,41 @@ class AgentCore:
         self._count_launched(len(launched), len(failed))
         return [Decision.STARTED] * len(launched) + [Decision.START_FAILED] * len(failed)
 
+    def _record(self, assignment: Assignment, state: AttemptState, now_ms: int) -> AttemptRecord:
+        a = assignment
+        return AttemptRecord(a.fence, a.job_id, a.task_id, a.attempt, state, a.resources,
+                             self._executor.attempt_dir(a.fence), now_ms)
+
+    def _enqueue(self, queued: Sequence[Assignment]) -> None:
+        for assignment in queued:
+            self._queue[assignment.fence] = assignment
+            log.info("attempt_queued", fence=assignment.fence, job=assignment.job_id,
+                     task=assignment.task_id, queued=len(self._queue))
+        self._metrics.attempts_queued.set(len(self._queue))
+
+    def start_queued(self) -> list[Decision]:
+        """Starts queued attempts in fence order while they fit the free capacity and the
+        running bound, stopping at the first that does not (FIFO: the leader hands freed room
+        to its queue in the same order). Each starts exactly as an admitted one: RUNNING
+        record, process, STARTED report. Called after `collect()` (whose FINISHED reports are
+        then written first) and by `handle`."""
+        if not self._queue:
+            return []
+        free, running = self.free(), len(self._running)
+        to_run: list[Assignment] = []
+        for fence in sorted(self._queue):
+            assignment = self._queue[fence]
+            if running + len(to_run) >= self._config.max_running_attempts or \
+                    not assignment.resources.fits_in(free):
+                break
+            to_run.append(assignment)
+            free = free.minus(assignment.resources)
+        for assignment in to_run:
+            del self._queue[assignment.fence]
+        self._metrics.attempts_queued.set(len(self._queue))
+        return [Decision.QUEUE_STARTED if d == Decision.STARTED else d
+                for d in self._launch(to_run, ())]
+
     def _count_launched(self, launched: int, failed: int) -> None:
         self._metrics.attempts_started.inc(launched)
         for turnaround_s in self._slots.started(launched, self._clock.monotonic_s()):
@@ -488,7 +614,8 @@ class AgentCore:
 
     def collect(self) -> int:
         """Executor completions become FINISHED/KILLED reports, each attempt's exactly once.
-        Returns how many completions the executor handed over."""
+        Returns how many completions the executor handed over. The caller then calls
+        `start_queued()`: what the completions freed goes to the local queue at once."""
         completions = self._executor.poll()
         if not completions:
             return 0
@@ -570,8 +697,15 @@ def _report(kind: ReportKind, record: AttemptRecord) -> Report:
     return Report(kind, record.job_id, record.task_id, record.fence)
 
 
-def _rejected(assignment: Assignment, reason: str) -> Report:
-    return Report(ReportKind.REJECTED, assignment.job_id, assignment.task_id, assignment.fence,
+def _rejected(assignment: Assignment, reason: str,
+              kind: ReportKind = ReportKind.REJECTED) -> Report:
+    """A report answering an assignment without a process: REJECTED (or KILLED, QUEUED)."""
+    return Report(kind, assignment.job_id, assignment.task_id, assignment.fence,
+                  reason=reason[:limits.MAX_REASON_CHARS])
+
+
+def _record_rejected(record: AttemptRecord, reason: str) -> Report:
+    return Report(ReportKind.REJECTED, record.job_id, record.task_id, record.fence,
                   reason=reason[:limits.MAX_REASON_CHARS])
 
 

@@ -48,6 +48,7 @@ from raftsched.environment import (
 from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.limits import (
+    MAX_AGENT_QUEUE_DEPTH,
     MAX_CAPABILITIES_PER_CLUSTER,
     MAX_CPU_MILLI,
     MAX_CUSTOM_RESOURCE_COUNT,
@@ -137,6 +138,14 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                         help="directory for the agent's durable state and attempt dirs (task "
                              "stdout/stderr); one agent per directory "
                              f"(default: ${AGENT_DATA_DIR_ENV})")
+    parser.add_argument("--queue-depth", type=integer(0, MAX_AGENT_QUEUE_DEPTH), default=None,
+                        metavar="N",
+                        help="assignments the agent may hold in a local queue beyond its free "
+                             "capacity, started the moment a slot frees (late binding; 0: no "
+                             f"queue; at most {MAX_AGENT_QUEUE_DEPTH}); default: about a tenth "
+                             "of the slots, as Dask sizes worker saturation: max(1, --cpu "
+                             "cores // 10). The scheduler never queues a task that asks for a "
+                             "custom resource (--resources): it holds that room first")
 
 
 def _add_executor_arguments(parser: argparse.ArgumentParser) -> None:
@@ -325,9 +334,28 @@ def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
     except ValueError as error:
         raise UsageError(str(error)) from None
     capacity = Resources(round(args.cpu * 1000), int(args.memory_mb), int(args.gpu))
+    custom = _custom_resources(str(args.resources))
     return AgentConfig(cluster_id, Path(args.data_dir), capacity, capabilities,
                        heartbeat_wait_ms=int(args.heartbeat_wait_ms),
-                       custom=_custom_resources(str(args.resources))), servers
+                       custom=custom,
+                       queue_depth=_queue_depth(args.queue_depth, args.cpu)), servers
+
+
+def default_queue_depth(cpu_cores: float) -> int:
+    """About a tenth of the slots, at least 1 (Dask's worker saturation)."""
+    return max(1, int(cpu_cores) // 10)
+
+
+def _queue_depth(option: int | None, cpu_cores: float) -> int:
+    """--queue-depth, else about a tenth of the slots. Custom resources need no exception: only
+    the scheduler counts them, and it never queues a task that asks for one
+    (`raftsched.state.feasibility.fits_queue`): such a task is assigned only into committed
+    room, so the agent's cpu, memory and gpu check is all a queued start needs."""
+    if option is None:
+        return default_queue_depth(cpu_cores)
+    if not 0 <= option <= MAX_AGENT_QUEUE_DEPTH:
+        raise UsageError(f"--queue-depth {option}: between 0 and {MAX_AGENT_QUEUE_DEPTH}")
+    return int(option)
 
 
 def _servers(flag: str | None) -> list[str]:

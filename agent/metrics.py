@@ -26,6 +26,9 @@ class AgentMetrics:
             registry=self.registry)
         self.attempts_running = Gauge(
             "raftsched_agent_attempts_running", "Attempts running now.", registry=self.registry)
+        self.attempts_queued = Gauge(
+            "raftsched_agent_attempts_queued", "Attempts held in the local queue, not started "
+            "(late binding: they start the moment a slot frees).", registry=self.registry)
         self.reports_pending = Gauge(
             "raftsched_agent_reports_pending", "Reports in the outbox waiting for an ack.",
             registry=self.registry)

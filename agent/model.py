@@ -59,6 +59,9 @@ __all__ = [
 
 class AttemptState(enum.StrEnum):
     RUNNING = "RUNNING"
+    QUEUED = "QUEUED"
+    """Admitted into the local queue (late binding), not started: its process does not exist.
+    A restarted agent rejects it (`agent.core`): the queue itself is not kept across a restart."""
     FINISHED = "FINISHED"
     """Its process is gone; the FINISHED or KILLED report waits in the outbox until acked."""
 

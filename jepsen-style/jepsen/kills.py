@@ -103,7 +103,7 @@ class KillLiveness:
     def _settle(self, command: c.Command, state: State) -> None:
         settled: Iterable[int] = ()
         if isinstance(command, c.ReportBatch):
-            settled = [r.fence for r in command.items if r.kind != c.ReportKind.STARTED
+            settled = [r.fence for r in command.items if r.kind not in _NOT_GONE
                        and r.fence in self.owed
                        and self.owed[r.fence].cluster_id == command.cluster_id]
         elif isinstance(command, c.ClusterRegister):
@@ -149,10 +149,15 @@ class KillLiveness:
                     "was ever placed there", (index,), (cluster.id,))
 
 
+_NOT_GONE = frozenset({c.ReportKind.STARTED, c.ReportKind.QUEUED})
+"""Reports that say the attempt is still there (running, or held in the agent's local queue):
+they settle no kill."""
+
+
 def _own_word(command: c.Command, cluster_id: str, fence: int) -> bool:
     """The command that ended the attempt is its agent's own report of that fence ending, or
     its agent's registration without it."""
     if isinstance(command, c.ReportBatch):
         return command.cluster_id == cluster_id and any(
-            r.fence == fence and r.kind != c.ReportKind.STARTED for r in command.items)
+            r.fence == fence and r.kind not in _NOT_GONE for r in command.items)
     return isinstance(command, c.ClusterRegister) and command.cluster_id == cluster_id

@@ -99,7 +99,7 @@ def _withdraw(state: State, withdrawal: Withdrawal) -> bool:
     attempt = task.current
     if attempt is None or attempt.fence != withdrawal.fence \
             or attempt.state not in (_A_ASSIGNED, _A_QUEUED) \
-            or by_task.state != _RUNNABLE or not policy.may_withdraw(by_job.spec, job.spec):
+            or by_task.state != _RUNNABLE or not policy.may_withdraw(by_job.spec, job.spec, task):
         return False
     cluster = state.clusters[attempt.cluster_id]
     if attempt.fence not in cluster.queued or attempt.fence in cluster.withdrawing:

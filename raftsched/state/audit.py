@@ -35,8 +35,10 @@ Checks (the names in `Violation.check` and `LogAuditor.checks`):
   failures (FAILED, TIMED_OUT) below `retry.max_attempts`, none with a non-retryable exit code,
   infrastructure failures (REJECTED, LOST, PREEMPTED by its agent) at most
   `limits.MAX_INFRA_RETRIES`, and never after a SUCCEEDED or CANCELLED attempt; an attempt the
-  scheduler preempted (preemption_bounds) costs neither budget. So a task has at most
-  `max_attempts + MAX_INFRA_RETRIES + policy.MAX_PREEMPTIONS_PER_TASK` attempts.
+  scheduler preempted (preemption_bounds) costs neither budget, nor does one taken back from its
+  agent's queue unstarted (WITHDRAWN: an ASSIGN_BATCH asked for it). So a task has at most
+  `max_attempts + MAX_INFRA_RETRIES + policy.MAX_PREEMPTIONS_PER_TASK +
+  policy.MAX_WITHDRAWALS_PER_TASK` attempts.
 - preemption_bounds: an attempt an ASSIGN_BATCH preempts was its task's live attempt, of a
   preemptible job of a lower priority class than the task it made room for; no task is
   preempted more than `policy.MAX_PREEMPTIONS_PER_TASK` times; no more than
@@ -207,6 +209,8 @@ class LogAuditor:
     """Job id -> attempts assigned after an application failure of one of its tasks."""
     _preempted: set[int] = field(default_factory=set)
     """Fences of the attempts ASSIGN_BATCHes preempted (bounded by the preemption rate)."""
+    _withdrawing: set[int] = field(default_factory=set)
+    """Fences an ASSIGN_BATCH asked agents to take back from their queues (late binding)."""
     _preempted_ms: list[int] = field(default_factory=list)
     """`now_ms` of each preemption applied within the last PREEMPTION_WINDOW_MS."""
     _before: _Contention | None = None
@@ -274,6 +278,7 @@ class LogAuditor:
 
     def _assign_batch(self, index: int, result: AssignResult, state: State,
                       seen: _Contention) -> None:
+        self._withdrawing.update(result.withdrawing)
         touched: dict[str, None] = {}
         for placement, fence in result.assigned:
             job_id, task_id, cluster_id = placement.job_id, placement.task_id, placement.cluster_id
@@ -451,6 +456,11 @@ class LogAuditor:
                           f"{retry.max_attempts}"
         elif previous.fence in self._preempted:
             pass  # preemption_bounds judged it; it costs neither budget
+        elif previous.state == AttemptState.WITHDRAWN:  # late binding: costs neither budget
+            if previous.fence not in self._withdrawing:
+                problem = "no ASSIGN_BATCH asked to withdraw it"
+            elif previous.started_ms is not None:
+                problem = "it was withdrawn after it started"
         elif previous.state in _INFRA_FAILURES:
             budget.infra += 1
             if budget.infra > limits.MAX_INFRA_RETRIES:

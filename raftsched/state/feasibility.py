@@ -105,9 +105,11 @@ def queue_places(cluster: Cluster) -> int:
 
 def fits_queue(spec: TaskSpec, cluster: Cluster, now_ms: int) -> bool:
     """Late binding: the cluster's agent may hold `spec` in its local queue — a queue place is
-    free (`Cluster.queued` below `queue_depth`), the cluster is not overcommitted, and the rule
-    holds against its whole capacity (READY, open, capabilities, pins; it fits it empty)."""
-    return queue_places(cluster) > 0 and not cluster.overcommitted and unfit(
+    free (`Cluster.queued` below `queue_depth`), the cluster is not overcommitted, the rule
+    holds against its whole capacity (READY, open, capabilities, pins; it fits it empty), and
+    the task asks for no custom resource: only the scheduler counts those (the agent checks
+    cpu, memory and gpu before a start), so such a task goes only into committed room."""
+    return not spec.custom and queue_places(cluster) > 0 and not cluster.overcommitted and unfit(
         spec, cluster, cluster.cpu_milli, cluster.memory_mb, cluster.gpu, now_ms,
         cluster.custom) is None
 

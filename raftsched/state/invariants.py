@@ -178,7 +178,10 @@ def _check_task(state: State, job: Job, task: Task) -> None:
     retry = task.spec.retry
     assert task.app_failures <= retry.max_attempts
     assert task.infra_failures <= limits.MAX_INFRA_RETRIES + 1
-    assert len(attempts) <= retry.max_attempts + limits.MAX_INFRA_RETRIES + 1 + task.preemptions
+    withdrawn = policy.withdrawals(task)
+    assert withdrawn <= policy.MAX_WITHDRAWALS_PER_TASK, (job.id, task.spec.id, withdrawn)
+    assert len(attempts) <= (retry.max_attempts + limits.MAX_INFRA_RETRIES + 1 + task.preemptions
+                             + withdrawn)
     assert (task.state == _RETRY_WAIT) == (task.retry_at_ms is not None)
 
 

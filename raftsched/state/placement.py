@@ -104,11 +104,13 @@ class _Room:
     def queues(self, spec: TaskSpec, now_ms: int) -> bool:
         """Its agent could queue `spec`, places aside: the rule holds against the cluster's
         whole capacity (the task fits it empty; it is open to the task), it is not
-        overcommitted, and no other task keeps it."""
+        overcommitted, no other task keeps it, and the task asks for no custom resource (as
+        `feasibility.fits_queue`)."""
         cluster = self.cluster
-        return self.reserved_for is None and not cluster.overcommitted and unfit(
-            spec, cluster, cluster.cpu_milli, cluster.memory_mb, cluster.gpu, now_ms,
-            cluster.custom) is None
+        if spec.custom or self.reserved_for is not None or cluster.overcommitted:
+            return False
+        return unfit(spec, cluster, cluster.cpu_milli, cluster.memory_mb, cluster.gpu, now_ms,
+                     cluster.custom) is None
 
     def fits(self, spec: TaskSpec, now_ms: int) -> bool:
         return unfit(spec, self.cluster, self.cpu_milli, self.memory_mb, self.gpu,
@@ -536,8 +538,9 @@ def _outranked(state: State, cluster: Cluster, job: Job,
         if fence in cluster.withdrawing or fence in taken:
             continue
         victim_job = state.jobs[job_id]
-        if policy.may_withdraw(job.spec, victim_job.spec):
-            found.append((victim_job, victim_job.tasks[index], fence))
+        victim = victim_job.tasks[index]
+        if policy.may_withdraw(job.spec, victim_job.spec, victim):
+            found.append((victim_job, victim, fence))
     return found
 
 

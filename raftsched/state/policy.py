@@ -27,7 +27,15 @@ from dataclasses import dataclass
 from raftsched import limits
 from raftsched.spec.model import JobSpec
 from raftsched.state.commands import ClusterStatus
-from raftsched.state.model import ALL_TENANTS, Cluster, State, Task, TenantPolicy, TenantUsage
+from raftsched.state.model import (
+    ALL_TENANTS,
+    AttemptState,
+    Cluster,
+    State,
+    Task,
+    TenantPolicy,
+    TenantUsage,
+)
 
 DEFAULT_POLICY = TenantPolicy(name=ALL_TENANTS)
 """Weight 1, no limits of its own: a tenant no admin configured (and no `*` record)."""
@@ -53,6 +61,9 @@ DEGRADE_OUTCOME_MEMORY = 4 * DEGRADE_FAILED_TASKS
 
 MAX_PREEMPTIONS_PER_TASK = 3
 """A task preempted this often is preempted no more: nothing is preempted forever."""
+MAX_WITHDRAWALS_PER_TASK = 4
+"""A task whose queued attempts were taken back this often for tasks of a higher priority
+(late binding) is taken back no more: nothing waits forever behind newer arrivals."""
 PREEMPTION_WINDOW_MS = 60_000
 MAX_PREEMPTIONS_PER_WINDOW = 20
 """The rate bound: at most this many preemptions applied within any PREEMPTION_WINDOW_MS."""
@@ -71,12 +82,19 @@ def may_preempt(by: JobSpec, victim: JobSpec, victim_task: Task) -> bool:
             and victim_task.preemptions < MAX_PREEMPTIONS_PER_TASK)
 
 
-def may_withdraw(by: JobSpec, victim: JobSpec) -> bool:
-    """Whether a task of job `by` may take a queued, not yet started attempt of job `victim`
-    back from its agent's local queue (late binding) for its place: `by` is of a higher
-    priority class, or of the same class and a higher priority. Nothing runs, so nothing is
-    lost but the place; the victim's task goes back to its ready queue."""
-    return (by.priority_class.rank, by.priority) > (victim.priority_class.rank, victim.priority)
+def may_withdraw(by: JobSpec, victim: JobSpec, victim_task: Task) -> bool:
+    """Whether a task of job `by` may take a queued, not yet started attempt of `victim_task`
+    (of job `victim`) back from its agent's local queue (late binding) for its place: `by` is
+    of a higher priority class, or of the same class and a higher priority, and the task was not
+    taken back MAX_WITHDRAWALS_PER_TASK times already. Nothing runs, so nothing is lost but the
+    place; the victim's task goes back to its ready queue."""
+    return ((by.priority_class.rank, by.priority) > (victim.priority_class.rank, victim.priority)
+            and withdrawals(victim_task) < MAX_WITHDRAWALS_PER_TASK)
+
+
+def withdrawals(task: Task) -> int:
+    """How often the task's queued attempts were taken back (its WITHDRAWN attempts)."""
+    return sum(1 for attempt in task.attempts if attempt.state == AttemptState.WITHDRAWN)
 
 
 def policy_of(state: State, tenant: str) -> TenantPolicy:

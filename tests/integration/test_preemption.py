@@ -93,7 +93,8 @@ def test_a_higher_class_task_preempts_a_checkpointing_task_that_then_resumes(
     assert (history.app_failures, history.infra_failures) == (0, 0)
     served = client.task_history(urgent, "serve").attempts
     assert [a.state for a in served] == ["SUCCEEDED"]
-    # The cluster was kept for the urgent task: the low one came back only after it ended.
-    assert history.attempts[1].assigned_ms >= served[0].finished_ms
+    # The cluster was kept for the urgent task: the low one came back only after it ended (it
+    # may wait for that in the agent's local queue: late binding assigns it earlier).
+    assert history.attempts[1].started_ms >= served[0].finished_ms
     # The checkpoint served its purpose and is gone; no other task's is there.
     assert checkpoints.is_dir() and list(checkpoints.iterdir()) == []

@@ -28,6 +28,11 @@ class History:
     """fence -> the cluster whose agent started it."""
     seen: dict[tuple[str, str, str], int] = field(default_factory=dict)
     """(cluster, job, task) -> highest fence the agent was handed (ghost of its fence store)."""
+    queued: dict[str, set[int]] = field(default_factory=dict)
+    """cluster -> the fences its agent holds in its local queue (as of its last call): the
+    only fences it may start after being handed them (they start the moment a slot frees)."""
+    refused: set[int] = field(default_factory=set)
+    """Fences an agent answered REJECTED or KILLED: none of them may start afterwards."""
     acked_jobs: dict[str, int] = field(default_factory=dict)
     """job id -> log index of a submission the client was told was applied."""
     acked_keys: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -73,8 +78,12 @@ class History:
             == (job_id, task_id, cluster_id), \
             f"{cluster_id} ran fence {fence} of {job_id}/{task_id}, committed as {committed}"
         seen = self.seen.get((cluster_id, job_id, task_id), 0)
-        assert fence > seen, f"{cluster_id} ran fence {fence} of {job_id}/{task_id} after " \
-                             f"seeing fence {seen}"
+        assert fence not in self.refused, \
+            f"{cluster_id} ran fence {fence} of {job_id}/{task_id} after answering it REJECTED " \
+            "or KILLED"
+        assert fence > seen or fence in self.queued.get(cluster_id, ()), \
+            f"{cluster_id} ran fence {fence} of {job_id}/{task_id} after seeing fence {seen} " \
+            "(and not from its queue)"
 
     def on_seen(self, cluster_id: str, job_id: str, task_id: str, fence: int) -> None:
         key = (cluster_id, job_id, task_id)

@@ -23,7 +23,15 @@ from agent.core import AgentCore, AttemptExecutor, CoreConfig, Decision, FenceSt
 from agent.executors import VANISHED_EXIT_CODE, ExecutorError, Launch
 from agent.fence import MemoryFenceStore
 from agent.metrics import AgentMetrics
-from agent.model import Assignment, AttemptRecord, Completion, Directives, Report, Resources
+from agent.model import (
+    Assignment,
+    AttemptRecord,
+    Completion,
+    Directives,
+    Report,
+    ReportKind,
+    Resources,
+)
 from agent.outbox import MemoryOutbox
 from raftsched.clock import Clock, ManualClock
 from tests.sim.gateway import Gateway
@@ -35,6 +43,8 @@ ADMISSION_PAUSE_REPORTS = 8
 """The agents' admission pause, small so that a partition's backlog of reports reaches it."""
 RECENT_ANSWERS = 64
 """Answers with assignments a machine keeps, for the network to deliver one again much later."""
+QUEUE_DEPTHS = (0, 0, 1, 2, 4)
+"""A machine's local queue depth (late binding) is drawn from these, seeded: some none."""
 
 NOTHING = Resources(0, 0, 0)
 
@@ -90,8 +100,11 @@ class SimExecutor:
     """`agent.core.AttemptExecutor` over simulated processes; it tells the history what starts."""
 
     def __init__(self, cluster_id: str, clock: ManualClock, rng: random.Random,
-                 history: History, faults: Faults, shared: Resources | None = None) -> None:
+                 history: History, faults: Faults, shared: Resources | None = None,
+                 capacity: Resources | None = None) -> None:
         self.cluster_id = cluster_id
+        self.capacity = capacity
+        """The machine's real capacity: what its processes hold together never exceeds it."""
         self.shared = shared
         """A partition other users share (like Slurm's), of this size; None: not shared."""
         self.others_cpu_milli = 0
@@ -112,12 +125,25 @@ class SimExecutor:
             raise ExecutorError("simulated: the wrapper did not start")
         self.history.on_start(self.cluster_id, assignment.job_id, assignment.task_id,
                               assignment.fence)
+        self._check_capacity(assignment)
         now_ms = self.clock.now_ms()
         timeout_at = now_ms + assignment.timeout_ms if assignment.timeout_ms else None
         self.processes[assignment.fence] = SimProcess(
             assignment.fence, self.rng.randint(1, 6), self._exit_code(), timeout_at,
             assignment.resources)
         return Launch("", wrapper_pid=assignment.fence)
+
+    def _check_capacity(self, assignment: Assignment) -> None:
+        """No over-commit of the real capacity: every process not yet collected holds its
+        resources (a queued attempt holds none until it starts)."""
+        if self.capacity is None:
+            return
+        held = assignment.resources
+        for process in self.processes.values():
+            held = held.plus(process.resources)
+        assert held.fits_in(self.capacity), \
+            f"{self.cluster_id} over-committed: starting fence {assignment.fence} makes its " \
+            f"processes hold {held}, capacity {self.capacity}"
 
     def adopt(self, record: AttemptRecord) -> bool:
         """Like the real executor: False for a record whose process never started; a process
@@ -192,7 +218,10 @@ class SimExecutor:
 class Machine:
     def __init__(self, config: CoreConfig, clock: ManualClock, rng: random.Random,
                  history: History, core_factory: CoreFactory = AgentCore, *,
-                 shared: bool = False) -> None:
+                 shared: bool = False, queue_depth: int | None = None) -> None:
+        if queue_depth is None:
+            queue_depth = rng.choice(QUEUE_DEPTHS)
+        config = replace(config, queue_depth=queue_depth)
         self.config = config
         self.cluster_id = config.cluster_id
         self.clock = clock
@@ -203,7 +232,8 @@ class Machine:
         self.fences = MemoryFenceStore()
         self.outbox = MemoryOutbox()
         self.executor = SimExecutor(config.cluster_id, clock, random.Random(rng.getrandbits(64)),
-                                    history, self.faults, config.capacity if shared else None)
+                                    history, self.faults, config.capacity if shared else None,
+                                    config.capacity)
         self.core: AgentCore | None = None
         self.in_flight: list[Directives] = []
         """Heartbeat answers on their way (delayed)."""
@@ -240,13 +270,24 @@ class Machine:
         self.core = self.core_factory(self.config, self.clock, self.fences, self.outbox,
                                       self.executor, AgentMetrics())
         self._count(self.core.start())
+        self._note_queue()
 
     def crash(self, *, machine: bool) -> None:
         """The agent process dies (the core with it); on a machine crash the attempts'
         processes die too."""
         self.core = None
+        self._note_queue()
         if machine:
             self.executor.machine_crash()
+
+    def _note_queue(self) -> None:
+        """Tells the history which fences the agent holds queued now (none once it is down),
+        and which it answered REJECTED or KILLED (seen here before any can be acked)."""
+        self.history.queued[self.cluster_id] = set() if self.core is None \
+            else set(self.core.queued())
+        self.history.refused.update(
+            r.fence for r in self.outbox.pending(max(1, self.outbox.count()))
+            if r.kind in (ReportKind.REJECTED, ReportKind.KILLED))
 
     def _count(self, decisions: Sequence[Decision]) -> None:
         for decision in decisions:
@@ -258,8 +299,17 @@ class Machine:
         self.executor.progress()
 
     def collect(self) -> None:
-        if self.core is not None:
-            self.core.collect()
+        """Completions become reports, then what they freed starts from the local queue at once
+        (`Agent._collect`); the agent may die starting one (`crashes_in_launch`)."""
+        if self.core is None:
+            return
+        self.core.collect()
+        try:
+            self._count(self.core.start_queued())
+        except SimCrash:
+            self.crashes_in_launch += 1
+            self.crash(machine=False)
+        self._note_queue()
 
     # -- the calls to the leader (Agent._register, _beat, _flush) ----------------------------------
 
@@ -304,6 +354,7 @@ class Machine:
             self.crash(machine=False)
             return False
         self._count(decisions)
+        self._note_queue()
         if Decision.STALE_TERM in decisions:
             return False
         seen = [(k.job_id, k.task_id, k.fence) for k in directives.kills]

@@ -387,6 +387,9 @@ class World:
         for agent in self.agents:
             agent.progress()
             agent.collect()
+            if not agent.up and agent.cluster_id not in self.down_steps:  # died starting one
+                self.down_steps[agent.cluster_id] = self.rng.randint(1, 30)
+                self.note(f"  {agent.cluster_id} crashed while starting a queued attempt")
 
     def agent_flush(self) -> None:
         agent = self._agent()

@@ -262,7 +262,8 @@ def test_every_address_option_answers_as_the_one_rule(
 
 ADDRESS_SPLITS_ELSEWHERE = {
     # They split an address the one rule already accepted, to connect to it (not option parsing).
-    "raftsched/dev/ports.py", "raftsched/replica/raft/membership.py", "raftsched/replica/service.py",
+    "raftsched/dev/ports.py", "raftsched/replica/raft/membership.py",
+    "raftsched/replica/service.py",
 }
 
 

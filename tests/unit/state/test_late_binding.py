@@ -297,3 +297,19 @@ def test_snapshots_keep_withdrawals() -> None:
     loaded = snapshot.load(snapshot.dump(h.state))
     assert loaded.clusters["east"].withdrawing == {queued: ("low", "l1")}
     assert snapshot.dump(loaded) == snapshot.dump(h.state)
+
+
+def test_a_task_asking_for_a_custom_resource_is_never_queued() -> None:
+    """Only the scheduler counts custom resources (the agent checks cpu, memory and gpu before a
+    start), so such a task goes only into committed room: never into a queue."""
+    h = Harness()
+    h.run(c.ClusterRegister("east", 1, ("linux",), 8000, 16_384, 0, h.now_ms, (),
+                            (("fpga", 1),), queue_depth=4))
+    fpga = {"cpu": 1, "custom": {"fpga": 1}}
+    h.submit("j", job_doc([task_doc(f"f{i}", resources=fpga) for i in range(2)]
+                          + [task_doc("plain", **ONE_CPU)]))
+    h.assign_one("j", "f0", "east")
+    assert h.assign(("j", "f1", "east")).dropped[0].reason is Unfit.NO_ROOM
+    assert placement.plan(h.state, now_ms=h.now_ms).placements == [
+        c.Placement("j", "plain", "east")]
+    assert not h.state.clusters["east"].queued
