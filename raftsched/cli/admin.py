@@ -58,7 +58,7 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
     register_snapshot(sub, common)
 
 
-def _register_status(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
+def _register_status(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     status = command_parser(
         sub, "status", parents, "who leads, the replicas and the compute clusters",
         "Ask one replica what it sees (--server; else the leader, found through the first "

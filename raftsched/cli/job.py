@@ -69,6 +69,21 @@ def register_job(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     watch.add_argument("job_id", metavar="JOB")
     watch.set_defaults(handler=_run_job_watch, reads_only=True)
 
+    _register_list(sub, parents)
+
+    cancel = command_parser(
+        sub, "cancel", parents, "cancel a job's unfinished tasks",
+        "Cancel a job: tasks not yet finished become CANCELLED and running attempts are told to "
+        "stop. Cancelling is idempotent: a second cancel changes nothing.",
+        'output:\n  "cancelled job JOB: N task(s) cancelled", or that nothing changed\n'
+        '  --json: {"job_id", "cancelled": N, "changed": true|false}')
+    cancel.add_argument("job_id", metavar="JOB")
+    cancel.add_argument("--reason", default="", type=free_text,
+                        help="recorded with the cancellation (printable text)")
+    cancel.set_defaults(handler=_run_job_cancel)
+
+
+def _register_list(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
     listing = command_parser(
         sub, "list", parents, "list jobs, a page at a time",
         "List jobs, optionally only one tenant's or those in one state, one page at a time.",
@@ -89,17 +104,6 @@ def register_job(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     listing.add_argument("--page-token", default="", metavar="TOKEN",
                          help="the next page, from a previous listing with the same --newest")
     listing.set_defaults(handler=_run_job_list, reads_only=True)
-
-    cancel = command_parser(
-        sub, "cancel", parents, "cancel a job's unfinished tasks",
-        "Cancel a job: tasks not yet finished become CANCELLED and running attempts are told to "
-        "stop. Cancelling is idempotent: a second cancel changes nothing.",
-        'output:\n  "cancelled job JOB: N task(s) cancelled", or that nothing changed\n'
-        '  --json: {"job_id", "cancelled": N, "changed": true|false}')
-    cancel.add_argument("job_id", metavar="JOB")
-    cancel.add_argument("--reason", default="", type=free_text,
-                        help="recorded with the cancellation (printable text)")
-    cancel.set_defaults(handler=_run_job_cancel)
 
 
 def _run_job_status(args: argparse.Namespace) -> int:

@@ -30,9 +30,7 @@ MAX_FUNCTION_LINES = 70
 # Product functions over MAX_FUNCTION_LINES today (lines from `def` to the end), being split by
 # other work: the list may only shrink. A new long function fails, so does one that grew past its
 # recorded length, and so does a stale entry.
-LONG_FUNCTIONS: dict[str, int] = {
-    "raftsched.cli.job.register_job": 73,
-}
+LONG_FUNCTIONS: dict[str, int] = {}
 
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
 _PATH = re.compile(r"^(?:\./)?((?:" + "|".join(map(re.escape, TOP_DIRS)) + r")/[\w./-]*)")
