@@ -8,7 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.cluster import LocalCluster, running, task_user_root, wait_for
+from tests.support.cluster import LocalCluster, running, task_user_root
+from tests.support.waiting import wait_until
 
 JOB = """
 name: queued
@@ -35,9 +36,9 @@ def test_a_one_slot_agent_starts_its_queued_task_as_soon_as_the_first_ends(
         shown = {t.task_id: t.state for t in client.list_tasks(job_id).tasks}
         return shown if sorted(shown.values()) == ["QUEUED", "RUNNING"] else None
 
-    held = wait_for(states, 30, "one task RUNNING and the other QUEUED at the agent")
+    held = wait_until(states, "one task RUNNING and the other QUEUED at the agent", 30)
     first, queued = sorted(held, key=lambda task_id: held[task_id] == "QUEUED")
-    wait_for(lambda: client.get_job(job_id).state == "SUCCEEDED" or None, 60, "the job")
+    wait_until(lambda: client.get_job(job_id).state == "SUCCEEDED" or None, "the job", 60)
     ran = {task_id: list(client.task_history(job_id, task_id).attempts)
            for task_id in (first, queued)}
     for task_id, attempts in ran.items():  # each ran once: the queued one was never refused
