@@ -11,6 +11,7 @@ loudly, where Slurm cannot run."""
 from __future__ import annotations
 
 import json
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -49,8 +50,11 @@ tasks:
 
 
 @pytest.fixture
-def slurm(tmp_path: Path) -> Iterator[LocalSlurm]:
-    with local_slurm(tmp_path / "slurm") as local:
+def slurm() -> Iterator[LocalSlurm]:
+    """In a short temp dir: slurmd's step sockets must fit in a socket path, and tmp_path is
+    longer in a pytest-xdist worker (its base dir gains popen-gwN)."""
+    with tempfile.TemporaryDirectory(prefix="rs-slurm-") as name, \
+            local_slurm(Path(name) / "slurm") as local:
         yield local
 
 
