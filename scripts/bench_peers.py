@@ -81,6 +81,9 @@ def parse_args() -> argparse.Namespace:
                         help="0.1..1: shrink task and job counts for a quick run (DAG levels "
                              "stay 1.5x wider than the slots)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED)
+    parser.add_argument("--queue-depth", type=int, default=-1, metavar="N",
+                        help="raftsched's agents' --queue-depth (late binding; 0: off; default: "
+                             "the agent's own, max(1, cores // 10))")
     parser.add_argument("--json", metavar="FILE", help="also write every figure to FILE")
     parser.add_argument("--phase-timeout-s", type=float, default=DEFAULT_PHASE_TIMEOUT_S,
                         help="bound of each wait for one workload (default %(default)g)")
@@ -204,7 +207,8 @@ def main() -> None:
     started = time.monotonic()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="raftsched-bench-peers-") as workdir:
-        plan = Plan(args.workloads, args.scale, args.seed, workdir, args.phase_timeout_s)
+        plan = Plan(args.workloads, args.scale, args.seed, workdir, args.phase_timeout_s,
+                    args.queue_depth)
         for system in ["raftsched", *peers]:
             load_before = os.getloadavg()[0]
             results[system] = run_runner(system, plan)

@@ -217,7 +217,10 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _agent_process(address: str, data_dir: Path, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
+def _agent_process(address: str, data_dir: Path, *extra: str,
+                   keep_tasks: bool = False) -> Iterator[subprocess.Popen[bytes]]:
+    """An agent process, stopped (and its cgroups removed, which kills what runs in them) when
+    the block ends — unless `keep_tasks`: its tasks are to outlive it (the caller cleans up)."""
     process = subprocess.Popen(
         [sys.executable, "-m", "agent", "--cluster-id", "east", "--servers", address,
          "--data-dir", str(data_dir), "--cpu", "2", "--memory-mb", "512",
@@ -232,7 +235,8 @@ def _agent_process(address: str, data_dir: Path, *extra: str) -> Iterator[subpro
         if process.poll() is None:
             process.kill()
         process.wait(PROCESS_TIMEOUT_S)
-        remove_agent_cgroups("east", data_dir / "attempts")  # a SIGKILLed agent leaves them
+        if not keep_tasks:
+            remove_agent_cgroups("east", data_dir / "attempts")  # a SIGKILLed agent leaves them
 
 
 @pytest.mark.integration
@@ -247,7 +251,7 @@ def test_the_agent_process_survives_sigkill_and_reports_once(tmp_path: Path,
         with serve(session) as address:
             session.assign(assignment(1, command=(
                 "sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.02; done; echo out; exit 5")))
-            with _agent_process(address, data_dir) as first:
+            with _agent_process(address, data_dir, keep_tasks=True) as first:
                 wait_until(lambda: ReportKind.STARTED in session.kinds(1), "STARTED",
                            PROCESS_TIMEOUT_S)
                 first.send_signal(signal.SIGKILL)

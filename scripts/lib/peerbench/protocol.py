@@ -28,6 +28,8 @@ class Plan:
     workdir: str
     phase_timeout_s: float
     """Bound of each wait for one workload to finish."""
+    queue_depth: int = -1
+    """raftsched's agents' --queue-depth (late binding); -1: the agent's default."""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -36,7 +38,7 @@ class Plan:
     def from_argv(argv: list[str]) -> Plan:
         raw = json.loads(argv[1])
         return Plan(tuple(raw["workloads"]), float(raw["scale"]), int(raw["seed"]),
-                    raw["workdir"], float(raw["phase_timeout_s"]))
+                    raw["workdir"], float(raw["phase_timeout_s"]), int(raw.get("queue_depth", -1)))
 
 
 def run_each(plan: Plan, workloads: dict[str, Callable[[], Figures]]) -> dict[str, Figures]:

@@ -28,8 +28,10 @@ READY = "READY"
 
 
 class RaftschedCluster:
-    def __init__(self, supervisor: Supervisor, data_dir: Path) -> None:
+    def __init__(self, supervisor: Supervisor, data_dir: Path, queue_depth: int = -1) -> None:
         self.supervisor = supervisor
+        self.queue_depth = queue_depth
+        """The agents' --queue-depth; -1: their default."""
         self.data_dir = data_dir
         self.raft_ports = [free_port() for _ in range(REPLICAS)]
         self.grpc_ports = [free_port() for _ in range(REPLICAS)]
@@ -73,7 +75,8 @@ class RaftschedCluster:
             *self.command, "agent", "--cluster-id", agent_id, "--servers", ",".join(self.servers),
             "--cpu", str(SLOTS_PER_WORKER), "--memory-mb", str(AGENT_MEMORY_MB),
             "--data-dir", str(directory), "--executor", "mock", "--insecure-dev",
-            "--metrics-port", str(metrics_port), "--log-level", "warning"])
+            "--metrics-port", str(metrics_port), "--log-level", "warning",
+            *(["--queue-depth", str(self.queue_depth)] if self.queue_depth >= 0 else [])])
 
     def _status_from_leader(self) -> Any:
         """Admin.ClusterStatus as the leader answers it (None while there is none)."""

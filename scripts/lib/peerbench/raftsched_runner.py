@@ -222,9 +222,11 @@ def main() -> None:
         supervisor = Supervisor(Path(tmp))
         result: dict[str, Any] = {"system": "raftsched", "versions": versions(),
                                   "setup": f"3 replicas + {len(AGENT_IDS)} agents "
-                                           f"--executor mock --cpu {workloads.SLOTS_PER_WORKER}"}
+                                           f"--executor mock --cpu {workloads.SLOTS_PER_WORKER}"
+                                           + (f" --queue-depth {plan.queue_depth}"
+                                              if plan.queue_depth >= 0 else "")}
         try:
-            cluster = RaftschedCluster(supervisor, Path(tmp))
+            cluster = RaftschedCluster(supervisor, Path(tmp), plan.queue_depth)
             cluster.start()
             result["workloads"] = run_each(plan, Runner(plan, cluster).table())
         except Exception as error:
