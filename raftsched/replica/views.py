@@ -417,7 +417,7 @@ def _runnable_reason(state: State, job: Job, task: Task) -> str:
     fits = [c for c in sorted(state.clusters.values(), key=lambda c: c.id)
             if feasibility.unfit_committed(task.spec, c, state.now_ms) is None]
     if not fits:
-        return "runnable; no cluster can take it now (see the reasons per cluster)"
+        return _no_room_reason(state, task)
     free = [c.id for c in fits if reserved_for_other(state, c, job, task) is None]
     if not free:
         return (f"runnable; it fits {', '.join(c.id for c in fits)} only, and each is reserved "
@@ -427,6 +427,23 @@ def _runnable_reason(state: State, job: Job, task: Task) -> str:
         return (f"runnable; fits now on {', '.join(free)}; tenant {tenant} is over its fair "
                 f"share ({ahead}): tenants below their share go first")
     return f"runnable; fits now on {', '.join(free)} — placement is imminent"
+
+
+def _no_room_reason(state: State, task: Task) -> str:
+    """A task no cluster has room for now: whether an agent's local queue (late binding) takes
+    it, or is full, or neither applies."""
+    spec, now_ms = task.spec, state.now_ms
+    clusters = sorted(state.clusters.values(), key=lambda c: c.id)
+    queueable = [c.id for c in clusters if feasibility.fits_queue(spec, c, now_ms)]
+    if queueable:
+        return (f"runnable; no room now, but the agent's queue of {', '.join(queueable)} has a "
+                "place: placement is imminent, and it starts there the moment a slot frees")
+    full = [c.id for c in clusters if c.queue_depth and not spec.custom and feasibility.unfit(
+        spec, c, c.cpu_milli, c.memory_mb, c.gpu, now_ms, c.custom) is None]
+    if full:
+        return (f"runnable; no room now and the agents' queues of {', '.join(full)} are full: "
+                "it goes to the first slot or queue place that frees")
+    return "runnable; no cluster can take it now (see the reasons per cluster)"
 
 
 def _tenants_ahead(state: State, tenant: str) -> str:

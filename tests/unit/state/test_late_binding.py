@@ -189,8 +189,11 @@ def test_views_say_queued() -> None:
     first, second = h.assign_one("j", "t1", "east"), h.assign_one("j", "t2", "east")
     h.queued("east", "j", "t2", second)
     assert list(h.state.clusters["east"].queued) == [first, second]
-    states = {t.task_id: t.state for t in views.list_tasks(h.state, "j").tasks}
+    listed = {t.task_id: t for t in views.list_tasks(h.state, "j").tasks}
+    states = {task_id: t.state for task_id, t in listed.items()}
     assert states == {"t0": "ASSIGNED", "t1": "ASSIGNED", "t2": "QUEUED", "t3": "RUNNABLE"}
+    assert listed["t3"].reason == ("runnable; no room now and the agents' queues of east are "
+                                   "full: it goes to the first slot or queue place that frees")
     explained = views.explain_task(h.state, "j", "t2").summary
     assert explained.startswith(f"queued on east (fence {second}): held in its agent's queue, "
                                 "place 2 of 2")
@@ -313,3 +316,10 @@ def test_a_task_asking_for_a_custom_resource_is_never_queued() -> None:
     assert placement.plan(h.state, now_ms=h.now_ms).placements == [
         c.Placement("j", "plain", "east")]
     assert not h.state.clusters["east"].queued
+
+
+def test_a_task_waiting_for_a_queue_place_is_told_so() -> None:
+    h = one_slot(depth=1, tasks=2)
+    h.assign_one("j", "t0", "east")
+    reason = {t.task_id: t.reason for t in views.list_tasks(h.state, "j").tasks}["t1"]
+    assert reason.startswith("runnable; no room now, but the agent's queue of east has a place")
