@@ -8,7 +8,18 @@ from raftsched.state import feasibility, policy
 from raftsched.state.commands import AssignBatch, Placement, Preemption, Reservation, Withdrawal
 from raftsched.state.feasibility import Unfit, unfit_committed
 from raftsched.state.lifecycle import end_attempt, hold_room
-from raftsched.state.model import Attempt, AttemptState, State, TaskState, TimerKind
+from raftsched.state.model import (
+    A_ASSIGNED,
+    A_QUEUED,
+    T_ASSIGNED,
+    T_RUNNABLE,
+    Attempt,
+    AttemptState,
+    Job,
+    State,
+    Task,
+    TimerKind,
+)
 from raftsched.state.outcome import Applied
 from raftsched.state.queries import reservation_holder, reserved_for_other
 from raftsched.state.queues import (
@@ -20,12 +31,6 @@ from raftsched.state.queues import (
     set_state,
 )
 from raftsched.state.results import Assigned, AssignResult, Dropped, DropReason
-
-# Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
-_RUNNABLE = TaskState.RUNNABLE
-_ASSIGNED = TaskState.ASSIGNED
-_A_ASSIGNED = AttemptState.ASSIGNED
-_A_QUEUED = AttemptState.QUEUED
 
 
 def apply_assign_batch(state: State, cmd: AssignBatch) -> Applied[AssignResult]:
@@ -60,16 +65,14 @@ def _preempt(state: State, preemption: Preemption) -> bool:
     fewer than MAX_PREEMPTIONS_PER_TASK times, and the rate bound allows one more. The victim's
     task goes back to the queue at once, at no cost to either retry budget; the agent gets a
     kill directive (SIGTERM, the task's grace, SIGKILL)."""
-    job = state.jobs.get(preemption.job_id)
-    by_job = state.jobs.get(preemption.by_job_id)
-    index = None if job is None else job.index_of.get(preemption.task_id)
-    by_index = None if by_job is None else by_job.index_of.get(preemption.by_task_id)
-    if job is None or by_job is None or index is None or by_index is None:
+    found = _task_and_taker(state, preemption.job_id, preemption.task_id, preemption.by_job_id,
+                            preemption.by_task_id)
+    if found is None:
         return False
-    task, by_task = job.tasks[index], by_job.tasks[by_index]
+    job, task, by_job, by_task = found
     attempt = task.current
     if attempt is None or attempt.fence != preemption.fence or not attempt.live \
-            or by_task.state != _RUNNABLE or not policy.may_preempt(by_job.spec, job.spec, task) \
+            or by_task.state != T_RUNNABLE or not policy.may_preempt(by_job.spec, job.spec, task) \
             or policy.preemption_budget(state, state.now_ms) <= 0:
         return False
     end_attempt(state, job, task, attempt, AttemptState.PREEMPTED,
@@ -83,23 +86,33 @@ def _preempt(state: State, preemption: Preemption) -> bool:
     return True
 
 
+def _task_and_taker(state: State, job_id: str, task_id: str, by_job_id: str,
+                    by_task_id: str) -> tuple[Job, Task, Job, Task] | None:
+    """The task a preemption or withdrawal takes from and the task it is for, or None when
+    either is not in the state."""
+    job, by_job = state.jobs.get(job_id), state.jobs.get(by_job_id)
+    index = None if job is None else job.index_of.get(task_id)
+    by_index = None if by_job is None else by_job.index_of.get(by_task_id)
+    if job is None or by_job is None or index is None or by_index is None:
+        return None
+    return job, job.tasks[index], by_job, by_job.tasks[by_index]
+
+
 def _withdraw(state: State, withdrawal: Withdrawal) -> bool:
     """Ask a cluster's agent to take back a queued attempt (late binding) for a RUNNABLE task of
     a higher priority (`policy.may_withdraw`). Refused, changing nothing, unless the attempt is
     its task's current one, committed beyond its cluster's room and not started, and not
     already being withdrawn. Its queue place is free to this batch's items at once; the attempt
     ends when the agent answers WITHDRAWN, or stays if the agent answers STARTED."""
-    job = state.jobs.get(withdrawal.job_id)
-    by_job = state.jobs.get(withdrawal.by_job_id)
-    index = None if job is None else job.index_of.get(withdrawal.task_id)
-    by_index = None if by_job is None else by_job.index_of.get(withdrawal.by_task_id)
-    if job is None or by_job is None or index is None or by_index is None:
+    found = _task_and_taker(state, withdrawal.job_id, withdrawal.task_id, withdrawal.by_job_id,
+                            withdrawal.by_task_id)
+    if found is None:
         return False
-    task, by_task = job.tasks[index], by_job.tasks[by_index]
+    job, task, by_job, by_task = found
     attempt = task.current
     if attempt is None or attempt.fence != withdrawal.fence \
-            or attempt.state not in (_A_ASSIGNED, _A_QUEUED) \
-            or by_task.state != _RUNNABLE or not policy.may_withdraw(by_job.spec, job.spec, task):
+            or attempt.state not in (A_ASSIGNED, A_QUEUED) \
+            or by_task.state != T_RUNNABLE or not policy.may_withdraw(by_job.spec, job.spec, task):
         return False
     cluster = state.clusters[attempt.cluster_id]
     if attempt.fence not in cluster.queued or attempt.fence in cluster.withdrawing:
@@ -118,7 +131,7 @@ def _reserve(state: State, reservation: Reservation, now_ms: int) -> bool:
     if job is None or index is None or cluster is None:
         return False
     task = job.tasks[index]
-    if task.state != _RUNNABLE or reservation_holder(state, cluster) is not None \
+    if task.state != T_RUNNABLE or reservation_holder(state, cluster) is not None \
             or feasibility.never_fits(task.spec, cluster):
         return False
     if cluster.reserved_for is not None:  # a holder that no longer fits here: void
@@ -140,7 +153,7 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
     if index is None:
         return _dropped(placement, DropReason.TASK_NOT_FOUND, "task not found")
     task = job.tasks[index]
-    if task.state != _RUNNABLE:
+    if task.state != T_RUNNABLE:
         return _dropped(placement, DropReason.TASK_NOT_RUNNABLE,
                         f"task is {task.state.name}, not RUNNABLE")
     cluster = state.clusters.get(placement.cluster_id)
@@ -165,7 +178,7 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
     observe_wait(state.stats, now_ms - task.ready_ms)
     state.aged_assigned.young.append((now_ms, job.id, index, fence))
     attempt = Attempt(fence=fence, number=len(task.attempts) + 1, cluster_id=cluster.id,
-                      state=_A_ASSIGNED, assigned_ms=now_ms)
+                      state=A_ASSIGNED, assigned_ms=now_ms)
     task.attempts.append(attempt)
     if state.changes is not None:
         note_attempt(state.changes, job, task, attempt, now_ms)
@@ -180,7 +193,7 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
     usage.cpu_milli += spec.cpu_milli
     usage.memory_mb += spec.memory_mb
     usage.gpu += spec.gpu
-    set_state(state, job, task, _ASSIGNED)
+    set_state(state, job, task, T_ASSIGNED)
     push_timer(state, now_ms + limits.ASSIGN_TIMEOUT_MS, fence, TimerKind.ASSIGN_TIMEOUT,
                job.id, index)
     if job.started_ms is None:

@@ -35,7 +35,6 @@ from raftsched.state.results import (
 from raftsched.state.rules import cluster_register_problem
 from raftsched.state.text import visible
 
-# Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
 _NOT_STARTED = frozenset({AttemptState.ASSIGNED, AttemptState.QUEUED})
 
 

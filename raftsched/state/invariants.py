@@ -24,12 +24,22 @@ from raftsched.state import feasibility, policy
 from raftsched.state.commands import CertRevoke, ClusterStatus, TokenPut
 from raftsched.state.job_index import Key
 from raftsched.state.model import (
+    A_ASSIGNED,
+    A_QUEUED,
+    A_RUNNING,
     AGED_ASSIGNED,
     AGED_RUNNABLE,
     LIVE_ATTEMPT_STATES,
+    T_ASSIGNED,
+    T_FAILED,
+    T_PENDING,
+    T_RETRY_WAIT,
+    T_RUNNABLE,
+    T_RUNNING,
+    T_SKIPPED,
+    T_SUCCEEDED,
     TERMINAL_JOB_STATES,
     TERMINAL_TASK_STATES,
-    AttemptState,
     Cluster,
     Job,
     State,
@@ -46,18 +56,6 @@ from raftsched.state.queries import (
 )
 from raftsched.state.rules import cert_revoke_problem, token_put_problem
 
-_PENDING = TaskState.PENDING
-_RUNNABLE = TaskState.RUNNABLE
-_ASSIGNED = TaskState.ASSIGNED
-_RUNNING = TaskState.RUNNING
-_RETRY_WAIT = TaskState.RETRY_WAIT
-_SUCCEEDED = TaskState.SUCCEEDED
-_FAILED = TaskState.FAILED
-_SKIPPED = TaskState.SKIPPED
-_A_ASSIGNED = AttemptState.ASSIGNED
-_A_QUEUED = AttemptState.QUEUED
-_A_RUNNING = AttemptState.RUNNING
-
 
 def check_invariants(state: State) -> None:
     """Assert every invariant of the whole state. O(state): for tests and simulations."""
@@ -73,7 +71,7 @@ def check_invariants(state: State) -> None:
         if job.state not in TERMINAL_JOB_STATES:
             live_jobs += 1
             live_tasks = [a + b for a, b in zip(live_tasks, job.counts, strict=True)]
-        runnable[job.spec.tenant] = runnable.get(job.spec.tenant, 0) + job.counts[_RUNNABLE]
+        runnable[job.spec.tenant] = runnable.get(job.spec.tenant, 0) + job.counts[T_RUNNABLE]
     assert live_jobs == state.live_jobs, (live_jobs, state.live_jobs)
     assert live_tasks == state.live_task_counts, (live_tasks, state.live_task_counts)
     assert task_count == state.task_count
@@ -129,8 +127,8 @@ def _check_aging(state: State) -> None:
         for task in job.tasks:
             if task.aged & AGED_RUNNABLE:
                 counted[AGED_RUNNABLE] += 1
-                assert task.state == _RUNNABLE and task.ready_ms < runnable.boundary_ms
-            elif task.state == _RUNNABLE:
+                assert task.state == T_RUNNABLE and task.ready_ms < runnable.boundary_ms
+            elif task.state == T_RUNNABLE:
                 assert task.ready_ms >= runnable.boundary_ms, (job.id, task.spec.id)
             if task.aged & AGED_ASSIGNED:
                 counted[AGED_ASSIGNED] += 1
@@ -160,10 +158,10 @@ def _check_task(state: State, job: Job, task: Task) -> None:
         assert older.state not in LIVE_ATTEMPT_STATES, "only the current attempt may be live"
     current = task.current
     live = current is not None and current.state in LIVE_ATTEMPT_STATES
-    if task.state == _ASSIGNED:
-        assert live and current is not None and current.state in (_A_ASSIGNED, _A_QUEUED)
-    elif task.state == _RUNNING:
-        assert live and current is not None and current.state == _A_RUNNING
+    if task.state == T_ASSIGNED:
+        assert live and current is not None and current.state in (A_ASSIGNED, A_QUEUED)
+    elif task.state == T_RUNNING:
+        assert live and current is not None and current.state == A_RUNNING
     else:
         assert not live, (job.id, task.spec.id, task.state, current)
     if live:
@@ -182,7 +180,7 @@ def _check_task(state: State, job: Job, task: Task) -> None:
     assert withdrawn <= policy.MAX_WITHDRAWALS_PER_TASK, (job.id, task.spec.id, withdrawn)
     assert len(attempts) <= (retry.max_attempts + limits.MAX_INFRA_RETRIES + 1 + task.preemptions
                              + withdrawn)
-    assert (task.state == _RETRY_WAIT) == (task.retry_at_ms is not None)
+    assert (task.state == T_RETRY_WAIT) == (task.retry_at_ms is not None)
 
 
 def _check_dependencies(job: Job, task: Task) -> None:
@@ -190,13 +188,13 @@ def _check_dependencies(job: Job, task: Task) -> None:
     if runs_when_upstream_done(job.spec.failure_policy, task.spec.trigger):
         satisfied = sum(1 for d in deps if d.state in TERMINAL_TASK_STATES)
     else:
-        satisfied = sum(1 for d in deps if d.state == _SUCCEEDED)
-    if task.state == _PENDING:
+        satisfied = sum(1 for d in deps if d.state == T_SUCCEEDED)
+    if task.state == T_PENDING:
         assert task.remaining_deps == len(deps) - satisfied > 0, (task.spec.id, satisfied)
-    elif task.state in (_RUNNABLE, _ASSIGNED, _RUNNING, _RETRY_WAIT, _SUCCEEDED):
+    elif task.state in (T_RUNNABLE, T_ASSIGNED, T_RUNNING, T_RETRY_WAIT, T_SUCCEEDED):
         assert satisfied == len(deps), f"task {task.spec.id} ran before its upstream finished"
-    if task.state == _SKIPPED:
-        assert any(d.state in (_FAILED, _SKIPPED) for d in deps)
+    if task.state == T_SKIPPED:
+        assert any(d.state in (T_FAILED, T_SKIPPED) for d in deps)
 
 
 def _check_cluster(state: State, cluster: Cluster) -> None:
@@ -230,7 +228,7 @@ def _check_cluster(state: State, cluster: Cluster) -> None:
     if cluster.reserved_for is not None:
         job_id, index = cluster.reserved_for
         holder = state.jobs[job_id].tasks[index]
-        assert holder.state == _RUNNABLE and holder.reserved_on == cluster.id, \
+        assert holder.state == T_RUNNABLE and holder.reserved_on == cluster.id, \
             f"cluster {cluster.id} reserved for {job_id}/{holder.spec.id} ({holder.state.name})"
     _check_kills(state, cluster)
 
@@ -243,7 +241,7 @@ def _check_queued(state: State, cluster: Cluster) -> None:
     for fence, held in cluster.queued.items():
         assert cluster.live.get(fence) == held, f"cluster {cluster.id}: queued {fence} not live"
         attempt = state.jobs[held[0]].tasks[held[1]].current
-        assert attempt is not None and attempt.state in (_A_ASSIGNED, _A_QUEUED), \
+        assert attempt is not None and attempt.state in (A_ASSIGNED, A_QUEUED), \
             f"cluster {cluster.id}: queued fence {fence} is {attempt and attempt.state.name}"
     assert cluster.queue_depth <= limits.MAX_AGENT_QUEUE_DEPTH
     for fence, (job_id, _task_id) in cluster.withdrawing.items():

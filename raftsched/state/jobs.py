@@ -11,6 +11,7 @@ from raftsched.state import feasibility, policy
 from raftsched.state.commands import JobCancel, JobSubmit
 from raftsched.state.lifecycle import cancel_open_tasks
 from raftsched.state.model import (
+    T_PENDING,
     TERMINAL_JOB_STATES,
     Job,
     JobState,
@@ -27,9 +28,6 @@ from raftsched.state.queues import make_runnable, note_job
 from raftsched.state.results import JobCancelled, JobSubmitted
 from raftsched.state.retention import FORGOTTEN_FOR_ROOM, forget_job, remember_key
 from raftsched.state.text import visible
-
-# Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
-_PENDING = TaskState.PENDING
 
 
 def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Rejected:
@@ -106,14 +104,14 @@ def _unschedulable(state: State, spec: JobSpec) -> Rejected | None:
 def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms: int) -> Job:
     index_of = {t.id: i for i, t in enumerate(spec.tasks)}
     tasks = [
-        Task(spec=t, index=i, state=_PENDING, remaining_deps=len(t.depends_on), dependents=[])
+        Task(spec=t, index=i, state=T_PENDING, remaining_deps=len(t.depends_on), dependents=[])
         for i, t in enumerate(spec.tasks)
     ]
     for task in tasks:
         for dep in task.spec.depends_on:
             tasks[index_of[dep]].dependents.append(task.index)
     counts = [0] * len(TaskState)
-    counts[_PENDING] = len(tasks)
+    counts[T_PENDING] = len(tasks)
     job = Job(id=job_id, seq=state.next_job_seq, spec=spec, digest=digest, tasks=tasks,
               index_of=index_of, counts=counts, state=JobState.PENDING, submitted_ms=now_ms)
     state.next_job_seq += 1
@@ -123,7 +121,7 @@ def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms:
         note_job(state.changes, job, now_ms)
     state.live_jobs += 1
     state.task_count += len(tasks)
-    state.live_task_counts[_PENDING] += len(tasks)
+    state.live_task_counts[T_PENDING] += len(tasks)
     state.queues.setdefault(spec.tenant, ReadyQueue())
     usage = state.usage.setdefault(spec.tenant, TenantUsage())
     usage.queued += len(tasks)

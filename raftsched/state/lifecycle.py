@@ -9,7 +9,15 @@ from raftsched.spec.model import FailurePolicy, TaskSpec, Trigger
 from raftsched.state import feasibility, policy
 from raftsched.state.commands import ClusterStatus, Report
 from raftsched.state.model import (
+    A_RUNNING,
     LIVE_ATTEMPT_STATES,
+    T_CANCELLED,
+    T_FAILED,
+    T_PENDING,
+    T_RETRY_WAIT,
+    T_RUNNING,
+    T_SKIPPED,
+    T_SUCCEEDED,
     TERMINAL_TASK_STATES,
     Attempt,
     AttemptState,
@@ -17,21 +25,10 @@ from raftsched.state.model import (
     Job,
     State,
     Task,
-    TaskState,
     TimerKind,
 )
 from raftsched.state.queues import make_runnable, note_attempt, push_timer, set_state
 
-# Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
-_PENDING = TaskState.PENDING
-_RUNNING = TaskState.RUNNING
-_RETRY_WAIT = TaskState.RETRY_WAIT
-_SUCCEEDED = TaskState.SUCCEEDED
-_FAILED = TaskState.FAILED
-_SKIPPED = TaskState.SKIPPED
-_CANCELLED = TaskState.CANCELLED
-_A_ASSIGNED = AttemptState.ASSIGNED
-_A_RUNNING = AttemptState.RUNNING
 _CLUSTER_FAILURES = frozenset({AttemptState.FAILED, AttemptState.TIMED_OUT, AttemptState.REJECTED})
 """Attempt outcomes that count against the cluster they ended on (`policy.note_failure`)."""
 
@@ -91,15 +88,18 @@ def release_room(cluster: Cluster, spec: TaskSpec) -> None:
 def promote_queued(state: State, cluster: Cluster) -> None:
     """Room freed on `cluster`: its queued attempts take it in fence order, while the head fits
     the committed room (the order the agent starts them in as its real slots free; a head that
-    does not fit stops the walk, as it stops the agent's). O(promoted + 1)."""
-    for fence, (job_id, index) in list(cluster.queued.items()):
+    does not fit stops the walk, as it stops the agent's). O(promoted + withdrawing + 1)."""
+    promoted = []
+    for fence, (job_id, index) in cluster.queued.items():
         if fence in cluster.withdrawing:
             continue  # its agent is asked to drop it: the next one is what starts there
         spec = state.jobs[job_id].tasks[index].spec
         if not feasibility.fits_room(spec, cluster):
-            return
-        del cluster.queued[fence]
+            break
         hold_room(cluster, spec)
+        promoted.append(fence)
+    for fence in promoted:
+        del cluster.queued[fence]
 
 
 def promote_started(cluster: Cluster, attempt: Attempt, spec: TaskSpec) -> None:
@@ -135,11 +135,11 @@ def refresh_overcommit(cluster: Cluster) -> None:
 
 def mark_started(state: State, job: Job, task: Task, attempt: Attempt) -> None:
     promote_started(state.clusters[attempt.cluster_id], attempt, task.spec)
-    attempt.state = _A_RUNNING
+    attempt.state = A_RUNNING
     attempt.started_ms = state.now_ms
     if state.changes is not None:
         note_attempt(state.changes, job, task, attempt, state.now_ms)
-    set_state(state, job, task, _RUNNING)
+    set_state(state, job, task, T_RUNNING)
     if task.spec.timeout_ms is not None:
         deadline = state.now_ms + task.spec.timeout_ms + limits.RUN_TIMEOUT_GRACE_MS
         push_timer(state, deadline, attempt.fence, TimerKind.RUN_TIMEOUT, job.id, task.index)
@@ -153,13 +153,13 @@ def finished_state(report: Report) -> AttemptState:
 
 def finish_attempt(state: State, job: Job, task: Task, attempt: Attempt, report: Report,
                     entropy: int) -> None:
-    if attempt.state != _A_RUNNING:  # ASSIGNED or QUEUED: its STARTED report was not seen
+    if attempt.state != A_RUNNING:  # ASSIGNED or QUEUED: its STARTED report was not seen
         mark_started(state, job, task, attempt)
     outcome = finished_state(report)
     attempt.exit_code = report.exit_code
     end_attempt(state, job, task, attempt, outcome, report.reason, kill=False)
     if outcome == AttemptState.SUCCEEDED:
-        set_state(state, job, task, _SUCCEEDED)
+        set_state(state, job, task, T_SUCCEEDED)
         _on_success(state, job, task)
     else:
         app_failure(state, job, task, report.exit_code, entropy)
@@ -208,7 +208,7 @@ def _count_retry(state: State, kind: str) -> None:
 
 def _wait_retry(state: State, job: Job, task: Task, delay_ms: int) -> None:
     task.retry_at_ms = state.now_ms + delay_ms
-    set_state(state, job, task, _RETRY_WAIT)
+    set_state(state, job, task, T_RETRY_WAIT)
     push_timer(state, task.retry_at_ms, 0, TimerKind.RETRY, job.id, task.index)
 
 
@@ -229,7 +229,7 @@ def _mix(seed: int) -> int:
 
 def _fail_task(state: State, job: Job, task: Task, reason: str) -> None:
     task.reason = reason
-    set_state(state, job, task, _FAILED)
+    set_state(state, job, task, T_FAILED)
     policy = job.spec.failure_policy
     if policy == FailurePolicy.FAIL_FAST:
         cancel_open_tasks(state, job, f"fail_fast: task {task.spec.id} failed")
@@ -241,7 +241,7 @@ def _on_success(state: State, job: Job, task: Task) -> None:
     tasks = job.tasks
     for index in task.dependents:
         dependent = tasks[index]
-        if dependent.state != _PENDING:
+        if dependent.state != T_PENDING:
             continue  # cancelled meanwhile
         dependent.remaining_deps -= 1
         if dependent.remaining_deps == 0:
@@ -259,7 +259,7 @@ def _propagate_failure(state: State, job: Job, failed: Task, *, continue_policy:
         upstream = stack.pop()
         for index in upstream.dependents:
             dependent = tasks[index]
-            if dependent.state != _PENDING:
+            if dependent.state != T_PENDING:
                 continue
             if continue_policy and dependent.spec.trigger == Trigger.ALL_DONE:
                 dependent.remaining_deps -= 1
@@ -267,7 +267,7 @@ def _propagate_failure(state: State, job: Job, failed: Task, *, continue_policy:
                     make_runnable(state, job, dependent)
                 continue
             dependent.reason = f"upstream task {upstream.spec.id} {upstream.state.name}"
-            set_state(state, job, dependent, _SKIPPED)
+            set_state(state, job, dependent, T_SKIPPED)
             stack.append(dependent)
 
 
@@ -280,6 +280,6 @@ def cancel_open_tasks(state: State, job: Job, reason: str) -> int:
         if attempt is not None and attempt.state in LIVE_ATTEMPT_STATES:
             end_attempt(state, job, task, attempt, AttemptState.CANCELLED, reason, kill=True)
         task.reason = reason
-        set_state(state, job, task, _CANCELLED)
+        set_state(state, job, task, T_CANCELLED)
         cancelled += 1
     return cancelled

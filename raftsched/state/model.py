@@ -56,6 +56,21 @@ class AttemptState(IntEnum):
 LIVE_ATTEMPT_STATES = frozenset({AttemptState.ASSIGNED, AttemptState.RUNNING,
                                  AttemptState.QUEUED})
 
+# Module-level aliases for the per-task hot path (an attribute lookup on an enum class is slow
+# there): the state machine's modules import these rather than spell `TaskState.X` each time.
+T_PENDING = TaskState.PENDING
+T_RUNNABLE = TaskState.RUNNABLE
+T_ASSIGNED = TaskState.ASSIGNED
+T_RUNNING = TaskState.RUNNING
+T_RETRY_WAIT = TaskState.RETRY_WAIT
+T_SUCCEEDED = TaskState.SUCCEEDED
+T_FAILED = TaskState.FAILED
+T_SKIPPED = TaskState.SKIPPED
+T_CANCELLED = TaskState.CANCELLED
+A_ASSIGNED = AttemptState.ASSIGNED
+A_RUNNING = AttemptState.RUNNING
+A_QUEUED = AttemptState.QUEUED
+
 
 class JobState(IntEnum):
     PENDING = 0

@@ -9,6 +9,15 @@ from collections.abc import Container, Iterator
 from raftsched.state import feasibility
 from raftsched.state.model import (
     ALL_TENANTS,
+    T_ASSIGNED,
+    T_CANCELLED,
+    T_FAILED,
+    T_PENDING,
+    T_RETRY_WAIT,
+    T_RUNNABLE,
+    T_RUNNING,
+    T_SKIPPED,
+    T_SUCCEEDED,
     TERMINAL_JOB_STATES,
     Attempt,
     Cluster,
@@ -18,21 +27,9 @@ from raftsched.state.model import (
     State,
     Task,
     TaskShape,
-    TaskState,
     TenantUsage,
     TokenRecord,
 )
-
-# Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
-_PENDING = TaskState.PENDING
-_RUNNABLE = TaskState.RUNNABLE
-_ASSIGNED = TaskState.ASSIGNED
-_RUNNING = TaskState.RUNNING
-_RETRY_WAIT = TaskState.RETRY_WAIT
-_SUCCEEDED = TaskState.SUCCEEDED
-_FAILED = TaskState.FAILED
-_SKIPPED = TaskState.SKIPPED
-_CANCELLED = TaskState.CANCELLED
 
 
 def ready_entry_live(state: State, entry: tuple[int, int, int, int, str]) -> bool:
@@ -41,7 +38,7 @@ def ready_entry_live(state: State, entry: tuple[int, int, int, int, str]) -> boo
     if job is None:
         return False
     task = job.tasks[entry[2]]
-    return task.state == _RUNNABLE and task.ready_gen == entry[3]
+    return task.state == T_RUNNABLE and task.ready_gen == entry[3]
 
 
 def iter_ready(state: State, tenant: str,
@@ -119,11 +116,11 @@ def derive_job_state(job: Job) -> JobState:
     """A job's state as a function of its task counts (and whether a cancel was asked)."""
     counts = job.counts
     total = len(job.tasks)
-    done = counts[_SUCCEEDED] + counts[_FAILED] + counts[_SKIPPED] + counts[_CANCELLED]
+    done = counts[T_SUCCEEDED] + counts[T_FAILED] + counts[T_SKIPPED] + counts[T_CANCELLED]
     if done == total:
         if job.cancel_requested:
             return JobState.CANCELLED
-        return JobState.SUCCEEDED if counts[_SUCCEEDED] == total else JobState.FAILED
+        return JobState.SUCCEEDED if counts[T_SUCCEEDED] == total else JobState.FAILED
     if job.started_ms is None:
         return JobState.PENDING
     return JobState.RUNNING
@@ -139,11 +136,11 @@ def derive_usage(state: State) -> tuple[dict[str, TenantUsage], int]:
             continue
         held = usage.setdefault(job.spec.tenant, TenantUsage())
         counts = job.counts
-        queued = counts[_PENDING] + counts[_RUNNABLE] + counts[_RETRY_WAIT]
+        queued = counts[T_PENDING] + counts[T_RUNNABLE] + counts[T_RETRY_WAIT]
         held.queued += queued
         held.queued_by_class[job.spec.priority_class.rank] += queued
         queued_total += queued
-        held.running += counts[_ASSIGNED] + counts[_RUNNING]
+        held.running += counts[T_ASSIGNED] + counts[T_RUNNING]
     for cluster in state.clusters.values():
         for job_id, index in cluster.live.values():
             job = state.jobs[job_id]

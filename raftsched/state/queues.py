@@ -10,14 +10,23 @@ from collections import deque
 from collections.abc import Callable
 
 from raftsched.state.model import (
+    A_ASSIGNED,
+    A_RUNNING,
     PLACED_TASK_STATES,
     PLACEMENT_LATENCY_BUCKETS_MS,
     QUEUED_TASK_STATES,
+    T_ASSIGNED,
+    T_CANCELLED,
+    T_FAILED,
+    T_RETRY_WAIT,
+    T_RUNNABLE,
+    T_RUNNING,
+    T_SKIPPED,
+    T_SUCCEEDED,
     TERMINAL_JOB_STATES,
     TERMINAL_TASK_STATES,
     Aging,
     Attempt,
-    AttemptState,
     Change,
     Job,
     JobState,
@@ -34,17 +43,6 @@ from raftsched.state.model import (
 )
 from raftsched.state.queries import derive_job_state, ready_entry_live
 
-# Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
-_RUNNABLE = TaskState.RUNNABLE
-_ASSIGNED = TaskState.ASSIGNED
-_RUNNING = TaskState.RUNNING
-_RETRY_WAIT = TaskState.RETRY_WAIT
-_SUCCEEDED = TaskState.SUCCEEDED
-_FAILED = TaskState.FAILED
-_SKIPPED = TaskState.SKIPPED
-_CANCELLED = TaskState.CANCELLED
-_A_ASSIGNED = AttemptState.ASSIGNED
-_A_RUNNING = AttemptState.RUNNING
 _QUEUED = tuple(s in QUEUED_TASK_STATES for s in TaskState)
 _PLACED = tuple(s in PLACED_TASK_STATES for s in TaskState)
 """By TaskState value: whether a task in it counts as queued / placed in its tenant's usage."""
@@ -59,7 +57,7 @@ def set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
     old = task.state
     if old == new:
         return
-    if old == _RETRY_WAIT:
+    if old == T_RETRY_WAIT:
         task.retry_at_ms = None
     task.state = new
     changes = state.changes
@@ -68,7 +66,7 @@ def set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
                         task.reason, state.now_ms))
     if task.aged:
         _unage(state, task, old)
-    if old == _RUNNABLE:
+    if old == T_RUNNABLE:
         if task.reserved_on is not None:
             release_reservation(state, task)
         queue = state.queues[job.spec.tenant]
@@ -90,7 +88,7 @@ def set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
     live = state.live_task_counts  # the job is live: a terminal job's tasks never move
     live[old] -= 1
     live[new] += 1
-    if job.state == JobState.PENDING and new in (_ASSIGNED, _RUNNING):
+    if job.state == JobState.PENDING and new in (T_ASSIGNED, T_RUNNING):
         job.state = JobState.RUNNING
         state.job_index.move(job.spec.tenant, JobState.PENDING, JobState.RUNNING, job.seq,
                              job.id)
@@ -102,7 +100,7 @@ def set_state(state: State, job: Job, task: Task, new: TaskState) -> None:
 
 def _maybe_finish_job(state: State, job: Job) -> None:
     counts = job.counts
-    done = counts[_SUCCEEDED] + counts[_FAILED] + counts[_SKIPPED] + counts[_CANCELLED]
+    done = counts[T_SUCCEEDED] + counts[T_FAILED] + counts[T_SKIPPED] + counts[T_CANCELLED]
     if done != len(job.tasks) or job.state in TERMINAL_JOB_STATES:
         return
     old = job.state
@@ -141,10 +139,10 @@ def make_runnable(state: State, job: Job, task: Task) -> None:
     """Enter the tenant's ready queue for the task's shape. Entries are never removed from the
     middle of a heap: an entry whose task left RUNNABLE, or re-entered with a newer `ready_gen`,
     is stale and is skipped, and `_tidy` drops stale entries."""
-    assert task.state != _RUNNABLE
+    assert task.state != T_RUNNABLE
     queue = state.queues[job.spec.tenant]
     task.ready_gen += 1
-    set_state(state, job, task, _RUNNABLE)
+    set_state(state, job, task, T_RUNNABLE)
     shape = shape_of(task.spec)
     shape_queue = queue.shapes.get(shape)
     if shape_queue is None:
@@ -192,11 +190,11 @@ def _timer_live(state: State, entry: tuple[int, int, int, int, str]) -> bool:
         return False
     task = job.tasks[index]
     if kind == TimerKind.RETRY:
-        return task.state == _RETRY_WAIT and task.retry_at_ms == deadline
+        return task.state == T_RETRY_WAIT and task.retry_at_ms == deadline
     attempt = task.current
     if attempt is None or attempt.fence != fence:
         return False
-    wanted = _A_ASSIGNED if kind == TimerKind.ASSIGN_TIMEOUT else _A_RUNNING
+    wanted = A_ASSIGNED if kind == TimerKind.ASSIGN_TIMEOUT else A_RUNNING
     return attempt.state == wanted
 
 
@@ -235,20 +233,20 @@ def age(state: State, aging: Aging, still: Callable[[Task, int], bool]) -> None:
 
 def derive_aging(state: State) -> None:
     """Rebuild both Aging counters from the tasks (a snapshot load): O(live tasks)."""
-    entries: dict[int, list[tuple[int, str, int, int]]] = {_RUNNABLE: [], _ASSIGNED: []}
+    entries: dict[int, list[tuple[int, str, int, int]]] = {T_RUNNABLE: [], T_ASSIGNED: []}
     for job in state.jobs.values():
         if job.state in TERMINAL_JOB_STATES:
             continue
         for task in job.tasks:
             task.aged = 0
-            if task.state == _RUNNABLE:
-                entries[_RUNNABLE].append((task.ready_ms, job.id, task.index, task.ready_gen))
-            elif task.state == _ASSIGNED:
+            if task.state == T_RUNNABLE:
+                entries[T_RUNNABLE].append((task.ready_ms, job.id, task.index, task.ready_gen))
+            elif task.state == T_ASSIGNED:
                 attempt = task.current
                 assert attempt is not None
-                entries[_ASSIGNED].append((attempt.assigned_ms, job.id, task.index,
+                entries[T_ASSIGNED].append((attempt.assigned_ms, job.id, task.index,
                                            attempt.fence))
-    for aging, task_state in ((state.aged_runnable, _RUNNABLE), (state.aged_assigned, _ASSIGNED)):
+    for aging, task_state in ((state.aged_runnable, T_RUNNABLE), (state.aged_assigned, T_ASSIGNED)):
         aging.count = 0
         aging.young = deque(sorted(entries[task_state]))
     age(state, state.aged_runnable, still_runnable)
@@ -256,18 +254,18 @@ def derive_aging(state: State) -> None:
 
 
 def still_runnable(task: Task, ready_gen: int) -> bool:
-    return task.state == _RUNNABLE and task.ready_gen == ready_gen
+    return task.state == T_RUNNABLE and task.ready_gen == ready_gen
 
 
 def still_assigned(task: Task, fence: int) -> bool:
     attempt = task.current
-    return task.state == _ASSIGNED and attempt is not None and attempt.fence == fence \
-        and attempt.state == _A_ASSIGNED
+    return task.state == T_ASSIGNED and attempt is not None and attempt.fence == fence \
+        and attempt.state == A_ASSIGNED
 
 
 def _unage(state: State, task: Task, left: TaskState) -> None:
     """`task` left state `left`: uncount it from that state's Aging."""
-    for aging, state_left in ((state.aged_runnable, _RUNNABLE), (state.aged_assigned, _ASSIGNED)):
+    for aging, state_left in ((state.aged_runnable, T_RUNNABLE), (state.aged_assigned, T_ASSIGNED)):
         if left == state_left and task.aged & aging.bit:
             task.aged &= ~aging.bit
             aging.count -= 1

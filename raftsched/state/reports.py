@@ -16,6 +16,8 @@ from raftsched.state.lifecycle import (
     mark_started,
 )
 from raftsched.state.model import (
+    A_QUEUED,
+    A_RUNNING,
     LIVE_ATTEMPT_STATES,
     Attempt,
     AttemptState,
@@ -29,9 +31,6 @@ from raftsched.state.queries import find_attempt
 from raftsched.state.queues import make_runnable, note_attempt
 from raftsched.state.results import MarkedLost, ReportResult
 
-# Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
-_A_RUNNING = AttemptState.RUNNING
-_A_QUEUED = AttemptState.QUEUED
 _NOT_GONE = frozenset({ReportKind.STARTED, ReportKind.QUEUED})
 """Reports that say the attempt's process is not gone (so they confirm no kill directive)."""
 
@@ -68,7 +67,7 @@ def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entr
     if attempt is not current or attempt.state not in LIVE_ATTEMPT_STATES:
         return _note_stale(task, attempt, report, now_ms)
     if report.kind == ReportKind.STARTED:
-        if attempt.state == _A_RUNNING:
+        if attempt.state == A_RUNNING:
             return _note(task, ReportVerdict.DUPLICATE, report, now_ms, "already RUNNING")
         mark_started(state, job, task, attempt)
         return ReportVerdict.ACCEPTED
@@ -77,7 +76,7 @@ def _report_one(state: State, cluster_id: str, report: Report, now_ms: int, entr
     if report.kind == ReportKind.WITHDRAWN:
         return _withdrawn(state, job, task, attempt, report, now_ms)
     if report.kind == ReportKind.REJECTED:
-        if attempt.state == _A_RUNNING:
+        if attempt.state == A_RUNNING:
             return _note(task, ReportVerdict.LATE, report, now_ms, "rejection of a RUNNING attempt")
         end_attempt(state, job, task, attempt, AttemptState.REJECTED,
                     report.reason or "rejected by agent admission", kill=False)
@@ -96,11 +95,11 @@ def _queued(state: State, job: Job, task: Task, attempt: Attempt, report: Report
             now_ms: int) -> ReportVerdict:
     """The agent holds the attempt in its local queue: QUEUED (the answer to the assignment:
     no ASSIGN_TIMEOUT from now on, and no redelivery). Late once it runs."""
-    if attempt.state == _A_QUEUED:
+    if attempt.state == A_QUEUED:
         return _note(task, ReportVerdict.DUPLICATE, report, now_ms, "already QUEUED")
-    if attempt.state == _A_RUNNING:
+    if attempt.state == A_RUNNING:
         return _note(task, ReportVerdict.LATE, report, now_ms, "QUEUED of a RUNNING attempt")
-    attempt.state = _A_QUEUED
+    attempt.state = A_QUEUED
     if state.changes is not None:
         note_attempt(state.changes, job, task, attempt, now_ms)
     return ReportVerdict.ACCEPTED
@@ -111,7 +110,7 @@ def _withdrawn(state: State, job: Job, task: Task, attempt: Attempt, report: Rep
     """The agent dropped a queued attempt it was asked to withdraw: it ends, and its task goes
     back to its ready queue at no cost. Late for one that runs or was not being withdrawn."""
     cluster = state.clusters[attempt.cluster_id]
-    if attempt.state == _A_RUNNING:
+    if attempt.state == A_RUNNING:
         return _note(task, ReportVerdict.LATE, report, now_ms, "WITHDRAWN of a RUNNING attempt")
     if attempt.fence not in cluster.withdrawing:
         return _note(task, ReportVerdict.LATE, report, now_ms,

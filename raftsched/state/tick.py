@@ -9,16 +9,18 @@ from raftsched import limits
 from raftsched.spec.model import OnLost
 from raftsched.state.commands import Tick
 from raftsched.state.lifecycle import app_failure, end_attempt, infra_failure
-from raftsched.state.model import AttemptState, State, TaskState, TimerKind
+from raftsched.state.model import (
+    A_ASSIGNED,
+    A_RUNNING,
+    T_RETRY_WAIT,
+    AttemptState,
+    State,
+    TimerKind,
+)
 from raftsched.state.outcome import Applied
 from raftsched.state.queues import age, make_runnable, still_assigned, still_runnable
 from raftsched.state.results import TickResult
 from raftsched.state.retention import expire_jobs, expire_keys
-
-# Module-level aliases: attribute lookups on enum classes are slow in the per-task hot path.
-_RETRY_WAIT = TaskState.RETRY_WAIT
-_A_ASSIGNED = AttemptState.ASSIGNED
-_A_RUNNING = AttemptState.RUNNING
 
 
 def apply_tick(state: State, cmd: Tick) -> Applied[TickResult]:
@@ -43,20 +45,20 @@ def _fire_timer(state: State, entry: tuple[int, int, int, int, str], entropy: in
     task = job.tasks[index]
     attempt = task.current
     if kind == TimerKind.RETRY:
-        if task.state != _RETRY_WAIT or task.retry_at_ms != deadline:
+        if task.state != T_RETRY_WAIT or task.retry_at_ms != deadline:
             return False
         make_runnable(state, job, task)
         return True
     if attempt is None or attempt.fence != fence:
         return False
     if kind == TimerKind.ASSIGN_TIMEOUT:
-        if attempt.state != _A_ASSIGNED or task.spec.on_lost != OnLost.REPLACE:
+        if attempt.state != A_ASSIGNED or task.spec.on_lost != OnLost.REPLACE:
             return False
         end_attempt(state, job, task, attempt, AttemptState.LOST,
                     "assignment never confirmed by the agent", kill=True)
         infra_failure(state, job, task, immediate=True, entropy=entropy)
         return True
-    if attempt.state != _A_RUNNING:
+    if attempt.state != A_RUNNING:
         return False
     end_attempt(state, job, task, attempt, AttemptState.TIMED_OUT,
                 "no result within timeout_s", kill=True)
