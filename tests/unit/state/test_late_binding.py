@@ -8,14 +8,15 @@ from __future__ import annotations
 import pytest
 
 from raftsched import limits
+from raftsched.errors import Code
 from raftsched.protocol import ReportVerdict
 from raftsched.replica import views
 from raftsched.replica.gateway import deliveries
 from raftsched.state import commands as c
-from raftsched.state import placement, snapshot
+from raftsched.state import placement, rules, snapshot
 from raftsched.state.feasibility import Unfit
 from raftsched.state.model import AttemptState, ClusterStatus
-from raftsched.state.outcome import Applied
+from raftsched.state.outcome import Applied, Rejected
 from raftsched.state.results import ClusterRegistered
 from tests.support.fsmkit import Harness, job_doc, task_doc
 
@@ -323,3 +324,16 @@ def test_a_task_waiting_for_a_queue_place_is_told_so() -> None:
     h.assign_one("j", "t0", "east")
     reason = {t.task_id: t.reason for t in views.list_tasks(h.state, "j").tasks}["t1"]
     assert reason.startswith("runnable; no room now, but the agent's queue of east has a place")
+
+
+def test_a_registration_past_the_queue_bound_is_refused_by_name_and_changes_nothing() -> None:
+    """The gateway asks the same rule before proposing (`rules.cluster_register_problem`)."""
+    h = Harness()
+    too_deep = c.ClusterRegister("east", 1, ("linux",), 1000, 64, 0, h.now_ms, (),
+                                 queue_depth=limits.MAX_AGENT_QUEUE_DEPTH + 1)
+    assert rules.cluster_register_problem(too_deep) == (
+        f"queue_depth: must be in 0..{limits.MAX_AGENT_QUEUE_DEPTH} (MAX_AGENT_QUEUE_DEPTH), got "
+        f"{limits.MAX_AGENT_QUEUE_DEPTH + 1}")
+    outcome = h.run(too_deep)
+    assert isinstance(outcome, Rejected) and outcome.code == Code.INVALID_ARGUMENT
+    assert "east" not in h.state.clusters
