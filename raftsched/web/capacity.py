@@ -85,6 +85,10 @@ class ClusterRow:
     draining: bool
     drain_reason: str
     reserved_for: str
+    queued: int = 0
+    """Of `live_attempts`, those committed beyond its room, held in its agent's local queue."""
+    queue_depth: int = 0
+    """How many its agent may hold so (late binding; 0: no queue)."""
 
 
 def cluster_rows(clusters: Iterable[Any], now_ms: int) -> list[ClusterRow]:
@@ -122,7 +126,8 @@ def _cluster_row(cluster: Any, now_ms: int) -> ClusterRow:
     return ClusterRow(cluster.cluster_id, cluster.status, closed_because(cluster, now_ms),
                       tuple(r for r in resources if r.capacity or r.committed),
                       cluster.live_attempts, cluster.heartbeat_age_ms, cluster.draining,
-                      cluster.drain_reason, cluster.reserved_for)
+                      cluster.drain_reason, cluster.reserved_for, cluster.queued,
+                      cluster.queue_depth)
 
 
 def _resource(name: str, capacity: int, committed: int, reported_free: int | None,

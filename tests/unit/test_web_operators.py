@@ -33,7 +33,7 @@ def _cluster(cluster_id: str, **fields: Any) -> pb.ComputeCluster:
 
 CLUSTERS = [
     _cluster("east", reported_free=pb.Resources(cpu_milli=2500, memory_mb=6000, gpu=0),
-             heartbeat_age_ms=300),
+             heartbeat_age_ms=300, queue_depth=2, queued=1),
     _cluster("west", draining=True, drain_reason="disk swap", heartbeat_age_ms=200,
              reported_free=pb.Resources(cpu_milli=3000, memory_mb=6000, gpu=0),
              custom={"licence": 4}, custom_reserved={"licence": 1}),
@@ -279,3 +279,14 @@ def test_a_closed_live_output_page_cancels_its_follow_and_frees_its_slot() -> No
     assert all(taken)  # every slot is free again
     for _ in taken:
         output._open_streams.release()
+
+
+def test_the_clusters_page_says_what_each_agent_holds_in_its_queue(
+        made: list[OperatorsClient]) -> None:
+    """Late binding: a cluster whose agent has a queue says how many live attempts wait in it;
+    one without a queue says nothing of it."""
+    east, west = capacity.cluster_rows(CLUSTERS, NOW_MS)
+    assert (east.queued, east.queue_depth, west.queue_depth) == (1, 2, 0)
+    page = _signed_in(made, ADMIN).get("/clusters").text
+    assert page.count("queued at its agent") == 1
+    assert "1 of 2 queued at its agent" in page
