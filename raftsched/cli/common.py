@@ -30,6 +30,9 @@ EXIT_JOB_FAILED = 1
 EXIT_INVALID = 2
 EXIT_UNAVAILABLE = 3
 EXIT_INTERRUPTED = 130
+EXIT_BROKEN_PIPE = 141
+"""stdout was closed by its reader (`raftsched events --json | head`): 128 + SIGPIPE, as a shell
+reports a command killed by the signal; nothing more is printed."""
 EXIT_FOR_CODE: dict[Code, int] = {
     Code.INVALID_ARGUMENT: EXIT_INVALID,
     Code.NOT_FOUND: EXIT_INVALID,

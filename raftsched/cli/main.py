@@ -9,7 +9,7 @@ Each subcommand is one `_register_<name>` function that adds its parser (with th
 - exit codes: 0 success; 1 a watched job ended FAILED or CANCELLED; 2 refused input or usage
   (INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS, FAILED_PRECONDITION, RESOURCE_EXHAUSTED, a bad
   spec, a local OS error); 3 no answer or an unknown outcome (UNAVAILABLE, DEADLINE_EXCEEDED);
-  130 interrupted.
+  130 interrupted; 141 the reader of stdout went away (`... | head`), silently.
 Expected failures never show a Python traceback. Commands that talk to a cluster get their
 client from `make_client` (tests replace it); what they print is built by `raftsched.cli.render`.
 `raftsched validate` imports neither grpc nor the server: those are imported inside handlers.
@@ -18,11 +18,13 @@ client from `make_client` (tests replace it); what they print is built by `rafts
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 
 from raftsched.cli.admin import register_admin
 from raftsched.cli.common import (
+    EXIT_BROKEN_PIPE,
     EXIT_INVALID,
     CommandError,
     Handler,
@@ -60,8 +62,19 @@ def main(argv: list[str] | None = None) -> int:
         return report_interrupt(args, str(stop) if isinstance(stop, Interrupted) else "")
     except RaftschedError as error:
         return report_error(args, error)
+    except BrokenPipeError:
+        return _reader_gone()
     except OSError as error:
         return report_error(args, CommandError(Code.FAILED_PRECONDITION, os_message(error)))
+
+
+def _reader_gone() -> int:
+    """stdout's reader closed the pipe: point stdout at /dev/null so the interpreter's final
+    flush cannot raise again (the recipe of Python's signal module documentation), say nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 class _Version(argparse.Action):

@@ -116,3 +116,22 @@ def test_the_events_help_says_it_prints_json_lines(capsys: pytest.CaptureFixture
     text = " ".join(capsys.readouterr().out.split())
     assert "print JSON lines on stdout: one JSON object per event" in text
     assert "exactly one JSON object" not in text
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly_with_141(
+        env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`raftsched events --json | head -1`: stdout is a pipe whose reader closed; the command
+    ends with 128 + SIGPIPE and no traceback, and nothing it prints afterwards raises."""
+    import os
+    import sys
+
+    events = [_task(41 + i, 0, "RUNNING") for i in range(3)]
+    _use(env, _EventsClient(pb.Job(job_id="j", state="RUNNING", applied_index=40), events))
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    with capsys.disabled(), open(write_end, "w") as closed_pipe:
+        env.setattr(sys, "stdout", closed_pipe)
+        code = cli.main(["events", "--job", "j", "--json"])
+        print("after the reader went away")  # lands in /dev/null, does not raise
+        closed_pipe.flush()
+    assert code == common.EXIT_BROKEN_PIPE == 141
