@@ -11,23 +11,28 @@ a page subscribes only after the user's `GetJob` of that job succeeded.
 The thread runs while some page follows and ends at the first event after the last one left
 (the stream's "progress" events come every few seconds, so an idle hub ends soon). A broken
 stream (too old, no replica answered within the client's retry budget) marks every page (each
-fetches its state again) and is opened again from now, after a backoff that doubles up to
-`limits.WEB_HUB_MAX_BACKOFF_S`; a page never waits on a stream that is not there: it is marked."""
+fetches its state again) and is opened again from now, after the client's jittered backoff
+(doubling up to `limits.WEB_HUB_MAX_BACKOFF_S`, so the hubs of many sessions that lost one leader
+do not all come back in the same instant); a page never waits on a stream that is not there: it
+is marked."""
 
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from raftsched import eventlog, limits
+from raftsched.client.retry import Backoff
 from raftsched.errors import RaftschedError
 from raftsched.states import TERMINAL_JOB_STATE_NAMES
 
 LOG = eventlog.EventLogger("web")
 PROGRESS = "progress"
 TERMINAL_JOB_STATES = TERMINAL_JOB_STATE_NAMES
+RESTART_BACKOFF = Backoff(initial_s=1.0, max_s=limits.WEB_HUB_MAX_BACKOFF_S)
 
 
 class EventSource(Protocol):
@@ -55,8 +60,10 @@ class Subscription:
 
 class EventHub:
     def __init__(self, source: EventSource, name: str,
-                 wait: Callable[[float], bool] | None = None) -> None:
-        """`wait(seconds)`: sleeps between restarts and answers True if the hub is closing."""
+                 wait: Callable[[float], bool] | None = None,
+                 rng: random.Random | None = None) -> None:
+        """`wait(seconds)`: sleeps between restarts and answers True if the hub is closing;
+        `rng` draws the backoff's jitter (tests pass a seeded one)."""
         self._source = source
         self._name = name
         self._lock = threading.Lock()
@@ -64,6 +71,7 @@ class EventHub:
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
         self._wait = wait or self._closing.wait
+        self._rng = rng or random.Random()
         self.index = 0
         """The last index whose events this hub dispatched."""
         self.restarts = 0
@@ -118,8 +126,7 @@ class EventHub:
                 self._mark_all()
                 raise
             self._mark_all()
-            if self._idle_end() or self._wait(min(limits.WEB_HUB_MAX_BACKOFF_S,
-                                                  2.0 ** (failures - 1))):
+            if self._idle_end() or self._wait(RESTART_BACKOFF.delay_s(failures, self._rng)):
                 return
         self._end_thread()
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import random
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from typing import Any
 import pytest
 
 from raftsched.errors import Code, RaftschedError
-from raftsched.web.hub import EventHub, Subscription
+from raftsched.web.hub import RESTART_BACKOFF, EventHub, Subscription
 
 WAIT_S = 10.0
 
@@ -135,7 +136,8 @@ def test_a_broken_stream_marks_every_page_and_opens_again(code: Code) -> None:
     async def main() -> None:
         source = Source()
         waits: list[float] = []
-        hub = EventHub(source, "test", wait=lambda s: waits.append(s) is not None)
+        hub = EventHub(source, "test", wait=lambda s: waits.append(s) is not None,
+                       rng=random.Random(7))
         pages = [_subscribe(hub, "a"), _subscribe(hub, "b")]
         for page in pages:
             assert await _marked(page)
@@ -144,7 +146,10 @@ def test_a_broken_stream_marks_every_page_and_opens_again(code: Code) -> None:
         for page in pages:
             assert await _marked(page)  # each fetches its state again
         assert await asyncio.to_thread(source.opened_event.wait, WAIT_S)
-        assert source.opened == 2 and waits == [1.0] and hub.restarts == 1
+        assert source.opened == 2 and hub.restarts == 1
+        # the first restart waits the jittered first step of the client's backoff
+        assert waits == [RESTART_BACKOFF.delay_s(1, random.Random(7))]
+        assert (1 - RESTART_BACKOFF.jitter) <= waits[0] <= 1.0
         source.items.put(Ev(9, "task", "b", "RUNNING"))
         assert await _marked(pages[1])
         for page in pages:
