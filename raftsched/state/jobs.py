@@ -8,7 +8,7 @@ from raftsched.errors import Code
 from raftsched.spec.model import JobSpec, SpecError
 from raftsched.spec.wire import validate_wire
 from raftsched.state import feasibility, policy
-from raftsched.state.commands import JobCancel, JobSubmit
+from raftsched.state.commands import JobCancel, JobSubmit, JobSubmitBatch
 from raftsched.state.lifecycle import cancel_open_tasks
 from raftsched.state.model import (
     T_PENDING,
@@ -25,7 +25,7 @@ from raftsched.state.model import (
 )
 from raftsched.state.outcome import Applied, Rejected
 from raftsched.state.queues import make_runnable, note_job
-from raftsched.state.results import JobCancelled, JobSubmitted
+from raftsched.state.results import JobCancelled, JobRefused, JobsSubmitted, JobSubmitted
 from raftsched.state.retention import FORGOTTEN_FOR_ROOM, forget_job, remember_key
 from raftsched.state.text import visible
 
@@ -54,6 +54,20 @@ def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Re
     if spec.idempotency_key is not None:
         remember_key(state, spec.tenant, spec.idempotency_key, job.id, digest)
     return Applied(JobSubmitted(job.id, created=True))
+
+
+def apply_job_submit_batch(state: State, cmd: JobSubmitBatch) -> Applied[JobsSubmitted]:
+    """Each job exactly as its own JOB_SUBMIT, in order, each with its answer: a refused job
+    leaves nothing behind and refuses no other (a later job with an earlier one's key and spec
+    is that job, `created=False`)."""
+    answers: list[JobSubmitted | JobRefused] = []
+    for job_id, spec in cmd.items:
+        outcome = apply_job_submit(state, JobSubmit(job_id, spec, cmd.now_ms))
+        if isinstance(outcome, Rejected):
+            answers.append(JobRefused(outcome.code, outcome.reason, outcome.retry_after_ms))
+        else:
+            answers.append(outcome.result)
+    return Applied(JobsSubmitted(tuple(answers)))
 
 
 def _check_submit_bounds(state: State, job_id: str, spec: JobSpec) -> Rejected | None:
