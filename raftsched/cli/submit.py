@@ -183,7 +183,9 @@ def _run_submit_many(args: argparse.Namespace) -> int:
         try:
             parsed.append((file, parse_spec_text(read_spec_file(file), source=file)))
         except SpecError as error:
-            answers[file] = _error_doc(file, Code.INVALID_ARGUMENT, str(error))
+            shown = error.issues[:limits.MAX_REPORTED_SPEC_ISSUES]
+            answers[file] = _error_doc(file, Code.INVALID_ARGUMENT,
+                                       "; ".join(issue.render() for issue in shown))
     if parsed:
         answers.update(_submit_batch(args, parsed))
     documents = [answers[file] for file in files]
