@@ -66,8 +66,9 @@ class CommandError(ValueError):
 class JobSubmit:
     job_id: str
     spec: list[Any]
-    """The validated job spec in wire form (`raftsched.spec.wire.to_wire`); re-validated at
-    apply."""
+    """The job spec in wire form (`raftsched.spec.wire.to_wire`) the leader validated; apply
+    decodes it with `wire.decode_trusted` (shape, types, bounds and graph checked, not the
+    user-facing text rules)."""
     now_ms: int
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from raftsched import limits
 from raftsched.errors import Code
 from raftsched.spec.model import JobSpec, SpecError
-from raftsched.spec.wire import validate_wire
+from raftsched.spec.wire import decode_trusted
 from raftsched.state import feasibility, policy
 from raftsched.state.commands import JobCancel, JobSubmit, JobSubmitBatch
 from raftsched.state.lifecycle import cancel_open_tasks
@@ -31,8 +31,11 @@ from raftsched.state.text import visible
 
 
 def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Rejected:
+    # The leader validated the spec before proposing it (only replicas write the log, through
+    # its proposal path): apply decodes it without proving the user-facing rules again, yet
+    # refuses any shape that could crash it or break an invariant (`decode_trusted`).
     try:
-        spec = validate_wire(cmd.spec)
+        spec = decode_trusted(cmd.spec)
     except SpecError as exc:
         return Rejected(Code.INVALID_ARGUMENT, "; ".join(i.render() for i in exc.issues))
     # The digest only serves idempotency; hashing a 100,000-task spec is not free.
