@@ -1,5 +1,5 @@
 """`raftsched submit FILE [--watch]`: validate locally, submit the wire form with an idempotency
-key, follow."""
+key, follow; `raftsched submit FILE FILE... | DIR`: one SubmitJobs batch, an answer per file."""
 
 from __future__ import annotations
 
@@ -54,7 +54,12 @@ output:
   --json: {"job_id", "created", "idempotency_key"}; with --watch also "state", "tasks"
   ({STATE: count} of the final job) and "task_summaries" (the `job tasks` list).
   A bad spec with --json: {"error": {"code": "INVALID_ARGUMENT", "message", "issues":
-  [{"path", "task", "message"}]}}."""
+  [{"path", "task", "message"}]}}.
+  Several FILEs or a DIR (its *.yaml, *.yml, *.json, sorted): each is checked here, those
+  without problems go in one SubmitJobs batch; a line per file, "FILE: submitted job JOB_ID
+  (new)" / "(already existed)" or "FILE: refused: CODE: message"; exit 2 if any was refused.
+  --json: a list of {"file", "job_id", "created"} or {"file", "error": {"code", "message"}}.
+  --watch and --idempotency-key take one FILE."""
 
 
 def register_submit(commands: Subparsers, common: argparse.ArgumentParser) -> None:
