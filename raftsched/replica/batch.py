@@ -68,9 +68,10 @@ def applied(index: int, label: str, answer: JobSubmitted | JobRefused) -> Any:
 
 def entries(admitted: Sequence[Admitted],
             budget: int = limits.MAX_ENTRY_BYTES - limits.BATCH_ENTRY_OVERHEAD_BYTES,
-            max_jobs: int = limits.MAX_BATCH_JOBS) -> Iterator[list[Admitted]]:
+            max_jobs: int = limits.MAX_JOBS_PER_BATCH_ENTRY) -> Iterator[list[Admitted]]:
     """The admitted jobs in order, split into runs whose packed [job_id, wire] items stay within
-    `budget` bytes and `max_jobs` jobs: one JOB_SUBMIT_BATCH entry each. A job alone over the
+    `budget` bytes and `max_jobs` jobs (MAX_JOBS_PER_BATCH_ENTRY: a bounded hold of the apply
+    lock): one JOB_SUBMIT_BATCH entry each. A job alone over the
     budget still gets a run of its own (encoding it then refuses it, naming the size)."""
     run: list[Admitted] = []
     size = 0

@@ -106,5 +106,7 @@ def test_the_leader_splits_a_batch_into_entries_under_the_budget() -> None:
     assert [a.index for run in runs for a in run] == list(range(10))
     assert [len(run) for run in batch.entries(jobs, budget=10**9, max_jobs=4)] == [4, 4, 2]
     assert [len(run) for run in batch.entries(jobs)] == [10]  # all fit one entry by default
+    many = jobs * (limits.MAX_JOBS_PER_BATCH_ENTRY // 10 + 1)
+    assert [len(run) for run in batch.entries(many)] == [limits.MAX_JOBS_PER_BATCH_ENTRY, 10]
     # A job alone over the budget gets a run of its own (its encoding then names the size).
     assert [len(run) for run in batch.entries(jobs[:2], budget=1)] == [1, 1]
