@@ -6,6 +6,7 @@ anything is parsed; a resubmit with the same keys creates nothing."""
 from __future__ import annotations
 
 import json
+import logging
 
 import grpc
 import pytest
@@ -82,3 +83,13 @@ def test_a_call_past_its_bounds_is_refused_before_anything_is_parsed(
     abort, _ = refused(replica.scheduler.SubmitJobs, pb.SubmitJobsRequest(jobs=jobs))
     assert (abort.code, abort.details) == (grpc.StatusCode.INVALID_ARGUMENT, details)
     assert replica.node.proposed == before
+
+
+def test_a_submit_writes_no_log_line_at_info(replica: Replica,
+                                             caplog: pytest.LogCaptureFixture) -> None:
+    """No JSON line per request at info (issue 24): a submit, single or batch, logs at debug."""
+    caplog.set_level(logging.INFO, logger="raftsched")
+    replica.scheduler.SubmitJob(pb.SubmitJobRequest(spec_wire=item("k1").spec_wire),
+                                FakeContext())
+    replica.scheduler.SubmitJobs(pb.SubmitJobsRequest(jobs=[item("k2")]), FakeContext())
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
