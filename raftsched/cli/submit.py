@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from typing import Any
 
 from raftsched import limits
@@ -251,6 +252,9 @@ def _error_doc(file: str, code: Code, message: str) -> dict[str, Any]:
 def _batch_line(document: dict[str, Any]) -> str:
     if "error" in document:
         error = document["error"]
-        return f"{document['file']}: refused: {error['code']}: {error['message']}"
+        # The scheduler's message names the job by its place and file: the line names the file.
+        named = re.compile(rf"^jobs\[\d+\] \(file {re.escape(document['file'])}\) ")
+        message = named.sub("", error["message"], count=1)
+        return f"{document['file']}: refused: {error['code']}: {message}"
     state = "new" if document["created"] else "already existed"
     return f"{document['file']}: submitted job {document['job_id']} ({state})"

@@ -65,5 +65,5 @@ def test_a_directory_is_one_batch_with_an_answer_per_file(cluster: LocalCluster,
     assert lines[1] == (f"{specs / 'b.json'}: submitted job {documents[1]['job_id']} "
                         "(already existed)")
     assert lines[2].startswith(f"{specs / 'c.yaml'}: refused: INVALID_ARGUMENT: ")
-    assert lines[3].startswith(f"{specs / 'd.yml'}: refused: FAILED_PRECONDITION: jobs[2] ")
+    assert lines[3].startswith(f"{specs / 'd.yml'}: refused: FAILED_PRECONDITION: task y needs ")
     assert sorted(job.name for job in client.list_jobs().jobs) == ["batch-a", "batch-b"]
