@@ -462,3 +462,25 @@ MAX_PENDING_REPORTS = 100_000
 MAX_ATTEMPT_RECORDS = 100_000
 """Attempt records held (running, or finished with their report unacked)."""
 
+
+# --- One parse per submit, a batch submit (issue 24) ------------------------------------------
+
+MAX_BATCH_JOBS = 10_000
+"""Jobs one SubmitJobs call (and one JOB_SUBMIT_BATCH entry) may carry; more are refused
+(INVALID_ARGUMENT, naming the count) before anything is parsed."""
+
+MAX_BATCH_BYTES = MAX_SPEC_BYTES
+"""Bytes of spec_wire one SubmitJobs call may carry in all (inside MAX_MESSAGE_BYTES); more are
+refused before anything is parsed."""
+
+MAX_BATCH_LABEL_CHARS = 256
+"""Characters of a SubmitJobs job's label (its file name in a refusal's message)."""
+
+MAX_JOBS_PER_BATCH_ENTRY = 1_000
+"""Jobs one JOB_SUBMIT_BATCH entry carries at most (the leader splits a larger call): applying a
+one-task job costs ~0.1 ms, and an entry is applied under the apply lock that every read and
+every call's token check waits for, so an entry holds it ~0.1 s at most, not a second."""
+
+BATCH_ENTRY_OVERHEAD_BYTES = 64
+"""Room kept in each JOB_SUBMIT_BATCH entry for its tag, headers and now_ms: a batch is split so
+that its jobs' packed bytes stay under MAX_ENTRY_BYTES minus this."""

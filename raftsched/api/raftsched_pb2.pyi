@@ -59,6 +59,42 @@ class SubmitJobResponse(_message.Message):
     created: bool
     def __init__(self, job_id: _Optional[str] = ..., created: _Optional[bool] = ...) -> None: ...
 
+class SubmitJobsRequest(_message.Message):
+    __slots__ = ("jobs",)
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    jobs: _containers.RepeatedCompositeFieldContainer[SubmitJobsItem]
+    def __init__(self, jobs: _Optional[_Iterable[_Union[SubmitJobsItem, _Mapping]]] = ...) -> None: ...
+
+class SubmitJobsItem(_message.Message):
+    __slots__ = ("spec_wire", "idempotency_key", "label")
+    SPEC_WIRE_FIELD_NUMBER: _ClassVar[int]
+    IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
+    LABEL_FIELD_NUMBER: _ClassVar[int]
+    spec_wire: bytes
+    idempotency_key: str
+    label: str
+    def __init__(self, spec_wire: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
+
+class SubmitJobsAnswer(_message.Message):
+    __slots__ = ("job_id", "created", "code", "message", "retry_after_ms")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    created: bool
+    code: str
+    message: str
+    retry_after_ms: int
+    def __init__(self, job_id: _Optional[str] = ..., created: _Optional[bool] = ..., code: _Optional[str] = ..., message: _Optional[str] = ..., retry_after_ms: _Optional[int] = ...) -> None: ...
+
+class SubmitJobsResponse(_message.Message):
+    __slots__ = ("answers",)
+    ANSWERS_FIELD_NUMBER: _ClassVar[int]
+    answers: _containers.RepeatedCompositeFieldContainer[SubmitJobsAnswer]
+    def __init__(self, answers: _Optional[_Iterable[_Union[SubmitJobsAnswer, _Mapping]]] = ...) -> None: ...
+
 class GetJobRequest(_message.Message):
     __slots__ = ("job_id",)
     JOB_ID_FIELD_NUMBER: _ClassVar[int]

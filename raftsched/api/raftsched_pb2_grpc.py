@@ -87,6 +87,11 @@ class SchedulerStub:
                 request_serializer=raftsched_dot_v1_dot_raftsched__pb2.WatchEventsRequest.SerializeToString,
                 response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.Event.FromString,
                 _registered_method=True)
+        self.SubmitJobs = channel.unary_unary(
+                '/raftsched.v1.Scheduler/SubmitJobs',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.SubmitJobsRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.SubmitJobsResponse.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -162,6 +167,16 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SubmitJobs(self, request, context):
+        """Many jobs in one call (at most limits.MAX_BATCH_JOBS, limits.MAX_BATCH_BYTES of spec_wire in
+        all), committed in as few log entries as the entry size allows. Each job gets its own
+        answer, in request order: one refusal refuses no other job. Safe to retry as a whole when
+        every job carries an idempotency key.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -214,6 +229,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.WatchEvents,
                     request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.WatchEventsRequest.FromString,
                     response_serializer=raftsched_dot_v1_dot_raftsched__pb2.Event.SerializeToString,
+            ),
+            'SubmitJobs': grpc.unary_unary_rpc_method_handler(
+                    servicer.SubmitJobs,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.SubmitJobsRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.SubmitJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -489,6 +509,33 @@ class Scheduler:
             '/raftsched.v1.Scheduler/WatchEvents',
             raftsched_dot_v1_dot_raftsched__pb2.WatchEventsRequest.SerializeToString,
             raftsched_dot_v1_dot_raftsched__pb2.Event.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubmitJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Scheduler/SubmitJobs',
+            raftsched_dot_v1_dot_raftsched__pb2.SubmitJobsRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.SubmitJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -71,6 +71,9 @@ class ClientLike(Protocol):
     """What the CLI uses of `raftsched.client.Client` (tests pass a fake)."""
 
     def submit_spec(self, spec: JobSpec, idempotency_key: str | None = None) -> Any: ...
+
+    def submit_jobs(self, specs: Sequence[JobSpec], keys: Sequence[str | None] = (),
+                    labels: Sequence[str] = ()) -> list[Any]: ...
     def get_job(self, job_id: str) -> Any: ...
     def list_jobs(self, tenant: str = "", state: str = "", limit: int = 0,
                   page_token: str = "", *, query: str = "",

@@ -1,9 +1,11 @@
 """`raftsched submit FILE [--watch]`: validate locally, submit the wire form with an idempotency
-key, follow."""
+key, follow; `raftsched submit FILE FILE... | DIR`: one SubmitJobs batch, an answer per file."""
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 from typing import Any
 
 from raftsched import limits
@@ -53,14 +55,22 @@ output:
   --json: {"job_id", "created", "idempotency_key"}; with --watch also "state", "tasks"
   ({STATE: count} of the final job) and "task_summaries" (the `job tasks` list).
   A bad spec with --json: {"error": {"code": "INVALID_ARGUMENT", "message", "issues":
-  [{"path", "task", "message"}]}}."""
+  [{"path", "task", "message"}]}}.
+  Several FILEs or a DIR (its *.yaml, *.yml, *.json, sorted): each is checked here, those
+  without problems go in one SubmitJobs batch; a line per file, "FILE: submitted job JOB_ID
+  (new)" / "(already existed)" or "FILE: refused: CODE: message"; exit 2 if any was refused.
+  --json: a list of {"file", "job_id", "created"} or {"file", "error": {"code", "message"}}.
+  --watch and --idempotency-key take one FILE."""
 
 
 def register_submit(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     parser = command_parser(commands, "submit", [common, CONNECTION],
                              "submit a job spec file (optionally watch it run)",
                              _SUBMIT_HELP, _SUBMIT_OUTPUT)
-    parser.add_argument("file", metavar="FILE", help="job spec (YAML or JSON); '-' reads stdin")
+    parser.add_argument("file", metavar="FILE", nargs="+",
+                        help="job spec (YAML or JSON); '-' reads stdin; several files or a "
+                             "directory (its *.yaml, *.yml, *.json, sorted) are sent in one "
+                             "batch (SubmitJobs)")
     parser.add_argument("--watch", action="store_true",
                         help="show progress until the job finishes, then every task's outcome")
     parser.add_argument("--idempotency-key", metavar="KEY",
@@ -69,6 +79,9 @@ def register_submit(commands: Subparsers, common: argparse.ArgumentParser) -> No
 
 
 def _run_submit(args: argparse.Namespace) -> int:
+    if len(args.file) > 1 or os.path.isdir(args.file[0]):
+        return _run_submit_many(args)
+    args.file = args.file[0]
     try:
         text = _read_spec_text(args.file)
         spec = parse_spec_text(text, source="<stdin>" if args.file == "-" else args.file)
@@ -152,3 +165,96 @@ def _submitted_line(job_id: str, created: bool, key: str) -> str:
         return f"submitted job {job_id} (new; idempotency key {key})"
     return (f"submitted job {job_id} (already existed: same spec and idempotency key {key}; "
             f"nothing new was created)")
+
+
+# --- many files: one batch ------------------------------------------------------------------------
+
+SPEC_SUFFIXES = (".yaml", ".yml", ".json")
+"""What `raftsched submit DIR` sends of the directory's files."""
+
+
+def _run_submit_many(args: argparse.Namespace) -> int:
+    """Each file checked here (a file with problems is answered here and not sent), the rest sent
+    in one SubmitJobs batch; one answer per file, in order; exit 2 if any was refused."""
+    if args.watch:
+        raise CommandError(Code.INVALID_ARGUMENT, "--watch follows one job: submit one FILE to "
+                           "watch it (or follow each with `raftsched job watch JOB_ID`)")
+    if args.idempotency_key:
+        raise CommandError(Code.INVALID_ARGUMENT, "--idempotency-key names one job: with many "
+                           "files set idempotency_key in each spec")
+    files = _spec_files(args.file)
+    answers: dict[str, dict[str, Any]] = {}
+    parsed: list[tuple[str, JobSpec]] = []
+    for file in files:
+        try:
+            parsed.append((file, parse_spec_text(read_spec_file(file), source=file)))
+        except SpecError as error:
+            shown = error.issues[:limits.MAX_REPORTED_SPEC_ISSUES]
+            answers[file] = _error_doc(file, Code.INVALID_ARGUMENT,
+                                       "; ".join(issue.render() for issue in shown))
+    if parsed:
+        answers.update(_submit_batch(args, parsed))
+    documents = [answers[file] for file in files]
+    for document in documents:
+        if not args.json:
+            print(_batch_line(document))
+    if args.json:
+        print_json(documents)
+    return EXIT_INVALID if any("error" in d for d in documents) else EXIT_OK
+
+
+def _spec_files(paths: list[str]) -> list[str]:
+    """The files named, a directory standing for its spec files (sorted by name)."""
+    files: list[str] = []
+    for path in paths:
+        if path == "-":
+            raise CommandError(Code.INVALID_ARGUMENT, "'-' (stdin) is one job: submit it alone")
+        if not os.path.isdir(path):
+            files.append(path)
+            continue
+        inside = sorted(name for name in os.listdir(path) if name.endswith(SPEC_SUFFIXES))
+        if not inside:
+            raise CommandError(Code.INVALID_ARGUMENT, f"{path}: no *.yaml, *.yml or *.json "
+                                                      "file in this directory")
+        files.extend(os.path.join(path, name) for name in inside)
+    return files
+
+
+def _submit_batch(args: argparse.Namespace,
+                  parsed: list[tuple[str, JobSpec]]) -> dict[str, dict[str, Any]]:
+    # Each job's key is the spec's, else a fresh `auto-` one made once before the call's first
+    # try (`keys.submit_key`): the client's retries are safe; a rerun of the command is only
+    # for the specs that set idempotency_key.
+    retry = ("running the same command again is safe for the specs that set idempotency_key "
+             "(the scheduler returns their jobs); the others would be submitted again")
+    with connect(args) as client:
+        try:
+            results = client.submit_jobs([spec for _, spec in parsed],
+                                         labels=[f"file {file}" for file, _ in parsed])
+        except RaftschedError as error:
+            raise unknown_outcome(error, "the jobs", retry) from None
+        except KeyboardInterrupt:
+            raise Interrupted(f"interrupted: the jobs may or may not have been submitted; "
+                              f"{retry}") from None
+    answers: dict[str, dict[str, Any]] = {}
+    for (file, _), result in zip(parsed, results, strict=True):
+        if isinstance(result, RaftschedError):
+            answers[file] = _error_doc(file, result.code, result.message)
+        else:
+            answers[file] = {"file": file, "job_id": result.job_id, "created": result.created}
+    return answers
+
+
+def _error_doc(file: str, code: Code, message: str) -> dict[str, Any]:
+    return {"file": file, "error": {"code": code.value, "message": message}}
+
+
+def _batch_line(document: dict[str, Any]) -> str:
+    if "error" in document:
+        error = document["error"]
+        # The scheduler's message names the job by its place and file: the line names the file.
+        named = re.compile(rf"^jobs\[\d+\] \(file {re.escape(document['file'])}\) ")
+        message = named.sub("", error["message"], count=1)
+        return f"{document['file']}: refused: {error['code']}: {message}"
+    state = "new" if document["created"] else "already existed"
+    return f"{document['file']}: submitted job {document['job_id']} ({state})"

@@ -164,6 +164,34 @@ class Client:
                            pb.SubmitJobRequest(spec_wire=wire, idempotency_key=key), timeout_s)
         return Submitted(reply.job_id, reply.created, key)
 
+    def submit_jobs(self, specs: Sequence[JobSpec], keys: Sequence[str | None] = (),
+                    labels: Sequence[str] = ()) -> list[Submitted | RaftschedError]:
+        """Submit many validated specs in SubmitJobs calls (one while they fit MAX_BATCH_JOBS
+        and MAX_BATCH_BYTES; nothing is parsed again here),
+        each with its `submit_key` (keys[i] when given): one answer per spec, in order, a
+        Submitted or the job's own refusal (a RaftschedError whose message names it, with
+        `labels[i]` — e.g. its file — when given). Retrying the call is safe: every job carries
+        its key. SpecError when a wire form is over MAX_SPEC_BYTES (nothing is sent)."""
+        items, made = [], []
+        for index, spec in enumerate(specs):
+            key = submit_key(keys[index] if index < len(keys) else None, spec)
+            wire = pack_wire(spec)
+            if len(wire) > limits.MAX_SPEC_BYTES:
+                raise SpecError([SpecIssue(f"jobs[{index}]", f"the spec's wire form is "
+                                           f"{len(wire)} bytes; a job spec may be at most "
+                                           f"{limits.MAX_SPEC_BYTES} bytes")])
+            label = labels[index] if index < len(labels) else ""
+            items.append(pb.SubmitJobsItem(spec_wire=wire, idempotency_key=key, label=label))
+            made.append(key)
+        answers: list[Any] = []
+        for call in _batch_calls(items):
+            size = sum(len(item.spec_wire) for item in call)
+            timeout_s = max(self._timeout_s, size / 1e6 * SUBMIT_TIMEOUT_PER_MB_S)
+            reply = self._call(pb_grpc.SchedulerStub, "SubmitJobs",
+                               pb.SubmitJobsRequest(jobs=call), timeout_s)
+            answers.extend(reply.answers)
+        return [_batch_answer(answer, key) for answer, key in zip(answers, made, strict=True)]
+
     def get_job(self, job_id: str) -> Any:
         return self._scheduler("GetJob", pb.GetJobRequest(job_id=job_id))
 
@@ -481,3 +509,26 @@ def _receive_snapshot(head: Any, stream: Iterator[Any], out: BinaryIO,
         raise RaftschedError(Code.UNAVAILABLE, "the snapshot's sha256 " + (
             "does not match what arrived" if claimed else "never arrived"))
     return SavedSnapshot(head.index, head.term, received, claimed)
+
+
+def _batch_answer(answer: Any, key: str) -> Submitted | RaftschedError:
+    if answer.code:
+        return RaftschedError(Code(answer.code), answer.message,
+                              retry_after_ms=answer.retry_after_ms)
+    return Submitted(answer.job_id, answer.created, key)
+
+
+def _batch_calls(items: list[Any]) -> Iterator[list[Any]]:
+    """The items in order, in runs that fit one SubmitJobs call (MAX_BATCH_JOBS jobs,
+    MAX_BATCH_BYTES of spec_wire)."""
+    run: list[Any] = []
+    size = 0
+    for item in items:
+        if run and (len(run) >= limits.MAX_BATCH_JOBS
+                    or size + len(item.spec_wire) > limits.MAX_BATCH_BYTES):
+            yield run
+            run, size = [], 0
+        run.append(item)
+        size += len(item.spec_wire)
+    if run:
+        yield run

@@ -31,7 +31,7 @@ from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.protocol import LOG_STREAMS
-from raftsched.replica import gc_pause, identity, views
+from raftsched.replica import batch, gc_pause, identity, views
 from raftsched.replica.events import SEQ_END, Cursor, EventFilter, EventLog, TooOld
 from raftsched.replica.gateway import AgentGateway, propose
 from raftsched.replica.leader import Leader
@@ -51,6 +51,7 @@ from raftsched.state.results import (
     ClusterDrained,
     ClusterRemoved,
     JobCancelled,
+    JobsSubmitted,
     JobSubmitted,
     Result,
     TenantSetResult,
@@ -317,7 +318,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         size = len(request.spec_wire) if request.spec_wire else _utf8_size(request.spec)
         with self._large_spec_turn(context, size):
             result, task_count = self._submit(request, context)
-        log.info("job_submitted", job=result.job_id, created=result.created, tasks=task_count)
+        log.debug("job_submitted", job=result.job_id, created=result.created, tasks=task_count)
         return pb.SubmitJobResponse(job_id=result.job_id, created=result.created)
 
     def _submit(self, request: Any, context: grpc.ServicerContext) -> tuple[JobSubmitted, int]:
@@ -325,9 +326,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         whole, a big one held the interpreter lock for as long as building it: 25 ms at
         100,000 tasks, more with env). The result and the job's task count."""
         spec, wire = self._admitted(request, context)
-        # 64 random bits: unique among millions of jobs of one name (32 bits were not).
-        job_id = f"{_SLUG.sub('-', spec.name)[:JOB_ID_SLUG_CHARS].strip('-') or 'job'}-" \
-                 f"{self.ctx.rng.getrandbits(64):016x}"
+        job_id = self._new_job_id(spec.name)
         tasks = list(spec.tasks)
         task_count = len(tasks)
         del spec
@@ -339,6 +338,12 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
             drop_items(tasks)
         assert isinstance(result, JobSubmitted), result
         return result, task_count
+
+    def _new_job_id(self, name: str) -> str:
+        """The job's slug and 64 random bits: unique among millions of jobs of one name (32
+        bits were not)."""
+        return f"{_SLUG.sub('-', name)[:JOB_ID_SLUG_CHARS].strip('-') or 'job'}-" \
+               f"{self.ctx.rng.getrandbits(64):016x}"
 
     def _admitted(self, request: Any, context: grpc.ServicerContext) -> tuple[JobSpec, list[Any]]:
         """The validated spec of a SubmitJob and the wire form to propose, or abort: a bad spec
@@ -387,6 +392,62 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, _issues(error)),
                        [(".".join(p for p in (field, issue.path) if p), issue.message)
                         for issue in shown])
+
+    def SubmitJobs(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """Each job admitted as SubmitJob admits one (a refused one answered at once, naming
+        it), the rest committed in as few JOB_SUBMIT_BATCH entries as MAX_ENTRY_BYTES allows,
+        each answered as apply decided (`batch`)."""
+        self.ctx.require_leader(context)
+        jobs = list(request.jobs)
+        problem = batch.call_problem([len(j.spec_wire) for j in jobs], [j.label for j in jobs])
+        if problem is not None:
+            self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, problem))
+        answers: list[Any] = [None] * len(jobs)
+        admitted: list[batch.Admitted] = []
+        with self._large_spec_turn(context, sum(len(j.spec_wire) for j in jobs)):
+            for index, job in enumerate(jobs):
+                try:
+                    admitted.append(self._admit_batch_job(index, job))
+                except RaftschedError as error:
+                    answers[index] = batch.refused(index, job.label, error)
+            for run in batch.entries(admitted):
+                self._propose_batch(context, run, jobs, answers)
+        log.debug("jobs_submitted", jobs=len(jobs), admitted=len(admitted))
+        return pb.SubmitJobsResponse(answers=answers)
+
+    def _admit_batch_job(self, index: int, job: Any) -> batch.Admitted:
+        """One job of a SubmitJobs call admitted exactly as SubmitJob admits one, or
+        RaftschedError (its message names the field: spec_wire.tasks[2].depends_on ...)."""
+        try:
+            spec = decode_wire(job.spec_wire)
+            if job.idempotency_key:
+                spec = with_idempotency_key(spec, job.idempotency_key)
+        except SpecError as error:
+            raise RaftschedError(Code.INVALID_ARGUMENT, _issues(error)) from None
+        try:
+            identity.require_tenant(spec.tenant)
+        except identity.Refused as denied:
+            raise RaftschedError(Code(denied.code.name), denied.message) from None
+        refusal = self.ctx.read(lambda s: refusal_before_proposal(s, spec))
+        if refusal is not None:
+            raise RaftschedError(Code.RESOURCE_EXHAUSTED, refusal.reason,
+                                 retry_after_ms=refusal.retry_after_ms)
+        return batch.Admitted(index, self._new_job_id(spec.name), to_wire(spec))
+
+    def _propose_batch(self, context: grpc.ServicerContext, run: list[batch.Admitted],
+                       jobs: list[Any], answers: list[Any]) -> None:
+        """Commit one JOB_SUBMIT_BATCH of `run` and put each job's answer in its place."""
+        command = c.JobSubmitBatch(tuple((a.job_id, a.wire) for a in run),
+                                   self.ctx.clock.now_ms())
+        try:
+            result = self.ctx.propose(context, command)
+        finally:
+            for admitted in run:
+                release_wire(admitted.wire)
+        assert isinstance(result, JobsSubmitted), result
+        for admitted, answer in zip(run, result.answers, strict=True):
+            answers[admitted.index] = batch.applied(admitted.index, jobs[admitted.index].label,
+                                                    answer)
 
     def GetJob(self, request: Any, context: grpc.ServicerContext) -> Any:
         message, index = self.ctx.current_read_indexed(

@@ -1,7 +1,8 @@
 """The compact form of a validated job spec that travels in the Raft log and in snapshots.
 
-A JOB_SUBMIT carries the spec the leader validated, and every replica re-validates it at apply,
-on the Raft tick thread — so the form must be cheap to decode and to check. The user-facing
+A JOB_SUBMIT carries the spec the leader validated; every replica decodes it at apply, on the
+Raft tick thread, with `decode_trusted` (shape, types, bounds and graph; not the text rules the
+leader proved) — so the form must be cheap to decode and to check. The user-facing
 document (`JobSpec.to_doc()`) is a map per task with nested maps; the wire form is a list per
 task with durations already in milliseconds and the job's distinct retry policies in one table:
 
@@ -555,3 +556,91 @@ def _custom(value: Any) -> tuple[tuple[str, int], ...]:
         _need(not pairs or pairs[-1][0] < name)
         pairs.append((name, count))
     return tuple(pairs)
+
+
+# --- apply's trusted decode ------------------------------------------------------------------
+
+
+def decode_trusted(wire: object) -> JobSpec:
+    """The JobSpec of a wire form the leader validated (`validate_wire`) before proposing it:
+    what JOB_SUBMIT's apply uses, instead of validating again on every replica (issue 24).
+
+    Only replicas write the log, and only through the leader's proposal path, which validates
+    every spec first; so apply does not re-prove the user-facing rules (id and text rules, string
+    sizes, command and env budgets, sortedness). It still refuses, with a SpecError naming the
+    problem, anything that could crash apply or break an invariant of the state: a wrong shape
+    or type anywhere, a number outside its bound, an unknown enum value, a duplicate task id, an
+    unknown dependency or a cycle (such an entry, rare, goes to `validate_wire`, whose SpecError
+    names the field). For a wire form `validate_wire` accepts it returns an equal spec (same
+    digest: idempotency is unchanged)."""
+    try:
+        _need(type(wire) is list and len(wire) == _JOB_FIELDS_OF.get(wire[0], -1))
+        assert isinstance(wire, list)
+        fields = _TASK_FIELDS_OF[wire[0]]
+        _need(type(wire[6]) is list and type(wire[7]) is list
+              and 0 < len(wire[7]) <= limits.MAX_TASKS_PER_JOB
+              and all(type(row) is list and len(row) == _RETRY_FIELDS for row in wire[6])
+              and all(type(task) is list and len(task) == fields for task in wire[7]))
+        spec = from_trusted_wire(wire)
+        _need(_job_shape_ok(spec) and _tasks_shape_ok(spec.tasks))
+        _need(all(_retry_ok(policy) for policy in {id(t.retry): t.retry
+                                                   for t in spec.tasks}.values()))
+    except (_Refused, TypeError, ValueError, KeyError, IndexError, AttributeError):
+        # Only a malformed entry comes here: the full validator names its problem.
+        return validate_wire(wire)
+    graph = check_graph([t.id for t in spec.tasks], [t.depends_on for t in spec.tasks])
+    if graph:
+        raise SpecError(graph)
+    return spec
+
+
+def _job_shape_ok(spec: JobSpec) -> bool:
+    key = spec.idempotency_key
+    return (type(spec.name) is str and type(spec.tenant) is str
+            and _is_int(spec.priority, limits.PRIORITY_MIN, limits.PRIORITY_MAX)
+            and (key is None or (type(key) is str
+                                 and len(key) <= limits.MAX_IDEMPOTENCY_KEY_CHARS))
+            and type(spec.allow_unschedulable) is bool and type(spec.preemptible) is bool
+            and (spec.retry_budget is None
+                 or _is_int(spec.retry_budget, 0, limits.MAX_JOB_RETRY_BUDGET)))
+
+
+def _tasks_shape_ok(tasks: tuple[TaskSpec, ...]) -> bool:
+    """Types and numeric bounds of the tasks of a trusted wire form (not the text rules). One
+    loop, checks inline: it runs per task on every replica. `"".join` raises TypeError unless
+    every item is a string (the caller refuses the spec)."""
+    cpu_max, memory_max, gpu_max = limits.MAX_CPU_MILLI, limits.MAX_MEMORY_MB, limits.MAX_GPU
+    timeout_max, grace_max = limits.MAX_TIMEOUT_S * 1000, limits.MAX_GRACE_S * 1000
+    for t in tasks:
+        "".join(t.command)
+        "".join(t.requires)
+        "".join(t.depends_on)
+        cpu, memory, gpu, timeout, grace = t.cpu_milli, t.memory_mb, t.gpu, t.timeout_ms, t.grace_ms
+        if not (type(t.id) is str and t.command
+                and type(cpu) is int and limits.MIN_CPU_MILLI <= cpu <= cpu_max
+                and type(memory) is int and 0 <= memory <= memory_max
+                and type(gpu) is int and 0 <= gpu <= gpu_max
+                and (t.cwd is None or type(t.cwd) is str)
+                and (t.cluster is None or type(t.cluster) is str)
+                and (timeout is None or (type(timeout) is int and 1 <= timeout <= timeout_max))
+                and (grace is None or (type(grace) is int and 1 <= grace <= grace_max))
+                and type(t.checkpoint) is bool):
+            return False
+        if t.env and not all(type(n) is str and type(v) is str for n, v in t.env):
+            return False
+        if t.custom and not all(type(n) is str and _is_int(c, 1, limits.MAX_CUSTOM_RESOURCE_COUNT)
+                                for n, c in t.custom):
+            return False
+    return True
+
+
+def _retry_ok(r: RetryPolicy) -> bool:
+    """Types and bounds of a retry policy of a trusted wire form (once per distinct policy)."""
+    return (_is_int(r.max_attempts, 1, limits.MAX_ATTEMPTS_PER_TASK)
+            and _is_int(r.backoff_ms, 0, limits.MAX_BACKOFF_S * 1000)
+            and _is_int(r.backoff_max_ms, r.backoff_ms, limits.MAX_BACKOFF_S * 1000)
+            and type(r.multiplier) is float
+            and 1.0 <= r.multiplier <= limits.MAX_BACKOFF_MULTIPLIER
+            and type(r.jitter) is float and 0.0 <= r.jitter <= 1.0
+            and all(_is_int(c, _EXIT_CODE_MIN, _EXIT_CODE_MAX)
+                    for c in r.non_retryable_exit_codes))

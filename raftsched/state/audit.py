@@ -91,7 +91,7 @@ from raftsched.state.model import (
     TaskState,
 )
 from raftsched.state.outcome import Applied, Outcome
-from raftsched.state.results import AssignResult, JobSubmitted, ReportResult
+from raftsched.state.results import AssignResult, JobsSubmitted, JobSubmitted, ReportResult
 
 INVARIANTS_EVERY_ENTRIES = 1_000
 """Entries between two O(state) `invariants.check_invariants` runs (and one at `finish`)."""
@@ -243,6 +243,10 @@ class LogAuditor:
                     self._report_batch(index, command, result, state)
                 case c.JobSubmit(), JobSubmitted() as result:
                     self._job_submit(index, result, state)
+                case c.JobSubmitBatch(), JobsSubmitted() as batch:
+                    for answer in batch.answers:
+                        if isinstance(answer, JobSubmitted):
+                            self._job_submit(index, answer, state)
                 case c.ClusterRegister(), _:
                     self._capacity(index, state, (command.cluster_id,), assigning=False)
         if self.invariants_every and self.entries % self.invariants_every == 0:

@@ -45,6 +45,7 @@ class Tag(IntEnum):
     TENANT_SET = 13
     CLUSTER_DRAIN = 14
     CERT_REVOKE = 15
+    JOB_SUBMIT_BATCH = 16
 
 
 class ClusterStatus(IntEnum):
@@ -65,8 +66,20 @@ class CommandError(ValueError):
 class JobSubmit:
     job_id: str
     spec: list[Any]
-    """The validated job spec in wire form (`raftsched.spec.wire.to_wire`); re-validated at
-    apply."""
+    """The job spec in wire form (`raftsched.spec.wire.to_wire`) the leader validated; apply
+    decodes it with `wire.decode_trusted` (shape, types, bounds and graph checked, not the
+    user-facing text rules)."""
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobSubmitBatch:
+    """Many validated job specs in one entry (SubmitJobs), applied one by one in order, each
+    exactly as a JOB_SUBMIT of (job_id, spec, now_ms) with its own result: one refusal refuses no
+    other job."""
+
+    items: tuple[tuple[str, list[Any]], ...]
+    """(job_id, wire spec) of each job, in request order."""
     now_ms: int
 
 
@@ -278,6 +291,7 @@ Command = (
     | TenantSet
     | ClusterDrain
     | CertRevoke
+    | JobSubmitBatch
 )
 
 # --- encoding -----------------------------------------------------------------------------------
@@ -346,6 +360,9 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
             return Tag.CLUSTER_DRAIN, [cmd.cluster_id, cmd.drain, cmd.now_ms, cmd.reason]
         case CertRevoke():
             return Tag.CERT_REVOKE, [cmd.fingerprint, cmd.subject, cmd.reason, cmd.now_ms]
+        case JobSubmitBatch():
+            return Tag.JOB_SUBMIT_BATCH, [cmd.now_ms, [[job_id, spec] for job_id, spec in
+                                                        cmd.items]]
     raise TypeError(f"not a command: {cmd!r}")
 
 
@@ -450,6 +467,18 @@ def _decode_submit(p: Any) -> JobSubmit:
     if not isinstance(spec, list):
         raise CommandError("JOB_SUBMIT.spec: expected a list (the wire form of a job spec)")
     return JobSubmit(_str(job_id, "job_id"), spec, _int(now_ms, "now_ms"))
+
+
+def _decode_submit_batch(p: Any) -> JobSubmitBatch:
+    now_ms, items = _fields(p, 2, "JOB_SUBMIT_BATCH")
+    decoded: list[tuple[str, list[Any]]] = []
+    for index, item in enumerate(_list(items, "JOB_SUBMIT_BATCH.items", limits.MAX_BATCH_JOBS)):
+        job_id, spec = _fields(item, 2, f"JOB_SUBMIT_BATCH.items[{index}]")
+        if not isinstance(spec, list):
+            raise CommandError(f"JOB_SUBMIT_BATCH.items[{index}].spec: expected a list (the "
+                               f"wire form of a job spec)")
+        decoded.append((_str(job_id, f"items[{index}].job_id"), spec))
+    return JobSubmitBatch(tuple(decoded), _int(now_ms, "now_ms"))
 
 
 def _decode_cancel(p: Any) -> JobCancel:
@@ -689,6 +718,7 @@ _DECODERS = {
     Tag.TENANT_SET: _decode_tenant_set,
     Tag.CLUSTER_DRAIN: _decode_cluster_drain,
     Tag.CERT_REVOKE: _decode_cert_revoke,
+    Tag.JOB_SUBMIT_BATCH: _decode_submit_batch,
 }
 
 

@@ -46,6 +46,7 @@ from raftsched.state.commands import (
     CommandError,
     JobCancel,
     JobSubmit,
+    JobSubmitBatch,
     ReportBatch,
     TenantSet,
     Tick,
@@ -53,7 +54,7 @@ from raftsched.state.commands import (
     TokenRevoke,
     decode,
 )
-from raftsched.state.jobs import apply_job_cancel, apply_job_submit
+from raftsched.state.jobs import apply_job_cancel, apply_job_submit, apply_job_submit_batch
 from raftsched.state.model import State
 from raftsched.state.outcome import Applied, Outcome, Rejected
 from raftsched.state.reports import apply_attempt_mark_lost, apply_report_batch
@@ -103,6 +104,8 @@ def apply_command(state: State, cmd: Command) -> Outcome:
             return apply_cluster_drain(state, cmd)
         case CertRevoke():
             return apply_cert_revoke(state, cmd)
+        case JobSubmitBatch():
+            return apply_job_submit_batch(state, cmd)
     raise AssertionError(f"unhandled command {cmd!r}")
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from raftsched import limits
 from raftsched.errors import Code
 from raftsched.spec.model import JobSpec, SpecError
-from raftsched.spec.wire import validate_wire
+from raftsched.spec.wire import decode_trusted
 from raftsched.state import feasibility, policy
-from raftsched.state.commands import JobCancel, JobSubmit
+from raftsched.state.commands import JobCancel, JobSubmit, JobSubmitBatch
 from raftsched.state.lifecycle import cancel_open_tasks
 from raftsched.state.model import (
     T_PENDING,
@@ -25,14 +25,17 @@ from raftsched.state.model import (
 )
 from raftsched.state.outcome import Applied, Rejected
 from raftsched.state.queues import make_runnable, note_job
-from raftsched.state.results import JobCancelled, JobSubmitted
+from raftsched.state.results import JobCancelled, JobRefused, JobsSubmitted, JobSubmitted
 from raftsched.state.retention import FORGOTTEN_FOR_ROOM, forget_job, remember_key
 from raftsched.state.text import visible
 
 
 def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Rejected:
+    # The leader validated the spec before proposing it (only replicas write the log, through
+    # its proposal path): apply decodes it without proving the user-facing rules again, yet
+    # refuses any shape that could crash it or break an invariant (`decode_trusted`).
     try:
-        spec = validate_wire(cmd.spec)
+        spec = decode_trusted(cmd.spec)
     except SpecError as exc:
         return Rejected(Code.INVALID_ARGUMENT, "; ".join(i.render() for i in exc.issues))
     # The digest only serves idempotency; hashing a 100,000-task spec is not free.
@@ -54,6 +57,20 @@ def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Re
     if spec.idempotency_key is not None:
         remember_key(state, spec.tenant, spec.idempotency_key, job.id, digest)
     return Applied(JobSubmitted(job.id, created=True))
+
+
+def apply_job_submit_batch(state: State, cmd: JobSubmitBatch) -> Applied[JobsSubmitted]:
+    """Each job exactly as its own JOB_SUBMIT, in order, each with its answer: a refused job
+    leaves nothing behind and refuses no other (a later job with an earlier one's key and spec
+    is that job, `created=False`)."""
+    answers: list[JobSubmitted | JobRefused] = []
+    for job_id, spec in cmd.items:
+        outcome = apply_job_submit(state, JobSubmit(job_id, spec, cmd.now_ms))
+        if isinstance(outcome, Rejected):
+            answers.append(JobRefused(outcome.code, outcome.reason, outcome.retry_after_ms))
+        else:
+            answers.append(outcome.result)
+    return Applied(JobsSubmitted(tuple(answers)))
 
 
 def _check_submit_bounds(state: State, job_id: str, spec: JobSpec) -> Rejected | None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from raftsched.errors import Code
 from raftsched.protocol import ReportVerdict
 from raftsched.state.commands import Placement
 from raftsched.state.feasibility import Unfit
@@ -30,6 +31,22 @@ class JobSubmitted:
     job_id: str
     """The new job, or the job an earlier submit with the same idempotency key created."""
     created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class JobRefused:
+    """One job of a JOB_SUBMIT_BATCH refused, exactly as a JOB_SUBMIT of it would be."""
+
+    code: Code
+    reason: str
+    retry_after_ms: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class JobsSubmitted:
+    """A JOB_SUBMIT_BATCH's answers, one per job in order."""
+
+    answers: tuple[JobSubmitted | JobRefused, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,5 +200,6 @@ Result = (
     | TenantSetResult
     | ClusterDrained
     | CertRevoked
+    | JobsSubmitted
 )
 """What `outcome.Applied.result` holds: one type per command."""

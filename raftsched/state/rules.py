@@ -1,6 +1,8 @@
 """What an admin or cluster command must satisfy, as pure checks that name the bad field: the gRPC
 side asks before proposing, apply asks again (a replicated command is not trusted because a
-proposer sent it)."""
+proposer sent it). One deliberate exception, a job spec: the leader validates it before
+proposing and apply decodes it with `spec.wire.decode_trusted`, which still refuses any shape
+that could crash apply or break an invariant, not the user-facing rules (docs/security.md)."""
 
 from __future__ import annotations
 

@@ -60,10 +60,10 @@ def replica(monkeypatch: pytest.MonkeyPatch, made: Made) -> Replica:  # noqa: F8
 
     def call(self: Any, stub: Any, method: str, request: Any,
              timeout_s: float | None = None) -> Any:
-        assert method == "SubmitJob"
+        assert method in ("SubmitJob", "SubmitJobs")
         WHERE[0] = "service"
         try:
-            return replica.scheduler.SubmitJob(request, FakeContext())
+            return getattr(replica.scheduler, method)(request, FakeContext())
         finally:
             WHERE[0] = "cli"
 
@@ -89,6 +89,21 @@ def test_raftsched_submit_parses_the_spec_once_on_each_side(
     key = job.spec.idempotency_key
     assert key is not None and key.startswith("auto-")  # the one fallback rule
     assert f"(new; idempotency key {key})" in out
+
+
+def test_a_batch_of_files_parses_each_once_on_each_side(
+        replica: Replica, parses: Counter[tuple[str, str]],
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    for name in ("one.yaml", "two.yml", "three.json.txt"):
+        (tmp_path / name).write_text(SPEC.replace("parsed-once", name.split(".")[0]))
+    assert cli.main(["submit", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert dict(parses) == {key: 2 for key in ONCE_EACH_SIDE}  # three.json.txt is not a spec
+    assert [line.split(":")[0] for line in out] == [str(tmp_path / "one.yaml"),
+                                                    str(tmp_path / "two.yml")]
+    assert all("submitted job" in line and "(new)" in line for line in out)
+    assert len(replica.node.state.jobs) == 2
+    assert replica.node.proposed[-1] == "JobSubmitBatch"
 
 
 def test_the_client_parses_text_once_and_a_parsed_spec_not_at_all(

@@ -60,3 +60,39 @@ def test_the_client_sends_the_wire_form_of_the_spec_it_validated(
     assert first.spec == "" and first.idempotency_key == "k"
     assert first.spec_wire == second.spec_wire == pack_wire(parse_spec_text(text))
     assert decode_wire(first.spec_wire) == parse_spec_text(text)
+
+
+def test_submit_jobs_keys_each_job_once_and_splits_calls_at_the_bounds(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`submit_jobs`: each job its key (given, the spec's, else a fresh `auto-` one made before
+    the first try), calls of at most MAX_BATCH_JOBS jobs, answers in order, a refusal as the
+    job's RaftschedError."""
+    from raftsched import limits
+    from raftsched.client import client as module
+    from raftsched.errors import Code, RaftschedError
+
+    monkeypatch.setattr(limits, "MAX_BATCH_JOBS", 2)
+    calls: list[Any] = []
+
+    def call(self: Any, stub: Any, method: str, request: Any,
+             timeout_s: float | None = None) -> Any:
+        assert method == "SubmitJobs"
+        calls.append(request)
+        answers = [pb.SubmitJobsAnswer(code="INVALID_ARGUMENT", message=f"{job.label} bad")
+                   if job.label == "refuse me" else
+                   pb.SubmitJobsAnswer(job_id=f"j-{job.idempotency_key}", created=True)
+                   for job in request.jobs]
+        return pb.SubmitJobsResponse(answers=answers)
+
+    monkeypatch.setattr(module.Client, "_call", call)
+    plain = parse_spec_text("name: s\ntasks:\n  - {id: t, command: [\"true\"]}\n")
+    keyed = parse_spec_text("name: s\nidempotency_key: mine\ntasks:\n  - {id: t, command: "
+                            "[\"true\"]}\n")
+    results = module.Client(["127.0.0.1:1"]).submit_jobs(
+        [plain, keyed, plain], keys=["given"], labels=["", "", "refuse me"])
+    assert [len(request.jobs) for request in calls] == [2, 1]
+    assert [r.idempotency_key for r in results[:2] if isinstance(r, module.Submitted)] == [
+        "given", "mine"]
+    assert isinstance(results[2], RaftschedError) and results[2].code == Code.INVALID_ARGUMENT
+    assert results[2].message == "refuse me bad"
+    assert calls[1].jobs[0].idempotency_key.startswith("auto-")

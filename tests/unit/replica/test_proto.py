@@ -32,7 +32,8 @@ def test_services_are_importable_and_complete() -> None:
                 pb.DESCRIPTOR.services_by_name.items()}
     assert services == {
         "Scheduler": ["SubmitJob", "GetJob", "ListJobs", "ListTasks", "CancelJob",
-                      "GetTaskHistory", "WatchJob", "ExplainTask", "TaskLogs", "WatchEvents"],
+                      "GetTaskHistory", "WatchJob", "ExplainTask", "TaskLogs", "WatchEvents",
+                      "SubmitJobs"],
         "AgentGateway": ["Register", "Heartbeat", "Report", "SendLog"],
         "Admin": ["ClusterStatus", "AddReplica", "RemoveReplica", "CreateToken", "RevokeToken",
                   "ListTokens", "RemoveCluster", "DrainCluster", "SetTenant", "ListTenants",

@@ -41,6 +41,7 @@ EXAMPLES: list[c.Command] = [
     c.AssignBatch(28, (), (c.Reservation("j1", "big", "west"),),
                   (c.Preemption("j3", "v", 4, "j1", "big"),),
                   (c.Withdrawal("j2", "lo", 9, "j1", "x"),)),
+    c.JobSubmitBatch((("j1", [1, "x"]), ("j2", [])), 29),
 ]
 
 
@@ -55,7 +56,7 @@ def test_tags_are_append_only() -> None:
         "JOB_SUBMIT": 1, "JOB_CANCEL": 2, "CLUSTER_REGISTER": 3, "CLUSTER_STATUS": 4,
         "ASSIGN_BATCH": 5, "REPORT_BATCH": 6, "TICK": 7, "ATTEMPT_MARK_LOST": 8, "BARRIER": 9,
         "TOKEN_PUT": 10, "TOKEN_REVOKE": 11, "CLUSTER_REMOVE": 12, "TENANT_SET": 13,
-            "CLUSTER_DRAIN": 14, "CERT_REVOKE": 15,
+            "CLUSTER_DRAIN": 14, "CERT_REVOKE": 15, "JOB_SUBMIT_BATCH": 16,
     }
 
 
