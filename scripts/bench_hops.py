@@ -53,7 +53,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--queue-depth", type=int, default=-1, metavar="N",
                         help="the agents' --queue-depth (default: theirs)")
     parser.add_argument("--top", type=int, default=TOP, help="functions listed per process")
-    return parser.parse_args()
+    parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
+                        help="cpu: where the CPU goes; wall: how long each call took, waits "
+                             "included (per call: cumulative / calls)")
+    args = parser.parse_args()
+    os.environ["RAFTSCHED_YAPPI_CLOCK"] = args.clock
+    return args
 
 
 def save_profiles(cluster: RaftschedCluster, supervisor: Supervisor, phase: int,
@@ -106,21 +111,21 @@ def short(location: tuple[str, int, str]) -> str:
 
 def print_profile(profile_dir: Path, name: str, phase: int, top: int) -> None:
     threads = profile_dir / f"{name}.{phase}.threads"
-    rows = [line.rsplit(" ", 1) for line in threads.read_text().splitlines() if line.strip()]
-    total = sum(float(seconds) for _, seconds in rows)
-    busy = sorted(((float(s), n) for n, s in rows), reverse=True)
-    print(f"\n  {name}: {total:.2f} CPU s; by thread: "
-          + ", ".join(f"{n} {s:.2f}" for s, n in busy[:6] if s >= 0.01))
+    seconds = [float(line.rsplit(" ", 1)[1]) for line in threads.read_text().splitlines()
+               if line.strip()]
+    total = sum(seconds)
+    print(f"\n  {name}: {total:.2f} s in {len(seconds)} threads; the busiest: "
+          + ", ".join(f"{s:.2f}" for s in sorted(seconds, reverse=True)[:5]))
     stats = pstats.Stats(str(profile_dir / f"{name}.{phase}.pstat"))
     table = stats.stats  # type: ignore[attr-defined]
     by_self = sorted(table.items(), key=lambda kv: kv[1][2], reverse=True)[:top]
     by_total = sorted(table.items(), key=lambda kv: kv[1][3], reverse=True)[:top]
-    print(f"    {'self CPU s':>10} {'share':>6}  function (most self time first)")
+    print(f"    {'self s':>10} {'share':>6}  function (most self time first)")
     for location, (_, calls, self_s, _, _) in by_self:
         print(f"    {self_s:>10.3f} {self_s / total:>6.1%}  {short(location)} x{calls}")
-    print(f"    {'cum CPU s':>10} {'share':>6}  function (most cumulative time first)")
+    print(f"    {'cum s':>10} {'ms/call':>8}  function (most cumulative time first)")
     for location, (_, calls, _, cum_s, _) in by_total:
-        print(f"    {cum_s:>10.3f} {cum_s / total:>6.1%}  {short(location)} x{calls}")
+        print(f"    {cum_s:>10.3f} {cum_s / calls * 1000:>8.3f}  {short(location)} x{calls}")
 
 
 def main() -> None:
@@ -149,8 +154,8 @@ def main() -> None:
 
 def report(figures: dict[str, dict[str, float]], profile_dir: Path, leader: int,
            top: int) -> None:
-    print(f"raftsched hop profile (yappi, CPU clock, every thread; {os.cpu_count()} cores; "
-          f"figures are slower under the profiler)")
+    print(f"raftsched hop profile (yappi, {os.environ['RAFTSCHED_YAPPI_CLOCK']} clock, every "
+          f"thread; {os.cpu_count()} cores; figures are slower under the profiler)")
     for phase, name in enumerate(PHASES, start=1):
         shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures[name].items())
         print(f"\n== phase {name}: {shown}")
