@@ -8,7 +8,9 @@ profiled on its own (SIGUSR1 saves and restarts every process's profile between 
             processes
   capacity  the capacity workload (independent 50 ms tasks on 16 slots), through which every
             freed slot passes from "finished" to "next attempt started"
-It prints, per phase, each process's CPU seconds by thread and the functions with the most CPU
+First, in process and without the profiler, the agent's own hop (a slot frees -> the queued
+attempt starts) over its real lmdb stores, both ways the core can take it (peerbench.agent_hop).
+Then it prints, per phase, each process's CPU seconds by thread and the functions with the most CPU
 (self time and cumulative), and the phase's figures (submit p50/p99 and submits/s, the agents'
 slot-turnaround histogram) as measured under the profiler (slower than without it: read the
 shares, not the absolute times). yappi is installed into .venv-profile (never into .venv).
@@ -27,8 +29,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts" / "lib"))
+sys.path.insert(0, str(ROOT))
 
-from peerbench import turnaround, workloads  # noqa: E402
+from peerbench import agent_hop, turnaround, workloads  # noqa: E402
 from peerbench.processes import Supervisor, log, raise_on_sigterm, wait_until  # noqa: E402
 from peerbench.raftsched_cluster import RaftschedCluster  # noqa: E402
 from peerbench.raftsched_runner import NOOP_CPU, job_spec, run_job, submit_process  # noqa: E402
@@ -56,6 +59,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--clock", choices=("cpu", "wall"), default="cpu",
                         help="cpu: where the CPU goes; wall: how long each call took, waits "
                              "included (per call: cumulative / calls)")
+    parser.add_argument("--agent-only", action="store_true",
+                        help="only the agent's in-process hop (seconds; no cluster, no profiler)")
     args = parser.parse_args()
     os.environ["RAFTSCHED_YAPPI_CLOCK"] = args.clock
     return args
@@ -131,6 +136,13 @@ def print_profile(profile_dir: Path, name: str, phase: int, top: int) -> None:
 def main() -> None:
     raise_on_sigterm()
     args = parse_args()
+    hop = agent_hop.measure()
+    print("agent, slot freed -> queued attempt started (in process, real lmdb, "
+          f"{agent_hop.ROUNDS} x 3 each): two synced writes p50 {hop['two_writes_p50_ms']:.3f} "
+          f"ms p99 {hop['two_writes_p99_ms']:.3f} ms; one write (collect_and_start) p50 "
+          f"{hop['one_write_p50_ms']:.3f} ms p99 {hop['one_write_p99_ms']:.3f} ms", flush=True)
+    if args.agent_only:
+        return
     figures: dict[str, dict[str, float]] = {}
     with tempfile.TemporaryDirectory(prefix="raftsched-bench-hops-") as tmp:
         profile_dir = Path(tmp) / "profiles"
