@@ -23,9 +23,9 @@ Workloads (--only takes these names):
 It prints raw figures and the ratio raftsched / peer for each, then issue 24's targets, each
 judged (MET / NOT MET / n/a) on this run's figures.
 
-How long: a full run takes about 6 minutes on this machine while a freed raftsched slot waits
-~1 s for new work (raftsched's capacity run alone is ~2 minutes), plus a one-time install of the
-peers into .venv-peers (~1 minute) and of redis-server (apt); --scale 0.2 takes 1-2 minutes.
+How long: --scale 0.5 took about a minute for all four systems on this 2-core machine
+(2026-12-04; etcd's submit rows a few seconds of it), plus a one-time install of the peers into
+.venv-peers (~1 minute) and of redis-server, etcd-server and etcd-client (apt).
 Every wait is bounded (--phase-timeout-s each, a bound per runner), every process started is
 stopped, also on failure and Ctrl-C.
 """
