@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -88,7 +89,7 @@ class Members:
         done = subprocess.run(
             ["etcdctl", "--endpoints", ",".join(self.endpoints), "endpoint", "status", "-w",
              "json"], capture_output=True, text=True, check=False, timeout=ETCDCTL_TIMEOUT_S,
-            env={"ETCDCTL_API": "3", "PATH": "/usr/bin:/bin"})
+            env={**os.environ, "ETCDCTL_API": "3"})
         if done.returncode != 0:
             return None
         for entry in json.loads(done.stdout):
