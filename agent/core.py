@@ -182,6 +182,8 @@ REFUSALS = frozenset({
 _NO_ROOM = frozenset({Decision.NO_CAPACITY, Decision.TOO_MANY_RUNNING})
 """The refusals a local queue with room turns into QUEUED."""
 _ANSWERS = {AttemptState.RUNNING: ReportKind.STARTED, AttemptState.QUEUED: ReportKind.QUEUED}
+_Carry = tuple[Sequence["AttemptRecord"], Sequence[Report]]
+"""Finished records and their reports not written yet (`collect_and_start`)."""
 """What a redelivered fence with a record in this state is answered again."""
 
 
@@ -526,14 +528,16 @@ class AgentCore:
         return Decision.REDELIVERY_FINISHED, None  # its FINISHED/KILLED report is in the outbox
 
     def _launch(self, to_run: Sequence[Assignment], refused: Sequence[Report],
-                queued: Sequence[Assignment] = ()) -> list[Decision]:
+                queued: Sequence[Assignment] = (), carry: _Carry = ((), ())) -> list[Decision]:
         now_ms = self._clock.now_ms()
         records = [self._record(a, AttemptState.RUNNING, now_ms) for a in to_run]
         # Recorded before the processes start: a restart then finds anything that may run. A
         # queued attempt's record and its QUEUED report are one write, before it is answered.
-        self._outbox.write(records=records + [self._record(a, AttemptState.QUEUED, now_ms)
-                                              for a in queued],
-                           reports=[_rejected(a, "", ReportKind.QUEUED) for a in queued])
+        # `carry`: completions' records and reports written in this one transaction.
+        self._outbox.write(
+            records=[*carry[0], *records,
+                     *(self._record(a, AttemptState.QUEUED, now_ms) for a in queued)],
+            reports=[*carry[1], *(_rejected(a, "", ReportKind.QUEUED) for a in queued)])
         self._enqueue(queued)
         self._store_reports(refused)
         self._metrics.attempts_rejected.inc(sum(r.kind == ReportKind.REJECTED for r in refused))
@@ -570,13 +574,15 @@ class AgentCore:
                      task=assignment.task_id, queued=len(self._queue))
         self._metrics.attempts_queued.set(len(self._queue))
 
-    def start_queued(self) -> list[Decision]:
+    def start_queued(self, carry: _Carry = ((), ())) -> list[Decision]:
         """Starts queued attempts in fence order while they fit the free capacity and the
         running bound, stopping at the first that does not (FIFO: the leader hands freed room
         to its queue in the same order). Each starts exactly as an admitted one: RUNNING
         record, process, STARTED report. Called after `collect()` (whose FINISHED reports are
-        then written first) and by `handle`."""
+        then written first), by `collect_and_start()` (whose records and reports, `carry`, are
+        written with the RUNNING records, before any start) and by `handle`."""
         if not self._queue:
+            self._outbox.write(records=carry[0], reports=carry[1])
             return []
         free, running = self.free(), len(self._running)
         to_run: list[Assignment] = []
@@ -591,7 +597,7 @@ class AgentCore:
             del self._queue[assignment.fence]
         self._metrics.attempts_queued.set(len(self._queue))
         return [Decision.QUEUE_STARTED if d == Decision.STARTED else d
-                for d in self._launch(to_run, ())]
+                for d in self._launch(to_run, (), carry=carry)]
 
     def _count_launched(self, launched: int, failed: int) -> None:
         self._metrics.attempts_started.inc(launched)
@@ -615,10 +621,33 @@ class AgentCore:
     def collect(self) -> int:
         """Executor completions become FINISHED/KILLED reports, each attempt's exactly once.
         Returns how many completions the executor handed over. The caller then calls
-        `start_queued()`: what the completions freed goes to the local queue at once."""
-        completions = self._executor.poll()
-        if not completions:
+        `start_queued()` (or calls `collect_and_start()` instead): what the completions freed
+        goes to the local queue at once."""
+        records, reports, count = self._completions()
+        if not count:
             return 0
+        self._outbox.write(records=records, reports=reports)
+        self._freed(len(records))
+        self._metrics.reports_pending.set(self._outbox.count())
+        return count
+
+    def collect_and_start(self) -> tuple[int, list[Decision]]:
+        """`collect()` then `start_queued()` with one synced write before the starts, not two:
+        the completions' finished records and FINISHED/KILLED reports go in the same
+        transaction as the RUNNING records of the queued attempts they make room for (a restart
+        finds all of them or none, and a completion found again after a crash is reported as
+        after any crash before its write). Returns (completions, the starts' decisions)."""
+        records, reports, count = self._completions()
+        if not count:
+            return 0, []
+        self._freed(len(records))
+        decisions = self.start_queued((records, reports))
+        self._metrics.reports_pending.set(self._outbox.count())
+        return count, decisions
+
+    def _completions(self) -> tuple[list[AttemptRecord], list[Report], int]:
+        """(finished records, their reports, completions handed over), nothing written."""
+        completions = self._executor.poll()
         records: list[AttemptRecord] = []
         reports: list[Report] = []
         for completion in completions:
@@ -635,11 +664,11 @@ class AgentCore:
             log.info("attempt_finished", fence=record.fence, job=record.job_id,
                      task=record.task_id, report=report.kind.name, exit_code=report.exit_code,
                      timed_out=report.timed_out, reason=report.reason)
-        self._outbox.write(records=records, reports=reports)
-        self._slots.freed(len(records), self._clock.monotonic_s())
+        return records, reports, len(completions)
+
+    def _freed(self, finished: int) -> None:
+        self._slots.freed(finished, self._clock.monotonic_s())
         self._metrics.attempts_running.set(len(self._running))
-        self._metrics.reports_pending.set(self._outbox.count())
-        return len(completions)
 
     def pending(self, limit: int) -> list[Report]:
         """The next batch to send (empty while a registration is due: reports wait for it)."""

@@ -1,10 +1,12 @@
-"""scripts/bench peers — raftsched against Dask distributed and Celery + Redis, in one run.
+"""scripts/bench peers — raftsched against Dask distributed, Celery + Redis and etcd, in one run.
 
 The same seeded workloads run on each system in turn (one at a time, on this machine's 2 cores,
 everything on 127.0.0.1), each with 16 slots:
   raftsched  3 replicas + 2 agents, --executor mock --cpu 8 (tasks ask for 1 cpu)
   dask       a scheduler + 2 workers with 8 threads each
   celery     a private redis-server (broker and result backend) + 2 workers, thread pool of 8
+  etcd       3 members of Debian's etcd-server 3.4 (the submit rows only: v3 KV puts to the
+             leader over gRPC)
 Task bodies: raftsched ["mock", "sleep_ms=N"]; Dask and Celery time.sleep(N / 1000).
 
 Workloads (--only takes these names):
@@ -13,16 +15,17 @@ Workloads (--only takes these names):
               makespan vs max(critical path, work / slots), and vs Dask
   fanout      root -> (64 -> join) x 3, 20-80 ms: makespan vs its bound and vs Dask
   noop        no-op tasks/s: one 10,000-task job; 1,000 jobs of 10 tasks
-  submit      submit latency p50/p99 (sequential) and submits/s with 64 in flight from 2
-              client processes (raftsched and Celery; Dask has no acknowledged submit)
+  submit      submit latency p50/p99 (sequential) and submits/s with 16 and 64 in flight from
+              2 client processes (raftsched, etcd puts, Celery; Dask has no acknowledged submit)
   turnaround  raftsched only, from the capacity run (which it implies): the agents'
               raftsched_agent_slot_turnaround_seconds histogram when exported, and an estimate
               from the committed attempt history
-It prints raw figures and the ratio raftsched / peer for each.
+It prints raw figures and the ratio raftsched / peer for each, then issue 24's targets, each
+judged (MET / NOT MET / n/a) on this run's figures.
 
-How long: a full run takes about 6 minutes on this machine while a freed raftsched slot waits
-~1 s for new work (raftsched's capacity run alone is ~2 minutes), plus a one-time install of the
-peers into .venv-peers (~1 minute) and of redis-server (apt); --scale 0.2 takes 1-2 minutes.
+How long: --scale 0.5 took about a minute for all four systems on this 2-core machine
+(2026-12-04; etcd's submit rows a few seconds of it), plus a one-time install of the peers into
+.venv-peers (~1 minute) and of redis-server, etcd-server and etcd-client (apt).
 Every wait is bounded (--phase-timeout-s each, a bound per runner), every process started is
 stopped, also on failure and Ctrl-C.
 """
@@ -61,8 +64,12 @@ BUSY_LOAD_PER_CORE = 1.5
 PEERS_PYTHON_ENV = "PEERBENCH_PEERS_PYTHON"
 PEERS_PROBLEM_ENV = "PEERBENCH_PEERS_PROBLEM"
 REDIS_PROBLEM_ENV = "PEERBENCH_REDIS_PROBLEM"
+ETCD_PROBLEM_ENV = "PEERBENCH_ETCD_PROBLEM"
 RUNNERS = {"raftsched": "peerbench.raftsched_runner", "dask": "peerbench.dask_runner",
-           "celery": "peerbench.celery_runner"}
+           "celery": "peerbench.celery_runner", "etcd": "peerbench.etcd_runner"}
+OWN_PYTHON = {"raftsched", "etcd"}
+"""Runners that run in raftsched's virtualenv (etcd's needs only grpcio); the others in
+.venv-peers."""
 
 
 def loud(message: str) -> None:
@@ -109,11 +116,25 @@ def selected(parser: argparse.ArgumentParser, only: str) -> tuple[str, ...]:
 def peer_systems(args: argparse.Namespace) -> tuple[list[str], dict[str, str]]:
     """(peers to run, peer -> why it is skipped)."""
     if args.skip_peers:
-        return [], {"dask": "--skip-peers", "celery": "--skip-peers"}
+        return [], {peer: "--skip-peers" for peer in table.PEERS}
+    peers, skipped = python_peers()
+    if "submit" not in args.workloads:
+        skipped["etcd"] = "--only without submit (etcd runs the submit rows only)"
+    elif problem := os.environ.get(ETCD_PROBLEM_ENV) or next(
+            (f"{command} is not installed" for command in ("etcd", "etcdctl")
+             if not shutil.which(command)), ""):
+        skipped["etcd"] = problem
+    else:
+        peers.append("etcd")
+    return peers, skipped
+
+
+def python_peers() -> tuple[list[str], dict[str, str]]:
+    """Dask and Celery: (to run, skipped with why)."""
     problem = os.environ.get(PEERS_PROBLEM_ENV) or (
         "" if Path(peers_python()).exists() else f"no {peers_python()}")
     if problem:
-        return [], {peer: f"the peers' virtualenv: {problem}" for peer in table.PEERS}
+        return [], {peer: f"the peers' virtualenv: {problem}" for peer in ("dask", "celery")}
     redis_problem = os.environ.get(REDIS_PROBLEM_ENV) or (
         "" if shutil.which("redis-server") else "redis-server is not installed")
     if redis_problem:
@@ -128,7 +149,7 @@ def peers_python() -> str:
 def run_runner(system: str, plan: Plan) -> dict[str, Any]:
     """Run one system's runner in a session of its own; on a timeout, an error or Ctrl-C its
     whole process group is stopped. Returns its result (or an error)."""
-    python = sys.executable if system == "raftsched" else peers_python()
+    python = sys.executable if system in OWN_PYTHON else peers_python()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         filter(None, [str(LIB), os.environ.get("PYTHONPATH", "")]))}
     bound_s = RUNNER_SETUP_S + plan.phase_timeout_s * len(plan.workloads)
@@ -202,7 +223,7 @@ def main() -> None:
     args = parse_args()
     peers, skipped = peer_systems(args)
     for peer, reason in skipped.items():
-        if reason != "--skip-peers":
+        if reason != "--skip-peers" and not reason.startswith("--only"):
             loud(f"skipping {peer}: {reason}")
     started = time.monotonic()
     results: dict[str, Any] = {}

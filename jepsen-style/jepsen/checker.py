@@ -31,7 +31,9 @@ What it reads (see `jepsen.history` for the history schema):
   successful ends of one task, allowed under the same rule: counted as an external duplicate
   effect), ledger_format. A start without an end (a killed task) cannot be shown to overlap.
 - `logs/agent-<cluster>.log`: agent_start_assigned (an agent starts only fences committed to its
-  cluster), agent_start_once; `stale_fence_rejected` events are counted.
+  cluster), agent_start_once; `stale_fence_rejected` events are counted; agent_capacity (the
+  attempts an agent ran at once fit its capacity) and queued_start_once (an attempt held in an
+  agent's local queue starts at most once, never after it left the queue unstarted).
 - kills (`jepsen.kills`, on the replay): kill_liveness (every kill owed to an honest agent — an
   attempt the scheduler ended under it — is settled by its report or registration within
   KILL_LIVENESS_BOUND_S of replicated time while its cluster is READY), hostile_no_kills (the
@@ -43,8 +45,9 @@ line of the history that is not JSON or not the schema, but for a torn last line
 One module per property family: `checks_history` (findings, report, the history),
 `checks_replay` (log agreement, the replay, digests), `checks_submits` (submits and idempotency),
 `checks_reads` (read order, stale reads), `checks_ledger` (the ledger), `checks_agents` (fences
-and attempts in the agents' logs), `checks_liveness` (liveness, timeouts, statistics); this
-module runs them all and renders the report.
+and attempts in the agents' logs), `checks_capacity` (what the agents ran at once, their local
+queues), `checks_liveness` (liveness, timeouts, statistics); this module runs them all and
+renders the report.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ from typing import Any
 
 from jepsen.checks_agents import agent_events as agent_events
 from jepsen.checks_agents import check_agent_logs
+from jepsen.checks_capacity import check_capacity
 from jepsen.checks_history import (
     MAX_NOTES_SHOWN,
     _event,
@@ -104,6 +108,7 @@ def check(results_dir: Path) -> Report:
     if ledger is not None:
         check_ledger(ledger, run, found)
     check_agent_logs(results_dir / "logs", run, found)
+    check_capacity(results_dir / "logs", run, found)
     check_timeouts(history.ops, run, found)
     check_liveness(history, run, found)
     count_ops(history.ops, found)

@@ -143,16 +143,23 @@ class Run:
         self.ledger.append(f"start {job_id}/{task_id} {fence} {job_id} {task_id} {attempt}")
         assert self.h.started(cluster, job_id, task_id, fence) == "accepted"
         if end:
-            self.end(job_id, task_id, fence, exit_code)
+            self.end(job_id, task_id, fence, exit_code, cluster)
             assert self.h.finished(cluster, job_id, task_id, fence, exit_code) == "accepted"
         self.sync()
         return fence
 
-    def end(self, job_id: str, task_id: str, fence: int, exit_code: int) -> None:
+    def end(self, job_id: str, task_id: str, fence: int, exit_code: int,
+            cluster: str = "") -> None:
+        """The task's ledger end line, and its agent's `attempt_finished` when `cluster` is
+        named (an agent that is cut off or gone logs none)."""
         attempt = next(a.number for a in self.h.task(job_id, task_id).attempts
                        if a.fence == fence)
         self.ledger.append(f"end {job_id}/{task_id} {fence} {job_id} {task_id} {attempt} "
                            f"{exit_code}")
+        if cluster:
+            self.agents[cluster].append(agent_line(
+                "attempt_finished", fence=fence, job=job_id, task=task_id,
+                report="FINISHED" if exit_code == 0 else "FAILED", exit_code=exit_code))
 
     # -- the folder -------------------------------------------------------------------------------
     def final(self, lagging: str = "r2") -> None:
@@ -219,7 +226,7 @@ def clean_run() -> Run:
     run.submit(0, "j1", "k1", "alpha", J1)
     fence = run.run_attempt("east", "j1", "a", end=False)
     run.read(0, "j1")
-    run.end("j1", "a", fence, 0)
+    run.end("j1", "a", fence, 0, "east")
     run.h.finished("east", "j1", "a", fence)
     run.election()
     run.run_attempt("east", "j1", "b")
@@ -836,3 +843,96 @@ def test_the_hostile_agents_cluster_holding_a_kill_is_a_violation(run: Run,
     report = checker.check(root)
     assert checks(report) == {"hostile_no_kills"}
     assert "its cluster hostile holds 1 kill directive(s)" in report.violations[0].message
+
+
+# --- what the agents ran at once, and their local queues (jepsen.checks_capacity) ---------------
+
+HALF = {"resources": {"cpu": 4, "memory_mb": 0}}
+"""Two of these fill a registered cluster (fsmkit registers 8 cpu)."""
+
+
+def _three_halves(run: Run) -> tuple[int, int, int]:
+    """Job j4 (p, q, r of 4 cpu each) on east: p and q assigned; p finished in the log; then
+    r assigned. The agent logs the three starts; the caller writes p's end (or not)."""
+    run.submit(0, "j4", "k4", "alpha", [task_doc(t, **HALF) for t in "pqr"])
+    p = run.run_attempt("east", "j4", "p", end=False)
+    q = run.run_attempt("east", "j4", "q", end=False)
+    run.end("j4", "p", p, 0)
+    assert run.h.finished("east", "j4", "p", p) == "accepted"
+    return p, q, run.run_attempt("east", "j4", "r", end=False)
+
+
+def _finished_line(fence: int, job: str, task: str) -> str:
+    return agent_line("attempt_finished", fence=fence, job=job, task=task, report="FINISHED")
+
+
+def test_an_agent_within_its_capacity_is_no_violation(run: Run, tmp_path: Path) -> None:
+    p, q, _ = _three_halves(run)
+    r_start = run.agents["east"].pop()
+    run.agents["east"] += [_finished_line(p, "j4", "p"), _finished_line(q, "j4", "q"), r_start]
+    report = checker.check(run.write(tmp_path))
+    assert report.violations == [], [checker.format_violation(v) for v in report.violations]
+    assert report.invariants_checked["agent_capacity"] >= 3
+
+
+def test_an_agent_running_more_than_its_capacity_at_once(run: Run, tmp_path: Path) -> None:
+    p, q, r = _three_halves(run)  # the agent never logged p's end before r's start
+    report = checker.check(run.write(tmp_path))
+    assert checks(report) == {"agent_capacity"}
+    message = report.violations[0].message
+    assert f"started fence {r}" in message and "cpu_milli 12000" in message
+    assert "capacity cpu_milli 8000" in message and f"{p}, {q}, {r}" in message
+
+
+def test_a_restarted_agent_holds_only_what_it_adopted(run: Run, tmp_path: Path) -> None:
+    p, q, _ = _three_halves(run)
+    r_start = run.agents["east"].pop()
+    run.agents["east"] += [agent_line("agent_starting", cluster="east"),
+                           agent_line("attempt_adopted", fence=p, job="j4", task="p", pid=1),
+                           r_start]  # q's process died with the old agent; p is adopted
+    report = checker.check(run.write(tmp_path))
+    assert report.violations == [], [checker.format_violation(v) for v in report.violations]
+    run.agents["east"].insert(-1, agent_line("attempt_adopted", fence=q, job="j4", task="q",
+                                             pid=2))
+    assert checks(checker.check(run.write(tmp_path / "adopted-both"))) == {"agent_capacity"}
+
+
+def _queued(run: Run) -> int:
+    """j4/p assigned to east, held in the agent's queue, then started from it."""
+    run.submit(0, "j4", "k4", "alpha", [task_doc("p", **HALF)])
+    fence = run.h.assign_one("j4", "p", "east")
+    run.sync()
+    run.agents["east"] += [
+        agent_line("attempt_queued", fence=fence, job="j4", task="p", queued=1),
+        agent_line("attempt_started", fence=fence, job="j4", task="p", attempt=1, pid=7)]
+    return fence
+
+
+def test_a_queued_attempt_started_once_is_no_violation(run: Run, tmp_path: Path) -> None:
+    _queued(run)
+    report = checker.check(run.write(tmp_path))
+    assert report.violations == [], [checker.format_violation(v) for v in report.violations]
+    assert report.invariants_checked["queued_start_once"] == 1
+
+
+def test_a_queued_attempt_started_twice(run: Run, tmp_path: Path) -> None:
+    fence = _queued(run)
+    run.agents["east"] += [agent_line("agent_starting", cluster="east"),
+                           agent_line("attempt_started", fence=fence, job="j4", task="p",
+                                      attempt=1, pid=8)]
+    report = checker.check(run.write(tmp_path))
+    assert "queued_start_once" in checks(report)
+    assert checks(report) <= {"queued_start_once", "agent_start_once"}
+    assert any(f"queued fence {fence}" in v.message and "started again" in v.message
+               for v in report.violations)
+
+
+def test_a_queued_attempt_started_after_it_left_the_queue(run: Run, tmp_path: Path) -> None:
+    fence = _queued(run)
+    start = run.agents["east"].pop()
+    run.agents["east"] += [agent_line("agent_starting", cluster="east"),
+                           agent_line("attempt_queued_at_restart", fence=fence, job="j4",
+                                      task="p"), start]
+    report = checker.check(run.write(tmp_path))
+    assert checks(report) == {"queued_start_once"}
+    assert "started after it left the queue unstarted" in report.violations[0].message

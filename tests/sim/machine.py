@@ -299,13 +299,13 @@ class Machine:
         self.executor.progress()
 
     def collect(self) -> None:
-        """Completions become reports, then what they freed starts from the local queue at once
-        (`Agent._collect`); the agent may die starting one (`crashes_in_launch`)."""
+        """Completions become reports, then what they freed starts from the local queue at once,
+        both in one synced write before the starts (`Agent._collect`); the agent may die
+        starting one (`crashes_in_launch`)."""
         if self.core is None:
             return
-        self.core.collect()
         try:
-            self._count(self.core.start_queued())
+            self._count(self.core.collect_and_start()[1])
         except SimCrash:
             self.crashes_in_launch += 1
             self.crash(machine=False)

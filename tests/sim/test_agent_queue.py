@@ -4,6 +4,8 @@ over-commits the real capacity or starts a fence it withdrew."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from agent.core import QUEUE_WITHDRAWN_REASON, AgentCore, Decision
@@ -27,9 +29,9 @@ def _caught(core: type[AgentCore]) -> list[str]:
 class OverCommittingQueueCore(AgentCore):
     """A planted bug: the whole queue starts when a slot frees, whether it fits or not."""
 
-    def start_queued(self) -> list[Decision]:
+    def start_queued(self, carry: Any = ((), ())) -> list[Decision]:
         queued = [self._queue.pop(fence) for fence in sorted(self._queue)]
-        return self._launch(queued, ())
+        return self._launch(queued, (), carry=carry)
 
 
 def test_the_simulation_catches_a_queue_that_over_commits_the_real_capacity() -> None:

@@ -28,8 +28,11 @@ READY = "READY"
 
 
 class RaftschedCluster:
-    def __init__(self, supervisor: Supervisor, data_dir: Path, queue_depth: int = -1) -> None:
+    def __init__(self, supervisor: Supervisor, data_dir: Path, queue_depth: int = -1,
+                 profile_dir: Path | None = None) -> None:
         self.supervisor = supervisor
+        self.profile_dir = profile_dir
+        """When set, every process runs under `profiled.py`, saving to profile_dir/<name>."""
         self.queue_depth = queue_depth
         """The agents' --queue-depth; -1: their default."""
         self.data_dir = data_dir
@@ -64,19 +67,26 @@ class RaftschedCluster:
         directory.mkdir(parents=True)
         peers = ",".join(address for i, address in enumerate(raft) if i != index)
         self.supervisor.start(f"replica{index}", [
-            *self.command, "replica", "--raft", raft[index], "--grpc", self.servers[index],
-            "--peers", peers, "--data-dir", str(directory), "--insecure-dev",
-            "--log-level", "WARNING"])
+            *self._command(f"replica{index}"), "replica", "--raft", raft[index],
+            "--grpc", self.servers[index], "--peers", peers, "--data-dir", str(directory),
+            "--insecure-dev", "--log-level", "WARNING"])
 
     def _start_agent(self, agent_id: str, metrics_port: int) -> None:
         directory = self.data_dir / f"agent-{agent_id}"
         directory.mkdir(parents=True)
         self.supervisor.start(f"agent-{agent_id}", [
-            *self.command, "agent", "--cluster-id", agent_id, "--servers", ",".join(self.servers),
+            *self._command(f"agent-{agent_id}"), "agent", "--cluster-id", agent_id,
+            "--servers", ",".join(self.servers),
             "--cpu", str(SLOTS_PER_WORKER), "--memory-mb", str(AGENT_MEMORY_MB),
             "--data-dir", str(directory), "--executor", "mock", "--insecure-dev",
             "--metrics-port", str(metrics_port), "--log-level", "warning",
             *(["--queue-depth", str(self.queue_depth)] if self.queue_depth >= 0 else [])])
+
+    def _command(self, name: str) -> list[str]:
+        if self.profile_dir is None:
+            return self.command
+        return [sys.executable, str(Path(__file__).with_name("profiled.py")),
+                str(self.profile_dir / name), "raftsched"]
 
     def _status_from_leader(self) -> Any:
         """Admin.ClusterStatus as the leader answers it (None while there is none)."""

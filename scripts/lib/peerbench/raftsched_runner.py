@@ -178,12 +178,14 @@ class Runner:
                 "p99_ms": pct(latencies_ms, 0.99), **self._concurrent_submits()}
 
     def _concurrent_submits(self) -> Figures:
-        per_thread = workloads.scaled(workloads.SUBMIT_PER_THREAD, self.plan.scale, floor=5)
-        threads = workloads.SUBMIT_IN_FLIGHT // workloads.SUBMIT_PROCESSES
-        rate = concurrent_rate(submit_process, (self.cluster.servers, threads, per_thread),
-                               self.plan.phase_timeout_s)
-        return {"in_flight": threads * workloads.SUBMIT_PROCESSES,
-                "processes": workloads.SUBMIT_PROCESSES, "submits_per_s": rate}
+        """Submits/s at each level of workloads.SUBMIT_IN_FLIGHT_LEVELS (a client per thread)."""
+        figures: Figures = {"processes": workloads.SUBMIT_PROCESSES}
+        for in_flight in workloads.SUBMIT_IN_FLIGHT_LEVELS:
+            threads = in_flight // workloads.SUBMIT_PROCESSES
+            calls = workloads.per_thread(in_flight, self.plan.scale)
+            figures[workloads.rate_key(in_flight)] = concurrent_rate(
+                submit_process, (self.cluster.servers, threads, calls), self.plan.phase_timeout_s)
+        return figures
 
     def turnaround(self) -> Figures:
         if not self.capacity_job:

@@ -382,6 +382,85 @@ def test_a_crash_after_queueing_is_reported_rejected_after_the_restart(disk: Dis
     assert first.executor.started == [1]
 
 
+# -- one synced write on a freed slot's path (issue 24 item 4) -----------------------------------
+
+Write = tuple[int, list[tuple[int, AttemptState]], list[tuple[int, ReportKind]]]
+"""(attempts started before it, its records' (fence, state), its reports' (fence, kind))."""
+
+
+class CountingOutbox:
+    """Records each write's records and reports, and how many attempts had started by then."""
+
+    def __init__(self, inner: Outbox, executor: FakeExecutor) -> None:
+        self.inner, self.executor = inner, executor
+        self.writes: list[Write] = []
+
+    def __getattr__(self, name: str) -> Callable[..., object]:
+        return getattr(self.inner, name)  # type: ignore[no-any-return]
+
+    def write(self, **kwargs: object) -> int:
+        records = [(r.fence, r.state) for r in kwargs.get("records", ())]  # type: ignore[attr-defined]
+        reports = [(r.fence, r.kind) for r in kwargs.get("reports", ())]  # type: ignore[attr-defined]
+        if records or reports or kwargs.get("delete_records"):
+            self.writes.append((len(self.executor.started), records, reports))
+        return self.inner.write(**kwargs)  # type: ignore[arg-type]
+
+
+def _counted(disk: Disk, queue_depth: int = 1) -> tuple[AgentCore, FakeExecutor, CountingOutbox]:
+    fences, outbox = disk.stores()
+    executor = FakeExecutor()
+    counting = CountingOutbox(outbox, executor)
+    core = AgentCore(CoreConfig("east", CAPACITY, queue_depth=queue_depth), ManualClock(), fences,
+                     counting, executor)  # type: ignore[arg-type]
+    core.start()
+    core.registered(Registered(2, "leader", 0, 0, ()))
+    return core, executor, counting
+
+
+def test_a_freed_slot_starts_its_queued_attempt_after_one_synced_write(disk: Disk) -> None:
+    core, executor, outbox = _counted(disk)
+    core.handle(Directives(2, (_task(1), _task(2)), ()))  # type: ignore[arg-type]
+    outbox.writes.clear()
+    executor.completions.append(Completion(1, 0))
+    assert core.collect_and_start() == (1, [Decision.QUEUE_STARTED])
+    assert executor.started == [1, 2]
+    before_start = [w for w in outbox.writes if w[0] == 1]
+    assert len(before_start) == 1  # was two: the FINISHED write, then the RUNNING record's
+    _, records, reports = before_start[0]
+    assert records == [(1, AttemptState.FINISHED), (2, AttemptState.RUNNING)]
+    assert reports == [(1, ReportKind.FINISHED)]
+    assert [r.kind for r in outbox.inner.pending(100) if r.fence == 2] == [
+        ReportKind.STARTED, ReportKind.QUEUED]
+
+
+def test_collect_and_start_with_an_empty_queue_still_writes_the_completion(disk: Disk) -> None:
+    core, executor, outbox = _counted(disk, queue_depth=0)
+    core.handle(Directives(2, (_task(1),), ()))  # type: ignore[arg-type]
+    executor.completions.append(Completion(1, 0))
+    assert core.collect_and_start() == (1, [])
+    assert outbox.writes[-1][1:] == ([(1, AttemptState.FINISHED)], [(1, ReportKind.FINISHED)])
+    assert ReportKind.FINISHED in [r.kind for r in outbox.inner.pending(100) if r.fence == 1]
+    assert core.collect_and_start() == (0, [])
+
+
+def test_a_crash_in_the_one_write_leaves_the_queued_attempt_unstarted(disk: Disk) -> None:
+    core, executor, outbox = _counted(disk)
+    core.handle(Directives(2, (_task(1), _task(2)), ()))  # type: ignore[arg-type]
+    executor.completions.append(Completion(1, 0))
+
+    def crash(**kwargs: object) -> int:
+        raise OSError("crashed in the write")
+
+    outbox.write = crash  # type: ignore[method-assign]
+    with pytest.raises(OSError):
+        core.collect_and_start()
+    assert executor.started == [1]  # nothing started before its record was written
+    restarted = Agent(disk, queue_depth=1, executor=executor)
+    assert restarted.record(2) is None and restarted.reports(2) == [
+        ReportKind.REJECTED, ReportKind.QUEUED]  # rejected at restart, never started
+    assert executor.started == [1]
+
+
 # -- the agent's flag -----------------------------------------------------------------------------
 
 def test_the_queue_depth_flag_defaults_to_a_tenth_of_the_cores_and_is_bounded() -> None:
