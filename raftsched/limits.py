@@ -462,3 +462,41 @@ MAX_PENDING_REPORTS = 100_000
 MAX_ATTEMPT_RECORDS = 100_000
 """Attempt records held (running, or finished with their report unacked)."""
 
+
+# --- Jobs on a clock: replicated schedules (issue 25) ---------------------------------------------
+
+MAX_SCHEDULES = 10_000
+"""Schedules the state holds in all; SCHEDULE_CREATE past it is RESOURCE_EXHAUSTED."""
+
+MAX_SCHEDULES_PER_TENANT = 1_000
+"""Schedules one tenant holds; SCHEDULE_CREATE past it is RESOURCE_EXHAUSTED."""
+
+MAX_SCHEDULE_RUNS_KEPT = 50
+"""Recent runs (nominal time, job id) a schedule remembers, newest last; older ones drop off
+(their jobs live on under retention)."""
+
+MAX_SCHEDULE_ID_CHARS = MAX_ID_CHARS - 24
+"""A schedule id leaves room in a job id for its run's suffix ("-20261025T010000Z", or with
+milliseconds "-20261025T010000.250Z")."""
+
+MAX_FIRES_PER_COMMAND = 64
+"""Nominal times one SCHEDULE_FIRE carries (a catch-up after an outage fires them in pieces)."""
+
+MAX_BACKFILL_RUNS = 1_000
+"""Nominal times one backfill may name; a wider range is refused, naming the bound."""
+
+MAX_BACKFILL_SPAN_MS = 366 * 24 * 3600 * 1000
+"""A backfill's range (--from .. --to) is at most this long (a year and a day)."""
+
+MAX_SCHEDULE_RULE_WIRE_BYTES = 4_096
+"""The rule's wire form a schedule stores (opaque to apply) packs to at most this many bytes."""
+
+MAX_SCHEDULE_NOTE_CHARS = 512
+"""A schedule's note (why it was paused)."""
+
+DEFAULT_SCHEDULE_CATCHUP_WINDOW_MS = 10 * 60 * 1000
+"""A fire missed by at most this much (a failover, a short outage) still happens once a leader
+exists; older misses are skipped and counted."""
+
+SCHEDULE_FIRE_PERIOD_S = 0.25
+"""How often the leader's firing component looks for due fire times."""

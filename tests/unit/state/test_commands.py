@@ -56,6 +56,8 @@ def test_tags_are_append_only() -> None:
         "ASSIGN_BATCH": 5, "REPORT_BATCH": 6, "TICK": 7, "ATTEMPT_MARK_LOST": 8, "BARRIER": 9,
         "TOKEN_PUT": 10, "TOKEN_REVOKE": 11, "CLUSTER_REMOVE": 12, "TENANT_SET": 13,
             "CLUSTER_DRAIN": 14, "CERT_REVOKE": 15,
+        "SCHEDULE_CREATE": 17, "SCHEDULE_SET": 18, "SCHEDULE_DELETE": 19, "SCHEDULE_FIRE": 20,
+        "SCHEDULE_BACKFILL": 21,
     }
 
 
