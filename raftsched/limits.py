@@ -500,3 +500,18 @@ exists; older misses are skipped and counted."""
 
 SCHEDULE_FIRE_PERIOD_S = 0.25
 """How often the leader's firing component looks for due fire times."""
+
+SCHEDULE_MIN_EVERY_MS = 1_000
+"""An interval schedule fires at most once a second (`every: 1s`)."""
+
+SCHEDULE_MAX_EVERY_MS = 366 * 24 * 3600 * 1000
+"""An interval is at most a year and a day."""
+
+SCHEDULE_MAX_CATCHUP_WINDOW_MS = 7 * 24 * 3600 * 1000
+"""`catchup_window_s` is at most a week."""
+
+SCHEDULE_MAX_PAUSE_AFTER_FAILURES = 1_000
+"""`pause_after_failures` is at most this (0: never pause)."""
+
+SCHEDULE_NEXT_SHOWN = 10
+"""`schedule show` lists this many next fire times."""

@@ -1,0 +1,107 @@
+"""Integration (issue 25): an `every: 2s` schedule on a real 3-replica cluster. Runs appear;
+killing the leader (-9) does not double-fire and leaves no time of the catch-up window
+unfired; pause stops runs; resume does not fire the paused span."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from raftsched.state.schedule_times import stamp
+from tests.support.cluster import LocalCluster, plus_one, running
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.integration]
+
+EVERY_MS = 2_000
+RUNS_TIMEOUT_S = 60.0
+SCHEDULE = """
+name: every2s
+allow_unschedulable: true
+schedule: {every: 2s, overlap: allow, catchup_window_s: 120}
+tasks:
+  - {id: a, command: [sh, -c, "true"], requires: [nowhere]}
+"""
+
+
+def _runs(cluster: LocalCluster) -> list[str]:
+    page = cluster.client().list_jobs(query="every2s-", limit=1000)
+    return sorted(job.job_id for job in page.jobs)
+
+
+def _grid(job_ids: list[str]) -> list[str]:
+    return [job_id.removeprefix("every2s-") for job_id in job_ids]
+
+
+def _more_runs(cluster: LocalCluster, than: int) -> list[str] | None:
+    runs = _runs(cluster)
+    return runs if len(runs) > than else None
+
+
+def test_an_every_2s_schedule_fires_once_per_time_across_a_leader_kill_and_a_pause(
+        tmp_path: Path) -> None:
+    spec = tmp_path / "every2s.yaml"
+    spec.write_text(SCHEDULE)
+    with running(tmp_path / "cluster") as cluster:
+        created = cluster.cli("schedule", "create", str(spec), "--json")
+        assert created.returncode == 0, created.stderr
+        assert json.loads(created.stdout) == {"schedule_id": "every2s", "created": True}
+        first = wait_until(lambda: _more_runs(cluster, 1), "two runs", RUNS_TIMEOUT_S)
+        old = cluster.wait_leader()
+        cluster.replicas[old].kill()
+        started = time.monotonic()
+        wait_until(lambda: plus_one(_other_leader(cluster, old)), "a new leader", RUNS_TIMEOUT_S)
+        print(f"new leader after {time.monotonic() - started:.1f} s")
+        after = wait_until(lambda: _more_runs(cluster, len(first) + 2), "runs after the kill",
+                           RUNS_TIMEOUT_S)
+        _check_consecutive(after)
+        _pause_and_resume(cluster, tmp_path)
+
+
+def _check_consecutive(job_ids: list[str]) -> None:
+    """One job per nominal time, and no time between the first and the last left out (the
+    downtime is far inside the 120 s catch-up window)."""
+    times = _grid(job_ids)
+    assert len(times) == len(set(times))
+    first_ms = _ms(job_ids[0])
+    expected = [stamp(first_ms + k * EVERY_MS) for k in range(len(times))]
+    assert times == expected, f"runs {times} are not every 2 s from the first"
+
+
+def _ms(job_id: str) -> int:
+    moment = dt.datetime.strptime(job_id.removeprefix("every2s-"), "%Y%m%dT%H%M%SZ")
+    return int(moment.replace(tzinfo=dt.UTC).timestamp() * 1000)
+
+
+def _pause_and_resume(cluster: LocalCluster, tmp_path: Path) -> None:
+    paused = cluster.cli("schedule", "pause", "every2s", "--note", "maintenance", "--json")
+    assert paused.returncode == 0, paused.stderr
+    assert json.loads(paused.stdout)["paused"] is True
+    paused_ms = int(time.time() * 1000)
+    before = _runs(cluster)
+    # the paused span covers at least three fire times
+    wait_until(lambda: time.time() * 1000 > paused_ms + 3 * EVERY_MS, "three intervals")
+    resumed = cluster.cli("schedule", "resume", "every2s", "--json")
+    assert resumed.returncode == 0, resumed.stderr
+    resumed_ms = int(time.time() * 1000)
+    after = wait_until(lambda: _more_runs(cluster, len(before)), "a run after resume",
+                       RUNS_TIMEOUT_S)
+    new = [job_id for job_id in after if job_id not in before]
+    # the resume was applied after paused_ms + 3 intervals: every later run is after it
+    assert all(_ms(job_id) > paused_ms + 3 * EVERY_MS for job_id in new), \
+        f"a run of the paused span ({paused_ms}..{resumed_ms}): {new}"
+    shown = cluster.cli("schedule", "show", "every2s", "--json")
+    document = json.loads(shown.stdout)
+    assert document["paused"] is False and len(document["next"]) == 10
+    assert [run["job_id"] for run in document["runs"]] == sorted(
+        (run["job_id"] for run in document["runs"]), reverse=True)
+    assert len(after) == len(set(after))
+
+
+def _other_leader(cluster: LocalCluster, old: int) -> int | None:
+    index = cluster.leader_index()
+    return None if index is None or index == old else index
