@@ -101,9 +101,11 @@ class _Term:
 
 class Leader:
     def __init__(self, node: Node, clock: Clock, rng: random.Random, config: LeaderConfig,
-                 version: Callable[[], int] = lambda: -1) -> None:
+                 version: Callable[[], int] = lambda: -1,
+                 fire_lag: Callable[[float], None] = lambda _s: None) -> None:
         """`version` moves whenever the applied state changes (service.ChangeFeed.version);
-        planning is skipped while nothing changed since a plan that placed nothing."""
+        planning is skipped while nothing changed since a plan that placed nothing.
+        `fire_lag` hears each schedule fire's lag (nominal time to proposal, seconds)."""
         self._node = node
         self._proposer = Proposer(node)
         self._version = version
@@ -116,7 +118,7 @@ class Leader:
         self._lock = threading.Lock()
         self._term = _Term()
         self._thread: threading.Thread | None = None
-        self.firing = Firing(node, self._proposer, clock)
+        self.firing = Firing(node, self._proposer, clock, fire_lag)
         """The schedules' timer (issue 25)."""
 
     # -- lifecycle -------------------------------------------------------------------------------

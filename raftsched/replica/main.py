@@ -222,7 +222,7 @@ def _run(args: argparse.Namespace) -> int:
                     LeaderConfig(raft_address=args.raft, grpc_address=args.grpc,
                                  suspect_after_s=args.suspect_after_s,
                                  lost_after_s=args.lost_after_s, on_office=on_office),
-                    version=changes.version)
+                    version=changes.version, fire_lag=telemetry.fire_lag)
     try:
         server = _server(Context(node, leader, clock, changes, args.grpc,
                                  max_stream_age_s=args.max_stream_age_s, events=events),
