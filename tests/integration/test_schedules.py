@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from raftsched.client.client import Client
+from raftsched.errors import Code
 from raftsched.state.schedule_times import stamp
-from tests.support.cluster import LocalCluster, plus_one, running
+from tests.support.cluster import LocalCluster, code_of, plus_one, running
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
@@ -105,3 +107,40 @@ def _pause_and_resume(cluster: LocalCluster, tmp_path: Path) -> None:
 def _other_leader(cluster: LocalCluster, old: int) -> int | None:
     index = cluster.leader_index()
     return None if index is None or index == old else index
+
+
+HOURLY = """
+name: hourly-{tenant}
+tenant: {tenant}
+allow_unschedulable: true
+schedule: {{every: 1h}}
+tasks:
+  - {{id: a, command: [sh, -c, "true"], requires: [nowhere]}}
+"""
+
+
+def _as(cluster: LocalCluster, tenant: str) -> Client:
+    token = cluster.client().create_token(tenant, "user", f"test {tenant}").token
+    return cluster.client(token=str(token), retry_budget_s=5)
+
+
+def test_a_tenants_token_neither_sees_nor_touches_another_tenants_schedules(
+        tmp_path: Path) -> None:
+    with running(tmp_path) as cluster:
+        alpha, beta = _as(cluster, "alpha"), _as(cluster, "beta")
+        assert alpha.create_schedule("a1", HOURLY.format(tenant="alpha")).created
+        assert beta.create_schedule("b1", HOURLY.format(tenant="beta")).created
+        for call in (lambda: beta.get_schedule("a1"), lambda: beta.set_schedule("a1", True),
+                     lambda: beta.trigger_schedule("a1"), lambda: beta.delete_schedule("a1"),
+                     lambda: beta.backfill_schedule("a1", 0, 3_600_000),
+                     lambda: beta.get_schedule("no-such-schedule")):
+            assert code_of(call) == Code.NOT_FOUND  # the same answer as for no such schedule
+        assert [s.schedule_id for s in beta.list_schedules().schedules] == ["b1"]
+        assert code_of(lambda: beta.list_schedules("alpha")) == Code.PERMISSION_DENIED
+        assert code_of(lambda: beta.create_schedule(
+            "b2", HOURLY.format(tenant="alpha"))) == Code.PERMISSION_DENIED
+        assert alpha.get_schedule("a1").paused is False
+        everyone = {s.schedule_id for s in cluster.client().list_schedules().schedules}
+        assert everyone == {"a1", "b1"}
+        run = alpha.trigger_schedule("a1").job_ids[0]
+        assert run.startswith("a1-manual-") and alpha.get_job(run).tenant == "alpha"
