@@ -262,9 +262,9 @@ class Leader:
             return
         self._check_health()
         self._warn_unrecorded_kills()
+        self.firing.fire_due()  # first: a run fired now is placed in this very round
         self._place()
         self._tick_if_due()
-        self.firing.fire_due()
         self._look_for_unusable()
 
     def _look_for_unusable(self) -> None:
