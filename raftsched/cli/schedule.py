@@ -205,12 +205,19 @@ def _print_schedule(args: argparse.Namespace, info: Any) -> None:
     if args.json:
         print_json(doc)
         return
+    shown = {**doc, "paused": "yes" if doc["paused"] else "no", "note": doc["note"] or "-",
+             "skipped": ", ".join(f"{reason} {count}" for reason, count in
+                                  sorted(doc["skipped"].items())) or "-"}
     for key in ("schedule_id", "tenant", "rule", "zone", "overlap", "paused", "note", "fired",
                 "skipped", "last_nominal_time"):
-        print(f"{key:<18} {doc[key]}")
-    print("next               " + (", ".join(doc["next"]) or "-"))
+        print(f"{key:<18} {shown[key]}")
+    print("next               " + (", ".join(doc["next"][:3]) or "-")
+          + (f" (+{len(doc['next']) - 3} more: --json)" if len(doc["next"]) > 3 else ""))
+    width = max((len(run["job_id"]) for run in doc["runs"]), default=0)
+    if doc["runs"]:
+        print(f"\n{'NOMINAL':<20}  {'JOB':<{width}}  STATE")
     for run in doc["runs"]:
-        print(f"  {run['nominal_time']}  {run['job_id']}  {run['state']}")
+        print(f"{run['nominal_time']:<20}  {run['job_id']:<{width}}  {run['state']}")
 
 
 def _run_pause(args: argparse.Namespace) -> int:

@@ -106,3 +106,15 @@ def test_job_list_schedule_keeps_only_its_runs(capsys: pytest.CaptureFixture[str
     assert [j["job_id"] for j in document["jobs"]] == ["demo-1"]
     code, document = run_json(capsys, "job", "list", "--schedule", "dem")
     assert code == 0 and document["jobs"] == []  # whatever the query found: not "dem-..."
+
+
+def test_show_text(capsys: pytest.CaptureFixture[str], fake: ScheduleClient) -> None:
+    code, out, _ = run(capsys, "schedule", "show", "nightly")
+    lines = out.splitlines()
+    assert code == 0 and "paused             no" in lines
+    assert "skipped            overlap 1" in lines
+    assert "next               1970-01-01T02:00:00Z, 1970-01-01T04:00:00Z, " \
+           "1970-01-01T06:00:00Z (+7 more: --json)" in lines
+    assert lines[-3:] == ["NOMINAL               JOB                       STATE",
+                          "1970-01-01T01:00:00Z  nightly-19700101T010000Z  RUNNING",
+                          "1970-01-01T00:00:00Z  nightly-19700101T000000Z  SUCCEEDED"]
