@@ -515,3 +515,17 @@ SCHEDULE_MAX_PAUSE_AFTER_FAILURES = 1_000
 
 SCHEDULE_NEXT_SHOWN = 10
 """`schedule show` lists this many next fire times."""
+
+MAX_CRON_CHARS = 256
+"""A cron expression's text (`schedule.cron`)."""
+
+MAX_ZONE_NAME_CHARS = 64
+"""An IANA time zone name (`schedule.timezone`)."""
+
+CRON_SEARCH_DAYS = 9 * 366
+"""A cron rule's walk through the calendar gives up after this many days without a match: past
+the longest gap between two 29 Februaries (8 years, 2096 -> 2104)."""
+
+MAX_ZONES_CACHED = 512
+"""Time zones whose offset range (how far a wall-clock time may lie from UTC) is kept in memory
+once worked out (a few hundred ms each)."""

@@ -23,9 +23,9 @@ from raftsched.cli.common import (
 )
 from raftsched.errors import Code
 from raftsched.options import integer
+from raftsched.schedules.file import parse_schedule_text
 from raftsched.spec.file import read_spec_file
 from raftsched.spec.model import SpecError
-from raftsched.spec.schedule_file import parse_schedule_text
 
 _HELP = ("Jobs on a clock: a schedule is a job spec with a top-level 'schedule:' table (every: "
          "30s, overlap, catchup_window_s, pause_after_failures). Only the leader fires, once "

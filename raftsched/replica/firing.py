@@ -12,13 +12,17 @@ MAX_FIRES_PER_COMMAND per entry. `plan_fires` is pure (the state and now in, com
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
+from typing import Any
+from zoneinfo import ZoneInfo
 
 from raftsched import limits
 from raftsched.clock import Clock
 from raftsched.eventlog import EventLogger
 from raftsched.replica.proposals import Proposer, for_leader
 from raftsched.replica.raft.port import RaftPort
+from raftsched.schedules.cron import Cron, CronError, fires_after, parse_cron, zone_of
 from raftsched.state import commands as c
 from raftsched.state.model import Schedule, State
 from raftsched.state.results import ScheduleFired
@@ -35,11 +39,34 @@ at most limit."""
 
 
 def due_times(schedule: Schedule, after_ms: int, until_ms: int, limit: int) -> list[int]:
-    """An interval rule's times, by arithmetic. A cron rule's need the rule module's
-    `fires_after` (tzdata); until it is wired, a cron schedule fires nothing here."""
+    """An interval rule's times, by arithmetic; a cron rule's on its zone's wall clock (this
+    replica's tzdata: only the leader asks), within start_at/end_at."""
     if schedule.every_ms > 0:
         return interval_fires_after(schedule, after_ms, limit, until_ms)
-    return []
+    rule = cron_rule(schedule.rule)
+    if rule is None:
+        return []
+    cron, zone = rule
+    after = max(after_ms, schedule.start_at_ms - 1)
+    until = min(until_ms, schedule.end_at_ms) if schedule.end_at_ms else until_ms
+    return fires_after(cron, zone, after, limit, until) if until > after else []
+
+
+@functools.lru_cache(maxsize=limits.MAX_SCHEDULES)
+def _parsed(text: str, zone_name: str) -> tuple[Cron, ZoneInfo] | None:
+    try:
+        return parse_cron(text), zone_of(zone_name)
+    except CronError as error:  # a zone this replica's tzdata lacks: say so, fire nothing
+        log.warning("schedule_rule_unusable", rule=text, zone=zone_name, error=str(error))
+        return None
+
+
+def cron_rule(rule: list[Any]) -> tuple[Cron, ZoneInfo] | None:
+    """The cron rule and zone of a stored ["cron", text, zone] wire form, else None."""
+    if len(rule) == 3 and rule[0] == "cron" and isinstance(rule[1], str) \
+            and isinstance(rule[2], str):
+        return _parsed(rule[1], rule[2])
+    return None
 
 
 def plan_fires(state: State, now_ms: int, due: DueTimes = due_times) -> list[c.ScheduleFire]:

@@ -17,8 +17,8 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.replica import identity
 from raftsched.replica.firing import due_times
 from raftsched.replica.service import Context, refuse_unprintable
+from raftsched.schedules.file import parse_schedule_text
 from raftsched.spec.model import SpecError
-from raftsched.spec.schedule_file import parse_schedule_text
 from raftsched.spec.wire import to_wire
 from raftsched.state import commands as c
 from raftsched.state.model import ALL_TENANTS, Schedule, State
