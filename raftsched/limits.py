@@ -484,3 +484,69 @@ every call's token check waits for, so an entry holds it ~0.1 s at most, not a s
 BATCH_ENTRY_OVERHEAD_BYTES = 64
 """Room kept in each JOB_SUBMIT_BATCH entry for its tag, headers and now_ms: a batch is split so
 that its jobs' packed bytes stay under MAX_ENTRY_BYTES minus this."""
+# --- Jobs on a clock: replicated schedules (issue 25) ---------------------------------------------
+
+MAX_SCHEDULES = 10_000
+"""Schedules the state holds in all; SCHEDULE_CREATE past it is RESOURCE_EXHAUSTED."""
+
+MAX_SCHEDULES_PER_TENANT = 1_000
+"""Schedules one tenant holds; SCHEDULE_CREATE past it is RESOURCE_EXHAUSTED."""
+
+MAX_SCHEDULE_RUNS_KEPT = 50
+"""Recent runs (nominal time, job id) a schedule remembers, newest last; older ones drop off
+(their jobs live on under retention)."""
+
+MAX_SCHEDULE_ID_CHARS = MAX_ID_CHARS - 24
+"""A schedule id leaves room in a job id for its run's suffix ("-20261025T010000Z", or with
+milliseconds "-20261025T010000.250Z")."""
+
+MAX_FIRES_PER_COMMAND = 64
+"""Nominal times one SCHEDULE_FIRE carries (a catch-up after an outage fires them in pieces)."""
+
+MAX_BACKFILL_RUNS = 1_000
+"""Nominal times one backfill may name; a wider range is refused, naming the bound."""
+
+MAX_BACKFILL_SPAN_MS = 366 * 24 * 3600 * 1000
+"""A backfill's range (--from .. --to) is at most this long (a year and a day)."""
+
+MAX_SCHEDULE_RULE_WIRE_BYTES = 4_096
+"""The rule's wire form a schedule stores (opaque to apply) packs to at most this many bytes."""
+
+MAX_SCHEDULE_NOTE_CHARS = 512
+"""A schedule's note (why it was paused)."""
+
+DEFAULT_SCHEDULE_CATCHUP_WINDOW_MS = 10 * 60 * 1000
+"""A fire missed by at most this much (a failover, a short outage) still happens once a leader
+exists; older misses are skipped and counted."""
+
+SCHEDULE_FIRE_PERIOD_S = 0.25
+"""How often the leader's firing component looks for due fire times."""
+
+SCHEDULE_MIN_EVERY_MS = 1_000
+"""An interval schedule fires at most once a second (`every: 1s`)."""
+
+SCHEDULE_MAX_EVERY_MS = 366 * 24 * 3600 * 1000
+"""An interval is at most a year and a day."""
+
+SCHEDULE_MAX_CATCHUP_WINDOW_MS = 7 * 24 * 3600 * 1000
+"""`catchup_window_s` is at most a week."""
+
+SCHEDULE_MAX_PAUSE_AFTER_FAILURES = 1_000
+"""`pause_after_failures` is at most this (0: never pause)."""
+
+SCHEDULE_NEXT_SHOWN = 10
+"""`schedule show` lists this many next fire times."""
+
+MAX_CRON_CHARS = 256
+"""A cron expression's text (`schedule.cron`)."""
+
+MAX_ZONE_NAME_CHARS = 64
+"""An IANA time zone name (`schedule.timezone`)."""
+
+CRON_SEARCH_DAYS = 9 * 366
+"""A cron rule's walk through the calendar gives up after this many days without a match: past
+the longest gap between two 29 Februaries (8 years, 2096 -> 2104)."""
+
+MAX_ZONES_CACHED = 512
+"""Time zones whose offset range (how far a wall-clock time may lie from UTC) is kept in memory
+once worked out (a few hundred ms each)."""

@@ -942,3 +942,140 @@ class ReplicaResponse(_message.Message):
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     members: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, members: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class CreateScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id", "spec")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    spec: str
+    def __init__(self, schedule_id: _Optional[str] = ..., spec: _Optional[str] = ...) -> None: ...
+
+class CreateScheduleResponse(_message.Message):
+    __slots__ = ("schedule_id", "created")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    CREATED_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    created: bool
+    def __init__(self, schedule_id: _Optional[str] = ..., created: _Optional[bool] = ...) -> None: ...
+
+class ListSchedulesRequest(_message.Message):
+    __slots__ = ("tenant",)
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    def __init__(self, tenant: _Optional[str] = ...) -> None: ...
+
+class ListSchedulesResponse(_message.Message):
+    __slots__ = ("schedules",)
+    SCHEDULES_FIELD_NUMBER: _ClassVar[int]
+    schedules: _containers.RepeatedCompositeFieldContainer[ScheduleInfo]
+    def __init__(self, schedules: _Optional[_Iterable[_Union[ScheduleInfo, _Mapping]]] = ...) -> None: ...
+
+class GetScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id",)
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    def __init__(self, schedule_id: _Optional[str] = ...) -> None: ...
+
+class ScheduleRun(_message.Message):
+    __slots__ = ("nominal_ms", "job_id", "state")
+    NOMINAL_MS_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    nominal_ms: int
+    job_id: str
+    state: str
+    def __init__(self, nominal_ms: _Optional[int] = ..., job_id: _Optional[str] = ..., state: _Optional[str] = ...) -> None: ...
+
+class ScheduleInfo(_message.Message):
+    __slots__ = ("schedule_id", "tenant", "paused", "note", "rule", "zone", "overlap", "catchup_window_ms", "pause_after_failures", "last_nominal_ms", "next_ms", "runs", "fired", "skipped", "consecutive_failures", "backfill_waiting", "created_ms")
+    class SkippedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    RULE_FIELD_NUMBER: _ClassVar[int]
+    ZONE_FIELD_NUMBER: _ClassVar[int]
+    OVERLAP_FIELD_NUMBER: _ClassVar[int]
+    CATCHUP_WINDOW_MS_FIELD_NUMBER: _ClassVar[int]
+    PAUSE_AFTER_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    LAST_NOMINAL_MS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_MS_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    FIRED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    CONSECUTIVE_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    BACKFILL_WAITING_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    tenant: str
+    paused: bool
+    note: str
+    rule: str
+    zone: str
+    overlap: str
+    catchup_window_ms: int
+    pause_after_failures: int
+    last_nominal_ms: int
+    next_ms: _containers.RepeatedScalarFieldContainer[int]
+    runs: _containers.RepeatedCompositeFieldContainer[ScheduleRun]
+    fired: int
+    skipped: _containers.ScalarMap[str, int]
+    consecutive_failures: int
+    backfill_waiting: int
+    created_ms: int
+    def __init__(self, schedule_id: _Optional[str] = ..., tenant: _Optional[str] = ..., paused: _Optional[bool] = ..., note: _Optional[str] = ..., rule: _Optional[str] = ..., zone: _Optional[str] = ..., overlap: _Optional[str] = ..., catchup_window_ms: _Optional[int] = ..., pause_after_failures: _Optional[int] = ..., last_nominal_ms: _Optional[int] = ..., next_ms: _Optional[_Iterable[int]] = ..., runs: _Optional[_Iterable[_Union[ScheduleRun, _Mapping]]] = ..., fired: _Optional[int] = ..., skipped: _Optional[_Mapping[str, int]] = ..., consecutive_failures: _Optional[int] = ..., backfill_waiting: _Optional[int] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class SetScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id", "paused", "note")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
+    NOTE_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    paused: bool
+    note: str
+    def __init__(self, schedule_id: _Optional[str] = ..., paused: _Optional[bool] = ..., note: _Optional[str] = ...) -> None: ...
+
+class TriggerScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id",)
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    def __init__(self, schedule_id: _Optional[str] = ...) -> None: ...
+
+class BackfillScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id", "from_ms", "to_ms", "max_concurrent")
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_MS_FIELD_NUMBER: _ClassVar[int]
+    TO_MS_FIELD_NUMBER: _ClassVar[int]
+    MAX_CONCURRENT_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    from_ms: int
+    to_ms: int
+    max_concurrent: int
+    def __init__(self, schedule_id: _Optional[str] = ..., from_ms: _Optional[int] = ..., to_ms: _Optional[int] = ..., max_concurrent: _Optional[int] = ...) -> None: ...
+
+class ScheduleRunsResponse(_message.Message):
+    __slots__ = ("job_ids", "queued", "skipped")
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    SKIPPED_FIELD_NUMBER: _ClassVar[int]
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    queued: int
+    skipped: int
+    def __init__(self, job_ids: _Optional[_Iterable[str]] = ..., queued: _Optional[int] = ..., skipped: _Optional[int] = ...) -> None: ...
+
+class DeleteScheduleRequest(_message.Message):
+    __slots__ = ("schedule_id",)
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
+    schedule_id: str
+    def __init__(self, schedule_id: _Optional[str] = ...) -> None: ...
+
+class DeleteScheduleResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...

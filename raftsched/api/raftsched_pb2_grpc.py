@@ -1371,3 +1371,349 @@ class Admin:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class SchedulesStub:
+    """Jobs on a clock (issue 25): a job spec with a top-level `schedule:` table, fired by the
+    leader exactly once per nominal time (each run a job `<schedule_id>-<UTC time>`). Tenant and
+    role rules as for jobs: a user token acts within its tenant (another tenant's schedule is
+    NOT_FOUND); operator and admin tokens of tenant `*` see all.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.CreateSchedule = channel.unary_unary(
+                '/raftsched.v1.Schedules/CreateSchedule',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.CreateScheduleRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.CreateScheduleResponse.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/raftsched.v1.Schedules/ListSchedules',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.GetSchedule = channel.unary_unary(
+                '/raftsched.v1.Schedules/GetSchedule',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.GetScheduleRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ScheduleInfo.FromString,
+                _registered_method=True)
+        self.SetSchedule = channel.unary_unary(
+                '/raftsched.v1.Schedules/SetSchedule',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.SetScheduleRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ScheduleInfo.FromString,
+                _registered_method=True)
+        self.TriggerSchedule = channel.unary_unary(
+                '/raftsched.v1.Schedules/TriggerSchedule',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.TriggerScheduleRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ScheduleRunsResponse.FromString,
+                _registered_method=True)
+        self.BackfillSchedule = channel.unary_unary(
+                '/raftsched.v1.Schedules/BackfillSchedule',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.BackfillScheduleRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ScheduleRunsResponse.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/raftsched.v1.Schedules/DeleteSchedule',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.DeleteScheduleRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.DeleteScheduleResponse.FromString,
+                _registered_method=True)
+
+
+class SchedulesServicer:
+    """Jobs on a clock (issue 25): a job spec with a top-level `schedule:` table, fired by the
+    leader exactly once per nominal time (each run a job `<schedule_id>-<UTC time>`). Tenant and
+    role rules as for jobs: a user token acts within its tenant (another tenant's schedule is
+    NOT_FOUND); operator and admin tokens of tenant `*` see all.
+    """
+
+    def CreateSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetSchedule(self, request, context):
+        """Pause (with a note) or resume; a resume fires nothing from the paused span.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TriggerSchedule(self, request, context):
+        """One run now, outside the rule (job `<schedule_id>-manual-<UTC time>`).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BackfillSchedule(self, request, context):
+        """Run the rule's past fire times in [from_ms, to_ms] once each (a time that has its run
+        already is skipped), at most max_concurrent live at once.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_SchedulesServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'CreateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSchedule,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.CreateScheduleRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.CreateScheduleResponse.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'GetSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetSchedule,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.GetScheduleRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ScheduleInfo.SerializeToString,
+            ),
+            'SetSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetSchedule,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.SetScheduleRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ScheduleInfo.SerializeToString,
+            ),
+            'TriggerSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.TriggerSchedule,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.TriggerScheduleRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ScheduleRunsResponse.SerializeToString,
+            ),
+            'BackfillSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.BackfillSchedule,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.BackfillScheduleRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ScheduleRunsResponse.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.DeleteScheduleRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.DeleteScheduleResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'raftsched.v1.Schedules', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('raftsched.v1.Schedules', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class Schedules:
+    """Jobs on a clock (issue 25): a job spec with a top-level `schedule:` table, fired by the
+    leader exactly once per nominal time (each run a job `<schedule_id>-<UTC time>`). Tenant and
+    role rules as for jobs: a user token acts within its tenant (another tenant's schedule is
+    NOT_FOUND); operator and admin tokens of tenant `*` see all.
+    """
+
+    @staticmethod
+    def CreateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Schedules/CreateSchedule',
+            raftsched_dot_v1_dot_raftsched__pb2.CreateScheduleRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.CreateScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Schedules/ListSchedules',
+            raftsched_dot_v1_dot_raftsched__pb2.ListSchedulesRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Schedules/GetSchedule',
+            raftsched_dot_v1_dot_raftsched__pb2.GetScheduleRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.ScheduleInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Schedules/SetSchedule',
+            raftsched_dot_v1_dot_raftsched__pb2.SetScheduleRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.ScheduleInfo.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TriggerSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Schedules/TriggerSchedule',
+            raftsched_dot_v1_dot_raftsched__pb2.TriggerScheduleRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.ScheduleRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BackfillSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Schedules/BackfillSchedule',
+            raftsched_dot_v1_dot_raftsched__pb2.BackfillScheduleRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.ScheduleRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Schedules/DeleteSchedule',
+            raftsched_dot_v1_dot_raftsched__pb2.DeleteScheduleRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.DeleteScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

@@ -101,6 +101,8 @@ def _register_list(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> N
                          help="only jobs whose id or name contains TEXT, ignoring case")
     listing.add_argument("--newest", action="store_true",
                          help="newest first (default: oldest first, in submission order)")
+    listing.add_argument("--schedule", default="", metavar="ID",
+                         help="only the runs of schedule ID (jobs named ID-<UTC time>)")
     listing.add_argument("--page-token", default="", metavar="TOKEN",
                          help="the next page, from a previous listing with the same --newest")
     listing.set_defaults(handler=_run_job_list, reads_only=True)
@@ -135,11 +137,13 @@ def _run_job_watch(args: argparse.Namespace) -> int:
 
 
 def _run_job_list(args: argparse.Namespace) -> int:
+    prefix = f"{args.schedule}-" if args.schedule else ""
     with connect(args) as client:
         page = client.list_jobs(tenant=args.tenant, state=args.state, limit=args.limit,
-                                page_token=args.page_token, query=args.query,
+                                page_token=args.page_token, query=args.query or prefix,
                                 newest_first=args.newest)
-    jobs = [render.job_doc(job) for job in page.jobs]
+    # a schedule's runs: the query finds ids containing "ID-"; keep those that start with it
+    jobs = [render.job_doc(job) for job in page.jobs if job.job_id.startswith(prefix)]
     counts = {state: int(page.state_counts.get(state, 0)) for state in JOB_STATES}
     if args.json:
         print_json({"jobs": jobs, "next_page_token": page.next_page_token,
@@ -157,7 +161,7 @@ def _next_page_command(args: argparse.Namespace, token: str) -> str:
     """The `job list` that shows the next page: the same filters and order, the new token."""
     words = ["raftsched", "job", "list"]
     for flag, value in (("--tenant", args.tenant), ("--state", args.state),
-                        ("--query", args.query)):
+                        ("--query", args.query), ("--schedule", args.schedule)):
         if value:
             words += [flag, value]
     if args.limit:

@@ -38,6 +38,7 @@ from raftsched.cli.completion import register_completion
 from raftsched.cli.dev import register_dev
 from raftsched.cli.events import register_events
 from raftsched.cli.job import register_job
+from raftsched.cli.schedule import register_schedule
 from raftsched.cli.servers import register_servers
 from raftsched.cli.submit import register_submit
 from raftsched.cli.task import register_task
@@ -127,6 +128,7 @@ _COMMANDS: tuple[Callable[[Subparsers, argparse.ArgumentParser], None], ...] = (
     register_validate,
     register_submit,
     register_job,
+    register_schedule,
     register_task,
     register_events,
     register_admin,

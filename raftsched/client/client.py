@@ -433,6 +433,38 @@ class Client:
         return self._call(pb_grpc.AdminStub, "RemoveReplica",
                           pb.ReplicaRequest(raft_address=raft_address), MEMBERSHIP_CALL_TIMEOUT_S)
 
+    # -- schedules (issue 25) ---------------------------------------------------------------------
+
+    def create_schedule(self, schedule_id: str, spec_text: str) -> Any:
+        return self._call(pb_grpc.SchedulesStub, "CreateSchedule",
+                          pb.CreateScheduleRequest(schedule_id=schedule_id, spec=spec_text))
+
+    def list_schedules(self, tenant: str = "") -> Any:
+        return self._call(pb_grpc.SchedulesStub, "ListSchedules",
+                          pb.ListSchedulesRequest(tenant=tenant))
+
+    def get_schedule(self, schedule_id: str) -> Any:
+        return self._call(pb_grpc.SchedulesStub, "GetSchedule",
+                          pb.GetScheduleRequest(schedule_id=schedule_id))
+
+    def set_schedule(self, schedule_id: str, paused: bool, note: str = "") -> Any:
+        return self._call(pb_grpc.SchedulesStub, "SetSchedule", pb.SetScheduleRequest(
+            schedule_id=schedule_id, paused=paused, note=note))
+
+    def trigger_schedule(self, schedule_id: str) -> Any:
+        return self._call(pb_grpc.SchedulesStub, "TriggerSchedule",
+                          pb.TriggerScheduleRequest(schedule_id=schedule_id))
+
+    def backfill_schedule(self, schedule_id: str, from_ms: int, to_ms: int,
+                          max_concurrent: int = 1) -> Any:
+        return self._call(pb_grpc.SchedulesStub, "BackfillSchedule", pb.BackfillScheduleRequest(
+            schedule_id=schedule_id, from_ms=from_ms, to_ms=to_ms,
+            max_concurrent=max_concurrent))
+
+    def delete_schedule(self, schedule_id: str) -> Any:
+        return self._call(pb_grpc.SchedulesStub, "DeleteSchedule",
+                          pb.DeleteScheduleRequest(schedule_id=schedule_id))
+
     def close(self) -> None:
         with self._lock:
             channels, self._channels = list(self._channels.values()), {}

@@ -67,6 +67,7 @@ class Rule(enum.Enum):
 
 SERVICE_RULES: dict[str, Rule] = {
     "raftsched.v1.Scheduler": Rule.USER,
+    "raftsched.v1.Schedules": Rule.USER,
     "raftsched.v1.AgentGateway": Rule.AGENT,
     "grpc.health.v1.Health": Rule.CERTIFICATE,
     "grpc.reflection.v1alpha.ServerReflection": Rule.CERTIFICATE,

@@ -8,6 +8,7 @@ heartbeat grace period. Then, until it loses leadership, each round it:
   ASSIGN_BATCH; the state machine re-validates every item at apply; agents learn of an
   assignment only from committed state (see `views.deliveries`), never before it commits;
 - proposes a TICK when a timer is due (or every TICK_INTERVAL_S for retention);
+- fires schedules' due times (`firing.Firing`: SCHEDULE_FIRE, issue 25);
 - moves clusters whose agents went quiet to SUSPECT, then LOST (soft heartbeat state lives here,
   in memory only, like Nomad's heartbeat timers).
 Time and entropy come from the injected clock and rng, stamped into the commands.
@@ -25,6 +26,7 @@ from raftsched import limits
 from raftsched.clock import Clock
 from raftsched.errors import RaftschedError
 from raftsched.eventlog import EventLogger
+from raftsched.replica.firing import Firing
 from raftsched.replica.proposals import Committed, Proposer, Refused, error_of, for_leader
 from raftsched.replica.raft.port import Pending, RaftPort  # noqa: F401  (Pending: kept importable here)
 from raftsched.state import commands as c
@@ -99,9 +101,11 @@ class _Term:
 
 class Leader:
     def __init__(self, node: Node, clock: Clock, rng: random.Random, config: LeaderConfig,
-                 version: Callable[[], int] = lambda: -1) -> None:
+                 version: Callable[[], int] = lambda: -1,
+                 fire_lag: Callable[[float], None] = lambda _s: None) -> None:
         """`version` moves whenever the applied state changes (service.ChangeFeed.version);
-        planning is skipped while nothing changed since a plan that placed nothing."""
+        planning is skipped while nothing changed since a plan that placed nothing.
+        `fire_lag` hears each schedule fire's lag (nominal time to proposal, seconds)."""
         self._node = node
         self._proposer = Proposer(node)
         self._version = version
@@ -114,6 +118,8 @@ class Leader:
         self._lock = threading.Lock()
         self._term = _Term()
         self._thread: threading.Thread | None = None
+        self.firing = Firing(node, self._proposer, clock, fire_lag)
+        """The schedules' timer (issue 25)."""
 
     # -- lifecycle -------------------------------------------------------------------------------
 
@@ -256,6 +262,7 @@ class Leader:
             return
         self._check_health()
         self._warn_unrecorded_kills()
+        self.firing.fire_due()  # first: a run fired now is placed in this very round
         self._place()
         self._tick_if_due()
         self._look_for_unusable()

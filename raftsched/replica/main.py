@@ -37,6 +37,7 @@ from raftsched.options import (
 from raftsched.replica import identity, metrics
 from raftsched.replica.events import EventLog
 from raftsched.replica.leader import LOST_AFTER_S, SUSPECT_AFTER_S, Leader, LeaderConfig
+from raftsched.replica.schedule_service import SchedulesService
 from raftsched.replica.service import (
     AdminService,
     AgentGatewayService,
@@ -221,7 +222,7 @@ def _run(args: argparse.Namespace) -> int:
                     LeaderConfig(raft_address=args.raft, grpc_address=args.grpc,
                                  suspect_after_s=args.suspect_after_s,
                                  lost_after_s=args.lost_after_s, on_office=on_office),
-                    version=changes.version)
+                    version=changes.version, fire_lag=telemetry.fire_lag)
     try:
         server = _server(Context(node, leader, clock, changes, args.grpc,
                                  max_stream_age_s=args.max_stream_age_s, events=events),
@@ -361,7 +362,8 @@ def _server(ctx: Context, address: str, tls_files: tls.TlsFiles | None,
     """The gRPC server: mutual TLS with `tls_files` and every RPC checked against its caller's
     certificate (`identity`); plaintext and unchecked without (--insecure-dev).
     `connection_options`: `_connection_options`."""
-    services = [pb.DESCRIPTOR.services_by_name[n] for n in ("Scheduler", "AgentGateway", "Admin")]
+    services = [pb.DESCRIPTOR.services_by_name[n]
+                for n in ("Scheduler", "AgentGateway", "Admin", "Schedules")]
     served = [*services, *_STANDARD_SERVICES]
     # Every method of every service served is checked against its caller by one interceptor
     # (built even when it is not installed: an RPC without a rule is a KeyError at start).
@@ -380,6 +382,7 @@ def _server(ctx: Context, address: str, tls_files: tls.TlsFiles | None,
     pb_grpc.add_SchedulerServicer_to_server(SchedulerService(ctx), server)
     pb_grpc.add_AgentGatewayServicer_to_server(AgentGatewayService(ctx), server)
     pb_grpc.add_AdminServicer_to_server(AdminService(ctx, address), server)
+    pb_grpc.add_SchedulesServicer_to_server(SchedulesService(ctx), server)
     health_servicer = HealthService(ctx)
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     _track_health(ctx, health_servicer)

@@ -21,7 +21,10 @@ Two kinds, so that summing over the replicas of one cluster never multiplies a f
   process counter, which `rate()` and `increase()` expect. Stranded tasks (RUNNABLE and not
   placed for 10 minutes, ASSIGNED and not started for 30 s: `model.Aging`, kept on apply; live
   attempts on SUSPECT clusters) and unusable capacity (free room that fits no waiting task, as
-  the leader last looked: `placement.unusable`, every few seconds).
+  the leader last looked: `placement.unusable`, every few seconds). Schedules (issue 25):
+  `raftsched_schedule_fires_total`, `raftsched_schedule_skipped_total{reason}`,
+  `raftsched_schedules{paused}` (the state's), and `raftsched_schedule_fire_lag_seconds` (this
+  replica's own, as leader: nominal time to proposal).
 
 A scrape never walks jobs or tasks: it reads counters kept on apply, O(clusters + tenants),
 under the apply lock (`RaftNode.read`).
@@ -57,6 +60,9 @@ COMMIT_LATENCY_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 
                             5.0, 10.0)
 """Sequential commits measure 1.5-3 ms on the development machine; seconds mean trouble."""
 
+FIRE_LAG_BUCKETS_S = (0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 600.0)
+"""The leader looks every SCHEDULE_FIRE_PERIOD_S; seconds mean a failover, minutes an outage."""
+
 Free = tuple[int, int, int]
 
 
@@ -79,6 +85,14 @@ class ReplicaMetrics:
             registry=self.registry)
         for outcome in ("applied", "rejected", "not_leader", "unknown"):
             self.proposals.labels(outcome)  # present at 0 from the start: rate() sees the first
+        self.fire_lag_seconds = Histogram(
+            "raftsched_schedule_fire_lag_seconds", "Schedules' fires this replica proposed as "
+            "leader: from the nominal time to the proposal (a catch-up after a failover shows "
+            "here).", buckets=FIRE_LAG_BUCKETS_S, registry=self.registry)
+
+    def fire_lag(self, seconds: float) -> None:
+        """`Leader(fire_lag=...)`: one fired nominal time's lag."""
+        self.fire_lag_seconds.observe(seconds)
 
     def proposal(self, outcome: str, elapsed_s: float) -> None:
         """`RaftNode(on_proposal=...)`: called once per entry this replica proposed."""
@@ -152,7 +166,32 @@ def unusable_family(unusable: dict[str, Free]) -> Metric:
 def state_families(state: State, reported_free: dict[str, Free]) -> list[Metric]:
     """Every family of the replicated state, read in O(clusters + tenants)."""
     return [*_task_families(state), *_cluster_families(state, reported_free),
-            *_kill_families(state), *_policy_families(state), *_stats_families(state)]
+            *_kill_families(state), *_policy_families(state), *_stats_families(state),
+            *_schedule_families(state)]
+
+
+def _schedule_families(state: State) -> list[Metric]:
+    """Schedules' fires and the nominal times that started no run, by reason, summed over the
+    schedules held (O(schedules), at most MAX_SCHEDULES)."""
+    fires = CounterMetricFamily("raftsched_schedule_fires", "runs schedules started (each a "
+                                "job), summed over the schedules held", value=sum(
+                                    s.fired for s in state.schedules.values()))
+    skipped = CounterMetricFamily("raftsched_schedule_skipped", "schedules' nominal times that "
+                                  "started no run, by reason (catchup_window: missed beyond "
+                                  "the catch-up window; overlap; paused; refused; ...)",
+                                  labels=["reason"])
+    totals: dict[str, int] = {}
+    for schedule in state.schedules.values():
+        for reason, count in schedule.skipped.items():
+            totals[reason] = totals.get(reason, 0) + count
+    for reason in sorted(totals):
+        skipped.add_metric([reason], totals[reason])
+    held = GaugeMetricFamily("raftsched_schedules", "schedules held, by whether paused",
+                             labels=["paused"])
+    paused = sum(1 for s in state.schedules.values() if s.paused)
+    held.add_metric(["true"], paused)
+    held.add_metric(["false"], len(state.schedules) - paused)
+    return [fires, skipped, held]
 
 
 def _task_families(state: State) -> list[Metric]:

@@ -66,6 +66,9 @@ Checks (the names in `Violation.check` and `LogAuditor.checks`):
 - retry_budget: a job with a `retry_budget` never gets more retries after application failures
   (attempts assigned after a FAILED or TIMED_OUT attempt, over all its tasks) than it allows.
 - fsm_invariants: `invariants.check_invariants` holds.
+- schedule_fire_once: a schedule's nominal time starts at most one run (issue 25), whether by
+  the rule, a catch-up or a backfill; each fire's run is the job `schedule_times.run_job_id`
+  names for it.
 """
 
 from __future__ import annotations
@@ -91,7 +94,15 @@ from raftsched.state.model import (
     TaskState,
 )
 from raftsched.state.outcome import Applied, Outcome
-from raftsched.state.results import AssignResult, JobsSubmitted, JobSubmitted, ReportResult
+from raftsched.state.results import (
+    AssignResult,
+    JobsSubmitted,
+    JobSubmitted,
+    ReportResult,
+    ScheduleBackfilled,
+    ScheduleFired,
+)
+from raftsched.state.schedule_times import run_job_id
 
 INVARIANTS_EVERY_ENTRIES = 1_000
 """Entries between two O(state) `invariants.check_invariants` runs (and one at `finish`)."""
@@ -215,6 +226,10 @@ class LogAuditor:
     """`now_ms` of each preemption applied within the last PREEMPTION_WINDOW_MS."""
     _before: _Contention | None = None
     """What `before` saw of the entry about to be applied."""
+    schedule_runs: dict[tuple[str, int, int], int] = field(default_factory=dict)
+    """(schedule id, its creation ms, nominal ms) -> the log index that started its run (a
+    schedule deleted and created again is another schedule; manual triggers are no nominal
+    times)."""
 
     # -- feeding ----------------------------------------------------------------------------------
 
@@ -249,6 +264,10 @@ class LogAuditor:
                             self._job_submit(index, answer, state)
                 case c.ClusterRegister(), _:
                     self._capacity(index, state, (command.cluster_id,), assigning=False)
+                case c.ScheduleFire() | c.ScheduleBackfill(), ScheduleFired() | \
+                        ScheduleBackfilled() as result:
+                    if not (isinstance(command, c.ScheduleFire) and command.manual):
+                        self._schedule_runs(index, command.schedule_id, result.job_ids, state)
         if self.invariants_every and self.entries % self.invariants_every == 0:
             self.check_invariants(index, state)
 
@@ -561,6 +580,30 @@ class LogAuditor:
                           f"but its current attempt is {seen}", (index,), keys)
 
     # -- submissions ------------------------------------------------------------------------------
+
+    def _schedule_runs(self, index: int, schedule_id: str, job_ids: tuple[str, ...],
+                       state: State) -> None:
+        """The runs a fire or backfill started: each one's nominal time from the schedule's run
+        list (appended in start order), and no nominal time run twice."""
+        self._count("schedule_fire_once")
+        schedule = state.schedules.get(schedule_id)
+        if schedule is None or not job_ids:
+            return
+        nominal_of = {job_id: nominal for nominal, job_id in
+                      list(schedule.runs)[-len(job_ids):]}
+        for job_id in job_ids:
+            nominal = nominal_of.get(job_id)
+            if nominal is None or run_job_id(schedule_id, nominal) != job_id:
+                self._violate("schedule_fire_once", f"log index {index}: run {job_id} of "
+                              f"schedule {schedule_id} is not named for its nominal time",
+                              (index,), (job_id,))
+                continue
+            key = (schedule_id, schedule.created_ms, nominal)
+            if key in self.schedule_runs:
+                self._violate("schedule_fire_once", f"log index {index}: schedule "
+                              f"{schedule_id} ran nominal time {nominal} twice (log index "
+                              f"{self.schedule_runs[key]} first)", (index,), (job_id,))
+            self.schedule_runs.setdefault(key, index)
 
     def _job_submit(self, index: int, result: JobSubmitted, state: State) -> None:
         if not result.created:

@@ -46,6 +46,12 @@ class Tag(IntEnum):
     CLUSTER_DRAIN = 14
     CERT_REVOKE = 15
     JOB_SUBMIT_BATCH = 16
+    # 22 is kept spare for schedules.
+    SCHEDULE_CREATE = 17
+    SCHEDULE_SET = 18
+    SCHEDULE_DELETE = 19
+    SCHEDULE_FIRE = 20
+    SCHEDULE_BACKFILL = 21
 
 
 class ClusterStatus(IntEnum):
@@ -275,6 +281,69 @@ class CertRevoke:
     now_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleCreate:
+    """A job spec on a clock. `rule` is the rule's wire form, opaque to apply; the fields apply
+    checks fires against (interval, bounds, policies) travel beside it, decoded by the
+    proposer from the same rule."""
+
+    schedule_id: str
+    spec: list[Any]
+    """The job spec's wire form (re-validated at apply, like a submit's)."""
+    rule: list[Any]
+    every_ms: int
+    start_at_ms: int
+    end_at_ms: int
+    overlap: str
+    catchup_window_ms: int
+    pause_after_failures: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSet:
+    """Pause (with a note saying why) or resume. A resume fires nothing from the paused span."""
+
+    schedule_id: str
+    paused: bool
+    note: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleDelete:
+    schedule_id: str
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleFire:
+    """The leader's fire: `nominals` (ascending, each strictly after the schedule's last) start
+    runs under the overlap policy; `missed` older times, the newest `missed_newest_ms`, fell out
+    of the catch-up window and are counted, not run. No nominals and no misses: only start what
+    waits (a buffered time, backfill runs). `manual`: an operator's trigger, one run at
+    nominals[0] == now_ms, outside the rule (the schedule's last time stays)."""
+
+    schedule_id: str
+    nominals: tuple[int, ...]
+    missed: int
+    missed_newest_ms: int
+    now_ms: int
+    manual: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleBackfill:
+    """Run the schedule's nominal times `nominals` (the proposer computed them from the rule
+    over the asked range), at most `max_concurrent` live at once; a time that already has its
+    run is skipped."""
+
+    schedule_id: str
+    nominals: tuple[int, ...]
+    max_concurrent: int
+    now_ms: int
+
+
 Command = (
     JobSubmit
     | JobCancel
@@ -292,6 +361,11 @@ Command = (
     | ClusterDrain
     | CertRevoke
     | JobSubmitBatch
+    | ScheduleCreate
+    | ScheduleSet
+    | ScheduleDelete
+    | ScheduleFire
+    | ScheduleBackfill
 )
 
 # --- encoding -----------------------------------------------------------------------------------
@@ -363,7 +437,31 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
         case JobSubmitBatch():
             return Tag.JOB_SUBMIT_BATCH, [cmd.now_ms, [[job_id, spec] for job_id, spec in
                                                         cmd.items]]
+        case ScheduleCreate() | ScheduleSet() | ScheduleDelete() | ScheduleFire() \
+                | ScheduleBackfill():
+            return _schedule_payload(cmd)
     raise TypeError(f"not a command: {cmd!r}")
+
+
+def _schedule_payload(cmd: ScheduleCreate | ScheduleSet | ScheduleDelete | ScheduleFire
+                      | ScheduleBackfill) -> tuple[Tag, Any]:
+    match cmd:
+        case ScheduleCreate():
+            return Tag.SCHEDULE_CREATE, [
+                cmd.schedule_id, cmd.spec, cmd.rule, cmd.every_ms, cmd.start_at_ms,
+                cmd.end_at_ms, cmd.overlap, cmd.catchup_window_ms, cmd.pause_after_failures,
+                cmd.now_ms,
+            ]
+        case ScheduleSet():
+            return Tag.SCHEDULE_SET, [cmd.schedule_id, cmd.paused, cmd.note, cmd.now_ms]
+        case ScheduleDelete():
+            return Tag.SCHEDULE_DELETE, [cmd.schedule_id, cmd.now_ms]
+        case ScheduleFire():
+            return Tag.SCHEDULE_FIRE, [cmd.schedule_id, list(cmd.nominals), cmd.missed,
+                                       cmd.missed_newest_ms, cmd.now_ms, cmd.manual]
+        case ScheduleBackfill():
+            return Tag.SCHEDULE_BACKFILL, [cmd.schedule_id, list(cmd.nominals),
+                                           cmd.max_concurrent, cmd.now_ms]
 
 
 def encode(cmd: Command) -> bytes:
@@ -702,6 +800,54 @@ def _decode_cert_revoke(p: Any) -> CertRevoke:
                       _reason(reason, "reason"), _int(now_ms, "now_ms"))
 
 
+def _decode_schedule_create(p: Any) -> ScheduleCreate:
+    (sid, spec, rule, every_ms, start_ms, end_ms, overlap, window_ms, failures,
+     now_ms) = _fields(p, 10, "SCHEDULE_CREATE")
+    if not isinstance(spec, list):
+        raise CommandError("SCHEDULE_CREATE.spec: expected a list (the wire form of a job spec)")
+    if not isinstance(rule, list):
+        raise CommandError("SCHEDULE_CREATE.rule: expected a list (the wire form of a rule)")
+    if len(msgpack.packb(rule, use_bin_type=True)) > limits.MAX_SCHEDULE_RULE_WIRE_BYTES:
+        raise CommandError(f"SCHEDULE_CREATE.rule: over MAX_SCHEDULE_RULE_WIRE_BYTES="
+                           f"{limits.MAX_SCHEDULE_RULE_WIRE_BYTES}")
+    return ScheduleCreate(
+        _str(sid, "schedule_id"), spec, rule, _int(every_ms, "every_ms"),
+        _int(start_ms, "start_at_ms"), _int(end_ms, "end_at_ms"),
+        _str(overlap, "overlap"), _int(window_ms, "catchup_window_ms"),
+        _int(failures, "pause_after_failures"), _int(now_ms, "now_ms"),
+    )
+
+
+def _decode_schedule_set(p: Any) -> ScheduleSet:
+    sid, paused, note, now_ms = _fields(p, 4, "SCHEDULE_SET")
+    return ScheduleSet(_str(sid, "schedule_id"), _bool(paused, "paused"),
+                       _str(note, "note", limits.MAX_SCHEDULE_NOTE_CHARS), _int(now_ms, "now_ms"))
+
+
+def _decode_schedule_delete(p: Any) -> ScheduleDelete:
+    sid, now_ms = _fields(p, 2, "SCHEDULE_DELETE")
+    return ScheduleDelete(_str(sid, "schedule_id"), _int(now_ms, "now_ms"))
+
+
+def _times(value: Any, field: str, max_items: int) -> tuple[int, ...]:
+    return tuple(_int(t, f"{field}[]") for t in _list(value, field, max_items))
+
+
+def _decode_schedule_fire(p: Any) -> ScheduleFire:
+    sid, nominals, missed, newest, now_ms, manual = _fields(p, 6, "SCHEDULE_FIRE")
+    return ScheduleFire(_str(sid, "schedule_id"),
+                        _times(nominals, "nominals", limits.MAX_FIRES_PER_COMMAND),
+                        _int(missed, "missed"), _int(newest, "missed_newest_ms"),
+                        _int(now_ms, "now_ms"), _bool(manual, "manual"))
+
+
+def _decode_schedule_backfill(p: Any) -> ScheduleBackfill:
+    sid, nominals, max_concurrent, now_ms = _fields(p, 4, "SCHEDULE_BACKFILL")
+    return ScheduleBackfill(_str(sid, "schedule_id"),
+                            _times(nominals, "nominals", limits.MAX_BACKFILL_RUNS),
+                            _int(max_concurrent, "max_concurrent"), _int(now_ms, "now_ms"))
+
+
 _DECODERS = {
     Tag.JOB_SUBMIT: _decode_submit,
     Tag.JOB_CANCEL: _decode_cancel,
@@ -719,6 +865,11 @@ _DECODERS = {
     Tag.CLUSTER_DRAIN: _decode_cluster_drain,
     Tag.CERT_REVOKE: _decode_cert_revoke,
     Tag.JOB_SUBMIT_BATCH: _decode_submit_batch,
+    Tag.SCHEDULE_CREATE: _decode_schedule_create,
+    Tag.SCHEDULE_SET: _decode_schedule_set,
+    Tag.SCHEDULE_DELETE: _decode_schedule_delete,
+    Tag.SCHEDULE_FIRE: _decode_schedule_fire,
+    Tag.SCHEDULE_BACKFILL: _decode_schedule_backfill,
 }
 
 

@@ -11,7 +11,8 @@ a job or the state, except the operations whose inherent cost is the job (cancel
 
 The handlers live by domain (Nomad splits its state store the same way): `admin` (tokens,
 tenants, certificates), `jobs` (submit, cancel), `clusters`, `assign` (the leader's placements),
-`reports` (agents' reports, an operator's word), `tick` (timers, retention, aging); below them
+`reports` (agents' reports, an operator's word), `tick` (timers, retention, aging), above them
+`schedules` (which creates its runs through `jobs`); below them
 `lifecycle` (an attempt's end and what follows), `retention`, `queues` (a task's state and all
 it keeps in step), and, for readers, `queries` and `rules`. Outcomes are `outcome.Applied` and
 `outcome.Rejected`."""
@@ -48,6 +49,11 @@ from raftsched.state.commands import (
     JobSubmit,
     JobSubmitBatch,
     ReportBatch,
+    ScheduleBackfill,
+    ScheduleCreate,
+    ScheduleDelete,
+    ScheduleFire,
+    ScheduleSet,
     TenantSet,
     Tick,
     TokenPut,
@@ -59,6 +65,13 @@ from raftsched.state.model import State
 from raftsched.state.outcome import Applied, Outcome, Rejected
 from raftsched.state.reports import apply_attempt_mark_lost, apply_report_batch
 from raftsched.state.results import BarrierResult
+from raftsched.state.schedules import (
+    apply_schedule_backfill,
+    apply_schedule_create,
+    apply_schedule_delete,
+    apply_schedule_fire,
+    apply_schedule_set,
+)
 from raftsched.state.tick import apply_tick
 
 
@@ -106,6 +119,16 @@ def apply_command(state: State, cmd: Command) -> Outcome:
             return apply_cert_revoke(state, cmd)
         case JobSubmitBatch():
             return apply_job_submit_batch(state, cmd)
+        case ScheduleFire():
+            return apply_schedule_fire(state, cmd)
+        case ScheduleCreate():
+            return apply_schedule_create(state, cmd)
+        case ScheduleSet():
+            return apply_schedule_set(state, cmd)
+        case ScheduleDelete():
+            return apply_schedule_delete(state, cmd)
+        case ScheduleBackfill():
+            return apply_schedule_backfill(state, cmd)
     raise AssertionError(f"unhandled command {cmd!r}")
 
 

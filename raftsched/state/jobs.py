@@ -38,6 +38,13 @@ def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Re
         spec = decode_trusted(cmd.spec)
     except SpecError as exc:
         return Rejected(Code.INVALID_ARGUMENT, "; ".join(i.render() for i in exc.issues))
+    return submit_spec(state, cmd.job_id, spec, cmd.now_ms)
+
+
+def submit_spec(state: State, job_id: str, spec: JobSpec,
+                now_ms: int) -> Applied[JobSubmitted] | Rejected:
+    """A validated spec's submit (a JOB_SUBMIT's, a schedule's run's): idempotency, bounds,
+    schedulability, then the job."""
     # The digest only serves idempotency; hashing a 100,000-task spec is not free.
     digest = spec.digest() if spec.idempotency_key is not None else b""
     if spec.idempotency_key is not None:
@@ -50,10 +57,10 @@ def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Re
                     f"for job {record.job_id} with a different spec",
                 )
             return Applied(JobSubmitted(record.job_id, created=False))
-    refusal = _check_submit_bounds(state, cmd.job_id, spec) or _check_unschedulable(state, spec)
+    refusal = _check_submit_bounds(state, job_id, spec) or _check_unschedulable(state, spec)
     if refusal is not None:
         return refusal
-    job = _create_job(state, cmd.job_id, spec, digest, cmd.now_ms)
+    job = _create_job(state, job_id, spec, digest, now_ms)
     if spec.idempotency_key is not None:
         remember_key(state, spec.tenant, spec.idempotency_key, job.id, digest)
     return Applied(JobSubmitted(job.id, created=True))

@@ -436,6 +436,60 @@ QUEUED_TASK_STATES = frozenset({TaskState.PENDING, TaskState.RUNNABLE, TaskState
 PLACED_TASK_STATES = frozenset({TaskState.ASSIGNED, TaskState.RUNNING})
 
 
+class Overlap(StrEnum):
+    """What a schedule's fire does while its previous run is still live (the rule's own
+    `Overlap` has the same values)."""
+
+    SKIP = "skip"
+    ALLOW = "allow"
+    BUFFER_ONE = "buffer_one"
+    CANCEL_OTHER = "cancel_other"
+
+
+@dataclass(slots=True)
+class Schedule:
+    """A job spec on a clock (issue 25). Apply never evaluates the rule (`rule` is the leader's
+    opaque wire form, so replicas with different tzdata cannot diverge); the fields it checks a
+    fire against travel beside it: the interval (alignment), start/end, the policies."""
+
+    id: str
+    tenant: str
+    spec: list[Any]
+    """The job spec's validated wire form; each run is this spec under its own id and key."""
+    rule: list[Any]
+    every_ms: int
+    """> 0: an interval rule (a fire's alignment is checked at apply); 0: cron (not checked)."""
+    start_at_ms: int
+    end_at_ms: int
+    overlap: Overlap
+    catchup_window_ms: int
+    pause_after_failures: int
+    created_ms: int
+    paused: bool = False
+    note: str = ""
+    last_nominal_ms: int = 0
+    """The newest nominal time fired, skipped or passed over (a resume moves it to the resume
+    time): the next fire's nominal time must be strictly after it."""
+    pending_ms: int = 0
+    """buffer_one: the one nominal time waiting for the live run to end (0: none)."""
+    last_job_id: str = ""
+    """The newest regular run's job (what overlap looks at)."""
+    runs: deque[tuple[int, str]] = field(default_factory=deque)
+    """(nominal ms, job id) of the newest runs, oldest first, at most MAX_SCHEDULE_RUNS_KEPT."""
+    judged_ms: int = 0
+    """Runs with a nominal time up to this are counted in `consecutive_failures`."""
+    consecutive_failures: int = 0
+    fired: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Nominal times that started no run, by reason (catchup_window, overlap, paused,
+    refused, buffer_replaced, backfill_exists)."""
+    backfill: deque[int] = field(default_factory=deque)
+    """Backfill nominal times not yet started, oldest first."""
+    backfill_max: int = 1
+    backfill_live: list[str] = field(default_factory=list)
+    """Jobs of backfill runs started and, when last looked at, live."""
+
+
 @dataclass(slots=True)
 class State:
     now_ms: int = 0
@@ -466,6 +520,8 @@ class State:
     MAX_REVOKED_CERTS)."""
     tenants: dict[str, TenantPolicy] = field(default_factory=dict)
     """Tenant policies set by admins, in the order first set (at most MAX_TENANTS)."""
+    schedules: dict[str, Schedule] = field(default_factory=dict)
+    """Schedules by id, in creation order (at most MAX_SCHEDULES)."""
     usage: dict[str, TenantUsage] = field(default_factory=dict)
     """Per tenant with a live job or a live attempt: what it holds now. Derived (not in
     snapshots: recomputed when one is loaded)."""

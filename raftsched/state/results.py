@@ -184,6 +184,44 @@ class CertRevoked:
     """False: it was revoked already (the first revocation's subject and reason stay)."""
 
 
+@dataclass(frozen=True, slots=True)
+class ScheduleCreated:
+    schedule_id: str
+    created: bool
+    """False for a repeated create of the same schedule (same spec and rule)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSetResult:
+    schedule_id: str
+    paused: bool
+    changed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleDeleted:
+    schedule_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleFired:
+    schedule_id: str
+    job_ids: tuple[str, ...]
+    """The runs this entry started (a buffered time and backfill runs included)."""
+    skipped: int
+    """Nominal times this entry passed over without a run (missed, overlap, paused, refused)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleBackfilled:
+    schedule_id: str
+    queued: int
+    """Nominal times queued for a run (some may have started in this entry: `job_ids`)."""
+    skipped: int
+    """Nominal times that already had their run."""
+    job_ids: tuple[str, ...]
+
+
 Result = (
     JobSubmitted
     | JobCancelled
@@ -201,5 +239,10 @@ Result = (
     | ClusterDrained
     | CertRevoked
     | JobsSubmitted
+    | ScheduleCreated
+    | ScheduleSetResult
+    | ScheduleDeleted
+    | ScheduleFired
+    | ScheduleBackfilled
 )
 """What `outcome.Applied.result` holds: one type per command."""

@@ -28,6 +28,8 @@ record, present only when there are some: a snapshot without any is byte for byt
 Likewise a cluster's record grows by its custom resources (21st field) only when it offers some,
 and by its count of kill directives it could not record (22nd, the 21st then present, maybe
 empty) only when that count is not 0.
+Schedules (issue 25) are a fourth element of that record (the third then present, maybe
+empty), only when there are some: a snapshot without any is byte for byte what it was.
 Tenant usage is derived, never stored (`queries.derive_usage`).
 """
 
@@ -55,10 +57,12 @@ from raftsched.state.model import (
     Job,
     JobState,
     Note,
+    Overlap,
     ReadyEntry,
     ReadyQueue,
     RevokedCert,
     Role,
+    Schedule,
     ShapeQueue,
     State,
     Task,
@@ -136,12 +140,39 @@ def dump_to(target: IO[bytes], state: State, extra: Any = None) -> None:
          for t in state.tenants.values()],
         list(state.preempted_ms),
     ]
-    if state.revoked_certs:  # absent when none: snapshots without any are as format 4 wrote
+    if state.revoked_certs or state.schedules:  # absent when none: as format 4 wrote
         policy.append([[r.fingerprint, r.subject, r.reason, r.revoked_ms]
                        for r in state.revoked_certs.values()])
+    if state.schedules:  # likewise
+        policy.append([_schedule_record(s) for s in state.schedules.values()])
     out.write(packer.pack(policy))
     out.write(packer.pack(extra))
     target.write(out.crc.to_bytes(_CRC_BYTES, "big"))
+
+
+def _schedule_record(s: Schedule) -> list[Any]:
+    return [
+        s.id, s.tenant, s.spec, s.rule, s.every_ms, s.start_at_ms, s.end_at_ms, s.overlap.value,
+        s.catchup_window_ms, s.pause_after_failures, s.created_ms, s.paused, s.note,
+        s.last_nominal_ms, s.pending_ms, s.last_job_id, [list(r) for r in s.runs], s.judged_ms,
+        s.consecutive_failures, s.fired, list(s.skipped.items()), list(s.backfill),
+        s.backfill_max, s.backfill_live,
+    ]
+
+
+def _schedule_from(r: Any) -> Schedule:
+    (sid, tenant, spec, rule, every_ms, start_ms, end_ms, overlap, window_ms, failures,
+     created_ms, paused, note, last_ms, pending_ms, last_job, runs, judged_ms, consecutive,
+     fired, skipped, backfill, backfill_max, backfill_live) = r
+    return Schedule(
+        id=sid, tenant=tenant, spec=_lists(spec), rule=_lists(rule), every_ms=every_ms,
+        start_at_ms=start_ms, end_at_ms=end_ms, overlap=Overlap(overlap),
+        catchup_window_ms=window_ms, pause_after_failures=failures, created_ms=created_ms,
+        paused=paused, note=note, last_nominal_ms=last_ms, pending_ms=pending_ms,
+        last_job_id=last_job, runs=deque((n, j) for n, j in runs), judged_ms=judged_ms,
+        consecutive_failures=consecutive, fired=fired, skipped=dict(skipped),
+        backfill=deque(backfill), backfill_max=backfill_max, backfill_live=list(backfill_live),
+    )
 
 
 def _cluster_record(c: Cluster) -> list[Any]:
@@ -336,6 +367,9 @@ def _read_records(unpacker: msgpack.Unpacker, version: int,
         for fingerprint, subject, reason, revoked_ms in (revoked[0] if revoked else ()):
             state.revoked_certs[fingerprint] = RevokedCert(fingerprint, subject, reason,
                                                            revoked_ms)
+        for record in (revoked[1] if len(revoked) > 1 else ()):
+            schedule = _schedule_from(record)
+            state.schedules[schedule.id] = schedule
     for job in state.jobs.values():
         state.job_index.add(job.spec.tenant, job.state, job.seq, job.id)
         if job.state not in TERMINAL_JOB_STATES:

@@ -1,17 +1,17 @@
 """Integration: every public RPC fuzzed over real gRPC, with a fixed seed, on one real replica.
 
-For every RPC of Scheduler, AgentGateway and Admin (enumerated from the API's descriptor, so a new
-RPC is fuzzed without a change here), ROUNDS requests are generated from the RPC's message type:
-random and boundary values — empty strings, strings one past every char or byte bound of
-raftsched/limits.py up to LARGE_SPEC_BYTES (the larger bounds, MAX_SPEC_BYTES and
-MAX_MESSAGE_BYTES, have a test each at the end), unicode (combining marks, RTL overrides, emoji,
-NUL and other control characters), integers at the bounds of each field's type, repeated fields
-up to MAX_BATCH_ITEMS + 1, nested messages filled recursively — and one request in RAW_EVERY is
-random bytes instead of a message. Strings are often the real targets (job, task, cluster and
-token ids) so calls get past NOT_FOUND, and SubmitJob's spec is often a valid JSON job spec with
-a few mutations. AgentGateway calls go over the agent certificate of CLUSTER_ID, mostly naming
-it; the others over a user's certificate with the admin token, one in four with a token of role
-user for TENANT instead. A user's AgentGateway calls, whatever the cluster_id, are
+For every RPC of Scheduler, AgentGateway, Admin and Schedules (enumerated from the API's
+descriptor, so a new RPC is fuzzed without a change here), ROUNDS requests are generated from
+the RPC's message type: random and boundary values — empty strings, strings one past every char
+or byte bound of raftsched/limits.py up to LARGE_SPEC_BYTES (the larger bounds, MAX_SPEC_BYTES
+and MAX_MESSAGE_BYTES, have a test each at the end), unicode (combining marks, RTL overrides,
+emoji, NUL and other control characters), integers at the bounds of each field's type, repeated
+fields up to MAX_BATCH_ITEMS + 1, nested messages filled recursively — and one request in
+RAW_EVERY is random bytes instead of a message. Strings are often the real targets (job, task,
+cluster and token ids) so calls get past NOT_FOUND, and SubmitJob's spec is often a valid JSON
+job spec with a few mutations. AgentGateway calls go over the agent certificate of CLUSTER_ID,
+mostly naming it; the others over a user's certificate with the admin token, one in four with a
+token of role user for TENANT instead. A user's AgentGateway calls, whatever the cluster_id, are
 PERMISSION_DENIED (a test of their own).
 
 Each call must:
@@ -94,7 +94,7 @@ NOT_MEMBERS = ("127.0.0.1:1", "localhost:65535", "[::1]:9", "replica-9.invalid:7
 """Well-formed replica addresses that are no member's (RemoveReplica: NOT_FOUND)."""
 
 SERVICES = [pb.DESCRIPTOR.services_by_name[name] for name in ("Scheduler", "AgentGateway",
-                                                              "Admin")]
+                                                              "Admin", "Schedules")]
 METHODS = [pytest.param(service, method, id=f"{service.name}.{method.name}")
            for service in SERVICES for method in service.methods]
 GATEWAY = pb.DESCRIPTOR.services_by_name["AgentGateway"]

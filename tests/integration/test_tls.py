@@ -78,7 +78,7 @@ def test_every_rpc_admits_only_the_callers_its_rule_names(cluster: LocalCluster)
     assert cluster.authority is not None and cluster.user_tls is not None
     east = cluster.agent_tls("east")
     services = [pb.DESCRIPTOR.services_by_name[name] for name in ("Scheduler", "AgentGateway",
-                                                                  "Admin")]
+                                                                  "Admin", "Schedules")]
     denied = (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.UNAUTHENTICATED)
     checked = 0
     with _channel(cluster, cluster.user_tls) as user, _channel(cluster, east) as agent:

@@ -56,6 +56,11 @@ TENANTS = ("alpha", "beta")
 KEYS = ("k1", "k2", "k3", "k4")
 MAX_TASKS_PER_JOB = 5
 MAX_JOBS = 40
+SCHEDULE_ID = "tick"
+SCHEDULE_EVERY_MS = 5_000
+SCHEDULE_WINDOW_MS = 120_000
+"""Longer than the longest clock jump (65 s) plus a leader change: no time falls out."""
+SCHEDULE_PROPOSE_TRIES = 50
 """Submissions stop here so that a run's state stays small."""
 QUIET_ROUNDS = 800
 """Bound of the healing phase: rounds (one simulated second each) for every job to finish."""
@@ -80,6 +85,9 @@ class World:
     step_number: int = 0
     core_factory: CoreFactory = AgentCore
     """The agent core every machine runs: the real one (a test may inject a broken one)."""
+    schedules: bool = False
+    """Run a schedule (issue 25) through it all: `every: 5s`, overlap allow, a catch-up window
+    longer than any clock jump, so every nominal time must fire exactly once."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -138,6 +146,12 @@ class World:
                     break
                 agent.register(self.gateways[self.log.leader])
         self.check()
+        if self.schedules:
+            self._schedule_set(c.ScheduleCreate(
+                SCHEDULE_ID, doc_to_wire({"name": "tick", "allow_unschedulable": True,
+                                          "tasks": [{"id": "t", "command": ["true"]}]}),
+                [], SCHEDULE_EVERY_MS, 0, 0, "allow", SCHEDULE_WINDOW_MS, 0,
+                self.clock.now_ms()))
 
     def _actions(self) -> dict[str, tuple[float, Callable[[], None]]]:
         return {
@@ -443,10 +457,39 @@ class World:
 
     # -- healing and liveness --------------------------------------------------------------------
 
+    # -- schedules -------------------------------------------------------------------------------
+
+    def _schedule_set(self, command: c.Command) -> None:
+        """Propose until applied (a client retrying an unknown outcome; bounded)."""
+        for _ in range(SCHEDULE_PROPOSE_TRIES):
+            outcome = self._client_propose(command)
+            self.note(f"  {type(command).__name__} -> {outcome!r}")
+            if isinstance(outcome, Applied):
+                return
+            self._leader_rounds()
+            self.log.step()
+        raise AssertionError(f"{command!r} was not applied in {SCHEDULE_PROPOSE_TRIES} tries")
+
+    def check_schedule(self) -> None:
+        """Every nominal time from the creation to the last one passed has exactly one run (the
+        catch-up window is longer than any downtime here, overlap is allow)."""
+        schedule = self.log.oracle.schedules[SCHEDULE_ID]
+        first = schedule.created_ms - schedule.created_ms % SCHEDULE_EVERY_MS + SCHEDULE_EVERY_MS
+        due = len(range(first, schedule.last_nominal_ms + 1, SCHEDULE_EVERY_MS))
+        refused = schedule.skipped.get("refused", 0)
+        assert schedule.fired + refused == due and set(schedule.skipped) <= {"refused"}, \
+            f"schedule: {due} times due, {schedule.fired} fired, skipped {schedule.skipped}"
+        nominals = [nominal for nominal, _ in schedule.runs]
+        assert len(nominals) == len(set(nominals)), f"a time ran twice: {nominals}"
+        self.history.count("schedule_fired", schedule.fired)
+
     def heal_and_finish(self) -> None:
         """Faults stop; every agent comes back; quiet rounds until every job is terminal."""
         self.note("heal")
         self.log.heal()
+        if self.schedules:  # no new runs while the rest drains
+            self._schedule_set(c.ScheduleSet(SCHEDULE_ID, True, "sim ends", self.clock.now_ms()))
+            self.check_schedule()
         for agent in self.agents:
             agent.faults.quiet()
             agent.partitioned_steps = 0

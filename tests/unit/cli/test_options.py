@@ -176,7 +176,7 @@ FREE_TEXT = [(path, action) for path, _parser, action in ALL if action.type is f
 def test_the_free_text_options_are_those_the_replicas_store() -> None:
     assert {_name(path, action) for path, action in FREE_TEXT} == {
         "job cancel --reason", "admin drain --reason", "admin token create --note",
-        "admin cert revoke --subject", "admin cert revoke --reason"}
+        "admin cert revoke --subject", "admin cert revoke --reason", "schedule pause --note"}
 
 
 @pytest.mark.parametrize(("path", "action"), FREE_TEXT, ids=[_name(*n) for n in FREE_TEXT])

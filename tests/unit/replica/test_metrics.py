@@ -15,6 +15,7 @@ from raftsched.options import metrics_address, metrics_endpoint
 from raftsched.protocol import ReportVerdict
 from raftsched.replica.metrics import ReplicaMetrics, StateCollector
 from raftsched.replica.raft.handshakes import ClosedConnections
+from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state.model import PLACEMENT_LATENCY_BUCKETS_MS, TaskState
 from tests.support.fsmkit import Harness, job_doc, task_doc
@@ -326,3 +327,20 @@ def test_unusable_capacity_per_cluster_and_resource() -> None:
                        (("cluster", "gpu"), ("resource", "memory")): 7_168 * 1024 * 1024,
                        (("cluster", "gpu"), ("resource", "gpu")): 0}
     assert unusable_family({}).samples == []
+
+
+def test_schedule_fires_and_skips_by_reason() -> None:
+    h = Harness()
+    spec = doc_to_wire(job_doc([task_doc("a")]))
+    h.ok(c.ScheduleCreate("s", spec, [], 1_000, 0, 0, "skip", 60_000, 0, 0))
+    h.now_ms = 10_000
+    h.ok(c.ScheduleFire("s", (9_000, 10_000), 0, 0, h.now_ms))  # the second finds a live run
+    h.ok(c.ScheduleSet("s", True, "", h.now_ms))
+    gauges = scrape(h)
+    assert gauges[("raftsched_schedule_fires_total", ())] == 1
+    assert gauges[("raftsched_schedule_skipped_total", (("reason", "overlap"),))] == 1
+    assert gauges[("raftsched_schedules", (("paused", "true"),))] == 1
+    registry = ReplicaMetrics()
+    registry.fire_lag(0.3)
+    text = generate_latest(registry.registry).decode()
+    assert "raftsched_schedule_fire_lag_seconds_count 1.0" in text

@@ -38,4 +38,6 @@ def test_services_are_importable_and_complete() -> None:
         "Admin": ["ClusterStatus", "AddReplica", "RemoveReplica", "CreateToken", "RevokeToken",
                   "ListTokens", "RemoveCluster", "DrainCluster", "SetTenant", "ListTenants",
                   "SaveSnapshot", "RevokeCertificate", "ListRevokedCertificates"],
+        "Schedules": ["CreateSchedule", "ListSchedules", "GetSchedule", "SetSchedule",
+                      "TriggerSchedule", "BackfillSchedule", "DeleteSchedule"],
     }

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from raftsched import limits
-from raftsched.state import assign, feasibility, fsm, invariants, lifecycle, policy, tick
+from raftsched.spec.wire import doc_to_wire
+from raftsched.state import assign, feasibility, fsm, invariants, lifecycle, policy, schedules, tick
 from raftsched.state import commands as c
 from raftsched.state.audit import LogAuditor
 from raftsched.state.feasibility import Unfit
@@ -546,3 +547,39 @@ def test_preemptions_past_the_rate_bound(monkeypatch: pytest.MonkeyPatch) -> Non
     h.expect(c.AssignBatch(h.now_ms, (), (), (
         c.Preemption("low", f"v{most}", fences[most], "high", f"u{most}"),)), AssignResult)
     assert f"{most + 1} preemptions within" in only(audit(h), "preemption_bounds")
+
+
+# --- schedules (issue 25) -------------------------------------------------------------------------
+
+
+def _scheduled(h: Harness) -> None:
+    """A schedule every second fired at 2 s and 3 s, the 3 s fire proposed again, then a
+    backfill of 1 s and 2 s (2 s ran already)."""
+    spec = doc_to_wire(job_doc([task_doc("a")]))
+    h.ok(c.ScheduleCreate("s", spec, [], 1_000, 0, 0, "allow", 60_000, 0, h.now_ms))
+    h.now_ms = 3_000
+    h.run(c.ScheduleFire("s", (2_000,), 0, 0, h.now_ms))
+    h.run(c.ScheduleFire("s", (3_000,), 0, 0, h.now_ms))
+    h.run(c.ScheduleFire("s", (3_000,), 0, 0, h.now_ms))  # a retried proposal
+    h.run(c.ScheduleBackfill("s", (1_000, 2_000), 1, h.now_ms))  # 2 s ran already
+
+
+def test_schedule_runs_once_per_nominal_time_passes() -> None:
+    h = Harness()
+    _scheduled(h)
+    auditor = audit(h)
+    assert auditor.violations == [] and auditor.checks["schedule_fire_once"] == 3  # 1 refused
+    assert sorted(n for _, _, n in auditor.schedule_runs) == [1_000, 2_000, 3_000]
+
+
+def test_a_planted_double_fire_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Apply without the 'after the last fired time' rule, and runs named apart (a counter): the
+    retried fire runs 3 s a second time."""
+    real = schedules.run_job_id
+    calls = iter(range(1_000))
+    monkeypatch.setattr(schedules, "_fire_refusal", lambda *_: None)
+    monkeypatch.setattr(schedules, "run_job_id",
+                        lambda sid, ms, manual=False: f"{real(sid, ms, manual)}-{next(calls)}")
+    h = Harness()
+    _scheduled(h)
+    assert "schedule_fire_once" in found(audit(h))
