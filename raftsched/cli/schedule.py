@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import re
+from collections.abc import Iterable
 from typing import Any
 
 from raftsched import limits
@@ -23,6 +24,7 @@ from raftsched.cli.common import (
 )
 from raftsched.errors import Code
 from raftsched.options import integer
+from raftsched.schedules.cron import CronError, zone_of
 from raftsched.schedules.file import parse_schedule_text
 from raftsched.spec.file import read_spec_file
 from raftsched.spec.model import SpecError
@@ -133,6 +135,17 @@ def rfc3339(ms: int) -> str:
     return f"{text}.{ms % 1000:03d}Z" if ms % 1000 else f"{text}Z"
 
 
+def local_times(times_ms: Iterable[int], zone_name: str) -> list[str]:
+    """The times on the zone's wall clock, RFC 3339 with the offset in force
+    ("2026-10-25T02:30:00+01:00"); in UTC when this machine's tzdata lacks the zone."""
+    try:
+        zone: dt.tzinfo = zone_of(zone_name)
+    except CronError:
+        zone = dt.UTC
+    return [dt.datetime.fromtimestamp(ms / 1000, zone).isoformat(timespec="seconds")
+            for ms in times_ms]
+
+
 def _run_create(args: argparse.Namespace) -> int:
     try:
         raw = read_spec_file(args.file)
@@ -173,6 +186,7 @@ def schedule_doc(info: Any) -> dict[str, Any]:
         "last_nominal_time": rfc3339(info.last_nominal_ms),
         "backfill_waiting": info.backfill_waiting,
         "next": [rfc3339(ms) for ms in info.next_ms],
+        "next_local": local_times(info.next_ms, info.zone),
         "runs": [{"nominal_time": rfc3339(r.nominal_ms), "job_id": r.job_id, "state": r.state}
                  for r in info.runs],
     }
@@ -211,8 +225,8 @@ def _print_schedule(args: argparse.Namespace, info: Any) -> None:
     for key in ("schedule_id", "tenant", "rule", "zone", "overlap", "paused", "note", "fired",
                 "skipped", "last_nominal_time"):
         print(f"{key:<18} {shown[key]}")
-    print("next               " + (", ".join(doc["next"][:3]) or "-")
-          + (f" (+{len(doc['next']) - 3} more: --json)" if len(doc["next"]) > 3 else ""))
+    print(f"next ({doc['zone']}){'':<{max(0, 11 - len(doc['zone']))}} "
+          + ("\n                   ".join(doc["next_local"]) or "-"))
     width = max((len(run["job_id"]) for run in doc["runs"]), default=0)
     if doc["runs"]:
         print(f"\n{'NOMINAL':<20}  {'JOB':<{width}}  STATE")

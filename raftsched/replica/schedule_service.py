@@ -145,7 +145,7 @@ def schedule_info(state: State, s: Schedule, now_ms: int, detail: bool) -> Any:
     """The message of a schedule; `detail`: its next fire times and its runs, newest first."""
     info = pb.ScheduleInfo(
         schedule_id=s.id, tenant=s.tenant, paused=s.paused, note=s.note,
-        rule=_rule_text(s), zone="UTC", overlap=s.overlap.value,
+        rule=_rule_text(s), zone=_zone(s), overlap=s.overlap.value,
         catchup_window_ms=s.catchup_window_ms, pause_after_failures=s.pause_after_failures,
         last_nominal_ms=s.last_nominal_ms, fired=s.fired, skipped=s.skipped,
         consecutive_failures=s.consecutive_failures, backfill_waiting=len(s.backfill),
@@ -164,4 +164,13 @@ def _rule_text(s: Schedule) -> str:
     if s.rule and s.rule[0] == "every" and s.every_ms:
         return f"every {s.every_ms // 1000}s" if s.every_ms % 1000 == 0 else \
             f"every {s.every_ms}ms"
+    if len(s.rule) == 3 and s.rule[0] == "cron":
+        return f"cron {s.rule[1]}"
     return str(s.rule)
+
+
+def _zone(s: Schedule) -> str:
+    """A cron rule's IANA zone (its wall clock); an interval counts absolute time: UTC."""
+    if len(s.rule) == 3 and s.rule[0] == "cron" and isinstance(s.rule[2], str):
+        return s.rule[2]
+    return "UTC"

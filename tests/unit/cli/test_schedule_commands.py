@@ -31,7 +31,7 @@ class ScheduleClient(FakeClient):
     def get_schedule(self, schedule_id: str) -> Any:
         self._call("get_schedule", schedule_id)
         return pb.ScheduleInfo(
-            schedule_id=schedule_id, tenant="default", rule="every 3600s", zone="UTC",
+            schedule_id=schedule_id, tenant="default", rule="every 3600s", zone="Europe/Berlin",
             overlap="buffer_one", next_ms=[7_200_000 * k for k in range(1, 11)],
             runs=[pb.ScheduleRun(nominal_ms=3_600_000, job_id="nightly-19700101T010000Z",
                                  state="RUNNING"),
@@ -113,8 +113,10 @@ def test_show_text(capsys: pytest.CaptureFixture[str], fake: ScheduleClient) -> 
     lines = out.splitlines()
     assert code == 0 and "paused             no" in lines
     assert "skipped            overlap 1" in lines
-    assert "next               1970-01-01T02:00:00Z, 1970-01-01T04:00:00Z, " \
-           "1970-01-01T06:00:00Z (+7 more: --json)" in lines
+    # the next 10 times on the schedule zone's wall clock, one per line
+    at = lines.index("next (Europe/Berlin) 1970-01-01T03:00:00+01:00")
+    assert lines[at + 1:at + 10] == [f"                   1970-01-{1 + h // 24:02d}T"
+                                     f"{h % 24:02d}:00:00+01:00" for h in range(5, 23, 2)]
     assert lines[-3:] == ["NOMINAL               JOB                       STATE",
                           "1970-01-01T01:00:00Z  nightly-19700101T010000Z  RUNNING",
                           "1970-01-01T00:00:00Z  nightly-19700101T000000Z  SUCCEEDED"]
