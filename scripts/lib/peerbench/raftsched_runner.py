@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from raftsched.client.client import Client
+from raftsched.spec.job import parse_spec_text
 from raftsched.states import TERMINAL_JOB_STATE_NAMES, JobStateName
 
 from . import turnaround, workloads
@@ -175,7 +176,23 @@ class Runner:
             self.client.submit(job_spec(f"seq-{i}", [Node("t", 0)], NOOP_CPU))
             latencies_ms.append((time.perf_counter() - started) * 1000)
         return {"sequential": count, "p50_ms": pct(latencies_ms, 0.5),
-                "p99_ms": pct(latencies_ms, 0.99), **self._concurrent_submits()}
+                "p99_ms": pct(latencies_ms, 0.99), **self._concurrent_submits(),
+                **self._batch_submit()}
+
+    def _batch_submit(self) -> Figures:
+        """One SubmitJobs call of SUBMIT_BATCH_JOBS one-task jobs (each its own key): jobs/s from
+        the call to its answer, every job committed. The specs are parsed before the clock
+        starts, as a program holding its jobs would."""
+        count = workloads.scaled(workloads.SUBMIT_BATCH_JOBS, self.plan.scale, floor=100)
+        specs = [parse_spec_text(job_spec(f"batch-{i}", [Node("t", 0)], NOOP_CPU),
+                                 source=f"batch-{i}") for i in range(count)]
+        started = time.perf_counter()
+        answers = self.client.submit_jobs(specs)
+        elapsed = time.perf_counter() - started
+        refused = [a for a in answers if isinstance(a, Exception)]
+        if refused:
+            return {"batch_error": f"{len(refused)} of {count} refused: {refused[0]}"}
+        return {"batch_jobs": count, "batch_jobs_per_s": count / elapsed}
 
     def _concurrent_submits(self) -> Figures:
         """Submits/s at each level of workloads.SUBMIT_IN_FLIGHT_LEVELS (a client per thread)."""

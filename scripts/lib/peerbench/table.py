@@ -146,9 +146,13 @@ def submit_section() -> Section:
         Row("sequential p50 ms (lower is better)", "submit", figure("p50_ms")),
         Row("sequential p99 ms", "submit", figure("p99_ms")),
         *(Row(f"submits/s, {n} in flight (higher is better)", "submit",
-              figure(workloads.rate_key(n)), 0) for n in workloads.SUBMIT_IN_FLIGHT_LEVELS)], [
+              figure(workloads.rate_key(n)), 0) for n in workloads.SUBMIT_IN_FLIGHT_LEVELS),
+        Row("batch: one-task jobs/s in one SubmitJobs call", "submit",
+            figure("batch_jobs_per_s"), 0)], [
         "raftsched: SubmitJob of a 1-task job, acknowledged once committed by a Raft majority "
-        "(a client per thread)",
+        "(a client per thread); batch: one SubmitJobs call of "
+        f"{workloads.SUBMIT_BATCH_JOBS:,} one-task jobs (at --scale 1), answered once all are "
+        "committed (split into entries of MAX_JOBS_PER_BATCH_ENTRY)",
         "etcd: a 256-byte v3 KV Put to the leader over gRPC, acknowledged once committed by a "
         "Raft majority (a channel per thread): the like-for-like reference",
         "celery: apply_async, acknowledged once Redis has the message (no fsync, no "

@@ -33,6 +33,9 @@ NOOP_WIDE_TASKS = 10_000
 NOOP_JOBS = 1_000
 NOOP_TASKS_PER_JOB = 10
 SUBMIT_SEQUENTIAL = 200
+SUBMIT_BATCH_JOBS = 10_000
+"""One-task jobs of the batch-submit figure: one SubmitJobs call (MAX_BATCH_JOBS), timed from the
+call to its answer (every job committed)."""
 SUBMIT_IN_FLIGHT = 64
 SUBMIT_PROCESSES = 2
 SUBMIT_PER_THREAD = 20
