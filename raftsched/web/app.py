@@ -13,7 +13,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from raftsched import eventlog, limits
-from raftsched.web import live, operators, output, pages
+from raftsched.web import live, operators, output, pages, schedules
 from raftsched.web.console import HERE, Console, Options, PageError, SignIn, error_page, to_sign_in
 
 LOG = eventlog.EventLogger("web")
@@ -42,6 +42,10 @@ def build_app(options: Options) -> Starlette:
         Route("/jobs/{job_id}/tasks/{task_id}", pages.task),
         Route("/jobs/{job_id}/tasks/{task_id}/output", pages.download),
         Route("/jobs/{job_id}/tasks/{task_id}/output/live", output.live),
+        Route("/schedules", schedules.schedules),
+        Route("/schedules/{schedule_id}", schedules.schedule),
+        Route("/schedules/{schedule_id}/pause", schedules.pause, methods=["POST"]),
+        Route("/schedules/{schedule_id}/resume", schedules.resume, methods=["POST"]),
         Route("/clusters", operators.clusters),
         Route("/clusters/{cluster_id}/drain", operators.drain_page, methods=["GET"]),
         Route("/clusters/{cluster_id}/drain", operators.drain, methods=["POST"]),
