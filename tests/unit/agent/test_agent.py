@@ -355,8 +355,11 @@ def test_a_finished_report_carries_the_capacity_it_freed(tmp_path: Path,
                                             strict=True)]
     observed = next(o for o, kinds in calls if FINISHED in kinds)
     assert observed is not None and observed.free == Resources(4000, 4096, 1)
-    started_with = next(o for o, kinds in calls if STARTED in kinds)
-    assert started_with is not None and started_with.free == Resources(2500, 3996, 1)
+    started_with, kinds = next((o, kinds) for o, kinds in calls if STARTED in kinds)
+    # a busy machine may flush STARTED and FINISHED in one call: it then tells the free after
+    # both; alone, STARTED tells the free while the attempt holds its 1.5 cpu and 100 MB
+    held = Resources(4000, 4096, 1) if FINISHED in kinds else Resources(2500, 3996, 1)
+    assert started_with is not None and started_with.free == held
     sequence = [o.seq for o, _ in calls if o is not None] + [b.seq for b in session.beats]
     assert len(set(sequence)) == len(sequence)  # one counter for heartbeats and reports
 
