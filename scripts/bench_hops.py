@@ -62,7 +62,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--agent-only", action="store_true",
                         help="only the agent's in-process hop (seconds; no cluster, no profiler)")
     args = parser.parse_args()
-    os.environ["RAFTSCHED_YAPPI_CLOCK"] = args.clock
+    os.environ["PEERBENCH_YAPPI_CLOCK"] = args.clock
     return args
 
 
@@ -166,7 +166,7 @@ def main() -> None:
 
 def report(figures: dict[str, dict[str, float]], profile_dir: Path, leader: int,
            top: int) -> None:
-    print(f"raftsched hop profile (yappi, {os.environ['RAFTSCHED_YAPPI_CLOCK']} clock, every "
+    print(f"raftsched hop profile (yappi, {os.environ['PEERBENCH_YAPPI_CLOCK']} clock, every "
           f"thread; {os.cpu_count()} cores; figures are slower under the profiler)")
     for phase, name in enumerate(PHASES, start=1):
         shown = ", ".join(f"{k} {v:,.2f}" for k, v in figures[name].items())

@@ -1,5 +1,5 @@
 """Runs `python -m MODULE ARGS...` under yappi (every thread; CPU clock, or the one named by
-RAFTSCHED_YAPPI_CLOCK: "wall"), for `scripts/bench hops`:
+PEERBENCH_YAPPI_CLOCK: "wall"), for `scripts/bench hops`:
 
     python scripts/lib/peerbench/profiled.py OUT_PREFIX MODULE [ARGS...]
 
@@ -43,7 +43,7 @@ def main() -> None:
 
     signal.signal(signal.SIGUSR1, on_usr1)
     atexit.register(save, prefix)
-    yappi.set_clock_type(os.environ.get("RAFTSCHED_YAPPI_CLOCK", "cpu"))
+    yappi.set_clock_type(os.environ.get("PEERBENCH_YAPPI_CLOCK", "cpu"))
     yappi.start(builtins=False, profile_threads=True)
     sys.argv = [module, *args]
     runpy.run_module(module, run_name="__main__", alter_sys=True)
