@@ -4,7 +4,7 @@ PEERBENCH_YAPPI_CLOCK: "wall"), for `scripts/bench hops`:
     python scripts/lib/peerbench/profiled.py OUT_PREFIX MODULE [ARGS...]
 
 SIGUSR1 saves what was profiled since the last save to OUT_PREFIX.<n>.pstat (pstats format) and
-starts over; the rest is saved at exit. yappi comes from the directory in RAFTSCHED_YAPPI_PATH
+starts over; the rest is saved at exit. yappi comes from the directory in PEERBENCH_YAPPI_PATH
 (installed there by `scripts/bench hops`, never into raftsched's virtualenv).
 """
 
@@ -18,7 +18,7 @@ import signal
 import sys
 from types import FrameType
 
-sys.path.insert(0, os.environ["RAFTSCHED_YAPPI_PATH"])
+sys.path.insert(0, os.environ["PEERBENCH_YAPPI_PATH"])
 
 import yappi
 
