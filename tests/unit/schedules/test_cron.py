@@ -74,6 +74,14 @@ def test_lord_howe_shifts_by_half_an_hour() -> None:
     assert got[1] - got[0] == 30 * 60_000
 
 
+def test_a_fold_at_midnight_fires_each_occurrence_in_order() -> None:
+    """America/Santiago ends DST at midnight: 2026-04-05 00:00 -03 goes back to 04-04 23:00 -04,
+    so 23:30 of 4 April happens twice, and the walk must look back across the local day."""
+    got = fires("30 23 * * *", "America/Santiago", "2026-04-04T12:00Z", 3)
+    assert local(got, "America/Santiago") == ["04-04 23:30-0300", "04-04 23:30-0400",
+                                              "04-05 23:30-0400"]
+
+
 def test_a_half_hour_zone_without_dst_keeps_its_offset() -> None:
     got = fires("0 9 * * *", "Asia/Kolkata", "2026-03-01T00:00Z", 2)
     assert utc(got) == ["2026-03-01T03:30Z", "2026-03-02T03:30Z"]
