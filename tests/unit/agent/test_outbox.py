@@ -134,3 +134,27 @@ def test_the_memory_outbox_answers_as_the_lmdb_outbox(tmp_path: Path, seed: int)
                 == [memory.has(ReportKey(f, k)) for f in range(1, 9) for k in kinds]
             assert [real.attempt(f) for f in range(1, 9)] \
                 == [memory.attempt(f) for f in range(1, 9)]
+
+
+def test_an_outbox_an_earlier_version_wrote_in_json_is_read_and_drained(tmp_path: Path) -> None:
+    """Earlier agents stored records and reports as JSON objects; an agent upgraded over that
+    data dir reads them (and sends the reports), and writes msgpack from then on."""
+    import json
+    import struct
+
+    from agent.store import open_environment
+
+    report, record = _report(7, ReportKind.FINISHED, reason="done"), _record(7)
+    env = open_environment(tmp_path / "o")
+    with env.begin(write=True) as txn:
+        txn.put(struct.pack(">QB", 7, int(ReportKind.FINISHED)),
+                json.dumps(report.to_dict()).encode(), db=env.open_db(b"reports", txn=txn))
+        txn.put(struct.pack(">Q", 7), json.dumps(record.to_dict()).encode(),
+                db=env.open_db(b"attempts", txn=txn))
+    env.close()
+    with Outbox(tmp_path / "o") as outbox:
+        assert outbox.pending(10) == [report] and outbox.attempt(7) == record
+        outbox.put([_report(8, ReportKind.STARTED)])
+    with Outbox(tmp_path / "o") as outbox:  # a mix of both encodings reads back in order
+        assert [(r.fence, r.kind) for r in outbox.pending(10)] == [
+            (7, ReportKind.FINISHED), (8, ReportKind.STARTED)]
