@@ -132,7 +132,8 @@ def test_health_and_reflection_refuse_undecodable_bytes_too(
 
 
 def test_the_services_checked_are_every_service_the_api_defines() -> None:
-    assert {service.name for service in SERVICES} == {"Scheduler", "AgentGateway", "Admin"}
+    assert {service.name for service in SERVICES} == {"Scheduler", "AgentGateway", "Admin",
+                                                      "Schedules"}
 
 
 @pytest.mark.parametrize(("fields", "named"), [
