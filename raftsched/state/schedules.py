@@ -17,7 +17,7 @@ from raftsched import limits
 from raftsched.errors import Code
 from raftsched.protocol import id_problem
 from raftsched.spec.model import SpecError
-from raftsched.spec.wire import validate_wire
+from raftsched.spec.wire import decode_trusted, validate_wire
 from raftsched.state.commands import (
     JobCancel,
     ScheduleBackfill,
@@ -222,7 +222,8 @@ def _start_run(state: State, schedule: Schedule, nominal: int, now_ms: int,
     """Create the run's job through the submit path; 0 when it started, 1 when refused (a
     full queue, no cluster could take it: counted as a failed run)."""
     job_id = run_job_id(schedule.id, nominal, manual)
-    spec = dataclasses.replace(validate_wire(schedule.spec), idempotency_key=job_id)
+    # validated in full when the schedule was created: each run only decodes it (as JOB_SUBMIT)
+    spec = dataclasses.replace(decode_trusted(schedule.spec), idempotency_key=job_id)
     outcome = submit_spec(state, job_id, spec, now_ms)
     if isinstance(outcome, Rejected):
         _skip(schedule, "refused", 1)
