@@ -15,6 +15,7 @@ from raftsched.api import raftsched_pb2 as pb
 from raftsched.errors import Code, RaftschedError
 from raftsched.web.app import build_app
 from raftsched.web.console import COOKIE, Options
+from tests.support.web import csrf_of
 
 USER, OPERATOR = "rst_" + "1" * 16 + "_" + "u" * 30, "rst_" + "2" * 16 + "_" + "o" * 30
 JOB = pb.Job(job_id="j1", name="demo", tenant="t", state="RUNNING", total_tasks=2,
@@ -116,12 +117,6 @@ def _signed_in(made: list[FakeClient], token: str, read_only: bool = False) -> T
     return browser
 
 
-def _csrf(page: str) -> str:
-    marker = 'name="csrf" value="'
-    start = page.index(marker) + len(marker)
-    return page[start:page.index('"', start)]
-
-
 def test_sign_in_sets_a_strict_httponly_secure_cookie_holding_no_token(
         made: list[FakeClient]) -> None:
     browser = _app(made)
@@ -210,7 +205,7 @@ def test_read_only_hides_and_refuses_cancel(made: list[FakeClient]) -> None:
     browser = _signed_in(made, OPERATOR, read_only=True)
     page = browser.get("/jobs/j1").text
     assert "Cancel this job" not in page
-    answer = browser.post("/jobs/j1/cancel", data={"csrf": _csrf(page)})
+    answer = browser.post("/jobs/j1/cancel", data={"csrf": csrf_of(page)})
     assert answer.status_code == 403 and made[-1].cancelled == []
 
 
@@ -221,7 +216,7 @@ def test_cancel_needs_the_sessions_csrf_token(made: list[FakeClient]) -> None:
     assert browser.post("/jobs/j1/cancel", data={}).status_code == 403
     assert browser.post("/jobs/j1/cancel", data={"csrf": "forged"}).status_code == 403
     assert made[-1].cancelled == []
-    answer = browser.post("/jobs/j1/cancel", data={"csrf": _csrf(page)})
+    answer = browser.post("/jobs/j1/cancel", data={"csrf": csrf_of(page)})
     assert answer.status_code == 303 and made[-1].cancelled == ["j1"]
 
 
@@ -254,7 +249,7 @@ def test_logout_ends_the_session(made: list[FakeClient]) -> None:
     browser = _signed_in(made, USER)
     page = browser.get("/jobs").text
     assert browser.post("/logout", data={"csrf": "forged"}).status_code == 403
-    assert browser.post("/logout", data={"csrf": _csrf(page)}).status_code == 303
+    assert browser.post("/logout", data={"csrf": csrf_of(page)}).status_code == 303
     assert browser.get("/jobs").headers["location"] == "/login"
 
 

@@ -18,6 +18,7 @@ from raftsched.errors import Code, RaftschedError
 from raftsched.web import capacity, output
 from raftsched.web.app import build_app
 from raftsched.web.console import Options
+from tests.support.web import csrf_of
 from tests.unit.test_web_app import OPERATOR, USER, FakeClient
 
 ADMIN = "rst_" + "3" * 16 + "_" + "a" * 30
@@ -113,12 +114,6 @@ def _signed_in(made: list[OperatorsClient], token: str, read_only: bool = False)
     return browser
 
 
-def _csrf(page: str) -> str:
-    marker = 'name="csrf" value="'
-    start = page.index(marker) + len(marker)
-    return page[start:page.index('"', start)]
-
-
 # --- the figures --------------------------------------------------------------------------------
 
 
@@ -182,13 +177,13 @@ def test_an_admin_drains_after_a_confirmation_naming_the_cluster(
     assert '<strong id="live-attempts">2</strong> live attempts keep running' in page
     assert browser.post("/clusters/east/drain", data={"csrf": "forged"}).status_code == 403
     assert made[-1].drained == []
-    answer = browser.post("/clusters/east/drain", data={"csrf": _csrf(page), "reason": "fix"})
+    answer = browser.post("/clusters/east/drain", data={"csrf": csrf_of(page), "reason": "fix"})
     assert (answer.status_code, answer.headers["location"]) == (303, "/clusters")
     assert made[-1].drained == [("east", True, "fix")]
     assert browser.get("/clusters/east/undrain").status_code == 409  # not draining (the fake)
     page = browser.get("/clusters/west/undrain").text
     assert "Undrain cluster <code>west</code>?" in page and "disk swap" in page
-    browser.post("/clusters/west/undrain", data={"csrf": _csrf(page)})
+    browser.post("/clusters/west/undrain", data={"csrf": csrf_of(page)})
     assert made[-1].drained[-1] == ("west", False, "")
     assert browser.get("/clusters/nowhere/drain").status_code == 404
 
@@ -198,7 +193,7 @@ def test_others_are_refused_drain_even_with_the_right_csrf_token(
     for token, read_only in ((OPERATOR, False), (USER, False), (ADMIN, True)):
         browser = _signed_in(made, token, read_only)
         assert browser.get("/clusters/east/drain").status_code == 403
-        csrf = _csrf(browser.get("/jobs").text)
+        csrf = csrf_of(browser.get("/jobs").text)
         answer = browser.post("/clusters/east/drain", data={"csrf": csrf})
         assert answer.status_code == 403, token
         assert made[-1].drained == []

@@ -13,6 +13,7 @@ from raftsched.api import raftsched_pb2 as pb
 from raftsched.errors import Code, RaftschedError
 from raftsched.web.app import build_app
 from raftsched.web.console import Options
+from tests.support.web import csrf_of
 from tests.unit.test_web_app import USER, FakeClient
 
 FALL_BACK_0030Z = 1_792_888_200_000  # 2026-10-25T00:30:00Z: 02:30 CEST in Europe/Berlin
@@ -57,12 +58,6 @@ def _signed_in(made: list[SchedulesClient], read_only: bool = False) -> TestClie
     return browser
 
 
-def _csrf(page: str) -> str:
-    marker = 'name="csrf" value="'
-    start = page.index(marker) + len(marker)
-    return page[start:page.index('"', start)]
-
-
 def test_the_list_links_each_schedule_with_its_rule_zone_and_state() -> None:
     page = _signed_in([]).get("/schedules").text
     assert 'href="/schedules/nightly"' in page and 'data-paused="yes"' in page
@@ -87,9 +82,9 @@ def test_pause_needs_the_sessions_csrf_token_and_carries_the_note() -> None:
     assert browser.post("/schedules/nightly/pause", data={"csrf": "forged"}).status_code == 403
     assert made[-1].set_calls == []
     answer = browser.post("/schedules/nightly/pause",
-                          data={"csrf": _csrf(page), "note": "disk swap"})
+                          data={"csrf": csrf_of(page), "note": "disk swap"})
     assert answer.status_code == 303 and answer.headers["location"] == "/schedules/nightly"
-    browser.post("/schedules/nightly/resume", data={"csrf": _csrf(page)})
+    browser.post("/schedules/nightly/resume", data={"csrf": csrf_of(page)})
     assert made[-1].set_calls == [("nightly", True, "disk swap"), ("nightly", False, "")]
 
 
@@ -98,7 +93,7 @@ def test_a_read_only_console_shows_no_action_and_refuses_one() -> None:
     browser = _signed_in(made, read_only=True)
     page = browser.get("/schedules/nightly").text
     assert 'data-action="pause"' not in page
-    csrf = _csrf(browser.get("/jobs").text)  # the sign-out form's: a valid token
+    csrf = csrf_of(browser.get("/jobs").text)  # the sign-out form's: a valid token
     assert browser.post("/schedules/nightly/pause", data={"csrf": csrf}).status_code == 403
     assert made[-1].set_calls == []
 
