@@ -78,6 +78,7 @@ from jepsen.checks_ledger import check_ledger, read_ledger
 from jepsen.checks_liveness import check_liveness, check_timeouts, count_ops, fault_statistics
 from jepsen.checks_reads import check_read_order, check_stale_reads, collect_reads
 from jepsen.checks_replay import _kills_for, _replicas, read_logs, replay
+from jepsen.checks_schedules import check_schedules
 from jepsen.checks_submits import check_submissions
 from raftsched.state.audit import Violation
 
@@ -111,6 +112,7 @@ def check(results_dir: Path) -> Report:
     check_capacity(results_dir / "logs", run, found)
     check_timeouts(history.ops, run, found)
     check_liveness(history, run, found)
+    check_schedules(run, found)
     count_ops(history.ops, found)
     fault_statistics(history, found)
     return found.finish()

@@ -32,7 +32,7 @@ from jepsen.history import History
 from jepsen.hostile import HOSTILE_CLUSTER
 from jepsen.nemesis import GROUPS, KINDS, FaultError, Nemesis, parse_faults
 from jepsen.netns import Net, NetError, iptables_binary
-from jepsen.workload import ClientWorker
+from jepsen.workload import ClientWorker, create_schedules
 from raftsched.errors import RaftschedError
 from raftsched.states import TERMINAL_JOB_STATE_NAMES
 
@@ -263,6 +263,9 @@ def _exercise(args: argparse.Namespace, root: Path, cluster: ClusterUnderTest, n
                            f"(logs in {root / 'logs'})")
     _say(f"  cluster up: leader {leader}, agents READY")
     history.event("harness", "start", {"leader": leader})
+    schedules = create_schedules(list(cluster.grpc.values()), history, cluster.user_tls,
+                                 cluster.admin_token)
+    _say(f"  schedules: {', '.join(schedules) or 'none could be created'}")
     workers = [ClientWorker(i, list(cluster.grpc.values()), history, root / "ledger.txt",
                             args.seed, stop, cluster.user_tls, token=cluster.admin_token)
                for i in range(args.clients)]

@@ -269,3 +269,51 @@ class ClientWorker:
 
 def _kind(error: RaftschedError) -> str:
     return "fail" if error.code in DEFINITE_FAILURES else "info"
+
+
+# --- schedules (issue 25) -------------------------------------------------------------------------
+
+SCHEDULES = (("jepsen-every2s", "2s", "allow"), ("jepsen-every3s", "3s", "skip"))
+"""(id, every, overlap) of the schedules a run creates at its start: the leader fires them
+through every fault; the checker's schedule_every_time property finds each nominal time fired
+once or skipped for a reason its policy names."""
+SCHEDULE_WINDOW_S = 3_600
+"""Their catch-up window: longer than any run and its liveness wait, so no nominal time may be
+skipped for age (a catchup_window skip is a violation)."""
+SCHEDULE_CREATE_TRIES = 20
+SCHEDULE_CREATE_PAUSE_S = 0.5
+
+
+def schedule_text(every: str, overlap: str) -> str:
+    """A schedule file: one short task (a real subprocess) of tenant alpha."""
+    return json.dumps({
+        "name": f"every {every}", "tenant": "alpha",
+        "tasks": [{"id": "tick", "command": ["/bin/true"], "resources": {"cpu": 0.1,
+                                                                          "memory_mb": 16}}],
+        "schedule": {"every": every, "overlap": overlap,
+                     "catchup_window_s": SCHEDULE_WINDOW_S}})
+
+
+def create_schedules(servers: list[str], history: History, tls_files: TlsFiles | None,
+                     token: str | None) -> list[str]:
+    """Create the run's schedules (each retried SCHEDULE_CREATE_TRIES times: creating one twice
+    is answered "exists"); the ids created, each also a `schedule` event in the history."""
+    created = []
+    with Client(servers, timeout_s=CALL_TIMEOUT_S, retry_budget_s=RETRY_BUDGET_S,
+                tls_files=tls_files, token=token) as client:
+        for schedule_id, every, overlap in SCHEDULES:
+            for _ in range(SCHEDULE_CREATE_TRIES):
+                try:
+                    client.create_schedule(schedule_id, schedule_text(every, overlap))
+                except RaftschedError as error:
+                    if error.code == Code.ALREADY_EXISTS:
+                        break
+                    time.sleep(SCHEDULE_CREATE_PAUSE_S)
+                    continue
+                break
+            else:
+                continue
+            history.event("harness", "schedule", {"schedule_id": schedule_id, "every": every,
+                                                  "overlap": overlap})
+            created.append(schedule_id)
+    return created
