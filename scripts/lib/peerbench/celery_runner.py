@@ -25,7 +25,16 @@ import redis
 from celery import group
 
 from . import celery_app, workloads
-from .processes import HOST, Supervisor, Timeout, free_port, log, raise_on_sigterm, wait_until
+from .processes import (
+    HOST,
+    Supervisor,
+    Timeout,
+    free_port,
+    log,
+    raise_on_sigterm,
+    reporting,
+    wait_until,
+)
 from .protocol import Figures, Plan, emit, run_each
 from .stats import pct
 from .submitters import START_TIMEOUT_S, concurrent_rate
@@ -188,19 +197,13 @@ def main() -> None:
                                        f"{workloads.SLOTS_PER_WORKER}"}
     with tempfile.TemporaryDirectory(prefix="celery-", dir=plan.workdir) as tmp:
         supervisor = Supervisor(Path(tmp))
-        try:
+        with reporting(result, supervisor):
             url = start(supervisor, free_port(), Path(tmp))
             celery_app.configure(url)
             os.environ[celery_app.URL_ENV] = url  # for the submitting processes' imports
             wait_workers(supervisor)
             log(f"celery: redis-server + {workloads.WORKERS} workers ready ({url})")
             result["workloads"] = run_each(plan, Runner(plan, url).table())
-        except Exception as error:
-            result["error"] = f"{type(error).__name__}: {error}"
-            for name, _ in supervisor.children:
-                log(f"--- {name} log tail:\n{supervisor.tail(name)}")
-        finally:
-            supervisor.stop_all()
         emit(result)
 
 

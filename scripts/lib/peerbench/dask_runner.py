@@ -22,7 +22,7 @@ from distributed import Client, Future, wait
 
 from . import workloads
 from .peer_tasks import noop, sleep_ms
-from .processes import HOST, Supervisor, Timeout, free_port, log, raise_on_sigterm
+from .processes import HOST, Supervisor, Timeout, free_port, log, raise_on_sigterm, reporting
 from .protocol import Figures, Plan, emit, run_each
 from .workloads import Node
 
@@ -129,19 +129,13 @@ def main() -> None:
                                        f"--nthreads {workloads.SLOTS_PER_WORKER} --no-nanny"}
     with tempfile.TemporaryDirectory(prefix="dask-", dir=plan.workdir) as tmp:
         supervisor = Supervisor(Path(tmp))
-        try:
+        with reporting(result, supervisor):
             port = free_port()
             start(supervisor, port)
             with Client(f"tcp://{HOST}:{port}", timeout=READY_TIMEOUT_S) as client:
                 client.wait_for_workers(workloads.WORKERS, timeout=READY_TIMEOUT_S)
                 log(f"dask: scheduler + {workloads.WORKERS} workers ready (port {port})")
                 result["workloads"] = run_each(plan, Runner(plan, client).table())
-        except Exception as error:
-            result["error"] = f"{type(error).__name__}: {error}"
-            for name, _ in supervisor.children:
-                log(f"--- {name} log tail:\n{supervisor.tail(name)}")
-        finally:
-            supervisor.stop_all()
         emit(result)
 
 

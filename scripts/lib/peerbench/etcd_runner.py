@@ -30,7 +30,7 @@ from typing import Any
 import grpc
 
 from . import workloads
-from .processes import HOST, Supervisor, free_port, log, raise_on_sigterm, wait_until
+from .processes import HOST, Supervisor, free_port, log, raise_on_sigterm, reporting, wait_until
 from .protocol import Figures, Plan, emit, run_each
 from .stats import pct
 from .submitters import START_TIMEOUT_S, concurrent_rate
@@ -179,16 +179,10 @@ def main() -> None:
                                        f"{VALUE_BYTES}-byte values)"}
     with tempfile.TemporaryDirectory(prefix="etcd-", dir=plan.workdir) as tmp:
         supervisor = Supervisor(Path(tmp))
-        try:
+        with reporting(result, supervisor):
             members = Members(supervisor, Path(tmp))
             members.start()
             result["workloads"] = run_each(plan, Runner(plan, members).table())
-        except Exception as error:
-            result["error"] = f"{type(error).__name__}: {error}"
-            for name, _ in supervisor.children:
-                log(f"--- {name} log tail:\n{supervisor.tail(name)}")
-        finally:
-            supervisor.stop_all()
         emit(result)
 
 

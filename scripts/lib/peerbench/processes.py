@@ -14,10 +14,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 HOST = "127.0.0.1"
 STOP_GRACE_S = 5.0
@@ -118,3 +118,17 @@ class Supervisor:
                 child.kill()
                 child.wait()
         self.children.clear()
+
+
+@contextlib.contextmanager
+def reporting(result: dict[str, Any], supervisor: Supervisor) -> Iterator[None]:
+    """A runner's body: an exception becomes `result["error"]` (with each child's log tail on
+    stderr), and every child is stopped whatever happens."""
+    try:
+        yield
+    except Exception as error:
+        result["error"] = f"{type(error).__name__}: {error}"
+        for name, _ in supervisor.children:
+            log(f"--- {name} log tail:\n{supervisor.tail(name)}")
+    finally:
+        supervisor.stop_all()

@@ -24,7 +24,7 @@ from raftsched.spec.job import parse_spec_text
 from raftsched.states import TERMINAL_JOB_STATE_NAMES, JobStateName
 
 from . import turnaround, workloads
-from .processes import Supervisor, Timeout, log, raise_on_sigterm
+from .processes import Supervisor, Timeout, raise_on_sigterm, reporting
 from .protocol import Figures, Plan, emit, run_each
 from .raftsched_cluster import AGENT_IDS, RaftschedCluster
 from .stats import pct
@@ -244,16 +244,10 @@ def main() -> None:
                                            f"--executor mock --cpu {workloads.SLOTS_PER_WORKER}"
                                            + (f" --queue-depth {plan.queue_depth}"
                                               if plan.queue_depth >= 0 else "")}
-        try:
+        with reporting(result, supervisor):
             cluster = RaftschedCluster(supervisor, Path(tmp), plan.queue_depth)
             cluster.start()
             result["workloads"] = run_each(plan, Runner(plan, cluster).table())
-        except Exception as error:
-            result["error"] = f"{type(error).__name__}: {error}"
-            for name, _ in supervisor.children:
-                log(f"--- {name} log tail:\n{supervisor.tail(name)}")
-        finally:
-            supervisor.stop_all()
         emit(result)
 
 
