@@ -24,7 +24,7 @@ from raftsched.cli.common import (
 )
 from raftsched.errors import Code
 from raftsched.options import integer
-from raftsched.schedules.cron import CronError, zone_of
+from raftsched.schedules.cron import zone_or_utc
 from raftsched.schedules.file import parse_schedule_text
 from raftsched.spec.file import read_spec_file
 from raftsched.spec.model import SpecError
@@ -138,10 +138,7 @@ def rfc3339(ms: int) -> str:
 def local_times(times_ms: Iterable[int], zone_name: str) -> list[str]:
     """The times on the zone's wall clock, RFC 3339 with the offset in force
     ("2026-10-25T02:30:00+01:00"); in UTC when this machine's tzdata lacks the zone."""
-    try:
-        zone: dt.tzinfo = zone_of(zone_name)
-    except CronError:
-        zone = dt.UTC
+    zone = zone_or_utc(zone_name)
     return [dt.datetime.fromtimestamp(ms / 1000, zone).isoformat(timespec="seconds")
             for ms in times_ms]
 

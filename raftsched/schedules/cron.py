@@ -182,6 +182,15 @@ def zone_of(name: object) -> ZoneInfo:
                         f"'America/New_York')") from None
 
 
+def zone_or_utc(name: str) -> dt.tzinfo:
+    """The zone to show times in: `name`'s, or UTC when this machine's tzdata lacks it (a reader
+    shows a schedule created on a replica with newer zones)."""
+    try:
+        return zone_of(name)
+    except CronError:
+        return UTC
+
+
 def fires_after(cron: Cron, zone: ZoneInfo, after_ms: int, limit: int,
                 until_ms: int | None = None) -> list[int]:
     """The rule's fire instants (UTC epoch ms) strictly after `after_ms`, ascending, at most

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from raftsched import limits
-from raftsched.schedules.cron import CronError, zone_of
+from raftsched.schedules.cron import zone_or_utc
 from raftsched.web.console import (
     PageError,
     call,
@@ -68,10 +68,7 @@ async def _set(request: Request, *, paused: bool) -> Response:
 def wall_clock(times_ms: Any, zone_name: str) -> list[tuple[str, str]]:
     """(the zone's wall-clock reading with its offset, the UTC time) of each fire time; UTC
     only when this console's tzdata lacks the zone."""
-    try:
-        zone: dt.tzinfo = zone_of(zone_name)
-    except CronError:
-        zone = dt.UTC
+    zone = zone_or_utc(zone_name)
     shown = []
     for ms in times_ms:
         moment = dt.datetime.fromtimestamp(ms / 1000, dt.UTC)
