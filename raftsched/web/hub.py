@@ -13,7 +13,9 @@ The thread runs while some page follows and ends at the first event after the la
 stream (too old, no replica answered within the client's retry budget) marks every page (each
 fetches its state again) and is opened again from now, after the client's jittered backoff
 (doubling up to `limits.WEB_HUB_MAX_BACKOFF_S`, so the hubs of many sessions that lost one leader
-do not all come back in the same instant); a page never waits on a stream that is not there: it
+do not all come back in the same instant); a stream that ended by itself after delivering
+events (its maximum age) is opened again at once, one that ended without any is backed off like a
+broken one; a page never waits on a stream that is not there: it
 is marked."""
 
 from __future__ import annotations
@@ -111,11 +113,14 @@ class EventHub:
     def _run(self) -> None:
         failures = 0
         while not self._closing.is_set():
+            delivered = False
             try:
                 for event in self._source.watch_events():
-                    failures = 0
+                    failures, delivered = 0, True
                     if not self._dispatch(event):
                         return
+                if not delivered:
+                    failures += 1  # a stream that ends at once, again and again, is backed off
             except RaftschedError as error:
                 failures += 1
                 self.restarts += 1
@@ -126,7 +131,9 @@ class EventHub:
                 self._mark_all()
                 raise
             self._mark_all()
-            if self._idle_end() or self._wait(RESTART_BACKOFF.delay_s(failures, self._rng)):
+            # a stream that ended after delivering (its maximum age) is opened again at once
+            delay_s = RESTART_BACKOFF.delay_s(failures, self._rng) if failures else 0.0
+            if self._idle_end() or self._wait(delay_s):
                 return
         self._end_thread()
 

@@ -77,5 +77,7 @@ def test_a_running_job_can_be_cancelled(slurm: LocalSlurm, tmp_path: Path) -> No
     result = slurm.run("scancel", job_id)
     assert result.returncode == 0, result.stdout + result.stderr
     job = wait_state(slurm, job_id, "CANCELLED")
-    assert job["ExitCode"] == "0:15", job
+    # scancel sends SIGTERM, then SIGKILL after KillWait (2 s here): on a busy machine the batch
+    # step may not have been reaped by then, and the kill is what ended it
+    assert job["ExitCode"] in ("0:15", "0:9"), job
     assert "JobState=CANCELLED" in jobcomp_line(slurm, job_id)

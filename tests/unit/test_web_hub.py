@@ -27,8 +27,12 @@ class Ev:
     state: str = ""
 
 
+END = object()
+"""Put into a Source: its stream ends by itself (as a replica's does at its maximum age)."""
+
+
 class Source:
-    """watch_events() yields what the test puts; an exception put is raised."""
+    """watch_events() yields what the test puts; an exception put is raised; END ends it."""
 
     def __init__(self) -> None:
         self.items: queue.Queue[Any] = queue.Queue()
@@ -44,6 +48,8 @@ class Source:
             item = self.items.get(timeout=WAIT_S)
             if isinstance(item, BaseException):
                 raise item
+            if item is END:
+                return
             yield item
 
 
@@ -156,5 +162,34 @@ def test_a_broken_stream_marks_every_page_and_opens_again(code: Code) -> None:
             hub.unsubscribe(page)
         hub.close()
         source.items.put(Ev(10, "progress"))
+
+    asyncio.run(main())
+
+
+def test_a_stream_that_ends_by_itself_opens_again_at_once_and_an_empty_one_backs_off() -> None:
+    async def main() -> None:
+        source = Source()
+        waits: list[float] = []
+        hub = EventHub(source, "test", wait=lambda s: waits.append(s) is not None,
+                       rng=random.Random(3))
+        page = _subscribe(hub, "a")
+        assert await _marked(page)
+        source.opened_event.clear()
+        source.items.put(Ev(4, "task", "a", "RUNNING"))
+        source.items.put(END)  # ended after delivering: opened again without a wait
+        assert await _marked(page)
+        assert await asyncio.to_thread(source.opened_event.wait, WAIT_S)
+        assert source.opened == 2 and waits == [0.0]
+        source.opened_event.clear()
+        source.items.put(END)  # ended with nothing delivered: the backoff's first step
+        assert await asyncio.to_thread(source.opened_event.wait, WAIT_S)
+        assert source.opened == 3
+        assert waits == [0.0, RESTART_BACKOFF.delay_s(1, random.Random(3))]
+        assert hub.restarts == 0  # neither was a broken stream
+        source.items.put(Ev(6, "task", "a", "SUCCEEDED"))
+        assert await _marked(page)
+        hub.unsubscribe(page)
+        hub.close()
+        source.items.put(Ev(7, "progress"))
 
     asyncio.run(main())
