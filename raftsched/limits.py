@@ -462,3 +462,10 @@ MAX_PENDING_REPORTS = 100_000
 MAX_ATTEMPT_RECORDS = 100_000
 """Attempt records held (running, or finished with their report unacked)."""
 
+
+# --- Tasks hand results downstream (issue 26) ---
+
+MAX_TASK_RESULT_OUTPUTS_BYTES = 64 * 1024
+"""Size of the JSON object a task may leave at `$RAFTSCHED_OUTPUT` (its outputs, handed to
+dependents); a larger file fails the attempt, saying so. Distinct from MAX_TASK_OUTPUT_BYTES
+(stdout/stderr kept per attempt)."""
