@@ -72,6 +72,6 @@ def references(text: str) -> list[Ref] | TemplateError:
         if isinstance(ref, TemplateError):
             return ref
         found.append(ref)
-    if False:
+    if "{{" in _PLACEHOLDER.sub("", text):
         return TemplateError("a '{{' without its closing '}}'")
     return found
