@@ -58,3 +58,6 @@ TASK_FENCE_ENV: Final = "RAFTSCHED_FENCE"
 TASK_IDEMPOTENCY_KEY_ENV: Final = "RAFTSCHED_IDEMPOTENCY_KEY"
 TASK_CHECKPOINT_DIR_ENV: Final = "RAFTSCHED_CHECKPOINT_DIR"
 """A directory that survives the task's attempts on one agent (`checkpoint: true` tasks)."""
+TASK_OUTPUT_ENV: Final = "RAFTSCHED_OUTPUT"
+"""The file (in the attempt's private dir) a task may write its outputs to: one JSON object,
+read by the agent after the task exits 0 (`agent/outputs.py`)."""

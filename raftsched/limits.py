@@ -550,3 +550,11 @@ the longest gap between two 29 Februaries (8 years, 2096 -> 2104)."""
 MAX_ZONES_CACHED = 512
 """Time zones whose offset range (how far a wall-clock time may lie from UTC) is kept in memory
 once worked out (a few hundred ms each)."""
+
+
+# --- Tasks hand results downstream (issue 26) ---
+
+MAX_TASK_RESULT_OUTPUTS_BYTES = 64 * 1024
+"""Size of the JSON object a task may leave at `$RAFTSCHED_OUTPUT` (its outputs, handed to
+dependents); a larger file fails the attempt, saying so. Distinct from MAX_TASK_OUTPUT_BYTES
+(stdout/stderr kept per attempt)."""
