@@ -741,4 +741,5 @@ def _record_rejected(record: AttemptRecord, reason: str) -> Report:
 def _completion_report(record: AttemptRecord, completion: Completion) -> Report:
     kind = ReportKind.KILLED if completion.killed else ReportKind.FINISHED
     return Report(kind, record.job_id, record.task_id, record.fence, completion.exit_code,
-                  completion.timed_out, completion.reason[:limits.MAX_REASON_CHARS])
+                  completion.timed_out, completion.reason[:limits.MAX_REASON_CHARS],
+                  completion.outputs, completion.outputs_refused)

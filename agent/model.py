@@ -120,3 +120,8 @@ class Completion:
     timed_out: bool = False
     killed: bool = False
     reason: str = ""
+    outputs: str = ""
+    """Exit code 0: the canonical JSON text of the outputs the task left ("": none)."""
+    outputs_refused: bool = False
+    """Exit code 0, but what the task left at $RAFTSCHED_OUTPUT is refused (`reason` says why):
+    the attempt fails."""

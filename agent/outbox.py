@@ -144,14 +144,18 @@ class Outbox:
     # -- reads ---------------------------------------------------------------------------------
 
     def pending(self, limit: int) -> list[Report]:
-        """Up to `limit` unacked reports, in (fence, kind) order."""
+        """Up to `limit` unacked reports, in (fence, kind) order, with at most
+        REPORT_BATCH_MAX_OUTPUTS_BYTES of outputs (`_fits`)."""
         assert limit >= 1
         reports: list[Report] = []
+        outputs = [0]
         with self._lock, self._env.begin() as txn:
             for _, value in txn.cursor(db=self._reports):
                 report = Report.from_dict(_decode(value))
                 if report.key in self._acked:
                     continue
+                if not _fits(reports, report, outputs):
+                    break
                 reports.append(report)
                 if len(reports) >= limit:
                     break
@@ -241,7 +245,13 @@ class MemoryOutbox:
 
     def pending(self, limit: int) -> list[Report]:
         assert limit >= 1
-        return [self._reports[key] for key in sorted(self._reports, key=_order)[:limit]]
+        reports: list[Report] = []
+        outputs = [0]
+        for key in sorted(self._reports, key=_order)[:limit]:
+            if not _fits(reports, self._reports[key], outputs):
+                break
+            reports.append(self._reports[key])
+        return reports
 
     def has(self, key: ReportKey) -> bool:
         return key in self._reports
@@ -295,3 +305,13 @@ def _decode(raw: bytes) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ValueError(f"an outbox value is not a map: {value[:40]!r}")
     return data
+
+
+def _fits(batch: list[Report], report: Report, outputs: list[int]) -> bool:
+    """Whether `report` joins `batch` within REPORT_BATCH_MAX_OUTPUTS_BYTES of outputs (a batch
+    always takes its first report); `outputs[0]` carries the running total."""
+    size = len(report.outputs)
+    if batch and outputs[0] + size > limits.REPORT_BATCH_MAX_OUTPUTS_BYTES:
+        return False
+    outputs[0] += size
+    return True

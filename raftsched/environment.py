@@ -61,3 +61,6 @@ TASK_CHECKPOINT_DIR_ENV: Final = "RAFTSCHED_CHECKPOINT_DIR"
 TASK_OUTPUT_ENV: Final = "RAFTSCHED_OUTPUT"
 """The file (in the attempt's private dir) a task may write its outputs to: one JSON object,
 read by the agent after the task exits 0 (`agent/outputs.py`)."""
+TASK_INPUTS_ENV: Final = "RAFTSCHED_INPUTS"
+"""The file (in the attempt's private dir) holding the task's inputs: one JSON object mapping each
+upstream task id to its outputs, written by the agent before the task starts."""

@@ -558,3 +558,20 @@ MAX_TASK_RESULT_OUTPUTS_BYTES = 64 * 1024
 """Size of the JSON object a task may leave at `$RAFTSCHED_OUTPUT` (its outputs, handed to
 dependents); a larger file fails the attempt, saying so. Distinct from MAX_TASK_OUTPUT_BYTES
 (stdout/stderr kept per attempt)."""
+
+MAX_TASK_OUTPUTS_DEPTH = 32
+"""How deep a task's outputs may nest arrays and objects (checked before they are parsed, on the
+agent and at apply: the parser's own recursion limit depends on the stack it runs on)."""
+
+MAX_JOB_OUTPUTS_BYTES = 8 * 1024 * 1024
+"""The outputs one job keeps in all (the replicated state holds them until the job is
+forgotten): a success whose outputs would pass it fails its attempt, saying so."""
+
+REPORT_BATCH_MAX_OUTPUTS_BYTES = 4 * 1024 * 1024
+"""Outputs one Report call carries at most (a batch stops before the report that would pass it,
+and always holds at least one): inside MAX_MESSAGE_BYTES."""
+
+MAX_DELIVERED_INPUTS_BYTES = 8 * 1024 * 1024
+"""Inputs ($RAFTSCHED_INPUTS) one heartbeat answer carries: assignments past it wait for the
+next delivery (one always goes; a task's inputs are bounded by MAX_JOB_OUTPUTS_BYTES plus its
+upstream ids), so an answer stays inside MAX_MESSAGE_BYTES."""

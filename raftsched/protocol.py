@@ -148,22 +148,33 @@ class Report:
     exit_code: int | None = None
     timed_out: bool = False
     reason: str = ""
+    outputs: str = ""
+    """FINISHED with exit code 0: the task's outputs, the canonical JSON text of the one object
+    it left at $RAFTSCHED_OUTPUT (at most MAX_TASK_RESULT_OUTPUTS_BYTES); "" when it left none.
+    The state machine keeps them only from the current attempt's fence."""
+    outputs_refused: bool = False
+    """FINISHED with exit code 0, but what the task left at $RAFTSCHED_OUTPUT is no valid
+    outputs (`reason` says why): the attempt failed."""
 
     @property
     def key(self) -> ReportKey:
         return ReportKey(self.fence, self.kind)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"kind": int(self.kind), "job_id": self.job_id, "task_id": self.task_id,
+        data = {"kind": int(self.kind), "job_id": self.job_id, "task_id": self.task_id,
                 "fence": self.fence, "exit_code": self.exit_code, "timed_out": self.timed_out,
                 "reason": self.reason}
+        if self.outputs or self.outputs_refused:
+            data.update(outputs=self.outputs, outputs_refused=self.outputs_refused)
+        return data
 
     @staticmethod
     def from_dict(data: dict[str, Any]) -> Report:
         exit_code = data["exit_code"]
         return Report(ReportKind(int(data["kind"])), str(data["job_id"]), str(data["task_id"]),
                       int(data["fence"]), None if exit_code is None else int(exit_code),
-                      bool(data["timed_out"]), str(data["reason"]))
+                      bool(data["timed_out"]), str(data["reason"]),
+                      str(data.get("outputs", "")), bool(data.get("outputs_refused", False)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +209,9 @@ class Assignment:
     """The task keeps a checkpoint directory on this cluster across its attempts."""
     tenant: str = ""
     """The job's tenant: an agent may run each tenant's tasks as an account of its own."""
+    inputs: str = ""
+    """The task's inputs, the JSON text the agent leaves at $RAFTSCHED_INPUTS: an object mapping
+    each upstream task id to its outputs; "" for a task without upstream tasks ("{}")."""
 
     @property
     def task_key(self) -> str:

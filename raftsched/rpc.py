@@ -487,7 +487,7 @@ def assignment_to_pb(assignment: Assignment) -> Any:
         cwd=assignment.cwd, resources=resources_to_pb(assignment.resources),
         timeout_ms=assignment.timeout_ms, idempotency_key=assignment.idempotency_key,
         kill_grace_ms=assignment.kill_grace_ms, checkpoint=assignment.checkpoint,
-        tenant=assignment.tenant)
+        tenant=assignment.tenant, inputs=assignment.inputs)
 
 
 def assignment_from_pb(message: Any) -> Assignment:
@@ -497,7 +497,7 @@ def assignment_from_pb(message: Any) -> Assignment:
         cwd=message.cwd, resources=resources_from_pb(message.resources),
         timeout_ms=int(message.timeout_ms), idempotency_key=message.idempotency_key,
         kill_grace_ms=max(0, int(message.kill_grace_ms)), checkpoint=bool(message.checkpoint),
-        tenant=str(message.tenant))
+        tenant=str(message.tenant), inputs=str(message.inputs))
 
 
 def directives_to_pb(directives: Directives) -> Any:
@@ -533,7 +533,8 @@ def report_to_pb(report: Report) -> Any:
     # ReportKind is named and numbered exactly like AgentReport.Kind.
     message = pb.AgentReport(kind=report.kind.name, job_id=report.job_id,
                              task_id=report.task_id, fence=report.fence,
-                             timed_out=report.timed_out, reason=report.reason)
+                             timed_out=report.timed_out, reason=report.reason,
+                             outputs=report.outputs, outputs_refused=report.outputs_refused)
     if report.exit_code is not None:
         message.exit_code = report.exit_code
     return message
@@ -547,8 +548,12 @@ def report_from_pb(message: Any) -> Report:
         raise ValueError(f"report for fence {message.fence}: unknown kind {message.kind}") \
             from None
     exit_code = message.exit_code if message.HasField("exit_code") else None
+    reason, outputs, refused = message.reason, message.outputs, bool(message.outputs_refused)
+    if len(outputs.encode()) > limits.MAX_TASK_RESULT_OUTPUTS_BYTES:  # the log would refuse it
+        reason, outputs, refused = (f"outputs over the {limits.MAX_TASK_RESULT_OUTPUTS_BYTES}-"
+                                    "byte bound (MAX_TASK_RESULT_OUTPUTS_BYTES)"), "", True
     return Report(kind, message.job_id, message.task_id, int(message.fence), exit_code,
-                  bool(message.timed_out), message.reason[:limits.MAX_REASON_CHARS])
+                  bool(message.timed_out), reason[:limits.MAX_REASON_CHARS], outputs, refused)
 
 
 def report_request_to_pb(cluster_id: str, incarnation: int, reports: Sequence[Report],

@@ -34,6 +34,7 @@ from agent.executors.base import (
 )
 from agent.files import read_json, write_json_atomic
 from agent.model import Assignment, AttemptRecord, Completion, Resources
+from agent.outputs import make_io_dir, with_outputs
 from raftsched import limits, procfs
 from raftsched.environment import TASK_CHECKPOINT_DIR_ENV
 from raftsched.eventlog import EventLogger
@@ -158,6 +159,8 @@ class SubprocessExecutor:
                 directory.chmod(TRAVERSE_ONLY)
                 os.chown(work, user.uid, user.gid)
                 env.update(HOME=str(work), USER=user.name, LOGNAME=user.name)
+            env.update(make_io_dir(directory, assignment.inputs,
+                                   None if user is None else (user.uid, user.gid)))
             checkpoint = self._checkpoint(assignment, user) if assignment.checkpoint else None
             if checkpoint is not None:
                 env[TASK_CHECKPOINT_DIR_ENV] = str(checkpoint)
@@ -287,9 +290,9 @@ class SubprocessExecutor:
         if result is None:
             return None
         exit_code = result.get("exit_code")
-        return Completion(watched.fence, None if exit_code is None else int(exit_code),
-                          bool(result.get("timed_out")), bool(result.get("killed")),
-                          str(result.get("reason", "")))
+        return with_outputs(Completion(watched.fence, None if exit_code is None else int(exit_code),
+                                       bool(result.get("timed_out")), bool(result.get("killed")),
+                                       str(result.get("reason", ""))), watched.attempt_dir)
 
     def _vanished(self, watched: _Watched, why: str) -> Completion:
         """The wrapper is gone without a result. Its task cannot outlive it (PDEATHSIG), but

@@ -50,6 +50,7 @@ from pathlib import Path
 from agent.executors.base import ATTEMPT_DIR_DIGITS, ExecutorError, Launch, task_env
 from agent.files import read_json, write_json_atomic
 from agent.model import Assignment, AttemptRecord, Completion, Resources
+from agent.outputs import make_io_dir, with_outputs
 from raftsched.eventlog import EventLogger
 
 log = EventLogger("agent.slurm")
@@ -145,10 +146,11 @@ class SlurmExecutor:
         try:
             directory.mkdir(parents=True, exist_ok=True)
             (directory / WORK_DIR).mkdir(exist_ok=True)
+            io_env = make_io_dir(directory, assignment.inputs, None)
         except OSError as error:
             raise ExecutorError(f"cannot make the attempt dir {directory}: {error}") from error
         argv = self.sbatch_argv(assignment, directory)
-        env = {**self._env, **task_env(assignment, self._env)}
+        env = {**self._env, **task_env(assignment, self._env), **io_env}
         fence = assignment.fence
         with self._lock:
             self._starting.add(fence)
@@ -341,12 +343,13 @@ class SlurmExecutor:
         return self._completion(job, state, fields.get("ExitCode", ""),
                                 fields.get("Reason", ""))
 
-    @staticmethod
-    def _completion(job: _Job, state: str, exit_code: str, reason: str) -> Completion:
+    def _completion(self, job: _Job, state: str, exit_code: str, reason: str) -> Completion:
         if state == "CANCELLED" and job.timed_out and not job.kill_requested:
             return Completion(job.fence, None, timed_out=True,
                               reason=f"timed out after {job.timeout_ms} ms (scancel)")
-        return completion_of(job.fence, state, exit_code, reason, job.kill_requested)
+        return with_outputs(completion_of(job.fence, state, exit_code, reason,
+                                          job.kill_requested),
+                            Path(self.attempt_dir(job.fence)))
 
     def _from_jobcomp(self, job_id: str) -> dict[str, str] | None:
         """The job's line in the jobcomp/filetxt log, when Slurm keeps one (JobCompType,

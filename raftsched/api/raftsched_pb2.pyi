@@ -258,7 +258,7 @@ class GetTaskHistoryRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
 
 class AttemptRecord(_message.Message):
-    __slots__ = ("fence", "number", "cluster", "state", "assigned_ms", "started_ms", "finished_ms", "exit_code", "reason")
+    __slots__ = ("fence", "number", "cluster", "state", "assigned_ms", "started_ms", "finished_ms", "exit_code", "reason", "outputs")
     FENCE_FIELD_NUMBER: _ClassVar[int]
     NUMBER_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_FIELD_NUMBER: _ClassVar[int]
@@ -268,6 +268,7 @@ class AttemptRecord(_message.Message):
     FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     fence: int
     number: int
     cluster: str
@@ -277,7 +278,8 @@ class AttemptRecord(_message.Message):
     finished_ms: int
     exit_code: int
     reason: str
-    def __init__(self, fence: _Optional[int] = ..., number: _Optional[int] = ..., cluster: _Optional[str] = ..., state: _Optional[str] = ..., assigned_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    outputs: str
+    def __init__(self, fence: _Optional[int] = ..., number: _Optional[int] = ..., cluster: _Optional[str] = ..., state: _Optional[str] = ..., assigned_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., outputs: _Optional[str] = ...) -> None: ...
 
 class ReportNote(_message.Message):
     __slots__ = ("kind", "fence", "report", "at_ms", "detail")
@@ -294,7 +296,7 @@ class ReportNote(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., fence: _Optional[int] = ..., report: _Optional[str] = ..., at_ms: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class TaskHistory(_message.Message):
-    __slots__ = ("job_id", "task_id", "state", "reason", "attempts", "notes", "notes_dropped", "app_failures", "infra_failures")
+    __slots__ = ("job_id", "task_id", "state", "reason", "attempts", "notes", "notes_dropped", "app_failures", "infra_failures", "outputs")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -304,6 +306,7 @@ class TaskHistory(_message.Message):
     NOTES_DROPPED_FIELD_NUMBER: _ClassVar[int]
     APP_FAILURES_FIELD_NUMBER: _ClassVar[int]
     INFRA_FAILURES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_id: str
     state: str
@@ -313,7 +316,8 @@ class TaskHistory(_message.Message):
     notes_dropped: int
     app_failures: int
     infra_failures: int
-    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[AttemptRecord, _Mapping]]] = ..., notes: _Optional[_Iterable[_Union[ReportNote, _Mapping]]] = ..., notes_dropped: _Optional[int] = ..., app_failures: _Optional[int] = ..., infra_failures: _Optional[int] = ...) -> None: ...
+    outputs: str
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[AttemptRecord, _Mapping]]] = ..., notes: _Optional[_Iterable[_Union[ReportNote, _Mapping]]] = ..., notes_dropped: _Optional[int] = ..., app_failures: _Optional[int] = ..., infra_failures: _Optional[int] = ..., outputs: _Optional[str] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -503,7 +507,7 @@ class HeartbeatRequest(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ..., incarnation: _Optional[int] = ..., seq: _Optional[int] = ..., free: _Optional[_Union[Resources, _Mapping]] = ..., running: _Optional[_Iterable[int]] = ..., wait_ms: _Optional[int] = ...) -> None: ...
 
 class Assignment(_message.Message):
-    __slots__ = ("job_id", "task_id", "fence", "attempt", "command", "env", "cwd", "resources", "timeout_ms", "idempotency_key", "kill_grace_ms", "checkpoint", "tenant")
+    __slots__ = ("job_id", "task_id", "fence", "attempt", "command", "env", "cwd", "resources", "timeout_ms", "idempotency_key", "kill_grace_ms", "checkpoint", "tenant", "inputs")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -524,6 +528,7 @@ class Assignment(_message.Message):
     KILL_GRACE_MS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_id: str
     fence: int
@@ -537,7 +542,8 @@ class Assignment(_message.Message):
     kill_grace_ms: int
     checkpoint: bool
     tenant: str
-    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., kill_grace_ms: _Optional[int] = ..., checkpoint: _Optional[bool] = ..., tenant: _Optional[str] = ...) -> None: ...
+    inputs: str
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., command: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., timeout_ms: _Optional[int] = ..., idempotency_key: _Optional[str] = ..., kill_grace_ms: _Optional[int] = ..., checkpoint: _Optional[bool] = ..., tenant: _Optional[str] = ..., inputs: _Optional[str] = ...) -> None: ...
 
 class KillDirective(_message.Message):
     __slots__ = ("job_id", "task_id", "fence", "withdraw")
@@ -566,7 +572,7 @@ class HeartbeatResponse(_message.Message):
     def __init__(self, term: _Optional[int] = ..., assignments: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., kills: _Optional[_Iterable[_Union[KillDirective, _Mapping]]] = ..., reregister: _Optional[bool] = ..., log_requests: _Optional[_Iterable[_Union[LogRequest, _Mapping]]] = ...) -> None: ...
 
 class AgentReport(_message.Message):
-    __slots__ = ("kind", "job_id", "task_id", "fence", "exit_code", "timed_out", "reason")
+    __slots__ = ("kind", "job_id", "task_id", "fence", "exit_code", "timed_out", "reason", "outputs", "outputs_refused")
     class Kind(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         KIND_UNSPECIFIED: _ClassVar[AgentReport.Kind]
@@ -590,6 +596,8 @@ class AgentReport(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     TIMED_OUT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    OUTPUTS_REFUSED_FIELD_NUMBER: _ClassVar[int]
     kind: AgentReport.Kind
     job_id: str
     task_id: str
@@ -597,7 +605,9 @@ class AgentReport(_message.Message):
     exit_code: int
     timed_out: bool
     reason: str
-    def __init__(self, kind: _Optional[_Union[AgentReport.Kind, str]] = ..., job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
+    outputs: str
+    outputs_refused: bool
+    def __init__(self, kind: _Optional[_Union[AgentReport.Kind, str]] = ..., job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., fence: _Optional[int] = ..., exit_code: _Optional[int] = ..., timed_out: _Optional[bool] = ..., reason: _Optional[str] = ..., outputs: _Optional[str] = ..., outputs_refused: _Optional[bool] = ...) -> None: ...
 
 class ReportRequest(_message.Message):
     __slots__ = ("cluster_id", "incarnation", "reports", "free", "seq")

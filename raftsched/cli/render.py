@@ -14,6 +14,7 @@ Two layers, both pure (no I/O, no clock: times are passed in):
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, tzinfo
 from typing import Any
@@ -35,6 +36,8 @@ TASK_STATE_ORDER: tuple[str, ...] = (
 )
 """Finished states first, then the ones closest to finishing; unknown states sort after these."""
 MISSING = "-"
+OUTPUTS_LINE_CHARS = 200
+"""`task history` shows a task's outputs on one line of at most this many characters."""
 COLUMN_GAP = "  "
 MILLI = 1000
 
@@ -99,7 +102,14 @@ def attempt_doc(attempt: Any) -> Doc:
         "started_ms": attempt.started_ms,
         "finished_ms": attempt.finished_ms,
         "reason": attempt.reason,
+        "outputs": outputs_of(attempt),
     }
+
+
+def outputs_of(message: Any) -> Any:
+    """The outputs object a message carries as JSON text (an attempt record or a task
+    history), or None when it carries none."""
+    return json.loads(message.outputs) if message.HasField("outputs") else None
 
 
 def note_doc(note: Any) -> Doc:
@@ -124,6 +134,7 @@ def history_doc(history: Any) -> Doc:
         "notes_dropped": history.notes_dropped,
         "app_failures": history.app_failures,
         "infra_failures": history.infra_failures,
+        "outputs": outputs_of(history),
     }
 
 
@@ -392,6 +403,8 @@ def history_text(history: Doc, tz: tzinfo | None = None, *, now_ms: int | None =
         lines.append(f"reason: {visible(history['reason'])}")
     lines.append("")
     lines.append(_attempts_table(history["attempts"], tz, now_ms))
+    if history.get("outputs") is not None:
+        lines += ["", visible(f"outputs: {outputs_line(history['outputs'])}")]
     notes = history["notes"]
     if notes or history.get("notes_dropped"):
         lines += ["", "reports that changed nothing:"]
@@ -402,6 +415,15 @@ def history_text(history: Doc, tz: tzinfo | None = None, *, now_ms: int | None =
         if history.get("notes_dropped"):
             lines.append(f"  ... and {history['notes_dropped']} more not kept")
     return "\n".join(lines)
+
+
+def outputs_line(outputs: Doc) -> str:
+    """A task's outputs on one line, cut at OUTPUTS_LINE_CHARS (`task outputs` prints them
+    whole)."""
+    text = json.dumps(outputs, sort_keys=True, ensure_ascii=False)
+    if len(text) <= OUTPUTS_LINE_CHARS:
+        return text
+    return text[:OUTPUTS_LINE_CHARS] + " ... (raftsched task outputs shows them whole)"
 
 
 def _attempts_table(attempts: Sequence[Doc], tz: tzinfo | None, now_ms: int | None) -> str:

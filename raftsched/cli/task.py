@@ -1,8 +1,9 @@
-"""`raftsched task history|explain|logs`."""
+"""`raftsched task history|outputs|explain|logs`."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from typing import Any
 
@@ -10,6 +11,7 @@ from raftsched.cli import render
 from raftsched.cli.common import (
     CONNECTION,
     EXIT_OK,
+    CommandError,
     Interrupted,
     Subparsers,
     command_parser,
@@ -17,6 +19,7 @@ from raftsched.cli.common import (
     now_ms,
     print_json,
 )
+from raftsched.errors import Code
 from raftsched.options import UINT32_MAX, UINT64_MAX, integer
 from raftsched.protocol import LOG_STREAMS
 from raftsched.state.text import visible
@@ -27,7 +30,7 @@ from raftsched.state.text import visible
 def register_task(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     task = commands.add_parser(
         "task", help="one task's attempts, or why it is not running",
-        description="Look at one task of a job: raftsched task history|explain|logs.")
+        description="Look at one task of a job: raftsched task history|outputs|explain|logs.")
     sub = task.add_subparsers(title="task commands", metavar="COMMAND", required=True)
     parents = [common, CONNECTION]
 
@@ -44,6 +47,19 @@ def register_task(commands: Subparsers, common: argparse.ArgumentParser) -> None
     history.add_argument("job_id", metavar="JOB")
     history.add_argument("task_id", metavar="TASK")
     history.set_defaults(handler=_run_task_history, reads_only=True)
+
+    outputs = command_parser(
+        sub, "outputs", parents, "the outputs a succeeded task handed downstream",
+        "Print the outputs a task left at $RAFTSCHED_OUTPUT (one JSON object), as the state "
+        "kept them from its succeeded attempt: what its dependents received in "
+        "$RAFTSCHED_INPUTS and their templates. A task that left none has {}.",
+        "output:\n  the object as indented JSON (pipe it to jq)\n"
+        "  exit 2 if the job or task does not exist or the task has not succeeded (its state "
+        "is said)\n"
+        '  --json: {"job_id", "task_id", "outputs": OBJECT}')
+    outputs.add_argument("job_id", metavar="JOB")
+    outputs.add_argument("task_id", metavar="TASK")
+    outputs.set_defaults(handler=_run_task_outputs, reads_only=True)
 
     explain = command_parser(
         sub, "explain", parents, "why a task is where it is (e.g. not placed)",
@@ -88,6 +104,23 @@ def _run_task_history(args: argparse.Namespace) -> int:
         print_json(document)
     else:
         print(render.history_text(document, now_ms=now_ms()))
+    return EXIT_OK
+
+
+def _run_task_outputs(args: argparse.Namespace) -> int:
+    with connect(args) as client:
+        history = client.task_history(args.job_id, args.task_id)
+    outputs = render.outputs_of(history)
+    if outputs is None:
+        raise CommandError(
+            Code.FAILED_PRECONDITION,
+            f"task {args.job_id}/{args.task_id} is {history.state}: only a SUCCEEDED task "
+            "has outputs", hint=f"raftsched task history {args.job_id} {args.task_id}",
+            details={"state": history.state})
+    if args.json:
+        print_json({"job_id": args.job_id, "task_id": args.task_id, "outputs": outputs})
+    else:
+        print(json.dumps(outputs, indent=2, sort_keys=True, ensure_ascii=False))
     return EXIT_OK
 
 

@@ -18,6 +18,7 @@ from raftsched import limits
 from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
+from raftsched.outputs import inputs_text
 from raftsched.protocol import (
     Assignment,
     Beat,
@@ -279,15 +280,18 @@ def deliveries(state: State, cluster_id: str,
     chosen = set(pending) if due is None else due(pending, bound)
     assignments: list[Assignment] = []
     kills: list[KillDirective] = []
+    inputs_bytes = 0
     for fence, kind in pending:
         if (fence, kind) not in chosen:
             continue
-        if kind == 0 and len(assignments) < bound:
+        if kind == 0 and len(assignments) < bound \
+                and inputs_bytes <= limits.MAX_DELIVERED_INPUTS_BYTES:
             job_id, index = cluster.live[fence]
             job = state.jobs[job_id]
             task = job.tasks[index]
             assert task.current is not None
             assignments.append(_assignment(job, task, task.current.number, fence))
+            inputs_bytes += len(assignments[-1].inputs)
         elif kind == 1 and len(kills) < bound:
             if fence in cluster.kills:
                 job_id, task_id = cluster.kills[fence]
@@ -314,4 +318,23 @@ def _assignment(job: Job, task: Task, number: int, fence: int) -> Assignment:
         # keyed by it happen once per task.
         timeout_ms=spec.timeout_ms or 0, idempotency_key=task_key(job.id, spec.id),
         kill_grace_ms=spec.grace_ms or 0, checkpoint=spec.checkpoint, tenant=job.spec.tenant,
+        inputs=task_inputs(job, task),
     )
+
+
+def task_inputs(job: Job, task: Task) -> str:
+    """The JSON object a task finds at $RAFTSCHED_INPUTS: each upstream task id -> the outputs
+    its succeeded attempt kept (`{}` for none, or for an upstream task that did not succeed,
+    under `trigger: all_done`); "" for a task without upstream tasks. Built from committed
+    state that no longer changes (an upstream task is terminal before its dependents start), so
+    every leader sends the same text for an attempt."""
+    if not task.spec.depends_on:
+        return ""
+    tasks, index_of = job.tasks, job.index_of
+    return inputs_text((dep, _kept_outputs(tasks[index_of[dep]]))
+                       for dep in task.spec.depends_on)
+
+
+def _kept_outputs(task: Task) -> str:
+    current = task.current
+    return "" if current is None or current.outputs is None else current.outputs

@@ -12,6 +12,7 @@ from itertools import islice
 from raftsched import limits
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.errors import Code, RaftschedError
+from raftsched.outputs import NO_OUTPUTS
 from raftsched.spec.issue import show
 from raftsched.state import feasibility, policy
 from raftsched.state.model import (
@@ -249,14 +250,19 @@ def task_history(state: State, job_id: str, task_id: str) -> pb.TaskHistory:
         )
         if a.exit_code is not None:
             record.exit_code = a.exit_code
+        if a.outputs is not None:
+            record.outputs = a.outputs
         attempts.append(record)
     notes = [pb.ReportNote(kind=n.kind, fence=n.fence, report=n.report, at_ms=n.at_ms,
                            detail=n.detail) for n in task.notes]
-    return pb.TaskHistory(
+    history = pb.TaskHistory(
         job_id=job.id, task_id=task.spec.id, state=task.state.name, reason=task.reason,
         attempts=attempts, notes=notes, notes_dropped=task.notes_dropped,
         app_failures=task.app_failures, infra_failures=task.infra_failures,
     )
+    if task.state == TaskState.SUCCEEDED and task.current is not None:
+        history.outputs = task.current.outputs or NO_OUTPUTS
+    return history
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ the state machine never reads either itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Any
 
@@ -405,10 +405,7 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
                            for w in cmd.withdrawals]
             return Tag.ASSIGN_BATCH, [cmd.now_ms, items, reservations, preemptions, withdrawals]
         case ReportBatch():
-            reports = [
-                [int(r.kind), r.job_id, r.task_id, r.fence, r.exit_code, r.timed_out, r.reason]
-                for r in cmd.items
-            ]
+            reports = [_report_item(r) for r in cmd.items]
             return Tag.REPORT_BATCH, [cmd.cluster_id, cmd.now_ms, cmd.entropy, reports]
         case Tick():
             return Tag.TICK, [cmd.now_ms, cmd.entropy]
@@ -719,6 +716,11 @@ def _decode_report(value: Any) -> Report:
                 and len(reason) <= limits.MAX_REASON_CHARS):
             return Report(_REPORT_KINDS[kind], job_id, task_id, fence, exit_code, timed_out,
                           reason)
+    if type(value) is list and len(value) == _REPORT_FIELDS_WITH_OUTPUTS:
+        outputs, refused = value[7], value[8]
+        base = _decode_report(value[:7])
+        return replace(base, outputs=_outputs(outputs), outputs_refused=_bool(refused,
+                                                                               "outputs_refused"))
     kind, job_id, task_id, fence, exit_code, timed_out, reason = _fields(
         value, 7, "REPORT_BATCH.items[]"
     )
@@ -731,6 +733,29 @@ def _decode_report(value: Any) -> Report:
         parsed, _str(job_id, "job_id"), _str(task_id, "task_id"), _int(fence, "fence"),
         code, _bool(timed_out, "timed_out"), _reason(reason, "reason"),
     )
+
+
+def _report_item(r: Report) -> list[Any]:
+    if not (r.outputs or r.outputs_refused):
+        return [int(r.kind), r.job_id, r.task_id, r.fence, r.exit_code, r.timed_out, r.reason]
+    return [int(r.kind), r.job_id, r.task_id, r.fence, r.exit_code, r.timed_out, r.reason,
+            r.outputs, r.outputs_refused]
+
+
+_REPORT_FIELDS_WITH_OUTPUTS = 9
+"""A report item with outputs (or refused outputs) appends them: 9 fields, not 7 (an entry
+written before outputs existed has 7)."""
+
+
+def _outputs(value: Any) -> str:
+    """A report's outputs text: a string of at most MAX_TASK_RESULT_OUTPUTS_BYTES bytes (apply
+    checks that it is one JSON object)."""
+    if type(value) is not str:
+        raise CommandError(f"outputs: must be a string, got {type(value).__name__}")
+    if len(value) > limits.MAX_TASK_RESULT_OUTPUTS_BYTES or \
+            len(value.encode("utf-8", "surrogatepass")) > limits.MAX_TASK_RESULT_OUTPUTS_BYTES:
+        raise CommandError(f"outputs: more than {limits.MAX_TASK_RESULT_OUTPUTS_BYTES} bytes")
+    return value
 
 
 def _decode_reports(p: Any) -> ReportBatch:

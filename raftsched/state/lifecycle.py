@@ -5,6 +5,7 @@ dependents, and cancelling a job's open tasks."""
 from __future__ import annotations
 
 from raftsched import limits
+from raftsched.outputs import OutputsRefused, judge
 from raftsched.spec.model import FailurePolicy, TaskSpec, Trigger
 from raftsched.state import feasibility, policy
 from raftsched.state.commands import ClusterStatus, Report
@@ -148,7 +149,9 @@ def mark_started(state: State, job: Job, task: Task, attempt: Attempt) -> None:
 def finished_state(report: Report) -> AttemptState:
     if report.timed_out:
         return AttemptState.TIMED_OUT
-    return AttemptState.SUCCEEDED if report.exit_code == 0 else AttemptState.FAILED
+    if report.exit_code == 0 and not report.outputs_refused:
+        return AttemptState.SUCCEEDED
+    return AttemptState.FAILED
 
 
 def finish_attempt(state: State, job: Job, task: Task, attempt: Attempt, report: Report,
@@ -157,12 +160,33 @@ def finish_attempt(state: State, job: Job, task: Task, attempt: Attempt, report:
         mark_started(state, job, task, attempt)
     outcome = finished_state(report)
     attempt.exit_code = report.exit_code
-    end_attempt(state, job, task, attempt, outcome, report.reason, kill=False)
+    reason = report.reason
+    if outcome == AttemptState.SUCCEEDED and report.outputs:
+        problem = keep_outputs(job, attempt, report.outputs)
+        if problem:
+            outcome, reason = AttemptState.FAILED, problem
+    end_attempt(state, job, task, attempt, outcome, reason, kill=False)
     if outcome == AttemptState.SUCCEEDED:
         set_state(state, job, task, T_SUCCEEDED)
         _on_success(state, job, task)
     else:
         app_failure(state, job, task, report.exit_code, entropy)
+
+
+def keep_outputs(job: Job, attempt: Attempt, text: str) -> str:
+    """Keeps a succeeding attempt's outputs, judged by the one rule the agents apply too (an
+    agent is not trusted to have applied it) and within the job's MAX_JOB_OUTPUTS_BYTES; else
+    the reason its attempt fails instead ("" when kept)."""
+    judged = judge(text)
+    if isinstance(judged, OutputsRefused):
+        return judged.reason
+    size = len(judged.text.encode("utf-8", "surrogatepass"))
+    if job.outputs_bytes + size > limits.MAX_JOB_OUTPUTS_BYTES:
+        return (f"its outputs ({size} bytes) would pass the job's bound of "
+                f"{limits.MAX_JOB_OUTPUTS_BYTES} bytes of outputs (MAX_JOB_OUTPUTS_BYTES)")
+    attempt.outputs = judged.text
+    job.outputs_bytes += size
+    return ""
 
 
 def app_failure(state: State, job: Job, task: Task, exit_code: int | None,

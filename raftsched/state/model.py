@@ -104,6 +104,10 @@ class Attempt:
     finished_ms: int | None = None
     exit_code: int | None = None
     reason: str = ""
+    outputs: str | None = None
+    """A SUCCEEDED attempt's outputs (canonical JSON text of one object, judged at apply by
+    `raftsched.outputs.judge`); None for every other attempt and for a task that left none. Only
+    the current attempt's report can set them: a late or stale attempt's are refused."""
 
     @property
     def live(self) -> bool:
@@ -174,6 +178,9 @@ class Job:
     retries_used: int = 0
     """Retries after application failures across the job's tasks (bounded by its
     `retry_budget`)."""
+    outputs_bytes: int = 0
+    """UTF-8 bytes of the outputs its tasks' attempts keep (bounded by MAX_JOB_OUTPUTS_BYTES;
+    derived: not in snapshots)."""
 
 
 @dataclass(slots=True)

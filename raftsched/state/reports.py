@@ -129,6 +129,8 @@ def _note_stale(task: Task, attempt: Attempt, report: Report, now_ms: int) -> Re
     detail = f"attempt {attempt.number} is {attempt.state.name}"
     if attempt is not task.attempts[-1]:
         detail += f"; current fence is {task.attempts[-1].fence}"
+    if report.outputs:
+        detail += f"; its outputs ({len(report.outputs)} characters) refused"
     return _note(task, ReportVerdict.LATE, report, now_ms, detail)
 
 

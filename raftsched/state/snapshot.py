@@ -83,6 +83,8 @@ _POLICY_SINCE_VERSION = 4
 _CRC_BYTES = 4
 _TASK_STATES = {int(s): s for s in TaskState}
 _ATTEMPT_STATES = {int(s): s for s in AttemptState}
+_ATTEMPT_FIELDS = 9
+"""An attempt record's fields; one with outputs appends them (a tenth)."""
 _JOB_STATES = {int(s): s for s in JobState}
 
 
@@ -211,7 +213,9 @@ def _task_record(t: Task) -> list[Any]:
         t.retry_at_ms, t.reason, t.notes_dropped,
         [[n.kind, n.fence, n.report, n.at_ms, n.detail] for n in t.notes],
         [[a.fence, a.number, a.cluster_id, int(a.state), a.assigned_ms, a.started_ms,
-          a.finished_ms, a.exit_code, a.reason] for a in t.attempts],
+          a.finished_ms, a.exit_code, a.reason] if a.outputs is None else
+         [a.fence, a.number, a.cluster_id, int(a.state), a.assigned_ms, a.started_ms,
+          a.finished_ms, a.exit_code, a.reason, a.outputs] for a in t.attempts],
         t.ready_ms, t.preemptions,
     ]
 
@@ -260,7 +264,9 @@ def jobs_digest(state: State) -> str:
         job = state.jobs[job_id]
         hasher.update(packer.pack([job.id, job.digest, job.state.name, [
             [task.spec.id, task.state.name,
-             [[a.fence, a.cluster_id, a.state.name, a.exit_code] for a in task.attempts]]
+             [[a.fence, a.cluster_id, a.state.name, a.exit_code] if a.outputs is None else
+             [a.fence, a.cluster_id, a.state.name, a.exit_code, a.outputs]
+             for a in task.attempts]]
             for task in job.tasks]]))
     return hasher.hexdigest()[:16]
 
@@ -446,6 +452,8 @@ def _job_from(r: list[Any], trusted: bool) -> Job:
         counts=list(r[4]), state=_JOB_STATES[r[5]], submitted_ms=r[6], started_ms=r[7],
         finished_ms=r[8],
         cancel_requested=r[9], reason=r[10], retries_used=r[12] if len(r) > 12 else 0,
+        outputs_bytes=sum(len(a.outputs.encode("utf-8", "surrogatepass"))
+                          for t in tasks for a in t.attempts if a.outputs is not None),
     )
 
 
@@ -457,7 +465,7 @@ def _task_from(spec: Any, index: int, r: list[Any], submitted_ms: int) -> Task:
         attempts=[
             Attempt(fence=a[0], number=a[1], cluster_id=a[2], state=_ATTEMPT_STATES[a[3]],
                     assigned_ms=a[4], started_ms=a[5], finished_ms=a[6], exit_code=a[7],
-                    reason=a[8])
+                    reason=a[8], outputs=a[9] if len(a) > _ATTEMPT_FIELDS else None)
             for a in r[9]
         ],
         ready_ms=r[10] if len(r) > 10 else submitted_ms,

@@ -51,10 +51,10 @@ def assignment(fence: int, *, job_id: str = "job", task_id: str = "t",
                command: Sequence[str] = ("mock",), attempt: int = 1,
                resources: Resources = TASK_RESOURCES, timeout_ms: int = 0,
                env: dict[str, str] | None = None, cwd: str = "", kill_grace_ms: int = 0,
-               checkpoint: bool = False, tenant: str = "") -> Assignment:
+               checkpoint: bool = False, tenant: str = "", inputs: str = "") -> Assignment:
     return Assignment(job_id, task_id, fence, attempt, tuple(command), dict(env or {}), cwd,
                       resources, timeout_ms, f"{job_id}/{task_id}/{attempt}", kill_grace_ms,
-                      checkpoint, tenant)
+                      checkpoint, tenant, inputs)
 
 
 class FakeSession:

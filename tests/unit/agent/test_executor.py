@@ -109,6 +109,22 @@ def test_the_task_gets_the_fence_variables_and_a_filtered_env(
     assert "AGENT_TEST_SECRET" not in env
 
 
+def test_a_task_reads_its_inputs_and_its_outputs_reach_the_completion(
+        executor: SubprocessExecutor) -> None:
+    # the task turns its inputs into its outputs: what a map step downstream of `ls` does
+    script = ("import json, os; up = json.load(open(os.environ['RAFTSCHED_INPUTS'])); "
+              "json.dump({'n': len(up['ls']['files'])}, open(os.environ['RAFTSCHED_OUTPUT'], 'w'))")
+    done = _run(executor, 1, sys.executable, "-c", script,
+                inputs='{"ls":{"files":["a","b","c"]}}')
+    assert (done.exit_code, done.outputs, done.outputs_refused) == (0, '{"n":3}', False)
+    silent = _run(executor, 2, "true")
+    assert (silent.outputs, silent.outputs_refused) == ("", False)
+    bad = _run(executor, 3, *_sh('echo "count=3" > "$RAFTSCHED_OUTPUT"'))
+    assert bad.exit_code == 0 and bad.outputs_refused and "is not JSON" in bad.reason
+    failed = _run(executor, 4, *_sh('echo "{}" > "$RAFTSCHED_OUTPUT"; exit 3'))
+    assert (failed.exit_code, failed.outputs, failed.outputs_refused) == (3, "", False)
+
+
 def test_cwd_is_the_assignments_or_else_the_attempts_work_dir(executor: SubprocessExecutor,
                                                               root: Path, tmp_path: Path) -> None:
     workdir = tmp_path / "work"

@@ -12,6 +12,7 @@ import pytest
 
 from agent.model import AttemptRecord, AttemptState, Report, ReportKey, ReportKind, Resources
 from agent.outbox import MemoryOutbox, Outbox
+from raftsched import limits
 from tests.support import paths
 
 
@@ -158,3 +159,25 @@ def test_an_outbox_an_earlier_version_wrote_in_json_is_read_and_drained(tmp_path
     with Outbox(tmp_path / "o") as outbox:  # a mix of both encodings reads back in order
         assert [(r.fence, r.kind) for r in outbox.pending(10)] == [
             (7, ReportKind.FINISHED), (8, ReportKind.STARTED)]
+
+
+@pytest.mark.parametrize("kind", ["lmdb", "memory"])
+def test_outputs_survive_the_outbox_and_bound_a_batch_by_bytes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    monkeypatch.setattr(limits, "REPORT_BATCH_MAX_OUTPUTS_BYTES", 100)
+    outbox = Outbox(tmp_path / "outbox") if kind == "lmdb" else MemoryOutbox()
+    try:
+        big = '{"v":"' + "x" * 60 + '"}'
+        reports = [Report(ReportKind.FINISHED, "j", f"t{fence}", fence, 0, False, "", big)
+                   for fence in (1, 2, 3)]
+        reports.append(Report(ReportKind.FINISHED, "j", "bad", 4, 0, False, "not JSON", "",
+                              True))
+        outbox.put(reports)
+        first = outbox.pending(limits.REPORT_BATCH_MAX)
+        assert first == reports[:1]  # a second would pass the 100 bytes: it waits
+        outbox.ack([first[0].key])
+        assert outbox.pending(limits.REPORT_BATCH_MAX) == reports[1:2]
+        outbox.ack([reports[1].key])
+        assert outbox.pending(limits.REPORT_BATCH_MAX) == reports[2:]  # 68 bytes + none
+    finally:
+        outbox.close()

@@ -1,44 +1,90 @@
-"""A task's `$RAFTSCHED_OUTPUT` file: one JSON object within its bound, else a precise reason."""
+"""The agent's side of outputs and inputs (agent/outputs.py): the `io` directory, the inputs
+file, and a bounded, link-proof read of what the task left at $RAFTSCHED_OUTPUT."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from agent.outputs import OutputsAccepted, OutputsRefused, parse_outputs, read_outputs
+import pytest
+
+from agent.model import Completion
+from agent.outputs import (
+    IO_DIR,
+    OUTPUT_FILE,
+    make_io_dir,
+    read_outputs,
+    with_outputs,
+)
 from raftsched import limits
+from raftsched.environment import TASK_INPUTS_ENV, TASK_OUTPUT_ENV
+from raftsched.outputs import OutputsAccepted, OutputsRefused
 
 
-def test_an_object_is_accepted_as_canonical_json() -> None:
-    assert parse_outputs(b'{"b": 1, "a": {"x": [1, 2]}}') == OutputsAccepted(
-        '{"a":{"x":[1,2]},"b":1}')
+def _attempt(tmp_path: Path, inputs: str = "") -> tuple[Path, dict[str, str]]:
+    attempt = tmp_path / "attempt"
+    attempt.mkdir()
+    return attempt, make_io_dir(attempt, inputs, None)
 
 
-def test_not_json_is_refused_saying_so() -> None:
-    outcome = parse_outputs(b"count=3")
-    assert isinstance(outcome, OutputsRefused)
-    assert "is not JSON" in outcome.reason
+def test_the_io_dir_holds_the_inputs_and_the_variables_name_both_files(tmp_path: Path) -> None:
+    attempt, env = _attempt(tmp_path, '{"up":{"n":1}}')
+    assert Path(env[TASK_INPUTS_ENV]).read_text() == '{"up":{"n":1}}'
+    assert Path(env[TASK_OUTPUT_ENV]) == attempt / IO_DIR / OUTPUT_FILE
+    other = tmp_path / "other"
+    other.mkdir()
+    _, empty = _attempt(other, "")
+    assert Path(empty[TASK_INPUTS_ENV]).read_text() == "{}"
 
 
-def test_json_that_is_not_an_object_is_refused_naming_its_type() -> None:
-    outcome = parse_outputs(b"[3]")
-    assert outcome == OutputsRefused("$RAFTSCHED_OUTPUT holds a JSON list, not an object")
+def test_no_file_is_no_outputs_and_an_object_is_read_canonical(tmp_path: Path) -> None:
+    attempt, env = _attempt(tmp_path)
+    assert read_outputs(attempt) == OutputsAccepted("")
+    Path(env[TASK_OUTPUT_ENV]).write_text('{"b": 2, "a": 1}')
+    assert read_outputs(attempt) == OutputsAccepted('{"a":1,"b":2}')
 
 
-def test_an_object_at_the_bound_passes_one_byte_more_is_refused() -> None:
-    bound = limits.MAX_TASK_RESULT_OUTPUTS_BYTES
-    at_bound = b'{"k": "' + b"x" * (bound - 10) + b'"}'
-    assert len(at_bound) == bound - 1
-    assert isinstance(parse_outputs(at_bound + b" "), OutputsAccepted)
-    outcome = parse_outputs(at_bound + b"  ")
-    assert isinstance(outcome, OutputsRefused)
-    assert f"over the {bound}-byte bound" in outcome.reason
+def test_a_big_file_is_read_only_one_byte_past_the_bound(tmp_path: Path) -> None:
+    attempt, env = _attempt(tmp_path)
+    Path(env[TASK_OUTPUT_ENV]).write_bytes(b"x" * (limits.MAX_TASK_RESULT_OUTPUTS_BYTES * 4))
+    outcome = read_outputs(attempt)
+    assert isinstance(outcome, OutputsRefused) and "over the" in outcome.reason
 
 
-def test_no_file_is_no_outputs_and_a_big_file_is_read_only_past_the_bound(
+def test_a_symlink_to_a_secret_is_not_followed(tmp_path: Path) -> None:
+    secret = tmp_path / "secret.json"
+    secret.write_text('{"key": "the agent\'s private key"}')
+    attempt, env = _attempt(tmp_path)
+    Path(env[TASK_OUTPUT_ENV]).symlink_to(secret)
+    outcome = read_outputs(attempt)
+    assert outcome == OutputsRefused("$RAFTSCHED_OUTPUT could not be read: it is a symbolic link")
+
+
+def test_a_fifo_does_not_block_the_read_and_is_refused(tmp_path: Path) -> None:
+    attempt, env = _attempt(tmp_path)
+    os.mkfifo(env[TASK_OUTPUT_ENV])
+    assert read_outputs(attempt) == OutputsRefused("$RAFTSCHED_OUTPUT is not a regular file")
+
+
+def test_a_file_owned_by_another_account_is_refused(tmp_path: Path) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only root can give a file away (CI runs as root)")
+    attempt, env = _attempt(tmp_path)
+    Path(env[TASK_OUTPUT_ENV]).write_text("{}")
+    os.chown(env[TASK_OUTPUT_ENV], 65534, 65534)
+    assert read_outputs(attempt) == OutputsRefused(
+        "$RAFTSCHED_OUTPUT is not owned by the task's account")
+
+
+def test_only_exit_code_zero_reads_outputs_and_a_refusal_fails_with_its_reason(
         tmp_path: Path) -> None:
-    assert read_outputs(tmp_path / "absent.json") == OutputsAccepted("{}")
-    big = tmp_path / "big.json"
-    big.write_bytes(b"x" * (limits.MAX_TASK_RESULT_OUTPUTS_BYTES * 4))
-    outcome = read_outputs(big)
-    assert isinstance(outcome, OutputsRefused)
-    assert "over the" in outcome.reason
+    attempt, env = _attempt(tmp_path)
+    Path(env[TASK_OUTPUT_ENV]).write_text("[1]")
+    failed = Completion(7, 3, reason="exit code 3")
+    assert with_outputs(failed, attempt) is failed
+    refused = with_outputs(Completion(7, 0), attempt)
+    assert refused.outputs_refused and refused.outputs == ""
+    assert refused.reason == "$RAFTSCHED_OUTPUT holds a JSON array, not an object"
+    Path(env[TASK_OUTPUT_ENV]).write_text('{"n": 1}')
+    kept = with_outputs(Completion(7, 0), attempt)
+    assert kept.outputs == '{"n":1}' and not kept.outputs_refused

@@ -50,12 +50,16 @@ def test_history_doc_has_every_attempt_field() -> None:
                                    assigned_ms=1, started_ms=2, finished_ms=3, exit_code=1,
                                    reason="exit code 1"),
                   pb.AttemptRecord(fence=5, number=2, cluster="west", state="SUCCEEDED",
-                                   exit_code=0)],
-        notes=[pb.ReportNote(kind="late", fence=4, report="FINISHED", at_ms=9, detail="old")])
+                                   exit_code=0, outputs='{"n":3}')],
+        notes=[pb.ReportNote(kind="late", fence=4, report="FINISHED", at_ms=9, detail="old")],
+        outputs='{"n":3}')
     document = render.history_doc(history)
     assert document["attempts"][0] == {
         "number": 1, "fence": 4, "cluster": "east", "state": "FAILED", "exit_code": 1,
-        "assigned_ms": 1, "started_ms": 2, "finished_ms": 3, "reason": "exit code 1"}
+        "assigned_ms": 1, "started_ms": 2, "finished_ms": 3, "reason": "exit code 1",
+        "outputs": None}
+    assert document["attempts"][1]["outputs"] == {"n": 3} and document["outputs"] == {"n": 3}
+    assert "outputs: {\"n\": 3}" in render.history_text(document, now_ms=10)
     assert document["notes"] == [{"kind": "late", "fence": 4, "report": "FINISHED", "at_ms": 9,
                                   "detail": "old"}]
     assert (document["app_failures"], document["infra_failures"]) == (1, 0)
