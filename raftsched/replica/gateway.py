@@ -310,9 +310,12 @@ def _current_state(state: State, job_id: str, index: int, fence: int) -> Attempt
 
 def _assignment(job: Job, task: Task, number: int, fence: int) -> Assignment:
     spec = task.spec
+    # a task with templates runs what they resolved to when its upstream tasks were done
+    command, env, cwd = (spec.command, spec.env, spec.cwd) if task.resolved is None else (
+        task.resolved.command, task.resolved.env, task.resolved.cwd)
     return Assignment(
-        job_id=job.id, task_id=spec.id, fence=fence, attempt=number, command=tuple(spec.command),
-        env=dict(spec.env), cwd=spec.cwd or "",
+        job_id=job.id, task_id=spec.id, fence=fence, attempt=number, command=tuple(command),
+        env=dict(env), cwd=cwd or "",
         resources=Resources(spec.cpu_milli, spec.memory_mb, spec.gpu),
         # Stable across a task's attempts (the fence tells attempts apart): external effects
         # keyed by it happen once per task.

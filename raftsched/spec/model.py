@@ -189,6 +189,9 @@ class JobSpec:
     preemptible: bool = False
     """Its running tasks may be stopped to make room for a higher class's (and run again later,
     at no cost to their retry budgets)."""
+    params: tuple[tuple[str, str], ...] = ()
+    """The job's parameters, (name, value) sorted by name: the effective values (defaults
+    overridden by what was given at submit)."""
 
     def edge_count(self) -> int:
         return sum(len(task.depends_on) for task in self.tasks)

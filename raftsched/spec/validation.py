@@ -28,6 +28,7 @@ from raftsched.spec.model import (
     TaskSpec,
     Trigger,
 )
+from raftsched.spec.templates import checked_templates
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -79,9 +80,10 @@ def validate_job_doc(doc: object) -> JobSpec:
     tasks = _tasks(scope)
     if scope.sink.issues:
         raise SpecError(scope.sink.issues)
-    return JobSpec(_req(name), _req(tenant), _req(priority), _req(policy), key, _req(tasks),
-                   _req(allow_unschedulable), _req(scoring), retry_budget, _req(priority_class),
-                   _req(preemptible))
+    return checked_templates(JobSpec(
+        _req(name), _req(tenant), _req(priority), _req(policy), key, _req(tasks),
+        _req(allow_unschedulable), _req(scoring), retry_budget, _req(priority_class),
+        _req(preemptible)))
 
 
 def with_idempotency_key(spec: JobSpec, key: str) -> JobSpec:

@@ -47,6 +47,7 @@ from raftsched.spec.model import (
     TaskSpec,
     Trigger,
 )
+from raftsched.spec.templates import checked_templates
 from raftsched.spec.validation import validate_job_doc
 
 WIRE_VERSION = 3
@@ -376,9 +377,11 @@ def from_trusted_wire(wire: Any) -> JobSpec:
 def validate_wire(wire: object) -> JobSpec:
     """The JobSpec a wire form stands for; SpecError when the equivalent document is invalid."""
     try:
-        return _Reader().job(wire)
+        spec = _Reader().job(wire)
     except (_Refused, TypeError, ValueError, KeyError, IndexError, OverflowError):
         pass
+    else:
+        return checked_templates(spec)
     try:
         doc = wire_to_doc(wire)
     except (TypeError, ValueError, KeyError, IndexError):

@@ -9,7 +9,7 @@ from raftsched.spec.model import JobSpec, SpecError
 from raftsched.spec.wire import decode_trusted
 from raftsched.state import feasibility, policy
 from raftsched.state.commands import JobCancel, JobSubmit, JobSubmitBatch
-from raftsched.state.lifecycle import cancel_open_tasks
+from raftsched.state.lifecycle import cancel_open_tasks, upstream_done
 from raftsched.state.model import (
     T_PENDING,
     TERMINAL_JOB_STATES,
@@ -24,7 +24,7 @@ from raftsched.state.model import (
     shape_of,
 )
 from raftsched.state.outcome import Applied, Rejected
-from raftsched.state.queues import make_runnable, note_job
+from raftsched.state.queues import note_job
 from raftsched.state.results import JobCancelled, JobRefused, JobsSubmitted, JobSubmitted
 from raftsched.state.retention import FORGOTTEN_FOR_ROOM, forget_job, remember_key
 from raftsched.state.text import visible
@@ -41,10 +41,10 @@ def apply_job_submit(state: State, cmd: JobSubmit) -> Applied[JobSubmitted] | Re
     return submit_spec(state, cmd.job_id, spec, cmd.now_ms)
 
 
-def submit_spec(state: State, job_id: str, spec: JobSpec,
-                now_ms: int) -> Applied[JobSubmitted] | Rejected:
-    """A validated spec's submit (a JOB_SUBMIT's, a schedule's run's): idempotency, bounds,
-    schedulability, then the job."""
+def submit_spec(state: State, job_id: str, spec: JobSpec, now_ms: int,
+                schedule: tuple[str, int] | None = None) -> Applied[JobSubmitted] | Rejected:
+    """A validated spec's submit (a JOB_SUBMIT's, a schedule's run's: `schedule` is its
+    (schedule id, nominal ms)): idempotency, bounds, schedulability, then the job."""
     # The digest only serves idempotency; hashing a 100,000-task spec is not free.
     digest = spec.digest() if spec.idempotency_key is not None else b""
     if spec.idempotency_key is not None:
@@ -60,7 +60,7 @@ def submit_spec(state: State, job_id: str, spec: JobSpec,
     refusal = _check_submit_bounds(state, job_id, spec) or _check_unschedulable(state, spec)
     if refusal is not None:
         return refusal
-    job = _create_job(state, job_id, spec, digest, now_ms)
+    job = _create_job(state, job_id, spec, digest, now_ms, schedule)
     if spec.idempotency_key is not None:
         remember_key(state, spec.tenant, spec.idempotency_key, job.id, digest)
     return Applied(JobSubmitted(job.id, created=True))
@@ -125,7 +125,8 @@ def _unschedulable(state: State, spec: JobSpec) -> Rejected | None:
     return None
 
 
-def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms: int) -> Job:
+def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms: int,
+                schedule: tuple[str, int] | None) -> Job:
     index_of = {t.id: i for i, t in enumerate(spec.tasks)}
     tasks = [
         Task(spec=t, index=i, state=T_PENDING, remaining_deps=len(t.depends_on), dependents=[])
@@ -151,9 +152,11 @@ def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms:
     usage.queued += len(tasks)
     usage.queued_by_class[spec.priority_class.rank] += len(tasks)
     state.queued_total += len(tasks)
+    if schedule is not None:
+        job.schedule_id, job.nominal_ms = schedule
     for task in tasks:
-        if task.remaining_deps == 0:
-            make_runnable(state, job, task)
+        if task.remaining_deps == 0 and task.state == T_PENDING:  # not failed by fail_fast
+            upstream_done(state, job, task)
     return job
 
 

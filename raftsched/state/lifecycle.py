@@ -29,6 +29,7 @@ from raftsched.state.model import (
     TimerKind,
 )
 from raftsched.state.queues import make_runnable, note_attempt, push_timer, set_state
+from raftsched.state.resolve import has_templates, resolve_task
 
 _CLUSTER_FAILURES = frozenset({AttemptState.FAILED, AttemptState.TIMED_OUT, AttemptState.REJECTED})
 """Attempt outcomes that count against the cluster they ended on (`policy.note_failure`)."""
@@ -261,6 +262,18 @@ def _fail_task(state: State, job: Job, task: Task, reason: str) -> None:
         _propagate_failure(state, job, task, continue_policy=policy == FailurePolicy.CONTINUE)
 
 
+def upstream_done(state: State, job: Job, task: Task) -> None:
+    """A PENDING task's upstream tasks let it run: its templates are resolved (once, from
+    replicated state) and it becomes RUNNABLE; a template that cannot be resolved fails it."""
+    if task.resolved is None and has_templates(task.spec):
+        resolved = resolve_task(job, task)
+        if isinstance(resolved, str):
+            _fail_task(state, job, task, f"templates: {resolved}")
+            return
+        task.resolved = resolved
+    make_runnable(state, job, task)
+
+
 def _on_success(state: State, job: Job, task: Task) -> None:
     tasks = job.tasks
     for index in task.dependents:
@@ -269,7 +282,7 @@ def _on_success(state: State, job: Job, task: Task) -> None:
             continue  # cancelled meanwhile
         dependent.remaining_deps -= 1
         if dependent.remaining_deps == 0:
-            make_runnable(state, job, dependent)
+            upstream_done(state, job, dependent)
 
 
 def _propagate_failure(state: State, job: Job, failed: Task, *, continue_policy: bool) -> None:
@@ -288,7 +301,7 @@ def _propagate_failure(state: State, job: Job, failed: Task, *, continue_policy:
             if continue_policy and dependent.spec.trigger == Trigger.ALL_DONE:
                 dependent.remaining_deps -= 1
                 if dependent.remaining_deps == 0:
-                    make_runnable(state, job, dependent)
+                    upstream_done(state, job, dependent)
                 continue
             dependent.reason = f"upstream task {upstream.spec.id} {upstream.state.name}"
             set_state(state, job, dependent, T_SKIPPED)

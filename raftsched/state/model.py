@@ -125,6 +125,15 @@ class Note:
     detail: str
 
 
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """A task's command, env and cwd with their templates resolved (`spec.templates`)."""
+
+    command: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]
+    cwd: str | None
+
+
 @dataclass(slots=True)
 class Task:
     spec: TaskSpec
@@ -153,6 +162,9 @@ class Task:
     preemptions: int = 0
     """Attempts of this task stopped to make room for a higher class (at most
     MAX_PREEMPTIONS_PER_TASK: then it is no longer preempted)."""
+    resolved: Resolved | None = None
+    """A task whose command, env or cwd holds templates: their values, resolved when its
+    upstream tasks were done (what every attempt of it runs); None for a task without."""
 
     @property
     def current(self) -> Attempt | None:
@@ -181,6 +193,10 @@ class Job:
     outputs_bytes: int = 0
     """UTF-8 bytes of the outputs its tasks' attempts keep (bounded by MAX_JOB_OUTPUTS_BYTES;
     derived: not in snapshots)."""
+    schedule_id: str = ""
+    """The schedule whose run this job is ("" for a job submitted by anyone else)."""
+    nominal_ms: int = 0
+    """That run's nominal time (`{{ schedule.nominal_time }}`)."""
 
 
 @dataclass(slots=True)

@@ -33,6 +33,17 @@ def stamp(ms: int) -> str:
     return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
 
 
+def rfc3339(ms: int) -> str:
+    """"2026-10-25T01:00:00Z" (UTC; "2026-10-25T01:00:00.250Z" when the time has
+    milliseconds), without the clock or a time zone database: what templates render."""
+    days, rest = divmod(ms, _MS_PER_DAY)
+    year, month, day = _civil(days)
+    seconds, millis = divmod(rest, 1000)
+    hour, minute, second = seconds // 3600, seconds // 60 % 60, seconds % 60
+    text = f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}"
+    return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
+
+
 def run_job_id(schedule_id: str, nominal_ms: int, manual: bool = False) -> str:
     """The job id (and idempotency key) of a schedule's run: one per (schedule, nominal time),
     so no leader, retry or restored snapshot can make a second."""

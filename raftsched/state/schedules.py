@@ -224,7 +224,7 @@ def _start_run(state: State, schedule: Schedule, nominal: int, now_ms: int,
     job_id = run_job_id(schedule.id, nominal, manual)
     # validated in full when the schedule was created: each run only decodes it (as JOB_SUBMIT)
     spec = dataclasses.replace(decode_trusted(schedule.spec), idempotency_key=job_id)
-    outcome = submit_spec(state, job_id, spec, now_ms)
+    outcome = submit_spec(state, job_id, spec, now_ms, (schedule.id, nominal))
     if isinstance(outcome, Rejected):
         _skip(schedule, "refused", 1)
         schedule.consecutive_failures += 1

@@ -60,6 +60,7 @@ from raftsched.state.model import (
     Overlap,
     ReadyEntry,
     ReadyQueue,
+    Resolved,
     RevokedCert,
     Role,
     Schedule,
@@ -204,6 +205,7 @@ def _job_record(job: Job) -> list[Any]:
         job.id, job.seq, to_wire(job.spec), job.digest, job.counts, int(job.state),
         job.submitted_ms, job.started_ms, job.finished_ms, job.cancel_requested, job.reason,
         [_task_record(t) for t in job.tasks], job.retries_used,
+        *([job.schedule_id, job.nominal_ms] if job.schedule_id else []),
     ]
 
 
@@ -217,6 +219,8 @@ def _task_record(t: Task) -> list[Any]:
          [a.fence, a.number, a.cluster_id, int(a.state), a.assigned_ms, a.started_ms,
           a.finished_ms, a.exit_code, a.reason, a.outputs] for a in t.attempts],
         t.ready_ms, t.preemptions,
+        *([] if t.resolved is None else
+          [[list(t.resolved.command), [list(pair) for pair in t.resolved.env], t.resolved.cwd]]),
     ]
 
 
@@ -452,6 +456,7 @@ def _job_from(r: list[Any], trusted: bool) -> Job:
         counts=list(r[4]), state=_JOB_STATES[r[5]], submitted_ms=r[6], started_ms=r[7],
         finished_ms=r[8],
         cancel_requested=r[9], reason=r[10], retries_used=r[12] if len(r) > 12 else 0,
+        schedule_id=r[13] if len(r) > 13 else "", nominal_ms=r[14] if len(r) > 14 else 0,
         outputs_bytes=sum(len(a.outputs.encode("utf-8", "surrogatepass"))
                           for t in tasks for a in t.attempts if a.outputs is not None),
     )
@@ -470,4 +475,6 @@ def _task_from(spec: Any, index: int, r: list[Any], submitted_ms: int) -> Task:
         ],
         ready_ms=r[10] if len(r) > 10 else submitted_ms,
         preemptions=r[11] if len(r) > 11 else 0,
+        resolved=Resolved(tuple(r[12][0]), tuple((n, v) for n, v in r[12][1]), r[12][2])
+        if len(r) > 12 else None,
     )

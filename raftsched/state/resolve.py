@@ -1,0 +1,76 @@
+"""A task's templates resolved at apply, when its upstream tasks are done (issue 26, item 2).
+
+Pure: the values come from replicated state only (the job's id and params, its schedule's
+nominal time, the outputs its upstream tasks' succeeded attempts kept), so every replica
+resolves the same command, env and cwd, and the committed assignment carries them. A template
+that cannot be resolved (an upstream task whose outputs lack the key) or a result that breaks a
+bound the spec's own fields obey fails the task with a reason naming the field.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from raftsched import limits
+from raftsched.spec.model import TaskSpec
+from raftsched.spec.templates import MARK, Context, TemplateError, resolve, task_fields
+from raftsched.state.model import T_SUCCEEDED, Job, Resolved, Task
+from raftsched.state.schedule_times import rfc3339
+
+
+def has_templates(spec: TaskSpec) -> bool:
+    return (any(MARK in argument for argument in spec.command)
+            or any(MARK in value for _, value in spec.env)
+            or (spec.cwd is not None and MARK in spec.cwd))
+
+
+def resolve_task(job: Job, task: Task, item: Any = None, index: int = -1) -> Resolved | str:
+    """The task's command, env and cwd with their templates resolved, or why they cannot be."""
+    spec = task.spec
+    context = Context(
+        job_id=job.id, params=dict(job.spec.params), outputs=lambda dep: _kept(job, dep),
+        schedule_id=job.schedule_id,
+        nominal_time=rfc3339(job.nominal_ms if job.schedule_id else job.submitted_ms),
+        item=item, index=index)
+    values: dict[str, str] = {}
+    for path, text in task_fields(spec.command, spec.env, spec.cwd):
+        value = resolve(text, context)
+        if isinstance(value, TemplateError):
+            return f"{path}: {value.reason}"
+        if "\x00" in value:
+            return f"{path}: resolves to text with a NUL character, which no process can take"
+        values[path] = value
+    command = tuple(values[f"command[{i}]"] for i in range(len(spec.command)))
+    env = tuple((name, values[f"env.{name}"]) for name, _ in spec.env)
+    cwd = None if spec.cwd is None else values["cwd"]
+    return _bounded(command, env, cwd) or Resolved(command, env, cwd)
+
+
+def _kept(job: Job, task_id: str) -> str | None:
+    index = job.index_of.get(task_id)
+    if index is None:
+        return None
+    upstream = job.tasks[index]
+    current = upstream.current
+    if upstream.state != T_SUCCEEDED or current is None:
+        return None
+    return current.outputs or ""
+
+
+def _bounded(command: tuple[str, ...], env: tuple[tuple[str, str], ...],
+             cwd: str | None) -> str:
+    """Why resolved values break a bound the spec's fields obey ("" when they do not)."""
+    if not command[0]:
+        return "command[0]: resolves to the empty string"
+    size = sum(len(argument.encode()) for argument in command)
+    if size > limits.MAX_COMMAND_BYTES:
+        return (f"command: resolves to {size} bytes, over the {limits.MAX_COMMAND_BYTES}-byte "
+                "bound (MAX_COMMAND_BYTES)")
+    size = sum(len(name.encode()) + len(value.encode()) for name, value in env)
+    if size > limits.MAX_ENV_BYTES:
+        return (f"env: resolves to {size} bytes, over the {limits.MAX_ENV_BYTES}-byte bound "
+                "(MAX_ENV_BYTES)")
+    if cwd is not None and (not cwd.startswith("/") or len(cwd) > limits.MAX_CWD_CHARS):
+        return (f"cwd: resolves to {cwd[:80]!r}, not an absolute path of at most "
+                f"{limits.MAX_CWD_CHARS} characters")
+    return ""
