@@ -575,3 +575,23 @@ MAX_DELIVERED_INPUTS_BYTES = 8 * 1024 * 1024
 """Inputs ($RAFTSCHED_INPUTS) one heartbeat answer carries: assignments past it wait for the
 next delivery (one always goes; a task's inputs are bounded by MAX_JOB_OUTPUTS_BYTES plus its
 upstream ids), so an answer stays inside MAX_MESSAGE_BYTES."""
+
+MAX_FOR_EACH_CHARS = 1_024
+"""A task's `for_each` text."""
+
+MAX_FOR_EACH_ITEMS = 1_000
+"""Instances one `for_each` task expands into at most: a longer list fails the task, saying
+so, and nothing of it is expanded."""
+
+MAX_INSTANCES_PER_JOB = 10_000
+"""Instances all the `for_each` tasks of one job expand into, together (and the job's tasks
+with them stay within MAX_TASKS_PER_JOB): past it the expanding task fails, saying so."""
+
+MAX_PARAMS_PER_JOB = 64
+"""Parameters (`params:`) one job declares."""
+
+MAX_PARAM_NAME_CHARS = 64
+"""A parameter's name."""
+
+MAX_PARAM_VALUE_BYTES = 4_096
+"""A parameter's value, in UTF-8 bytes."""

@@ -94,11 +94,13 @@ def canonical(value: Any) -> str:
                       allow_nan=False)
 
 
-def inputs_text(upstream: Iterable[tuple[str, str]]) -> str:
+def inputs_text(upstream: Iterable[tuple[str, str | None]]) -> str:
     """The JSON object a task finds at $RAFTSCHED_INPUTS: each upstream task id -> its outputs
-    text ("" stands for none: `{}`), built from the kept texts without parsing them."""
-    return "{" + ",".join(f"{json.dumps(task_id)}:{outputs or NO_OUTPUTS}"
-                          for task_id, outputs in upstream) + "}"
+    text ("" stands for none: `{}`; None for an upstream task that did not succeed: `null`),
+    built from the kept texts without parsing them."""
+    return "{" + ",".join(
+        f"{json.dumps(task_id)}:{'null' if outputs is None else outputs or NO_OUTPUTS}"
+        for task_id, outputs in upstream) + "}"
 
 
 def _json_type(value: Any) -> str:

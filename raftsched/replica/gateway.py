@@ -18,7 +18,6 @@ from raftsched import limits
 from raftsched.clock import Clock
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
-from raftsched.outputs import inputs_text
 from raftsched.protocol import (
     Assignment,
     Beat,
@@ -43,6 +42,7 @@ from raftsched.replica.raft.port import RaftPort
 from raftsched.state import commands as c
 from raftsched.state.model import AttemptState, Job, State, Task, TaskState
 from raftsched.state.queries import attempt_of_cluster
+from raftsched.state.resolve import task_inputs
 from raftsched.state.results import ClusterRegistered, ReportResult, Result
 from raftsched.state.rules import cluster_register_problem
 
@@ -324,20 +324,3 @@ def _assignment(job: Job, task: Task, number: int, fence: int) -> Assignment:
         inputs=task_inputs(job, task),
     )
 
-
-def task_inputs(job: Job, task: Task) -> str:
-    """The JSON object a task finds at $RAFTSCHED_INPUTS: each upstream task id -> the outputs
-    its succeeded attempt kept (`{}` for none, or for an upstream task that did not succeed,
-    under `trigger: all_done`); "" for a task without upstream tasks. Built from committed
-    state that no longer changes (an upstream task is terminal before its dependents start), so
-    every leader sends the same text for an attempt."""
-    if not task.spec.depends_on:
-        return ""
-    tasks, index_of = job.tasks, job.index_of
-    return inputs_text((dep, _kept_outputs(tasks[index_of[dep]]))
-                       for dep in task.spec.depends_on)
-
-
-def _kept_outputs(task: Task) -> str:
-    current = task.current
-    return "" if current is None or current.outputs is None else current.outputs

@@ -140,6 +140,10 @@ class TaskSpec:
     """Named custom resources (`resources.custom`: licenses, FPGAs, ...) as (name, count),
     sorted by name: a cluster must advertise at least that many of each (agent --resource),
     and the scheduler counts what its live attempts hold, as for cpu."""
+    for_each: str | None = None
+    """`{{ tasks.X.outputs.KEY }}` naming a list in an upstream task's outputs: once its
+    upstream tasks are done the task expands into one instance per item (`id[0]`, `id[1]`, ...,
+    each with `{{ item }}` and `{{ index }}`), and its dependents wait for every instance."""
 
     def to_doc(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -166,6 +170,8 @@ class TaskSpec:
             doc["checkpoint"] = True
         if self.grace_ms is not None:
             doc["grace_s"] = self.grace_ms / 1000
+        if self.for_each is not None:
+            doc["for_each"] = self.for_each
         return doc
 
 

@@ -27,15 +27,18 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from raftsched.protocol import id_problem
+from raftsched import limits
+from raftsched.protocol import id_problem, show
 from raftsched.spec.issue import SpecIssue
 from raftsched.spec.model import JobSpec, SpecError
 
 _PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _LITERAL_BRACES = "'{{'"
-_PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+"""A job parameter's name."""
 MARK = "{{"
 """A field holds a template only if it contains this."""
+FOR_EACH_FORM = "{{ tasks.X.outputs.KEY }}"
 FORMS = ("{{ tasks.X.outputs.KEY }}, {{ params.NAME }}, {{ job.id }}, {{ schedule.id }}, "
          "{{ schedule.nominal_time }}, {{ item }}, {{ index }}")
 
@@ -103,7 +106,7 @@ def parse_reference(inner: str) -> Ref | TemplateError:
     if head == "schedule" and len(parts) == 2 and parts[1] in ("id", "nominal_time"):
         return ScheduleRef(parts[1])
     if head == "params" and len(parts) == 2:
-        if not _PARAM_NAME.fullmatch(parts[1]):
+        if not PARAM_NAME.fullmatch(parts[1]):
             return TemplateError(f"param name must match [A-Za-z_][A-Za-z0-9_]*, got "
                                  f"{parts[1]!r}")
         return ParamRef(parts[1])
@@ -172,6 +175,32 @@ def template_issues(prefix: str, task_id: str, fields: Iterator[tuple[str, str]]
     return issues
 
 
+def for_each_problem(value: object, depends_on: tuple[str, ...]) -> str:
+    """Why `value` is no `for_each` ("" when it is one): a string holding exactly one
+    `{{ tasks.X.outputs.KEY... }}` and nothing else, X one of `depends_on`."""
+    if not isinstance(value, str):
+        return f"must be a string like {FOR_EACH_FORM}, got {show(value)}"
+    if len(value) > limits.MAX_FOR_EACH_CHARS:
+        return f"must be at most {limits.MAX_FOR_EACH_CHARS} characters, got {len(value)}"
+    match = _PLACEHOLDER.fullmatch(value.strip())
+    ref = parse_reference(match.group(1)) if match else None
+    if isinstance(ref, TemplateError):
+        return ref.reason
+    if not isinstance(ref, OutputRef):
+        return f"must be exactly one {FOR_EACH_FORM}, got {show(value)}"
+    if ref.task not in depends_on:
+        return (f"names {ref.task!r}, which is not upstream of this task: add it to "
+                "depends_on")
+    return ""
+
+
+def for_each_ref(value: str) -> OutputRef | None:
+    """The reference of a `for_each` that `for_each_problem` accepted (None otherwise)."""
+    match = _PLACEHOLDER.fullmatch(value.strip())
+    ref = parse_reference(match.group(1)) if match else None
+    return ref if isinstance(ref, OutputRef) else None
+
+
 def spec_template_issues(spec: JobSpec) -> list[SpecIssue]:
     """Every template problem of a validated spec's tasks (see `template_issues`)."""
     params = dict(spec.params)
@@ -179,7 +208,7 @@ def spec_template_issues(spec: JobSpec) -> list[SpecIssue]:
     for position, task in enumerate(spec.tasks):
         fields = task_fields(task.command, task.env, task.cwd)
         issues += template_issues(f"tasks[{position}]", task.id, fields, task.depends_on,
-                                  params, mapped=False)
+                                  params, mapped=task.for_each is not None)
     return issues
 
 
@@ -263,7 +292,7 @@ def _value(ref: Ref, context: Context, parsed: dict[str, Any]) -> str | Template
         case IndexRef():
             return str(context.index)
         case ItemRef(path=path):
-            return _at(context.item, path, "{{ item }}")
+            return _rendered(lookup(context.item, path, "{{ item }}"))
         case OutputRef(task=task, path=path):
             if task not in parsed:
                 text = context.outputs(task)
@@ -271,11 +300,17 @@ def _value(ref: Ref, context: Context, parsed: dict[str, Any]) -> str | Template
                     return TemplateError(f"upstream task {task!r} did not succeed: it has no "
                                          "outputs")
                 parsed[task] = json.loads(text) if text else {}
-            return _at(parsed[task], path, f"the outputs of {task!r}")
+            return _rendered(lookup(parsed[task], path, f"the outputs of {task!r}"))
     raise AssertionError(ref)
 
 
-def _at(value: Any, path: tuple[str, ...], what: str) -> str | TemplateError:
+def _rendered(value: Any) -> str | TemplateError:
+    return value if isinstance(value, TemplateError) else render(value)
+
+
+def lookup(value: Any, path: tuple[str, ...], what: str) -> Any:
+    """The value at `path` (keys of objects, positions of lists) in `value`, or a TemplateError
+    saying where the path ends."""
     walked: list[str] = []
     for key in path:
         if isinstance(value, dict) and key in value:
@@ -287,7 +322,7 @@ def _at(value: Any, path: tuple[str, ...], what: str) -> str | TemplateError:
             return TemplateError(f"{what} have no key {key!r} at {at}"
                                  f" (found {_kind(value)})")
         walked.append(key)
-    return render(value)
+    return value
 
 
 def render(value: Any) -> str:

@@ -28,7 +28,7 @@ from raftsched.spec.model import (
     TaskSpec,
     Trigger,
 )
-from raftsched.spec.templates import checked_templates
+from raftsched.spec.templates import checked_templates, for_each_problem
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -38,7 +38,7 @@ _JOB_FIELDS: Final = (
 )
 _TASK_FIELDS: Final = (
     "id", "command", "env", "cwd", "resources", "requires", "cluster", "depends_on", "retry",
-    "timeout_s", "on_lost", "trigger", "checkpoint", "grace_s",
+    "timeout_s", "on_lost", "trigger", "checkpoint", "grace_s", "for_each",
 )
 _RESOURCE_FIELDS: Final = ("cpu", "memory_mb", "gpu", "custom")
 _RETRY_FIELDS: Final = (
@@ -417,13 +417,27 @@ def _task_spec(scope: _Scope, task_id: str | None, deps: tuple[str, ...]) -> Tas
     trigger = _choice(scope, "trigger", Trigger, Trigger.ALL_SUCCESS)
     checkpoint = _boolean(scope, "checkpoint", False)
     grace_ms = _milliseconds(scope, "grace_s", _grace_s(scope))
+    for_each = _for_each(scope, deps)
     if len(scope.sink.issues) > before or task_id is None:
         return None
     return TaskSpec(
         task_id, _req(command), _req(env), cwd, _req(cpu_milli), _req(memory_mb), _req(gpu),
         _req(requires), cluster, deps, _req(retry), timeout_ms, _req(on_lost), _req(trigger),
-        _req(checkpoint), grace_ms, _req(custom),
+        _req(checkpoint), grace_ms, _req(custom), for_each,
     )
+
+
+def _for_each(scope: _Scope, deps: tuple[str, ...]) -> str | None:
+    """`for_each`: exactly one `{{ tasks.X.outputs.KEY... }}`, X upstream of the task."""
+    value = scope.get("for_each")
+    if value is _MISSING or value is None:
+        return None
+    problem = for_each_problem(value, deps)
+    if problem:
+        scope.fail("for_each", problem)
+        return None
+    assert isinstance(value, str)
+    return value
 
 
 def _command(scope: _Scope) -> tuple[str, ...] | None:

@@ -7,11 +7,12 @@ document (`JobSpec.to_doc()`) is a map per task with nested maps; the wire form 
 task with durations already in milliseconds and the job's distinct retry policies in one table:
 
     [WIRE_VERSION, name, tenant, priority, failure_policy, idempotency_key, retry_table, tasks,
-     allow_unschedulable, scoring, retry_budget, priority_class, preemptible]
+     allow_unschedulable, scoring, retry_budget, priority_class, preemptible, params]
     retry_table: [[max_attempts, backoff_ms, multiplier, backoff_max_ms, jitter, [codes]], ...]
     task: [id, [argv], [[env_name, value], ...], cwd, cpu_milli, memory_mb, gpu, [requires],
            cluster, [depends_on], retry_index, timeout_ms, on_lost, trigger, checkpoint,
-           grace_ms, [[custom_name, count], ...]]
+           grace_ms, [[custom_name, count], ...], for_each]
+    params: [[name, value], ...]
 
 `validate_wire` checks every field and bound in one tight pass and then the graph. It accepts a
 wire form exactly when the full validator accepts the equivalent document (`wire_to_doc`), and
@@ -47,22 +48,29 @@ from raftsched.spec.model import (
     TaskSpec,
     Trigger,
 )
-from raftsched.spec.templates import checked_templates
+from raftsched.spec.templates import PARAM_NAME, checked_templates, for_each_problem
 from raftsched.spec.validation import validate_job_doc
 
-WIRE_VERSION = 3
-"""Version 3 appends to a task its named custom resources; a spec without any is still written
+WIRE_VERSION = 4
+"""Version 4 appends to a job its params and to a task its for_each (issue 26); a spec with
+neither is written as before (version 3, or 2 without custom resources), byte for byte.
+Version 3 appends to a task its named custom resources; a spec without any is still written
 as version 2 (so the logs and snapshots of such jobs are byte for byte what they were).
 Version 2 appended the contention fields: to a job allow_unschedulable, scoring, retry_budget,
 priority_class, preemptible; to a task checkpoint, grace_ms. Version 1 (8 job fields, 14 task
 fields) is still read, with their defaults: logs written before them replay unchanged."""
 _V2 = 2
+_V3 = 3
 _V1_JOB_FIELDS = 8
-_JOB_FIELDS = 13
-_JOB_FIELDS_OF = {1: _V1_JOB_FIELDS, _V2: _JOB_FIELDS, WIRE_VERSION: _JOB_FIELDS}
+_V2_JOB_FIELDS = 13
+_JOB_FIELDS = 14
+_JOB_FIELDS_OF = {1: _V1_JOB_FIELDS, _V2: _V2_JOB_FIELDS, _V3: _V2_JOB_FIELDS,
+                  WIRE_VERSION: _JOB_FIELDS}
 _V1_TASK_FIELDS = 14
 _V2_TASK_FIELDS = 16
-_TASK_FIELDS_OF = {1: _V1_TASK_FIELDS, _V2: _V2_TASK_FIELDS, WIRE_VERSION: 17}
+_V3_TASK_FIELDS = 17
+_TASK_FIELDS_OF = {1: _V1_TASK_FIELDS, _V2: _V2_TASK_FIELDS, _V3: _V3_TASK_FIELDS,
+                   WIRE_VERSION: 18}
 _RETRY_FIELDS = 6
 _EXIT_CODE_MIN, _EXIT_CODE_MAX = -255, 255
 _SHARED_STRING_CHARS = 64
@@ -81,18 +89,23 @@ _CLASSES = {member.value: member for member in PriorityClass}
 
 def to_wire(spec: JobSpec) -> list[Any]:
     table: dict[RetryPolicy, int] = {}
-    custom = any(task.custom for task in spec.tasks)
-    tasks = [_task_to_wire(task, table.setdefault(task.retry, len(table)), custom)
+    data = bool(spec.params) or any(task.for_each is not None for task in spec.tasks)
+    custom = data or any(task.custom for task in spec.tasks)
+    fields = _TASK_FIELDS_OF[WIRE_VERSION if data else _V3 if custom else _V2]
+    tasks = [_task_to_wire(task, table.setdefault(task.retry, len(table)), fields)
              for task in spec.tasks]
     retries = [
         [r.max_attempts, r.backoff_ms, r.multiplier, r.backoff_max_ms, r.jitter,
          list(r.non_retryable_exit_codes)]
         for r in table
     ]
-    return [WIRE_VERSION if custom else _V2, spec.name, spec.tenant, spec.priority,
-            spec.failure_policy.value, spec.idempotency_key, retries, tasks,
+    wire = [WIRE_VERSION if data else _V3 if custom else _V2, spec.name, spec.tenant,
+            spec.priority, spec.failure_policy.value, spec.idempotency_key, retries, tasks,
             spec.allow_unschedulable, spec.scoring.value, spec.retry_budget,
             spec.priority_class.value, spec.preemptible]
+    if data:
+        wire.append([[name, value] for name, value in spec.params])
+    return wire
 
 
 def _placement_fields(wire: Any) -> tuple[Any, Any, Any, Any, Any]:
@@ -103,25 +116,34 @@ def _placement_fields(wire: Any) -> tuple[Any, Any, Any, Any, Any]:
     return wire[8], wire[9], wire[10], wire[11], wire[12]
 
 
-def _task_extra(task: Any) -> tuple[Any, Any, Any]:
-    """(checkpoint, grace_ms, custom) of a wire task: their defaults in version 1 (14 fields),
-    no custom resources in version 2 (16)."""
+def _params_field(wire: Any) -> Any:
+    """A wire form's params: none before version 4."""
+    return wire[13] if len(wire) > _V2_JOB_FIELDS else []
+
+
+def _task_extra(task: Any) -> tuple[Any, Any, Any, Any]:
+    """(checkpoint, grace_ms, custom, for_each) of a wire task: their defaults in version 1
+    (14 fields), no custom resources in version 2 (16), no for_each before version 4 (18)."""
     if len(task) == _V1_TASK_FIELDS:
-        return False, None, ()
+        return False, None, (), None
     if len(task) == _V2_TASK_FIELDS:
-        return task[14], task[15], ()
-    return task[14], task[15], task[16]
+        return task[14], task[15], (), None
+    if len(task) == _V3_TASK_FIELDS:
+        return task[14], task[15], task[16], None
+    return task[14], task[15], task[16], task[17]
 
 
-def _task_to_wire(t: TaskSpec, retry_index: int, custom: bool) -> list[Any]:
-    fields: list[Any] = [
+def _task_to_wire(t: TaskSpec, retry_index: int, fields: int) -> list[Any]:
+    wire: list[Any] = [
         t.id, list(t.command), [list(pair) for pair in t.env], t.cwd, t.cpu_milli, t.memory_mb,
         t.gpu, list(t.requires), t.cluster, list(t.depends_on), retry_index, t.timeout_ms,
         t.on_lost.value, t.trigger.value, t.checkpoint, t.grace_ms,
     ]
-    if custom:
-        fields.append([[name, count] for name, count in t.custom])
-    return fields
+    if fields > _V2_TASK_FIELDS:
+        wire.append([[name, count] for name, count in t.custom])
+    if fields > _V3_TASK_FIELDS:
+        wire.append(t.for_each)
+    return wire
 
 
 def doc_to_wire(doc: object) -> list[Any]:
@@ -140,18 +162,24 @@ def wire_to_doc(wire: Any) -> dict[str, Any]:
     task_fields = _TASK_FIELDS_OF[version]
     if any(type(task) is not list or len(task) != task_fields for task in tasks):
         raise ValueError("task fields")
-    return {
+    doc = {
         "name": name, "tenant": tenant, "priority": priority, "failure_policy": policy,
         "idempotency_key": key, "allow_unschedulable": allow_unschedulable, "scoring": scoring,
         "retry_budget": retry_budget, "priority_class": priority_class,
         "preemptible": preemptible, "tasks": [_task_doc(task, retries) for task in tasks],
     }
+    params = _params_field(wire)
+    if params:
+        if type(params) is not list or any(type(p) is not list or len(p) != 2 for p in params):
+            raise ValueError("params")
+        doc["params"] = {name: value for name, value in params}
+    return doc
 
 
 def _task_doc(task: Any, retries: Any) -> dict[str, Any]:
     (task_id, command, env, cwd, cpu_milli, memory_mb, gpu, requires, cluster, deps,
      retry_index, timeout_ms, on_lost, trigger) = task[:_V1_TASK_FIELDS]
-    checkpoint, grace_ms, custom = _task_extra(task)
+    checkpoint, grace_ms, custom, for_each = _task_extra(task)
     if type(retry_index) is not int or not 0 <= retry_index < len(retries):
         raise ValueError("retry index")
     attempts, backoff_ms, multiplier, backoff_max_ms, jitter, codes = retries[retry_index]
@@ -169,6 +197,8 @@ def _task_doc(task: Any, retries: Any) -> dict[str, Any]:
     }
     if len(env) != len(doc["env"]):
         raise ValueError("repeated env name")
+    if for_each is not None:
+        doc["for_each"] = for_each
     return doc
 
 
@@ -294,8 +324,9 @@ def _unpack(data: bytes) -> list[Any]:
         list_hook=budget.array)
     unpacker.feed(data)
     fields = _array_header(unpacker, "the job", _JOB_FIELDS)
-    if fields not in (_V1_JOB_FIELDS, _JOB_FIELDS):
-        raise ValueError(f"a job is a list of {_V1_JOB_FIELDS} or {_JOB_FIELDS} fields, "
+    if fields not in (_V1_JOB_FIELDS, _V2_JOB_FIELDS, _JOB_FIELDS):
+        raise ValueError(f"a job is a list of {_V1_JOB_FIELDS}, {_V2_JOB_FIELDS} or "
+                         f"{_JOB_FIELDS} fields, "
                          f"got {fields}")
     wire = [budget.read(unpacker.unpack) for _ in range(6)]
     wire.append(_items(unpacker, budget, "the retry table"))
@@ -365,13 +396,14 @@ def from_trusted_wire(wire: Any) -> JobSpec:
         TaskSpec(task_id, tuple(command), tuple(tuple(pair) for pair in env) if env else (),
                  cwd, cpu_milli, memory_mb, gpu, tuple(requires), cluster, tuple(deps),
                  table[retry_index], timeout_ms, on_lost[lost], triggers[trigger], extra[0],
-                 extra[1], tuple((name, count) for name, count in extra[2]))
+                 extra[1], tuple((name, count) for name, count in extra[2]), extra[3])
         for (task_id, command, env, cwd, cpu_milli, memory_mb, gpu, requires, cluster, deps,
              retry_index, timeout_ms, lost, trigger), extra in (
                  (task[:_V1_TASK_FIELDS], _task_extra(task)) for task in tasks))
     return JobSpec(name, tenant, priority, _FAILURE_POLICIES[policy], key, specs,
                    allow_unschedulable, _SCORINGS[scoring], retry_budget,
-                   _CLASSES[priority_class], preemptible)
+                   _CLASSES[priority_class], preemptible,
+                   tuple((name, value) for name, value in _params_field(wire)))
 
 
 def validate_wire(wire: object) -> JobSpec:
@@ -465,15 +497,16 @@ class _Reader:
         specs = tuple(self.task(t) for t in tasks)
         _need(not check_graph([t.id for t in specs], [t.depends_on for t in specs]))
         return JobSpec(name, tenant, priority, policy, key, specs, allow_unschedulable, scoring,
-                       retry_budget, priority_class, preemptible)
+                       retry_budget, priority_class, preemptible, _params(_params_field(wire)))
 
     def task(self, raw: Any) -> TaskSpec:
         _need(type(raw) is list and len(raw) == self.task_fields)
         (task_id, command, env, cwd, cpu_milli, memory_mb, gpu, requires, cluster, deps,
          retry_index, timeout_ms, on_lost, trigger) = raw[:_V1_TASK_FIELDS]
-        checkpoint, grace_ms, custom = _task_extra(raw)
+        checkpoint, grace_ms, custom, for_each = _task_extra(raw)
         _need(type(checkpoint) is bool
               and (grace_ms is None or _is_int(grace_ms, 1, limits.MAX_GRACE_S * 1000)))
+        _need(for_each is None or not for_each_problem(for_each, tuple(raw[9])))
         custom = _custom(custom)
         _need(_is_id(task_id) and (cluster is None or _is_id(cluster)))
         _need(cwd is None or (_text_ok(cwd) and cwd.startswith("/")
@@ -487,7 +520,7 @@ class _Reader:
             self.share(task_id), self.command(command), _env(env), cwd, cpu_milli, memory_mb,
             gpu, self.requires(requires), cluster, self.depends_on(deps),
             self.retries[retry_index], timeout_ms, on_lost, trigger, checkpoint, grace_ms,
-            custom,
+            custom, for_each,
         )
 
     def command(self, value: Any) -> tuple[str, ...]:
@@ -529,6 +562,22 @@ def _env(value: Any) -> tuple[tuple[str, str], ...]:
     env = tuple((name, text) for name, text in value)
     _need(_sorted_unique(tuple(name for name, _ in env)))
     return env
+
+
+def _params(value: Any) -> tuple[tuple[str, str], ...]:
+    """A wire form's params: [[name, value], ...], names in ascending order, each a param name
+    (`PARAM_NAME`) and each value text of at most MAX_PARAM_VALUE_BYTES."""
+    _need(type(value) is list and len(value) <= limits.MAX_PARAMS_PER_JOB)
+    pairs: list[tuple[str, str]] = []
+    for pair in value:
+        _need(type(pair) is list and len(pair) == 2)
+        name, text = pair
+        _need(type(name) is str and PARAM_NAME.fullmatch(name) is not None
+              and len(name) <= limits.MAX_PARAM_NAME_CHARS and _text_ok(text)
+              and len(text.encode()) <= limits.MAX_PARAM_VALUE_BYTES)
+        _need(not pairs or pairs[-1][0] < name)
+        pairs.append((name, text))
+    return tuple(pairs)
 
 
 def _retry(value: Any) -> RetryPolicy:
@@ -586,6 +635,7 @@ def decode_trusted(wire: object) -> JobSpec:
               and all(type(task) is list and len(task) == fields for task in wire[7]))
         spec = from_trusted_wire(wire)
         _need(_job_shape_ok(spec) and _tasks_shape_ok(spec.tasks))
+        _need(all(type(n) is str and type(v) is str for n, v in spec.params))
         _need(all(_retry_ok(policy) for policy in {id(t.retry): t.retry
                                                    for t in spec.tasks}.values()))
     except (_Refused, TypeError, ValueError, KeyError, IndexError, AttributeError):
@@ -627,7 +677,8 @@ def _tasks_shape_ok(tasks: tuple[TaskSpec, ...]) -> bool:
                 and (t.cluster is None or type(t.cluster) is str)
                 and (timeout is None or (type(timeout) is int and 1 <= timeout <= timeout_max))
                 and (grace is None or (type(grace) is int and 1 <= grace <= grace_max))
-                and type(t.checkpoint) is bool):
+                and type(t.checkpoint) is bool
+                and (t.for_each is None or type(t.for_each) is str)):
             return False
         if t.env and not all(type(n) is str and type(v) is str for n, v in t.env):
             return False

@@ -31,6 +31,7 @@ from raftsched.state.model import (
     AGED_RUNNABLE,
     LIVE_ATTEMPT_STATES,
     T_ASSIGNED,
+    T_CANCELLED,
     T_FAILED,
     T_PENDING,
     T_RETRY_WAIT,
@@ -184,6 +185,13 @@ def _check_task(state: State, job: Job, task: Task) -> None:
 
 
 def _check_dependencies(job: Job, task: Task) -> None:
+    if task.instances is not None:
+        _check_expanded(job, task)
+        return
+    if task.instance_of >= 0:
+        parent = job.tasks[task.instance_of]
+        assert parent.instances is not None and task.index in parent.instances, task.spec.id
+        assert task.dependents == [parent.index], task.spec.id
     deps = [job.tasks[job.index_of[d]] for d in task.spec.depends_on]
     if runs_when_upstream_done(job.spec.failure_policy, task.spec.trigger):
         satisfied = sum(1 for d in deps if d.state in TERMINAL_TASK_STATES)
@@ -195,6 +203,21 @@ def _check_dependencies(job: Job, task: Task) -> None:
         assert satisfied == len(deps), f"task {task.spec.id} ran before its upstream finished"
     if task.state == T_SKIPPED:
         assert any(d.state in (T_FAILED, T_SKIPPED) for d in deps)
+
+
+def _check_expanded(job: Job, task: Task) -> None:
+    """An expanded for_each task: no attempt of its own; PENDING on its instances until each
+    succeeded, SUCCEEDED only once all did."""
+    assert task.instances is not None and not task.attempts, task.spec.id
+    instances = [job.tasks[index] for index in task.instances]
+    assert all(i.instance_of == task.index for i in instances), task.spec.id
+    succeeded = sum(1 for i in instances if i.state == T_SUCCEEDED)
+    if task.state == T_PENDING:
+        assert task.remaining_deps == len(instances) - succeeded > 0, (task.spec.id, succeeded)
+    elif task.state == T_SUCCEEDED:
+        assert succeeded == len(instances), task.spec.id
+    else:
+        assert task.state in (T_FAILED, T_CANCELLED), (task.spec.id, task.state)
 
 
 def _check_cluster(state: State, cluster: Cluster) -> None:

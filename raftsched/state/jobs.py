@@ -24,7 +24,7 @@ from raftsched.state.model import (
     shape_of,
 )
 from raftsched.state.outcome import Applied, Rejected
-from raftsched.state.queues import note_job
+from raftsched.state.queues import count_new_tasks, note_job
 from raftsched.state.results import JobCancelled, JobRefused, JobsSubmitted, JobSubmitted
 from raftsched.state.retention import FORGOTTEN_FOR_ROOM, forget_job, remember_key
 from raftsched.state.text import visible
@@ -135,23 +135,18 @@ def _create_job(state: State, job_id: str, spec: JobSpec, digest: bytes, now_ms:
     for task in tasks:
         for dep in task.spec.depends_on:
             tasks[index_of[dep]].dependents.append(task.index)
-    counts = [0] * len(TaskState)
-    counts[T_PENDING] = len(tasks)
     job = Job(id=job_id, seq=state.next_job_seq, spec=spec, digest=digest, tasks=tasks,
-              index_of=index_of, counts=counts, state=JobState.PENDING, submitted_ms=now_ms)
+              index_of=index_of, counts=[0] * len(TaskState), state=JobState.PENDING,
+              submitted_ms=now_ms)
     state.next_job_seq += 1
     state.jobs[job_id] = job
     state.job_index.add(spec.tenant, JobState.PENDING, job.seq, job_id)
     if state.changes is not None:
         note_job(state.changes, job, now_ms)
     state.live_jobs += 1
-    state.task_count += len(tasks)
-    state.live_task_counts[T_PENDING] += len(tasks)
     state.queues.setdefault(spec.tenant, ReadyQueue())
-    usage = state.usage.setdefault(spec.tenant, TenantUsage())
-    usage.queued += len(tasks)
-    usage.queued_by_class[spec.priority_class.rank] += len(tasks)
-    state.queued_total += len(tasks)
+    state.usage.setdefault(spec.tenant, TenantUsage())
+    count_new_tasks(state, job, len(tasks))
     if schedule is not None:
         job.schedule_id, job.nominal_ms = schedule
     for task in tasks:

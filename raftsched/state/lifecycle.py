@@ -9,6 +9,7 @@ from raftsched.outputs import OutputsRefused, judge
 from raftsched.spec.model import FailurePolicy, TaskSpec, Trigger
 from raftsched.state import feasibility, policy
 from raftsched.state.commands import ClusterStatus, Report
+from raftsched.state.mapping import plan_expansion
 from raftsched.state.model import (
     A_RUNNING,
     LIVE_ATTEMPT_STATES,
@@ -28,7 +29,13 @@ from raftsched.state.model import (
     Task,
     TimerKind,
 )
-from raftsched.state.queues import make_runnable, note_attempt, push_timer, set_state
+from raftsched.state.queues import (
+    count_new_tasks,
+    make_runnable,
+    note_attempt,
+    push_timer,
+    set_state,
+)
 from raftsched.state.resolve import has_templates, resolve_task
 
 _CLUSTER_FAILURES = frozenset({AttemptState.FAILED, AttemptState.TIMED_OUT, AttemptState.REJECTED})
@@ -264,7 +271,15 @@ def _fail_task(state: State, job: Job, task: Task, reason: str) -> None:
 
 def upstream_done(state: State, job: Job, task: Task) -> None:
     """A PENDING task's upstream tasks let it run: its templates are resolved (once, from
-    replicated state) and it becomes RUNNABLE; a template that cannot be resolved fails it."""
+    replicated state) and it becomes RUNNABLE; a template that cannot be resolved fails it. A
+    `for_each` task expands instead; once expanded, this is its instances all succeeding."""
+    if task.instances is not None:
+        set_state(state, job, task, T_SUCCEEDED)
+        _on_success(state, job, task)
+        return
+    if task.spec.for_each is not None:
+        _expand(state, job, task)
+        return
     if task.resolved is None and has_templates(task.spec):
         resolved = resolve_task(job, task)
         if isinstance(resolved, str):
@@ -272,6 +287,28 @@ def upstream_done(state: State, job: Job, task: Task) -> None:
             return
         task.resolved = resolved
     make_runnable(state, job, task)
+
+
+def _expand(state: State, job: Job, task: Task) -> None:
+    """A `for_each` task's instances join the job after its tasks, RUNNABLE; the task waits on
+    them. An empty list succeeds at once; a refusal fails the task and adds nothing."""
+    planned = plan_expansion(state, job, task)
+    if isinstance(planned, str):
+        _fail_task(state, job, task, planned)
+        return
+    for instance in planned:
+        instance.index = len(job.tasks)
+        job.index_of[instance.spec.id] = instance.index
+        job.tasks.append(instance)
+    count_new_tasks(state, job, len(planned))
+    job.instance_count += len(planned)
+    task.instances = [instance.index for instance in planned]
+    task.remaining_deps = len(planned)
+    if not planned:
+        upstream_done(state, job, task)
+        return
+    for instance in planned:
+        make_runnable(state, job, instance)
 
 
 def _on_success(state: State, job: Job, task: Task) -> None:
@@ -297,6 +334,10 @@ def _propagate_failure(state: State, job: Job, failed: Task, *, continue_policy:
         for index in upstream.dependents:
             dependent = tasks[index]
             if dependent.state != T_PENDING:
+                continue
+            if dependent.instances is not None:  # one of its instances failed for good
+                _fail_task(state, job, dependent,
+                           f"instance {upstream.spec.id} {upstream.state.name}")
                 continue
             if continue_policy and dependent.spec.trigger == Trigger.ALL_DONE:
                 dependent.remaining_deps -= 1

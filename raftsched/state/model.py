@@ -165,6 +165,13 @@ class Task:
     resolved: Resolved | None = None
     """A task whose command, env or cwd holds templates: their values, resolved when its
     upstream tasks were done (what every attempt of it runs); None for a task without."""
+    instances: list[int] | None = None
+    """A `for_each` task once expanded: the indexes of its instances in the job's tasks, in item
+    order. It has no attempt of its own: it waits PENDING with `remaining_deps` counting its
+    instances not yet SUCCEEDED, succeeds when all have, fails when one fails for good."""
+    instance_of: int = -1
+    """An instance: the index of the `for_each` task it belongs to (-1 for any other task).
+    Its spec is that task's, with the id `task[i]` and no for_each."""
 
     @property
     def current(self) -> Attempt | None:
@@ -193,6 +200,9 @@ class Job:
     outputs_bytes: int = 0
     """UTF-8 bytes of the outputs its tasks' attempts keep (bounded by MAX_JOB_OUTPUTS_BYTES;
     derived: not in snapshots)."""
+    instance_count: int = 0
+    """Instances its `for_each` tasks expanded into (bounded by MAX_INSTANCES_PER_JOB; derived:
+    not in snapshots)."""
     schedule_id: str = ""
     """The schedule whose run this job is ("" for a job submitted by anyone else)."""
     nominal_ms: int = 0

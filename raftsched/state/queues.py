@@ -18,6 +18,7 @@ from raftsched.state.model import (
     T_ASSIGNED,
     T_CANCELLED,
     T_FAILED,
+    T_PENDING,
     T_RETRY_WAIT,
     T_RUNNABLE,
     T_RUNNING,
@@ -133,6 +134,18 @@ def note_cluster(state: State, cluster_id: str, status: str, reason: str) -> Non
     if state.changes is not None:
         state.changes.append(("cluster", "", "", "", status, 0, 0, cluster_id, reason,
                               state.now_ms))
+
+
+def count_new_tasks(state: State, job: Job, count: int) -> None:
+    """`count` PENDING tasks joined a live job (its creation, a `for_each` expansion): every
+    counter of tasks in step."""
+    job.counts[T_PENDING] += count
+    state.task_count += count
+    state.live_task_counts[T_PENDING] += count
+    usage = state.usage[job.spec.tenant]
+    usage.queued += count
+    usage.queued_by_class[job.spec.priority_class.rank] += count
+    state.queued_total += count
 
 
 def make_runnable(state: State, job: Job, task: Task) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from raftsched import limits
+from raftsched.outputs import NO_OUTPUTS, inputs_text
 from raftsched.spec.model import TaskSpec
 from raftsched.spec.templates import MARK, Context, TemplateError, resolve, task_fields
 from raftsched.state.model import T_SUCCEEDED, Job, Resolved, Task
@@ -28,7 +29,7 @@ def resolve_task(job: Job, task: Task, item: Any = None, index: int = -1) -> Res
     """The task's command, env and cwd with their templates resolved, or why they cannot be."""
     spec = task.spec
     context = Context(
-        job_id=job.id, params=dict(job.spec.params), outputs=lambda dep: _kept(job, dep),
+        job_id=job.id, params=dict(job.spec.params), outputs=lambda dep: kept_outputs(job, dep),
         schedule_id=job.schedule_id,
         nominal_time=rfc3339(job.nominal_ms if job.schedule_id else job.submitted_ms),
         item=item, index=index)
@@ -46,15 +47,33 @@ def resolve_task(job: Job, task: Task, item: Any = None, index: int = -1) -> Res
     return _bounded(command, env, cwd) or Resolved(command, env, cwd)
 
 
-def _kept(job: Job, task_id: str) -> str | None:
+def kept_outputs(job: Job, task_id: str) -> str | None:
+    """The outputs text an upstream task hands its dependents ("" for none), or None when it
+    did not succeed. An expanded `for_each` task hands the list of its instances' outputs."""
     index = job.index_of.get(task_id)
     if index is None:
         return None
     upstream = job.tasks[index]
-    current = upstream.current
-    if upstream.state != T_SUCCEEDED or current is None:
+    if upstream.state != T_SUCCEEDED:
         return None
-    return current.outputs or ""
+    if upstream.instances is not None:
+        return instance_outputs(job, upstream)
+    current = upstream.current
+    return None if current is None else current.outputs or ""
+
+
+def instance_outputs(job: Job, task: Task) -> str | None:
+    """An expanded task's outputs as its dependents see them: the list of its instances'
+    outputs in item order (None unless every instance succeeded)."""
+    assert task.instances is not None
+    texts = []
+    for index in task.instances:
+        instance = job.tasks[index]
+        current = instance.current
+        if instance.state != T_SUCCEEDED or current is None:
+            return None
+        texts.append(current.outputs or NO_OUTPUTS)
+    return "[" + ",".join(texts) + "]"
 
 
 def _bounded(command: tuple[str, ...], env: tuple[tuple[str, str], ...],
@@ -74,3 +93,14 @@ def _bounded(command: tuple[str, ...], env: tuple[tuple[str, str], ...],
         return (f"cwd: resolves to {cwd[:80]!r}, not an absolute path of at most "
                 f"{limits.MAX_CWD_CHARS} characters")
     return ""
+
+
+def task_inputs(job: Job, task: Task) -> str:
+    """The JSON object a task finds at $RAFTSCHED_INPUTS: each upstream task id -> the outputs
+    it handed down (`{}` for none; a list for an expanded `for_each` task; null for one that did
+    not succeed, under `trigger: all_done`); "" for a task without upstream tasks. Built from
+    committed state that no longer changes (an upstream task is terminal before its dependents
+    start), so every leader sends the same text for an attempt."""
+    if not task.spec.depends_on:
+        return ""
+    return inputs_text((dep, kept_outputs(job, dep)) for dep in task.spec.depends_on)

@@ -35,6 +35,7 @@ Tenant usage is derived, never stored (`queries.derive_usage`).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import heapq
 import io
@@ -45,9 +46,10 @@ from typing import IO, Any
 import msgpack
 
 from raftsched import limits
-from raftsched.spec.model import SpecError
+from raftsched.spec.model import JobSpec, SpecError, TaskSpec
 from raftsched.spec.wire import from_trusted_wire, to_wire, validate_wire
 from raftsched.state.commands import ClusterStatus
+from raftsched.state.mapping import instance_id, instance_position
 from raftsched.state.model import (
     TERMINAL_JOB_STATES,
     Attempt,
@@ -218,10 +220,20 @@ def _task_record(t: Task) -> list[Any]:
           a.finished_ms, a.exit_code, a.reason] if a.outputs is None else
          [a.fence, a.number, a.cluster_id, int(a.state), a.assigned_ms, a.started_ms,
           a.finished_ms, a.exit_code, a.reason, a.outputs] for a in t.attempts],
-        t.ready_ms, t.preemptions,
-        *([] if t.resolved is None else
-          [[list(t.resolved.command), [list(pair) for pair in t.resolved.env], t.resolved.cwd]]),
+        t.ready_ms, t.preemptions, *_task_data_record(t),
     ]
+
+
+def _task_data_record(t: Task) -> list[Any]:
+    """What a task record appends for issue 26 (nothing for a task without templates or
+    for_each, so such records are what they were): its resolved values, then, for an instance
+    or an expanded for_each task, [its task's index, its position] and its instances."""
+    resolved = None if t.resolved is None else [
+        list(t.resolved.command), [list(pair) for pair in t.resolved.env], t.resolved.cwd]
+    if t.instance_of >= 0 or t.instances is not None:
+        position = -1 if t.instance_of < 0 else instance_position(t.spec.id)
+        return [resolved, [t.instance_of, position], t.instances]
+    return [] if resolved is None else [resolved]
 
 
 def _live_entries(state: State, queue: ReadyQueue) -> list[ReadyEntry]:
@@ -447,8 +459,14 @@ def _job_from(r: list[Any], trusted: bool) -> Job:
         except SpecError as exc:
             raise SnapshotError(f"job {r[0]}: stored spec no longer validates: {exc}") from exc
     index_of = {t.id: i for i, t in enumerate(spec.tasks)}
-    tasks = [_task_from(spec.tasks[i], i, rec, r[6]) for i, rec in enumerate(r[11])]
+    tasks: list[Task] = []
+    for i, rec in enumerate(r[11]):
+        tasks.append(_task_from(_spec_of(spec, tasks, i, rec), i, rec, r[6]))
+        index_of[tasks[-1].spec.id] = i
     for task in tasks:
+        if task.instance_of >= 0:  # its upstream tasks were done before it existed
+            task.dependents.append(task.instance_of)
+            continue
         for dep in task.spec.depends_on:
             tasks[index_of[dep]].dependents.append(task.index)
     return Job(
@@ -459,7 +477,19 @@ def _job_from(r: list[Any], trusted: bool) -> Job:
         schedule_id=r[13] if len(r) > 13 else "", nominal_ms=r[14] if len(r) > 14 else 0,
         outputs_bytes=sum(len(a.outputs.encode("utf-8", "surrogatepass"))
                           for t in tasks for a in t.attempts if a.outputs is not None),
+        instance_count=len(tasks) - len(spec.tasks),
     )
+
+
+def _spec_of(spec: JobSpec, tasks: list[Task], index: int, record: list[Any]) -> TaskSpec:
+    """A task record's spec: the job's own, or for an instance (past the job's tasks) its
+    for_each task's, renamed."""
+    if index < len(spec.tasks):
+        return spec.tasks[index]
+    parent, position = record[13]
+    parent_spec: TaskSpec = tasks[parent].spec
+    return dataclasses.replace(parent_spec, id=instance_id(parent_spec.id, position),
+                               for_each=None)
 
 
 def _task_from(spec: Any, index: int, r: list[Any], submitted_ms: int) -> Task:
@@ -476,5 +506,7 @@ def _task_from(spec: Any, index: int, r: list[Any], submitted_ms: int) -> Task:
         ready_ms=r[10] if len(r) > 10 else submitted_ms,
         preemptions=r[11] if len(r) > 11 else 0,
         resolved=Resolved(tuple(r[12][0]), tuple((n, v) for n, v in r[12][1]), r[12][2])
-        if len(r) > 12 else None,
+        if len(r) > 12 and r[12] is not None else None,
+        instance_of=r[13][0] if len(r) > 13 else -1,
+        instances=list(r[14]) if len(r) > 14 and r[14] is not None else None,
     )

@@ -11,10 +11,10 @@ import pytest
 
 from raftsched import limits
 from raftsched.protocol import ReportVerdict
-from raftsched.replica.gateway import task_inputs
 from raftsched.state import commands as c
 from raftsched.state import snapshot
 from raftsched.state.model import AttemptState, TaskState
+from raftsched.state.resolve import task_inputs
 from tests.support.fsmkit import Harness, assert_same_state, job_doc, task_doc
 
 
