@@ -34,6 +34,7 @@ from agent.model import (
 )
 from agent.outbox import MemoryOutbox
 from raftsched.clock import Clock, ManualClock
+from raftsched.outputs import canonical
 from tests.sim.gateway import Gateway
 from tests.sim.history import History
 
@@ -94,6 +95,13 @@ class SimProcess:
     kill_requested: bool = False
     vanished: bool = False
     done: Completion | None = None
+
+
+def sim_outputs(fence: int) -> str:
+    """What a simulated task that succeeds leaves at $RAFTSCHED_OUTPUT: its own fence (so the
+    world can tell which attempt's outputs the state kept) and a list of 0..3 items for the
+    for_each tasks downstream."""
+    return canonical({"fence": fence, "files": [f"f{fence}-{k}" for k in range(fence % 4)]})
 
 
 class SimExecutor:
@@ -199,7 +207,8 @@ class SimExecutor:
             else:
                 p.steps_left -= 1
                 if p.steps_left <= 0:
-                    p.done = Completion(fence, p.exit_code)
+                    p.done = Completion(fence, p.exit_code,
+                                        outputs=sim_outputs(fence) if p.exit_code == 0 else "")
 
     def machine_crash(self) -> None:
         for process in self.processes.values():

@@ -11,6 +11,7 @@ barrier nonce is a uuid, but it is only compared with itself and never reaches t
 from __future__ import annotations
 
 import hashlib
+import json
 import random
 from collections import deque
 from collections.abc import Callable
@@ -27,7 +28,7 @@ from raftsched.replica.leader import Leader, LeaderConfig
 from raftsched.spec.wire import doc_to_wire
 from raftsched.state import commands as c
 from raftsched.state import invariants, snapshot
-from raftsched.state.model import TERMINAL_JOB_STATES
+from raftsched.state.model import TERMINAL_JOB_STATES, AttemptState, State
 from raftsched.state.outcome import Applied, Outcome, Rejected
 from raftsched.state.results import JobSubmitted
 from tests.sim.gateway import Gateway
@@ -286,6 +287,12 @@ class World:
             task["cluster"] = rng.choice(REQUIREMENTS[requirement])
         if rng.random() < 0.15:
             task["timeout_s"] = rng.choice([2, 20])
+        if deps and rng.random() < 0.3:  # task data: templates, and sometimes a for_each
+            upstream = deps[0]
+            task["command"] = ["true", f"{{{{ tasks.{upstream}.outputs.fence }}}}", "{{ job.id }}"]
+            if rng.random() < 0.5:
+                task["for_each"] = f"{{{{ tasks.{upstream}.outputs.files }}}}"
+                task["env"] = {"ITEM": "{{ item }}", "INDEX": "{{ index }}"}
         return task
 
     # -- actions: leaders and the log ------------------------------------------------------------
@@ -449,6 +456,7 @@ class World:
                 continue
             self.checked[who] = (applied, installs)
             invariants.check_invariants(state)
+            _check_outputs(state, who)
             digest = hashlib.sha256(snapshot.dump(state)).hexdigest()
             expected = self.digests.setdefault(applied, digest)
             assert digest == expected, f"{who} after {applied} entries has snapshot {digest}, " \
@@ -551,6 +559,22 @@ class World:
         clusters = [f"{cl.id}:{cl.status.name} live={sorted(cl.live)} kills={sorted(cl.kills)}"
                     for cl in self.log.oracle.clusters.values()]
         return lines[:10] + clusters
+
+
+def _check_outputs(state: State, who: str) -> None:
+    """Every kept output came from the fence that succeeded (the simulated tasks write their own
+    fence into their outputs), and no for_each expanded past its bounds."""
+    for job in state.jobs.values():
+        assert job.instance_count <= limits.MAX_INSTANCES_PER_JOB, (who, job.id)
+        for task in job.tasks:
+            assert task.instances is None or len(task.instances) <= limits.MAX_FOR_EACH_ITEMS
+            for attempt in task.attempts:
+                if attempt.outputs is None:
+                    continue
+                kept = json.loads(attempt.outputs)["fence"]
+                assert attempt.state == AttemptState.SUCCEEDED and kept == attempt.fence, \
+                    f"{who}: {job.id}/{task.spec.id} fence {attempt.fence} " \
+                    f"({attempt.state.name}) keeps the outputs of fence {kept}"
 
 
 def _core_config(cluster_id: str, capabilities: tuple[str, ...],
