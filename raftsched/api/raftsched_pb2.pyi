@@ -184,7 +184,7 @@ class ListTasksRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., with_spans: _Optional[bool] = ...) -> None: ...
 
 class TaskSummary(_message.Message):
-    __slots__ = ("task_id", "state", "attempts", "cluster", "fence", "exit_code", "reason", "depends_on", "spans")
+    __slots__ = ("task_id", "state", "attempts", "cluster", "fence", "exit_code", "reason", "depends_on", "spans", "instance_of", "instances")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPTS_FIELD_NUMBER: _ClassVar[int]
@@ -194,6 +194,8 @@ class TaskSummary(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     DEPENDS_ON_FIELD_NUMBER: _ClassVar[int]
     SPANS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_OF_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     state: str
     attempts: int
@@ -203,7 +205,9 @@ class TaskSummary(_message.Message):
     reason: str
     depends_on: _containers.RepeatedScalarFieldContainer[str]
     spans: _containers.RepeatedCompositeFieldContainer[AttemptSpan]
-    def __init__(self, task_id: _Optional[str] = ..., state: _Optional[str] = ..., attempts: _Optional[int] = ..., cluster: _Optional[str] = ..., fence: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., spans: _Optional[_Iterable[_Union[AttemptSpan, _Mapping]]] = ...) -> None: ...
+    instance_of: str
+    instances: int
+    def __init__(self, task_id: _Optional[str] = ..., state: _Optional[str] = ..., attempts: _Optional[int] = ..., cluster: _Optional[str] = ..., fence: _Optional[int] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., depends_on: _Optional[_Iterable[str]] = ..., spans: _Optional[_Iterable[_Union[AttemptSpan, _Mapping]]] = ..., instance_of: _Optional[str] = ..., instances: _Optional[int] = ...) -> None: ...
 
 class AttemptSpan(_message.Message):
     __slots__ = ("fence", "number", "cluster", "state", "assigned_ms", "started_ms", "finished_ms")

@@ -46,10 +46,13 @@ def register_job(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     tasks = command_parser(
         sub, "tasks", parents, "every task of a job with its attempt and cluster",
         "List every task of a job: its state, attempts so far, and the cluster, fence and exit "
-        "code of its current attempt.",
+        "code of its current attempt. A for_each task is followed by its instances (TASK[i]), "
+        "indented.",
         "output:\n  a table TASK STATE ATTEMPTS CLUSTER FENCE EXIT (REASON when any)\n"
         '  --json: a list of {"task_id", "state", "attempts", "cluster", "fence",\n'
-        '           "exit_code" (null if none), "reason"}')
+        '           "exit_code" (null if none), "reason", "instance_of" (an instance\'s for_each '
+        'task, or null),\n           "instances" (a for_each task\'s count once expanded, '
+        'or null)}')
     tasks.add_argument("job_id", metavar="JOB")
     tasks.set_defaults(handler=_run_job_tasks, reads_only=True)
 

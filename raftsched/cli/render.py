@@ -88,6 +88,8 @@ def task_doc(task: Any) -> Doc:
         "fence": task.fence,
         "exit_code": optional_int(task, "exit_code"),
         "reason": task.reason,
+        "instance_of": task.instance_of or None,
+        "instances": optional_int(task, "instances"),
     }
 
 
@@ -383,7 +385,12 @@ def tasks_table(tasks: Sequence[Doc]) -> str:
     headers = ["TASK", "STATE", "ATTEMPTS", "CLUSTER", "FENCE", "EXIT"]
     rows: list[list[object]] = []
     for task in tasks:
-        row: list[object] = [task["task_id"], task["state"], task["attempts"], task["cluster"],
+        name = task["task_id"]
+        if task.get("instance_of"):  # an instance, under its for_each task
+            name = "  " + name
+        elif task.get("instances") is not None:
+            name = f"{name} (for_each: {task['instances']})"
+        row: list[object] = [name, task["state"], task["attempts"], task["cluster"],
                              task["fence"] or None, exit_code_text(task.get("exit_code"))]
         if with_reason:
             row.append(task.get("reason"))

@@ -52,11 +52,12 @@ def register_task(commands: Subparsers, common: argparse.ArgumentParser) -> None
         sub, "outputs", parents, "the outputs a succeeded task handed downstream",
         "Print the outputs a task left at $RAFTSCHED_OUTPUT (one JSON object), as the state "
         "kept them from its succeeded attempt: what its dependents received in "
-        "$RAFTSCHED_INPUTS and their templates. A task that left none has {}.",
-        "output:\n  the object as indented JSON (pipe it to jq)\n"
+        "$RAFTSCHED_INPUTS and their templates. A task that left none has {}; a for_each "
+        "task has the list of its instances' outputs (an instance is TASK[i]).",
+        "output:\n  the outputs as indented JSON (pipe it to jq)\n"
         "  exit 2 if the job or task does not exist or the task has not succeeded (its state "
         "is said)\n"
-        '  --json: {"job_id", "task_id", "outputs": OBJECT}')
+        '  --json: {"job_id", "task_id", "outputs": OBJECT (a list for a for_each task)}')
     outputs.add_argument("job_id", metavar="JOB")
     outputs.add_argument("task_id", metavar="TASK")
     outputs.set_defaults(handler=_run_task_outputs, reads_only=True)

@@ -27,6 +27,7 @@ from raftsched.state.model import (
     TaskState,
 )
 from raftsched.state.queries import reservation_holder, reserved_for_other
+from raftsched.state.resolve import kept_outputs
 from raftsched.state.text import text_problem
 
 _PAGE_TOKEN = re.compile(f"(n?)([0-9]{{1,{limits.MAX_PAGE_TOKEN_CHARS}}})", re.ASCII)
@@ -201,9 +202,11 @@ def _matches(job: Job, query: str) -> bool:
     return query in job.id.casefold() or query in job.spec.name.casefold()
 
 
-def task_summary(task: Task, why: str = "", with_spans: bool = False) -> pb.TaskSummary:
+def task_summary(task: Task, why: str = "", with_spans: bool = False,
+                 job: Job | None = None) -> pb.TaskSummary:
     """`why`: the one reason a task that is not running waits (`waiting_reason`); `with_spans`:
-    its latest `limits.TASK_SUMMARY_MAX_SPANS` attempts' times (a timeline's bars)."""
+    its latest `limits.TASK_SUMMARY_MAX_SPANS` attempts' times (a timeline's bars); `job`: its
+    job, to name the for_each task an instance belongs to."""
     attempt = task.current
     queued = attempt is not None and attempt.state == AttemptState.QUEUED
     shown = AttemptState.QUEUED.name if queued and task.state == TaskState.ASSIGNED \
@@ -211,6 +214,10 @@ def task_summary(task: Task, why: str = "", with_spans: bool = False) -> pb.Task
     summary = pb.TaskSummary(task_id=task.spec.id, state=shown,
                              attempts=len(task.attempts), reason=why or task.reason,
                              depends_on=task.spec.depends_on)
+    if task.instances is not None:
+        summary.instances = len(task.instances)
+    if task.instance_of >= 0 and job is not None:
+        summary.instance_of = job.tasks[task.instance_of].spec.id
     if with_spans:
         summary.spans.extend(attempt_span(a)
                              for a in task.attempts[-limits.TASK_SUMMARY_MAX_SPANS:])
@@ -236,7 +243,18 @@ def list_tasks(state: State, job_id: str, with_spans: bool = False) -> pb.ListTa
     job = job_of(state, job_id)
     cache: dict[object, str] = {}
     return pb.ListTasksResponse(job_id=job.id, tasks=[
-        task_summary(t, waiting_reason(state, job, t, cache), with_spans) for t in job.tasks])
+        task_summary(t, waiting_reason(state, job, t, cache), with_spans, job)
+        for t in display_order(job)])
+
+
+def display_order(job: Job) -> list[Task]:
+    """The job's tasks in spec order, each expanded for_each task followed by its instances."""
+    ordered: list[Task] = []
+    for task in job.tasks[:len(job.spec.tasks)]:
+        ordered.append(task)
+        if task.instances:
+            ordered.extend(job.tasks[index] for index in task.instances)
+    return ordered
 
 
 def task_history(state: State, job_id: str, task_id: str) -> pb.TaskHistory:
@@ -260,8 +278,9 @@ def task_history(state: State, job_id: str, task_id: str) -> pb.TaskHistory:
         attempts=attempts, notes=notes, notes_dropped=task.notes_dropped,
         app_failures=task.app_failures, infra_failures=task.infra_failures,
     )
-    if task.state == TaskState.SUCCEEDED and task.current is not None:
-        history.outputs = task.current.outputs or NO_OUTPUTS
+    kept = kept_outputs(job, task.spec.id)  # a for_each task's: its instances', as a list
+    if kept is not None:
+        history.outputs = kept or NO_OUTPUTS
     return history
 
 
@@ -381,6 +400,9 @@ def waiting_reason(state: State, job: Job, task: Task, cache: dict[object, str])
     planner and apply use ("" for a task in another state). `cache` keeps the answer per task
     shape and tenant for a RUNNABLE task that holds no reservation: a job's tasks of one shape
     wait for the same reason."""
+    if task.state == TaskState.PENDING and task.instances is not None:
+        return (f"waiting for its instances: {task.remaining_deps} of {len(task.instances)} "
+                "not yet succeeded")
     if task.state == TaskState.PENDING:
         waiting = [d for d in task.spec.depends_on
                    if job.tasks[job.index_of[d]].state != TaskState.SUCCEEDED]

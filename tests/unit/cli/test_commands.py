@@ -326,7 +326,8 @@ def test_submit_watch_json(capsys: pytest.CaptureFixture[str], fake: FakeClient)
     assert (document["state"], document["tasks"]) == ("SUCCEEDED", {"SUCCEEDED": 7})
     assert document["task_summaries"][1] == {
         "task_id": "train", "state": "SUCCEEDED", "attempts": 2, "cluster": "gpu-west",
-        "fence": 7, "exit_code": 0, "reason": ""}
+        "fence": 7, "exit_code": 0, "reason": "",
+        "instance_of": None, "instances": None}
 
 
 @pytest.mark.parametrize("state", ["FAILED", "CANCELLED"])
@@ -417,7 +418,8 @@ def test_job_tasks(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None
     code, document = run_json(capsys, "job", "tasks", "demo-1")
     assert code == 0 and isinstance(document, list)
     assert document[0] == {"task_id": "fetch", "state": "SUCCEEDED", "attempts": 1,
-                           "cluster": "cpu-east", "fence": 1, "exit_code": 0, "reason": ""}
+                           "cluster": "cpu-east", "fence": 1, "exit_code": 0, "reason": "",
+                           "instance_of": None, "instances": None}
 
 
 def test_job_list(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> None:

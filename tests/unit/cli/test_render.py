@@ -39,7 +39,8 @@ def test_task_doc_tells_exit_code_zero_from_none() -> None:
                                          cluster="east", fence=4, exit_code=0))
     waiting = render.task_doc(pb.TaskSummary(task_id="b", state="PENDING"))
     assert ran == {"task_id": "a", "state": "SUCCEEDED", "attempts": 1, "cluster": "east",
-                   "fence": 4, "exit_code": 0, "reason": ""}
+                   "fence": 4, "exit_code": 0, "reason": "", "instance_of": None,
+                   "instances": None}
     assert waiting["exit_code"] is None and waiting["fence"] == 0
 
 
