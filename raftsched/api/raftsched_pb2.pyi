@@ -300,7 +300,7 @@ class ReportNote(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., fence: _Optional[int] = ..., report: _Optional[str] = ..., at_ms: _Optional[int] = ..., detail: _Optional[str] = ...) -> None: ...
 
 class TaskHistory(_message.Message):
-    __slots__ = ("job_id", "task_id", "state", "reason", "attempts", "notes", "notes_dropped", "app_failures", "infra_failures", "outputs")
+    __slots__ = ("job_id", "task_id", "state", "reason", "attempts", "notes", "notes_dropped", "app_failures", "infra_failures", "outputs", "instances", "instance_of")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -311,6 +311,8 @@ class TaskHistory(_message.Message):
     APP_FAILURES_FIELD_NUMBER: _ClassVar[int]
     INFRA_FAILURES_FIELD_NUMBER: _ClassVar[int]
     OUTPUTS_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    INSTANCE_OF_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     task_id: str
     state: str
@@ -321,7 +323,9 @@ class TaskHistory(_message.Message):
     app_failures: int
     infra_failures: int
     outputs: str
-    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[AttemptRecord, _Mapping]]] = ..., notes: _Optional[_Iterable[_Union[ReportNote, _Mapping]]] = ..., notes_dropped: _Optional[int] = ..., app_failures: _Optional[int] = ..., infra_failures: _Optional[int] = ..., outputs: _Optional[str] = ...) -> None: ...
+    instances: _containers.RepeatedScalarFieldContainer[str]
+    instance_of: str
+    def __init__(self, job_id: _Optional[str] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., attempts: _Optional[_Iterable[_Union[AttemptRecord, _Mapping]]] = ..., notes: _Optional[_Iterable[_Union[ReportNote, _Mapping]]] = ..., notes_dropped: _Optional[int] = ..., app_failures: _Optional[int] = ..., infra_failures: _Optional[int] = ..., outputs: _Optional[str] = ..., instances: _Optional[_Iterable[str]] = ..., instance_of: _Optional[str] = ...) -> None: ...
 
 class WatchJobRequest(_message.Message):
     __slots__ = ("job_id",)

@@ -281,6 +281,10 @@ def task_history(state: State, job_id: str, task_id: str) -> pb.TaskHistory:
     kept = kept_outputs(job, task.spec.id)  # a for_each task's: its instances', as a list
     if kept is not None:
         history.outputs = kept or NO_OUTPUTS
+    if task.instances is not None:
+        history.instances.extend(job.tasks[index].spec.id for index in task.instances)
+    if task.instance_of >= 0:
+        history.instance_of = job.tasks[task.instance_of].spec.id
     return history
 
 

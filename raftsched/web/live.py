@@ -153,7 +153,7 @@ def document_of(job: Any, listed: Any, layers: list[list[str]]) -> dict[str, obj
         if not layers:
             layers.extend(layout.layers_of([layout.TaskNode(t.task_id, t.state,
                                                             tuple(t.depends_on))
-                                            for t in tasks]))
+                                            for t in tasks if not t.instance_of]))
         states = {t.task_id: t.state for t in tasks}
         document["groups"] = [[worst, [list(c) for c in counts]]
                               for worst, counts in layout.group_counts(layers, states)]

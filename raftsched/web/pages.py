@@ -7,6 +7,7 @@ tenant's jobs, and a job of another tenant answers 404 exactly as an unknown one
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -147,8 +148,10 @@ async def job(request: Request) -> Response:
     found = await call(session.client.get_job, job_id)
     listed = await call(session.client.list_tasks, job_id, with_spans=True)
     tasks = listed.tasks
+    # a for_each task's instances are rows of the table, not nodes: the task's node stands for
+    # them all (its state is theirs together)
     drawing = layout.draw([layout.TaskNode(t.task_id, t.state, tuple(t.depends_on))
-                           for t in tasks])
+                           for t in tasks if not t.instance_of])
     done = sum(count for state, count in found.tasks.items() if state in TASK_TERMINAL)
     rows = limits.WEB_TASK_TABLE_MAX_ROWS
     return render(request, "job.html", job=found, tasks=tasks[:rows],
@@ -227,11 +230,25 @@ async def task(request: Request) -> Response:
                                                     "offset": tail.next_offset})
                 if tail.attempt and tail.attempt_state in output.LIVE_ATTEMPT_STATES else "")
     watch_url = "" if finished or live_url else f"/jobs/{quote(job_id, safe='')}/events"
+    outputs = (json.dumps(json.loads(history.outputs), indent=2, sort_keys=True,
+                          ensure_ascii=False) if history.HasField("outputs") else None)
+    instances = await _instances(session.client, job_id, history)
     return render(request, "task.html", job_id=job_id, history=history, explained=explained,
+                  outputs=outputs, instances=instances,
                   tail=tail, stream=stream, tail_bytes=tail_bytes, streams=STREAMS,
                   live_url=live_url, watch_url=watch_url,
                   keep_chars=limits.WEB_LIVE_OUTPUT_KEEP_CHARS,
                   reconnects=limits.WEB_LIVE_RECONNECTS)
+
+
+async def _instances(client: ConsoleClient, job_id: str, history: Any) -> list[Any]:
+    """A for_each task's instances as the job's task list has them (state, attempts, cluster),
+    at most WEB_TASK_TABLE_MAX_ROWS; none for any other task."""
+    if not history.instances:
+        return []
+    wanted = set(history.instances)
+    listed = (await call(client.list_tasks, job_id)).tasks
+    return [t for t in listed if t.task_id in wanted][:limits.WEB_TASK_TABLE_MAX_ROWS]
 
 
 def _output_choice(request: Request) -> tuple[str, int]:

@@ -195,6 +195,50 @@ def test_a_task_page_shows_attempts_and_output(site: Site) -> None:
     assert Path(download.value.path()).read_text() == "oops\n"
 
 
+def _fan_out(gate: Path) -> str:
+    return json.dumps({"name": "web-fan-out", "tenant": "acme", "tasks": [
+        {"id": "ls", "command": ["sh", "-c", f"while [ ! -e {gate} ]; do sleep 0.1; done; "
+                                             "printf '{\"items\": [\"a\", \"bb\", \"ccc\"]}' "
+                                             '> "$RAFTSCHED_OUTPUT"']},
+        {"id": "map", "depends_on": ["ls"], "for_each": "{{ tasks.ls.outputs.items }}",
+         "env": {"ITEM": "{{ item }}"},
+         "command": ["sh", "-c", 'printf \'{"item": "%s", "n": %d}\' "$ITEM" "${#ITEM}" '
+                                 '> "$RAFTSCHED_OUTPUT"']},
+        {"id": "reduce", "depends_on": ["map"], "command": ["echo", "{{ '{{' }}x}}"]},
+    ]})
+
+
+def test_a_for_each_job_grows_its_instances_live_and_a_task_shows_its_outputs(
+        site: Site) -> None:
+    gate = site.gate.with_name("fan-out-gate")
+    job_id = site.cluster.client(token=site.tokens["acme"]).submit(_fan_out(gate)).job_id
+    page = _page(site, site.tokens["acme"])
+    page.goto(f"{site.url}/jobs/{job_id}")
+    page.wait_for_selector('svg g[data-task-id="ls"]')
+    assert page.locator('tr[data-task-id="map[0]"]').count() == 0  # not expanded yet
+    gate.touch()
+    page.wait_for_selector('tr.instance[data-task-id="map[2]"]', timeout=LIVE_TIMEOUT_MS)
+    page.wait_for_selector('#job[data-state="SUCCEEDED"]', timeout=LIVE_TIMEOUT_MS)
+    rows = [row.get_attribute("data-task-id") for row in page.locator("table.tasks tbody tr").all()]
+    assert rows == ["ls", "map", "map[0]", "map[1]", "map[2]", "reduce"]
+    assert "for each of 3" in page.locator('tr[data-task-id="map"]').inner_text()
+    drawn = {n.get_attribute("data-task-id") for n in page.locator("svg g[data-task-id]").all()}
+    assert drawn == {"ls", "map", "reduce"}  # the instances are rows, the node stands for them
+    _shot(site, page, "05-fan-out-job")
+    page.goto(f"{site.url}/jobs/{job_id}/tasks/map%5B1%5D")
+    assert json.loads(page.locator("#outputs").inner_text()) == {"item": "bb", "n": 2}
+    assert page.locator('a[href$="/tasks/map"]').inner_text() == "map"  # "instance of"
+    page.goto(f"{site.url}/jobs/{job_id}/tasks/map")
+    assert [o["n"] for o in json.loads(page.locator("#outputs").inner_text())] == [1, 2, 3]
+    instances = page.locator("table.tasks tbody tr")
+    assert [r.get_attribute("data-task-id") for r in instances.all()] == [
+        "map[0]", "map[1]", "map[2]"]
+    assert page.locator("#output").count() == 0  # a for_each task runs no process itself
+    _shot(site, page, "06-fan-out-task-outputs")
+    page.goto(f"{site.url}/jobs/{job_id}/tasks/reduce")
+    assert "{{x}}" in page.locator("#output").inner_text()  # {{ '{{' }}: two braces, as text
+
+
 def test_an_operator_cancels_through_the_page_and_the_cli_agrees(site: Site) -> None:
     parked = site.cluster.client(token=site.tokens["acme"]).submit(PARKED).job_id
     page = _page(site, site.tokens["operator"])

@@ -13,6 +13,7 @@
   var SVG = "http://www.w3.org/2000/svg";
   var TERMINAL_JOB = (live.getAttribute("data-terminal-states") || "").split(" ");
   var byId = null;
+  var RELOADED = "raftsched-reloaded:" + location.pathname;
 
   function setState(element, state) {
     if (element.getAttribute("data-state") !== state) { element.setAttribute("data-state", state); }
@@ -158,7 +159,16 @@
   }
 
   function apply(doc) {
-    Object.keys(doc.tasks).forEach(function (id) {
+    var ids = Object.keys(doc.tasks);
+    // a for_each task expanded: its instances have no row yet, and the page is drawn again
+    // (which has them); at most once per number of tasks listed, so never in a loop
+    if (ids.some(function (id) { return elementsOf(id).length === 0; }) &&
+        sessionStorage.getItem(RELOADED) !== String(ids.length)) {
+      sessionStorage.setItem(RELOADED, String(ids.length));
+      location.reload();
+      return;
+    }
+    ids.forEach(function (id) {
       applyTask(id, doc.tasks[id], doc.rows[id]);
     });
     if (doc.job) { applyHeader(doc.job); }
