@@ -267,3 +267,21 @@ def test_snapshots_keep_schedules_and_a_state_without_them_dumps_as_before(h: Ha
         "nightly", (T0 + 2 * EVERY,), 0, 0, h.now_ms), Code.FAILED_PRECONDITION, "fired already")
     h.ok(c.ScheduleDelete("nightly", h.now_ms))
     assert snapshot.load(plain).schedules == {}
+
+
+def test_a_runs_templates_see_its_schedule_and_nominal_time_across_a_snapshot(
+        h: Harness) -> None:
+    spec = doc_to_wire(job_doc([task_doc("a", command=[
+        "report", "{{ schedule.id }}", "{{ schedule.nominal_time }}", "{{ job.id }}"])],
+        tenant="t1"))
+    assert h.ok(c.ScheduleCreate("nightly", spec, ["opaque", "rule"], EVERY, 0, 0, "allow",
+                                 60_000, 0, h.now_ms)) == ScheduleCreated("nightly", True)
+    h.now_ms = T0 + 2 * EVERY + 10
+    [job_id] = fire(h, T0 + EVERY).job_ids
+    resolved = h.task(job_id, "a").resolved
+    assert resolved is not None
+    assert resolved.command == ("report", "nightly", "2026-10-26T07:33:22Z", job_id)
+    restored = snapshot.load(snapshot.dump(h.state))
+    assert (restored.jobs[job_id].schedule_id, restored.jobs[job_id].nominal_ms) == (
+        "nightly", T0 + EVERY)
+    assert snapshot.digest(restored) == snapshot.digest(h.state)
