@@ -20,9 +20,15 @@ from raftsched.state.schedule_times import rfc3339
 
 
 def has_templates(spec: TaskSpec) -> bool:
-    return (any(MARK in argument for argument in spec.command)
-            or any(MARK in value for _, value in spec.env)
+    """Whether a task's command, env values or cwd hold a template (one join per field: it runs
+    for every task that becomes runnable)."""
+    return (MARK in _SEPARATOR.join(spec.command)
+            or (bool(spec.env) and MARK in _SEPARATOR.join(value for _, value in spec.env))
             or (spec.cwd is not None and MARK in spec.cwd))
+
+
+_SEPARATOR = "\x00"
+"""Joins fields for `has_templates` (no field holds it, so no mark spans two fields)."""
 
 
 def resolve_task(job: Job, task: Task, item: Any = None, index: int = -1) -> Resolved | str:
