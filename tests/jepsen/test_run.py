@@ -78,9 +78,13 @@ def test_a_hostile_agent_flooding_register_kills_nothing_and_delays_no_kill(
     out, results = _run(tmp_path, HOSTILE_ARGS)
     report = out["report"]
     assert out["faults_injected"].get("hostile-agent", 0) >= 1, out["faults_injected"]
-    assert report["invariants_checked"]["hostile_no_kills"] >= 10
     assert report["invariants_checked"]["kill_liveness"] >= 3
     history = read_history(results / "history.jsonl", _Findings(results))
     floods = [event["value"] for event in history.events if event["f"] == "hostile"]
     assert floods and all(flood["kills_recorded"] == 0 for flood in floods)
+    # every registration the scheduler answered was committed, and the checker looked at the
+    # hostile cluster after each (how many fit in the run depends on the machine's load)
+    answered = sum(flood["registers"] - sum(flood["refused"].values()) for flood in floods)
+    assert answered >= 1, floods
+    assert report["invariants_checked"]["hostile_no_kills"] >= answered, floods
     assert sum(flood["told_to_stop"] for flood in floods) >= 10_000
