@@ -102,7 +102,7 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "name", "tenant", "priority", "state", "tasks", "total_tasks", "failure_policy", "submitted_ms", "started_ms", "finished_ms", "reason", "applied_index")
+    __slots__ = ("job_id", "name", "tenant", "priority", "state", "tasks", "total_tasks", "failure_policy", "submitted_ms", "started_ms", "finished_ms", "reason", "applied_index", "for_each")
     class TasksEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +123,7 @@ class Job(_message.Message):
     FINISHED_MS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
+    FOR_EACH_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     tenant: str
@@ -136,7 +137,25 @@ class Job(_message.Message):
     finished_ms: int
     reason: str
     applied_index: int
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., state: _Optional[str] = ..., tasks: _Optional[_Mapping[str, int]] = ..., total_tasks: _Optional[int] = ..., failure_policy: _Optional[str] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., reason: _Optional[str] = ..., applied_index: _Optional[int] = ...) -> None: ...
+    for_each: _containers.RepeatedCompositeFieldContainer[ForEachGroup]
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., state: _Optional[str] = ..., tasks: _Optional[_Mapping[str, int]] = ..., total_tasks: _Optional[int] = ..., failure_policy: _Optional[str] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., reason: _Optional[str] = ..., applied_index: _Optional[int] = ..., for_each: _Optional[_Iterable[_Union[ForEachGroup, _Mapping]]] = ...) -> None: ...
+
+class ForEachGroup(_message.Message):
+    __slots__ = ("task_id", "instances", "tasks")
+    class TasksEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    instances: int
+    tasks: _containers.ScalarMap[str, int]
+    def __init__(self, task_id: _Optional[str] = ..., instances: _Optional[int] = ..., tasks: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
     __slots__ = ("tenant", "state", "limit", "page_token", "query", "newest_first")

@@ -35,11 +35,13 @@ def register_job(commands: Subparsers, common: argparse.ArgumentParser) -> None:
 
     status = command_parser(
         sub, "status", parents, "a job's state and task counts",
-        "Show one job: its state, how many tasks are in each state, its tenant, priority and "
-        "times.",
-        'output:\n  one "field  value" line each (job, state, tasks, tenant, times, reason)\n'
+        "Show one job: its state, how many tasks are in each state (each expanded for_each "
+        "task's instances too), its tenant, priority and times.",
+        'output:\n  one "field  value" line each (job, state, tasks, a line per for_each task, '
+        'tenant, times, reason)\n'
         '  --json: {"job_id", "state", "tasks": {STATE: count}, "name", "tenant", "priority",\n'
-        '           "total_tasks", "submitted_ms", "started_ms", "finished_ms", "reason", ...}')
+        '           "total_tasks", "submitted_ms", "started_ms", "finished_ms", "reason",\n'
+        '           "for_each": [{"task_id", "instances", "tasks": {STATE: count}}], ...}')
     status.add_argument("job_id", metavar="JOB")
     status.set_defaults(handler=_run_job_status, reads_only=True)
 

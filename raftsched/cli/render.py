@@ -75,6 +75,8 @@ def job_doc(job: Any) -> Doc:
         "finished_ms": job.finished_ms,
         "reason": job.reason,
         "applied_index": job.applied_index,
+        "for_each": [{"task_id": group.task_id, "instances": group.instances,
+                      "tasks": ordered_counts(dict(group.tasks))} for group in job.for_each],
     }
 
 
@@ -341,6 +343,8 @@ def job_text(job: Doc, tz: tzinfo | None = None, *, now_ms: int | None = None) -
         ("job", f"{job['job_id']} ({job['name']})" if job.get("name") else job["job_id"]),
         ("state", f"{job['state']}  {done}/{total} tasks done"),
         ("tasks", state_counts_text(job["tasks"])),
+        *((f"  {group['task_id']}", f"{group['instances']} instances: "
+           f"{state_counts_text(group['tasks'])}") for group in job.get("for_each", ())),
         ("tenant", f"{job['tenant']}  priority {job['priority']}  "
                    f"failure policy {job['failure_policy']}"),
     ]

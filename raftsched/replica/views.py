@@ -5,6 +5,7 @@ service calls them under the Raft node's apply lock, so each must be short (O(wh
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import islice
@@ -64,8 +65,15 @@ def job_message(job: Job, applied_index: int = 0) -> pb.Job:
         state=job.state.name, tasks=counts, total_tasks=len(job.tasks),
         failure_policy=job.spec.failure_policy, submitted_ms=job.submitted_ms,
         started_ms=job.started_ms or 0, finished_ms=job.finished_ms or 0, reason=job.reason,
-        applied_index=applied_index,
+        applied_index=applied_index, for_each=[_group(job, index) for index in job.expanded],
     )
+
+
+def _group(job: Job, index: int) -> pb.ForEachGroup:
+    task = job.tasks[index]
+    assert task.instances is not None
+    states = Counter(job.tasks[i].state.name for i in task.instances)
+    return pb.ForEachGroup(task_id=task.spec.id, instances=len(task.instances), tasks=states)
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,8 @@ dependents, and cancelling a job's open tasks."""
 
 from __future__ import annotations
 
+import bisect
+
 from raftsched import limits
 from raftsched.outputs import OutputsRefused, judge
 from raftsched.spec.model import FailurePolicy, TaskSpec, Trigger
@@ -302,6 +304,7 @@ def _expand(state: State, job: Job, task: Task) -> None:
         job.tasks.append(instance)
     count_new_tasks(state, job, len(planned))
     job.instance_count += len(planned)
+    bisect.insort(job.expanded, task.index)
     task.instances = [instance.index for instance in planned]
     task.remaining_deps = len(planned)
     if not planned:

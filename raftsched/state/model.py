@@ -203,6 +203,8 @@ class Job:
     instance_count: int = 0
     """Instances its `for_each` tasks expanded into (bounded by MAX_INSTANCES_PER_JOB; derived:
     not in snapshots)."""
+    expanded: list[int] = field(default_factory=list)
+    """Indexes of its `for_each` tasks that expanded, ascending (derived: not in snapshots)."""
     schedule_id: str = ""
     """The schedule whose run this job is ("" for a job submitted by anyone else)."""
     nominal_ms: int = 0

@@ -478,7 +478,12 @@ def _job_from(r: list[Any], trusted: bool) -> Job:
         outputs_bytes=sum(len(a.outputs.encode("utf-8", "surrogatepass"))
                           for t in tasks for a in t.attempts if a.outputs is not None),
         instance_count=len(tasks) - len(spec.tasks),
+        expanded=_expanded(tasks),
     )
+
+
+def _expanded(tasks: list[Task]) -> list[int]:
+    return [t.index for t in tasks if t.instances is not None]
 
 
 def _spec_of(spec: JobSpec, tasks: list[Task], index: int, record: list[Any]) -> TaskSpec:

@@ -230,8 +230,7 @@ async def task(request: Request) -> Response:
                                                     "offset": tail.next_offset})
                 if tail.attempt and tail.attempt_state in output.LIVE_ATTEMPT_STATES else "")
     watch_url = "" if finished or live_url else f"/jobs/{quote(job_id, safe='')}/events"
-    outputs = (json.dumps(json.loads(history.outputs), indent=2, sort_keys=True,
-                          ensure_ascii=False) if history.HasField("outputs") else None)
+    outputs = _pretty(history.outputs) if history.HasField("outputs") else None
     instances = await _instances(session.client, job_id, history)
     return render(request, "task.html", job_id=job_id, history=history, explained=explained,
                   outputs=outputs, instances=instances,
@@ -239,6 +238,11 @@ async def task(request: Request) -> Response:
                   live_url=live_url, watch_url=watch_url,
                   keep_chars=limits.WEB_LIVE_OUTPUT_KEEP_CHARS,
                   reconnects=limits.WEB_LIVE_RECONNECTS)
+
+
+def _pretty(text: str) -> str:
+    """A task's outputs (canonical JSON text) indented for reading."""
+    return json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False)
 
 
 async def _instances(client: ConsoleClient, job_id: str, history: Any) -> list[Any]:

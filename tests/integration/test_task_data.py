@@ -93,6 +93,12 @@ def test_a_map_reduce_job_hands_data_down_and_its_answer_is_right(cluster: Local
     assert ids == ["ls", "measure", "measure[0]", "measure[1]", "measure[2]", "measure[3]",
                    "total"]  # the instances grouped under their task
     assert tasks[1]["instances"] == 4 and tasks[2]["instance_of"] == "measure"
+    status = json.loads(cluster.cli("job", "status", job_id, "--json").stdout)
+    assert status["for_each"] == [{"task_id": "measure", "instances": 4,
+                                   "tasks": {"SUCCEEDED": 4}}]
+    assert status["total_tasks"] == 7
+    text = cluster.cli("job", "status", job_id).stdout
+    assert "  measure  4 instances: SUCCEEDED 4" in text, text
     table = cluster.cli("job", "tasks", job_id).stdout
     print(table)
     assert "measure (for_each: 4)" in table and "\n  measure[3] " in table
