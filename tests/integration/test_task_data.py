@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -102,6 +103,16 @@ def test_a_map_reduce_job_hands_data_down_and_its_answer_is_right(cluster: Local
     table = cluster.cli("job", "tasks", job_id).stdout
     print(table)
     assert "measure (for_each: 4)" in table and "\n  measure[3] " in table
+
+
+def test_the_map_reduce_example_runs_and_sums_its_words(cluster: LocalCluster) -> None:
+    example = Path(__file__).resolve().parents[2] / "examples" / "map-reduce.yaml"
+    submitted = cluster.cli("submit", "--json", str(example))
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = json.loads(submitted.stdout)["job_id"]
+    assert _finished(cluster, job_id) == "SUCCEEDED", cluster.cli("job", "tasks", job_id).stdout
+    answer = json.loads(cluster.cli("task", "outputs", job_id, "total", "--json").stdout)
+    assert answer["outputs"] == {"total": 4 + 5 + 5 + 6, "first": "raft"}
 
 
 def test_an_output_over_64_kib_fails_its_attempt_saying_so(cluster: LocalCluster) -> None:

@@ -40,7 +40,8 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-@pytest.mark.parametrize(("name", "tasks", "edges"), [("diamond.yaml", 4, 4), ("etl.json", 4, 3)])
+@pytest.mark.parametrize(("name", "tasks", "edges"), [("diamond.yaml", 4, 4), ("etl.json", 4, 3),
+                                                     ("map-reduce.yaml", 3, 2)])
 def test_examples_are_valid(
     capsys: pytest.CaptureFixture[str], name: str, tasks: int, edges: int
 ) -> None:

@@ -409,7 +409,7 @@ def test_to_doc_fills_every_field() -> None:
     assert "timeout_s" not in validate_job_doc(job(task())).to_doc()["tasks"][0]
 
 
-@pytest.mark.parametrize("name", ["diamond.yaml", "etl.json"])
+@pytest.mark.parametrize("name", ["diamond.yaml", "etl.json", "map-reduce.yaml"])
 def test_examples_round_trip(name: str) -> None:
     spec = load_spec_file(str(EXAMPLES / name))
     assert validate_job_doc(spec.to_doc()) == spec
