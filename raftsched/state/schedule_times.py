@@ -25,10 +25,7 @@ def _civil(days: int) -> tuple[int, int, int]:
 
 def stamp(ms: int) -> str:
     """"20261025T010000Z" (UTC; "20261025T010000.250Z" when the time has milliseconds)."""
-    days, rest = divmod(ms, _MS_PER_DAY)
-    year, month, day = _civil(days)
-    seconds, millis = divmod(rest, 1000)
-    hour, minute, second = seconds // 3600, seconds // 60 % 60, seconds % 60
+    year, month, day, hour, minute, second, millis = _utc_fields(ms)
     text = f"{year:04d}{month:02d}{day:02d}T{hour:02d}{minute:02d}{second:02d}"
     return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
 
@@ -36,12 +33,17 @@ def stamp(ms: int) -> str:
 def rfc3339(ms: int) -> str:
     """"2026-10-25T01:00:00Z" (UTC; "2026-10-25T01:00:00.250Z" when the time has
     milliseconds), without the clock or a time zone database: what templates render."""
+    year, month, day, hour, minute, second, millis = _utc_fields(ms)
+    text = f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}"
+    return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
+
+
+def _utc_fields(ms: int) -> tuple[int, int, int, int, int, int, int]:
+    """(year, month, day, hour, minute, second, millisecond) of a UTC instant in ms."""
     days, rest = divmod(ms, _MS_PER_DAY)
     year, month, day = _civil(days)
     seconds, millis = divmod(rest, 1000)
-    hour, minute, second = seconds // 3600, seconds // 60 % 60, seconds % 60
-    text = f"{year:04d}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}"
-    return f"{text}.{millis:03d}Z" if millis else f"{text}Z"
+    return year, month, day, seconds // 3600, seconds // 60 % 60, seconds % 60, millis
 
 
 def run_job_id(schedule_id: str, nominal_ms: int, manual: bool = False) -> str:
