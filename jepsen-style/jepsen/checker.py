@@ -38,6 +38,9 @@ What it reads (see `jepsen.history` for the history schema):
   attempt the scheduler ended under it — is settled by its report or registration within
   KILL_LIVENESS_BOUND_S of replicated time while its cluster is READY), hostile_no_kills (the
   hostile-agent fault's cluster never holds a kill directive).
+- task data (`jepsen.checks_outputs`, on the replay): outputs_from_succeeded_fence (every
+  output kept on an attempt belongs to a SUCCEEDED attempt and names its fence; a fan-out job's
+  `ls`, `map[i]` and `reduce` kept the items, each item, their count and sum).
 - the `liveness` event and the replayed final state: liveness_met, pending jobs.
 Also: fsm_apply (the FSM raised while replaying: the replay stops there) and history_format (a
 line of the history that is not JSON or not the schema, but for a torn last line).
@@ -46,8 +49,8 @@ One module per property family: `checks_history` (findings, report, the history)
 `checks_replay` (log agreement, the replay, digests), `checks_submits` (submits and idempotency),
 `checks_reads` (read order, stale reads), `checks_ledger` (the ledger), `checks_agents` (fences
 and attempts in the agents' logs), `checks_capacity` (what the agents ran at once, their local
-queues), `checks_liveness` (liveness, timeouts, statistics); this module runs them all and
-renders the report.
+queues), `checks_liveness` (liveness, timeouts, statistics), `checks_outputs` (task data); this
+module runs them all and renders the report.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ from jepsen.checks_history import (
 )
 from jepsen.checks_ledger import check_ledger, read_ledger
 from jepsen.checks_liveness import check_liveness, check_timeouts, count_ops, fault_statistics
+from jepsen.checks_outputs import check_fanouts
 from jepsen.checks_reads import check_read_order, check_stale_reads, collect_reads
 from jepsen.checks_replay import _kills_for, _replicas, read_logs, replay
 from jepsen.checks_schedules import check_schedules
@@ -113,6 +117,7 @@ def check(results_dir: Path) -> Report:
     check_timeouts(history.ops, run, found)
     check_liveness(history, run, found)
     check_schedules(run, found)
+    check_fanouts(history.ops, run, found)
     count_ops(history.ops, found)
     fault_statistics(history, found)
     return found.finish()

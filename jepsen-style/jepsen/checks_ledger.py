@@ -136,7 +136,26 @@ class _LedgerCheck:
         if tasks is None:
             tasks = self.specs[job_id] = {t.id: t for t in created.spec.tasks}
         task = tasks.get(task_id)
-        return None if task is None else (task, created.spec.failure_policy)
+        if task is None:  # a for_each instance (map[0]): its spec is in the replayed state
+            job = self.run.state.jobs.get(job_id)
+            index = None if job is None else job.index_of.get(task_id)
+            if job is None or index is None:
+                self.found.note(f"{job_id}/{task_id}: started in the ledger, but neither its "
+                                f"job's spec nor the replayed state has that task: its DAG "
+                                f"order is not checked")
+                return None
+            task = job.tasks[index].spec
+        return task, created.spec.failure_policy
+
+    def _unmet(self, job_id: str, dep: str) -> bool:
+        """Upstream task `dep` has no successful end line yet; a `for_each` task (which never
+        runs itself) has one when each of its instances has."""
+        job = self.run.state.jobs.get(job_id)
+        index = None if job is None else job.index_of.get(dep)
+        instances = None if job is None or index is None else job.tasks[index].instances
+        if job is None or instances is None:
+            return not self.succeeded.get((job_id, dep))
+        return any(not self.succeeded.get((job_id, job.tasks[i].spec.id)) for i in instances)
 
     def _dag(self, entry: LedgerLine) -> None:
         found = self.found
@@ -147,7 +166,7 @@ class _LedgerCheck:
         found.count("ledger_dag_order")
         if runs_when_upstream_done(policy, task.trigger):
             return
-        missing = [d for d in task.depends_on if not self.succeeded.get((entry.job_id, d))]
+        missing = [d for d in task.depends_on if self._unmet(entry.job_id, d)]
         if missing:
             found.violate("ledger_dag_order",
                           f"ledger line {entry.line}: {entry.job_id}/{entry.task_id} fence "

@@ -65,7 +65,8 @@ def check_timeouts(ops: list[Op], run: _Replay, found: _Findings) -> None:
         if job is None:
             continue
         for task in job.tasks:
-            described = _dict(tasks.get(task.spec.id))
+            owner = job.tasks[task.instance_of] if task.instance_of >= 0 else task
+            described = _dict(tasks.get(owner.spec.id))  # an instance: as its for_each task
             run_s, timeout_s = _float(described.get("run_s")), _float(described.get("timeout_s"))
             if run_s is None or timeout_s is None:
                 continue

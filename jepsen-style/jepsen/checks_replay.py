@@ -20,6 +20,7 @@ from jepsen.checks_history import (
     _Findings,
     _int,
 )
+from jepsen.checks_outputs import OutputsAudit
 from jepsen.kills import KillLiveness
 from raftsched.replica.raft.applied_log import AppliedLog, read_applied_log
 from raftsched.state import fsm, snapshot
@@ -133,6 +134,7 @@ class _Replay:
     state: State = field(default_factory=State)
     auditor: LogAuditor = field(default_factory=LogAuditor)
     kills: KillLiveness = field(default_factory=lambda: KillLiveness(None, None))
+    outputs: OutputsAudit = field(default_factory=OutputsAudit)
     last_index: int = 0
     complete: bool = False
     broken: bool = False
@@ -171,6 +173,7 @@ def replay(merged: dict[int, bytes], reads: list[_Read], replicas: list[_Replica
         run.complete = True
     if not run.broken:
         run.auditor.finish(run.last_index, run.state)
+        run.outputs.finish(run.last_index, run.state, found)
         _kill_figures(run.kills, found)
     _after_replay(run, reads[read_at:], {p: digests[p] for p in points[point_at:]}, stop, found)
     return run
@@ -196,6 +199,7 @@ def _apply(run: _Replay, index: int, entry: bytes, found: _Findings) -> bool:
         run.kills.after(index, command, run.state,
                         lambda check, message, indices, keys: found.violate(
                             check, message, indices=indices, keys=keys))
+        run.outputs.after(index, command, run.state, found)
     run.last_index = index
     found.report.entries_replayed += 1
     return True

@@ -16,6 +16,9 @@ Every line has:
                   "long": true for a long job (one task its client cancels after the ack),
                   "try": 1 for the first call of that key, 2+ for retries after info,
                   "failure_policy": str,
+                  "fanout": {"items": [ints]} for a fan-out job (ls -> map[i] -> reduce; the
+                            instances map[i] are described once, as "map", with "fail_first":
+                            the indexes that fail their first attempt),
                   "tasks": {task_id: {"depends_on": [ids], "fail_attempts": n, "max_attempts": n,
                                       "run_s": seconds it runs, "timeout_s": its timeout}}}
   submit ok      {"key", "job_id", "created": bool}

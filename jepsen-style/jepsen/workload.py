@@ -7,9 +7,14 @@ two after the submit is acknowledged, so that every run kills running tasks thro
 scheduler (the checker's kill_liveness property); the harness cancels the long jobs still
 running when the clients stop, after the heal.
 
+Some jobs are fan-outs (issue 26, task data): `ls` outputs a list of items, `map` expands into
+one instance per item (`map[0]`, `map[1]`, ...), each outputting its item, and `reduce` sums what
+the instances output from `$RAFTSCHED_INPUTS`. Every output carries the fence of the attempt that
+wrote it, so the checker can tell which attempt's outputs the state kept.
+
 Tasks are real subprocesses that append `start` and `end` lines keyed by their idempotency key
 and fence to the external ledger, so duplicate external effects can be counted; some fail their
-first attempt on purpose to exercise retries.
+first attempt on purpose to exercise retries (per instance, for `map`).
 """
 
 from __future__ import annotations
@@ -65,6 +70,15 @@ RECANCEL_AFTER_S = 0.5
 """A cancel whose outcome is unknown is sent again this much later."""
 MAX_CLEANUP_TRIES = 10
 """Tries per long job when the harness cancels what the clients left running."""
+FANOUT_SHARE = 0.2
+"""Of the new submits, the share that is a fan-out job (ls -> map[i] ->
+reduce)."""
+FANOUT_ITEMS = (2, 5)
+"""How many items a fan-out job's `ls` outputs (its `map` instances)."""
+FANOUT_ITEM_VALUES = (1, 99)
+"""The items: integers drawn from this range, which `reduce` sums."""
+FANOUT_FAIL_SHARE = 0.3
+"""The chance that a given `map` instance fails its first attempt (retried per instance)."""
 
 
 def task_script(fail_attempts: int, sleep_s: float) -> str:
@@ -76,6 +90,63 @@ def task_script(fail_attempts: int, sleep_s: float) -> str:
         f'rc=0; [ "$RAFTSCHED_ATTEMPT" -le {fail_attempts} ] && rc=1\n'
         'echo "end $k $rc" >> "$LEDGER"\n'
         'exit $rc\n')
+
+
+def _ledger_wrap(body: str, fail_attempts: str) -> str:
+    """A fan-out task's script: the ledger lines of `task_script` around `body`, which writes
+    $RAFTSCHED_OUTPUT; the attempt fails (after writing) while its number is at most the shell
+    expression `fail_attempts`."""
+    return (
+        'k="$RAFTSCHED_IDEMPOTENCY_KEY $RAFTSCHED_FENCE $RAFTSCHED_JOB_ID $RAFTSCHED_TASK_ID '
+        '$RAFTSCHED_ATTEMPT"\n'
+        'echo "start $k" >> "$LEDGER"\n'
+        f"{body}"
+        f'rc=0; [ "$RAFTSCHED_ATTEMPT" -le {fail_attempts} ] && rc=1\n'
+        'echo "end $k $rc" >> "$LEDGER"\n'
+        'exit $rc\n')
+
+
+LS_BODY = ('printf \'{"fence": %s, "items": [%s]}\' "$RAFTSCHED_FENCE" "$ITEMS" '
+           '> "$RAFTSCHED_OUTPUT"\n')
+MAP_BODY = ('printf \'{"fence": %s, "index": %s, "item": "%s", "value": %s}\' '
+            '"$RAFTSCHED_FENCE" "$INDEX" "$ITEM" "$ITEM" > "$RAFTSCHED_OUTPUT"\n')
+REDUCE_BODY = (  # plain sh: count and sum every "value" of the instances' outputs
+    's=$(cat "$RAFTSCHED_INPUTS"); n=0; sum=0\n'
+    'while :; do case "$s" in *\'"value":\'*) s=${s#*\'"value":\'}; s=${s# }; '
+    'v=${s%%[!0-9]*}; n=$((n + 1)); sum=$((sum + v));; *) break;; esac; done\n'
+    'printf \'{"fence": %s, "count": %s, "sum": %s}\' "$RAFTSCHED_FENCE" "$n" "$sum" '
+    '> "$RAFTSCHED_OUTPUT"\n')
+
+
+def make_fanout_job(rng: random.Random, key: str, ledger: Path) -> tuple[str, dict[str, Any]]:
+    """A fan-out job: `ls` outputs 2-5 items (drawn here, written into its command), `map`
+    expands into one instance per item, some failing their first attempt, `reduce` counts and
+    sums the instances' outputs. Its spec text and the history's description of it (`map`
+    described once for all its instances, with the indexes that fail first)."""
+    tenant = rng.choice(TENANTS)
+    items = [rng.randint(*FANOUT_ITEM_VALUES) for _ in range(rng.randint(*FANOUT_ITEMS))]
+    failing = [i for i in range(len(items)) if rng.random() < FANOUT_FAIL_SHARE]
+    first = "|".join(map(str, failing)) or "-1"
+    common = {"resources": {"cpu": 0.5, "memory_mb": 64}, "requires": ["linux"],
+              "retry": {"max_attempts": 2, "backoff_s": 0.2}, "timeout_s": TASK_TIMEOUT_S}
+    tasks = [
+        {"id": "ls", "command": ["sh", "-c", _ledger_wrap(LS_BODY, "0")],
+         "env": {"LEDGER": str(ledger), "ITEMS": ", ".join(map(str, items))}, **common},
+        {"id": "map", "depends_on": ["ls"], "for_each": "{{ tasks.ls.outputs.items }}",
+         "command": ["sh", "-c", _ledger_wrap(
+             MAP_BODY, f'$(case "$INDEX" in {first}) echo 1;; *) echo 0;; esac)')],
+         "env": {"LEDGER": str(ledger), "ITEM": "{{ item }}", "INDEX": "{{ index }}"}, **common},
+        {"id": "reduce", "depends_on": ["map"],
+         "command": ["sh", "-c", _ledger_wrap(REDUCE_BODY, "0")],
+         "env": {"LEDGER": str(ledger)}, **common}]
+    described = {task["id"]: {"depends_on": task.get("depends_on", []), "fail_attempts": 0,
+                              "max_attempts": 2, "run_s": 0, "timeout_s": TASK_TIMEOUT_S}
+                 for task in tasks}
+    described["map"].update(for_each="ls.items", fail_first=failing)
+    spec = {"name": f"jepsen-fanout-{key}", "tenant": tenant, "failure_policy": "skip_downstream",
+            "tasks": tasks}
+    return json.dumps(spec), {"key": key, "tenant": tenant, "failure_policy": "skip_downstream",
+                              "fanout": {"items": items}, "tasks": described}
 
 
 def make_long_job(rng: random.Random, key: str, ledger: Path) -> tuple[str, dict[str, Any]]:
@@ -188,7 +259,9 @@ class ClientWorker:
         if roll < SUBMIT_SHARE or not self.jobs:
             self._submitted += 1
             key = f"c{self.process}-{self.seed}-{self._submitted}"
-            make = make_long_job if self._rng.random() < LONG_SHARE else make_job
+            kind = self._rng.random()
+            make = make_long_job if kind < LONG_SHARE else \
+                make_fanout_job if kind < LONG_SHARE + FANOUT_SHARE else make_job
             text, value = make(self._rng, key, self.ledger)
             self._submit(client, PendingSubmit(key, text, value))
         elif roll < SUBMIT_SHARE + READ_SHARE:

@@ -68,6 +68,7 @@ def test_short_fixed_seed_run_has_no_violations_and_meets_liveness(tmp_path: Pat
     assert ops["cancel"]["ok"] >= 5, ops  # the long jobs: tasks killed through the scheduler
     assert report["entries_replayed"] > 0
     assert report["invariants_checked"]["kill_liveness"] >= 5
+    assert report["invariants_checked"]["outputs_from_succeeded_fence"] >= 5  # fan-out jobs
 
 
 def test_a_hostile_agent_flooding_register_kills_nothing_and_delays_no_kill(
