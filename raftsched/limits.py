@@ -550,3 +550,16 @@ the longest gap between two 29 Februaries (8 years, 2096 -> 2104)."""
 MAX_ZONES_CACHED = 512
 """Time zones whose offset range (how far a wall-clock time may lie from UTC) is kept in memory
 once worked out (a few hundred ms each)."""
+
+
+# --- Job parameters (issue 26, item 3) ---------------------------------------------------------
+
+MAX_PARAMS_PER_JOB = 64
+"""A job spec's `params:` has at most this many names."""
+
+MAX_PARAM_NAME_CHARS = 64
+"""A param's name (`[A-Za-z_][A-Za-z0-9_]*`) is at most this many characters."""
+
+MAX_PARAM_VALUE_BYTES = 4096
+"""A param's value (a default's canonical string, or a `--param` override) is at most this many
+UTF-8 bytes."""

@@ -7,7 +7,8 @@ document (`JobSpec.to_doc()`) is a map per task with nested maps; the wire form 
 task with durations already in milliseconds and the job's distinct retry policies in one table:
 
     [WIRE_VERSION, name, tenant, priority, failure_policy, idempotency_key, retry_table, tasks,
-     allow_unschedulable, scoring, retry_budget, priority_class, preemptible]
+     allow_unschedulable, scoring, retry_budget, priority_class, preemptible, params]
+    params (version 4 only): [[name, value], ...] sorted by name
     retry_table: [[max_attempts, backoff_ms, multiplier, backoff_max_ms, jitter, [codes]], ...]
     task: [id, [argv], [[env_name, value], ...], cwd, cpu_milli, memory_mb, gpu, [requires],
            cluster, [depends_on], retry_index, timeout_ms, on_lost, trigger, checkpoint,
@@ -47,21 +48,27 @@ from raftsched.spec.model import (
     TaskSpec,
     Trigger,
 )
+from raftsched.spec.params import name_problem, value_problem
 from raftsched.spec.validation import validate_job_doc
 
-WIRE_VERSION = 3
-"""Version 3 appends to a task its named custom resources; a spec without any is still written
+WIRE_VERSION = 4
+"""Version 4 appends to a job its params ([[name, value], ...], sorted; its tasks are written as
+in version 3); a spec without params is written as version 2 or 3, as before them.
+Version 3 appends to a task its named custom resources; a spec without any is still written
 as version 2 (so the logs and snapshots of such jobs are byte for byte what they were).
 Version 2 appended the contention fields: to a job allow_unschedulable, scoring, retry_budget,
 priority_class, preemptible; to a task checkpoint, grace_ms. Version 1 (8 job fields, 14 task
 fields) is still read, with their defaults: logs written before them replay unchanged."""
 _V2 = 2
+_V3 = 3
 _V1_JOB_FIELDS = 8
-_JOB_FIELDS = 13
-_JOB_FIELDS_OF = {1: _V1_JOB_FIELDS, _V2: _JOB_FIELDS, WIRE_VERSION: _JOB_FIELDS}
+_V2_JOB_FIELDS = 13
+_JOB_FIELDS = 14
+_JOB_FIELDS_OF = {1: _V1_JOB_FIELDS, _V2: _V2_JOB_FIELDS, _V3: _V2_JOB_FIELDS,
+                  WIRE_VERSION: _JOB_FIELDS}
 _V1_TASK_FIELDS = 14
 _V2_TASK_FIELDS = 16
-_TASK_FIELDS_OF = {1: _V1_TASK_FIELDS, _V2: _V2_TASK_FIELDS, WIRE_VERSION: 17}
+_TASK_FIELDS_OF = {1: _V1_TASK_FIELDS, _V2: _V2_TASK_FIELDS, _V3: 17, WIRE_VERSION: 17}
 _RETRY_FIELDS = 6
 _EXIT_CODE_MIN, _EXIT_CODE_MAX = -255, 255
 _SHARED_STRING_CHARS = 64
@@ -80,7 +87,7 @@ _CLASSES = {member.value: member for member in PriorityClass}
 
 def to_wire(spec: JobSpec) -> list[Any]:
     table: dict[RetryPolicy, int] = {}
-    custom = any(task.custom for task in spec.tasks)
+    custom = bool(spec.params) or any(task.custom for task in spec.tasks)
     tasks = [_task_to_wire(task, table.setdefault(task.retry, len(table)), custom)
              for task in spec.tasks]
     retries = [
@@ -88,10 +95,18 @@ def to_wire(spec: JobSpec) -> list[Any]:
          list(r.non_retryable_exit_codes)]
         for r in table
     ]
-    return [WIRE_VERSION if custom else _V2, spec.name, spec.tenant, spec.priority,
-            spec.failure_policy.value, spec.idempotency_key, retries, tasks,
+    wire = [(WIRE_VERSION if spec.params else _V3) if custom else _V2, spec.name, spec.tenant,
+            spec.priority, spec.failure_policy.value, spec.idempotency_key, retries, tasks,
             spec.allow_unschedulable, spec.scoring.value, spec.retry_budget,
             spec.priority_class.value, spec.preemptible]
+    if spec.params:
+        wire.append([[name, value] for name, value in spec.params])
+    return wire
+
+
+def _wire_params(wire: Any) -> Any:
+    """The params field of a wire form: [] before version 4."""
+    return wire[13] if wire[0] == WIRE_VERSION else []
 
 
 def _placement_fields(wire: Any) -> tuple[Any, Any, Any, Any, Any]:
@@ -143,8 +158,19 @@ def wire_to_doc(wire: Any) -> dict[str, Any]:
         "name": name, "tenant": tenant, "priority": priority, "failure_policy": policy,
         "idempotency_key": key, "allow_unschedulable": allow_unschedulable, "scoring": scoring,
         "retry_budget": retry_budget, "priority_class": priority_class,
-        "preemptible": preemptible, "tasks": [_task_doc(task, retries) for task in tasks],
+        "preemptible": preemptible,
+        **({"params": _params_doc(wire[13])} if version == WIRE_VERSION else {}),
+        "tasks": [_task_doc(task, retries) for task in tasks],
     }
+
+
+def _params_doc(params: Any) -> Any:
+    """[[name, value], ...] -> {name: value} (ValueError when malformed or a name repeats)."""
+    if type(params) is list and all(type(pair) is list and len(pair) == 2 for pair in params):
+        doc = {name: value for name, value in params}
+        if len(doc) == len(params):
+            return doc
+    raise ValueError("params")
 
 
 def _task_doc(task: Any, retries: Any) -> dict[str, Any]:
@@ -293,9 +319,9 @@ def _unpack(data: bytes) -> list[Any]:
         list_hook=budget.array)
     unpacker.feed(data)
     fields = _array_header(unpacker, "the job", _JOB_FIELDS)
-    if fields not in (_V1_JOB_FIELDS, _JOB_FIELDS):
-        raise ValueError(f"a job is a list of {_V1_JOB_FIELDS} or {_JOB_FIELDS} fields, "
-                         f"got {fields}")
+    if fields not in (_V1_JOB_FIELDS, _V2_JOB_FIELDS, _JOB_FIELDS):
+        raise ValueError(f"a job is a list of {_V1_JOB_FIELDS}, {_V2_JOB_FIELDS} or "
+                         f"{_JOB_FIELDS} fields, got {fields}")
     wire = [budget.read(unpacker.unpack) for _ in range(6)]
     wire.append(_items(unpacker, budget, "the retry table"))
     wire.append(_items(unpacker, budget, "the task list"))
@@ -368,9 +394,10 @@ def from_trusted_wire(wire: Any) -> JobSpec:
         for (task_id, command, env, cwd, cpu_milli, memory_mb, gpu, requires, cluster, deps,
              retry_index, timeout_ms, lost, trigger), extra in (
                  (task[:_V1_TASK_FIELDS], _task_extra(task)) for task in tasks))
+    params = tuple((name, value) for name, value in _wire_params(wire))
     return JobSpec(name, tenant, priority, _FAILURE_POLICIES[policy], key, specs,
                    allow_unschedulable, _SCORINGS[scoring], retry_budget,
-                   _CLASSES[priority_class], preemptible)
+                   _CLASSES[priority_class], preemptible, params)
 
 
 def validate_wire(wire: object) -> JobSpec:
@@ -459,10 +486,11 @@ class _Reader:
         _need(type(retries) is list and 0 < len(retries) <= limits.MAX_TASKS_PER_JOB)
         self.retries = [_retry(r) for r in retries]
         _need(type(tasks) is list and 0 < len(tasks) <= limits.MAX_TASKS_PER_JOB)
+        params = _params(_wire_params(wire))
         specs = tuple(self.task(t) for t in tasks)
         _need(not check_graph([t.id for t in specs], [t.depends_on for t in specs]))
         return JobSpec(name, tenant, priority, policy, key, specs, allow_unschedulable, scoring,
-                       retry_budget, priority_class, preemptible)
+                       retry_budget, priority_class, preemptible, params)
 
     def task(self, raw: Any) -> TaskSpec:
         _need(type(raw) is list and len(raw) == self.task_fields)
@@ -528,6 +556,21 @@ def _env(value: Any) -> tuple[tuple[str, str], ...]:
     return env
 
 
+def _params(value: Any) -> tuple[tuple[str, str], ...]:
+    """A wire job's params: [[name, value], ...], names valid and ascending, values within
+    bounds."""
+    _need(type(value) is list and len(value) <= limits.MAX_PARAMS_PER_JOB)
+    pairs: list[tuple[str, str]] = []
+    for pair in value:
+        _need(type(pair) is list and len(pair) == 2)
+        name, text = pair
+        _need(type(name) is str and name_problem(name) is None and type(text) is str
+              and value_problem(text) is None)
+        _need(not pairs or pairs[-1][0] < name)
+        pairs.append((name, text))
+    return tuple(pairs)
+
+
 def _retry(value: Any) -> RetryPolicy:
     _need(type(value) is list and len(value) == _RETRY_FIELDS)
     attempts, backoff_ms, multiplier, backoff_max_ms, jitter, codes = value
@@ -582,7 +625,7 @@ def decode_trusted(wire: object) -> JobSpec:
               and all(type(row) is list and len(row) == _RETRY_FIELDS for row in wire[6])
               and all(type(task) is list and len(task) == fields for task in wire[7]))
         spec = from_trusted_wire(wire)
-        _need(_job_shape_ok(spec) and _tasks_shape_ok(spec.tasks))
+        _need(_job_shape_ok(spec) and _tasks_shape_ok(spec.tasks) and _params_ok(spec.params))
         _need(all(_retry_ok(policy) for policy in {id(t.retry): t.retry
                                                    for t in spec.tasks}.values()))
     except (_Refused, TypeError, ValueError, KeyError, IndexError, AttributeError):
@@ -603,6 +646,17 @@ def _job_shape_ok(spec: JobSpec) -> bool:
             and type(spec.allow_unschedulable) is bool and type(spec.preemptible) is bool
             and (spec.retry_budget is None
                  or _is_int(spec.retry_budget, 0, limits.MAX_JOB_RETRY_BUDGET)))
+
+
+def _params_ok(params: tuple[tuple[str, str], ...]) -> bool:
+    """Types and bounds of a trusted wire form's params (sorted unique names, bounded values)."""
+    if len(params) > limits.MAX_PARAMS_PER_JOB:
+        return False
+    names = tuple(name for name, _ in params)
+    return (all(type(n) is str and type(v) is str
+                and len(n) <= limits.MAX_PARAM_NAME_CHARS
+                and len(v) <= limits.MAX_PARAM_VALUE_BYTES for n, v in params)
+            and _sorted_unique(names))
 
 
 def _tasks_shape_ok(tasks: tuple[TaskSpec, ...]) -> bool:

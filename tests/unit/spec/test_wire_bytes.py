@@ -127,7 +127,7 @@ MALFORMED = "malformed wire-form job spec: "
     pytest.param(packed(small_wire()) + b"\xc0", "1 bytes follow the job", id="trailing"),
     pytest.param(b"\xc1", "the job is not an array", id="reserved-byte"),
     pytest.param(packed("name: x"), "the job is not an array", id="a-string"),
-    pytest.param(packed([1, "x", "t"]), "a job is a list of 8 or 13 fields, got 3",
+    pytest.param(packed([1, "x", "t"]), "a job is a list of 8, 13 or 14 fields, got 3",
                  id="three-fields"),
     pytest.param(packed(with_task_field(1, [{"sh": 1}])),
                  "a map (a wire form holds arrays and scalars only): 1 exceeds max_map_len(0)",
