@@ -26,14 +26,19 @@ Choices worth knowing:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from raftsched.spec.model import JobSpec
+from raftsched.spec.params import with_params
 from raftsched.spec.text import load_document
 from raftsched.spec.validation import validate_job_doc
 
 
-def parse_spec_text(text: str | bytes, *, source: str = "<spec>") -> JobSpec:
-    """Parse JSON (when the text is a JSON object) or else YAML, then validate it."""
-    return validate_job_doc(load_document(text, source, bounded=False))
+def parse_spec_text(text: str | bytes, *, source: str = "<spec>",
+                    params: Mapping[str, str] | None = None) -> JobSpec:
+    """Parse JSON (when the text is a JSON object) or else YAML, apply the `params` overrides
+    (`with_params`: an unknown name is a SpecError at `--param NAME`), then validate it."""
+    return validate_job_doc(with_params(load_document(text, source, bounded=False), params or {}))
 
 
 def parse_submitted_text(text: str | bytes, *, source: str) -> JobSpec:
