@@ -56,7 +56,7 @@ def test_an_unknown_param_is_refused_naming_it(spec: str, recording: Recording,
                                                servers: None,  # noqa: F811
                                                capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(capsys, "submit", spec, "--param", "date=x", "--param", "nope=1")
-    assert (code, recording.specs) == (2, [])
+    assert (code, out, recording.specs) == (2, "", [])
     assert ("error: --param nope: the job has no param 'nope' (it has: date, n, region)"
             in err)
 
