@@ -72,6 +72,7 @@ def job_doc(job: Any) -> Doc:
         "finished_ms": job.finished_ms,
         "reason": job.reason,
         "applied_index": job.applied_index,
+        "params": dict(sorted(job.params.items())),
     }
 
 
@@ -338,6 +339,7 @@ def job_text(job: Doc, tz: tzinfo | None = None, *, now_ms: int | None = None) -
             rows.append(("elapsed", format_duration_ms(end_ms - job["started_ms"])))
     if job.get("reason"):
         rows.append(("reason", job["reason"]))
+    rows += [(f"param {name}", value) for name, value in job.get("params", {}).items()]
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {visible(value)}" for label, value in rows)
 

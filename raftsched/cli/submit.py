@@ -33,6 +33,7 @@ from raftsched.spec.file import read_spec_file
 from raftsched.spec.issue import SpecIssue
 from raftsched.spec.job import parse_spec_text
 from raftsched.spec.model import JobSpec, SpecError
+from raftsched.spec.params import params_refused
 
 # --- submit ---------------------------------------------------------------------------------------
 
@@ -217,7 +218,7 @@ def _run_submit_many(args: argparse.Namespace) -> int:
 
 def _refuse_params(file: str, error: SpecError) -> None:
     """A --param that one of several files does not take refuses the whole command."""
-    if any(issue.path.startswith("--param ") for issue in error.issues):
+    if params_refused(error):
         raise CommandError(Code.INVALID_ARGUMENT, f"{file}: {error}",
                            hint="--param applies to every FILE: nothing was sent")
 

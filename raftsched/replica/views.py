@@ -62,7 +62,7 @@ def job_message(job: Job, applied_index: int = 0) -> pb.Job:
         state=job.state.name, tasks=counts, total_tasks=len(job.tasks),
         failure_policy=job.spec.failure_policy, submitted_ms=job.submitted_ms,
         started_ms=job.started_ms or 0, finished_ms=job.finished_ms or 0, reason=job.reason,
-        applied_index=applied_index,
+        applied_index=applied_index, params=dict(job.spec.params),
     )
 
 

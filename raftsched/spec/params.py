@@ -158,6 +158,11 @@ def spec_with_params(spec: JobSpec, overrides: Mapping[str, str]) -> JobSpec:
     return replace(spec, params=tuple(sorted({**current, **overrides}.items())))
 
 
+def params_refused(error: SpecError) -> bool:
+    """Whether `error` is about the overrides (`--param NAME: ...`), not the spec itself."""
+    return any(issue.path.startswith("--param ") for issue in error.issues)
+
+
 def parse_assignment(text: str) -> tuple[str, str]:
     """`NAME=VALUE` (a `--param` argument) -> (NAME, VALUE); ValueError saying what is wrong.
     `NAME=` gives the empty string."""

@@ -100,8 +100,8 @@ def test_bytes_that_are_no_wire_form_are_refused_saying_so(replica: Replica) -> 
     abort, metadata = refused(replica.scheduler.SubmitJob,
                               pb.SubmitJobRequest(spec_wire=b"\x93\x01\x02"))
     assert abort.code == grpc.StatusCode.INVALID_ARGUMENT
-    assert abort.details == "malformed wire-form job spec: a job is a list of 8 or 13 fields, " \
-                            "got 3"
+    assert abort.details == "malformed wire-form job spec: a job is a list of 8, 13 or 14 " \
+                            "fields, got 3"
     assert violations(metadata) == [("spec_wire", abort.details)]
 
 

@@ -43,7 +43,7 @@ def test_each_job_gets_its_answer_and_a_refusal_refuses_no_other(replica: Replic
     assert answers[0].created and answers[0].job_id and not answers[0].code
     assert (answers[1].code, answers[1].job_id) == ("INVALID_ARGUMENT", "")
     assert answers[1].message == ("jobs[1] (file junk.json) malformed wire-form job spec: a job "
-                                  "is a list of 8 or 13 fields, got 3")
+                                  "is a list of 8, 13 or 14 fields, got 3")
     assert (answers[2].job_id, answers[2].created) == (answers[0].job_id, False)
     assert answers[3].code == "ALREADY_EXISTS"
     assert answers[3].message.startswith("jobs[3] (file clash.yaml) idempotency key 'k1'")
