@@ -56,9 +56,10 @@ def ordered_counts(counts: Mapping[str, int]) -> dict[str, int]:
     return {state: int(counts[state]) for state in states if counts[state]}
 
 
-def job_doc(job: Any) -> Doc:
-    """`job status`: {"job_id", "state", "tasks": {STATE: count}} and the job's other fields."""
-    return {
+def job_doc(job: Any, *, params: bool = True) -> Doc:
+    """`job status`: {"job_id", "state", "tasks": {STATE: count}} and the job's other fields
+    (`params` too, unless `params=False`: a ListJobs page has none)."""
+    document: Doc = {
         "job_id": job.job_id,
         "state": job.state,
         "tasks": ordered_counts(dict(job.tasks)),
@@ -72,8 +73,10 @@ def job_doc(job: Any) -> Doc:
         "finished_ms": job.finished_ms,
         "reason": job.reason,
         "applied_index": job.applied_index,
-        "params": dict(sorted(job.params.items())),
     }
+    if params:
+        document["params"] = dict(sorted(job.params.items()))
+    return document
 
 
 def task_doc(task: Any) -> Doc:

@@ -53,3 +53,12 @@ def test_submit_jobs_applies_each_items_params(replica: Replica) -> None:
     assert replica.node.state.jobs[answers[0].job_id].spec.params == (("date", "x"), ("n", "2"))
     assert answers[1].code == "INVALID_ARGUMENT"
     assert "--param zz: the job has no param 'zz'" in answers[1].message
+
+
+def test_get_job_has_the_params_and_a_list_page_leaves_them_out(replica: Replica) -> None:
+    made = replica.scheduler.SubmitJob(pb.SubmitJobRequest(
+        spec=json.dumps(SPEC), idempotency_key="k", params={"date": "d"}), FakeContext())
+    got = replica.scheduler.GetJob(pb.GetJobRequest(job_id=made.job_id), FakeContext())
+    assert dict(got.params) == {"date": "d", "n": "1"}
+    page = replica.scheduler.ListJobs(pb.ListJobsRequest(), FakeContext())
+    assert [(j.job_id, dict(j.params)) for j in page.jobs] == [(made.job_id, {})]
