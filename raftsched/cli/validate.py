@@ -36,7 +36,8 @@ output:
                error: tasks[2] (load).resources.cpu: must be a number > 0, got -1
              then "N error(s)"; exit 2
   --json:    stdout one object, exit 0 or 2:
-               {"ok": true, "file": F, "name": NAME, "tasks": N, "edges": M}
+               {"ok": true, "file": F, "name": NAME, "tasks": N, "edges": M,
+                "params": {NAME: VALUE}} ("params" when the spec has any)
                {"ok": false, "file": F, "errors": [{"path": P, "task": ID|null, "message": M}]}
   A cycle "a -> b -> a" reads "a depends on b, b depends on a"."""
 
@@ -76,12 +77,15 @@ def _run_validate(args: argparse.Namespace) -> int:
 
 
 def _valid_summary(file: str, spec: JobSpec) -> dict[str, Any]:
+    """The --json answer of a valid spec; "params" (effective values) only when it has any."""
+    params = {"params": dict(spec.params)} if spec.params else {}
     return {
         "ok": True,
         "file": file,
         "name": spec.name,
         "tasks": len(spec.tasks),
         "edges": spec.edge_count(),
+        **params,
     }
 
 

@@ -76,6 +76,7 @@ def test_a_malformed_param_is_a_usage_error_naming_it(
 def test_validate_takes_params(spec: str, capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run(capsys, "validate", spec, "--param", "date=d", "--json")
     assert code == 0 and json.loads(out)["ok"] is True
+    assert json.loads(out)["params"] == {"date": "d", "n": "3", "region": "eu"}
     code, out, _ = run(capsys, "validate", spec, "--json")
     assert code == 2
     assert json.loads(out)["errors"][0]["path"] == "params.date"
