@@ -8,6 +8,7 @@ user document before validation, `spec_with_params` to a validated spec (the wir
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import replace
@@ -85,8 +86,16 @@ def read_params(raw: object) -> tuple[Params | None, list[SpecIssue]]:
     return tuple(sorted(values.items())), []
 
 
+_MAX_INT_BITS: Final = math.ceil(limits.MAX_PARAM_VALUE_BYTES * math.log2(10))
+"""An integer default past this many bits has more digits than a value may have bytes (and
+Python refuses to write one past 4,300 digits as a string)."""
+
+
 def _default_issue(name: str, default: object) -> SpecIssue | None:
     path = f"params.{name}"
+    if isinstance(default, int) and default.bit_length() > _MAX_INT_BITS:
+        return SpecIssue(path, f"must be at most {limits.MAX_PARAM_VALUE_BYTES} UTF-8 bytes, "
+                               f"got an integer of {default.bit_length()} bits")
     if default is None:
         return SpecIssue(path, f"required (no default): give it with --param {name}=VALUE")
     text = canonical(default)

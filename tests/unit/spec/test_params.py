@@ -44,6 +44,8 @@ def test_defaults_become_canonical_strings_sorted_by_name() -> None:
     ({"v": "é" * 2049}, "params.v: must be at most 4096 UTF-8 bytes, got 4098"),
     ({"v": "a\x00"}, "params.v: must not contain NUL characters"),
     ({"v": float("nan")}, "params.v: a default must be a string"),
+    ({"v": 10**5000}, "params.v: must be at most 4096 UTF-8 bytes, got an integer of 16610 bits"),
+    ({"v": 10**4096}, "params.v: must be at most 4096 UTF-8 bytes, got 4097"),
 ])
 def test_bad_params_are_refused_naming_the_field(params: dict[str, object], expected: str) -> None:
     assert refusal(doc(**params))[0].startswith(expected)
