@@ -587,11 +587,15 @@ MAX_INSTANCES_PER_JOB = 10_000
 """Instances all the `for_each` tasks of one job expand into, together (and the job's tasks
 with them stay within MAX_TASKS_PER_JOB): past it the expanding task fails, saying so."""
 
+
+# --- Job parameters (issue 26, item 3) ---------------------------------------------------------
+
 MAX_PARAMS_PER_JOB = 64
-"""Parameters (`params:`) one job declares."""
+"""A job spec's `params:` has at most this many names."""
 
 MAX_PARAM_NAME_CHARS = 64
-"""A parameter's name."""
+"""A param's name (`[A-Za-z_][A-Za-z0-9_]*`) is at most this many characters."""
 
-MAX_PARAM_VALUE_BYTES = 4_096
-"""A parameter's value, in UTF-8 bytes."""
+MAX_PARAM_VALUE_BYTES = 4096
+"""A param's value (a default's canonical string, or a `--param` override) is at most this many
+UTF-8 bytes."""

@@ -42,14 +42,23 @@ class TaskLogsChunk(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., offset: _Optional[int] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., cluster_id: _Optional[str] = ..., attempt_state: _Optional[str] = ...) -> None: ...
 
 class SubmitJobRequest(_message.Message):
-    __slots__ = ("spec", "idempotency_key", "spec_wire")
+    __slots__ = ("spec", "idempotency_key", "spec_wire", "params")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SPEC_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     SPEC_WIRE_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
     spec: str
     idempotency_key: str
     spec_wire: bytes
-    def __init__(self, spec: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., spec_wire: _Optional[bytes] = ...) -> None: ...
+    params: _containers.ScalarMap[str, str]
+    def __init__(self, spec: _Optional[str] = ..., idempotency_key: _Optional[str] = ..., spec_wire: _Optional[bytes] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SubmitJobResponse(_message.Message):
     __slots__ = ("job_id", "created")
@@ -66,14 +75,23 @@ class SubmitJobsRequest(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[SubmitJobsItem, _Mapping]]] = ...) -> None: ...
 
 class SubmitJobsItem(_message.Message):
-    __slots__ = ("spec_wire", "idempotency_key", "label")
+    __slots__ = ("spec_wire", "idempotency_key", "label", "params")
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SPEC_WIRE_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     LABEL_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
     spec_wire: bytes
     idempotency_key: str
     label: str
-    def __init__(self, spec_wire: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., label: _Optional[str] = ...) -> None: ...
+    params: _containers.ScalarMap[str, str]
+    def __init__(self, spec_wire: _Optional[bytes] = ..., idempotency_key: _Optional[str] = ..., label: _Optional[str] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class SubmitJobsAnswer(_message.Message):
     __slots__ = ("job_id", "created", "code", "message", "retry_after_ms")
@@ -102,7 +120,7 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "name", "tenant", "priority", "state", "tasks", "total_tasks", "failure_policy", "submitted_ms", "started_ms", "finished_ms", "reason", "applied_index", "for_each")
+    __slots__ = ("job_id", "name", "tenant", "priority", "state", "tasks", "total_tasks", "failure_policy", "submitted_ms", "started_ms", "finished_ms", "reason", "applied_index", "for_each", "params")
     class TasksEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -110,6 +128,13 @@ class Job(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class ParamsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
@@ -124,6 +149,7 @@ class Job(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     FOR_EACH_FIELD_NUMBER: _ClassVar[int]
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     tenant: str
@@ -138,7 +164,8 @@ class Job(_message.Message):
     reason: str
     applied_index: int
     for_each: _containers.RepeatedCompositeFieldContainer[ForEachGroup]
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., state: _Optional[str] = ..., tasks: _Optional[_Mapping[str, int]] = ..., total_tasks: _Optional[int] = ..., failure_policy: _Optional[str] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., reason: _Optional[str] = ..., applied_index: _Optional[int] = ..., for_each: _Optional[_Iterable[_Union[ForEachGroup, _Mapping]]] = ...) -> None: ...
+    params: _containers.ScalarMap[str, str]
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., state: _Optional[str] = ..., tasks: _Optional[_Mapping[str, int]] = ..., total_tasks: _Optional[int] = ..., failure_policy: _Optional[str] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., reason: _Optional[str] = ..., applied_index: _Optional[int] = ..., for_each: _Optional[_Iterable[_Union[ForEachGroup, _Mapping]]] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class ForEachGroup(_message.Message):
     __slots__ = ("task_id", "instances", "tasks")

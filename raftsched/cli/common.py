@@ -19,6 +19,7 @@ from raftsched.errors import Code, CouldNotConnect, RaftschedError
 from raftsched.options import address_list, parse_address_list, positive_seconds
 from raftsched.spec.issue import SpecIssue
 from raftsched.spec.model import JobSpec
+from raftsched.spec.params import parse_assignments
 from raftsched.state.text import unprintable, visible
 from raftsched.states import JOB_STATE_NAMES
 
@@ -471,3 +472,18 @@ def read_stdin() -> str | bytes:
         data: bytes = buffer.read(limits.MAX_SPEC_BYTES + 1)
         return data
     return sys.stdin.read(limits.MAX_SPEC_BYTES + 1)
+
+
+def add_param_option(parser: argparse.ArgumentParser) -> None:
+    """`--param NAME=VALUE` (submit, validate, schedule create)."""
+    parser.add_argument("--param", metavar="NAME=VALUE", action="append", default=[],
+                        help="a value for the spec's param NAME (repeatable; NAME= gives the "
+                             "empty string)")
+
+
+def param_values(args: argparse.Namespace) -> dict[str, str]:
+    """The --param values; a malformed one is a usage error naming it."""
+    try:
+        return parse_assignments(args.param)
+    except ValueError as error:
+        raise CommandError(Code.INVALID_ARGUMENT, str(error)) from None

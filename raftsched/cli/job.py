@@ -148,7 +148,7 @@ def _run_job_list(args: argparse.Namespace) -> int:
                                 page_token=args.page_token, query=args.query or prefix,
                                 newest_first=args.newest)
     # a schedule's runs: the query finds ids containing "ID-"; keep those that start with it
-    jobs = [render.job_doc(job) for job in page.jobs if job.job_id.startswith(prefix)]
+    jobs = [render.job_doc(job, params=False) for job in page.jobs if job.job_id.startswith(prefix)]
     counts = {state: int(page.state_counts.get(state, 0)) for state in JOB_STATES}
     if args.json:
         print_json({"jobs": jobs, "next_page_token": page.next_page_token,

@@ -59,9 +59,10 @@ def ordered_counts(counts: Mapping[str, int]) -> dict[str, int]:
     return {state: int(counts[state]) for state in states if counts[state]}
 
 
-def job_doc(job: Any) -> Doc:
-    """`job status`: {"job_id", "state", "tasks": {STATE: count}} and the job's other fields."""
-    return {
+def job_doc(job: Any, *, params: bool = True) -> Doc:
+    """`job status`: {"job_id", "state", "tasks": {STATE: count}} and the job's other fields
+    (`params` too, unless `params=False`: a ListJobs page has none)."""
+    document: Doc = {
         "job_id": job.job_id,
         "state": job.state,
         "tasks": ordered_counts(dict(job.tasks)),
@@ -78,6 +79,9 @@ def job_doc(job: Any) -> Doc:
         "for_each": [{"task_id": group.task_id, "instances": group.instances,
                       "tasks": ordered_counts(dict(group.tasks))} for group in job.for_each],
     }
+    if params:
+        document["params"] = dict(sorted(job.params.items()))
+    return document
 
 
 def task_doc(task: Any) -> Doc:
@@ -355,6 +359,7 @@ def job_text(job: Doc, tz: tzinfo | None = None, *, now_ms: int | None = None) -
             rows.append(("elapsed", format_duration_ms(end_ms - job["started_ms"])))
     if job.get("reason"):
         rows.append(("reason", job["reason"]))
+    rows += [(f"param {name}", value) for name, value in job.get("params", {}).items()]
     width = max(len(label) for label, _ in rows)
     return "\n".join(f"{label:<{width}}  {visible(value)}" for label, value in rows)
 

@@ -18,8 +18,10 @@ from raftsched.cli.common import (
     CommandError,
     Interrupted,
     Subparsers,
+    add_param_option,
     command_parser,
     connect,
+    param_values,
     print_issues,
     print_json,
     read_stdin,
@@ -31,6 +33,7 @@ from raftsched.spec.file import read_spec_file
 from raftsched.spec.issue import SpecIssue
 from raftsched.spec.job import parse_spec_text
 from raftsched.spec.model import JobSpec, SpecError
+from raftsched.spec.params import params_refused
 
 # --- submit ---------------------------------------------------------------------------------------
 
@@ -40,7 +43,9 @@ scheduler in its wire form (the replicas parse no YAML or JSON, whatever the fil
 Every submission carries an idempotency key (--idempotency-key, else the spec's
 idempotency_key, else a fresh one): sending the same spec again with the same key returns the
 same job instead of creating a second one, so a submit whose outcome is unknown is safe to
-repeat. With --watch, follow the job until it finishes."""
+repeat. With --watch, follow the job until it finishes. --param NAME=VALUE (repeatable) gives
+a value to one of the spec's `params:` (overriding its default; required for a param without
+one); the values are part of the job's identity: the same key with other values is refused."""
 
 _SUBMIT_OUTPUT = """\
 output:
@@ -60,7 +65,8 @@ output:
   without problems go in one SubmitJobs batch; a line per file, "FILE: submitted job JOB_ID
   (new)" / "(already existed)" or "FILE: refused: CODE: message"; exit 2 if any was refused.
   --json: a list of {"file", "job_id", "created"} or {"file", "error": {"code", "message"}}.
-  --watch and --idempotency-key take one FILE."""
+  --watch and --idempotency-key take one FILE; --param applies to every FILE, and the command
+  refuses (naming the file) before sending anything unless every file has those params."""
 
 
 def register_submit(commands: Subparsers, common: argparse.ArgumentParser) -> None:
@@ -75,16 +81,20 @@ def register_submit(commands: Subparsers, common: argparse.ArgumentParser) -> No
                         help="show progress until the job finishes, then every task's outcome")
     parser.add_argument("--idempotency-key", metavar="KEY",
                         help="overrides the spec's idempotency_key")
+    add_param_option(parser)
     parser.set_defaults(handler=_run_submit)
+
 
 
 def _run_submit(args: argparse.Namespace) -> int:
     if len(args.file) > 1 or os.path.isdir(args.file[0]):
         return _run_submit_many(args)
     args.file = args.file[0]
+    params = param_values(args)
     try:
         text = _read_spec_text(args.file)
-        spec = parse_spec_text(text, source="<stdin>" if args.file == "-" else args.file)
+        spec = parse_spec_text(text, source="<stdin>" if args.file == "-" else args.file,
+                               params=params)
     except SpecError as error:
         return _spec_refused(args, error)
     key = _idempotency_key(args.idempotency_key, spec)
@@ -183,12 +193,15 @@ def _run_submit_many(args: argparse.Namespace) -> int:
         raise CommandError(Code.INVALID_ARGUMENT, "--idempotency-key names one job: with many "
                            "files set idempotency_key in each spec")
     files = _spec_files(args.file)
+    params = param_values(args)
     answers: dict[str, dict[str, Any]] = {}
     parsed: list[tuple[str, JobSpec]] = []
     for file in files:
         try:
-            parsed.append((file, parse_spec_text(read_spec_file(file), source=file)))
+            parsed.append((file, parse_spec_text(read_spec_file(file), source=file,
+                                                 params=params)))
         except SpecError as error:
+            _refuse_params(file, error)
             shown = error.issues[:limits.MAX_REPORTED_SPEC_ISSUES]
             answers[file] = _error_doc(file, Code.INVALID_ARGUMENT,
                                        "; ".join(issue.render() for issue in shown))
@@ -201,6 +214,13 @@ def _run_submit_many(args: argparse.Namespace) -> int:
     if args.json:
         print_json(documents)
     return EXIT_INVALID if any("error" in d for d in documents) else EXIT_OK
+
+
+def _refuse_params(file: str, error: SpecError) -> None:
+    """A --param that one of several files does not take refuses the whole command."""
+    if params_refused(error):
+        raise CommandError(Code.INVALID_ARGUMENT, f"{file}: {error}",
+                           hint="--param applies to every FILE: nothing was sent")
 
 
 def _spec_files(paths: list[str]) -> list[str]:

@@ -9,11 +9,13 @@ from raftsched.cli.common import (
     EXIT_INVALID,
     EXIT_OK,
     Subparsers,
+    add_param_option,
+    param_values,
     print_issues,
     print_json,
     read_stdin,
 )
-from raftsched.spec.file import load_spec_file
+from raftsched.spec.file import read_spec_file
 from raftsched.spec.issue import SpecIssue
 from raftsched.spec.job import parse_spec_text
 from raftsched.spec.model import JobSpec, SpecError
@@ -24,7 +26,8 @@ _VALIDATE_HELP = """\
 Check a job spec file (YAML or JSON, the format `raftsched submit` takes) without contacting
 any scheduler: field names and types, bounds, defaults, and the dependency graph (unknown or
 duplicate task ids, tasks depending on themselves, cycles). Every problem is reported, not
-just the first."""
+just the first. --param NAME=VALUE (repeatable) checks it with that value for a param, as
+`raftsched submit` would send it."""
 
 _VALIDATE_OUTPUT = """\
 output:
@@ -33,7 +36,8 @@ output:
                error: tasks[2] (load).resources.cpu: must be a number > 0, got -1
              then "N error(s)"; exit 2
   --json:    stdout one object, exit 0 or 2:
-               {"ok": true, "file": F, "name": NAME, "tasks": N, "edges": M}
+               {"ok": true, "file": F, "name": NAME, "tasks": N, "edges": M,
+                "params": {NAME: VALUE}} ("params" when the spec has any)
                {"ok": false, "file": F, "errors": [{"path": P, "task": ID|null, "message": M}]}
   A cycle "a -> b -> a" reads "a depends on b, b depends on a"."""
 
@@ -49,13 +53,15 @@ def register_validate(commands: Subparsers, common: argparse.ArgumentParser) -> 
     )
     parser.add_argument("file", metavar="FILE",
                         help="job spec, a regular file (YAML or JSON); '-' reads stdin (a pipe)")
+    add_param_option(parser)
     parser.set_defaults(handler=_run_validate)
 
 
 def _run_validate(args: argparse.Namespace) -> int:
     file: str = args.file
+    params = param_values(args)
     try:
-        spec = _read_spec(file)
+        spec = _read_spec(file, params)
     except SpecError as error:
         if args.json:
             errors = [{"path": i.path, "task": i.task, "message": i.message} for i in error.issues]
@@ -71,23 +77,26 @@ def _run_validate(args: argparse.Namespace) -> int:
 
 
 def _valid_summary(file: str, spec: JobSpec) -> dict[str, Any]:
+    """The --json answer of a valid spec; "params" (effective values) only when it has any."""
+    params = {"params": dict(spec.params)} if spec.params else {}
     return {
         "ok": True,
         "file": file,
         "name": spec.name,
         "tasks": len(spec.tasks),
         "edges": spec.edge_count(),
+        **params,
     }
 
 
-def _read_spec(file: str) -> JobSpec:
-    """The spec in `file`, or on stdin for '-'."""
+def _read_spec(file: str, params: dict[str, str]) -> JobSpec:
+    """The spec in `file`, or on stdin for '-', with the --param values."""
     if file != "-":
-        return load_spec_file(file)
+        return parse_spec_text(read_spec_file(file), source=file, params=params)
     try:
         data = read_stdin()
     except OSError as error:
         raise SpecError([SpecIssue("", f"cannot read stdin: {error}")]) from None
-    return parse_spec_text(data, source="<stdin>")
+    return parse_spec_text(data, source="<stdin>", params=params)
 
 

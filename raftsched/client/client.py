@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol
 
@@ -28,6 +28,7 @@ from raftsched.rpc import CHANNEL_OPTIONS, ended_for_age, error_from_rpc, retrya
 from raftsched.spec.issue import SpecIssue
 from raftsched.spec.job import parse_spec_text
 from raftsched.spec.model import JobSpec, SpecError
+from raftsched.spec.params import spec_with_params
 from raftsched.spec.wire import pack_wire
 from raftsched.states import TERMINAL_JOB_STATE_NAMES
 
@@ -143,15 +144,19 @@ class Client:
 
     # -- scheduler -------------------------------------------------------------------------------
 
-    def submit(self, spec_text: str | bytes, idempotency_key: str | None = None) -> Submitted:
-        """Parse and validate the document locally (SpecError names every problem), then
-        `submit_spec`."""
-        return self.submit_spec(parse_spec_text(spec_text), idempotency_key)
+    def submit(self, spec_text: str | bytes, idempotency_key: str | None = None,
+               params: Mapping[str, str] | None = None) -> Submitted:
+        """Parse the document, apply `params` (values for its `params:`) and validate it
+        locally (SpecError names every problem), then `submit_spec`."""
+        return self.submit_spec(parse_spec_text(spec_text, params=params), idempotency_key)
 
-    def submit_spec(self, spec: JobSpec, idempotency_key: str | None = None) -> Submitted:
-        """Submit a validated spec in its wire form (SubmitJobRequest.spec_wire: the replicas
-        parse no document, whatever its size), as it is: nothing is parsed or validated again
-        here. The key is `submit_key`'s. SpecError when the wire form is over MAX_SPEC_BYTES."""
+    def submit_spec(self, spec: JobSpec, idempotency_key: str | None = None,
+                    params: Mapping[str, str] | None = None) -> Submitted:
+        """Submit a validated spec, with `params` applied (`spec_with_params`), in its wire form
+        (SubmitJobRequest.spec_wire: the replicas parse no document, whatever its size): nothing
+        is parsed or validated again here. The key is `submit_key`'s. SpecError when the wire
+        form is over MAX_SPEC_BYTES or a param is unknown."""
+        spec = spec_with_params(spec, params or {})
         key = submit_key(idempotency_key, spec)
         wire = pack_wire(spec)
         if len(wire) > limits.MAX_SPEC_BYTES:
@@ -165,15 +170,18 @@ class Client:
         return Submitted(reply.job_id, reply.created, key)
 
     def submit_jobs(self, specs: Sequence[JobSpec], keys: Sequence[str | None] = (),
-                    labels: Sequence[str] = ()) -> list[Submitted | RaftschedError]:
+                    labels: Sequence[str] = (), params: Mapping[str, str] | None = None,
+                    ) -> list[Submitted | RaftschedError]:
         """Submit many validated specs in SubmitJobs calls (one while they fit MAX_BATCH_JOBS
         and MAX_BATCH_BYTES; nothing is parsed again here),
         each with its `submit_key` (keys[i] when given): one answer per spec, in order, a
         Submitted or the job's own refusal (a RaftschedError whose message names it, with
         `labels[i]` — e.g. its file — when given). Retrying the call is safe: every job carries
-        its key. SpecError when a wire form is over MAX_SPEC_BYTES (nothing is sent)."""
+        its key. `params` apply to every spec. SpecError when a wire form is over MAX_SPEC_BYTES
+        or a spec has not every param given (nothing is sent)."""
         items, made = [], []
         for index, spec in enumerate(specs):
+            spec = spec_with_params(spec, params or {})
             key = submit_key(keys[index] if index < len(keys) else None, spec)
             wire = pack_wire(spec)
             if len(wire) > limits.MAX_SPEC_BYTES:

@@ -40,6 +40,7 @@ from raftsched.replica.raft.port import RaftPort
 from raftsched.spec.issue import show
 from raftsched.spec.job import parse_submitted_text
 from raftsched.spec.model import JobSpec, SpecError
+from raftsched.spec.params import params_refused, spec_with_params
 from raftsched.spec.validation import with_idempotency_key
 from raftsched.spec.wire import decode_wire, drop_items, release_wire, to_wire
 from raftsched.state import commands as c
@@ -367,12 +368,13 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         MAX_YAML_SPEC_BYTES / MAX_JSON_SPEC_BYTES) or of its wire form (`spec_wire`, decoded
         within bounds)."""
         field = "spec_wire" if request.spec_wire else "spec"
+        params = dict(request.params)
         try:
             if request.spec_wire:
-                return decode_wire(request.spec_wire)
-            return parse_submitted_text(request.spec, source="spec")
+                return spec_with_params(decode_wire(request.spec_wire), params)
+            return parse_submitted_text(request.spec, source="spec", params=params)
         except SpecError as error:
-            self._refuse_spec(context, error, field)
+            self._refuse_spec(context, error, "" if params_refused(error) else field)
 
     def _refuse_before_proposal(self, context: grpc.ServicerContext, spec: JobSpec) -> None:
         """RESOURCE_EXHAUSTED, before anything is written to the log, for a submit JOB_SUBMIT
@@ -419,7 +421,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         """One job of a SubmitJobs call admitted exactly as SubmitJob admits one, or
         RaftschedError (its message names the field: spec_wire.tasks[2].depends_on ...)."""
         try:
-            spec = decode_wire(job.spec_wire)
+            spec = spec_with_params(decode_wire(job.spec_wire), dict(job.params))
             if job.idempotency_key:
                 spec = with_idempotency_key(spec, job.idempotency_key)
         except SpecError as error:

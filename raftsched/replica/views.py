@@ -58,7 +58,9 @@ def task_of(state: State, job_id: str, task_id: str) -> tuple[Job, Task]:
     return job, job.tasks[index]
 
 
-def job_message(job: Job, applied_index: int = 0) -> pb.Job:
+def job_message(job: Job, applied_index: int = 0, *, params: bool = True) -> pb.Job:
+    """A job's view; `params=False` leaves its params out (a ListJobs page: up to 1,000 jobs
+    with up to 256 KiB of params each would pass the message bound; GetJob has them)."""
     counts = {TaskState(s).name: n for s, n in enumerate(job.counts) if n}
     return pb.Job(
         job_id=job.id, name=job.spec.name, tenant=job.spec.tenant, priority=job.spec.priority,
@@ -66,6 +68,7 @@ def job_message(job: Job, applied_index: int = 0) -> pb.Job:
         failure_policy=job.spec.failure_policy, submitted_ms=job.submitted_ms,
         started_ms=job.started_ms or 0, finished_ms=job.finished_ms or 0, reason=job.reason,
         applied_index=applied_index, for_each=[_group(job, index) for index in job.expanded],
+        params=dict(job.spec.params) if params else {},
     )
 
 
@@ -159,7 +162,8 @@ def list_jobs(state: State, request: pb.ListJobsRequest) -> pb.ListJobsResponse:
             else order.oldest_after(page.seq or 0))
     jobs, resume = _collect(state, scan, page)
     token = "" if resume is None else f"{'n' if page.newest_first else ''}{resume}"
-    response = pb.ListJobsResponse(jobs=[job_message(j) for j in jobs], next_page_token=token)
+    response = pb.ListJobsResponse(jobs=[job_message(j, params=False) for j in jobs],
+                                   next_page_token=token)
     _count(state, tenant, page.query, response)
     return response
 

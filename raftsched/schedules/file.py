@@ -47,6 +47,14 @@ class ScheduleFile:
     pause_after_failures: int
 
 
+def _for_a_schedule(issue: SpecIssue) -> SpecIssue:
+    """A required param (no default) says that a schedule's run cannot be given one."""
+    if issue.path.startswith("params.") and issue.message.startswith("required"):
+        return SpecIssue(issue.path, "required (no default): a schedule's job needs a default "
+                                     "for every param (nobody can give one when it fires)")
+    return issue
+
+
 def parse_schedule_text(text: str | bytes, *, source: str) -> ScheduleFile:
     doc = load_document(text, source, bounded=True)
     if not isinstance(doc, dict) or not isinstance(doc.get("schedule"), dict):
@@ -58,7 +66,7 @@ def parse_schedule_text(text: str | bytes, *, source: str) -> ScheduleFile:
     try:
         spec = validate_job_doc(job)
     except SpecError as error:
-        issues.extend(error.issues)
+        issues.extend(_for_a_schedule(issue) for issue in error.issues)
     if issues:
         raise SpecError(issues)
     (rule, text, every_ms), (start_ms, end_ms), overlap, window_ms, failures = fields

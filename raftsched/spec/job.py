@@ -26,19 +26,25 @@ Choices worth knowing:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from raftsched.spec.model import JobSpec
+from raftsched.spec.params import with_params
 from raftsched.spec.text import load_document
 from raftsched.spec.validation import validate_job_doc
 
 
-def parse_spec_text(text: str | bytes, *, source: str = "<spec>") -> JobSpec:
-    """Parse JSON (when the text is a JSON object) or else YAML, then validate it."""
-    return validate_job_doc(load_document(text, source, bounded=False))
+def parse_spec_text(text: str | bytes, *, source: str = "<spec>",
+                    params: Mapping[str, str] | None = None) -> JobSpec:
+    """Parse JSON (when the text is a JSON object) or else YAML, apply the `params` overrides
+    (`with_params`: an unknown name is a SpecError at `--param NAME`), then validate it."""
+    return validate_job_doc(with_params(load_document(text, source, bounded=False), params or {}))
 
 
-def parse_submitted_text(text: str | bytes, *, source: str) -> JobSpec:
+def parse_submitted_text(text: str | bytes, *, source: str,
+                         params: Mapping[str, str] | None = None) -> JobSpec:
     """`parse_spec_text` as a replica runs it on a document a client sent: YAML of at most
     MAX_YAML_SPEC_BYTES, JSON of at most MAX_JSON_SPEC_BYTES (a larger one is a SpecError
     saying to send the wire form). The parsers hold the interpreter lock that the replica's
     Raft thread needs for as long as they run (see limits.py)."""
-    return validate_job_doc(load_document(text, source, bounded=True))
+    return validate_job_doc(with_params(load_document(text, source, bounded=True), params or {}))

@@ -196,8 +196,8 @@ class JobSpec:
     """Its running tasks may be stopped to make room for a higher class's (and run again later,
     at no cost to their retry budgets)."""
     params: tuple[tuple[str, str], ...] = ()
-    """The job's parameters, (name, value) sorted by name: the effective values (defaults
-    overridden by what was given at submit)."""
+    """The job's parameters (`raftsched.spec.params`): (name, effective value), sorted by name;
+    defaults overridden by what was given at submit. Part of the job's identity."""
 
     def edge_count(self) -> int:
         return sum(len(task.depends_on) for task in self.tasks)
@@ -223,6 +223,8 @@ class JobSpec:
             doc["priority_class"] = self.priority_class.value
         if self.preemptible:
             doc["preemptible"] = True
+        if self.params:
+            doc["params"] = dict(self.params)
         doc["tasks"] = [task.to_doc() for task in self.tasks]
         return doc
 

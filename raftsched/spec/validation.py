@@ -28,13 +28,14 @@ from raftsched.spec.model import (
     TaskSpec,
     Trigger,
 )
+from raftsched.spec.params import params_field, read_params
 from raftsched.spec.templates import checked_templates, for_each_problem
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 _JOB_FIELDS: Final = (
     "name", "tenant", "priority", "failure_policy", "idempotency_key", "allow_unschedulable",
-    "scoring", "retry_budget", "priority_class", "preemptible", "tasks",
+    "scoring", "retry_budget", "priority_class", "preemptible", "params", "tasks",
 )
 _TASK_FIELDS: Final = (
     "id", "command", "env", "cwd", "resources", "requires", "cluster", "depends_on", "retry",
@@ -77,13 +78,15 @@ def validate_job_doc(doc: object) -> JobSpec:
     retry_budget = _optional_integer(scope, "retry_budget", 0, limits.MAX_JOB_RETRY_BUDGET)
     priority_class = _choice(scope, "priority_class", PriorityClass, PriorityClass.NORMAL)
     preemptible = _boolean(scope, "preemptible", False)
+    params, issues = read_params(params_field(doc))
+    scope.sink.issues.extend(issues)
     tasks = _tasks(scope)
     if scope.sink.issues:
         raise SpecError(scope.sink.issues)
     return checked_templates(JobSpec(
         _req(name), _req(tenant), _req(priority), _req(policy), key, _req(tasks),
         _req(allow_unschedulable), _req(scoring), retry_budget, _req(priority_class),
-        _req(preemptible)))
+        _req(preemptible), _req(params)))
 
 
 def with_idempotency_key(spec: JobSpec, key: str) -> JobSpec:

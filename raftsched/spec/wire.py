@@ -635,7 +635,7 @@ def decode_trusted(wire: object) -> JobSpec:
               and all(type(task) is list and len(task) == fields for task in wire[7]))
         spec = from_trusted_wire(wire)
         _need(_job_shape_ok(spec) and _tasks_shape_ok(spec.tasks))
-        _need(all(type(n) is str and type(v) is str for n, v in spec.params))
+        _need(_params_ok(spec.params))
         _need(all(_retry_ok(policy) for policy in {id(t.retry): t.retry
                                                    for t in spec.tasks}.values()))
     except (_Refused, TypeError, ValueError, KeyError, IndexError, AttributeError):
@@ -686,6 +686,14 @@ def _tasks_shape_ok(tasks: tuple[TaskSpec, ...]) -> bool:
                                 for n, c in t.custom):
             return False
     return True
+
+
+def _params_ok(params: tuple[tuple[str, str], ...]) -> bool:
+    """Types, count, value sizes, order and uniqueness of a trusted wire form's params."""
+    return (len(params) <= limits.MAX_PARAMS_PER_JOB
+            and all(type(n) is str and type(v) is str
+                    and len(v) <= limits.MAX_PARAM_VALUE_BYTES for n, v in params)
+            and all(a[0] < b[0] for a, b in itertools.pairwise(params)))
 
 
 def _retry_ok(r: RetryPolicy) -> bool:

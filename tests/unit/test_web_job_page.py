@@ -55,3 +55,15 @@ def test_a_2000_task_job_page_bounds_its_bars_and_wraps_its_fan_out(big: None) -
     width = int(page.split('<svg xmlns="http://www.w3.org/2000/svg" width="')[1].split('"')[0])
     assert width == 2 * layout.MARGIN + layout.NODE_W + layout.GAP_X + \
         limits.WEB_GRAPH_WRAP_COLUMNS * (layout.NODE_W + layout.WRAP_GAP_X) - layout.WRAP_GAP_X
+
+
+def test_the_job_page_shows_its_params_when_it_has_any(monkeypatch: pytest.MonkeyPatch) -> None:
+    browser = app._signed_in([], app.USER)
+    assert 'id="params"' not in browser.get("/jobs/j1").text
+    monkeypatch.setattr(app, "JOB", pb.Job(job_id="j1", name="demo", tenant="t",
+                                           state="RUNNING", total_tasks=2,
+                                           params={"region": "<eu>", "date": "2026-12-05"}))
+    page = browser.get("/jobs/j1").text
+    rows = page.split('<table class="params" id="params">')[1].split("</table>")[0]
+    assert rows.index('data-param="date"') < rows.index('data-param="region"')
+    assert "<code>2026-12-05</code>" in rows and "<code>&lt;eu&gt;</code>" in rows

@@ -309,3 +309,14 @@ def test_status_line_never_wraps_and_pads_done_to_the_width_of_total() -> None:
     assert len(render.status_line(job, 0, 40)) == 39
     assert render.status_line({"state": "PENDING", "tasks": {}, "total_tasks": 0}, 0, 80) \
         .startswith("[" + "-" * 24 + "] 0/0  PENDING  no tasks")
+
+
+def test_job_doc_and_text_show_the_params() -> None:
+    document = render.job_doc(job_message(params={"region": "eu", "date": "2026-12-05"}))
+    assert document["params"] == {"date": "2026-12-05", "region": "eu"}
+    assert list(document["params"]) == ["date", "region"]
+    lines = render.job_text(document, UTC, now_ms=NOON_MS).splitlines()
+    assert lines[-2:] == ["param date    2026-12-05", "param region  eu"]
+    assert render.job_doc(job_message())["params"] == {}
+    assert not any(line.startswith("param") for line in
+                   render.job_text(render.job_doc(job_message()), UTC).splitlines())

@@ -312,9 +312,9 @@ def test_list_jobs_without_a_query_counts_and_pages_from_the_index_not_a_scan(
     looked: list[str] = []
     original = views.job_message
 
-    def counting(job: Any, applied_index: int = 0) -> Any:
+    def counting(job: Any, applied_index: int = 0, **options: Any) -> Any:
         looked.append(job.id)
-        return original(job, applied_index)
+        return original(job, applied_index, **options)
 
     monkeypatch.setattr(views, "job_message", counting)
 

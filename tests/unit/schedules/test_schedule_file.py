@@ -104,3 +104,14 @@ def test_a_rule_this_replica_cannot_read_fires_nothing() -> None:
     assert cron_rule(["cron", 5]) is None
     state = _created(["cron", "0 0 * * *", "Nowhere/Atlantis"])
     assert due_times(state.schedules["berlin"], 0, ms("2027-01-01T00:00Z"), 10) == []
+
+
+def test_a_schedules_job_may_have_params_with_defaults_but_none_required() -> None:
+    with_default = JOB.replace("name: nightly\n", "name: nightly\nparams: {region: eu}\n")
+    parsed = parse_schedule_text(with_default + "  every: 1h\n", source="nightly.yaml")
+    assert parsed.spec.params == (("region", "eu"),)
+    required = JOB.replace("name: nightly\n", "name: nightly\nparams: {date: null}\n")
+    with pytest.raises(SpecError) as refused:
+        parse_schedule_text(required + "  every: 1h\n", source="nightly.yaml")
+    assert str(refused.value) == ("params.date: required (no default): a schedule's job needs a "
+                                  "default for every param (nobody can give one when it fires)")

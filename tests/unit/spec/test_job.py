@@ -599,7 +599,13 @@ def job_docs(draw: st.DrawFn) -> dict[str, Any]:
     maybe(draw, doc, "priority", st.integers(limits.PRIORITY_MIN, limits.PRIORITY_MAX))
     maybe(draw, doc, "failure_policy", st.sampled_from([m.value for m in FailurePolicy]))
     maybe(draw, doc, "idempotency_key", printable | st.none())
+    maybe(draw, doc, "params", st.dictionaries(param_names, param_defaults, max_size=4))
     return doc
+
+
+param_names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True)
+param_defaults = (st.text(max_size=8).filter(lambda t: "\x00" not in t) | st.integers()
+                  | st.floats(allow_nan=False, allow_infinity=False) | st.booleans())
 
 
 @settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
@@ -621,7 +627,8 @@ json_values = st.recursive(
                                                                  max_size=3),
     max_leaves=8,
 )
-job_keys = ["name", "tenant", "priority", "failure_policy", "idempotency_key", "tasks", "x"]
+job_keys = ["name", "tenant", "priority", "failure_policy", "idempotency_key", "params", "tasks",
+            "x"]
 task_keys = ["id", "command", "env", "cwd", "resources", "requires", "cluster", "depends_on",
              "retry", "timeout_s", "on_lost", "trigger", "x"]
 nested_keys = ["cpu", "memory_mb", "gpu", "max_attempts", "backoff_s", "multiplier",

@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 import msgpack
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -121,10 +122,15 @@ EDGE_LIST = [
 ]
 
 
-def test_every_position_and_edge_value_agrees_exhaustively() -> None:
+FULL_DOC_WITH_PARAMS = {**FULL_DOC, "params": {"date": "2026-12-05", "n": 3, "on": True,
+                                                "x": 0.5, "empty": ""}}
+
+
+@pytest.mark.parametrize("full_doc", [FULL_DOC, FULL_DOC_WITH_PARAMS], ids=["v3", "v4-params"])
+def test_every_position_and_edge_value_agrees_exhaustively(full_doc: dict[str, Any]) -> None:
     """Deterministic sweep: each position of a wire form using every field, replaced by each
     edge value and by each neighbour of its own value."""
-    base = spec_wire.to_wire(validate_job_doc(FULL_DOC))
+    base = spec_wire.to_wire(validate_job_doc(full_doc))
     checked = 0
     for path in _positions(base):
         probe: Any = base

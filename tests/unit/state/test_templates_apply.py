@@ -10,6 +10,9 @@ import pytest
 
 from raftsched.protocol import ReportVerdict
 from raftsched.replica.gateway import deliveries
+from raftsched.spec.model import SpecError
+from raftsched.spec.params import with_params
+from raftsched.spec.validation import validate_job_doc
 from raftsched.state import commands as c
 from raftsched.state import fsm, snapshot
 from raftsched.state.model import TaskState
@@ -116,3 +119,14 @@ def test_job_id_and_submission_time_resolve_for_a_first_task_at_submit(h: Harnes
     resolved = h.task("j-7", "t").resolved
     assert resolved is not None
     assert resolved.command == ("run", "j-7", "2025-12-05T00:00:00.250Z", "[]")
+
+
+def test_params_resolve_in_templates_with_the_values_given_at_submit(h: Harness) -> None:
+    doc = job_doc([task_doc("t", command=["run", "--date={{ params.date }}", "{{ params.n }}"])],
+                  params={"date": None, "n": 3})
+    h.submit("j", with_params(doc, {"date": "2026-12-05"}))
+    resolved = h.task("j", "t").resolved
+    assert resolved is not None and resolved.command == ("run", "--date=2026-12-05", "3")
+    bad = job_doc([task_doc("t", command=["run", "{{ params.nope }}"])], params={"n": 3})
+    with pytest.raises(SpecError, match=r"the job has no param 'nope' \(its params: n\)"):
+        validate_job_doc(bad)
