@@ -18,6 +18,7 @@ import json
 from raftsched import limits
 from raftsched.outputs import NO_OUTPUTS
 from raftsched.spec.templates import TemplateError, for_each_ref, lookup
+from raftsched.state import policy
 from raftsched.state.model import Job, State, Task
 from raftsched.state.resolve import has_templates, kept_outputs, resolve_task
 
@@ -52,6 +53,9 @@ def plan_expansion(state: State, job: Job, task: Task) -> list[Task] | str:
     bound = _room(state, job)
     if len(items) > bound[0]:
         return f"for_each: {len(items)} items, over {bound[1]}"
+    queue = policy.submit_refusal(state, job.spec.tenant, len(items))
+    if queue is not None:  # the instances queue like submitted tasks: no way around max_queued
+        return f"for_each: {len(items)} instances refused: {queue.message}"
     child = dataclasses.replace(spec, for_each=None)
     templated = has_templates(child)
     instances: list[Task] = []

@@ -196,3 +196,16 @@ def test_a_bad_for_each_is_refused_at_submit_naming_the_task(for_each: object,
     [issue] = refused.value.issues
     assert issue.render().startswith("tasks[2] (process).for_each: "), issue.render()
     assert words in issue.message, issue.message
+
+
+def test_instances_count_against_the_tenants_max_queued(h: Harness) -> None:
+    h.ok(c.TenantSet("t1", 1, 4, 0, h.now_ms))
+    h.submit("j", job_doc([
+        task_doc("ls"),
+        task_doc("process", ["ls"], for_each="{{ tasks.ls.outputs.files }}"),
+    ], tenant="t1"))
+    _succeed(h, "j", "ls", json.dumps({"files": list(range(5))}))
+    process = h.task("j", "process")
+    assert process.state == TaskState.FAILED and process.instances is None
+    assert "5 instances refused: tenant t1 has 1 task(s) queued" in process.reason, process.reason
+    assert "max_queued=4" in process.reason
