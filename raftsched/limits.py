@@ -567,6 +567,11 @@ MAX_JOB_OUTPUTS_BYTES = 8 * 1024 * 1024
 """The outputs one job keeps in all (the replicated state holds them until the job is
 forgotten): a success whose outputs would pass it fails its attempt, saying so."""
 
+MAX_OUTPUTS_BYTES_IN_STATE = 1024 * 1024 * 1024
+"""The outputs all jobs keep together (each replica holds them in memory until their jobs are
+forgotten; MAX_JOB_OUTPUTS_BYTES x MAX_LIVE_JOBS would be far more): a success past it fails
+its attempt, saying so, until retention forgets finished jobs."""
+
 REPORT_BATCH_MAX_OUTPUTS_BYTES = 4 * 1024 * 1024
 """Outputs one Report call carries at most (a batch stops before the report that would pass it,
 and always holds at least one): inside MAX_MESSAGE_BYTES."""

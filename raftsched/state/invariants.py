@@ -76,6 +76,7 @@ def check_invariants(state: State) -> None:
     assert live_jobs == state.live_jobs, (live_jobs, state.live_jobs)
     assert live_tasks == state.live_task_counts, (live_tasks, state.live_task_counts)
     assert task_count == state.task_count
+    assert sum(job.outputs_bytes for job in state.jobs.values()) == state.outputs_bytes
     assert all(f <= state.fence for f in fences)
     for tenant, queue in state.queues.items():
         assert queue.live == runnable.get(tenant, 0), (tenant, queue.live)

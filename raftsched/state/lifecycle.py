@@ -172,7 +172,7 @@ def finish_attempt(state: State, job: Job, task: Task, attempt: Attempt, report:
     attempt.exit_code = report.exit_code
     reason = report.reason
     if outcome == AttemptState.SUCCEEDED and report.outputs:
-        problem = keep_outputs(job, attempt, report.outputs)
+        problem = keep_outputs(state, job, attempt, report.outputs)
         if problem:
             outcome, reason = AttemptState.FAILED, problem
     end_attempt(state, job, task, attempt, outcome, reason, kill=False)
@@ -183,7 +183,7 @@ def finish_attempt(state: State, job: Job, task: Task, attempt: Attempt, report:
         app_failure(state, job, task, report.exit_code, entropy)
 
 
-def keep_outputs(job: Job, attempt: Attempt, text: str) -> str:
+def keep_outputs(state: State, job: Job, attempt: Attempt, text: str) -> str:
     """Keeps a succeeding attempt's outputs, judged by the one rule the agents apply too (an
     agent is not trusted to have applied it) and within the job's MAX_JOB_OUTPUTS_BYTES; else
     the reason its attempt fails instead ("" when kept)."""
@@ -194,8 +194,13 @@ def keep_outputs(job: Job, attempt: Attempt, text: str) -> str:
     if job.outputs_bytes + size > limits.MAX_JOB_OUTPUTS_BYTES:
         return (f"its outputs ({size} bytes) would pass the job's bound of "
                 f"{limits.MAX_JOB_OUTPUTS_BYTES} bytes of outputs (MAX_JOB_OUTPUTS_BYTES)")
+    if state.outputs_bytes + size > limits.MAX_OUTPUTS_BYTES_IN_STATE:
+        return (f"its outputs ({size} bytes) would pass the {limits.MAX_OUTPUTS_BYTES_IN_STATE} "
+                "bytes of outputs all jobs may keep (MAX_OUTPUTS_BYTES_IN_STATE); finished jobs "
+                "free theirs when retention forgets them")
     attempt.outputs = judged.text
     job.outputs_bytes += size
+    state.outputs_bytes += size
     return ""
 
 

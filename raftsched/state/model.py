@@ -535,6 +535,9 @@ class State:
     jobs: dict[str, Job] = field(default_factory=dict)
     live_jobs: int = 0
     task_count: int = 0
+    outputs_bytes: int = 0
+    """UTF-8 bytes of the outputs every job's attempts keep (bounded by
+    MAX_OUTPUTS_BYTES_IN_STATE; derived: not in snapshots)."""
     clusters: dict[str, Cluster] = field(default_factory=dict)
     queues: dict[str, ReadyQueue] = field(default_factory=dict)
     idempotency: dict[tuple[str, str], IdempotencyRecord] = field(default_factory=dict)

@@ -58,6 +58,7 @@ def forget_job(state: State, job_id: str, why: str) -> None:
         state.changes.append(("forgotten", job.id, job.spec.tenant, "", job.state.name, 0, 0,
                               "", why, state.now_ms))
     state.task_count -= len(job.tasks)
+    state.outputs_bytes -= job.outputs_bytes
     key = job.spec.idempotency_key
     if key is not None:
         record = state.idempotency.get((job.spec.tenant, key))

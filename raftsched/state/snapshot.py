@@ -394,6 +394,7 @@ def _read_records(unpacker: msgpack.Unpacker, version: int,
             state.schedules[schedule.id] = schedule
     for job in state.jobs.values():
         state.job_index.add(job.spec.tenant, job.state, job.seq, job.id)
+        state.outputs_bytes += job.outputs_bytes
         if job.state not in TERMINAL_JOB_STATES:
             for task_state, count in enumerate(job.counts):
                 state.live_task_counts[task_state] += count

@@ -153,3 +153,18 @@ def test_a_report_item_with_outputs_over_the_bound_is_a_malformed_entry() -> Non
         c.Report(c.ReportKind.FINISHED, "j", "t", 3, 0, False, "", big, False),)))
     with pytest.raises(c.CommandError, match="outputs: more than"):
         c.decode(entry)
+
+
+def test_outputs_past_the_states_bound_fail_until_retention_frees_some(
+        h: Harness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(limits, "MAX_OUTPUTS_BYTES_IN_STATE", 30)
+    h.submit("a", job_doc([task_doc("t")]))
+    h.submit("b", job_doc([task_doc("t")]))
+    first, second = _start(h, "a", "t"), _start(h, "b", "t", "west")
+    assert _finish(h, "east", "a", "t", first, '{"v":"' + "x" * 20 + '"}') == "accepted"
+    assert _finish(h, "west", "b", "t", second, '{"v":"y"}') == "accepted"
+    refused = h.current("b", "t")
+    assert refused.state == AttemptState.FAILED and "MAX_OUTPUTS_BYTES_IN_STATE" in refused.reason
+    assert h.state.outputs_bytes == 28
+    h.tick(limits.JOB_RETENTION_MS + 1)  # job a is forgotten, its outputs with it
+    assert "a" not in h.state.jobs and h.state.outputs_bytes == 0
