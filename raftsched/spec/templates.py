@@ -30,7 +30,7 @@ from typing import Any
 from raftsched import limits
 from raftsched.protocol import id_problem, show
 from raftsched.spec.issue import SpecIssue
-from raftsched.spec.model import JobSpec, SpecError
+from raftsched.spec.model import JobSpec, SpecError, TaskSpec
 
 _PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _LITERAL_BRACES = "'{{'"
@@ -154,7 +154,7 @@ def task_fields(command: tuple[str, ...], env: tuple[tuple[str, str], ...],
 
 
 def template_issues(prefix: str, task_id: str, fields: Iterator[tuple[str, str]],
-                    depends_on: tuple[str, ...], params: Mapping[str, str],
+                    depends_on: tuple[str, ...], params: Mapping[str, str] | None,
                     mapped: bool) -> list[SpecIssue]:
     """The problems of a task's templates at submit, each naming task and field: malformed, a
     task that is not upstream (outputs come only from `depends_on`), an unknown parameter, an
@@ -206,10 +206,17 @@ def spec_template_issues(spec: JobSpec) -> list[SpecIssue]:
     params = dict(spec.params)
     issues: list[SpecIssue] = []
     for position, task in enumerate(spec.tasks):
-        fields = task_fields(task.command, task.env, task.cwd)
-        issues += template_issues(f"tasks[{position}]", task.id, fields, task.depends_on,
-                                  params, mapped=task.for_each is not None)
+        issues += task_template_issues(position, task, params)
     return issues
+
+
+def task_template_issues(position: int, task: TaskSpec,
+                         params: Mapping[str, str] | None) -> list[SpecIssue]:
+    """The template problems of the task at `position` (`params` None: the job's params are
+    invalid, so no template is judged by their names)."""
+    fields = task_fields(task.command, task.env, task.cwd)
+    return template_issues(f"tasks[{position}]", task.id, fields, task.depends_on, params,
+                           mapped=task.for_each is not None)
 
 
 def checked_templates(spec: JobSpec) -> JobSpec:
@@ -220,12 +227,12 @@ def checked_templates(spec: JobSpec) -> JobSpec:
     return spec
 
 
-def _ref_problem(ref: Ref, depends_on: tuple[str, ...], params: Mapping[str, str],
+def _ref_problem(ref: Ref, depends_on: tuple[str, ...], params: Mapping[str, str] | None,
                  mapped: bool) -> str:
     if isinstance(ref, OutputRef) and ref.task not in depends_on:
         return (f"{{{{ tasks.{ref.task}.outputs... }}}} names {ref.task!r}, which is not "
                 "upstream of this task: add it to depends_on")
-    if isinstance(ref, ParamRef) and ref.name not in params:
+    if isinstance(ref, ParamRef) and params is not None and ref.name not in params:
         known = ", ".join(sorted(params)) or "none"
         return (f"{{{{ params.{ref.name} }}}}: the job has no param {ref.name!r} "
                 f"(its params: {known})")

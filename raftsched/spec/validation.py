@@ -29,7 +29,7 @@ from raftsched.spec.model import (
     Trigger,
 )
 from raftsched.spec.params import params_field, read_params
-from raftsched.spec.templates import checked_templates, for_each_problem
+from raftsched.spec.templates import for_each_problem, task_template_issues
 
 _PLAIN_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -80,13 +80,12 @@ def validate_job_doc(doc: object) -> JobSpec:
     preemptible = _boolean(scope, "preemptible", False)
     params, issues = read_params(params_field(doc))
     scope.sink.issues.extend(issues)
-    tasks = _tasks(scope)
+    tasks = _tasks(scope, None if issues else dict(params or ()))
     if scope.sink.issues:
         raise SpecError(scope.sink.issues)
-    return checked_templates(JobSpec(
-        _req(name), _req(tenant), _req(priority), _req(policy), key, _req(tasks),
-        _req(allow_unschedulable), _req(scoring), retry_budget, _req(priority_class),
-        _req(preemptible), _req(params)))
+    return JobSpec(_req(name), _req(tenant), _req(priority), _req(policy), key, _req(tasks),
+                   _req(allow_unschedulable), _req(scoring), retry_budget, _req(priority_class),
+                   _req(preemptible), _req(params))
 
 
 def with_idempotency_key(spec: JobSpec, key: str) -> JobSpec:
@@ -345,7 +344,9 @@ class _GraphNode(NamedTuple):
     spec: TaskSpec | None
 
 
-def _tasks(scope: _Scope) -> tuple[TaskSpec, ...] | None:
+def _tasks(scope: _Scope, params: dict[str, str] | None) -> tuple[TaskSpec, ...] | None:
+    """The job's tasks; every problem of each, its templates' too (`params`: the job's, or
+    None when they are invalid: then no template is judged by its param names)."""
     raw = scope.get("tasks")
     if raw is _MISSING:
         scope.fail("tasks", "missing required field")
@@ -359,6 +360,9 @@ def _tasks(scope: _Scope) -> tuple[TaskSpec, ...] | None:
     nodes = [_task(scope.sink, index, item) for index, item in enumerate(raw)]
     graph_issues = check_graph([n.graph_id for n in nodes], [n.deps for n in nodes])
     scope.sink.issues.extend(_without_placeholders(graph_issues))
+    for index, node in enumerate(nodes):
+        if node.spec is not None:
+            scope.sink.issues += task_template_issues(index, node.spec, params)
     specs = tuple(node.spec for node in nodes if node.spec is not None)
     return specs if len(specs) == len(nodes) else None
 

@@ -134,3 +134,19 @@ def test_resolution_renders_strings_as_themselves_and_anything_else_as_json() ->
 def test_what_cannot_be_resolved_says_which_reference_and_why(text: str, words: str) -> None:
     outcome = resolve(text, _context({"ls": '{"files":["a"]}', "failed": None}))
     assert isinstance(outcome, TemplateError) and words in outcome.reason, outcome
+
+
+def test_template_problems_are_named_with_every_other_problem_of_the_spec() -> None:
+    doc = {"name": "t", "params": {"date": "x"}, "tasks": [
+        {"id": "ls", "command": ["ls"], "retry": {"max_attempts": 0}},  # a field's problem
+        {"id": "p", "depends_on": ["ls"], "for_each": "{{ tasks.other.outputs.x }}",
+         "command": ["echo", "{{ item }}"]},
+        {"id": "q", "command": ["echo", "{{ params.when }}", "{{ tasks.ls.outputs.n }}"]}]}
+    with pytest.raises(SpecError) as refused:
+        validate_job_doc(doc)
+    rendered = [issue.render() for issue in refused.value.issues]
+    print(rendered)
+    assert [r.split(":")[0] for r in rendered] == [
+        "tasks[0] (ls).retry.max_attempts", "tasks[1] (p).for_each", "tasks[2] (q).command[1]",
+        "tasks[2] (q).command[2]"]
+    assert "the job has no param 'when' (its params: date)" in rendered[2]
