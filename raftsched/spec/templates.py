@@ -24,18 +24,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from raftsched import limits
 from raftsched.protocol import id_problem, show
 from raftsched.spec.issue import SpecIssue
 from raftsched.spec.model import JobSpec, SpecError, TaskSpec
+from raftsched.spec.params import name_problem
 
 _PLACEHOLDER = re.compile(r"\{\{(.*?)\}\}", re.DOTALL)
 _LITERAL_BRACES = "'{{'"
-PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-"""A job parameter's name."""
 MARK = "{{"
 """A field holds a template only if it contains this."""
 FOR_EACH_FORM = "{{ tasks.X.outputs.KEY }}"
@@ -106,10 +105,8 @@ def parse_reference(inner: str) -> Ref | TemplateError:
     if head == "schedule" and len(parts) == 2 and parts[1] in ("id", "nominal_time"):
         return ScheduleRef(parts[1])
     if head == "params" and len(parts) == 2:
-        if not PARAM_NAME.fullmatch(parts[1]):
-            return TemplateError(f"param name must match [A-Za-z_][A-Za-z0-9_]*, got "
-                                 f"{parts[1]!r}")
-        return ParamRef(parts[1])
+        problem = name_problem(parts[1])
+        return TemplateError(problem) if problem else ParamRef(parts[1])
     if head == "item":
         return _path(parts[1:], inner) or ItemRef(tuple(parts[1:]))
     if head == "tasks" and len(parts) >= 4 and parts[2] == "outputs":
@@ -257,6 +254,9 @@ class Context:
     nominal_time: str = ""
     item: Any = None
     index: int = -1
+    parsed: dict[str, Any] = field(default_factory=dict)
+    """Upstream outputs already parsed, by task id: one parse per upstream for every field of a
+    task, and for every instance of a for_each task when its instances share the dict."""
 
 
 def resolve(text: str, context: Context) -> str | TemplateError:
@@ -264,14 +264,13 @@ def resolve(text: str, context: Context) -> str | TemplateError:
     resolved (an upstream task without that key, a malformed template that slipped past submit)."""
     if MARK not in text:
         return text
-    parsed: dict[str, Any] = {}
     pieces: list[str] = []
     last = 0
     for match in _PLACEHOLDER.finditer(text):
         ref = parse_reference(match.group(1))
         if isinstance(ref, TemplateError):
             return ref
-        value = _value(ref, context, parsed)
+        value = _value(ref, context)
         if isinstance(value, TemplateError):
             return value
         pieces += [text[last:match.start()], value]
@@ -282,7 +281,7 @@ def resolve(text: str, context: Context) -> str | TemplateError:
     return "".join(pieces) + rest
 
 
-def _value(ref: Ref, context: Context, parsed: dict[str, Any]) -> str | TemplateError:
+def _value(ref: Ref, context: Context) -> str | TemplateError:
     match ref:
         case Literal():
             return MARK
@@ -301,6 +300,7 @@ def _value(ref: Ref, context: Context, parsed: dict[str, Any]) -> str | Template
         case ItemRef(path=path):
             return _rendered(lookup(context.item, path, "{{ item }}"))
         case OutputRef(task=task, path=path):
+            parsed = context.parsed
             if task not in parsed:
                 text = context.outputs(task)
                 if text is None:

@@ -48,7 +48,8 @@ from raftsched.spec.model import (
     TaskSpec,
     Trigger,
 )
-from raftsched.spec.templates import PARAM_NAME, checked_templates, for_each_problem
+from raftsched.spec.params import name_problem, value_problem
+from raftsched.spec.templates import checked_templates, for_each_problem
 from raftsched.spec.validation import validate_job_doc
 
 WIRE_VERSION = 4
@@ -565,16 +566,14 @@ def _env(value: Any) -> tuple[tuple[str, str], ...]:
 
 
 def _params(value: Any) -> tuple[tuple[str, str], ...]:
-    """A wire form's params: [[name, value], ...], names in ascending order, each a param name
-    (`PARAM_NAME`) and each value text of at most MAX_PARAM_VALUE_BYTES."""
+    """A wire form's params: [[name, value], ...], names in ascending order, each name and value
+    as `params.name_problem` and `params.value_problem` want them."""
     _need(type(value) is list and len(value) <= limits.MAX_PARAMS_PER_JOB)
     pairs: list[tuple[str, str]] = []
     for pair in value:
         _need(type(pair) is list and len(pair) == 2)
         name, text = pair
-        _need(type(name) is str and PARAM_NAME.fullmatch(name) is not None
-              and len(name) <= limits.MAX_PARAM_NAME_CHARS and _text_ok(text)
-              and len(text.encode()) <= limits.MAX_PARAM_VALUE_BYTES)
+        _need(name_problem(name) is None and type(text) is str and value_problem(text) is None)
         _need(not pairs or pairs[-1][0] < name)
         pairs.append((name, text))
     return tuple(pairs)

@@ -45,7 +45,8 @@ def plan_expansion(state: State, job: Job, task: Task) -> list[Task] | str:
     text = kept_outputs(job, ref.task)
     if text is None:
         return f"for_each: upstream task {ref.task!r} did not succeed: it has no outputs"
-    items = lookup(json.loads(text or NO_OUTPUTS), ref.path, f"the outputs of {ref.task!r}")
+    parsed = {ref.task: json.loads(text or NO_OUTPUTS)}  # one parse for all the instances
+    items = lookup(parsed[ref.task], ref.path, f"the outputs of {ref.task!r}")
     if isinstance(items, TemplateError):
         return f"for_each: {items.reason}"
     if not isinstance(items, list):
@@ -64,7 +65,7 @@ def plan_expansion(state: State, job: Job, task: Task) -> list[Task] | str:
                         index=-1, state=task.state, remaining_deps=0, dependents=[task.index],
                         instance_of=task.index)
         if templated:
-            resolved = resolve_task(job, instance, item, position)
+            resolved = resolve_task(job, instance, item, position, parsed)
             if isinstance(resolved, str):
                 return f"for_each: instance {instance.spec.id}: {resolved}"
             instance.resolved = resolved

@@ -31,14 +31,16 @@ _SEPARATOR = "\x00"
 """Joins fields for `has_templates` (no field holds it, so no mark spans two fields)."""
 
 
-def resolve_task(job: Job, task: Task, item: Any = None, index: int = -1) -> Resolved | str:
-    """The task's command, env and cwd with their templates resolved, or why they cannot be."""
+def resolve_task(job: Job, task: Task, item: Any = None, index: int = -1,
+                 parsed: dict[str, Any] | None = None) -> Resolved | str:
+    """The task's command, env and cwd with their templates resolved, or why they cannot be.
+    `parsed`: upstream outputs already parsed, shared by the instances of one expansion."""
     spec = task.spec
     context = Context(
         job_id=job.id, params=dict(job.spec.params), outputs=lambda dep: kept_outputs(job, dep),
         schedule_id=job.schedule_id,
         nominal_time=rfc3339(job.nominal_ms if job.schedule_id else job.submitted_ms),
-        item=item, index=index)
+        item=item, index=index, parsed={} if parsed is None else parsed)
     values: dict[str, str] = {}
     for path, text in task_fields(spec.command, spec.env, spec.cwd):
         value = resolve(text, context)
