@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import enum
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -62,6 +62,7 @@ EMPTY_COMMAND_REASON = "empty command"
 QUEUE_WITHDRAWN_REASON = "withdrawn from the agent's queue before it started"
 QUEUED_AT_RESTART_REASON = "the agent restarted before starting it"
 WITHDRAWN_REASON = "withdrawn from the agent's queue for a task of a higher priority"
+SUPERSEDED_REASON = "superseded in the agent's queue by a later fence of the task"
 ACK_CROSSING_WINDOW_MS = 10_000
 """For this long after a report is acked, a directive it answered (an assignment for STARTED or
 REJECTED, a kill for FINISHED or KILLED) is taken as having crossed that commit and draws no
@@ -217,7 +218,11 @@ class _Admitting:
 
 class AgentCore:
     def __init__(self, config: CoreConfig, clock: Clock, fences: FenceStore, outbox: Outbox,
-                 executor: AttemptExecutor, metrics: AgentMetrics | None = None) -> None:
+                 executor: AttemptExecutor, metrics: AgentMetrics | None = None,
+                 offer: Callable[[Resources], Resources] | None = None) -> None:
+        """`offer`: what heartbeats and observations report of the free capacity (an agent
+        serving several groups offers each its share, `agent.groups`); default: all of it.
+        Admission always judges the whole free capacity."""
         assert config.max_running_attempts >= 1 and config.admission_pause_reports >= 1
         assert 0 <= config.queue_depth <= limits.MAX_AGENT_QUEUE_DEPTH
         self._config = config
@@ -225,6 +230,7 @@ class AgentCore:
         self._fences = fences
         self._outbox = outbox
         self._executor = executor
+        self._offer = offer
         self._metrics = metrics or AgentMetrics()
         self._running: dict[int, AttemptRecord] = {}
         self._queue: dict[int, Assignment] = {}
@@ -327,13 +333,18 @@ class AgentCore:
 
     def next_beat(self) -> Beat:
         self._seq += 1
-        return Beat(self._config.cluster_id, self.incarnation, self._seq, self.free(),
+        return Beat(self._config.cluster_id, self.incarnation, self._seq, self.offered(),
                     tuple(sorted(self._running)), self._config.heartbeat_wait_ms)
 
     def observation(self) -> Observation:
         """The free capacity now, numbered in the heartbeats' sequence."""
         self._seq += 1
-        return Observation(self._seq, self.free())
+        return Observation(self._seq, self.offered())
+
+    def offered(self) -> Resources:
+        """What this core tells its leader is free: `free()`, or the share `offer` gives."""
+        free = self.free()
+        return free if self._offer is None else self._offer(free)
 
     def free(self) -> Resources:
         """What this cluster can still admit: its capacity less what its attempts hold, and no
@@ -581,6 +592,7 @@ class AgentCore:
         record, process, STARTED report. Called after `collect()` (whose FINISHED reports are
         then written first), by `collect_and_start()` (whose records and reports, `carry`, are
         written with the RUNNING records, before any start) and by `handle`."""
+        self._drop_superseded()
         if not self._queue:
             self._outbox.write(records=carry[0], reports=carry[1])
             return []
@@ -598,6 +610,20 @@ class AgentCore:
         self._metrics.attempts_queued.set(len(self._queue))
         return [Decision.QUEUE_STARTED if d == Decision.STARTED else d
                 for d in self._launch(to_run, (), carry=carry)]
+
+    def _drop_superseded(self) -> None:
+        """A queued attempt whose task has since been handed a higher fence never starts: the
+        leader ended it and placed the task again (its assignment timed out while the QUEUED
+        answer was lost, say), and the kill that should have taken it out of the queue may
+        still be on its way. It leaves the queue REJECTED (seen first in the simulation with
+        several groups: started from the queue, it ran beside the task's current attempt)."""
+        for fence in sorted(self._queue):
+            assignment = self._queue[fence]
+            stored = self._fences.fence(assignment.task_key)
+            if stored is not None and stored > fence:
+                self._withdraw(fence, ReportKind.REJECTED, SUPERSEDED_REASON)
+                log.info("queued_attempt_superseded", fence=fence, job=assignment.job_id,
+                         task=assignment.task_id, stored_fence=stored)
 
     def _count_launched(self, launched: int, failed: int) -> None:
         self._metrics.attempts_started.inc(launched)

@@ -14,6 +14,7 @@ from agent import main
 from agent.core import (
     QUEUE_WITHDRAWN_REASON,
     QUEUED_AT_RESTART_REASON,
+    SUPERSEDED_REASON,
     WITHDRAWN_REASON,
     AgentCore,
     CoreConfig,
@@ -187,6 +188,21 @@ def test_a_stale_fence_is_refused_before_the_queue(disk: Disk) -> None:
 
 
 # -- starting from the queue ----------------------------------------------------------------------
+
+def test_a_queued_attempt_superseded_by_a_later_fence_of_its_task_never_starts(disk: Disk) -> None:
+    """The leader ended fence 2 while it waited here (its QUEUED answer lost, its assignment
+    timed out) and handed the task fence 5, queued too: when the slot frees, fence 2 leaves
+    the queue REJECTED and only fence 5 runs (found by the simulation with several groups)."""
+    agent = Agent(disk, queue_depth=2)
+    agent.answer(_task(1), assignment(2, task_id="x", resources=SLOT))
+    assert agent.answer(assignment(5, task_id="x", resources=SLOT)) == [Decision.QUEUED]
+    assert agent.core.queued() == [2, 5]
+    assert agent.finish(1) == [Decision.QUEUE_STARTED]
+    assert agent.executor.started == [1, 5] and agent.core.queued() == []
+    assert sorted(agent.reports(2)) == [ReportKind.REJECTED, ReportKind.QUEUED]
+    assert agent.reason(2, ReportKind.REJECTED) == SUPERSEDED_REASON
+    assert agent.record(2) is None
+
 
 def test_a_freed_slot_starts_the_queued_attempt_after_the_finished_report(disk: Disk) -> None:
     agent = Agent(disk, queue_depth=1)
