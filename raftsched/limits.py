@@ -604,3 +604,8 @@ MAX_PARAM_NAME_CHARS = 64
 MAX_PARAM_VALUE_BYTES = 4096
 """A param's value (a default's canonical string, or a `--param` override) is at most this many
 UTF-8 bytes."""
+
+MAX_GROUPS = 64
+"""Scheduler groups (independent Raft groups, each owning some of the jobs: issue 27) one
+deployment may have. An agent keys an attempt by (group, fence) as `fence * MAX_GROUPS + group`
+(`agent.groups.local_key`), so this bound is part of that key's shape: never lower it."""

@@ -1,0 +1,212 @@
+"""One agent serving K scheduler groups (issue 27, docs/scale-out-design.md §2): one
+`agent.core.AgentCore` per group over one cluster's executor, the agent staying the final
+arbiter of the cluster's capacity.
+
+- **Per group**: each group has its own core, fence store, outbox and session with that group's
+  leader. Terms and fences are therefore kept per group: a fence of group A is never compared
+  with one of group B (they are counted by different leaders), and the floor one group's store
+  keeps after pruning never refuses another group's fences. Nothing in `AgentCore` changes: a
+  group's core is today's core, whose executor is this module's `GroupExecutor`.
+- **One executor**: `SharedExecutor` runs every group's attempts under a *local key*
+  (`local_key(group, fence)`, unique on this agent), so the executor's own state (attempt
+  directories, processes, cgroups) never mixes two groups' attempts that carry the same fence,
+  and hands each group's completions to that group's view only.
+- **Admission across groups**: a group's core takes as free what the executor observes free
+  (`AttemptExecutor.observed_free`, the port a shared Slurm partition already uses), and the
+  shared executor observes the cluster's capacity less what the attempts of *every* group hold.
+  The cores run one after another under the agent's lock, so before any start a core sees every
+  attempt any group started: two groups can never over-commit one cluster.
+- **What each group is offered** (`OfferRule`): what a group's heartbeats report as free is what
+  its leader places on. Telling every group the whole free capacity (`WHOLE`) lets two leaders
+  place on the same room, and the agent then refuses one of them (a capacity rejection: the
+  task goes back at no cost, but it costs a round trip and log entries). `TURN` offers the free
+  capacity to one group at a time, the *owner*; the turn passes on when the owner's answer to
+  an offer places nothing (it has no work that fits) or after it started `turn_max_starts`
+  attempts in its turn (so every group with work gets its turn on every cluster). A rejection
+  then needs a leader that placed on an offer older than the turn's passing, at most one
+  heartbeat old. The seeded simulation (`tests/sim/scaleout.py`, `scripts/bench scaleout`)
+  measures both rules.
+
+With one group (K = 1) none of this is used: the agent runs one core over its executor, as it
+always did.
+"""
+
+from __future__ import annotations
+
+import enum
+import zlib
+from dataclasses import dataclass, replace
+
+from agent.core import AttemptExecutor
+from agent.executors import Launch
+from agent.model import Assignment, AttemptRecord, Completion, Resources
+from raftsched import limits
+
+NOTHING = Resources(0, 0, 0)
+TURN_MAX_STARTS = 64
+"""Attempts a group may start on a cluster in one turn of `OfferRule.TURN` before the turn
+passes to the next group (so a group with a long backlog does not keep a cluster from the
+others)."""
+
+
+class OfferRule(enum.Enum):
+    WHOLE = "whole"
+    """Every group is offered the whole free capacity (the naive rule, measured as a baseline)."""
+    TURN = "turn"
+    """One group at a time is offered the free capacity; the turn passes on (module doc)."""
+
+
+def local_key(group: int, fence: int) -> int:
+    """An attempt's key on this agent: unique across groups (two groups may issue one fence)."""
+    assert 0 <= group < limits.MAX_GROUPS and fence >= 1, (group, fence)
+    return fence * limits.MAX_GROUPS + group
+
+
+def split_key(key: int) -> tuple[int, int]:
+    """(group, fence) of a local key."""
+    fence, group = divmod(key, limits.MAX_GROUPS)
+    return group, fence
+
+
+@dataclass
+class _Turn:
+    owner: int
+    started: int = 0
+    """Attempts the owner started in this turn."""
+    passes: int = 0
+    """Times the turn has passed on (a figure for the simulation)."""
+
+
+class SharedExecutor:
+    """The cluster's one executor (an `agent.core.AttemptExecutor`), shared by K groups' cores
+    through their `GroupExecutor` views. Volatile like a core: an agent that restarts builds a
+    new one around the same executor, and the cores' adoption rebuilds what it holds."""
+
+    def __init__(self, executor: AttemptExecutor, cluster_id: str, capacity: Resources,
+                 groups: int, rule: OfferRule = OfferRule.TURN,
+                 turn_max_starts: int = TURN_MAX_STARTS) -> None:
+        assert 1 <= groups <= limits.MAX_GROUPS and turn_max_starts >= 1
+        self.executor = executor
+        self.capacity = capacity
+        self.groups = groups
+        self.rule = rule
+        self._turn_max_starts = turn_max_starts
+        self._held: dict[int, Resources] = {}
+        """Local key -> what the attempt holds, from its start (or adoption) until its
+        completion is polled."""
+        self._done: list[list[Completion]] = [[] for _ in range(groups)]
+        """Completions polled from the executor, per group, not yet handed to its view."""
+        self.turn = _Turn(zlib.crc32(cluster_id.encode()) % groups)
+
+    def view(self, group: int) -> GroupExecutor:
+        assert 0 <= group < self.groups
+        return GroupExecutor(self, group)
+
+    # -- capacity ------------------------------------------------------------------------------
+
+    def free(self) -> Resources:
+        """The capacity less what every group's attempts hold, and no more than the executor
+        itself sees free."""
+        free = self.capacity
+        for held in self._held.values():
+            free = free.minus(held)
+        seen = self.executor.observed_free()
+        if seen is not None:
+            free = Resources(min(free.cpu_milli, seen.cpu_milli),
+                             min(free.memory_mb, seen.memory_mb), min(free.gpu, seen.gpu))
+        return free
+
+    def held(self) -> int:
+        """Attempts holding capacity now, all groups together."""
+        return len(self._held)
+
+    def offer(self, group: int, free: Resources) -> Resources:
+        """What `group`'s heartbeats report free when the cluster has `free` (`OfferRule`)."""
+        if self.groups == 1 or self.rule == OfferRule.WHOLE or group == self.turn.owner:
+            return free
+        return NOTHING
+
+    def answered(self, group: int, offered: Resources, assigned: int) -> None:
+        """`group` answered a heartbeat that offered `offered` with `assigned` assignments: the
+        turn passes on when its owner placed nothing on a non-empty offer."""
+        if self.rule != OfferRule.TURN or group != self.turn.owner:
+            return
+        if assigned == 0 and offered != NOTHING and _any_room(offered):
+            self._pass_turn()
+
+    def _pass_turn(self) -> None:
+        self.turn = _Turn((self.turn.owner + 1) % self.groups, passes=self.turn.passes + 1)
+
+    # -- the executor, by local key ------------------------------------------------------------
+
+    def attempt_dir(self, group: int, fence: int) -> str:
+        return self.executor.attempt_dir(local_key(group, fence))
+
+    def start(self, group: int, assignment: Assignment) -> Launch:
+        key = local_key(group, assignment.fence)
+        launch = self.executor.start(replace(assignment, fence=key))
+        self._held[key] = assignment.resources
+        if group == self.turn.owner:
+            self.turn.started += 1
+            if self.turn.started >= self._turn_max_starts and self.rule == OfferRule.TURN:
+                self._pass_turn()
+        return launch
+
+    def adopt(self, group: int, record: AttemptRecord) -> bool:
+        key = local_key(group, record.fence)
+        adopted = self.executor.adopt(replace(record, fence=key))
+        if adopted:
+            self._held[key] = record.resources
+        return adopted
+
+    def kill(self, group: int, fence: int) -> bool:
+        return self.executor.kill(local_key(group, fence))
+
+    def poll(self, group: int) -> list[Completion]:
+        """`group`'s completions: the executor's are sorted into every group's share at once
+        (what they held is free from this moment), and this group's are handed over."""
+        for completion in self.executor.poll():
+            self._held.pop(completion.fence, None)
+            owner, fence = split_key(completion.fence)
+            if owner < self.groups:
+                self._done[owner].append(replace(completion, fence=fence))
+        done, self._done[group] = self._done[group], []
+        return done
+
+    def observed_free(self) -> Resources | None:
+        return self.executor.observed_free()
+
+
+class GroupExecutor:
+    """One group's view of the shared executor: the `AttemptExecutor` its core is given. Fences
+    are the group's own; `observed_free` is the cluster's free across every group."""
+
+    def __init__(self, shared: SharedExecutor, group: int) -> None:
+        self._shared = shared
+        self.group = group
+
+    def attempt_dir(self, fence: int) -> str:
+        return self._shared.attempt_dir(self.group, fence)
+
+    def start(self, assignment: Assignment) -> Launch:
+        return self._shared.start(self.group, assignment)
+
+    def adopt(self, record: AttemptRecord) -> bool:
+        return self._shared.adopt(self.group, record)
+
+    def kill(self, fence: int) -> bool:
+        return self._shared.kill(self.group, fence)
+
+    def poll(self) -> list[Completion]:
+        return self._shared.poll(self.group)
+
+    def observed_free(self) -> Resources:
+        return self._shared.free()
+
+    def offer(self, free: Resources) -> Resources:
+        """What this group's heartbeats report free (`SharedExecutor.offer`)."""
+        return self._shared.offer(self.group, free)
+
+
+def _any_room(free: Resources) -> bool:
+    return free.cpu_milli > 0 and free.memory_mb > 0

@@ -1,0 +1,144 @@
+"""One agent serving several scheduler groups (`agent.groups`, issue 27): a core per group over
+one shared executor — fences and terms per group, completions to their own group, admission
+against what every group holds, and what each group is offered."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from agent.core import AgentCore, CoreConfig, Decision
+from agent.fence import MemoryFenceStore
+from agent.groups import NOTHING, OfferRule, SharedExecutor, local_key, split_key
+from agent.model import Completion, Directives, Registered, ReportKind, Resources
+from agent.outbox import MemoryOutbox
+from raftsched import limits
+from raftsched.clock import ManualClock
+from tests.support.agent import assignment
+from tests.unit.agent.test_core import FakeExecutor
+
+SLOT = Resources(1000, 100, 0)
+CAPACITY = Resources(2000, 1000, 0)
+"""Two slots."""
+
+
+@dataclass
+class Group:
+    core: AgentCore
+    fences: MemoryFenceStore
+    outbox: MemoryOutbox
+
+    def answer(self, *assignments: object, term: int = 2) -> list[Decision]:
+        return self.core.handle(Directives(term, tuple(assignments), ()))  # type: ignore[arg-type]
+
+    def reports(self, fence: int) -> list[ReportKind]:
+        return [r.kind for r in self.outbox.pending(100) if r.fence == fence]
+
+
+def _agent(groups: int, rule: OfferRule = OfferRule.TURN, capacity: Resources = CAPACITY,
+           turn_max_starts: int = 64) -> tuple[SharedExecutor, FakeExecutor, list[Group]]:
+    executor = FakeExecutor()
+    shared = SharedExecutor(executor, "east", capacity, groups, rule, turn_max_starts)
+    cores = []
+    for group in range(groups):
+        fences, outbox, view = MemoryFenceStore(), MemoryOutbox(), shared.view(group)
+        core = AgentCore(CoreConfig("east", capacity), ManualClock(), fences, outbox, view,
+                         offer=view.offer)
+        core.start()
+        core.registered(Registered(2, "leader", 0, 0, ()))
+        cores.append(Group(core, fences, outbox))
+    return shared, executor, cores
+
+
+def _task(fence: int, job: str, task: str = "t") -> object:
+    return assignment(fence, job_id=job, task_id=task, resources=SLOT)
+
+
+def test_a_local_key_tells_group_and_fence_apart() -> None:
+    assert local_key(0, 1) != local_key(1, 1)
+    for group in (0, 1, limits.MAX_GROUPS - 1):
+        for fence in (1, 2, 10**12):
+            assert split_key(local_key(group, fence)) == (group, fence)
+    with pytest.raises(AssertionError):
+        local_key(limits.MAX_GROUPS, 1)
+
+
+def test_two_groups_run_the_same_fence_side_by_side_each_under_its_own_key() -> None:
+    _, executor, (a, b) = _agent(2)
+    assert a.answer(_task(1, "g0-job")) == [Decision.STARTED]
+    assert b.answer(_task(1, "g1-job")) == [Decision.STARTED]
+    assert executor.started == [local_key(0, 1), local_key(1, 1)]
+    assert a.core.running() == [1] and b.core.running() == [1]
+    assert a.core.registration().known[0].job_id == "g0-job"
+    assert b.core.registration().known[0].job_id == "g1-job"
+
+
+def test_a_completion_goes_to_its_own_group_only() -> None:
+    _, executor, (a, b) = _agent(2)
+    a.answer(_task(1, "g0-job"))
+    b.answer(_task(1, "g1-job"))
+    executor.completions.append(Completion(local_key(1, 1), 0))
+    assert a.core.collect() == 0  # polled first: group 1's completion waits for group 1
+    assert b.core.collect() == 1
+    assert b.reports(1) == [ReportKind.STARTED, ReportKind.FINISHED]
+    assert a.reports(1) == [ReportKind.STARTED] and a.core.running() == [1]
+
+
+def test_admission_counts_every_groups_attempts_so_no_two_groups_over_commit() -> None:
+    shared, executor, (a, b) = _agent(2)
+    assert a.answer(_task(1, "g0-job")) == [Decision.STARTED]
+    decisions = b.answer(_task(1, "g1-job"), _task(2, "g1-job", "u"))
+    assert sorted(decisions, key=lambda d: d.value) == [Decision.NO_CAPACITY, Decision.STARTED]
+    assert shared.held() == 2 and shared.free() == Resources(0, 800, 0)
+    assert b.reports(2) == [ReportKind.REJECTED]
+    executor.completions.append(Completion(local_key(0, 1), 0))
+    assert b.core.collect() == 0  # group 0's slot is free from the moment it was polled
+    assert b.answer(_task(3, "g1-job", "v")) == [Decision.STARTED]
+
+
+def test_terms_and_fences_are_kept_per_group() -> None:
+    _, _, (a, b) = _agent(2)
+    a.answer(_task(40, "g0-job"), term=9)
+    assert a.fences.term() == 9 and b.fences.term() == 2
+    assert b.answer(_task(3, "g1-job"), term=3) == [Decision.STARTED]  # not stale for group 1
+    assert a.answer(_task(4, "g0-job", "u"), term=3) == [Decision.STALE_TERM]
+    assert a.fences.fence("g0-job/t") == 40 and b.fences.fence("g0-job/t") is None
+
+
+def test_the_turn_offers_the_free_capacity_to_one_group_at_a_time() -> None:
+    shared, _, cores = _agent(3)
+    owner = shared.turn.owner
+    offered = [group.core.next_beat().free for group in cores]
+    assert offered[owner] == CAPACITY
+    assert all(free == NOTHING for g, free in enumerate(offered) if g != owner)
+    assert cores[owner].core.free() == CAPACITY  # admission still judges all of it
+    shared.answered(owner, CAPACITY, assigned=1)
+    assert shared.turn.owner == owner  # it placed: it keeps the turn
+    shared.answered((owner + 1) % 3, NOTHING, assigned=0)
+    assert shared.turn.owner == owner  # only the owner's answer moves the turn
+    shared.answered(owner, CAPACITY, assigned=0)
+    assert shared.turn.owner == (owner + 1) % 3 and shared.turn.passes == 1
+    assert cores[(owner + 1) % 3].core.next_beat().free == CAPACITY
+    assert cores[owner].core.next_beat().free == NOTHING
+
+
+def test_an_owner_that_placed_nothing_on_no_room_keeps_the_turn() -> None:
+    shared, _, _ = _agent(2)
+    owner = shared.turn.owner
+    shared.answered(owner, NOTHING, assigned=0)
+    assert shared.turn.owner == owner
+
+
+def test_the_turn_passes_after_its_owner_started_its_share() -> None:
+    shared, _, cores = _agent(2, capacity=Resources(8000, 1000, 0), turn_max_starts=2)
+    owner = shared.turn.owner
+    cores[owner].answer(_task(1, "j", "a"), _task(2, "j", "b"))
+    assert shared.turn.owner == 1 - owner
+
+
+def test_the_whole_rule_and_a_single_group_offer_everything_free() -> None:
+    _, _, cores = _agent(2, OfferRule.WHOLE)
+    assert [g.core.next_beat().free for g in cores] == [CAPACITY, CAPACITY]
+    _, _, (only,) = _agent(1)
+    assert only.core.next_beat().free == CAPACITY
