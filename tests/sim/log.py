@@ -74,6 +74,9 @@ class SimLog:
         self.leader = 0
         self.term = 1
         self.observers: list[Observer] = []
+        self.no_quorum_steps = 0
+        """> 0: a majority of this group's replicas is unreachable for this many more steps:
+        nothing commits (every proposal's outcome is unknown), reads still answer."""
 
     # -- commit and apply ------------------------------------------------------------------------
 
@@ -144,7 +147,9 @@ class SimLog:
         self.leader = new_leader
 
     def step(self) -> None:
-        """Deposed leaders come one step closer to noticing."""
+        """Deposed leaders come one step closer to noticing; a lost quorum to its return."""
+        if self.no_quorum_steps > 0:
+            self.no_quorum_steps -= 1
         for replica in self.replicas:
             if replica.deposed_steps > 0:
                 replica.deposed_steps -= 1
@@ -152,6 +157,7 @@ class SimLog:
                     replica.term = self.term
 
     def heal(self) -> None:
+        self.no_quorum_steps = 0
         for replica in self.replicas:
             replica.deposed_steps = 0
             replica.term = self.term
@@ -202,6 +208,8 @@ class SimNode:
             raise NotLeader(self.leader_address())
         if self.replica.index != log.leader:
             raise OutcomeUnknown("isolated leader: no quorum")  # nothing commits
+        if log.no_quorum_steps > 0:
+            raise OutcomeUnknown("simulated: the group has no quorum")
         roll = log.rng.random()
         if roll < log.faults.lost_proposal:
             raise OutcomeUnknown("simulated: lost before commit")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import random
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
@@ -22,6 +22,7 @@ from agent import session as s
 from agent.core import AgentCore, AttemptExecutor, CoreConfig, Decision, FenceStore, Outbox
 from agent.executors import VANISHED_EXIT_CODE, ExecutorError, Launch
 from agent.fence import MemoryFenceStore
+from agent.groups import SharedExecutor
 from agent.metrics import AgentMetrics
 from agent.model import (
     Assignment,
@@ -54,7 +55,8 @@ class CoreFactory(Protocol):
     """Builds an agent's core: `AgentCore`, or in a test a deliberately broken subclass."""
 
     def __call__(self, config: CoreConfig, clock: Clock, fences: FenceStore, outbox: Outbox,
-                 executor: AttemptExecutor, metrics: AgentMetrics | None = None) -> AgentCore: ...
+                 executor: AttemptExecutor, metrics: AgentMetrics | None = None,
+                 offer: Callable[[Resources], Resources] | None = None) -> AgentCore: ...
 
 
 
@@ -104,12 +106,21 @@ def sim_outputs(fence: int) -> str:
     return canonical({"fence": fence, "files": [f"f{fence}-{k}" for k in range(fence % 4)]})
 
 
+class StartObserver(Protocol):
+    """Told of every start (`History.on_start`; with several groups, the group's history)."""
+
+    def on_start(self, cluster_id: str, job_id: str, task_id: str, fence: int) -> None: ...
+
+
 class SimExecutor:
-    """`agent.core.AttemptExecutor` over simulated processes; it tells the history what starts."""
+    """`agent.core.AttemptExecutor` over simulated processes; it tells the history what starts.
+    With several groups (`agent.groups.SharedExecutor`) its fences are the agent's local keys:
+    `fence_of` gives back the group's fence, the one a task writes into its outputs."""
 
     def __init__(self, cluster_id: str, clock: ManualClock, rng: random.Random,
-                 history: History, faults: Faults, shared: Resources | None = None,
-                 capacity: Resources | None = None) -> None:
+                 history: StartObserver, faults: Faults, shared: Resources | None = None,
+                 capacity: Resources | None = None,
+                 fence_of: Callable[[int], int] = lambda fence: fence) -> None:
         self.cluster_id = cluster_id
         self.capacity = capacity
         """The machine's real capacity: what its processes hold together never exceeds it."""
@@ -121,6 +132,7 @@ class SimExecutor:
         self.rng = rng
         self.history = history
         self.faults = faults
+        self.fence_of = fence_of
         self.processes: dict[int, SimProcess] = {}
 
     def attempt_dir(self, fence: int) -> str:
@@ -208,7 +220,8 @@ class SimExecutor:
                 p.steps_left -= 1
                 if p.steps_left <= 0:
                     p.done = Completion(fence, p.exit_code,
-                                        outputs=sim_outputs(fence) if p.exit_code == 0 else "")
+                                        outputs=sim_outputs(self.fence_of(fence))
+                                        if p.exit_code == 0 else "")
 
     def machine_crash(self) -> None:
         for process in self.processes.values():
@@ -227,7 +240,10 @@ class SimExecutor:
 class Machine:
     def __init__(self, config: CoreConfig, clock: ManualClock, rng: random.Random,
                  history: History, core_factory: CoreFactory = AgentCore, *,
-                 shared: bool = False, queue_depth: int | None = None) -> None:
+                 shared: bool = False, queue_depth: int | None = None,
+                 hub: SharedExecutor | None = None, group: int = 0) -> None:
+        """`hub`: the cluster's executor shared with other groups' machines (issue 27): this
+        machine is then one group's core and session on that cluster's agent, `group`."""
         if queue_depth is None:
             queue_depth = rng.choice(QUEUE_DEPTHS)
         config = replace(config, queue_depth=queue_depth)
@@ -240,9 +256,17 @@ class Machine:
         self.faults = Faults()
         self.fences = MemoryFenceStore()
         self.outbox = MemoryOutbox()
-        self.executor = SimExecutor(config.cluster_id, clock, random.Random(rng.getrandbits(64)),
-                                    history, self.faults, config.capacity if shared else None,
-                                    config.capacity)
+        self.hub = hub
+        self.group = group
+        if hub is None:
+            self.executor = SimExecutor(
+                config.cluster_id, clock, random.Random(rng.getrandbits(64)), history,
+                self.faults, config.capacity if shared else None, config.capacity)
+        else:
+            assert isinstance(hub.executor, SimExecutor)
+            self.executor = hub.executor
+        self.offered = NOTHING
+        """What the last heartbeat offered (several groups: `answered`)."""
         self.core: AgentCore | None = None
         self.in_flight: list[Directives] = []
         """Heartbeat answers on their way (delayed)."""
@@ -276,8 +300,13 @@ class Machine:
     def start(self) -> None:
         """A new agent process: a fresh core on the same disk and processes."""
         assert self.core is None
-        self.core = self.core_factory(self.config, self.clock, self.fences, self.outbox,
-                                      self.executor, AgentMetrics())
+        if self.hub is None:
+            self.core = self.core_factory(self.config, self.clock, self.fences, self.outbox,
+                                          self.executor, AgentMetrics())
+        else:
+            view = self.hub.view(self.group)
+            self.core = self.core_factory(self.config, self.clock, self.fences, self.outbox,
+                                          view, AgentMetrics(), offer=view.offer)
         self._count(self.core.start())
         self._note_queue()
 
@@ -336,8 +365,10 @@ class Machine:
 
     def beat(self, gateway: Gateway) -> Directives | None:
         assert self.core is not None
+        beat = self.core.next_beat()
+        self.offered = beat.free if beat.free is not None else NOTHING
         try:
-            return gateway.heartbeat(self.core.next_beat())
+            return gateway.heartbeat(beat)
         except s.Reregister:
             self.core.reregister()
         except s.SessionError as error:
@@ -372,6 +403,12 @@ class Machine:
         for job_id, task_id, fence in seen:
             self.history.on_seen(self.cluster_id, job_id, task_id, fence)
         return True
+
+    def answered(self, directives: Directives) -> None:
+        """Several groups: the shared executor hears how this group answered the last offer
+        (its turn passes on when it placed nothing, `agent.groups.OfferRule.TURN`)."""
+        if self.hub is not None and self.core is not None:
+            self.hub.answered(self.group, self.offered, len(directives.assignments))
 
     def _mangle(self, directives: Directives) -> Directives:
         if self.rng.random() >= self.faults.mangled:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.core import AgentCore, CoreConfig
+from agent.groups import SharedExecutor
 from agent.model import Directives, Resources
 from agent.session import SessionError
 from raftsched import limits
@@ -89,6 +90,10 @@ class World:
     schedules: bool = False
     """Run a schedule (issue 25) through it all: `every: 5s`, overlap allow, a catch-up window
     longer than any clock jump, so every nominal time must fire exactly once."""
+    group: int = 0
+    """With several groups (`tests.sim.groups`): which one this world's log and leaders are."""
+    hubs: dict[str, SharedExecutor] | None = None
+    """With several groups: each cluster's executor, shared by every group's machine there."""
 
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
@@ -108,8 +113,11 @@ class World:
                                          random.Random(self.rng.getrandbits(64))))
         self.agents = [Machine(_core_config(cid, caps, capacity), self.clock,
                                random.Random(self.rng.getrandbits(64)), self.history,
-                               self.core_factory, shared=cid in SHARED_PARTITIONS)
+                               self.core_factory, shared=cid in SHARED_PARTITIONS,
+                               hub=None if self.hubs is None else self.hubs[cid],
+                               group=self.group)
                        for cid, (caps, capacity) in CLUSTERS.items()]
+        self.job_prefix = "job" if self.hubs is None else f"g{self.group}job"
         self.down_steps: dict[str, int] = {}
         self.clients: list[Client] = []
         self.jobs_submitted = 0
@@ -196,7 +204,7 @@ class World:
         if self.jobs_submitted >= MAX_JOBS:
             return
         self.jobs_submitted += 1
-        self._submit(self._random_job(), f"job{self.jobs_submitted}")
+        self._submit(self._random_job(), f"{self.job_prefix}{self.jobs_submitted}")
 
     def client_retry(self) -> None:
         if not self.clients:
@@ -207,7 +215,7 @@ class World:
         if self.rng.random() < 0.15:
             doc = {**doc, "priority": (doc.get("priority", 50) + 1) % 100}  # a different spec
         self.jobs_submitted += 1
-        self._submit(doc, f"job{self.jobs_submitted}")
+        self._submit(doc, f"{self.job_prefix}{self.jobs_submitted}")
 
     def _submit(self, doc: dict[str, Any], job_id: str) -> None:
         key = doc.get("idempotency_key")
@@ -351,6 +359,7 @@ class World:
             agent.in_flight.append(directives)
             return
         self._handle(agent, directives)
+        agent.answered(directives)
         if roll < faults.lost + faults.delayed + faults.duplicated:
             self._handle(agent, directives)
 
@@ -493,6 +502,18 @@ class World:
 
     def heal_and_finish(self) -> None:
         """Faults stop; every agent comes back; quiet rounds until every job is terminal."""
+        self.heal()
+        for number in range(QUIET_ROUNDS):
+            if self.finish_round():
+                self.note(f"all jobs terminal after {number + 1} quiet rounds")
+                self.history.count("quiet_rounds", number + 1)
+                break
+        else:
+            raise AssertionError(f"liveness: jobs not terminal after {QUIET_ROUNDS} quiet "
+                                 f"rounds: {self._open_jobs()}")
+        self.check_final()
+
+    def heal(self) -> None:
         self.note("heal")
         self.log.heal()
         if self.schedules:  # no new runs while the rest drains
@@ -504,17 +525,16 @@ class World:
             if not agent.up:
                 self.down_steps.pop(agent.cluster_id, None)
                 agent.start()
-        for number in range(QUIET_ROUNDS):
-            self.step_number += 1
-            self._quiet_round()
-            self.check()
-            if self._all_terminal() and not self.clients:
-                self.note(f"all jobs terminal after {number + 1} quiet rounds")
-                self.history.count("quiet_rounds", number + 1)
-                break
-        else:
-            raise AssertionError(f"liveness: jobs not terminal after {QUIET_ROUNDS} quiet "
-                                 f"rounds: {self._open_jobs()}")
+
+    def finish_round(self) -> bool:
+        """One quiet round and the checks; True once every job is terminal."""
+        self.step_number += 1
+        self._quiet_round()
+        self.check()
+        return self._all_terminal() and not self.clients
+
+    def check_final(self) -> None:
+        """Every replica applies the whole log and holds every acknowledged job."""
         self.log.catch_up_all()
         self.check()
         for replica in self.log.replicas:
@@ -527,7 +547,7 @@ class World:
         clients, self.clients = self.clients, []
         for client in clients:  # one retry each; an unknown outcome is retried next round
             self.jobs_submitted += 1
-            self._submit(client.doc, f"job{self.jobs_submitted}")
+            self._submit(client.doc, f"{self.job_prefix}{self.jobs_submitted}")
         for agent in self.agents:
             while agent.in_flight:
                 agent.handle(agent.in_flight.pop(0))  # no faults now: it cannot crash
