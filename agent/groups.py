@@ -20,8 +20,9 @@ arbiter of the cluster's capacity.
   its leader places on. Telling every group the whole free capacity (`WHOLE`) lets two leaders
   place on the same room, and the agent then refuses one of them (a capacity rejection: the
   task goes back at no cost, but it costs a round trip and log entries). `TURN` offers the free
-  capacity to one group at a time, the *owner*; the turn passes on when the owner's answer to
-  an offer places nothing (it has no work that fits) or after it started `turn_max_starts`
+  capacity to one group at a time, the *owner*; the turn passes on when the owner's answers to
+  `TURN_EMPTY_ANSWERS` offers in a row place nothing (it has no work that fits) or after it
+  started `turn_max_starts`
   attempts in its turn (so every group with work gets its turn on every cluster). A rejection
   then needs a leader that placed on an offer older than the turn's passing, at most one
   heartbeat old. The seeded simulation (`tests/sim/scaleout.py`, `scripts/bench scaleout`)
@@ -44,6 +45,10 @@ from raftsched import limits
 
 NOTHING = Resources(0, 0, 0)
 TURN_MAX_STARTS = 64
+TURN_EMPTY_ANSWERS = 2
+"""Answers in a row that place nothing on a non-empty offer before the turn passes on: the
+first answer after the turn arrives may precede the leader's plan on the news (the leader
+places in its next round), so one empty answer is no proof that the owner has no work."""
 """Attempts a group may start on a cluster in one turn of `OfferRule.TURN` before the turn
 passes to the next group (so a group with a long backlog does not keep a cluster from the
 others)."""
@@ -73,6 +78,8 @@ class _Turn:
     owner: int
     started: int = 0
     """Attempts the owner started in this turn."""
+    empty: int = 0
+    """Answers in a row that placed nothing on a non-empty offer."""
     passes: int = 0
     """Times the turn has passed on (a figure for the simulation)."""
 
@@ -128,10 +135,15 @@ class SharedExecutor:
 
     def answered(self, group: int, offered: Resources, assigned: int) -> None:
         """`group` answered a heartbeat that offered `offered` with `assigned` assignments: the
-        turn passes on when its owner placed nothing on a non-empty offer."""
-        if self.rule != OfferRule.TURN or group != self.turn.owner:
+        turn passes on when its owner placed nothing on `TURN_EMPTY_ANSWERS` non-empty offers in
+        a row."""
+        if self.rule != OfferRule.TURN or self.groups == 1 or group != self.turn.owner:
             return
-        if assigned == 0 and offered != NOTHING and _any_room(offered):
+        if assigned or not _any_room(offered):
+            self.turn.empty = 0
+            return
+        self.turn.empty += 1
+        if self.turn.empty >= TURN_EMPTY_ANSWERS:
             self._pass_turn()
 
     def _pass_turn(self) -> None:
@@ -146,7 +158,7 @@ class SharedExecutor:
         key = local_key(group, assignment.fence)
         launch = self.executor.start(replace(assignment, fence=key))
         self._held[key] = assignment.resources
-        if group == self.turn.owner:
+        if group == self.turn.owner and self.groups > 1:
             self.turn.started += 1
             if self.turn.started >= self._turn_max_starts and self.rule == OfferRule.TURN:
                 self._pass_turn()

@@ -315,7 +315,11 @@ class Study:
                         for i in range(self.agents)]
         self._jobs = 0
 
-    def run(self, seconds: float, warmup_s: float = 2.0) -> Figures:
+    def run(self, seconds: float, warmup_s: float | None = None) -> Figures:
+        """Boots, warms up (default: two task durations, at least a second: the agents fill
+        up), then measures `seconds` of simulated time."""
+        if warmup_s is None:
+            warmup_s = max(1.0, 2 * self.task_s)
         self._boot()
         ticks_warm = round(warmup_s / TICK_S)
         ticks = round(seconds / TICK_S)

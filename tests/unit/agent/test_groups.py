@@ -118,6 +118,11 @@ def test_the_turn_offers_the_free_capacity_to_one_group_at_a_time() -> None:
     shared.answered((owner + 1) % 3, NOTHING, assigned=0)
     assert shared.turn.owner == owner  # only the owner's answer moves the turn
     shared.answered(owner, CAPACITY, assigned=0)
+    assert shared.turn.owner == owner  # one empty answer may precede the leader's plan
+    shared.answered(owner, CAPACITY, assigned=1)
+    shared.answered(owner, CAPACITY, assigned=0)
+    assert shared.turn.owner == owner  # not two in a row
+    shared.answered(owner, CAPACITY, assigned=0)
     assert shared.turn.owner == (owner + 1) % 3 and shared.turn.passes == 1
     assert cores[(owner + 1) % 3].core.next_beat().free == CAPACITY
     assert cores[owner].core.next_beat().free == NOTHING
