@@ -23,9 +23,10 @@ arbiter of the cluster's capacity.
   capacity to one group at a time, the *owner*; the turn passes on when the owner's answers to
   `TURN_EMPTY_ANSWERS` offers in a row place nothing (it has no work that fits) or after it
   started `turn_max_starts`
-  attempts in its turn (so every group with work gets its turn on every cluster). A rejection
-  then needs a leader that placed on an offer older than the turn's passing, at most one
-  heartbeat old. The seeded simulation (`tests/sim/scaleout.py`, `scripts/bench scaleout`)
+  attempts in its turn (so every group with work gets its turn on every cluster). A turn is
+  handed over: nobody is offered anything until the old owner's next heartbeat has told it that
+  nothing is free, so its leader stops placing before the new owner's starts. A rejection then
+  needs an assignment the old leader planned on its last offer and that crossed that heartbeat. The seeded simulation (`tests/sim/scaleout.py`, `scripts/bench scaleout`)
   measures both rules.
 
 With one group (K = 1) none of this is used: the agent runs one core over its executor, as it
@@ -76,6 +77,11 @@ def split_key(key: int) -> tuple[int, int]:
 @dataclass
 class _Turn:
     owner: int
+    previous: int | None = None
+    """While set, the turn is being handed over from this group: nobody is offered anything
+    until it has been told that nothing is free (its next heartbeat reports nothing and its
+    answer is handled), so its leader can no longer place on what it was offered before while
+    the new owner places on the same room."""
     started: int = 0
     """Attempts the owner started in this turn."""
     empty: int = 0
@@ -129,7 +135,9 @@ class SharedExecutor:
 
     def offer(self, group: int, free: Resources) -> Resources:
         """What `group`'s heartbeats report free when the cluster has `free` (`OfferRule`)."""
-        if self.groups == 1 or self.rule == OfferRule.WHOLE or group == self.turn.owner:
+        if self.groups == 1 or self.rule == OfferRule.WHOLE:
+            return free
+        if group == self.turn.owner and self.turn.previous is None:
             return free
         return NOTHING
 
@@ -137,7 +145,12 @@ class SharedExecutor:
         """`group` answered a heartbeat that offered `offered` with `assigned` assignments: the
         turn passes on when its owner placed nothing on `TURN_EMPTY_ANSWERS` non-empty offers in
         a row."""
-        if self.rule != OfferRule.TURN or self.groups == 1 or group != self.turn.owner:
+        if self.rule != OfferRule.TURN or self.groups == 1:
+            return
+        if group == self.turn.previous and offered == NOTHING:
+            self.turn.previous = None  # the old owner knows: the new one may be offered
+            return
+        if group != self.turn.owner or self.turn.previous is not None:
             return
         if assigned or not _any_room(offered):
             self.turn.empty = 0
@@ -147,7 +160,8 @@ class SharedExecutor:
             self._pass_turn()
 
     def _pass_turn(self) -> None:
-        self.turn = _Turn((self.turn.owner + 1) % self.groups, passes=self.turn.passes + 1)
+        self.turn = _Turn((self.turn.owner + 1) % self.groups, previous=self.turn.owner,
+                          passes=self.turn.passes + 1)
 
     # -- the executor, by local key ------------------------------------------------------------
 

@@ -123,8 +123,15 @@ def test_the_turn_offers_the_free_capacity_to_one_group_at_a_time() -> None:
     shared.answered(owner, CAPACITY, assigned=0)
     assert shared.turn.owner == owner  # not two in a row
     shared.answered(owner, CAPACITY, assigned=0)
-    assert shared.turn.owner == (owner + 1) % 3 and shared.turn.passes == 1
-    assert cores[(owner + 1) % 3].core.next_beat().free == CAPACITY
+    new = (owner + 1) % 3
+    assert shared.turn.owner == new and shared.turn.passes == 1
+    # Handed over: nobody is offered anything until the old owner heard that nothing is free.
+    assert cores[new].core.next_beat().free == NOTHING
+    assert cores[owner].core.next_beat().free == NOTHING
+    shared.answered(new, NOTHING, assigned=0)
+    assert cores[new].core.next_beat().free == NOTHING
+    shared.answered(owner, NOTHING, assigned=0)
+    assert cores[new].core.next_beat().free == CAPACITY
     assert cores[owner].core.next_beat().free == NOTHING
 
 
