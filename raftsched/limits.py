@@ -609,3 +609,8 @@ MAX_GROUPS = 64
 """Scheduler groups (independent Raft groups, each owning some of the jobs: issue 27) one
 deployment may have. An agent keys an attempt by (group, fence) as `fence * MAX_GROUPS + group`
 (`agent.groups.local_key`), so this bound is part of that key's shape: never lower it."""
+
+VIRTUAL_SHARDS = 4_096
+"""Shards a deployment's jobs are spread over (`raftsched.topology`), fixed forever: shard s
+belongs to group s mod K. A job id carries its shard in three hex digits, so this is part of
+the id's shape: never change it."""

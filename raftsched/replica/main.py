@@ -22,11 +22,12 @@ from raftsched import config, eventlog, limits, rpc, tls, tokens
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import ProposalClock, SystemClock, configure_skew_from_env
-from raftsched.environment import SECRET_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
+from raftsched.environment import SECRET_ENV, SERVERS_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.options import (
     address,
+    integer,
     metrics_address,
     metrics_endpoint,
     optional_address_list,
@@ -96,6 +97,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "role admin for every tenant, unless an admin token exists already. "
                              "Give every replica the same file; remove it once other admin "
                              "tokens exist")
+    parser.add_argument("--group", type=integer(0, limits.MAX_GROUPS - 1), default=0,
+                        metavar="I",
+                        help="with several scheduler groups (issue 27): which one this replica "
+                             "is, 0-based (default 0). Every replica of a group gives the same; "
+                             "the group's first leader records it in the log, which then refuses "
+                             "another answer")
+    parser.add_argument("--groups", type=integer(1, limits.MAX_GROUPS), default=1, metavar="K",
+                        help="how many groups the deployment has (default 1: the only one). "
+                             "Jobs are spread over VIRTUAL_SHARDS shards, shard s in group "
+                             "s mod K; clients list the groups' replicas separated by ';' in "
+                             f"${SERVERS_ENV}")
     _add_tuning_arguments(parser)
 
 
@@ -283,6 +295,13 @@ def _checked_bootstrap(args: argparse.Namespace) -> tuple[Callable[[int], bytes]
         on_office = _bootstrap_commands(args.bootstrap_token_file)
     except RaftschedError as error:
         raise _StartError(error.message) from error
+    if args.group >= args.groups:
+        raise _StartError(f"--group {args.group} is not one of the --groups {args.groups} "
+                          f"(0..{args.groups - 1})")
+    if args.groups > 1:
+        group, groups = args.group, args.groups
+        on_office += (lambda now_ms: c.encode(c.GroupSet(group, groups, limits.VIRTUAL_SHARDS,
+                                                         now_ms)),)
     if not 0 < args.suspect_after_s < args.lost_after_s:
         raise _StartError("need 0 < --suspect-after-s < --lost-after-s")
     return on_office

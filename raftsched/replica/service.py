@@ -24,10 +24,11 @@ import grpc
 from grpc_health.v1 import health
 from grpc_reflection.v1alpha import reflection, reflection_pb2_grpc
 
-from raftsched import limits, rpc, tokens
+from raftsched import limits, rpc, tokens, topology
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import Clock
+from raftsched.environment import SERVERS_ENV
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.protocol import LOG_STREAMS
@@ -327,7 +328,10 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         whole, a big one held the interpreter lock for as long as building it: 25 ms at
         100,000 tasks, more with env). The result and the job's task count."""
         spec, wire = self._admitted(request, context)
-        job_id = self._new_job_id(spec.name)
+        try:
+            job_id = self._new_job_id(spec)
+        except RaftschedError as error:
+            self.ctx.abort(context, error)
         tasks = list(spec.tasks)
         task_count = len(tasks)
         del spec
@@ -340,11 +344,29 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         assert isinstance(result, JobSubmitted), result
         return result, task_count
 
-    def _new_job_id(self, name: str) -> str:
-        """The job's slug and 64 random bits: unique among millions of jobs of one name (32
-        bits were not)."""
-        return f"{_SLUG.sub('-', name)[:JOB_ID_SLUG_CHARS].strip('-') or 'job'}-" \
-               f"{self.ctx.rng.getrandbits(64):016x}"
+    def _new_job_id(self, spec: JobSpec) -> str:
+        """The job's slug and 16 hex digits: its shard (`raftsched.topology`), then 52 random
+        bits (unique among millions of jobs of one name). With several groups, a submit whose
+        idempotency key's shard belongs to another group is FAILED_PRECONDITION naming it (the
+        client routes it there); one without a key takes a shard of this group."""
+        group = self.ctx.read(lambda s: s.group)
+        bits = self.ctx.rng.getrandbits(64)
+        if spec.idempotency_key:
+            shard = topology.shard_of_key(spec.tenant, spec.idempotency_key)
+            if group is not None and topology.group_of_shard(shard, group.groups) != group.group:
+                owner = topology.group_of_shard(shard, group.groups)
+                raise RaftschedError(
+                    Code.FAILED_PRECONDITION,
+                    f"idempotency key {spec.idempotency_key!r} of tenant {spec.tenant!r} is in "
+                    f"shard {shard}, which group {owner} holds; this is group {group.group} of "
+                    f"{group.groups}: send it there (clients route it by the groups in "
+                    f"${SERVERS_ENV})")
+        elif group is not None:
+            shard = topology.owned_shard(bits >> 12, group.group, group.groups)
+        else:
+            shard = (bits >> 52) % limits.VIRTUAL_SHARDS
+        slug = _SLUG.sub('-', spec.name)[:JOB_ID_SLUG_CHARS].strip('-') or 'job'
+        return f"{slug}-{topology.job_id_tail(shard, bits)}"
 
     def _admitted(self, request: Any, context: grpc.ServicerContext) -> tuple[JobSpec, list[Any]]:
         """The validated spec of a SubmitJob and the wire form to propose, or abort: a bad spec
@@ -434,7 +456,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         if refusal is not None:
             raise RaftschedError(Code.RESOURCE_EXHAUSTED, refusal.reason,
                                  retry_after_ms=refusal.retry_after_ms)
-        return batch.Admitted(index, self._new_job_id(spec.name), to_wire(spec))
+        return batch.Admitted(index, self._new_job_id(spec), to_wire(spec))
 
     def _propose_batch(self, context: grpc.ServicerContext, run: list[batch.Admitted],
                        jobs: list[Any], answers: list[Any]) -> None:

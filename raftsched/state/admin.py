@@ -5,11 +5,24 @@ from __future__ import annotations
 from raftsched import limits
 from raftsched.errors import Code
 from raftsched.spec.issue import show
-from raftsched.state.commands import CertRevoke, TenantSet, TokenPut, TokenRevoke
-from raftsched.state.model import RevokedCert, Role, State, TenantPolicy, TokenRecord
+from raftsched.state.commands import CertRevoke, GroupSet, TenantSet, TokenPut, TokenRevoke
+from raftsched.state.model import (
+    GroupIdentity,
+    RevokedCert,
+    Role,
+    State,
+    TenantPolicy,
+    TokenRecord,
+)
 from raftsched.state.outcome import Applied, Rejected
 from raftsched.state.queries import honoured_role
-from raftsched.state.results import CertRevoked, TenantSetResult, TokenPutResult, TokenRevokeResult
+from raftsched.state.results import (
+    CertRevoked,
+    GroupSetResult,
+    TenantSetResult,
+    TokenPutResult,
+    TokenRevokeResult,
+)
 from raftsched.state.rules import ROLES, cert_revoke_problem, tenant_set_problem, token_put_problem
 from raftsched.state.text import visible
 
@@ -96,6 +109,29 @@ def apply_tenant_set(state: State, cmd: TenantSet) -> Applied[TenantSetResult] |
     state.tenants[cmd.tenant] = TenantPolicy(cmd.tenant, cmd.weight, cmd.max_queued,
                                              cmd.max_running, state.now_ms)
     return Applied(TenantSetResult(cmd.tenant, changed=True))
+
+
+def apply_group_set(state: State, cmd: GroupSet) -> Applied[GroupSetResult] | Rejected:
+    """Record which group of how many this log is (once); the same again changes nothing;
+    another answer is refused, naming both (a replica configured as another group)."""
+    if not 0 <= cmd.group < cmd.groups <= limits.MAX_GROUPS:
+        return Rejected(Code.INVALID_ARGUMENT,
+                        f"group {cmd.group} of {cmd.groups}: need 0 <= group < groups <= "
+                        f"MAX_GROUPS={limits.MAX_GROUPS}")
+    if cmd.shards != limits.VIRTUAL_SHARDS:
+        return Rejected(Code.INVALID_ARGUMENT,
+                        f"{cmd.shards} shards: a deployment has VIRTUAL_SHARDS="
+                        f"{limits.VIRTUAL_SHARDS}")
+    wanted = GroupIdentity(cmd.group, cmd.groups, cmd.shards)
+    if state.group is None:
+        state.group = wanted
+        return Applied(GroupSetResult(cmd.group, cmd.groups, changed=True))
+    if state.group == wanted:
+        return Applied(GroupSetResult(cmd.group, cmd.groups, changed=False))
+    return Rejected(Code.FAILED_PRECONDITION,
+                    f"this log is group {state.group.group} of {state.group.groups}; a replica "
+                    f"configured as group {cmd.group} of {cmd.groups} may not change that (check "
+                    "its --group and --groups)")
 
 
 def apply_cert_revoke(state: State, cmd: CertRevoke) -> Applied[CertRevoked] | Rejected:

@@ -52,6 +52,7 @@ class Tag(IntEnum):
     SCHEDULE_DELETE = 19
     SCHEDULE_FIRE = 20
     SCHEDULE_BACKFILL = 21
+    GROUP_SET = 23
 
 
 class ClusterStatus(IntEnum):
@@ -261,6 +262,19 @@ class TenantSet:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupSet:
+    """Which scheduler group this log is, of how many, over how many shards (issue 27,
+    `raftsched.topology`): set once, by the first leader of a group configured with several;
+    the same again is a no-op, anything else is refused (a replica configured for another
+    group must not change what the log says)."""
+
+    group: int
+    groups: int
+    shards: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterDrain:
     """Stop (`drain`) or resume new placements on a cluster; what runs there runs on."""
 
@@ -358,6 +372,7 @@ Command = (
     | TokenRevoke
     | ClusterRemove
     | TenantSet
+    | GroupSet
     | ClusterDrain
     | CertRevoke
     | JobSubmitBatch
@@ -429,6 +444,8 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
                                     cmd.now_ms]
         case ClusterDrain():
             return Tag.CLUSTER_DRAIN, [cmd.cluster_id, cmd.drain, cmd.now_ms, cmd.reason]
+        case GroupSet():
+            return Tag.GROUP_SET, [cmd.group, cmd.groups, cmd.shards, cmd.now_ms]
         case CertRevoke():
             return Tag.CERT_REVOKE, [cmd.fingerprint, cmd.subject, cmd.reason, cmd.now_ms]
         case JobSubmitBatch():
@@ -812,6 +829,12 @@ def _decode_tenant_set(p: Any) -> TenantSet:
                      _int(now_ms, "now_ms"))
 
 
+def _decode_group_set(p: Any) -> GroupSet:
+    group, groups, shards, now_ms = _fields(p, 4, "GROUP_SET")
+    return GroupSet(_int(group, "group"), _int(groups, "groups"), _int(shards, "shards"),
+                    _int(now_ms, "now_ms"))
+
+
 def _decode_cluster_drain(p: Any) -> ClusterDrain:
     cluster_id, drain, now_ms, reason = _fields(p, 4, "CLUSTER_DRAIN")
     return ClusterDrain(_str(cluster_id, "cluster_id"), _bool(drain, "drain"),
@@ -895,6 +918,7 @@ _DECODERS = {
     Tag.SCHEDULE_DELETE: _decode_schedule_delete,
     Tag.SCHEDULE_FIRE: _decode_schedule_fire,
     Tag.SCHEDULE_BACKFILL: _decode_schedule_backfill,
+    Tag.GROUP_SET: _decode_group_set,
 }
 
 

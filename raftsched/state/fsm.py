@@ -23,6 +23,7 @@ from raftsched import limits
 from raftsched.errors import Code
 from raftsched.state.admin import (
     apply_cert_revoke,
+    apply_group_set,
     apply_tenant_set,
     apply_token_put,
     apply_token_revoke,
@@ -45,6 +46,7 @@ from raftsched.state.commands import (
     ClusterStatusChange,
     Command,
     CommandError,
+    GroupSet,
     JobCancel,
     JobSubmit,
     JobSubmitBatch,
@@ -111,6 +113,8 @@ def apply_command(state: State, cmd: Command) -> Outcome:
             return apply_token_revoke(state, cmd)
         case ClusterRemove():
             return apply_cluster_remove(state, cmd)
+        case GroupSet():
+            return apply_group_set(state, cmd)
         case TenantSet():
             return apply_tenant_set(state, cmd)
         case ClusterDrain():

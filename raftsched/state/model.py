@@ -379,6 +379,16 @@ class TokenRecord:
     note: str
 
 
+@dataclass(frozen=True, slots=True)
+class GroupIdentity:
+    """Which scheduler group this state is (issue 27, `raftsched.topology`): set once by
+    GROUP_SET; None for a deployment of one group."""
+
+    group: int
+    groups: int
+    shards: int
+
+
 @dataclass(slots=True)
 class TenantPolicy:
     """A tenant's share and limits, set by an admin (`TENANT_SET`). The record of ALL_TENANTS
@@ -560,6 +570,8 @@ class State:
     """Tenant policies set by admins, in the order first set (at most MAX_TENANTS)."""
     schedules: dict[str, Schedule] = field(default_factory=dict)
     """Schedules by id, in creation order (at most MAX_SCHEDULES)."""
+    group: GroupIdentity | None = None
+    """Which group of a deployment of several this is (GROUP_SET); None: the only one."""
     usage: dict[str, TenantUsage] = field(default_factory=dict)
     """Per tenant with a live job or a live attempt: what it holds now. Derived (not in
     snapshots: recomputed when one is loaded)."""

@@ -164,6 +164,14 @@ class ClusterRemoved:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupSetResult:
+    group: int
+    groups: int
+    changed: bool
+    """False when the log already said exactly this."""
+
+
+@dataclass(frozen=True, slots=True)
 class TenantSetResult:
     tenant: str
     changed: bool
@@ -236,6 +244,7 @@ Result = (
     | TokenRevokeResult
     | ClusterRemoved
     | TenantSetResult
+    | GroupSetResult
     | ClusterDrained
     | CertRevoked
     | JobsSubmitted

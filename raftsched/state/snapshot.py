@@ -55,6 +55,7 @@ from raftsched.state.model import (
     Attempt,
     AttemptState,
     Cluster,
+    GroupIdentity,
     IdempotencyRecord,
     Job,
     JobState,
@@ -145,11 +146,13 @@ def dump_to(target: IO[bytes], state: State, extra: Any = None) -> None:
          for t in state.tenants.values()],
         list(state.preempted_ms),
     ]
-    if state.revoked_certs or state.schedules:  # absent when none: as format 4 wrote
-        policy.append([[r.fingerprint, r.subject, r.reason, r.revoked_ms]
+    if state.revoked_certs or state.schedules or state.group:  # absent when none: as
+        policy.append([[r.fingerprint, r.subject, r.reason, r.revoked_ms]  # format 4 wrote
                        for r in state.revoked_certs.values()])
-    if state.schedules:  # likewise
+    if state.schedules or state.group:  # likewise
         policy.append([_schedule_record(s) for s in state.schedules.values()])
+    if state.group:  # likewise (issue 27: a deployment of several groups)
+        policy.append([state.group.group, state.group.groups, state.group.shards])
     out.write(packer.pack(policy))
     out.write(packer.pack(extra))
     target.write(out.crc.to_bytes(_CRC_BYTES, "big"))
@@ -392,6 +395,9 @@ def _read_records(unpacker: msgpack.Unpacker, version: int,
         for record in (revoked[1] if len(revoked) > 1 else ()):
             schedule = _schedule_from(record)
             state.schedules[schedule.id] = schedule
+        if len(revoked) > 2:
+            group, groups, shards = revoked[2]
+            state.group = GroupIdentity(group, groups, shards)
     for job in state.jobs.values():
         state.job_index.add(job.spec.tenant, job.state, job.seq, job.id)
         state.outputs_bytes += job.outputs_bytes

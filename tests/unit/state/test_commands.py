@@ -42,6 +42,7 @@ EXAMPLES: list[c.Command] = [
                   (c.Preemption("j3", "v", 4, "j1", "big"),),
                   (c.Withdrawal("j2", "lo", 9, "j1", "x"),)),
     c.JobSubmitBatch((("j1", [1, "x"]), ("j2", [])), 29),
+    c.GroupSet(1, 4, limits.VIRTUAL_SHARDS, 30),
 ]
 
 
@@ -58,7 +59,7 @@ def test_tags_are_append_only() -> None:
         "TOKEN_PUT": 10, "TOKEN_REVOKE": 11, "CLUSTER_REMOVE": 12, "TENANT_SET": 13,
         "CLUSTER_DRAIN": 14, "CERT_REVOKE": 15, "JOB_SUBMIT_BATCH": 16,
         "SCHEDULE_CREATE": 17, "SCHEDULE_SET": 18, "SCHEDULE_DELETE": 19, "SCHEDULE_FIRE": 20,
-        "SCHEDULE_BACKFILL": 21,
+        "SCHEDULE_BACKFILL": 21, "GROUP_SET": 23,
     }
 
 
