@@ -26,7 +26,8 @@ arbiter of the cluster's capacity.
   attempts in its turn (so every group with work gets its turn on every cluster). A turn is
   handed over: nobody is offered anything until the old owner's next heartbeat has told it that
   nothing is free, so its leader stops placing before the new owner's starts. A rejection then
-  needs an assignment the old leader planned on its last offer and that crossed that heartbeat. The seeded simulation (`tests/sim/scaleout.py`, `scripts/bench scaleout`)
+  needs an assignment the old leader planned on its last offer and that crossed that heartbeat.
+  The seeded simulation (`tests/sim/scaleout.py`, `scripts/bench scaleout`)
   measures both rules.
 
 With one group (K = 1) none of this is used: the agent runs one core over its executor, as it

@@ -3,7 +3,7 @@
 gateway over a log capped at what one group commits here, sharing 1,000 simulated agents that
 each run one real agent core per group over one shared executor.
 
-Prints, per K: placements/s and the ratio to K × the one-group rate of the same run (target
+Prints, per K: placements/s and the ratio to K x the one-group rate of the same run (target
 ≥ 0.8), the agents' utilisation, capacity rejections as a share of placements (target ≤ 5 %),
 and the tenants' shares of the slots against their weights (target within ±10 % of each
 weight's share) under a contended workload. Figures are in simulated time: they do not depend
@@ -21,8 +21,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from agent.groups import OfferRule  # noqa: E402
-from tests.sim.scaleout import AGENTS, TENANTS, Figures, Study  # noqa: E402
+from agent.groups import OfferRule
+from tests.sim.scaleout import AGENTS, TENANTS, Figures, Study
 
 PLACEMENT_RATIO_TARGET = 0.8
 REJECTION_TARGET = 0.05
@@ -101,7 +101,7 @@ def _run(study: Study, args: argparse.Namespace) -> Figures:
 def _table(runs: list[Figures]) -> None:
     one = next(f for f in runs if f.groups == 1 and f.workload == "paced")
     weights = sum(TENANTS.values())
-    print("| K | workload | task | placements/s | ÷ K × one group | utilisation | capacity "
+    print("| K | workload | task | placements/s | / K x one group | utilisation | capacity "
           "rejections | tenant shares (weights 1:2:3) | verdict |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for f in runs:
@@ -117,7 +117,7 @@ def _table(runs: list[Figures]) -> None:
               f"{ratio:.2f} | {f.utilisation:.2f} | {f.rejection_rate:.2%} | {shares} "
               f"(off by ≤ {deviation:.1%}) | {'met' if all(checks) else 'NOT met'} |")
     print()
-    print(f"targets: paced rows ÷ K × one group ≥ {PLACEMENT_RATIO_TARGET}; every row capacity "
+    print(f"targets: paced rows / K x one group ≥ {PLACEMENT_RATIO_TARGET}; every row capacity "
           f"rejections ≤ {REJECTION_TARGET:.0%}; the contended row's tenant shares within "
           f"±{SHARE_TOLERANCE:.0%} of 1/6, 2/6, 3/6")
 

@@ -9,10 +9,10 @@ simulated time. Clients keep every group's backlog full, for three tenants of we
 3, each job in the group its shard names (a hash of its id, as a real submit would be routed).
 
 What it measures, per K, after a warm-up:
-- placements/s (assignments committed, all groups), and its ratio to K × one group's rate
+- placements/s (assignments committed, all groups), and its ratio to K x one group's rate
   (K = 1, same run);
-- utilisation (attempts holding a slot ÷ slots, sampled every tick);
-- capacity rejections (assignments the agents refused for room, ÷ placements);
+- utilisation (attempts holding a slot / slots, sampled every tick);
+- capacity rejections (assignments the agents refused for room, / placements);
 - each tenant's share of the slots its attempts hold, against its weight's share.
 
 Two workloads: `paced` sizes the tasks' duration so that K groups at one group's full rate keep
@@ -23,6 +23,7 @@ seeded `random.Random` and the `ManualClock`: a run is reproducible from its see
 
 from __future__ import annotations
 
+import contextlib
 import random
 import zlib
 from collections import Counter
@@ -290,8 +291,8 @@ class Study:
     items_per_s: float = GROUP_ITEMS_PER_S
     workload: str = "paced"
     task_s: float = 0.0
-    """The tasks' duration; 0: sized by the workload (`paced`: 80 % busy at K × one group's
-    rate; `contended`: 4× longer, so the backlog outgrows the agents)."""
+    """The tasks' duration; 0: sized by the workload (`paced`: 80 % busy at K x one group's
+    rate; `contended`: 4x longer, so the backlog outgrows the agents)."""
     clock: ManualClock = field(default_factory=ManualClock)
 
     def __post_init__(self) -> None:
@@ -367,10 +368,8 @@ class Study:
             log.refill(TICK_S)
         self._top_up()
         for leader in self.leaders:
-            try:
+            with contextlib.suppress(RaftschedError, OutcomeUnknown):
                 leader._round()
-            except (RaftschedError, OutcomeUnknown):
-                pass
         for agent in self.agents_:
             agent.tick(self.gateways)
         self.clock.advance(TICK_S)
