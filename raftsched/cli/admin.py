@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -14,6 +15,7 @@ from raftsched.cli.certs import register_certs
 from raftsched.cli.common import (
     CONNECTION,
     EXIT_OK,
+    EXIT_UNAVAILABLE,
     ClientLike,
     Subparsers,
     command_parser,
@@ -308,18 +310,54 @@ def _run_token_revoke(args: argparse.Namespace) -> int:
 
 
 def _run_admin_status(args: argparse.Namespace) -> int:
+    """One group: its status, with "groups" holding that one group's leader and replicas.
+    Several: {"groups": [each group's status, or its error]}; a group that did not answer is
+    named (its jobs wait; the others go on) and the exit status is 3."""
     server: str | None = args.server
     servers = [server] if server and not args.servers else None
     with connect(args, servers) as client:
+        statuses = getattr(client, "group_statuses", None)
+        if server is None and statuses is not None:
+            return _print_group_statuses(args, statuses(args.digest))
         status = client.cluster_status(server=server, include_digest=args.digest)
         if server is None and status.leader and status.leader != status.responder:
             with contextlib.suppress(RaftschedError):  # the first answer will do
                 status = client.cluster_status(server=status.leader, include_digest=args.digest)
         document = render.cluster_status_doc(status)
+    document["groups"] = [{"group": 0, "leader": document["leader"], "term": document["term"],
+                           "replicas": document["replicas"]}]
     if args.json:
         print_json(document)
     else:
         print(render.cluster_status_text(document))
+    return EXIT_OK
+
+
+def _print_group_statuses(args: argparse.Namespace, statuses: list[Any]) -> int:
+    groups: list[dict[str, Any]] = []
+    for group, status in enumerate(statuses):
+        if isinstance(status, RaftschedError):
+            groups.append({"group": group, "error": {"code": status.code.value,
+                                                     "message": status.message}})
+        else:
+            groups.append({"group": group, **render.cluster_status_doc(status)})
+    down = [g["group"] for g in groups if "error" in g]
+    if args.json:
+        print_json({"groups": groups})
+    else:
+        blocks = []
+        for doc in groups:
+            if "error" in doc:
+                blocks.append(f"== group {doc['group']}: NOT ANSWERING ({doc['error']['code']}: "
+                              f"{doc['error']['message']}); its jobs wait, the other groups "
+                              "go on")
+            else:
+                blocks.append(f"== group {doc['group']}\n{render.cluster_status_text(doc)}")
+        print("\n\n".join(blocks))
+    if down:
+        print(f"error: {len(down)} of {len(groups)} scheduler groups did not answer: "
+              f"{', '.join(f'group {g}' for g in down)}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
     return EXIT_OK
 
 

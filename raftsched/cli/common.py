@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Protocol, TypeAlias
 from raftsched import limits
 from raftsched.environment import SERVERS_ENV, TLS_ENV, TOKEN_ENV
 from raftsched.errors import Code, CouldNotConnect, RaftschedError
-from raftsched.options import address_list, parse_address_list, positive_seconds
+from raftsched.options import parse_address_list, positive_seconds
 from raftsched.spec.issue import SpecIssue
 from raftsched.spec.model import JobSpec
 from raftsched.spec.params import parse_assignments
@@ -308,9 +308,11 @@ def _connection_options() -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(add_help=False)
     group = options.add_argument_group("connection")
     group.add_argument(
-        "--servers", type=address_list, metavar="HOST:PORT,...",
+        "--servers", type=server_groups, metavar="HOST:PORT,...[;HOST:PORT,...]",
         help=f"gRPC addresses of scheduler replicas (default: ${SERVERS_ENV}, else the dev "
-        "cluster recorded in $RAFTSCHED_DEV_DIR or ./.raftsched-dev)",
+        "cluster recorded in $RAFTSCHED_DEV_DIR or ./.raftsched-dev). With several scheduler "
+        "groups, each group's list, separated by ';', in group order: submits go to the group "
+        "of their key, a job's calls to the group its id names, listings merge every group",
     )
     group.add_argument(
         "--timeout", type=positive_seconds, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
@@ -341,21 +343,49 @@ def _connection_options() -> argparse.ArgumentParser:
     return options
 
 
-def resolve_servers(flag: list[str] | None) -> list[str]:
+def server_groups(text: str) -> list[list[str]]:
+    """The argparse type of --servers: one group's HOST:PORT,... list, or several separated by
+    ';' (`raftsched.topology.parse_groups`)."""
+    from raftsched import topology
+
+    try:
+        return topology.parse_groups(text, "--servers")
+    except ValueError as error:
+        message = str(error).removeprefix("--servers: ").removeprefix("--servers ")
+        raise argparse.ArgumentTypeError(message) from None
+
+
+def resolve_groups(flag: list[list[str]] | None) -> list[list[str]]:
     """--servers (checked by its option type), else $RAFTSCHED_SERVERS, else the servers of
-    the recorded dev cluster."""
+    the recorded dev cluster: each scheduler group's replicas (one list: one group)."""
+    from raftsched import topology
+
     if flag:
         return flag
     if os.environ.get(SERVERS_ENV):
-        return parse_addresses(os.environ[SERVERS_ENV], SERVERS_ENV)
+        try:
+            return topology.parse_groups(os.environ[SERVERS_ENV], SERVERS_ENV)
+        except ValueError as error:
+            raise CommandError(Code.INVALID_ARGUMENT, str(error)) from None
     from raftsched.dev import record
 
-    servers = record.servers_from_state(record.default_dir())
-    if not servers:
+    groups = record.groups_from_state(record.default_dir())
+    if not groups:
         raise CommandError(Code.INVALID_ARGUMENT,
                            "no scheduler addresses: pass --servers HOST:PORT,..., set "
                            f"{SERVERS_ENV}, or start a local cluster with: raftsched dev up")
-    return servers
+    return groups
+
+
+def resolve_servers(flag: list[list[str]] | None) -> list[str]:
+    """`resolve_groups` for a command that talks to one group: its replicas; several groups
+    are refused, saying which option to change."""
+    groups = resolve_groups(flag)
+    if len(groups) > 1:
+        raise CommandError(Code.INVALID_ARGUMENT,
+                           f"this command acts on one scheduler group; {len(groups)} are "
+                           "given: pass --servers with one group's replicas (no ';')")
+    return groups[0]
 
 
 def parse_addresses(text: str, source: str) -> list[str]:
@@ -429,10 +459,18 @@ def resolve_token(args: argparse.Namespace) -> str | None:
 def connect(args: argparse.Namespace, servers: list[str] | None = None) -> Iterator[ClientLike]:
     """A client for `servers` (default: `resolve_servers(--servers)`) with the certificate of
     `resolve_tls`, closed afterwards. A refused handshake or certificate gets a hint."""
-    servers = servers or resolve_servers(args.servers)
+    groups = [servers] if servers else resolve_groups(args.servers)
     tls_files = resolve_tls(args)
-    client = make_client(servers, args.timeout, tls_files=tls_files,
-                         token=resolve_token(args) if tls_files is not None else None)
+    token = resolve_token(args) if tls_files is not None else None
+    clients = [make_client(group, args.timeout, tls_files=tls_files, token=token)
+               for group in groups]
+    client: ClientLike
+    if len(clients) == 1:
+        client = clients[0]
+    else:
+        from raftsched.client.groups import GroupedClient
+
+        client = GroupedClient(clients)  # type: ignore[arg-type]
     try:
         yield client
     except RaftschedError as error:
@@ -442,6 +480,14 @@ def connect(args: argparse.Namespace, servers: list[str] | None = None) -> Itera
         raise CommandError(error.code, error.message, hint=hint) from None
     finally:
         client.close()
+
+
+def job_group(client: object, job_id: str) -> int:
+    """Which scheduler group holds the job (`job status` / `job watch --json` say it): the one
+    its id names with several groups, 0 with one."""
+    group_of = getattr(client, "group_of_job", None)
+    group = group_of(job_id) if group_of is not None else 0
+    return group if isinstance(group, int) else 0
 
 
 def unknown_outcome(error: RaftschedError, what: str, retry: str) -> RaftschedError:

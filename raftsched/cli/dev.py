@@ -100,6 +100,12 @@ def _register_dev_up(sub: Subparsers, parents: list[argparse.ArgumentParser]) ->
                     metavar="SECONDS",
                     help=f"wait this long for readiness (UP_TIMEOUT_S, default "
                     f"{record.UP_TIMEOUT_S:g})")
+    up.add_argument("--groups", type=integer(1, record.MAX_DEV_GROUPS), default=1,
+                    metavar=f"1..{record.MAX_DEV_GROUPS}",
+                    help="scheduler groups (issue 27: independent Raft groups sharing the "
+                    "jobs by shard), each of --replicas replicas; every agent serves every "
+                    "group, and the other commands route by the dev cluster's record "
+                    "(default 1). The web console shows group 0")
     up.add_argument("--insecure-dev", action="store_true",
                     help="no CA, no secret: every process runs with --insecure-dev (plaintext "
                     "gRPC and Raft without authentication; the other commands then speak "
@@ -182,7 +188,8 @@ def _run_dev_up(args: argparse.Namespace) -> int:
     from raftsched.dev import up as dev_up
 
     options = dev_up.UpOptions(_dev_dir(args), args.replicas, args.agents, args.executor,
-                                   args.timeout, insecure=args.insecure_dev, slurm=args.slurm)
+                                   args.timeout, insecure=args.insecure_dev, slurm=args.slurm,
+                                   groups=args.groups)
     state, view = dev_up.up(options, progress=_progress)
     document = dev_status.cluster_doc(state, view)
     if args.json:

@@ -14,6 +14,7 @@ from raftsched.cli.common import (
     command_parser,
     connect,
     free_text,
+    job_group,
     now_ms,
     print_json,
     unknown_outcome,
@@ -116,6 +117,7 @@ def _register_list(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> N
 def _run_job_status(args: argparse.Namespace) -> int:
     with connect(args) as client:
         document = render.job_doc(client.get_job(args.job_id))
+        document["group"] = job_group(client, args.job_id)
     if args.json:
         print_json(document)
     else:

@@ -314,8 +314,8 @@ class _Adder(_Launch):
                       f"{','.join(shape.capabilities) or 'none'}; resources {resources or 'none'}"
                       f"; log {log})")
         self._let_tasks_through(data_dir, executor)
-        argv = agent_command(shape, self.state.servers, data_dir, executor, metrics_port,
-                             tls=tls, slurm_partition=slurm_partition)
+        argv = agent_command(shape, self.state.groups or [self.state.servers], data_dir,
+                             executor, metrics_port, tls=tls, slurm_partition=slurm_partition)
         pid, start = self._spawn(shape.cluster, argv, log, env)
         self.entry = AgentEntry(shape.cluster, pid, start, shape.capabilities, shape.cpu,
                                 shape.memory_mb, shape.gpu, metrics_port, str(data_dir),

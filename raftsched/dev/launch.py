@@ -79,12 +79,15 @@ class _Launch:
 
     def _wait(self, what: str, done: Callable[[ClusterView | None], bool],
               suspect: Callable[[ClusterView | None], str],
-              detail: Callable[[ClusterView | None], str] = lambda v: "") -> ClusterView:
+              detail: Callable[[ClusterView | None], str] = lambda v: "",
+              servers: list[str] | None = None) -> ClusterView:
+        """Probe `servers` (default: the cluster's; with several groups, one group's) until
+        `done`."""
         self.progress(f"waiting for {what} (up to {self.timeout_s:g} s)")
         last_report_s = self.clock()
         while True:
             self._check_children()
-            view = self.probe(self.state.servers, self.state.client_tls)
+            view = self.probe(servers or self.state.servers, self.state.client_tls)
             if done(view):
                 assert view is not None
                 return view

@@ -94,23 +94,27 @@ def require_proc() -> None:
 
 def replica_command(raft_address: str, grpc_address: str, peers: Sequence[str], data_dir: Path,
                     secret_file: Path | None, metrics_port: int, *,
-                    tls: TlsPaths | None, bootstrap_token: str = "") -> list[str]:
+                    tls: TlsPaths | None, bootstrap_token: str = "",
+                    group: tuple[int, int] = (0, 1)) -> list[str]:
     """`python -m raftsched replica ...`; `peers` are the other replicas' Raft addresses. With
     neither a secret nor TLS files: --insecure-dev. `bootstrap_token`: the file of the first
-    admin token."""
+    admin token (every group's replicas get the same: one admin token for the deployment).
+    `group`: (which, of how many) scheduler groups."""
     assert (secret_file is None) == (tls is None), "a secret and TLS go together"
     security = (["--insecure-dev"] if secret_file is None or tls is None
                 else ["--secret-file", str(secret_file), *tls.flags(),
                       *(["--bootstrap-token-file", bootstrap_token] if bootstrap_token else [])])
     return [sys.executable, "-m", "raftsched", "replica", "--raft", raft_address,
             "--grpc", grpc_address, "--peers", ",".join(peers), "--data-dir", str(data_dir),
-            *security, "--metrics-port", str(metrics_port)]
+            *security, "--metrics-port", str(metrics_port),
+            *(["--group", str(group[0]), "--groups", str(group[1])] if group[1] > 1 else [])]
 
 
-def agent_command(shape: AgentShape, servers: Sequence[str], data_dir: Path, executor: str,
-                  metrics_port: int, *, tls: TlsPaths | None,
+def agent_command(shape: AgentShape, groups: Sequence[Sequence[str]], data_dir: Path,
+                  executor: str, metrics_port: int, *, tls: TlsPaths | None,
                   slurm_partition: str = "") -> list[str]:
-    """`python -m raftsched agent ...`; without TLS files: --insecure-dev. A Slurm agent gets
+    """`python -m raftsched agent ...`, serving every scheduler group of `groups` (each its
+    replicas' gRPC addresses); without TLS files: --insecure-dev. A Slurm agent gets
     --slurm-partition instead of sizes (it reads its partition's with sinfo)."""
     assert (executor == SLURM_EXECUTOR) == bool(slurm_partition)
     sizes = (["--slurm-partition", slurm_partition] if slurm_partition else
@@ -118,7 +122,8 @@ def agent_command(shape: AgentShape, servers: Sequence[str], data_dir: Path, exe
               str(shape.gpu)])
     resources = ",".join(f"{name}={count}" for name, count in shape.resources)
     return [sys.executable, "-m", "raftsched", "agent", "--cluster-id", shape.cluster,
-            "--servers", ",".join(servers), "--capabilities", ",".join(shape.capabilities),
+            "--servers", ";".join(",".join(group) for group in groups),
+            "--capabilities", ",".join(shape.capabilities),
             *sizes, *(["--resources", resources] if resources else []),
             "--data-dir", str(data_dir), "--executor", executor,
             "--metrics-port", str(metrics_port),

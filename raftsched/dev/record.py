@@ -49,6 +49,8 @@ REPLICA_COUNTS = (3, 5)
 DEFAULT_REPLICAS = 3
 DEFAULT_AGENTS = 2
 MAX_AGENTS = 16
+MAX_DEV_GROUPS = 4
+"""Scheduler groups `dev up --groups` starts at most (each of --replicas processes)."""
 """Agents `up` starts."""
 MAX_RECORDED_AGENTS = 64
 """Agents one dev cluster records: those `up` started and those `add-agent` added."""
@@ -138,6 +140,8 @@ class ReplicaEntry:
     metrics_port: int
     data_dir: str
     log: str
+    group: int = 0
+    """Which scheduler group the replica belongs to (`dev up --groups`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +267,15 @@ class ClusterState:
     @property
     def servers(self) -> list[str]:
         return [replica.grpc_address for replica in self.replicas]
+
+    @property
+    def groups(self) -> list[list[str]] | None:
+        """Each scheduler group's gRPC addresses, in group order; None for one group."""
+        count = 1 + max((replica.group for replica in self.replicas), default=0)
+        if count == 1:
+            return None
+        return [[r.grpc_address for r in self.replicas if r.group == group]
+                for group in range(count)]
 
     @property
     def client_tls(self) -> TlsPaths | None:
@@ -416,6 +429,15 @@ def save_state(state: ClusterState) -> None:
 def servers_from_state(directory: Path) -> list[str] | None:
     state = load_state(directory)
     return state.servers if state is not None and state.replicas else None
+
+
+def groups_from_state(directory: Path) -> list[list[str]] | None:
+    """Each scheduler group's gRPC addresses of the recorded dev cluster (one group unless it
+    was started with --groups)."""
+    state = load_state(directory)
+    if state is None or not state.replicas:
+        return None
+    return state.groups or [state.servers]
 
 
 def write_secret(directory: Path) -> Path:

@@ -96,6 +96,9 @@ class UpOptions:
     """--insecure-dev: no CA, no secret, plaintext everywhere."""
     slurm: bool = False
     """--slurm: also a private Slurm in DIR/slurm, with cpu-east's agent in front of it."""
+    groups: int = 1
+    """--groups: scheduler groups (issue 27), each of `replicas` replicas; every agent serves
+    every group."""
 
 
 def create_web_watch_token(servers: Sequence[str], user: TlsPaths, budget_s: float) -> str:
@@ -151,6 +154,11 @@ def up(options: UpOptions, *, progress: Progress, spawn: Spawn = spawn_process,
             raise
 
 
+def _named(name: str) -> Callable[[ClusterView | None], str]:
+    """A `suspect` that always names `name` (the first replica of a group without a leader)."""
+    return lambda _view: name
+
+
 def _refuse_if_running(directory: Path, progress: Progress) -> None:
     previous = load_state(directory)
     if previous is None:
@@ -187,20 +195,39 @@ class _Starter(_Launch):
     def run(self) -> ClusterView:
         if self.options.slurm:
             self._start_slurm()
-        count = self.options.replicas
-        ports = pick_free_ports(3 * count + self.options.agents + 1)  # the last: the web's
-        rafts = [f"{LOOPBACK}:{port}" for port in ports[:count]]
-        grpcs = [f"{LOOPBACK}:{port}" for port in ports[count:2 * count]]
-        self.progress(f"starting {count} replicas (logs in {self.state.dir}/{LOG_DIR_NAME})")
-        for index in range(count):
-            self._start_replica(index, rafts, grpcs[index], ports[2 * count + index])
-        view = self._wait("a leader", lambda v: v is not None and v.from_leader,
-                          suspect=lambda v: "replica-1")
-        self.progress(f"{view.leader} leads (term {view.term}) after {self._elapsed_s():.1f} s")
-        view = self._start_agents(view, ports[3 * count:-1])
+        count, groups = self.options.replicas, self.options.groups
+        total = count * groups
+        ports = pick_free_ports(3 * total + self.options.agents + 1)  # the last: the web's
+        rafts = [f"{LOOPBACK}:{port}" for port in ports[:total]]
+        grpcs = [f"{LOOPBACK}:{port}" for port in ports[total:2 * total]]
+        in_groups = f" in each of {groups} scheduler groups" if groups > 1 else ""
+        self.progress(f"starting {count} replicas{in_groups} (logs in "
+                      f"{self.state.dir}/{LOG_DIR_NAME})")
+        for group in range(groups):
+            members = range(group * count, (group + 1) * count)
+            for index in members:
+                self._start_replica(index, [rafts[i] for i in members], grpcs[index],
+                                    ports[2 * total + index], group)
+        view = None
+        for group in range(groups):
+            servers = self._group_servers(group)
+            first = f"replica-{group * count + 1}"
+            view = self._wait(f"a leader{self._of(group)}",
+                              lambda v: v is not None and v.from_leader,
+                              suspect=_named(first), servers=servers)
+            self.progress(f"{view.leader} leads{self._of(group)} (term {view.term}) after "
+                          f"{self._elapsed_s():.1f} s")
+        assert view is not None
+        view = self._start_agents(view, ports[3 * total:-1])
         self._start_web(ports[-1])
         self._wait_web()
         return view
+
+    def _group_servers(self, group: int) -> list[str]:
+        return [r.grpc_address for r in self.state.replicas if r.group == group]
+
+    def _of(self, group: int) -> str:
+        return f" of group {group}" if self.options.groups > 1 else ""
 
     def _start_agents(self, view: ClusterView, metrics_ports: list[int]) -> ClusterView:
         shapes = agent_shapes(self.options.agents)
@@ -213,25 +240,33 @@ class _Starter(_Launch):
         for index, shape in enumerate(shapes):
             self._start_agent(shape, metrics_ports[index])
         names = [shape.cluster for shape in shapes]
-        view = self._wait("every agent to be READY", lambda v: _all_ready(v, names),
-                          suspect=lambda v: _first_not_ready(v, names),
-                          detail=lambda v: _readiness(v, names))
+        for group in range(self.options.groups):  # every agent registers with every group
+            view = self._wait(f"every agent to be READY{self._of(group)}",
+                              lambda v: _all_ready(v, names),
+                              suspect=lambda v: _first_not_ready(v, names),
+                              detail=lambda v: _readiness(v, names),
+                              servers=self._group_servers(group))
         self.progress(f"ready after {self._elapsed_s():.1f} s")
         return view
 
-    def _start_replica(self, index: int, rafts: list[str], grpc: str, metrics_port: int) -> None:
+    def _start_replica(self, index: int, rafts: list[str], grpc: str, metrics_port: int,
+                       group: int = 0) -> None:
+        """Replica `index` (0-based over every group) of `group`, whose Raft addresses are
+        `rafts` (every group has its own members and its own log)."""
         name = f"replica-{index + 1}"
         data_dir, log = self._prepare(name)
-        peers = [raft for other, raft in enumerate(rafts) if other != index]
+        raft = rafts[index % len(rafts)]
+        peers = [other for other in rafts if other != raft]
         secure = self.certificates is not None
-        argv = replica_command(rafts[index], grpc, peers, data_dir,
+        argv = replica_command(raft, grpc, peers, data_dir,
                                Path(self.state.secret_file) if secure else None, metrics_port,
                                tls=self.certificates.replica if self.certificates else None,
                                bootstrap_token=self.certificates.user.token
-                               if self.certificates else "")
+                               if self.certificates else "",
+                               group=(group, self.options.groups))
         pid, start = self._spawn(name, argv, log)
-        self.state.replicas.append(ReplicaEntry(name, pid, start, grpc, rafts[index],
-                                                metrics_port, str(data_dir), str(log)))
+        self.state.replicas.append(ReplicaEntry(name, pid, start, grpc, raft, metrics_port,
+                                                str(data_dir), str(log), group))
         save_state(self.state)
 
     def _start_web(self, port: int) -> None:
@@ -242,7 +277,7 @@ class _Starter(_Launch):
         log = Path(self.state.dir) / LOG_DIR_NAME / f"{WEB_NAME}.log"
         watch = Path(self.state.dir) / TLS_DIR_NAME / WEB_WATCH_TOKEN_FILE_NAME
         self._write_watch_token(watch)
-        pid, start = self._spawn(WEB_NAME, web_command(address, self.state.servers,
+        pid, start = self._spawn(WEB_NAME, web_command(address, self._group_servers(0),
                                                        self.certificates.web, watch), log)
         self.state.web = WebEntry(pid, start, f"https://{address}/", str(log))
         save_state(self.state)
@@ -252,7 +287,7 @@ class _Starter(_Launch):
         from raftsched.dev import pki
 
         assert self.certificates is not None
-        token = self.web_token(self.state.servers, self.certificates.user,
+        token = self.web_token(self._group_servers(0), self.certificates.user,
                                max(1.0, self.deadline_s - self.clock()))
         pki.write_token(path, token)
 
@@ -316,7 +351,8 @@ class _Starter(_Launch):
             executor, partition = SLURM_EXECUTOR, self.state.slurm.partition
             env = self.state.slurm.client_env(child_env())
         self._let_tasks_through(data_dir, executor)
-        argv = agent_command(shape, self.state.servers, data_dir, executor, metrics_port,
+        argv = agent_command(shape, self.state.groups or [self.state.servers], data_dir,
+                             executor, metrics_port,
                              tls=self.certificates.agents[shape.cluster]
                              if self.certificates else None, slurm_partition=partition)
         pid, start = self._spawn(shape.cluster, argv, log, env)

@@ -186,14 +186,14 @@ def test_commands_of_the_processes(tmp_path: Path) -> None:
     assert insecure[-3:] == ["--insecure-dev", "--metrics-port", "9"]
     assert "--secret-file" not in insecure
     agent_tls = TlsPaths("ca.pem", "agent.pem", "agent.key")
-    agent = processes.agent_command(record.FIRST_AGENTS[1], ["127.0.0.1:2"], tmp_path / "a",
+    agent = processes.agent_command(record.FIRST_AGENTS[1], [["127.0.0.1:2"]], tmp_path / "a",
                                     "mock", 8, tls=agent_tls)
     assert agent[3:] == ["agent", "--cluster-id", "gpu-west", "--servers", "127.0.0.1:2",
                          "--capabilities", "linux,gpu", "--cpu", "4", "--memory-mb", "16384",
                          "--gpu", "2", "--data-dir", str(tmp_path / "a"), "--executor", "mock",
                          "--metrics-port", "8", "--tls-ca", "ca.pem", "--tls-cert", "agent.pem",
                          "--tls-key", "agent.key"]
-    assert processes.agent_command(record.FIRST_AGENTS[1], ["127.0.0.1:2"], tmp_path / "a",
+    assert processes.agent_command(record.FIRST_AGENTS[1], [["127.0.0.1:2"]], tmp_path / "a",
                                    "mock", 8, tls=None)[-1] == "--insecure-dev"
 
 
@@ -813,13 +813,13 @@ def test_a_bad_slurm_or_resources_request_is_refused(options: dict[str, Any],
 
 def test_the_command_of_a_slurm_agent_and_of_one_with_resources(tmp_path: Path) -> None:
     shape = AgentShape("hpc", ("linux",), 4, 8192, 0, (("fpga", 1), ("lic", 2)))
-    argv = processes.agent_command(shape, ["127.0.0.1:2"], tmp_path / "a", "slurm", 8, tls=None,
+    argv = processes.agent_command(shape, [["127.0.0.1:2"]], tmp_path / "a", "slurm", 8, tls=None,
                             slurm_partition="debug")
     assert argv[3:] == ["agent", "--cluster-id", "hpc", "--servers", "127.0.0.1:2",
                         "--capabilities", "linux", "--slurm-partition", "debug",
                         "--resources", "fpga=1,lic=2", "--data-dir", str(tmp_path / "a"),
                         "--executor", "slurm", "--metrics-port", "8", "--insecure-dev"]
-    plain = processes.agent_command(shape, ["127.0.0.1:2"], tmp_path / "a", "mock", 8, tls=None)
+    plain = processes.agent_command(shape, [["127.0.0.1:2"]], tmp_path / "a", "mock", 8, tls=None)
     assert plain[plain.index("--cpu"):plain.index("--data-dir")] == [
         "--cpu", "4", "--memory-mb", "8192", "--gpu", "0", "--resources", "fpga=1,lic=2"]
 

@@ -1,0 +1,332 @@
+"""A client of a deployment of several scheduler groups (issue 27): one `Client` per group, each
+following its own group's leader, and the routing rule of `raftsched.topology`.
+
+- A submit goes to the group its idempotency key's shard names (every submit has a key:
+  `submit_key`), so a retry reaches the same group and cannot create a second job elsewhere;
+  a batch is split by group and answered in order.
+- A call about a job goes to the group its id names; an id without a shard (a schedule's run) is
+  asked of every group in turn until one knows it.
+- Listings are merged: each group's page, newest (or oldest) first by submission time, with the
+  state counts summed; the page token holds every group's own token.
+- Changes that must hold in every group (a tenant's policy, a token's revocation, a revoked
+  certificate, a cluster drained or removed) are made in every group; a group that does not
+  answer fails the call naming it (what was done in the others stays done and is idempotent:
+  run it again).
+- What is one group's alone (membership, snapshots) needs that group's servers (`--servers` of
+  one group); a token is created in one group's log with a secret only that call sees, so
+  creating one with several groups is refused, saying so.
+
+A group without a quorum fails only the calls that reach it: the error names the group.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import zlib
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, TypeVar
+
+from raftsched import topology
+from raftsched.api import raftsched_pb2 as pb
+from raftsched.client.client import Client, Submitted
+from raftsched.client.keys import submit_key
+from raftsched.errors import Code, RaftschedError
+from raftsched.spec.job import parse_spec_text
+from raftsched.spec.model import JobSpec
+
+T = TypeVar("T")
+
+PAGE_TOKEN_PREFIX = "groups:"
+MAX_LOCATED = 10_000
+"""Job ids without a shard whose group a client remembers (it asks every group again past
+it)."""
+
+
+class GroupedClient:
+    def __init__(self, clients: Sequence[Client]) -> None:
+        assert len(clients) >= 1
+        self.clients = list(clients)
+        self._located: dict[str, int] = {}
+        """Job ids without a shard, and the group that knew them."""
+
+    @property
+    def groups(self) -> int:
+        return len(self.clients)
+
+    def close(self) -> None:
+        for client in self.clients:
+            client.close()
+
+    def _in(self, group: int, call: Callable[[Client], T]) -> T:
+        """`call` on one group's client; an error names the group."""
+        try:
+            return call(self.clients[group])
+        except RaftschedError as error:
+            raise _named(error, group) from None
+
+    # -- submits -----------------------------------------------------------------------------
+
+    def group_of_submit(self, spec: JobSpec, key: str) -> int:
+        return topology.group_of_key(spec.tenant, key, self.groups)
+
+    def submit(self, spec_text: str | bytes, idempotency_key: str | None = None,
+               params: Mapping[str, str] | None = None) -> Submitted:
+        return self.submit_spec(parse_spec_text(spec_text, params=params), idempotency_key)
+
+    def submit_spec(self, spec: JobSpec, idempotency_key: str | None = None,
+                    params: Mapping[str, str] | None = None) -> Submitted:
+        key = submit_key(idempotency_key, spec)
+        group = self.group_of_submit(spec, key)
+        return self._in(group, lambda c: c.submit_spec(spec, key, params))
+
+    def submit_jobs(self, specs: Sequence[JobSpec], keys: Sequence[str | None] = (),
+                    labels: Sequence[str] = (), params: Mapping[str, str] | None = None,
+                    ) -> list[Submitted | RaftschedError]:
+        made = [submit_key(keys[i] if i < len(keys) else None, spec)
+                for i, spec in enumerate(specs)]
+        by_group: dict[int, list[int]] = {}
+        for index, spec in enumerate(specs):
+            by_group.setdefault(self.group_of_submit(spec, made[index]), []).append(index)
+        answers: list[Submitted | RaftschedError | None] = [None] * len(specs)
+        for group, indexes in sorted(by_group.items()):
+            replies = self._in(group, lambda c, ix=indexes: c.submit_jobs(  # type: ignore[misc]
+                [specs[i] for i in ix], [made[i] for i in ix],
+                [labels[i] if i < len(labels) else "" for i in ix], params))
+            for index, reply in zip(indexes, replies, strict=True):
+                answers[index] = reply
+        assert all(answer is not None for answer in answers)
+        return [answer for answer in answers if answer is not None]
+
+    # -- one job -----------------------------------------------------------------------------
+
+    def group_of_job(self, job_id: str) -> int | None:
+        """The group a job id names (or that answered for it); None: not known yet."""
+        group = topology.group_of_job_id(job_id, self.groups)
+        return self._located.get(job_id) if group is None else group
+
+    def _for_job(self, job_id: str, call: Callable[[Client], T]) -> T:
+        group = self.group_of_job(job_id)
+        if group is not None:
+            return self._in(group, call)
+        last: RaftschedError | None = None
+        for index in range(self.groups):  # no shard in the id: whoever knows it
+            try:
+                answer = self._in(index, call)
+            except RaftschedError as error:
+                if error.code != Code.NOT_FOUND:
+                    raise
+                last = error
+                continue
+            if len(self._located) < MAX_LOCATED:
+                self._located[job_id] = index
+            return answer
+        assert last is not None
+        raise last
+
+    def get_job(self, job_id: str) -> Any:
+        return self._for_job(job_id, lambda c: c.get_job(job_id))
+
+    def list_tasks(self, job_id: str, with_spans: bool = False) -> Any:
+        return self._for_job(job_id, lambda c: c.list_tasks(job_id, with_spans))
+
+    def cancel(self, job_id: str, reason: str = "") -> Any:
+        return self._for_job(job_id, lambda c: c.cancel(job_id, reason))
+
+    def task_history(self, job_id: str, task_id: str) -> Any:
+        return self._for_job(job_id, lambda c: c.task_history(job_id, task_id))
+
+    def explain(self, job_id: str, task_id: str) -> Any:
+        return self._for_job(job_id, lambda c: c.explain(job_id, task_id))
+
+    def watch(self, job_id: str) -> Iterator[Any]:
+        return self._for_job(job_id, lambda c: c.watch(job_id))
+
+    def task_logs(self, job_id: str, task_id: str, **kwargs: Any) -> Iterator[Any]:
+        return self._for_job(job_id, lambda c: c.task_logs(job_id, task_id, **kwargs))
+
+    def task_outputs(self, job_id: str, task_id: str) -> Any:
+        return self.task_history(job_id, task_id)
+
+    # -- listings ----------------------------------------------------------------------------
+
+    def list_jobs(self, tenant: str = "", state: str = "", limit: int = 0,
+                  page_token: str = "", **kwargs: Any) -> Any:
+        """Every group's page, merged by submission time (newest first with `newest_first`);
+        a page holds up to `limit` jobs of each group. The next page token carries each
+        group's own ("" once every group is done)."""
+        tokens = _split_token(page_token, self.groups)
+        newest_first = bool(kwargs.get("newest_first"))
+        merged = pb.ListJobsResponse()
+        jobs: list[Any] = []
+        next_tokens: list[str | None] = []
+        for group, token in enumerate(tokens):
+            if token is None:  # this group has no more pages
+                next_tokens.append(None)
+                continue
+            page = self._in(group, lambda c, t=token: c.list_jobs(  # type: ignore[misc]
+                tenant, state, limit, t, **kwargs))
+            jobs.extend(page.jobs)
+            for name, count in page.state_counts.items():
+                merged.state_counts[name] = merged.state_counts.get(name, 0) + count
+            merged.state_counts_partial |= page.state_counts_partial
+            next_tokens.append(page.next_page_token or None)
+        jobs.sort(key=lambda job: (job.submitted_ms, job.job_id), reverse=newest_first)
+        merged.jobs.extend(jobs)
+        merged.next_page_token = _join_token(next_tokens)
+        return merged
+
+    def list_schedules(self, tenant: str = "") -> Any:
+        merged = None
+        for group in range(self.groups):
+            page = self._in(group, lambda c: c.list_schedules(tenant))
+            if merged is None:
+                merged = page
+            else:
+                merged.schedules.extend(page.schedules)
+        return merged
+
+    # -- schedules: one group each, by the hash of its id ------------------------------------
+
+    def group_of_schedule(self, schedule_id: str) -> int:
+        return zlib.crc32(schedule_id.encode()) % self.groups
+
+    def _for_schedule(self, schedule_id: str, call: Callable[[Client], T]) -> T:
+        return self._in(self.group_of_schedule(schedule_id), call)
+
+    def create_schedule(self, schedule_id: str, spec_text: str) -> Any:
+        return self._for_schedule(schedule_id, lambda c: c.create_schedule(schedule_id,
+                                                                           spec_text))
+
+    def get_schedule(self, schedule_id: str) -> Any:
+        return self._for_schedule(schedule_id, lambda c: c.get_schedule(schedule_id))
+
+    def set_schedule(self, schedule_id: str, paused: bool, note: str = "") -> Any:
+        return self._for_schedule(schedule_id, lambda c: c.set_schedule(schedule_id, paused,
+                                                                        note))
+
+    def trigger_schedule(self, schedule_id: str) -> Any:
+        return self._for_schedule(schedule_id, lambda c: c.trigger_schedule(schedule_id))
+
+    def backfill_schedule(self, schedule_id: str, from_ms: int, to_ms: int,
+                          max_concurrent: int = 1) -> Any:
+        return self._for_schedule(schedule_id, lambda c: c.backfill_schedule(
+            schedule_id, from_ms, to_ms, max_concurrent))
+
+    def delete_schedule(self, schedule_id: str) -> Any:
+        return self._for_schedule(schedule_id, lambda c: c.delete_schedule(schedule_id))
+
+    # -- operators ---------------------------------------------------------------------------
+
+    def group_statuses(self, include_digest: bool = False) -> list[Any]:
+        """Each group's ClusterStatus (its leader's when one answers), or the RaftschedError
+        that says why the group did not answer."""
+        statuses: list[Any] = []
+        for group, client in enumerate(self.clients):
+            try:
+                status = client.cluster_status(include_digest=include_digest)
+                if status.leader and status.leader != status.responder:
+                    with contextlib.suppress(RaftschedError):  # the first answer will do
+                        status = client.cluster_status(server=status.leader,
+                                                       include_digest=include_digest)
+                statuses.append(status)
+            except RaftschedError as error:
+                statuses.append(_named(error, group))
+        return statuses
+
+    def cluster_status(self, server: str | None = None, *, include_digest: bool = False) -> Any:
+        if server is not None:
+            raise _one_group("admin status --server")
+        return self._in(0, lambda c: c.cluster_status(include_digest=include_digest))
+
+    def _everywhere(self, call: Callable[[Client], T]) -> T:
+        """A change that must hold in every group: made in each, the first answer returned."""
+        replies = [self._in(group, call) for group in range(self.groups)]
+        return replies[0]
+
+    def set_tenant(self, tenant: str, **kwargs: Any) -> Any:
+        return self._everywhere(lambda c: c.set_tenant(tenant, **kwargs))
+
+    def list_tenants(self) -> Any:
+        return self._in(0, lambda c: c.list_tenants())
+
+    def revoke_token(self, token_id: str) -> Any:
+        return self._everywhere(lambda c: c.revoke_token(token_id))
+
+    def list_tokens(self) -> Any:
+        return self._in(0, lambda c: c.list_tokens())
+
+    def revoke_certificate(self, fingerprint: str, subject: str = "", reason: str = "") -> Any:
+        return self._everywhere(lambda c: c.revoke_certificate(fingerprint, subject, reason))
+
+    def list_revoked_certificates(self) -> Any:
+        return self._in(0, lambda c: c.list_revoked_certificates())
+
+    def drain_cluster(self, cluster_id: str, drain: bool, reason: str = "") -> Any:
+        return self._everywhere(lambda c: c.drain_cluster(cluster_id, drain, reason))
+
+    def remove_cluster(self, cluster_id: str) -> Any:
+        return self._everywhere(lambda c: c.remove_cluster(cluster_id))
+
+    def create_token(self, tenant: str, role: str, note: str = "") -> Any:
+        raise RaftschedError(
+            Code.FAILED_PRECONDITION,
+            f"a token is created in one group's log, with a secret only that call sees; with "
+            f"{self.groups} groups it would work in one of them only. Create tokens per "
+            "deployment before it has several groups, or give every group's replicas the same "
+            "--bootstrap-token-file")
+
+    def add_replica(self, raft_address: str, grpc_address: str = "") -> Any:
+        raise _one_group("admin add")
+
+    def remove_replica(self, raft_address: str) -> Any:
+        raise _one_group("admin remove")
+
+    def save_snapshot(self, *args: Any, **kwargs: Any) -> Any:
+        raise _one_group("snapshot save")
+
+    def watch_events(self, from_index: int = 0, job_id: str = "", tenant: str = "",
+                     clusters: bool = False) -> Iterator[Any]:
+        if job_id:
+            return self._for_job(job_id, lambda c: c.watch_events(from_index, job_id, tenant,
+                                                                  clusters))
+        raise _one_group("events without --job")
+
+
+def _named(error: RaftschedError, group: int) -> RaftschedError:
+    if f"group {group}:" in error.message:
+        return error
+    named = RaftschedError(error.code, f"group {group}: {error.message}",
+                           retry_after_ms=error.retry_after_ms)
+    named.leader_hint = error.leader_hint
+    return named
+
+
+def _one_group(what: str) -> RaftschedError:
+    return RaftschedError(Code.INVALID_ARGUMENT,
+                          f"{what} acts on one group: pass --servers with that group's "
+                          "replicas only (no ';')")
+
+
+def _split_token(token: str, groups: int) -> list[str | None]:
+    """Each group's page token ("" for its first page, None when it has no more)."""
+    if not token:
+        return [""] * groups
+    if not token.startswith(PAGE_TOKEN_PREFIX):
+        raise RaftschedError(Code.INVALID_ARGUMENT, "page token: not one of a grouped listing")
+    try:
+        parts = json.loads(base64.urlsafe_b64decode(token[len(PAGE_TOKEN_PREFIX):]))
+    except (ValueError, TypeError):
+        raise RaftschedError(Code.INVALID_ARGUMENT, "page token: malformed") from None
+    if not isinstance(parts, list) or len(parts) != groups or \
+            not all(p is None or isinstance(p, str) for p in parts):
+        raise RaftschedError(Code.INVALID_ARGUMENT,
+                             f"page token: not one of a listing over {groups} groups")
+    return parts
+
+
+def _join_token(tokens: list[str | None]) -> str:
+    if all(token is None for token in tokens):
+        return ""
+    return PAGE_TOKEN_PREFIX + base64.urlsafe_b64encode(json.dumps(tokens).encode()).decode()

@@ -1,0 +1,147 @@
+"""The client of several scheduler groups (`raftsched.client.groups`, issue 27): routing by
+the idempotency key's and the job id's shard, merged listings, changes made in every group,
+and errors that name the group. Each group's `Client` is a fake here (the real one is covered
+by its own tests and by the integration test of `dev up --groups`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from raftsched import topology
+from raftsched.api import raftsched_pb2 as pb
+from raftsched.client.client import Submitted
+from raftsched.client.groups import GroupedClient
+from raftsched.errors import Code, RaftschedError
+from raftsched.spec.job import parse_spec_text
+
+SPEC = "name: etl\ntenant: alpha\ntasks:\n  - {id: a, command: [\"true\"]}\n"
+
+
+class FakeGroupClient:
+    """One group: remembers what it was asked and holds the jobs submitted to it."""
+
+    def __init__(self, group: int, groups: int) -> None:
+        self.group, self.groups = group, groups
+        self.jobs: dict[str, pb.Job] = {}
+        self.calls: list[tuple[str, Any]] = []
+        self.down = False
+
+    def _check(self, what: str, detail: Any = None) -> None:
+        self.calls.append((what, detail))
+        if self.down:
+            raise RaftschedError(Code.UNAVAILABLE, "no leader")
+
+    def submit_spec(self, spec: Any, key: str | None = None, params: Any = None) -> Submitted:
+        self._check("submit", key)
+        assert key is not None
+        shard = topology.shard_of_key(spec.tenant, key)
+        assert topology.group_of_shard(shard, self.groups) == self.group, "routed wrongly"
+        job_id = f"{spec.name}-{topology.job_id_tail(shard, len(self.jobs))}"
+        self.jobs[job_id] = pb.Job(job_id=job_id, submitted_ms=1000 + len(self.jobs) * 10
+                                   + self.group)
+        return Submitted(job_id, True, key)
+
+    def submit_jobs(self, specs: Any, keys: Any, labels: Any, params: Any = None) -> list[Any]:
+        self._check("submit_jobs", list(keys))
+        return [self.submit_spec(spec, key) for spec, key in zip(specs, keys, strict=True)]
+
+    def get_job(self, job_id: str) -> Any:
+        self._check("get_job", job_id)
+        if job_id not in self.jobs:
+            raise RaftschedError(Code.NOT_FOUND, f"no job {job_id}")
+        return self.jobs[job_id]
+
+    def list_jobs(self, tenant: str = "", state: str = "", limit: int = 0,
+                  page_token: str = "", **kwargs: Any) -> Any:
+        self._check("list_jobs", page_token)
+        page = pb.ListJobsResponse(jobs=list(self.jobs.values()),
+                                   next_page_token="" if page_token else f"next-{self.group}")
+        page.state_counts["RUNNING"] = len(self.jobs)
+        return page
+
+    def cluster_status(self, server: str | None = None, *, include_digest: bool = False) -> Any:
+        self._check("cluster_status", server)
+        return pb.ClusterStatusResponse(leader="", responder=f"g{self.group}")
+
+    def set_tenant(self, tenant: str, **kwargs: Any) -> Any:
+        self._check("set_tenant", tenant)
+        return tenant
+
+
+def _client(groups: int = 3) -> tuple[GroupedClient, list[FakeGroupClient]]:
+    fakes = [FakeGroupClient(g, groups) for g in range(groups)]
+    return GroupedClient(fakes), fakes  # type: ignore[arg-type]
+
+
+def test_a_submit_goes_to_the_group_of_its_key_and_a_retry_to_the_same() -> None:
+    client, fakes = _client()
+    spec = parse_spec_text(SPEC)
+    first = client.submit_spec(spec, "nightly-2026-12-05")
+    group = topology.group_of_key("alpha", "nightly-2026-12-05", 3)
+    assert [f.group for f in fakes if f.calls] == [group]
+    client.submit_spec(spec, "nightly-2026-12-05")
+    assert len(fakes[group].calls) == 2
+    assert client.group_of_job(first.job_id) == group
+    assert client.get_job(first.job_id).job_id == first.job_id
+
+
+def test_a_batch_is_split_by_group_and_answered_in_order() -> None:
+    client, fakes = _client()
+    spec = parse_spec_text(SPEC)
+    keys = [f"k{n}" for n in range(12)]
+    answers = client.submit_jobs([spec] * 12, keys)
+    assert [a.idempotency_key for a in answers] == keys  # type: ignore[union-attr]
+    for answer in answers:
+        assert isinstance(answer, Submitted)
+        expected = topology.group_of_key("alpha", answer.idempotency_key, 3)
+        assert client.group_of_job(answer.job_id) == expected
+    assert sum(1 for f in fakes for what, _ in f.calls if what == "submit_jobs") == \
+        len({topology.group_of_key("alpha", k, 3) for k in keys})
+
+
+def test_an_id_without_a_shard_is_asked_of_every_group_and_remembered() -> None:
+    client, fakes = _client()
+    fakes[2].jobs["tick-20261205T100000Z"] = pb.Job(job_id="tick-20261205T100000Z")
+    assert client.get_job("tick-20261205T100000Z").job_id == "tick-20261205T100000Z"
+    assert client.group_of_job("tick-20261205T100000Z") == 2
+    with pytest.raises(RaftschedError) as missing:
+        client.get_job("nowhere-at-all")
+    assert missing.value.code == Code.NOT_FOUND
+
+
+def test_listings_merge_every_group_by_submission_time_with_one_token() -> None:
+    client, fakes = _client()
+    spec = parse_spec_text(SPEC)
+    for n in range(9):
+        client.submit_spec(spec, f"key-{n}")
+    page = client.list_jobs(newest_first=True)
+    times = [job.submitted_ms for job in page.jobs]
+    assert len(times) == 9 and times == sorted(times, reverse=True)
+    assert page.state_counts["RUNNING"] == 9
+    assert page.next_page_token.startswith("groups:")
+    client.list_jobs(page_token=page.next_page_token)
+    assert [f.calls[-1] for f in fakes] == [("list_jobs", f"next-{g}") for g in range(3)]
+    with pytest.raises(RaftschedError, match="page token"):
+        client.list_jobs(page_token="not-ours")
+
+
+def test_an_error_names_its_group_and_a_change_is_made_in_every_group() -> None:
+    client, fakes = _client()
+    assert client.set_tenant("alpha", weight=2) == "alpha"
+    assert all(f.calls == [("set_tenant", "alpha")] for f in fakes)
+    fakes[1].down = True
+    with pytest.raises(RaftschedError, match="group 1: no leader") as down:
+        client.set_tenant("beta", weight=1)
+    assert down.value.code == Code.UNAVAILABLE
+    statuses = client.group_statuses()
+    assert isinstance(statuses[1], RaftschedError) and "group 1" in statuses[1].message
+    assert [s.responder for s in (statuses[0], statuses[2])] == ["g0", "g2"]
+
+
+def test_creating_a_token_with_several_groups_is_refused_saying_why() -> None:
+    client, _ = _client(2)
+    with pytest.raises(RaftschedError, match="one group's log") as refused:
+        client.create_token("alpha", "user")
+    assert refused.value.code == Code.FAILED_PRECONDITION
