@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from agent.groups import OfferRule
-from tests.sim.scaleout import AGENTS, TENANTS, Figures, Study
+from tests.sim.scaleout import AGENTS, SLOTS_PER_AGENT, TENANTS, Figures, Study
 
 PLACEMENT_RATIO_TARGET = 0.8
 REJECTION_TARGET = 0.05
@@ -55,7 +55,7 @@ def main() -> int:
                         help="the group counts to run (default 1,2,4,8,16; 1 is always run "
                              "first: it is the one-group rate the others are compared with)")
     parser.add_argument("--agents", type=int, default=AGENTS,
-                        help=f"simulated agents, 8 slots each (default {AGENTS:,})")
+                        help=f"simulated agents, {SLOTS_PER_AGENT} slots each (default {AGENTS:,})")
     parser.add_argument("--seconds", type=_positive, default=2.0,
                         help="simulated seconds measured per run, after a warm-up of two "
                              "task durations (default 2)")
@@ -72,8 +72,8 @@ def main() -> int:
     logging.disable(logging.WARNING)
     rule = OfferRule(args.rule)
     counts = sorted(set([1, *args.groups]))
-    print(f"scale-out study: {args.agents:,} agents x 8 slots, groups {counts}, rule "
-          f"{rule.value}, {args.seconds:g} s measured per run (simulated), seed {args.seed}",
+    print(f"scale-out study: {args.agents:,} agents x {SLOTS_PER_AGENT} slots, groups {counts}, "
+          f"rule {rule.value}, {args.seconds:g} s measured per run (simulated), seed {args.seed}",
           file=sys.stderr)
     runs: list[Figures] = []
     for groups in counts:

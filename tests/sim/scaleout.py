@@ -64,12 +64,18 @@ GROUP_ITEMS_PER_S = 19_000
 through one group (docs/benchmarks.md), and a task is about three items of the log (its
 assignment, its STARTED and FINISHED reports) plus its share of the submit."""
 AGENTS = 1_000
-AGENT_CAPACITY = Resources(8_000, 32_768, 0)
+AGENT_CAPACITY = Resources(32_000, 131_072, 0)
 TASK_RESOURCES = Resources(1_000, 1_024, 0)
-"""Eight tasks fill an agent."""
-SLOTS_PER_AGENT = 8
-QUEUE_DEPTH = 1
-"""The agent's default local queue at 8 cores (max(1, cores // 10))."""
+"""32 tasks fill an agent (an agent fronts a whole compute cluster: a Slurm partition, a rack).
+With 1,000 of them, 16 groups at full rate keep them 80 % busy with tasks of ~0.34 s, several
+ticks long (with 8-slot agents they were 84 ms, under two ticks: the tick, not the scheduler,
+then bounded the rate)."""
+SLOTS_PER_AGENT = 32
+QUEUE_DEPTH = 0
+"""No local queue (late binding): an agent serving several groups declares none (a group's
+planner decides queued-or-started by its own committed room, which does not see the other
+groups' attempts, so its queued placements would mostly be refused; docs/scale-out.md). The
+same for K = 1, so that the rows compare."""
 TICK_S = 0.05
 """Simulated time between two rounds of every leader, agent and client."""
 TENANTS = {"alpha": 1, "beta": 2, "gamma": 3}
