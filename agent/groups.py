@@ -1,4 +1,4 @@
-"""One agent serving K scheduler groups (issue 27, docs/scale-out-design.md §2): one
+"""One agent serving K scheduler groups (issue 27, docs/scale-out.md §2): one
 `agent.core.AgentCore` per group over one cluster's executor, the agent staying the final
 arbiter of the cluster's capacity.
 

@@ -1,5 +1,5 @@
 """Where a job lives when a deployment has several scheduler groups (issue 27,
-docs/scale-out-design.md §1): one rule, used by the replicas (which shards they own), the client
+docs/scale-out.md §1): one rule, used by the replicas (which shards they own), the client
 and the CLI (where to send a call) and the agent (which servers are which group).
 
 - A deployment is K groups (1 <= K <= `limits.MAX_GROUPS`), each an independent Raft group of
