@@ -131,7 +131,8 @@ def print_outcome(args: argparse.Namespace, document: dict[str, Any], final: dic
     code = EXIT_OK if final["state"] == JobStateName.SUCCEEDED else EXIT_JOB_FAILED
     if args.json:
         print_json({**document, "state": final["state"], "tasks": final["tasks"],
-                    "task_summaries": tasks, "reason": final["reason"]})
+                    "task_summaries": tasks, "reason": final["reason"],
+                    "group": final.get("group", 0)})
         return code
     done, total = render.done_and_total(final)
     took = ""

@@ -324,6 +324,7 @@ def test_submit_watch_json(capsys: pytest.CaptureFixture[str], fake: FakeClient)
     assert code == 0
     assert {"job_id", "created", "state", "tasks"} <= document.keys()
     assert (document["state"], document["tasks"]) == ("SUCCEEDED", {"SUCCEEDED": 7})
+    assert document["group"] == 0
     assert document["task_summaries"][1] == {
         "task_id": "train", "state": "SUCCEEDED", "attempts": 2, "cluster": "gpu-west",
         "fence": 7, "exit_code": 0, "reason": "",
@@ -408,6 +409,7 @@ def test_job_status(capsys: pytest.CaptureFixture[str], fake: FakeClient) -> Non
     assert {key: document[key] for key in ("job_id", "state", "tasks")} == {
         "job_id": "demo-1", "state": "RUNNING",
         "tasks": {"SUCCEEDED": 3, "RUNNING": 2, "RUNNABLE": 2}}
+    assert document["group"] == 0  # one scheduler group
     assert fake.calls[-1] == ("get_job", ("demo-1",))
 
 
