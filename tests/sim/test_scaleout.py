@@ -1,0 +1,56 @@
+"""The scale-out study (`tests/sim/scaleout.py`, `scripts/bench scaleout`) at a small size: it
+runs, two groups place well over what one does, the turn rule serves every group without
+capacity rejections where telling every group all the free room serves one group (the others
+see only what it left) or draws rejections, and the tenants' shares follow their weights. The
+figures of the full study (1,000 agents) are the benchmark's, not asserted here."""
+
+from __future__ import annotations
+
+import functools
+import logging
+
+import pytest
+
+from agent.groups import OfferRule
+from tests.sim.scaleout import TENANTS, Figures, Study
+
+AGENTS = 80
+SECONDS = 1.0
+
+
+@functools.cache
+def _run(groups: int, rule: OfferRule = OfferRule.TURN, workload: str = "paced") -> Figures:
+    logging.disable(logging.WARNING)
+    try:
+        return Study(groups, seed=3, rule=rule, agents=AGENTS, workload=workload).run(SECONDS)
+    finally:
+        logging.disable(logging.NOTSET)
+
+
+def test_two_groups_place_about_twice_what_one_does() -> None:
+    one, two = _run(1), _run(2)
+    print(one.as_dict(), two.as_dict())
+    assert one.placements > 0 and min(two.per_group_placements) > 0
+    assert two.placements_per_s >= 1.5 * one.placements_per_s
+
+
+@pytest.mark.parametrize("groups", [2, 4])
+def test_the_turn_serves_every_group_without_rejections_where_the_whole_offer_does_not(
+        groups: int) -> None:
+    turn, whole = _run(groups), _run(groups, OfferRule.WHOLE)
+    print(turn.as_dict(), whole.as_dict())
+
+    def balance(figures: Figures) -> float:
+        return min(figures.per_group_placements) / max(figures.per_group_placements)
+
+    assert turn.rejection_rate <= 0.05 and balance(turn) >= 0.5
+    assert whole.capacity_rejections > turn.capacity_rejections or balance(whole) < 0.5
+    assert turn.placements > whole.placements
+
+
+def test_under_contention_tenants_hold_slots_by_their_weights() -> None:
+    figures = _run(2, workload="contended")
+    weights = sum(TENANTS.values())
+    for tenant, weight in TENANTS.items():
+        assert figures.tenant_shares[tenant] == pytest.approx(weight / weights, rel=0.10), \
+            figures.as_dict()
