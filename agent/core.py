@@ -353,10 +353,7 @@ class AgentCore:
         for record in self._running.values():
             free = free.minus(record.resources)
         seen = self._executor.observed_free()
-        if seen is not None:
-            free = Resources(min(free.cpu_milli, seen.cpu_milli),
-                             min(free.memory_mb, seen.memory_mb), min(free.gpu, seen.gpu))
-        return free
+        return free if seen is None else free.capped(seen)
 
     def handle(self, directives: Directives) -> list[Decision]:
         """Acts on one heartbeat answer (its log requests are the caller's): the term first,

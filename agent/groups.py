@@ -125,10 +125,7 @@ class SharedExecutor:
         for held in self._held.values():
             free = free.minus(held)
         seen = self.executor.observed_free()
-        if seen is not None:
-            free = Resources(min(free.cpu_milli, seen.cpu_milli),
-                             min(free.memory_mb, seen.memory_mb), min(free.gpu, seen.gpu))
-        return free
+        return free if seen is None else free.capped(seen)
 
     def held(self) -> int:
         """Attempts holding capacity now, all groups together."""

@@ -119,6 +119,11 @@ class Resources:
         return Resources(self.cpu_milli - other.cpu_milli, self.memory_mb - other.memory_mb,
                          self.gpu - other.gpu)
 
+    def capped(self, other: Resources) -> Resources:
+        """Each dimension at most `other`'s (what is free here and there too)."""
+        return Resources(min(self.cpu_milli, other.cpu_milli), min(self.memory_mb, other.memory_mb),
+                         min(self.gpu, other.gpu))
+
     def as_tuple(self) -> tuple[int, int, int]:
         return self.cpu_milli, self.memory_mb, self.gpu
 
