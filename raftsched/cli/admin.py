@@ -341,21 +341,24 @@ def _print_group_statuses(args: argparse.Namespace, statuses: list[Any]) -> int:
                                                      "message": status.message}})
         else:
             groups.append({"group": group, **render.cluster_status_doc(status)})
-    down = [g["group"] for g in groups if "error" in g]
+    down = [g["group"] for g in groups if "error" in g or not g.get("leader")]
     if args.json:
         print_json({"groups": groups})
     else:
         blocks = []
         for doc in groups:
             if "error" in doc:
-                blocks.append(f"== group {doc['group']}: NOT ANSWERING ({doc['error']['code']}: "
-                              f"{doc['error']['message']}); its jobs wait, the other groups "
-                              "go on")
+                blocks.append(f"== group {doc['group']}: NOT ANSWERING, the other groups go "
+                              f"on\n{doc['error']['code']}: {doc['error']['message']}")
             else:
-                blocks.append(f"== group {doc['group']}\n{render.cluster_status_text(doc)}")
+                headline = "" if doc["leader"] else (": NO LEADER (no quorum?); its jobs wait, "
+                                                     "the other groups go on")
+                blocks.append(f"== group {doc['group']}{headline}\n"
+                              f"{render.cluster_status_text(doc)}")
         print("\n\n".join(blocks))
     if down:
-        print(f"error: {len(down)} of {len(groups)} scheduler groups did not answer: "
+        print(f"error: {len(down)} of {len(groups)} scheduler groups have no leader or did not "
+              "answer: "
               f"{', '.join(f'group {g}' for g in down)}", file=sys.stderr)
         return EXIT_UNAVAILABLE
     return EXIT_OK

@@ -191,7 +191,7 @@ def _run_dev_up(args: argparse.Namespace) -> int:
                                    args.timeout, insecure=args.insecure_dev, slurm=args.slurm,
                                    groups=args.groups)
     state, view = dev_up.up(options, progress=_progress)
-    document = dev_status.cluster_doc(state, view)
+    document = dev_status.cluster_doc(state, view, dev_status.group_leaders(state))
     if args.json:
         print_json(document)
         return EXIT_OK
@@ -204,8 +204,9 @@ def _run_dev_up(args: argparse.Namespace) -> int:
         token = state.user_tls.token if state.user_tls is not None else ""
         print(f"\nweb console: {state.web.url}  (sign in with an API token, e.g. the admin "
               f"token in {token}; its certificate is signed by the dev CA)")
-    print(f"\nuse it:  export {DEV_DIR_ENV}={state.dir}   (or {SERVERS_ENV}="
-          f"{','.join(state.servers)}{_tls_exports(state)})")
+    servers = ";".join(",".join(group) for group in document["groups"])
+    print(f"\nuse it:  export {DEV_DIR_ENV}={state.dir}   (or {SERVERS_ENV}=\"{servers}\""
+          f"{_tls_exports(state)})")
     print(f"stop it: raftsched dev down --dir {state.dir}")
     return EXIT_OK
 
@@ -247,12 +248,17 @@ def _run_dev_status(args: argparse.Namespace) -> int:
     from raftsched.dev import status as dev_status
 
     state, view = dev_status.status(_dev_dir(args))
-    document = dev_status.cluster_doc(state, view)
+    document = dev_status.cluster_doc(state, view, dev_status.group_leaders(state))
     if args.json:
         print_json(document)
         return EXIT_OK
-    leader = document["leader"] or "none known (no live replica answered)"
-    print(f"dev cluster in {state.dir}; leader: {leader}\n")
+    leaders = [leader or "none known (no live replica answered)"
+               for leader in document["leaders"]]
+    if len(leaders) == 1:
+        print(f"dev cluster in {state.dir}; leader: {leaders[0]}\n")
+    else:
+        print(f"dev cluster in {state.dir}; {len(leaders)} scheduler groups, leaders: "
+              + "; ".join(f"group {g}: {leader}" for g, leader in enumerate(leaders)) + "\n")
     print(render.dev_cluster_text(document))
     return EXIT_OK
 

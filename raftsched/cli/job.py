@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 
 from raftsched.cli import render, watching
 from raftsched.cli.common import (
     CONNECTION,
     EXIT_OK,
+    EXIT_UNAVAILABLE,
     JOB_STATES,
     Subparsers,
     command_parser,
@@ -152,16 +154,25 @@ def _run_job_list(args: argparse.Namespace) -> int:
     # a schedule's runs: the query finds ids containing "ID-"; keep those that start with it
     jobs = [render.job_doc(job, params=False) for job in page.jobs if job.job_id.startswith(prefix)]
     counts = {state: int(page.state_counts.get(state, 0)) for state in JOB_STATES}
+    unanswered = list(getattr(client, "unanswered", []))
     if args.json:
         print_json({"jobs": jobs, "next_page_token": page.next_page_token,
                     "state_counts": counts,
                     "state_counts_partial": page.state_counts_partial})
-        return EXIT_OK
+        return _unanswered(unanswered)
     print(render.jobs_table(jobs, now_ms=now_ms()))
     print(render.state_counts_line(counts, partial=page.state_counts_partial))
     if page.next_page_token:
         print(f"\nmore: {_next_page_command(args, page.next_page_token)}")
-    return EXIT_OK
+    return _unanswered(unanswered)
+
+
+def _unanswered(errors: list[RaftschedError]) -> int:
+    """With several groups, those a listing could not reach: named on stderr, exit 3 (their
+    jobs are missing from what was printed; the other groups' are there)."""
+    for error in errors:
+        print(f"warning: not listed: {error.message}", file=sys.stderr)
+    return EXIT_UNAVAILABLE if errors else EXIT_OK
 
 
 def _next_page_command(args: argparse.Namespace, token: str) -> str:

@@ -558,7 +558,9 @@ def compute_clusters_table(clusters: Sequence[Doc], now_ms: int = 0) -> str:
 
 def dev_cluster_text(cluster: Doc) -> str:
     """`dev up` / `dev status`: the processes of a local dev cluster and how to use it."""
-    replicas = [[r["id"], r["pid"], _alive(r["alive"]), r["address"], r["raft_address"],
+    grouped = len(cluster.get("groups", [])) > 1
+    replicas = [[r["id"], *([r["group"]] if grouped else []), r["pid"], _alive(r["alive"]),
+                 r["address"], r["raft_address"],
                  "leader" if r["leader"] else ("follower" if r["alive"] else None)]
                 for r in cluster["replicas"]]
     with_resources = any(a.get("resources") for a in cluster["agents"])
@@ -566,7 +568,8 @@ def dev_cluster_text(cluster: Doc) -> str:
                ",".join(a.get("capabilities", [])),
                *([_resources(a.get("resources", {}))] if with_resources else []),
                a.get("status")] for a in cluster["agents"]]
-    lines = [table(["REPLICA", "PID", "PROCESS", "GRPC", "RAFT", "ROLE"], replicas, right=[1])]
+    lines = [table(["REPLICA", *(["GROUP"] if grouped else []), "PID", "PROCESS", "GRPC", "RAFT",
+                    "ROLE"], replicas, right=[2] if grouped else [1])]
     if agents:
         headers = ["AGENT", "PID", "PROCESS", "EXECUTOR", "CAPABILITIES",
                    *(["RESOURCES"] if with_resources else []), "STATUS"]
@@ -575,8 +578,9 @@ def dev_cluster_text(cluster: Doc) -> str:
     if slurm:
         daemons = [[d["name"], d["pid"], _alive(d["alive"]), d["log"]] for d in slurm["daemons"]]
         lines += ["", table(["SLURM DAEMON", "PID", "PROCESS", "LOG"], daemons, right=[1])]
+    groups = cluster.get("groups", [cluster["servers"]])
     lines += ["", f"dir:     {cluster['dir']}  (logs in {cluster['dir']}/logs)",
-              f"servers: {','.join(cluster['servers'])}"]
+              f"servers: {';'.join(','.join(group) for group in groups)}"]
     if slurm:
         lines.append(f"slurm:   partition {slurm['partition']}; client commands need "
                      f"SLURM_CONF={slurm['conf']}")

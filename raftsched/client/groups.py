@@ -7,7 +7,8 @@ following its own group's leader, and the routing rule of `raftsched.topology`.
 - A call about a job goes to the group its id names; an id without a shard (a schedule's run) is
   asked of every group in turn until one knows it.
 - Listings are merged: each group's page, newest (or oldest) first by submission time, with the
-  state counts summed; the page token holds every group's own token.
+  state counts summed; the page token holds every group's own token. A group that cannot be
+  reached is left out and named (`unanswered`), its jobs asked again with the next page.
 - Changes that must hold in every group (a tenant's policy, a token's revocation, a revoked
   certificate, a cluster drained or removed) are made in every group; a group that does not
   answer fails the call naming it (what was done in the others stays done and is idempotent:
@@ -22,7 +23,6 @@ A group without a quorum fails only the calls that reach it: the error names the
 from __future__ import annotations
 
 import base64
-import contextlib
 import json
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -39,6 +39,8 @@ from raftsched.spec.model import JobSpec
 T = TypeVar("T")
 
 PAGE_TOKEN_PREFIX = "groups:"
+_DOWN = frozenset({Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED})
+"""A group that answers so is left out of a merged listing, named (the others are listed)."""
 MAX_LOCATED = 10_000
 """Job ids without a shard whose group a client remembers (it asks every group again past
 it)."""
@@ -50,6 +52,8 @@ class GroupedClient:
         self.clients = list(clients)
         self._located: dict[str, int] = {}
         """Job ids without a shard, and the group that knew them."""
+        self.unanswered: list[RaftschedError] = []
+        """The groups the last listing could not reach (their jobs are missing from it)."""
 
     @property
     def groups(self) -> int:
@@ -161,12 +165,20 @@ class GroupedClient:
         merged = pb.ListJobsResponse()
         jobs: list[Any] = []
         next_tokens: list[str | None] = []
+        self.unanswered = []
         for group, token in enumerate(tokens):
             if token is None:  # this group has no more pages
                 next_tokens.append(None)
                 continue
-            page = self._in(group, lambda c, t=token: c.list_jobs(  # type: ignore[misc]
-                tenant, state, limit, t, **kwargs))
+            try:
+                page = self._in(group, lambda c, t=token: c.list_jobs(  # type: ignore[misc]
+                    tenant, state, limit, t, **kwargs))
+            except RaftschedError as error:
+                if error.code not in _DOWN or len(self.unanswered) + 1 == self.groups:
+                    raise
+                self.unanswered.append(error)  # the others are listed; this one's page again
+                next_tokens.append(token)  # with the next page token
+                continue
             jobs.extend(page.jobs)
             for name, count in page.state_counts.items():
                 merged.state_counts[name] = merged.state_counts.get(name, 0) + count
@@ -225,12 +237,7 @@ class GroupedClient:
         statuses: list[Any] = []
         for group, client in enumerate(self.clients):
             try:
-                status = client.cluster_status(include_digest=include_digest)
-                if status.leader and status.leader != status.responder:
-                    with contextlib.suppress(RaftschedError):  # the first answer will do
-                        status = client.cluster_status(server=status.leader,
-                                                       include_digest=include_digest)
-                statuses.append(status)
+                statuses.append(_leader_status(client, include_digest))
             except RaftschedError as error:
                 statuses.append(_named(error, group))
         return statuses
@@ -292,6 +299,22 @@ class GroupedClient:
             return self._for_job(job_id, lambda c: c.watch_events(from_index, job_id, tenant,
                                                                   clusters))
         raise _one_group("events without --job")
+
+
+def _leader_status(client: Client, include_digest: bool) -> Any:
+    """The group's status as its leader sees it; RaftschedError when no replica answers, or
+    when the leader a replica names does not (a group without a quorum: a follower may go on
+    naming its last leader)."""
+    status = client.cluster_status(include_digest=include_digest)
+    if not status.leader or status.leader == status.responder:
+        return status
+    try:
+        return client.cluster_status(server=status.leader, include_digest=include_digest)
+    except RaftschedError as error:
+        raise RaftschedError(
+            Code.UNAVAILABLE,
+            f"no leader answers: {status.responder} names {status.leader}, which does not "
+            f"answer ({error.message}); without a quorum the group's jobs wait") from None
 
 
 def _named(error: RaftschedError, group: int) -> RaftschedError:

@@ -22,7 +22,22 @@ if TYPE_CHECKING:  # raftsched.tls imports grpc, which `raftsched --help` does n
 # --- status and down ---------------------------------------------------------------------------
 
 
-def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]:
+def group_leaders(state: ClusterState, probe: Probe = probe_cluster) -> list[str]:
+    """With several scheduler groups, each group's leader ("" when none answers), by asking
+    its live replicas; [] with one group (its leader is the view's)."""
+    if state.groups is None:
+        return []
+    leaders = []
+    for group in range(len(state.groups)):
+        live = [r.grpc_address for r in state.replicas if r.group == group
+                and Identity(r.pid, r.start_time_ticks).is_running()]
+        view = probe(live, state.client_tls) if live else None
+        leaders.append(view.leader if view is not None and view.from_leader else "")
+    return leaders
+
+
+def cluster_doc(state: ClusterState, view: ClusterView | None,
+                leaders: list[str] | None = None) -> dict[str, Any]:
     """What `dev up` and `dev status` print with --json: {"servers", "replicas": [{"id", "pid",
     "address", "raft_address", "leader", "alive"}], "agents": [{"cluster", "pid", "alive"}],
     "metrics": [URL of every replica's and agent's /metrics], "dir", "insecure", "user_tls":
@@ -30,9 +45,10 @@ def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]
     [{"name", "pid", "alive", "log"}]} | null, "web": {"url", "pid", "alive", "log"} | null}
     and a few more fields."""
     leader = view.leader if view is not None else ""
+    leading = set(leaders) if leaders else {leader}
     replicas = [{
         "id": r.id, "pid": r.pid, "address": r.grpc_address, "raft_address": r.raft_address,
-        "leader": bool(leader) and r.grpc_address == leader,
+        "leader": bool(r.grpc_address) and r.grpc_address in leading, "group": r.group,
         "alive": Identity(r.pid, r.start_time_ticks).is_running(),
         "metrics_port": r.metrics_port, "data_dir": r.data_dir, "log": r.log,
     } for r in state.replicas]
@@ -40,7 +56,9 @@ def cluster_doc(state: ClusterState, view: ClusterView | None) -> dict[str, Any]
     user_tls = state.client_tls
     ports = [r.metrics_port for r in state.replicas] + [a.metrics_port for a in state.agents]
     metrics = [metrics_url(port) for port in ports if port]
-    return {"servers": state.servers, "replicas": replicas, "agents": agents, "dir": state.dir,
+    return {"servers": state.servers, "groups": state.groups or [state.servers],
+            "leaders": leaders or [leader],
+            "replicas": replicas, "agents": agents, "dir": state.dir,
             "metrics": metrics,
             "leader": leader, "executor": state.executor, "secret_file": state.secret_file,
             "insecure": state.insecure,

@@ -878,7 +878,8 @@ def test_dev_up(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPa
     assert document["replicas"][0] == {
         **{key: document["replicas"][0][key] for key in ("metrics_port", "data_dir", "log")},
         "id": "replica-1", "pid": os.getpid(), "address": "127.0.0.1:5001",
-        "raft_address": "127.0.0.1:6001", "leader": True, "alive": True}
+        "raft_address": "127.0.0.1:6001", "leader": True, "alive": True, "group": 0}
+    assert document["groups"] == [document["servers"]]  # one scheduler group
     assert (document["replicas"][1]["alive"], document["replicas"][1]["leader"]) == (False,
                                                                                      False)
     assert {key: document["agents"][0][key] for key in ("cluster", "pid", "alive")} == {
