@@ -325,9 +325,14 @@ class _Adder(_Launch):
         return self.entry
 
     def wait_ready(self, cluster: str) -> ClusterView:
+        """READY in every scheduler group (an agent serves them all)."""
         names = [cluster]
-        view = self._wait(f"agent {cluster} to be READY", lambda v: _all_ready(v, names),
-                          suspect=lambda v: cluster, detail=lambda v: _readiness(v, names))
+        groups = self.state.groups or [self.state.servers]
+        for group, servers in enumerate(groups):
+            where = f" in group {group}" if len(groups) > 1 else ""
+            view = self._wait(f"agent {cluster} to be READY{where}",
+                              lambda v: _all_ready(v, names), suspect=lambda v: cluster,
+                              detail=lambda v: _readiness(v, names), servers=servers)
         self.progress(f"{cluster} ready after {self._elapsed_s():.1f} s")
         return view
 
