@@ -25,7 +25,7 @@ import random
 import shutil
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO
 
@@ -33,11 +33,13 @@ from agent.core import (
     ACK_CROSSING_WINDOW_MS,
     NEVER_STARTED_REASON,
     AgentCore,
+    AttemptExecutor,
     CoreConfig,
     Decision,
 )
 from agent.executors import Executor
 from agent.fence import FenceStore
+from agent.groups import GroupExecutor, SharedExecutor, local_key, split_key
 from agent.logs import LogServer
 from agent.metrics import AgentMetrics
 from agent.model import Directives, Resources
@@ -50,7 +52,7 @@ from raftsched.eventlog import EventLogger
 from raftsched.protocol import ReportVerdict
 
 __all__ = ["ACK_CROSSING_WINDOW_MS", "NEVER_STARTED_REASON", "Agent", "AgentConfig", "AgentError",
-           "attempts_root"]
+           "GroupSeat", "GroupedAgent", "attempts_root"]
 
 log = EventLogger("agent")
 
@@ -71,6 +73,12 @@ ATTEMPTS_DIR = "attempts"
 FENCE_DIR = "fence.lmdb"
 OUTBOX_DIR = "outbox.lmdb"
 LOCK_FILE = "agent.lock"
+GROUPED_HEARTBEAT_WAIT_MS = 100
+"""An agent serving several groups long-polls each for at most this long: a group learns that
+the turn to be offered the free capacity came to it (or went) with its next heartbeat, so a
+long wait is capacity left idle (a leader answers at once when it has work due anyway)."""
+GROUPS_DIR = "groups"
+"""With several scheduler groups: DATA/groups/N/ holds group N's fence store and outbox."""
 
 
 class AgentError(Exception):
@@ -100,43 +108,65 @@ def attempts_root(data_dir: Path) -> Path:
     return data_dir / ATTEMPTS_DIR
 
 
+@dataclass(frozen=True, slots=True)
+class GroupSeat:
+    """One scheduler group's place in an agent serving several (`GroupedAgent`): the group's
+    view of the shared executor, the lock every group's core runs under, and the directory of
+    the group's own fence store and outbox."""
+
+    view: GroupExecutor
+    lock: threading.RLock
+    store_dir: Path
+
+
 class Agent:
     def __init__(self, config: AgentConfig, session: Session, executor: Executor, *,
                  metrics: AgentMetrics | None = None,
                  stop: threading.Event | None = None, clock: Clock | None = None,
-                 rng: random.Random | None = None) -> None:
-        """`rng` draws the backoff's jitter (a seeded one makes the waits repeatable)."""
+                 rng: random.Random | None = None, seat: GroupSeat | None = None) -> None:
+        """`rng` draws the backoff's jitter (a seeded one makes the waits repeatable). `seat`:
+        one group of an agent serving several (`GroupedAgent`, which holds the data dir's
+        lock); None: the only one."""
         assert config.heartbeat_wait_ms >= 0 and config.poll_interval_ms > 0
         assert config.report_batch_max >= 1
         self._config = config
         self._session = session
         self._executor = executor
+        self._seat = seat
         self._clock = clock or SystemClock()
         self._metrics = metrics or AgentMetrics()
         self._stop = stop or threading.Event()
         self._rng = rng or random.Random()
         self._backoff = Backoff(config.retry_backoff_initial_ms / 1000,
                                 config.retry_backoff_max_ms / 1000)
-        self._lock_handle = _lock_data_dir(config.data_dir)
+        store_dir = config.data_dir if seat is None else seat.store_dir
+        self._lock_handle = _lock_data_dir(config.data_dir) if seat is None else None
         try:
-            self._fences = FenceStore(config.data_dir / FENCE_DIR)
+            store_dir.mkdir(parents=True, exist_ok=True)
+            self._fences = FenceStore(store_dir / FENCE_DIR)
             try:
-                self._outbox = Outbox(config.data_dir / OUTBOX_DIR)
+                self._outbox = Outbox(store_dir / OUTBOX_DIR)
             except BaseException:
                 self._fences.close()
                 raise
         except BaseException:
-            self._lock_handle.close()
+            if self._lock_handle is not None:
+                self._lock_handle.close()
             raise
-        self._lock = threading.RLock()
-        """Held around every call into the core (the heartbeat and reporter threads share it)."""
+        self._lock = threading.RLock() if seat is None else seat.lock
+        """Held around every call into the core (the heartbeat and reporter threads share it;
+        with several groups, every group's threads do)."""
+        core_executor: AttemptExecutor = executor if seat is None else seat.view
         self._core = AgentCore(_core_config(config), self._clock, self._fences, self._outbox,
-                               executor, self._metrics)
+                               core_executor, self._metrics,
+                               offer=None if seat is None else seat.view.offer)
+        self._offered: Resources | None = None
+        """What the last heartbeat reported free (several groups: `GroupExecutor.answered`)."""
         self._wake = threading.Event()
         self._failure: BaseException | None = None
         self._closed = False
         executor.subscribe(self._wake.set)
-        self._logs = LogServer(executor.attempt_dir,
+        self._logs = LogServer(core_executor.attempt_dir,
                                lambda chunk: session.send_log(config.cluster_id, chunk),
                                self._stop)
 
@@ -183,7 +213,8 @@ class Agent:
         self._closed = True
         self._outbox.close()
         self._fences.close()
-        self._lock_handle.close()
+        if self._lock_handle is not None:
+            self._lock_handle.close()
 
     def __enter__(self) -> Agent:
         return self
@@ -243,6 +274,9 @@ class Agent:
                 self._metrics.session_errors.labels(type(error).__name__).inc()
                 log.warning("heartbeat_failed", error=type(error).__name__, detail=str(error),
                             failures=failures)
+                if self._seat is not None:
+                    with self._lock:
+                        self._seat.view.silent()
                 self._pause(failures)
                 continue
             failures = 0
@@ -252,6 +286,7 @@ class Agent:
     def _beat(self) -> Directives:
         with self._lock:
             beat = self._core.next_beat()
+            self._offered = beat.free
         started_s = self._clock.monotonic_s()
         directives = self._session.heartbeat(beat)
         self._metrics.heartbeat_latency_seconds.observe(self._clock.monotonic_s() - started_s)
@@ -271,6 +306,8 @@ class Agent:
             self._logs.submit(directives.log_requests)
         with self._lock:
             decisions = self._core.handle(directives)
+            if self._seat is not None and self._offered is not None:
+                self._seat.view.answered(self._offered, len(directives.assignments))
         if Decision.STALE_TERM in decisions:
             return False
         self._wake.set()
@@ -351,11 +388,87 @@ class Agent:
         if not root.is_dir():
             return
         with self._lock:
-            needed = {record.fence for record in self._outbox.attempts()}
+            needed = {self._dir_key(record.fence) for record in self._outbox.attempts()}
         finished = sorted(entry for entry in os.listdir(root)
-                          if entry.isdigit() and int(entry) not in needed)
+                          if entry.isdigit() and self._owns_dir(int(entry))
+                          and int(entry) not in needed)
         for entry in finished[:max(0, len(finished) - limits.MAX_RETAINED_ATTEMPT_DIRS)]:
             shutil.rmtree(root / entry, ignore_errors=True)
+
+
+    def _dir_key(self, fence: int) -> int:
+        """The number an attempt's dir is named by: its fence, or with several groups its
+        local key (`agent.groups.local_key`)."""
+        return fence if self._seat is None else local_key(self._seat.view.group, fence)
+
+    def _owns_dir(self, key: int) -> bool:
+        """Whether this group prunes the attempt dir named `key` (with several groups each
+        prunes its own only: another group's records are not read here)."""
+        return self._seat is None or split_key(key)[0] == self._seat.view.group
+
+
+class GroupedAgent:
+    """The agent of a cluster serving several scheduler groups (issue 27, `agent/groups.py`):
+    one `Agent` per group (its own session, core, fence store and outbox in
+    DATA/groups/N/, its own heartbeat and reporter threads) over one executor shared through
+    `SharedExecutor`, every group's core under one lock. Holds the data dir's lock. The local
+    queue is off (`docs/scale-out.md`: a group's planner cannot tell what another group's
+    queued attempts will take), and each group is long-polled for at most
+    GROUPED_HEARTBEAT_WAIT_MS."""
+
+    def __init__(self, config: AgentConfig, sessions: list[Session], executor: Executor, *,
+                 metrics: AgentMetrics | None = None,
+                 stop: threading.Event | None = None) -> None:
+        assert 1 < len(sessions) <= limits.MAX_GROUPS
+        self._stop = stop or threading.Event()
+        self._lock_handle = _lock_data_dir(config.data_dir)
+        self.shared = SharedExecutor(executor, config.cluster_id, config.capacity,
+                                     len(sessions))
+        lock = threading.RLock()
+        config = replace(config, queue_depth=0,
+                         heartbeat_wait_ms=min(config.heartbeat_wait_ms,
+                                               GROUPED_HEARTBEAT_WAIT_MS))
+        self.agents: list[Agent] = []
+        try:
+            for group, session in enumerate(sessions):
+                seat = GroupSeat(self.shared.view(group), lock,
+                                 config.data_dir / GROUPS_DIR / str(group))
+                self.agents.append(Agent(config, session, executor, metrics=metrics,
+                                         stop=self._stop, seat=seat))
+        except BaseException:
+            self.close()
+            raise
+
+    def stop(self) -> None:
+        for agent in self.agents:
+            agent.stop()
+
+    def run(self) -> None:
+        """Runs every group's agent until stop(); AgentError if one stopped on an internal
+        error (which stops the others: crash-only, as one agent)."""
+        failures: list[AgentError] = []
+
+        def run_one(agent: Agent) -> None:
+            try:
+                agent.run()
+            except AgentError as error:
+                failures.append(error)
+            finally:
+                self.stop()
+
+        threads = [threading.Thread(target=run_one, args=(agent,), name=f"agent-group-{g}",
+                                    daemon=True) for g, agent in enumerate(self.agents)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failures:
+            raise failures[0]
+
+    def close(self) -> None:
+        for agent in self.agents:
+            agent.close()
+        self._lock_handle.close()
 
 
 def _core_config(config: AgentConfig) -> CoreConfig:

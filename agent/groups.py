@@ -46,7 +46,7 @@ from agent.model import Assignment, AttemptRecord, Completion, Resources
 from raftsched import limits
 
 NOTHING = Resources(0, 0, 0)
-TURN_MAX_STARTS = 64
+TURN_MAX_STARTS = 1_024
 TURN_EMPTY_ANSWERS = 2
 """Answers in a row that place nothing on a non-empty offer before the turn passes on: the
 first answer after the turn arrives may precede the leader's plan on the news (the leader
@@ -111,6 +111,9 @@ class SharedExecutor:
         self._done: list[list[Completion]] = [[] for _ in range(groups)]
         """Completions polled from the executor, per group, not yet handed to its view."""
         self.turn = _Turn(zlib.crc32(cluster_id.encode()) % groups)
+        self._silent: set[int] = set()
+        """Groups whose last heartbeat failed (no leader answers: a group without a quorum):
+        the turn skips them until one answers again."""
 
     def view(self, group: int) -> GroupExecutor:
         assert 0 <= group < self.groups
@@ -145,6 +148,7 @@ class SharedExecutor:
         a row."""
         if self.rule != OfferRule.TURN or self.groups == 1:
             return
+        self._silent.discard(group)
         if group == self.turn.previous and offered == NOTHING:
             self.turn.previous = None  # the old owner knows: the new one may be offered
             return
@@ -157,8 +161,24 @@ class SharedExecutor:
         if self.turn.empty >= TURN_EMPTY_ANSWERS:
             self._pass_turn()
 
-    def _pass_turn(self) -> None:
-        self.turn = _Turn((self.turn.owner + 1) % self.groups, previous=self.turn.owner,
+    def silent(self, group: int) -> None:
+        """`group`'s heartbeat failed (no leader of it answers). Its turn passes on, and a
+        hand-over waiting for it to hear that nothing is free ends: a group that cannot be
+        reached must not keep the others from this cluster. (If its leader is alive behind a
+        partition and places on its last offer, admission still refuses what does not fit.)"""
+        if self.rule != OfferRule.TURN or self.groups == 1:
+            return
+        self._silent.add(group)
+        if self.turn.previous == group:
+            self.turn.previous = None
+        if self.turn.owner == group and self.turn.previous is None:
+            self._pass_turn(handover=False)
+
+    def _pass_turn(self, *, handover: bool = True) -> None:
+        """To the next group that is not silent (the next one if all are)."""
+        following = [(self.turn.owner + step) % self.groups for step in range(1, self.groups)]
+        owner = next((g for g in following if g not in self._silent), following[0])
+        self.turn = _Turn(owner, previous=self.turn.owner if handover else None,
                           passes=self.turn.passes + 1)
 
     # -- the executor, by local key ------------------------------------------------------------
@@ -230,6 +250,14 @@ class GroupExecutor:
     def offer(self, free: Resources) -> Resources:
         """What this group's heartbeats report free (`SharedExecutor.offer`)."""
         return self._shared.offer(self.group, free)
+
+    def answered(self, offered: Resources, assigned: int) -> None:
+        """This group answered a heartbeat that offered `offered` (`SharedExecutor.answered`)."""
+        self._shared.answered(self.group, offered, assigned)
+
+    def silent(self) -> None:
+        """This group's heartbeat failed (`SharedExecutor.silent`)."""
+        self._shared.silent(self.group)
 
 
 def _any_room(free: Resources) -> bool:

@@ -23,7 +23,14 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from agent import containment
-from agent.agent import HEARTBEAT_WAIT_MS, Agent, AgentConfig, AgentError, attempts_root
+from agent.agent import (
+    HEARTBEAT_WAIT_MS,
+    Agent,
+    AgentConfig,
+    AgentError,
+    GroupedAgent,
+    attempts_root,
+)
 from agent.executors import (
     Executor,
     ExecutorError,
@@ -36,7 +43,7 @@ from agent.metrics import AgentMetrics
 from agent.model import Resources
 from agent.session import GrpcSession
 from agent.store import StoreError
-from raftsched import config, eventlog, options, tls
+from raftsched import config, eventlog, options, tls, topology
 from raftsched.clock import configure_skew_from_env
 from raftsched.environment import (
     AGENT_DATA_DIR_ENV,
@@ -61,7 +68,6 @@ from raftsched.options import (
     integer,
     metrics_address,
     metrics_endpoint,
-    parse_address_list,
     port,
 )
 from raftsched.protocol import ID_RULE, id_problem, show
@@ -111,10 +117,14 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                         help="this cluster's id, as jobs pin it with 'cluster:' "
                              f"({ID_RULE}; at most {MAX_ID_CHARS} characters)")
     parser.add_argument("--servers", default=None,
-                        metavar="HOST:PORT,...",
+                        metavar="HOST:PORT,...[;HOST:PORT,...]",
                         help="gRPC addresses of the scheduler replicas, comma-separated; any of "
                              "them will do, the agent follows redirects to the leader "
-                             f"(default: ${SERVERS_ENV})")
+                             f"(default: ${SERVERS_ENV}). With several scheduler groups, each "
+                             "group's list separated by ';', in group order: the agent serves "
+                             "every group (a session, fence store and outbox each, in "
+                             "DATA/groups/N/), arbitrates its capacity across them, and keeps "
+                             "no local queue (--queue-depth is then 0)")
     parser.add_argument("--capabilities", default="", metavar="CAP,...",
                         help="capabilities this cluster offers, comma-separated (e.g. "
                              "linux,gpu); a task is placed here only if all it requires is "
@@ -235,7 +245,7 @@ def run(args: argparse.Namespace) -> int:
         os.umask(previous_umask)  # `run` is also called in-process (tests, embedding programs)
 
 
-def _run(args: argparse.Namespace, config: AgentConfig, servers: list[str],
+def _run(args: argparse.Namespace, config: AgentConfig, servers: list[list[str]],
          tls_files: tls.TlsFiles | None) -> int:
     stop = threading.Event()
     metrics = AgentMetrics()
@@ -258,12 +268,20 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[str],
     except OSError as error:
         print(f"error: cannot use data dir {config.data_dir}: {error}", file=sys.stderr)
         return EXIT_FAILURE
-    session = GrpcSession(servers, stop=stop, tls_files=tls_files)
+    sessions = [GrpcSession(group, stop=stop, tls_files=tls_files) for group in servers]
+    agent: Agent | GroupedAgent
     try:
-        agent = Agent(config, session, executor, metrics=metrics, stop=stop)
+        if len(sessions) == 1:
+            agent = Agent(config, sessions[0], executor, metrics=metrics, stop=stop)
+        else:
+            if config.queue_depth:
+                log.info("queue_off_with_groups", groups=len(sessions),
+                         queue_depth=config.queue_depth)
+            agent = GroupedAgent(config, list(sessions), executor, metrics=metrics, stop=stop)
     except (AgentError, StoreError, OSError) as error:
         executor.close()
-        session.close()
+        for session in sessions:
+            session.close()
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILURE
     try:
@@ -282,7 +300,8 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[str],
     finally:
         agent.close()
         executor.close()
-        session.close()
+        for session in sessions:
+            session.close()
     return EXIT_OK
 
 
@@ -299,12 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     return run(args)
 
 
-def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[str]]:
+def _config(args: argparse.Namespace) -> tuple[AgentConfig, list[list[str]]]:
     cluster_id = str(args.cluster_id)
     problem = id_problem(cluster_id)  # the replicas' rule for a Register's cluster id
     if problem is not None:
         raise UsageError(f"--cluster-id {problem}")
-    servers = _servers(args.servers)
+    servers = _server_groups(args.servers)
     capabilities = tuple(dict.fromkeys(c.strip() for c in str(args.capabilities).split(",")
                                        if c.strip()))
     if len(capabilities) > MAX_CAPABILITIES_PER_CLUSTER:
@@ -358,15 +377,16 @@ def _queue_depth(option: int | None, cpu_cores: float) -> int:
     return int(option)
 
 
-def _servers(flag: str | None) -> list[str]:
-    """--servers, else $RAFTSCHED_SERVERS: the one HOST:PORT rule (`options.host_port`), the
-    error naming where the bad item came from."""
+def _server_groups(flag: str | None) -> list[list[str]]:
+    """--servers, else $RAFTSCHED_SERVERS: each scheduler group's addresses (one list: one
+    group), by the one HOST:PORT rule (`options.host_port`), the error naming where the bad
+    item came from (and its group)."""
     source, text = ("--servers", flag) if flag is not None else \
         (f"${SERVERS_ENV}", os.environ.get(SERVERS_ENV, ""))
     if not text.strip():
         raise UsageError(f"no scheduler addresses: pass --servers or set ${SERVERS_ENV}")
     try:
-        return parse_address_list(text, source)
+        return topology.parse_groups(text, source)
     except ValueError as error:
         raise UsageError(str(error)) from None
 
@@ -630,7 +650,7 @@ def _slurm_config(config: AgentConfig, partition: str) -> AgentConfig:
                                capabilities=capabilities)
 
 
-def _install_signal_handlers(agent: Agent) -> None:
+def _install_signal_handlers(agent: Agent | GroupedAgent) -> None:
     def handle(number: int, _frame: FrameType | None) -> None:
         log.info("stop_requested", signal=signal.Signals(number).name)
         agent.stop()

@@ -373,6 +373,8 @@ class Machine:
             self.core.reregister()
         except s.SessionError as error:
             self._follow(error)
+            if self.hub is not None:
+                self.hub.silent(self.group)
         return None
 
     def _follow(self, error: s.SessionError) -> None:

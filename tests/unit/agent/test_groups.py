@@ -154,3 +154,22 @@ def test_the_whole_rule_and_a_single_group_offer_everything_free() -> None:
     assert [g.core.next_beat().free for g in cores] == [CAPACITY, CAPACITY]
     _, _, (only,) = _agent(1)
     assert only.core.next_beat().free == CAPACITY
+
+
+def test_a_group_that_does_not_answer_loses_the_turn_and_is_skipped_until_it_answers() -> None:
+    shared, _, cores = _agent(3)
+    owner = shared.turn.owner
+    shared.silent(owner)  # no leader of the owner's group answers: the next group is offered
+    new = shared.turn.owner
+    assert new != owner and shared.turn.previous is None
+    assert cores[new].core.next_beat().free == CAPACITY
+    shared.answered(new, CAPACITY, assigned=0)
+    shared.answered(new, CAPACITY, assigned=0)  # placed nothing twice: the turn moves on...
+    assert shared.turn.owner not in (new, owner)  # ...past the silent group
+    third = shared.turn.owner
+    shared.silent(new)  # the hand-over waited for `new` to hear that nothing is free
+    assert shared.turn.previous is None and cores[third].core.next_beat().free == CAPACITY
+    shared.answered(owner, NOTHING, assigned=0)  # the silent group answers again
+    shared.answered(third, CAPACITY, assigned=0)
+    shared.answered(third, CAPACITY, assigned=0)
+    assert shared.turn.owner == owner
