@@ -241,7 +241,7 @@ def test_every_address_option_answers_as_the_one_rule(
     assert _cli_accepts(["admin", "status", "--server", address], capsys) == valid
     assert _cli_accepts(["admin", "add-replica", address], capsys) == valid
     try:
-        agent_main._servers(f"127.0.0.1:1,{address}")
+        agent_main._server_groups(f"127.0.0.1:1,{address}")
         agent_ok = True
     except agent_main.UsageError:
         agent_ok = False
