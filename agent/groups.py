@@ -46,7 +46,7 @@ from agent.model import Assignment, AttemptRecord, Completion, Resources
 from raftsched import limits
 
 NOTHING = Resources(0, 0, 0)
-TURN_MAX_STARTS = 1_024
+TURN_MAX_STARTS = 4_096
 TURN_EMPTY_ANSWERS = 2
 """Answers in a row that place nothing on a non-empty offer before the turn passes on: the
 first answer after the turn arrives may precede the leader's plan on the news (the leader

@@ -2,8 +2,9 @@
 processes on this machine, in the same run (issue 27's last target: "total no-op throughput
 beats one group's in the same run").
 
-For each group count it starts `raftsched dev up --groups K` (3 replicas per group, 2 mock
-agents serving every group, plaintext like `bench peers`), submits JOBS jobs of 10 no-op tasks
+For each group count it starts `raftsched dev up --groups K` (3 replicas per group, plaintext
+like `bench peers`) and adds 2 mock agents of 64 slots serving every group
+(`dev add-agent`), submits JOBS jobs of 10 no-op tasks
 from 16 threads through the client of every group (each job to its key's group), waits until
 every job is terminal (reading ListJobs pages), reports tasks/s from the first submit to the
 last completion, and stops the cluster (also on failure). Prints one line per K and the ratio
@@ -33,6 +34,9 @@ from raftsched.states import TERMINAL_JOB_STATE_NAMES
 PHASE_TIMEOUT_S = 600.0
 UP_TIMEOUT_S = 180.0
 SUBMIT_THREADS = 16
+AGENTS = 2
+AGENT_CPUS = 64
+"""Each agent's slots: enough that a freed slot's round trip does not bound the run."""
 
 
 def _job(name: str) -> str:
@@ -70,8 +74,12 @@ def run_once(groups: int, jobs: int, root: Path) -> float:
     directory = root / f"groups-{groups}"
     directory.mkdir()
     try:
-        _dev("up", "--dir", str(directory), "--groups", str(groups), "--agents", "2",
+        _dev("up", "--dir", str(directory), "--groups", str(groups), "--agents", "0",
              "--executor", "mock", "--insecure-dev", "--timeout", str(UP_TIMEOUT_S))
+        for index in range(AGENTS):  # wide ones: the groups, not the slots, are what is measured
+            _dev("add-agent", "--dir", str(directory), "--cluster-id", f"wide-{index}",
+                 "--cpu", str(AGENT_CPUS), "--memory-mb", str(AGENT_CPUS * 1024),
+                 "--executor", "mock", "--timeout", str(UP_TIMEOUT_S))
         from raftsched.dev import record
 
         state = record.load_state(directory)
@@ -109,7 +117,8 @@ def main() -> int:
             rates[groups] = run_once(groups, args.jobs, Path(root))
             print(f" {rates[groups]:,.0f} tasks/s", file=sys.stderr)
     for groups, rate in rates.items():
-        print(f"{groups} group(s) x 3 replicas, 2 agents serving all: {rate:8,.0f} no-op "
+        print(f"{groups} group(s) x 3 replicas, {AGENTS} agents of {AGENT_CPUS} slots serving "
+              f"all: {rate:8,.0f} no-op "
               f"tasks/s ({rate / rates[1]:.2f}x one group)")
     return 0
 
