@@ -120,7 +120,7 @@ class GetJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "name", "tenant", "priority", "state", "tasks", "total_tasks", "failure_policy", "submitted_ms", "started_ms", "finished_ms", "reason", "applied_index", "for_each", "params")
+    __slots__ = ("job_id", "name", "tenant", "priority", "state", "tasks", "total_tasks", "failure_policy", "submitted_ms", "started_ms", "finished_ms", "reason", "applied_index", "for_each", "params", "schedule_id")
     class TasksEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +150,7 @@ class Job(_message.Message):
     APPLIED_INDEX_FIELD_NUMBER: _ClassVar[int]
     FOR_EACH_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_ID_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     name: str
     tenant: str
@@ -165,7 +166,8 @@ class Job(_message.Message):
     applied_index: int
     for_each: _containers.RepeatedCompositeFieldContainer[ForEachGroup]
     params: _containers.ScalarMap[str, str]
-    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., state: _Optional[str] = ..., tasks: _Optional[_Mapping[str, int]] = ..., total_tasks: _Optional[int] = ..., failure_policy: _Optional[str] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., reason: _Optional[str] = ..., applied_index: _Optional[int] = ..., for_each: _Optional[_Iterable[_Union[ForEachGroup, _Mapping]]] = ..., params: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    schedule_id: str
+    def __init__(self, job_id: _Optional[str] = ..., name: _Optional[str] = ..., tenant: _Optional[str] = ..., priority: _Optional[int] = ..., state: _Optional[str] = ..., tasks: _Optional[_Mapping[str, int]] = ..., total_tasks: _Optional[int] = ..., failure_policy: _Optional[str] = ..., submitted_ms: _Optional[int] = ..., started_ms: _Optional[int] = ..., finished_ms: _Optional[int] = ..., reason: _Optional[str] = ..., applied_index: _Optional[int] = ..., for_each: _Optional[_Iterable[_Union[ForEachGroup, _Mapping]]] = ..., params: _Optional[_Mapping[str, str]] = ..., schedule_id: _Optional[str] = ...) -> None: ...
 
 class ForEachGroup(_message.Message):
     __slots__ = ("task_id", "instances", "tasks")

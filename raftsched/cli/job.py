@@ -110,7 +110,7 @@ def _register_list(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> N
     listing.add_argument("--newest", action="store_true",
                          help="newest first (default: oldest first, in submission order)")
     listing.add_argument("--schedule", default="", metavar="ID",
-                         help="only the runs of schedule ID (jobs named ID-<UTC time>)")
+                         help="only the runs of schedule ID (jobs it fired, named ID-<UTC time>)")
     listing.add_argument("--page-token", default="", metavar="TOKEN",
                          help="the next page, from a previous listing with the same --newest")
     listing.set_defaults(handler=_run_job_list, reads_only=True)
@@ -151,8 +151,10 @@ def _run_job_list(args: argparse.Namespace) -> int:
         page = client.list_jobs(tenant=args.tenant, state=args.state, limit=args.limit,
                                 page_token=args.page_token, query=args.query or prefix,
                                 newest_first=args.newest)
-    # a schedule's runs: the query finds ids containing "ID-"; keep those that start with it
-    jobs = [render.job_doc(job, params=False) for job in page.jobs if job.job_id.startswith(prefix)]
+    # a schedule's runs: the query finds ids containing "ID-"; keep the runs of that schedule
+    # (not those of a schedule "ID-x", nor a job named "ID" submitted otherwise)
+    jobs = [render.job_doc(job, params=False) for job in page.jobs
+            if not args.schedule or job.schedule_id == args.schedule]
     counts = {state: int(page.state_counts.get(state, 0)) for state in JOB_STATES}
     unanswered = list(getattr(client, "unanswered", []))
     if args.json:

@@ -78,6 +78,7 @@ def job_doc(job: Any, *, params: bool = True) -> Doc:
         "applied_index": job.applied_index,
         "for_each": [{"task_id": group.task_id, "instances": group.instances,
                       "tasks": ordered_counts(dict(group.tasks))} for group in job.for_each],
+        "schedule_id": job.schedule_id,
     }
     if params:
         document["params"] = dict(sorted(job.params.items()))

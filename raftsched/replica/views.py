@@ -68,7 +68,7 @@ def job_message(job: Job, applied_index: int = 0, *, params: bool = True) -> pb.
         failure_policy=job.spec.failure_policy, submitted_ms=job.submitted_ms,
         started_ms=job.started_ms or 0, finished_ms=job.finished_ms or 0, reason=job.reason,
         applied_index=applied_index, for_each=[_group(job, index) for index in job.expanded],
-        params=dict(job.spec.params) if params else {},
+        params=dict(job.spec.params) if params else {}, schedule_id=job.schedule_id,
     )
 
 

@@ -100,12 +100,26 @@ def test_pause_note_and_backfill_times(capsys: pytest.CaptureFixture[str],
 
 
 def test_job_list_schedule_keeps_only_its_runs(capsys: pytest.CaptureFixture[str],
-                                               fake: ScheduleClient) -> None:
+                                               fake: ScheduleClient,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runs of exactly that schedule: not those of a schedule "demo-eu" nor an ordinary
+    job whose id starts with "demo-" (the server's query finds all three)."""
+    found = [pb.Job(job_id="demo-20261205T010000Z", state="SUCCEEDED", schedule_id="demo"),
+             pb.Job(job_id="demo-eu-20261205T010000Z", state="SUCCEEDED",
+                    schedule_id="demo-eu"),
+             pb.Job(job_id="demo-1f00a2b3c4d5e6f7", state="SUCCEEDED")]
+
+    def listed(*args: Any, **kwargs: Any) -> Any:
+        fake._call("list_jobs", *args, *kwargs.values())
+        return pb.ListJobsResponse(jobs=found)
+
+    monkeypatch.setattr(fake, "list_jobs", listed)
     code, document = run_json(capsys, "job", "list", "--schedule", "demo")
     assert code == 0 and fake.calls[-1] == ("list_jobs", ("", "", 0, "", "demo-", False))
-    assert [j["job_id"] for j in document["jobs"]] == ["demo-1"]
+    assert [j["job_id"] for j in document["jobs"]] == ["demo-20261205T010000Z"]
+    assert document["jobs"][0]["schedule_id"] == "demo"
     code, document = run_json(capsys, "job", "list", "--schedule", "dem")
-    assert code == 0 and document["jobs"] == []  # whatever the query found: not "dem-..."
+    assert code == 0 and document["jobs"] == []
 
 
 def test_show_text(capsys: pytest.CaptureFixture[str], fake: ScheduleClient) -> None:

@@ -285,3 +285,15 @@ def test_a_runs_templates_see_its_schedule_and_nominal_time_across_a_snapshot(
     assert (restored.jobs[job_id].schedule_id, restored.jobs[job_id].nominal_ms) == (
         "nightly", T0 + EVERY)
     assert snapshot.digest(restored) == snapshot.digest(h.state)
+
+
+def test_a_run_says_which_schedule_fired_it_and_a_submitted_job_says_none(h: Harness) -> None:
+    """`Job.schedule_id` in the API (what `job list --schedule ID` keeps exactly)."""
+    from raftsched.replica.views import job_message
+
+    create(h)
+    h.now_ms = T0 + 2 * EVERY + 10
+    fired = fire(h, T0 + EVERY)
+    assert job_message(h.job(fired.job_ids[0])).schedule_id == "nightly"
+    h.submit("nightly-x", job_doc([task_doc("a")], tenant="t1"))
+    assert job_message(h.job("nightly-x")).schedule_id == ""
