@@ -29,10 +29,16 @@ from raftsched.schedules.file import parse_schedule_text
 from raftsched.spec.file import read_spec_file
 from raftsched.spec.model import SpecError
 
-_HELP = ("Jobs on a clock: a schedule is a job spec with a top-level 'schedule:' table (every: "
-         "30s, overlap, catchup_window_s, pause_after_failures). Only the leader fires, once "
-         "per nominal time: each run is a job named <schedule>-<UTC time>, so a failover never "
-         "runs a time twice. Runs show in `raftsched job list --query SCHEDULE`.")
+_HELP = ("Jobs on a clock: a schedule is a job spec with a top-level 'schedule:' table: one "
+         "rule, either 'cron' (5 fields, e.g. '30 2 * * *', or @hourly/@daily/@weekly/@monthly/"
+         "@yearly, read on the wall clock of 'timezone', an IANA zone, default UTC: a local "
+         "time skipped by DST does not fire, a repeated one fires each time) or 'every' (e.g. "
+         "30s, 2h); and optionally start_at/end_at (RFC 3339), overlap (skip, the default | "
+         "allow | buffer_one | cancel_other), catchup_window_s (missed times older than it "
+         "are skipped and counted) and pause_after_failures. Only the leader fires, once per "
+         "nominal time: each run is a job named <schedule>-<UTC time>, so a failover never runs "
+         "a time twice. A schedule's runs: `raftsched job list --schedule ID`. Everything: "
+         "docs/schedules.md.")
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
 
 
