@@ -117,11 +117,12 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                         help="this cluster's id, as jobs pin it with 'cluster:' "
                              f"({ID_RULE}; at most {MAX_ID_CHARS} characters)")
     parser.add_argument("--servers", default=None,
-                        metavar="HOST:PORT,...[;HOST:PORT,...]",
+                        metavar="HOST:PORT,...",  # a comma list (raftsched.config: an array)
                         help="gRPC addresses of the scheduler replicas, comma-separated; any of "
                              "them will do, the agent follows redirects to the leader "
                              f"(default: ${SERVERS_ENV}). With several scheduler groups, each "
-                             "group's list separated by ';', in group order: the agent serves "
+                             "group's list separated by ';', in group order (in a config file: "
+                             "one string, 'a:1,b:1;c:1,d:1'): the agent serves "
                              "every group (a session, fence store and outbox each, in "
                              "DATA/groups/N/), arbitrates its capacity across them, and keeps "
                              "no local queue (--queue-depth is then 0)")

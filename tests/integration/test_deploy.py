@@ -105,7 +105,8 @@ def test_the_agent_example_is_accepted_by_the_agent_parser() -> None:
     assert args.tls_cert == "/etc/raftsched/agent-gpu-west.pem" and args.insecure_dev is False
     # ... and by the agent's own checks of those values (ids, HOST:PORT, capabilities, limits):
     agent_config, addresses = agent_main._config(args)
-    assert agent_config.cluster_id == "gpu-west" and len(addresses) == 3
+    assert agent_config.cluster_id == "gpu-west" and addresses == [[
+        "10.0.0.1:8000", "10.0.0.2:8000", "10.0.0.3:8000"]]  # one scheduler group
     assert agent_config.capabilities == ("linux", "gpu")
     assert args.metrics_address == ("0.0.0.0", 9101)
 

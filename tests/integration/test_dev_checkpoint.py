@@ -6,17 +6,13 @@ $RAFTSCHED_CHECKPOINT_DIR: `dev up` lets it through and says so. Everything thro
 
 from __future__ import annotations
 
-import contextlib
 import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.support.cli import parsed_ok, run_cli
+from tests.support.cli import dev_cluster_dir, parsed_ok, run_cli
 from tests.support.waiting import wait_until
 
 pytestmark = [
@@ -66,15 +62,9 @@ raftsched, parsed = run_cli, parsed_ok
 @pytest.fixture
 def private_dir() -> Iterator[Path]:
     """`mktemp -d`: 0700; the dev cluster in it is stopped at the end whatever happened."""
-    directory = Path(tempfile.mkdtemp(prefix="raftsched-dev-"))
-    assert directory.stat().st_mode & 0o777 == 0o700
-    try:
+    with dev_cluster_dir("raftsched-dev-") as directory:
+        assert directory.stat().st_mode & 0o777 == 0o700
         yield directory
-    finally:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            down = raftsched(directory, "dev", "down", "--dir", str(directory))
-            if down.returncode == 0:
-                shutil.rmtree(directory, ignore_errors=True)
 
 
 def _job_state(dev_dir: Path, job_id: str) -> str:

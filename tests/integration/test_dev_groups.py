@@ -5,12 +5,8 @@ and a group that loses its quorum stalls only its own jobs while the CLI names i
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
-import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +14,7 @@ from typing import Any
 import pytest
 
 from raftsched import topology
-from tests.support.cli import parsed_ok, run_cli
+from tests.support.cli import dev_cluster_dir, parsed_ok, run_cli
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.integration]
@@ -38,14 +34,8 @@ raftsched, parsed = run_cli, parsed_ok
 
 @pytest.fixture
 def dev_dir() -> Iterator[Path]:
-    directory = Path(tempfile.mkdtemp(prefix="raftsched-groups-"))
-    try:
+    with dev_cluster_dir("raftsched-groups-") as directory:
         yield directory
-    finally:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            down = raftsched(directory, "dev", "down", "--dir", str(directory))
-            if down.returncode == 0:
-                shutil.rmtree(directory, ignore_errors=True)
 
 
 def _keys_of_each_group(count: int) -> list[tuple[str, int]]:

@@ -3,10 +3,14 @@ process with the dev dir in `$RAFTSCHED_DEV_DIR` and none of the caller's own cl
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,3 +34,17 @@ def parsed_ok(result: subprocess.CompletedProcess[str]) -> Any:
     assert result.returncode == 0 and "Traceback" not in result.stderr, (
         f"exit {result.returncode}\n{result.stdout}\n{result.stderr}")
     return json.loads(result.stdout)
+
+
+@contextlib.contextmanager
+def dev_cluster_dir(prefix: str) -> Iterator[Path]:
+    """A fresh private directory (`mktemp -d`: 0700) for a dev cluster, whose cluster is
+    stopped at the end whatever happened (and the directory removed once it stopped)."""
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield directory
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            down = run_cli(directory, "dev", "down", "--dir", str(directory))
+            if down.returncode == 0:
+                shutil.rmtree(directory, ignore_errors=True)
