@@ -1,5 +1,5 @@
 """What the identity check of one call costs a replica (raftsched/replica/identity.py), in one
-process: the figures behind docs/benchmarks.md "The identity check of a call".
+process (figures: docs/benchmarks.md, `scripts/bench auth`).
 
 1. `check_user` alone: a real State holding one token, read through a lock as the Raft node's
    apply lock (`RaftNode.read`), µs per call (the best of --repeat rounds of --calls calls).
