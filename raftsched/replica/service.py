@@ -256,6 +256,11 @@ class Context:
         """`fn` over this replica's state as applied here (may be stale on a follower)."""
         return self.node.read(fn)
 
+    def read_unlocked(self, fn: Callable[[State], T]) -> T:
+        """`fn` over this replica's state without the apply lock: one dict lookup only
+        (`RaftNode.read_unlocked`)."""
+        return self.node.read_unlocked(fn)
+
     def current_read(self, context: grpc.ServicerContext, fn: Callable[[State], T]) -> T:
         return self.current_read_indexed(context, fn)[0]
 

@@ -50,6 +50,9 @@ class MemoryNode:
     def read(self, fn: Any) -> Any:
         return fn(self.state)
 
+    def read_unlocked(self, fn: Any) -> Any:
+        return fn(self.state)
+
     def is_leader(self) -> bool:
         return self.leader
 

@@ -626,6 +626,14 @@ class RaftNode:
         with self._lock:
             return fn(self._state)
 
+    def read_unlocked(self, fn: Callable[[State], T]) -> T:
+        """`fn(state)` without the apply lock, for a caller that must not wait behind an apply
+        (the identity check of every call: `replica.identity`). `fn` may make one lookup of
+        one dict only (`state.tokens.get(id)`): under the interpreter lock that sees the dict
+        before or after the apply that changes it, never in between, and a lookup made after
+        an apply returned sees what it did. Anything that reads two things uses `read`."""
+        return fn(self._state)
+
     def state_time_ms(self) -> int:
         """The replicated time (`State.now_ms`) as applied here. Read without the apply lock
         (one attribute of the current state object): proposers call it while an apply runs."""

@@ -226,6 +226,9 @@ class OneToken:
     def read(self, fn: Any) -> Any:
         return fn(self.state)
 
+    def read_unlocked(self, fn: Any) -> Any:
+        return fn(self.state)
+
     def current_read(self, context: Any, fn: Any) -> Any:
         return fn(self.state)
 
