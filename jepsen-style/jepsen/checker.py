@@ -65,6 +65,7 @@ from typing import Any
 from jepsen.checks_agents import agent_events as agent_events
 from jepsen.checks_agents import check_agent_logs
 from jepsen.checks_capacity import check_capacity
+from jepsen.checks_groups import check_groups
 from jepsen.checks_history import (
     MAX_NOTES_SHOWN,
     _event,
@@ -96,6 +97,12 @@ def check(results_dir: Path) -> Report:
     found = _Findings(results_dir)
     history = read_history(results_dir / "history.jsonl", found)
     replicas = _replicas(results_dir, _event(history, "final"), found)
+    groups = _groups(results_dir)
+    if groups > 1:
+        check_groups(results_dir, history, replicas, groups, found)
+        count_ops(history.ops, found)
+        fault_statistics(history, found)
+        return found.finish()
     merged = read_logs(replicas, found)
     if not merged:
         found.note("no applied log holds any entry: the log checks did nothing")
@@ -123,11 +130,24 @@ def check(results_dir: Path) -> Report:
     return found.finish()
 
 
+def _groups(results_dir: Path) -> int:
+    """meta.json's "groups" (a run of several scheduler groups), else 1."""
+    try:
+        groups = json.loads((results_dir / "meta.json").read_text()).get("groups", 1)
+    except (OSError, ValueError, AttributeError):
+        return 1
+    return groups if type(groups) is int and groups >= 1 else 1
+
+
 # --- output -------------------------------------------------------------------------------------
 
 
 def report_json(report: Report) -> dict[str, Any]:
-    return asdict(report)
+    """The report as a dict ("groups" only for a run of several groups)."""
+    whole = asdict(report)
+    if not whole["groups"]:
+        del whole["groups"]
+    return whole
 
 
 def format_violation(violation: Violation) -> str:
