@@ -10,15 +10,20 @@ operation recording its group), one ledger and one log per agent holding both gr
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
 from raftsched.replica.raft.applied_log import AppliedLogWriter
 from raftsched.state import snapshot
 from raftsched.topology import job_id_tail
-from tests.jepsen.test_checker import J1, J3, Run, agent_line, checks
+from tests.support import paths
+
+sys.path.insert(0, str(paths.JEPSEN_STYLE))
 
 from jepsen import checker
+
+from tests.jepsen.test_checker import J1, J3, Run, agent_line, checks
 
 GROUPS = 2
 
