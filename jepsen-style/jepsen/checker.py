@@ -42,6 +42,11 @@ What it reads (see `jepsen.history` for the history schema):
   output kept on an attempt belongs to a SUCCEEDED attempt and names its fence; a fan-out job's
   `ls`, `map[i]` and `reduce` kept the items, each item, their count and sum).
 - the `liveness` event and the replayed final state: liveness_met, pending jobs.
+- several scheduler groups (meta.json "groups" K > 1; `jepsen.checks_groups`): every check
+  above that reads a log runs once per group over that group's replicas, operations, ledger
+  lines and agent events (a fence is one group's), its findings prefixed "group g: ";
+  job_one_group (no job id in two groups' logs) and job_group_shard (a job is in the log of
+  the group its id's shard names); liveness over every group.
 Also: fsm_apply (the FSM raised while replaying: the replay stops there) and history_format (a
 line of the history that is not JSON or not the schema, but for a torn last line).
 
