@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from jepsen.checks_agents import check_agent_logs
-from jepsen.checks_capacity import check_capacity
+from jepsen.checks_capacity import check_capacity, check_capacity_across
 from jepsen.checks_history import Op, _dict, _Findings, _History
 from jepsen.checks_ledger import LedgerLine, check_ledger, read_ledger
 from jepsen.checks_liveness import check_liveness, check_timeouts
@@ -128,6 +128,7 @@ def check_groups(results_dir: Path, history: _History, replicas: list[_Replica],
             check_schedules(run, found)
             check_fanouts(view.ops, run, found)
             _liveness_figures(found, group)
+    check_capacity_across(results_dir / "logs", runs, _event_group(home, groups), found)
     _combine(found)
 
 
@@ -167,6 +168,14 @@ def _keeper(home: dict[str, int], group: int, groups: int) -> Callable[[str], bo
 
 def _event_keeper(keep: Callable[[str], bool]) -> Callable[[Event], bool]:
     return lambda event: keep(str(event.fields.get("job", "")))
+
+
+def _event_group(home: dict[str, int], groups: int) -> Callable[[Event], int | None]:
+    """An agent event's group: the group whose log holds its job, else its id's shard's."""
+    def group(event: Event) -> int | None:
+        job_id = str(event.fields.get("job", ""))
+        return home[job_id] if job_id in home else group_of_job_id(job_id, groups)
+    return group
 
 
 def _ledger_of(ledger: list[LedgerLine], keep: Callable[[str], bool]) -> list[LedgerLine]:

@@ -33,11 +33,11 @@ def job_id(group: int, n: int) -> str:
     return f"jepsen-{job_id_tail(group + GROUPS * n, n)}"
 
 
-def group_run(group: int, extra_job: str | None = None) -> Run:
+def group_run(group: int, extra_job: str | None = None, east_cpu: float = 8) -> Run:
     """One group's small run: a two-task DAG on east, a one-task job on west, reads; `extra_job`:
     a further job submitted under that id (a planted mistake)."""
     run = Run()
-    run.h.register("east")
+    run.h.register("east", cpu=east_cpu)
     run.h.register("west")
     first, second = job_id(group, 1), job_id(group, 2)
     run.submit(0, first, f"g{group}-k1", "alpha", J1)
@@ -150,3 +150,17 @@ def test_a_fence_started_twice_within_one_group_is_still_caught_and_names_the_gr
     report = checker.check(write(tmp_path, runs))
     assert checks(report) == {"agent_start_once"}
     assert all(v.message.startswith("group 1: ") for v in report.violations)
+
+
+def test_one_agent_running_both_groups_attempts_beyond_its_capacity_is_a_violation(
+        tmp_path: Path) -> None:
+    """An agent serves every group: what it runs at once is every group's attempts, keyed by
+    (group, fence): group 1's fence 1 started while group 0's fence 1 still runs is two
+    attempts, more than east's 1.5 cpu holds."""
+    runs = [group_run(0, east_cpu=1.5), group_run(1, east_cpu=1.5)]
+    assert checker.check(write(tmp_path / "apart", runs)).violations == []
+    runs[0].agents["east"].insert(1, runs[1].agents["east"].pop(0))
+    report = checker.check(write(tmp_path / "together", runs))
+    assert checks(report) == {"agent_capacity"}, [
+        checker.format_violation(v) for v in report.violations]
+    assert report.violations[0].message.endswith("(fences 1 (group 0), 1 (group 1))")
