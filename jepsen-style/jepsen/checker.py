@@ -42,6 +42,11 @@ What it reads (see `jepsen.history` for the history schema):
   output kept on an attempt belongs to a SUCCEEDED attempt and names its fence; a fan-out job's
   `ls`, `map[i]` and `reduce` kept the items, each item, their count and sum).
 - the `liveness` event and the replayed final state: liveness_met, pending jobs.
+- several scheduler groups (meta.json "groups" K > 1; `jepsen.checks_groups`): every check
+  above that reads a log runs once per group over that group's replicas, operations, ledger
+  lines and agent events (a fence is one group's), its findings prefixed "group g: ";
+  job_one_group (no job id in two groups' logs) and job_group_shard (a job is in the log of
+  the group its id's shard names); liveness over every group.
 Also: fsm_apply (the FSM raised while replaying: the replay stops there) and history_format (a
 line of the history that is not JSON or not the schema, but for a torn last line).
 
@@ -65,6 +70,7 @@ from typing import Any
 from jepsen.checks_agents import agent_events as agent_events
 from jepsen.checks_agents import check_agent_logs
 from jepsen.checks_capacity import check_capacity
+from jepsen.checks_groups import check_groups
 from jepsen.checks_history import (
     MAX_NOTES_SHOWN,
     _event,
@@ -96,6 +102,12 @@ def check(results_dir: Path) -> Report:
     found = _Findings(results_dir)
     history = read_history(results_dir / "history.jsonl", found)
     replicas = _replicas(results_dir, _event(history, "final"), found)
+    groups = _groups(results_dir)
+    if groups > 1:
+        check_groups(results_dir, history, replicas, groups, found)
+        count_ops(history.ops, found)
+        fault_statistics(history, found)
+        return found.finish()
     merged = read_logs(replicas, found)
     if not merged:
         found.note("no applied log holds any entry: the log checks did nothing")
@@ -123,11 +135,24 @@ def check(results_dir: Path) -> Report:
     return found.finish()
 
 
+def _groups(results_dir: Path) -> int:
+    """meta.json's "groups" (a run of several scheduler groups), else 1."""
+    try:
+        groups = json.loads((results_dir / "meta.json").read_text()).get("groups", 1)
+    except (OSError, ValueError, AttributeError):
+        return 1
+    return groups if type(groups) is int and groups >= 1 else 1
+
+
 # --- output -------------------------------------------------------------------------------------
 
 
 def report_json(report: Report) -> dict[str, Any]:
-    return asdict(report)
+    """The report as a dict ("groups" only for a run of several groups)."""
+    whole = asdict(report)
+    if not whole["groups"]:
+        del whole["groups"]
+    return whole
 
 
 def format_violation(violation: Violation) -> str:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +14,11 @@ from raftsched.eventlog import Event, read_events
 # --- agent logs ---------------------------------------------------------------------------------
 
 
-def check_agent_logs(logs_dir: Path, run: _Replay, found: _Findings) -> None:
-    """Agent starts against the committed log, read through the shared event-log parser."""
+def check_agent_logs(logs_dir: Path, run: _Replay, found: _Findings,
+                     keep: Callable[[Event], bool] | None = None) -> None:
+    """Agent starts against the committed log, read through the shared event-log parser. With
+    `keep` (several groups): only the events it keeps, those of the group `run` replays (a
+    fence is one group's: it is compared only with that group's)."""
     started: dict[int, str] = {}
     try:
         paths = sorted(logs_dir.glob("agent-*.log"))
@@ -28,6 +31,8 @@ def check_agent_logs(logs_dir: Path, run: _Replay, found: _Findings) -> None:
         cluster_id = path.name[len("agent-"):-len(".log")]
         try:
             for event in read_events(path, ("attempt_started", "stale_fence_rejected")):
+                if keep is not None and not keep(event):
+                    continue
                 if event.name == "stale_fence_rejected":
                     found.report.stale_fence_rejections += 1
                 elif not _agent_start(event, cluster_id, started, run, found):

@@ -17,8 +17,10 @@ appends to it):
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from jepsen.checks_history import CheckError, _Findings
 from jepsen.checks_replay import _Replay
@@ -40,7 +42,11 @@ class _Queues:
     started: dict[int, str] = field(default_factory=dict)
 
 
-def check_capacity(logs_dir: Path, run: _Replay, found: _Findings) -> None:
+def check_capacity(logs_dir: Path, run: _Replay, found: _Findings,
+                   keep: Callable[[Event], bool] | None = None) -> None:
+    """With `keep` (several groups): only queued_start_once, over the events it keeps, those
+    of the group `run` replays (a fence is one group's); agent_capacity is then judged over
+    every group's attempts at once by `check_capacity_across`."""
     try:
         paths = sorted(logs_dir.glob("agent-*.log"))
     except OSError:
@@ -51,15 +57,52 @@ def check_capacity(logs_dir: Path, run: _Replay, found: _Findings) -> None:
         cluster_id = path.name[len("agent-"):-len(".log")]
         capacity = _capacity(run, cluster_id, capacities)
         try:
+            events = [e for e in read_events(path, EVENTS)
+                      if keep is None or e.name == "agent_starting" or keep(e)]
+        except OSError as error:
+            raise CheckError(f"{path}: cannot read: {error}") from None
+        if keep is not None:
+            pass
+        elif capacity is None:
+            found.note(f"agent {cluster_id}: no registered capacity: agent_capacity not checked")
+        else:
+            _check_running(events, cluster_id, capacity, lambda e: _need(run, e), found)
+        for event in events:
+            _follow_queue(event, queues, found)
+
+
+def check_capacity_across(logs_dir: Path, runs: dict[int, _Replay],
+                          group_of: Callable[[Event], int | None], found: _Findings) -> None:
+    """agent_capacity for a run of several groups: an agent serves every group, so what it runs
+    at once is every group's attempts, each keyed by (group, fence) (two groups issue the
+    same fence numbers), its resources from its group's replay. `group_of`: an event's group
+    (None: in no group's log, left out)."""
+    try:
+        paths = sorted(logs_dir.glob("agent-*.log"))
+    except OSError:
+        paths = []
+    capacities = _meta_capacities(logs_dir.parent / "meta.json")
+
+    def need(event: Event) -> Need | None:
+        group = group_of(event)
+        return None if group is None or group not in runs else _need(runs[group], event)
+
+    def key(event: Event) -> tuple[int, int]:
+        group = group_of(event)
+        return -1 if group is None else group, int(event.fields["fence"])
+
+    for path in paths:
+        cluster_id = path.name[len("agent-"):-len(".log")]
+        capacity = next((c for c in (_capacity(run, cluster_id, capacities)
+                                     for run in runs.values()) if c is not None), None)
+        try:
             events = list(read_events(path, EVENTS))
         except OSError as error:
             raise CheckError(f"{path}: cannot read: {error}") from None
         if capacity is None:
             found.note(f"agent {cluster_id}: no registered capacity: agent_capacity not checked")
         else:
-            _check_running(events, cluster_id, capacity, run, found)
-        for event in events:
-            _follow_queue(event, queues, found)
+            _check_running(events, cluster_id, capacity, need, found, key)
 
 
 def _meta_capacities(meta: Path) -> dict[str, Need]:
@@ -88,9 +131,12 @@ def _need(run: _Replay, event: Event) -> Need | None:
     return spec.cpu_milli, spec.memory_mb, spec.gpu
 
 
-def _check_running(events: list[Event], cluster_id: str, capacity: Need, run: _Replay,
-                   found: _Findings) -> None:
-    running: dict[int, Need] = {}
+def _check_running(events: list[Event], cluster_id: str, capacity: Need,
+                   need_of: Callable[[Event], Need | None], found: _Findings,
+                   key_of: Callable[[Event], tuple[int, int]] | None = None) -> None:
+    """`key_of`: an attempt's key on the agent (with several groups, (group, fence)); else its
+    fence."""
+    running: dict[Any, Need] = {}
     unknown = 0
     for event in events:
         fence = event.fields.get("fence")
@@ -99,13 +145,13 @@ def _check_running(events: list[Event], cluster_id: str, capacity: Need, run: _R
         elif type(fence) is not int:
             continue
         elif event.name == "attempt_finished":
-            running.pop(fence, None)
+            running.pop(fence if key_of is None else key_of(event), None)
         elif event.name in ("attempt_started", "attempt_adopted"):
-            need = _need(run, event)
+            need = need_of(event)
             if need is None:
                 unknown += 1
                 continue
-            running[fence] = need
+            running[fence if key_of is None else key_of(event)] = need
             if event.name == "attempt_started":
                 _judge(event, cluster_id, capacity, running, found)
     if unknown:
@@ -113,7 +159,7 @@ def _check_running(events: list[Event], cluster_id: str, capacity: Need, run: _R
                    f"left out of agent_capacity")
 
 
-def _judge(event: Event, cluster_id: str, capacity: Need, running: dict[int, Need],
+def _judge(event: Event, cluster_id: str, capacity: Need, running: dict[Any, Need],
            found: _Findings) -> None:
     found.count("agent_capacity")
     held = tuple(sum(need[i] for need in running.values()) for i in range(3))
@@ -124,8 +170,13 @@ def _judge(event: Event, cluster_id: str, capacity: Need, running: dict[int, Nee
                   f"and then ran {len(running)} attempts at once holding cpu_milli {held[0]}, "
                   f"memory_mb {held[1]}, gpu {held[2]}: more than its capacity cpu_milli "
                   f"{capacity[0]}, memory_mb {capacity[1]}, gpu {capacity[2]} (fences "
-                  f"{', '.join(map(str, sorted(running)))})",
+                  f"{', '.join(map(_fence_text, sorted(running)))})",
                   keys=(f"cluster={cluster_id}", f"fence={event.fields.get('fence')}"))
+
+
+def _fence_text(key: Any) -> str:
+    """A running attempt's key: its fence, or (group, fence) as "FENCE (group G)"."""
+    return str(key) if isinstance(key, int) else f"{key[1]} (group {key[0]})"
 
 
 def _follow_queue(event: Event, queues: _Queues, found: _Findings) -> None:

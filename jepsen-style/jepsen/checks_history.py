@@ -86,6 +86,8 @@ class Report:
     kill_settle_max_s: float | None = None
     """READY time from an attempt's end to its agent's word that it is gone."""
     replicas: dict[str, dict[str, Any]] = field(default_factory=dict)
+    groups: list[dict[str, Any]] = field(default_factory=list)
+    """With several scheduler groups: each group's own figures (replay, liveness, kills)."""
     """name -> first/last index, entries, re-applied records, torn tail bytes of its log."""
 
 

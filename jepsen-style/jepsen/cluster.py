@@ -12,6 +12,11 @@ restarts a process with RAFTSCHED_FAILPOINT_WALL_CLOCK_SKEW_S set (its wall cloc
 clocks, which Raft timeouts use, are left alone). libfaketime would be the classic tool, but it
 breaks CPython's timed waits (time.sleep fails with EINVAL, condition waits hang), so replicas
 would die of it rather than run with a wrong clock.
+
+With `groups` K > 1 (issue 27) the cluster is K scheduler groups of `replica_count` replicas
+each, named g<group>r<i>: each group its own Raft peers and log (`--group i --groups K`), one
+bootstrap token file for all (one admin token works in every group); every agent is given every
+group's gRPC servers, the groups separated by ';', and `client()` is a `GroupedClient`.
 """
 
 from __future__ import annotations
@@ -25,7 +30,9 @@ from typing import Any
 
 from jepsen.hostile import HOSTILE_CLUSTER
 from jepsen.netns import Net, NodeNs
+from jepsen.workload import connect
 from raftsched.client.client import Client
+from raftsched.client.groups import GroupedClient
 from raftsched.dev import pki
 from raftsched.dev.supervisor import Child, StopResult, Supervisor, stop_all
 from raftsched.environment import WALL_CLOCK_SKEW_ENV
@@ -99,18 +106,29 @@ class ClusterUnderTest:
     """cluster id -> {"cpu", "memory_mb", "gpu", "capabilities"}."""
     suspect_after_s: float
     lost_after_s: float
+    groups: int = 1
+    """Scheduler groups, each of `replica_count` replicas (1: the single group of before)."""
     replicas: dict[str, NodeProc] = field(default_factory=dict)
     agents: dict[str, NodeProc] = field(default_factory=dict)
     grpc: dict[str, str] = field(default_factory=dict)
+    group_of: dict[str, int] = field(default_factory=dict)
+    """replica name -> its group."""
     supervisor: Supervisor = field(default_factory=Supervisor)
 
     def __post_init__(self) -> None:
         (self.root / "logs").mkdir(parents=True, exist_ok=True)
         secret = self.root / "secret"
         secret.write_text(SECRET)
-        names = [f"r{i}" for i in range(self.replica_count)]
+        if self.groups == 1:
+            names = [f"r{i}" for i in range(self.replica_count)]
+            self.group_of = dict.fromkeys(names, 0)
+        else:
+            self.group_of = {f"g{g}r{i}": g for g in range(self.groups)
+                             for i in range(self.replica_count)}
+            names = list(self.group_of)
         spaces = {name: self.net.add_node(name) for name in names}
-        raft = [f"{spaces[n].ip}:{RAFT_PORT}" for n in names]
+        raft = {g: [f"{spaces[n].ip}:{RAFT_PORT}" for n in names if self.group_of[n] == g]
+                for g in range(self.groups)}
         authority = pki.create_authority(self.root / "tls")
         replica_tls = pki.issue_replica(authority, [spaces[n].ip for n in names])
         self.user_tls: TlsFiles = pki.issue_user(authority, USER_NAME)
@@ -126,18 +144,20 @@ class ClusterUnderTest:
             home.mkdir(parents=True, exist_ok=True)
             argv = [sys.executable, "-m", "raftsched.replica.main",
                     "--raft", f"{ns.ip}:{RAFT_PORT}", "--grpc", self.grpc[name],
-                    "--peers", ",".join(raft),
+                    "--peers", ",".join(raft[self.group_of[name]]),
                     "--data-dir", str(home / "data"), "--secret-file", str(secret),
                     *_tls_flags(replica_tls), "--bootstrap-token-file", str(token_file),
                     "--applied-log", str(home / "applied.log"),
                     "--suspect-after-s", str(self.suspect_after_s),
                     "--lost-after-s", str(self.lost_after_s)]
+            if self.groups > 1:
+                argv += ["--group", str(self.group_of[name]), "--groups", str(self.groups)]
             self.replicas[name] = self._node(name, "replica", ns, argv,
                                              self.root / "logs" / f"replica-{name}.log")
         for cluster_id, spec in self.agent_specs.items():
             ns = self.net.add_node(cluster_id)
             argv = [sys.executable, "-m", "agent", "--cluster-id", cluster_id,
-                    "--servers", ",".join(self.grpc.values()),
+                    "--servers", self.servers_text(),
                     "--capabilities", ",".join(spec["capabilities"]),
                     "--cpu", str(spec["cpu"]), "--memory-mb", str(spec["memory_mb"]),
                     "--gpu", str(spec["gpu"]),
@@ -150,6 +170,18 @@ class ClusterUnderTest:
             self.agents[cluster_id] = self._node(cluster_id, "agent", ns, argv,
                                                  self.root / "logs" / f"agent-{cluster_id}.log")
 
+    def group_replicas(self, group: int) -> list[str]:
+        """The names of `group`'s replicas, sorted."""
+        return sorted(n for n, g in self.group_of.items() if g == group)
+
+    def group_servers(self, group: int) -> list[str]:
+        return [self.grpc[n] for n in self.group_replicas(group)]
+
+    def servers_text(self) -> str:
+        """Every group's gRPC servers, comma-separated, the groups separated by ';' (with one
+        group: today's list)."""
+        return ";".join(",".join(self.group_servers(g)) for g in range(self.groups))
+
     def _node(self, name: str, kind: str, ns: NodeNs, argv: list[str], log: Path) -> NodeProc:
         return NodeProc(kind, ns, self.supervisor.add(name, [*ns.enter(), *argv], log))
 
@@ -161,9 +193,11 @@ class ClusterUnderTest:
         for proc in self.nodes.values():
             proc.start()
 
-    def client(self, **kwargs: Any) -> Client:
-        return Client(list(self.grpc.values()), tls_files=self.user_tls, token=self.admin_token,
-                      **kwargs)
+    def client(self, **kwargs: Any) -> Client | GroupedClient:
+        """A client of the cluster: with several groups, a GroupedClient over one Client per
+        group (it routes submits by key, job calls by job id)."""
+        return connect([self.group_servers(g) for g in range(self.groups)],
+                       tls_files=self.user_tls, token=self.admin_token, **kwargs)
 
     # -- observing the replicas -------------------------------------------------------------
 
@@ -182,10 +216,11 @@ class ClusterUnderTest:
         finally:
             client.close()
 
-    def leader(self) -> str | None:
-        """The replica that says it leads, with the highest term among those that say so."""
+    def leader(self, group: int = 0) -> str | None:
+        """The replica of `group` that says it leads, with the highest term among those that
+        say so."""
         best: tuple[int, str] | None = None
-        for name in self.replicas:
+        for name in self.group_replicas(group):
             status = self.status(name)
             if status is None or status.leader != self.grpc[name]:
                 continue
@@ -193,24 +228,30 @@ class ClusterUnderTest:
                 best = (status.term, name)
         return None if best is None else best[1]
 
-    def wait_leader(self, timeout_s: float) -> str | None:
+    def wait_leader(self, timeout_s: float, group: int = 0) -> str | None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            leader = self.leader()
+            leader = self.leader(group)
             if leader is not None:
                 return leader
             time.sleep(POLL_S)
         return None
 
     def wait_agents_ready(self, timeout_s: float) -> bool:
+        """Every agent READY in every group (each group's leader says so)."""
         deadline = time.monotonic() + timeout_s
+        waiting = list(range(self.groups))
         while time.monotonic() < deadline:
-            leader = self.leader()
+            group = waiting[0]
+            leader = self.leader(group)
             status = self.status(leader) if leader else None
             if status is not None:
                 states = {c.cluster_id: c.status for c in status.clusters}
                 if all(states.get(a) == "READY" for a in self.agents):
-                    return True
+                    waiting.pop(0)
+                    if not waiting:
+                        return True
+                    continue
             time.sleep(POLL_S)
         return False
 

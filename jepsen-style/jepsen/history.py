@@ -42,6 +42,13 @@ Every line has:
                   stale_fence_rejected | agent_registered | report_verdict, "where": file:line,
                   and the log line's fields (fence, job, task, ..., ts: the agent's wall clock)}
 
+With several scheduler groups (`run --groups K`, K > 1) a few values say which group:
+  submit invoke  also "group": the group of its (tenant, key) (`raftsched.topology`)
+  read/cancel invoke  also "group": the group of its job id's shard
+  fault event    a replica fault's start also has "group": the group it hit
+  schedule event also "group"; final event: each replica also "group"
+  start event    also "leaders": each group's leader
+
 The one reader of this file is `jepsen.checks_history.read_history` (it checks every line's
 shape, drops a torn last line and pairs each invoke with its completion).
 """

@@ -34,6 +34,7 @@ from jepsen.nemesis import GROUPS, KINDS, FaultError, Nemesis, parse_faults
 from jepsen.netns import Net, NetError, iptables_binary
 from jepsen.workload import ClientWorker, create_schedules
 from raftsched.errors import RaftschedError
+from raftsched.limits import MAX_GROUPS
 from raftsched.states import TERMINAL_JOB_STATE_NAMES
 
 EXIT_OK, EXIT_VIOLATION, EXIT_USAGE, EXIT_LIVENESS, EXIT_NO_NAMESPACES = 0, 1, 2, 3, 77
@@ -64,7 +65,13 @@ def parser() -> argparse.ArgumentParser:
                "Exit status: 0 clean, 1 violation, 2 bad usage, "
                "3 liveness not met, 77 namespaces impossible here.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--nodes", type=int, choices=(3, 5), default=3, help="replicas (default 3)")
+    p.add_argument("--nodes", type=int, choices=(3, 5), default=3,
+                   help="replicas (of each group; default 3)")
+    p.add_argument("--groups", type=int, default=1, metavar="K",
+                   help="scheduler groups (issue 27), each of --nodes replicas with its own "
+                        "Raft log; every agent serves every group and the clients route by "
+                        "key and job id (default 1). With K > 1 every replica fault hits one "
+                        "seeded group; the `group` faults take a group's quorum away")
     p.add_argument("--agents", type=int, default=2, help="agents, one cluster each (default 2)")
     p.add_argument("--clients", type=int, default=3, help="concurrent clients (default 3)")
     p.add_argument("--time", type=float, default=60.0, metavar="S",
@@ -101,8 +108,11 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.suspect_after_s < args.lost_after_s:
         print("error: need 0 < --suspect-after-s < --lost-after-s", file=sys.stderr)
         return EXIT_USAGE
+    if not 1 <= args.groups <= MAX_GROUPS:
+        print(f"error: --groups must be 1 to {MAX_GROUPS}", file=sys.stderr)
+        return EXIT_USAGE
     try:
-        parse_faults(args.faults, args.nodes)
+        parse_faults(args.faults, args.nodes, args.groups)
     except FaultError as error:
         print(f"error: --faults: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -184,7 +194,7 @@ def _as_init(harness: Any) -> int:
 
 def _harness(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
-    kinds = parse_faults(args.faults, args.nodes)
+    kinds = parse_faults(args.faults, args.nodes, args.groups)
     root, agents = _prepare(args, kinds)
     outcome = _run(args, root, agents, kinds)
     if outcome.failure == "interrupted":
@@ -213,8 +223,11 @@ def _prepare(args: argparse.Namespace,
             "time_s": args.time, "faults": list(kinds), "lost_after_s": args.lost_after_s,
             "suspect_after_s": args.suspect_after_s, "liveness_bound_s": args.liveness_bound_s,
             "hostile_cluster": HOSTILE_CLUSTER, "started": stamp, "argv": sys.argv[1:]}
+    if args.groups > 1:
+        meta["groups"] = args.groups
+    groups = f" in each of {args.groups} groups" if args.groups > 1 else ""
     (root / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
-    _say(f"jepsen-style: seed {args.seed}, {args.nodes} replicas, {args.agents} agents, "
+    _say(f"jepsen-style: seed {args.seed}, {args.nodes} replicas{groups}, {args.agents} agents, "
          f"{args.clients} clients, {args.time:g} s, faults {','.join(kinds)}\n"
          f"  results: {root}")
     return root, agents
@@ -231,7 +244,7 @@ def _run(args: argparse.Namespace, root: Path, agents: dict[str, dict[str, Any]]
     try:
         net = Net()
         cluster = ClusterUnderTest(root, net, args.nodes, agents, args.suspect_after_s,
-                                   args.lost_after_s)
+                                   args.lost_after_s, groups=args.groups)
         _exercise(args, root, cluster, net, history, kinds, stop, outcome)
     except KeyboardInterrupt:
         outcome.failure = "interrupted"
@@ -257,17 +270,21 @@ def _exercise(args: argparse.Namespace, root: Path, cluster: ClusterUnderTest, n
     """Bring the cluster up, run the clients and the nemesis for the run's time, heal, then
     wait for liveness and take the final reads (into `history`; failures into `outcome`)."""
     cluster.start()
-    leader = cluster.wait_leader(STARTUP_TIMEOUT_S)
-    if leader is None or not cluster.wait_agents_ready(STARTUP_TIMEOUT_S):
+    leaders = [cluster.wait_leader(STARTUP_TIMEOUT_S, group) for group in range(args.groups)]
+    if None in leaders or not cluster.wait_agents_ready(STARTUP_TIMEOUT_S):
         raise RuntimeError(f"the cluster did not come up within {STARTUP_TIMEOUT_S:g} s "
                            f"(logs in {root / 'logs'})")
-    _say(f"  cluster up: leader {leader}, agents READY")
-    history.event("harness", "start", {"leader": leader})
+    leader = leaders[0]
+    _say(f"  cluster up: leader {', '.join(map(str, leaders))}, agents READY")
+    history.event("harness", "start", {"leader": leader} if args.groups == 1
+                  else {"leader": leader, "leaders": leaders})
+    groups = [cluster.group_servers(g) for g in range(args.groups)] if args.groups > 1 else []
     schedules = create_schedules(list(cluster.grpc.values()), history, cluster.user_tls,
-                                 cluster.admin_token)
+                                 cluster.admin_token, groups=groups)
     _say(f"  schedules: {', '.join(schedules) or 'none could be created'}")
     workers = [ClientWorker(i, list(cluster.grpc.values()), history, root / "ledger.txt",
-                            args.seed, stop, cluster.user_tls, token=cluster.admin_token)
+                            args.seed, stop, cluster.user_tls, token=cluster.admin_token,
+                            groups=groups)
                for i in range(args.clients)]
     nemesis = Nemesis(cluster, history, kinds, args.seed, stop)
     for worker in workers:
@@ -380,17 +397,19 @@ def _final(cluster: ClusterUnderTest, history: History) -> None:
     statuses: dict[str, Any] = {}
     while True:
         statuses = {name: cluster.status(name, include_digest=True) for name in cluster.replicas}
-        indices = {s.state_index for s in statuses.values() if s is not None}
-        if (len(indices) == 1 and None not in statuses.values()) \
+        indices = {(cluster.group_of[name], s.state_index) for name, s in statuses.items()
+                   if s is not None}  # each group's replicas converge on its own index
+        if (len(indices) == cluster.groups and None not in statuses.values()) \
                 or time.monotonic() > deadline:
             break
         time.sleep(0.2)
     history.event("harness", "final", {"replicas": [
-        {"name": name, "applied_index": s.applied_index, "state_index": s.state_index,
-         "state_digest": s.state_digest, "term": s.term,
-         "applied_log": f"replicas/{name}/applied.log"}
-        if s is not None else {"name": name, "unreachable": True,
-                               "applied_log": f"replicas/{name}/applied.log"}
+        {**({"name": name, "applied_index": s.applied_index, "state_index": s.state_index,
+             "state_digest": s.state_digest, "term": s.term,
+             "applied_log": f"replicas/{name}/applied.log"}
+            if s is not None else {"name": name, "unreachable": True,
+                                   "applied_log": f"replicas/{name}/applied.log"}),
+         **({"group": cluster.group_of[name]} if cluster.groups > 1 else {})}
         for name, s in statuses.items()]})
 
 

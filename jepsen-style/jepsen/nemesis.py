@@ -4,6 +4,13 @@ waits a quiet interval, and again, until the run's time is up. Every fault start
 
 The sequence of kinds, targets and durations comes from `random.Random(seed)` alone; which node
 is "the leader" at a given moment depends on the run.
+
+With several scheduler groups (issue 27) every replica fault (kill-*, pause-leader,
+partition-leader/halves/bridge/ring, skew-replica(s)) acts on ONE group, drawn from the same
+generator (its `fault` event says which: "group"); the `group` kinds take one group's quorum
+away (kill-group-majority: a majority of its replicas killed; partition-group: each of its
+replicas cut from every other node) while the other groups keep serving. The agent faults are
+unchanged: an agent serves every group, so agent-cut cuts it from every group's replicas.
 """
 
 from __future__ import annotations
@@ -21,8 +28,12 @@ from jepsen.hostile import HOSTILE_CLUSTER, HOSTILE_HOLD_S, HostileAgent
 KILL_KINDS = ("kill-leader", "kill-random", "kill-minority", "kill-all")
 PARTITION_KINDS = ("partition-leader", "partition-halves", "partition-bridge", "partition-ring")
 SKEW_KINDS = ("skew-replica", "skew-replicas", "skew-agent")
+GROUP_KINDS = ("kill-group-majority", "partition-group")
+"""Only with several groups: one group's quorum taken away, the others serving."""
 KINDS = (*KILL_KINDS, "pause-leader", *PARTITION_KINDS, "agent-cut", "agent-kill", *SKEW_KINDS,
-         "hostile-agent")
+         "hostile-agent", *GROUP_KINDS)
+AGENT_KINDS = ("agent-cut", "agent-kill", "skew-agent", "hostile-agent")
+"""Faults of agents: with several groups, they are not aimed at one group."""
 GROUPS = {
     "kill": KILL_KINDS,
     "pause": ("pause-leader",),
@@ -30,6 +41,7 @@ GROUPS = {
     "agent": ("agent-cut", "agent-kill"),
     "skew": SKEW_KINDS,
     "hostile": ("hostile-agent",),
+    "group": GROUP_KINDS,
     "all": KINDS,
 }
 HOSTILE_SEED_SALT = 0x4057
@@ -57,10 +69,11 @@ class FaultError(ValueError):
     pass
 
 
-def parse_faults(text: str, replica_count: int) -> tuple[str, ...]:
+def parse_faults(text: str, replica_count: int, groups: int = 1) -> tuple[str, ...]:
     """'kill,partition-leader,pause' -> the kinds, in menu order. Unknown names are an error
-    naming the choices; a kind that cannot apply (a ring on 3 nodes) is an error too when
-    named, and left out of 'all', so a run never silently tests less than asked."""
+    naming the choices; a kind that cannot apply (a ring on 3 nodes, a group fault with one
+    group) is an error too when named, and left out of 'all', so a run never silently tests
+    less than asked."""
     chosen: list[str] = []
     for raw in text.split(","):
         name = raw.strip()
@@ -78,6 +91,11 @@ def parse_faults(text: str, replica_count: int) -> tuple[str, ...]:
         if "partition-ring" in [n.strip() for n in text.split(",")]:
             raise FaultError("partition-ring needs 5 replicas (--nodes 5)")
         kinds.remove("partition-ring")
+    if groups == 1 and any(k in kinds for k in GROUP_KINDS):
+        named = {n.strip() for n in text.split(",")}
+        if named & {*GROUP_KINDS, "group"}:
+            raise FaultError(f"{', '.join(GROUP_KINDS)} need several groups (--groups 2)")
+        kinds = [k for k in kinds if k not in GROUP_KINDS]
     if not kinds:
         raise FaultError("no faults chosen")
     return tuple(kinds)
@@ -141,23 +159,37 @@ class Nemesis:
 
     # -- the menu ---------------------------------------------------------------------------
 
-    def _leader(self) -> tuple[str, bool]:
-        """The current leader, or a seeded random replica when none answers in time."""
-        leader = self._cluster.wait_leader(LEADER_LOOKUP_S)
+    def _leader(self, group: int = 0) -> tuple[str, bool]:
+        """The current leader of `group`, or a seeded random replica of it when none answers
+        in time."""
+        leader = self._cluster.wait_leader(LEADER_LOOKUP_S, group)
         if leader is not None:
             return leader, True
-        return self._rng.choice(sorted(self._cluster.replicas)), False
+        return self._rng.choice(self._cluster.group_replicas(group)), False
 
     def _begin(self, kind: str) -> Fault:
+        """The fault, begun; with several groups a replica fault's Fault.detail names the group
+        it hit."""
+        if self._cluster.groups == 1 or kind in AGENT_KINDS:
+            return self._begin_in(kind, 0)
+        group = self._rng.randrange(self._cluster.groups)
+        fault = self._begin_in(kind, group)
+        fault.detail = {**fault.detail, "group": group}
+        return fault
+
+    def _begin_in(self, kind: str, group: int) -> Fault:
         rng, cluster = self._rng, self._cluster
-        replicas = sorted(cluster.replicas)
+        replicas = cluster.group_replicas(group)
+        everyone = sorted(cluster.replicas)
         agents = sorted(cluster.agents)
         majority = len(replicas) // 2 + 1
         detail: dict[str, object]
         targets: list[str]
+        if kind in GROUP_KINDS:
+            return self._take_quorum(kind, replicas, majority)
         if kind in KILL_KINDS:
             if kind == "kill-leader":
-                leader, known = self._leader()
+                leader, known = self._leader(group)
                 targets, detail = [leader], {"leader_known": known}
             elif kind == "kill-random":
                 targets, detail = [rng.choice(replicas)], {}
@@ -170,12 +202,12 @@ class Nemesis:
             return Fault(kind, targets, rng.uniform(*DOWN_S),
                          lambda: self._restart(targets), detail)
         if kind == "pause-leader":
-            leader, known = self._leader()
+            leader, known = self._leader(group)
             cluster.replicas[leader].pause()
             return Fault(kind, [leader], rng.uniform(*PAUSE_S),
                          lambda: cluster.replicas[leader].resume(), {"leader_known": known})
         if kind in PARTITION_KINDS:
-            groups, detail = self._partition_groups(kind, replicas, agents)
+            groups, detail = self._partition_groups(kind, replicas, agents, group)
             links = cluster.net.partition(groups) if groups else []
             if kind == "partition-ring":
                 links = ring_links(self._rng, replicas)
@@ -185,7 +217,7 @@ class Nemesis:
                          rng.uniform(*PARTITION_S), cluster.net.heal, detail)
         if kind == "agent-cut":
             agent = rng.choice(agents)
-            cluster.net.partition([[agent], replicas])
+            cluster.net.partition([[agent], everyone])
             hold = cluster.lost_after_s + rng.uniform(*AGENT_CUT_EXTRA_S)
             return Fault(kind, [agent], hold, cluster.net.heal, {})
         if kind == "agent-kill":
@@ -212,11 +244,28 @@ class Nemesis:
                          lambda: self._restart([name]), {"skew_s": skew})
         raise FaultError(f"unknown fault kind {kind!r}")
 
+    def _take_quorum(self, kind: str, replicas: list[str], majority: int) -> Fault:
+        """A group fault: a majority of the group's replicas killed (restarted at the end), or
+        each of its replicas cut from every other node (the other groups' replicas, the agents,
+        each other); held PARTITION_S."""
+        cluster = self._cluster
+        if kind == "kill-group-majority":
+            targets = self._rng.sample(replicas, majority)
+            for name in targets:
+                cluster.replicas[name].kill()
+            return Fault(kind, sorted(targets), self._rng.uniform(*PARTITION_S),
+                         lambda: self._restart(targets), {})
+        others = [n for n in cluster.nodes if n not in replicas]
+        links = cluster.net.partition([*([name] for name in replicas), others])
+        return Fault(kind, list(replicas), self._rng.uniform(*PARTITION_S), cluster.net.heal,
+                     {"links": [list(link) for link in links]})
+
     def _start_hostile(self) -> Callable[[], None]:
         """Start a flood; returns its end, which records what the flood did."""
         if self._hostile is None:
             cluster = self._cluster
-            self._hostile = HostileAgent(list(cluster.grpc.values()), cluster.hostile_tls,
+            # with several groups: group 0's servers (the flood's target is one log)
+            self._hostile = HostileAgent(cluster.group_servers(0), cluster.hostile_tls,
                                          cluster.client(timeout_s=5.0, retry_budget_s=5.0),
                                          random.Random(self._seed ^ HOSTILE_SEED_SALT))
         hostile = self._hostile
@@ -229,12 +278,15 @@ class Nemesis:
 
         return end
 
-    def _partition_groups(self, kind: str, replicas: list[str],
-                          agents: list[str]) -> tuple[list[list[str]], dict[str, object]]:
+    def _partition_groups(self, kind: str, replicas: list[str], agents: list[str],
+                          group: int) -> tuple[list[list[str]], dict[str, object]]:
+        """The sides of a partition of `group`'s replicas (the other groups' replicas: on
+        no side, untouched, but for partition-leader, which cuts the leader from every node)."""
         rng = self._rng
         if kind == "partition-leader":
-            leader, known = self._leader()
-            return [[leader], [n for n in [*replicas, *agents] if n != leader]], \
+            leader, known = self._leader(group)
+            nodes = [*sorted(self._cluster.replicas), *agents]
+            return [[leader], [n for n in nodes if n != leader]], \
                 {"leader_known": known}
         if kind == "partition-halves":
             shuffled = rng.sample(replicas, len(replicas))

@@ -30,8 +30,10 @@ from typing import Any
 
 from jepsen.history import History
 from raftsched.client.client import Client
+from raftsched.client.groups import GroupedClient
 from raftsched.errors import Code, RaftschedError
 from raftsched.tls import TlsFiles
+from raftsched.topology import group_of_job_id, group_of_key
 
 CALL_TIMEOUT_S = 2.0
 RETRY_BUDGET_S = 2.0
@@ -222,6 +224,9 @@ class ClientWorker:
     long_jobs: dict[str, float] = field(default_factory=dict)
     """Long jobs acknowledged and not yet cancelled -> when to cancel (monotonic s)."""
     error: BaseException | None = None
+    groups: list[list[str]] = field(default_factory=list)
+    """With several scheduler groups (issue 27): each group's servers (`servers` is then
+    unused); the client is a GroupedClient and every op records its "group"."""
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed * 1_000_003 + self.process)
@@ -237,8 +242,7 @@ class ClientWorker:
         return not self._thread.is_alive()
 
     def _run(self) -> None:
-        client = Client(self.servers, timeout_s=CALL_TIMEOUT_S, retry_budget_s=RETRY_BUDGET_S,
-                        tls_files=self.tls_files, token=self.token)
+        client = self._client()
         try:
             while not self.stop.wait(self._rng.uniform(*OP_INTERVAL_S)):
                 self._one(client)
@@ -247,7 +251,18 @@ class ClientWorker:
         finally:
             client.close()
 
-    def _one(self, client: Client) -> None:
+    def _client(self) -> Client | GroupedClient:
+        return connect(self.groups or [self.servers], timeout_s=CALL_TIMEOUT_S,
+                       retry_budget_s=RETRY_BUDGET_S, tls_files=self.tls_files, token=self.token)
+
+    def _group(self, job_id: str) -> dict[str, Any]:
+        """{"group": the job's group} with several groups, else nothing (the history of one
+        group is unchanged)."""
+        if len(self.groups) < 2:
+            return {}
+        return {"group": group_of_job_id(job_id, len(self.groups))}
+
+    def _one(self, client: Client | GroupedClient) -> None:
         due = [job_id for job_id, at in self.long_jobs.items() if at <= time.monotonic()]
         if due:
             self._cancel_long(client, due[0])
@@ -269,9 +284,12 @@ class ClientWorker:
         else:
             self._cancel(client, self._rng.choice(self.jobs))
 
-    def _submit(self, client: Client, pending: PendingSubmit) -> None:
+    def _submit(self, client: Client | GroupedClient, pending: PendingSubmit) -> None:
         pending.tries += 1
-        op = self.history.invoke(self.process, "submit", {**pending.value, "try": pending.tries})
+        where = {"group": group_of_key(pending.value["tenant"], pending.key, len(self.groups))} \
+            if len(self.groups) > 1 else {}
+        op = self.history.invoke(self.process, "submit", {**pending.value, "try": pending.tries,
+                                                          **where})
         try:
             submitted = client.submit(pending.text, idempotency_key=pending.key)
         except RaftschedError as error:
@@ -291,8 +309,8 @@ class ClientWorker:
             self.long_jobs[submitted.job_id] = time.monotonic() + self._rng.uniform(
                 *CANCEL_AFTER_S)
 
-    def _read(self, client: Client, job_id: str) -> None:
-        op = self.history.invoke(self.process, "read", {"job_id": job_id})
+    def _read(self, client: Client | GroupedClient, job_id: str) -> None:
+        op = self.history.invoke(self.process, "read", {"job_id": job_id, **self._group(job_id)})
         try:
             job = client.get_job(job_id)
         except RaftschedError as error:
@@ -303,9 +321,10 @@ class ClientWorker:
             "job_id": job_id, "state": job.state, "tasks": dict(job.tasks),
             "applied_index": job.applied_index})
 
-    def _cancel(self, client: Client, job_id: str) -> str:
+    def _cancel(self, client: Client | GroupedClient, job_id: str) -> str:
         """One cancel operation; its outcome (ok, fail or info)."""
-        op = self.history.invoke(self.process, "cancel", {"job_id": job_id})
+        op = self.history.invoke(self.process, "cancel", {"job_id": job_id,
+                                                          **self._group(job_id)})
         try:
             reply = client.cancel(job_id, reason="jepsen-style workload")
         except RaftschedError as error:
@@ -317,7 +336,7 @@ class ClientWorker:
             "job_id": job_id, "cancelled": reply.changed})
         return "ok"
 
-    def _cancel_long(self, client: Client, job_id: str) -> None:
+    def _cancel_long(self, client: Client | GroupedClient, job_id: str) -> None:
         """Cancel a long job; one whose outcome is unknown is tried again a little later."""
         if self._cancel(client, job_id) == "info":
             self.long_jobs[job_id] = time.monotonic() + RECANCEL_AFTER_S
@@ -327,8 +346,7 @@ class ClientWorker:
     def cancel_outstanding(self) -> list[str]:
         """After the run (the client thread has stopped): cancel the long jobs still running,
         each tried up to MAX_CLEANUP_TRIES times; returns those that could not be cancelled."""
-        client = Client(self.servers, timeout_s=CALL_TIMEOUT_S, retry_budget_s=RETRY_BUDGET_S,
-                        tls_files=self.tls_files, token=self.token)
+        client = self._client()
         try:
             for job_id in sorted(self.long_jobs):
                 for _ in range(MAX_CLEANUP_TRIES):
@@ -368,12 +386,13 @@ def schedule_text(every: str, overlap: str) -> str:
 
 
 def create_schedules(servers: list[str], history: History, tls_files: TlsFiles | None,
-                     token: str | None) -> list[str]:
+                     token: str | None, groups: list[list[str]] | None = None) -> list[str]:
     """Create the run's schedules (each retried SCHEDULE_CREATE_TRIES times: creating one twice
     is answered "exists"); the ids created, each also a `schedule` event in the history."""
     created = []
-    with Client(servers, timeout_s=CALL_TIMEOUT_S, retry_budget_s=RETRY_BUDGET_S,
-                tls_files=tls_files, token=token) as client:
+    client = connect(groups or [servers], timeout_s=CALL_TIMEOUT_S,
+                     retry_budget_s=RETRY_BUDGET_S, tls_files=tls_files, token=token)
+    try:
         for schedule_id, every, overlap in SCHEDULES:
             for _ in range(SCHEDULE_CREATE_TRIES):
                 try:
@@ -386,7 +405,18 @@ def create_schedules(servers: list[str], history: History, tls_files: TlsFiles |
                 break
             else:
                 continue
+            where = {"group": client.group_of_schedule(schedule_id)} \
+                if isinstance(client, GroupedClient) else {}
             history.event("harness", "schedule", {"schedule_id": schedule_id, "every": every,
-                                                  "overlap": overlap})
+                                                  "overlap": overlap, **where})
             created.append(schedule_id)
+    finally:
+        client.close()
     return created
+
+
+def connect(groups: list[list[str]], **kwargs: Any) -> Client | GroupedClient:
+    """A Client of the only group's servers, or a GroupedClient with one Client per group."""
+    if len(groups) == 1:
+        return Client(groups[0], **kwargs)
+    return GroupedClient([Client(servers, **kwargs) for servers in groups])

@@ -30,6 +30,11 @@ CI_ARGS = ["--nodes", "3", "--time", "35", "--seed", str(CI_SEED), "--clients", 
 HOSTILE_ARGS = ["--nodes", "3", "--time", "20", "--seed", str(CI_SEED), "--clients", "3",
                 "--faults", "hostile,kill-leader", "--liveness-bound-s", "60"]
 """20 s: one or two floods of the hostile agent beside leader kills."""
+GROUPS_ARGS = ["--nodes", "3", "--groups", "2", "--time", "30", "--seed", str(CI_SEED),
+               "--clients", "3", "--faults", "kill-leader,partition-halves,group,agent-kill",
+               "--liveness-bound-s", "60"]
+"""Two scheduler groups of 3 replicas (issue 27): faults in one group, a group's quorum taken
+away (kill-group-majority, partition-group), an agent killed (it serves both groups)."""
 RUN_TIMEOUT_S = 240
 EXIT_NO_NAMESPACES = 77
 
@@ -89,3 +94,21 @@ def test_a_hostile_agent_flooding_register_kills_nothing_and_delays_no_kill(
     assert answered >= 1, floods
     assert report["invariants_checked"]["hostile_no_kills"] >= answered, floods
     assert sum(flood["told_to_stop"] for flood in floods) >= 10_000
+
+
+def test_two_groups_under_faults_have_no_violations_and_both_commit_jobs(
+        tmp_path: Path) -> None:
+    """`--groups 2`: each group's log checked apart, no job in two groups, every acknowledged
+    job of both groups terminal after the heal; jobs were committed in both groups and the
+    nemesis hit them."""
+    out, results = _run(tmp_path, GROUPS_ARGS)
+    report = out["report"]
+    assert [g["group"] for g in report["groups"]] == [0, 1]
+    assert all(g["jobs"] >= 5 and g["acknowledged_jobs"] >= 5 for g in report["groups"]), \
+        report["groups"]
+    assert report["invariants_checked"]["job_one_group"] >= 10
+    assert sum(out["faults_injected"].values()) >= 3, out["faults_injected"]
+    history = read_history(results / "history.jsonl", _Findings(results))
+    hit = {event["value"].get("group") for event in history.events
+           if event["f"] == "fault" and event["value"]["phase"] == "start"}
+    assert hit & {0, 1}, hit  # replica faults name the group they hit
