@@ -159,12 +159,14 @@ class Agent:
         core_executor: AttemptExecutor = executor if seat is None else seat.view
         self._core = AgentCore(_core_config(config), self._clock, self._fences, self._outbox,
                                core_executor, self._metrics,
-                               offer=None if seat is None else seat.view.offer)
+                               offer=None if seat is None else seat.view.offer,
+                               group=None if seat is None else seat.view.group)
         self._offered: Resources | None = None
         """What the last heartbeat reported free (several groups: `GroupExecutor.answered`)."""
         self._wake = threading.Event()
         self._failure: BaseException | None = None
         self._closed = False
+        self._prepared = False
         executor.subscribe(self._wake.set)
         self._logs = LogServer(core_executor.attempt_dir,
                                lambda chunk: session.send_log(config.cluster_id, chunk),
@@ -187,9 +189,17 @@ class Agent:
         self._stop.set()
         self._wake.set()
 
+    def prepare(self) -> None:
+        """Starts the core (a new incarnation; the attempts an earlier agent left are adopted)
+        without running the loops: an agent serving several groups prepares every group's core
+        before any admits an assignment, so that admission counts every adopted attempt."""
+        if not self._prepared:
+            self._prepared = True
+            self._guarded(self._start)
+
     def run(self) -> None:
         """Runs until stop(); raises AgentError if it stopped on an internal error."""
-        self._guarded(self._start)
+        self.prepare()
         if self._failure is None:
             reporter = threading.Thread(target=self._guarded, args=(self._report_loop,),
                                         name="agent-reporter", daemon=True)
@@ -456,6 +466,8 @@ class GroupedAgent:
             finally:
                 self.stop()
 
+        for agent in self.agents:  # every group's attempts adopted before any group admits
+            agent.prepare()
         threads = [threading.Thread(target=run_one, args=(agent,), name=f"agent-group-{g}",
                                     daemon=True) for g, agent in enumerate(self.agents)]
         for thread in threads:

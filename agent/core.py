@@ -219,10 +219,12 @@ class _Admitting:
 class AgentCore:
     def __init__(self, config: CoreConfig, clock: Clock, fences: FenceStore, outbox: Outbox,
                  executor: AttemptExecutor, metrics: AgentMetrics | None = None,
-                 offer: Callable[[Resources], Resources] | None = None) -> None:
+                 offer: Callable[[Resources], Resources] | None = None,
+                 group: int | None = None) -> None:
         """`offer`: what heartbeats and observations report of the free capacity (an agent
         serving several groups offers each its share, `agent.groups`); default: all of it.
-        Admission always judges the whole free capacity."""
+        Admission always judges the whole free capacity. `group`: with several scheduler
+        groups, this core's, named in each of its log events (its fences are that group's)."""
         assert config.max_running_attempts >= 1 and config.admission_pause_reports >= 1
         assert 0 <= config.queue_depth <= limits.MAX_AGENT_QUEUE_DEPTH
         self._config = config
@@ -231,6 +233,7 @@ class AgentCore:
         self._outbox = outbox
         self._executor = executor
         self._offer = offer
+        self._log = log if group is None else log.bound(group=group)
         self._metrics = metrics or AgentMetrics()
         self._running: dict[int, AttemptRecord] = {}
         self._queue: dict[int, Assignment] = {}
@@ -262,7 +265,8 @@ class AgentCore:
         """A new incarnation; attempts an earlier agent left are watched again, and results
         written while no agent ran become reports before the registration lists them."""
         self.incarnation = self._fences.bump_incarnation()
-        log.info("agent_starting", cluster=self._config.cluster_id, incarnation=self.incarnation)
+        self._log.info("agent_starting", cluster=self._config.cluster_id,
+                       incarnation=self.incarnation)
         decisions = self._adopt()
         self.collect()
         return decisions
@@ -279,14 +283,14 @@ class AgentCore:
                 continue
             if not self._executor.adopt(record):
                 never_started.append(record)
-                log.info("attempt_never_started", fence=record.fence, job=record.job_id,
+                self._log.info("attempt_never_started", fence=record.fence, job=record.job_id,
                          task=record.task_id)
                 continue
             self._running[record.fence] = record
-            log.info("attempt_adopted", fence=record.fence, job=record.job_id,
+            self._log.info("attempt_adopted", fence=record.fence, job=record.job_id,
                      task=record.task_id, pid=record.wrapper_pid)
         for record in queued:
-            log.info("attempt_queued_at_restart", fence=record.fence, job=record.job_id,
+            self._log.info("attempt_queued_at_restart", fence=record.fence, job=record.job_id,
                      task=record.task_id)
         if never_started or queued:
             self._outbox.write(
@@ -326,7 +330,7 @@ class AgentCore:
                 continue
             if self._executor.kill(kill.fence):
                 self._kills_requested.add(kill.fence)
-                log.warning("attempt_not_known_stopped", fence=kill.fence, job=kill.job_id,
+                self._log.warning("attempt_not_known_stopped", fence=kill.fence, job=kill.job_id,
                             task=kill.task_id)
 
     # -- heartbeats ----------------------------------------------------------------------------
@@ -361,11 +365,11 @@ class AgentCore:
         stored_term = self._fences.term()
         if term_is_stale(stored_term, directives.term):
             self._metrics.stale_directives.inc()
-            log.warning("stale_term_ignored", term=directives.term, stored_term=stored_term,
+            self._log.warning("stale_term_ignored", term=directives.term, stored_term=stored_term,
                         assignments=len(directives.assignments), kills=len(directives.kills))
             return [Decision.STALE_TERM]
         if self._fences.raise_term(directives.term):
-            log.info("term_seen", term=directives.term)
+            self._log.info("term_seen", term=directives.term)
         decisions = self._handle_kills(directives.kills)
         decisions += self.start_queued()  # FIFO: what waits goes before this answer's work
         decisions += self._handle_assignments(
@@ -385,7 +389,7 @@ class AgentCore:
     def _kill(self, kill: KillDirective, fences: dict[str, int],
               reports: list[Report]) -> Decision:
         if kill.fence < 1:
-            log.warning("malformed_kill", job=kill.job_id, task=kill.task_id)
+            self._log.warning("malformed_kill", job=kill.job_id, task=kill.task_id)
             return Decision.MALFORMED
         if kill.withdraw:
             return self._take_back(kill, fences, reports)
@@ -395,7 +399,7 @@ class AgentCore:
         if kill.fence in self._running:
             if self._executor.kill(kill.fence) and kill.fence not in self._kills_requested:
                 self._kills_requested.add(kill.fence)
-                log.info("attempt_kill_requested", fence=kill.fence, job=kill.job_id,
+                self._log.info("attempt_kill_requested", fence=kill.fence, job=kill.job_id,
                          task=kill.task_id)
             return Decision.KILL_REQUESTED
         if self._outbox.attempt(kill.fence) is not None:
@@ -435,7 +439,7 @@ class AgentCore:
         self._outbox.write(reports=[_rejected(queued, reason, kind)], delete_records=[fence])
         del self._queue[fence]
         self._metrics.attempts_queued.set(len(self._queue))
-        log.info("attempt_withdrawn_from_queue", fence=fence, job=queued.job_id,
+        self._log.info("attempt_withdrawn_from_queue", fence=fence, job=queued.job_id,
                  task=queued.task_id)
 
     # -- assignments ---------------------------------------------------------------------------
@@ -445,7 +449,7 @@ class AgentCore:
             return []
         pending = self._outbox.count()
         if pending >= self._config.admission_pause_reports:
-            log.warning("admission_paused", pending_reports=pending)
+            self._log.warning("admission_paused", pending_reports=pending)
             return [Decision.ADMISSION_PAUSED] * len(assignments)
         admitting = _Admitting(self.free(), len(self._running))
         for assignment in assignments:
@@ -459,7 +463,8 @@ class AgentCore:
     def _admit(self, assignment: Assignment, admitting: _Admitting) -> Decision | None:
         """One assignment's admission; None when it is to be started (`_launch` decides)."""
         if assignment.fence < 1:
-            log.warning("malformed_assignment", job=assignment.job_id, task=assignment.task_id)
+            self._log.warning("malformed_assignment", job=assignment.job_id,
+                              task=assignment.task_id)
             return Decision.MALFORMED
         key = assignment.task_key
         stored = admitting.fences.get(key) or self._fences.fence(key)
@@ -470,7 +475,7 @@ class AgentCore:
                 admitting.reports.append(report)
             return decision
         if admission == Admission.STALE_FENCE:
-            log.info("stale_fence_rejected", fence=assignment.fence, job=assignment.job_id,
+            self._log.info("stale_fence_rejected", fence=assignment.fence, job=assignment.job_id,
                      task=assignment.task_id, seen=stored)
             admitting.reports.append(_rejected(assignment, f"stale fence {assignment.fence}: "
                                                            f"fence {stored} was seen for this "
@@ -558,13 +563,13 @@ class AgentCore:
             except ExecutorError as error:
                 failed.append(record.fence)
                 reports.append(_rejected(assignment, f"could not start: {error}"))
-                log.error("attempt_start_failed", fence=record.fence, error=str(error))
+                self._log.error("attempt_start_failed", fence=record.fence, error=str(error))
                 continue
             started = record.launched(launch.wrapper_pid, launch.wrapper_start_ticks)
             launched.append(started)
             reports.append(_report(ReportKind.STARTED, started))
             self._running[started.fence] = started
-            log.info("attempt_started", fence=started.fence, job=started.job_id,
+            self._log.info("attempt_started", fence=started.fence, job=started.job_id,
                      task=started.task_id, attempt=started.attempt, pid=started.wrapper_pid)
         self._outbox.write(records=launched, reports=reports, delete_records=failed)
         self._count_launched(len(launched), len(failed))
@@ -578,7 +583,7 @@ class AgentCore:
     def _enqueue(self, queued: Sequence[Assignment]) -> None:
         for assignment in queued:
             self._queue[assignment.fence] = assignment
-            log.info("attempt_queued", fence=assignment.fence, job=assignment.job_id,
+            self._log.info("attempt_queued", fence=assignment.fence, job=assignment.job_id,
                      task=assignment.task_id, queued=len(self._queue))
         self._metrics.attempts_queued.set(len(self._queue))
 
@@ -619,7 +624,7 @@ class AgentCore:
             stored = self._fences.fence(assignment.task_key)
             if stored is not None and stored > fence:
                 self._withdraw(fence, ReportKind.REJECTED, SUPERSEDED_REASON)
-                log.info("queued_attempt_superseded", fence=fence, job=assignment.job_id,
+                self._log.info("queued_attempt_superseded", fence=fence, job=assignment.job_id,
                          task=assignment.task_id, stored_fence=stored)
 
     def _count_launched(self, launched: int, failed: int) -> None:
@@ -678,13 +683,13 @@ class AgentCore:
                 or self._outbox.attempt(completion.fence)
             self._kills_requested.discard(completion.fence)
             if record is None or record.state != AttemptState.RUNNING:
-                log.warning("completion_ignored", fence=completion.fence)
+                self._log.warning("completion_ignored", fence=completion.fence)
                 continue
             report = _completion_report(record, completion)
             records.append(record.finished())
             reports.append(report)
             self._metrics.attempts_finished.labels(report.kind.name).inc()
-            log.info("attempt_finished", fence=record.fence, job=record.job_id,
+            self._log.info("attempt_finished", fence=record.fence, job=record.job_id,
                      task=record.task_id, report=report.kind.name, exit_code=report.exit_code,
                      timed_out=report.timed_out, reason=report.reason)
         return records, reports, len(completions)

@@ -188,7 +188,8 @@ class SharedExecutor:
 
     def start(self, group: int, assignment: Assignment) -> Launch:
         key = local_key(group, assignment.fence)
-        launch = self.executor.start(replace(assignment, fence=key))
+        # The executor knows the attempt by its key; the task is told its group's fence.
+        launch = self.executor.start(replace(assignment, fence=key, task_fence=assignment.fence))
         self._held[key] = assignment.resources
         if group == self.turn.owner and self.groups > 1:
             self.turn.started += 1

@@ -72,10 +72,21 @@ class EventLogger:
         """An error with the traceback of the exception being handled."""
         self._log(logging.ERROR, event, fields, exc_info=True)
 
+    def bound(self, **fields: object) -> EventLogger:
+        """The same logger, adding `fields` to every event (e.g. an agent's group)."""
+        child = EventLogger(self.logger.name)
+        child._fields = {**self._fields, **fields}
+        return child
+
+    _fields: dict[str, object] = {}
+    """Added to every event (`bound`); the class's empty one is shared, never mutated."""
+
     def _log(self, level: int, event: str, fields: dict[str, object],
              exc_info: bool = False) -> None:
         if not self.logger.isEnabledFor(level):
             return
+        if self._fields:
+            fields = {**fields, **self._fields}
         clash = _RESERVED.intersection(fields)
         assert not clash, f"event {event}: reserved field names {sorted(clash)}"
         self.logger.log(level, "%s", _human(event, fields), exc_info=exc_info,

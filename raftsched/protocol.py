@@ -217,6 +217,10 @@ class Assignment:
     inputs: str = ""
     """The task's inputs, the JSON text the agent leaves at $RAFTSCHED_INPUTS: an object mapping
     each upstream task id to its outputs; "" for a task without upstream tasks ("{}")."""
+    task_fence: int = 0
+    """The agent's own: the fence the task is told ($RAFTSCHED_FENCE) when `fence` is the key
+    its executor knows the attempt by (an agent serving several groups: `agent.groups`); 0:
+    `fence`. Never sent over the wire."""
 
     @property
     def task_key(self) -> str:

@@ -162,7 +162,7 @@ def task_env(assignment: Assignment, agent_env: dict[str, str]) -> dict[str, str
         TASK_JOB_ID_ENV: assignment.job_id,
         TASK_TASK_ID_ENV: assignment.task_id,
         TASK_ATTEMPT_ENV: str(assignment.attempt),
-        TASK_FENCE_ENV: str(assignment.fence),
+        TASK_FENCE_ENV: str(assignment.task_fence or assignment.fence),
         TASK_IDEMPOTENCY_KEY_ENV: assignment.idempotency_key,
     })
     return env
