@@ -121,8 +121,9 @@ def check_groups(results_dir: Path, history: _History, replicas: list[_Replica],
             check_stale_reads(view, run, found)
             if ledger is not None:
                 check_ledger(_ledger_of(ledger, keep), run, found)
-            check_agent_logs(results_dir / "logs", run, found, keep=_event_keeper(keep))
-            check_capacity(results_dir / "logs", run, found, keep=_event_keeper(keep))
+            check_agent_logs(results_dir / "logs", run, found,
+                             keep=_event_keeper(keep, group))
+            check_capacity(results_dir / "logs", run, found, keep=_event_keeper(keep, group))
             check_timeouts(view.ops, run, found)
             check_liveness(view, run, found)
             check_schedules(run, found)
@@ -166,13 +167,22 @@ def _keeper(home: dict[str, int], group: int, groups: int) -> Callable[[str], bo
     return keep
 
 
-def _event_keeper(keep: Callable[[str], bool]) -> Callable[[Event], bool]:
-    return lambda event: keep(str(event.fields.get("job", "")))
+def _event_keeper(keep: Callable[[str], bool], group: int) -> Callable[[Event], bool]:
+    """Whether an agent event is `group`'s: the group it names (an agent serving several
+    groups logs it), else by its job (`keep`)."""
+    def kept(event: Event) -> bool:
+        named = event.fields.get("group")
+        return named == group if isinstance(named, int) else keep(str(event.fields.get("job", "")))
+    return kept
 
 
 def _event_group(home: dict[str, int], groups: int) -> Callable[[Event], int | None]:
-    """An agent event's group: the group whose log holds its job, else its id's shard's."""
+    """An agent event's group: the one it names (an agent serving several groups logs it),
+    else the group whose log holds its job, else its id's shard's."""
     def group(event: Event) -> int | None:
+        named = event.fields.get("group")
+        if isinstance(named, int) and 0 <= named < groups:
+            return named
         job_id = str(event.fields.get("job", ""))
         return home[job_id] if job_id in home else group_of_job_id(job_id, groups)
     return group

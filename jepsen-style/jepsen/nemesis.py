@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from jepsen.cluster import ClusterUnderTest
 from jepsen.history import History
 from jepsen.hostile import HOSTILE_CLUSTER, HOSTILE_HOLD_S, HostileAgent
+from raftsched.client.client import Client
 
 KILL_KINDS = ("kill-leader", "kill-random", "kill-minority", "kill-all")
 PARTITION_KINDS = ("partition-leader", "partition-halves", "partition-bridge", "partition-ring")
@@ -266,7 +267,10 @@ class Nemesis:
             cluster = self._cluster
             # with several groups: group 0's servers (the flood's target is one log)
             self._hostile = HostileAgent(cluster.group_servers(0), cluster.hostile_tls,
-                                         cluster.client(timeout_s=5.0, retry_budget_s=5.0),
+                                         Client(cluster.group_servers(0),
+                                                tls_files=cluster.user_tls,
+                                                token=cluster.admin_token, timeout_s=5.0,
+                                                retry_budget_s=5.0),
                                          random.Random(self._seed ^ HOSTILE_SEED_SALT))
         hostile = self._hostile
         hostile.start()
