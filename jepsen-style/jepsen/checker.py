@@ -214,13 +214,18 @@ def format_report(report: Report) -> str:
 
 def format_table(report: Report, *, seed: int | None = None, nodes: int | None = None,
                  time_s: float | None = None, injected: dict[str, int] | None = None,
-                 results: Path | None = None, harness_failure: str | None = None) -> str:
+                 results: Path | None = None, harness_failure: str | None = None,
+                 groups: int = 1) -> str:
     """The runner's results: a Markdown table of the headline figures (the README carries the
     latest), then every violation, the notes and the per-check counts."""
     count = len(report.violations) + sum(report.violations_suppressed.values())
     faults = injected if injected is not None else report.faults
-    rows = [("run", f"seed {seed}, {nodes} replicas, {time_s:g} s of faults"
-             if time_s is not None else f"seed {seed}, {nodes} replicas")]
+    replicas = f"{groups} groups of {nodes} replicas" if groups > 1 else f"{nodes} replicas"
+    rows = [("run", f"seed {seed}, {replicas}, {time_s:g} s of faults"
+             if time_s is not None else f"seed {seed}, {replicas}")]
+    rows += [(f"group {g['group']}: jobs in its log / acknowledged / log entries",
+              f"{g['jobs']} / {g['acknowledged_jobs']} / {g['last_index_replayed']}")
+             for g in report.groups]
     for f, row in sorted(report.ops.items()):
         rows.append((f"{f}: invoked / ok / fail / info",
                      f"{row['invoked']} / {row['ok']} / {row['fail']} / {row['info']}"

@@ -93,8 +93,11 @@ def check_capacity_across(logs_dir: Path, runs: dict[int, _Replay],
 
     for path in paths:
         cluster_id = path.name[len("agent-"):-len(".log")]
-        capacity = next((c for c in (_capacity(run, cluster_id, capacities)
-                                     for run in runs.values()) if c is not None), None)
+        # the agent's own capacity (meta.json: what the harness started it with), which every
+        # group's attempts share; a group's registration is the fallback
+        capacity = capacities.get(cluster_id) or next(
+            (c for c in (_capacity(run, cluster_id, {}) for run in runs.values())
+             if c is not None), None)
         try:
             events = list(read_events(path, EVENTS))
         except OSError as error:

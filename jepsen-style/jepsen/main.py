@@ -439,7 +439,7 @@ def format_table(args: argparse.Namespace, root: Path, injected: dict[str, int],
                  report: Any, failure: str | None) -> str:
     return checker_mod.format_table(report, seed=args.seed, nodes=args.nodes,
                                     time_s=args.time, injected=injected, results=root,
-                                    harness_failure=failure)
+                                    harness_failure=failure, groups=args.groups)
 
 
 if __name__ == "__main__":

@@ -51,3 +51,15 @@ def test_the_hostile_agent_is_a_group_of_its_own_and_part_of_all() -> None:
     assert parse_faults("hostile", 3) == ("hostile-agent",)
     assert parse_faults("kill-leader,hostile-agent", 3) == ("kill-leader", "hostile-agent")
     assert "hostile-agent" in parse_faults("all", 3)
+
+
+def test_group_faults_need_several_groups() -> None:
+    """kill-group-majority and partition-group take one group's quorum away: with one group they
+    are an error when named and left out of 'all'; with two they are in 'all' and `group`."""
+    for named in ("group", "partition-group", "kill-leader,kill-group-majority"):
+        with pytest.raises(FaultError, match="need several groups"):
+            parse_faults(named, 3)
+    assert not set(parse_faults("all", 3)) & {"kill-group-majority", "partition-group"}
+    assert parse_faults("all", 3, 2)[-2:] == ("kill-group-majority", "partition-group")
+    assert parse_faults("group,kill-leader", 3, 2) == ("kill-leader", "kill-group-majority",
+                                                       "partition-group")
