@@ -101,9 +101,6 @@ def test_two_groups_under_faults_have_no_violations_and_both_commit_jobs(
     """`--groups 2`: each group's log checked apart, no job in two groups, every acknowledged
     job of both groups terminal after the heal; jobs were committed in both groups and the
     nemesis hit them."""
-    if "parse_groups" not in (ROOT / "agent" / "main.py").read_text():
-        pytest.skip("jepsen-style --groups 2 SKIPPED: the agent does not take several groups' "
-                    "servers yet (agent --servers 'G0;G1', issue 27, branch magent)")
     out, results = _run(tmp_path, GROUPS_ARGS)
     report = out["report"]
     assert [g["group"] for g in report["groups"]] == [0, 1]
