@@ -208,14 +208,20 @@ class SharedExecutor:
         return self.executor.kill(local_key(group, fence))
 
     def poll(self, group: int) -> list[Completion]:
-        """`group`'s completions: the executor's are sorted into every group's share at once
-        (what they held is free from this moment), and this group's are handed over."""
+        """`group`'s completions: the executor's are sorted into every group's share, and this
+        group's are handed over. What an attempt held is free once its own group's core takes
+        its completion (and writes its FINISHED report and logs it), not when another group's
+        poll happens to see it first: the agent's own record of what runs at once (its log,
+        which the jepsen-style checker reads) then never shows more than its capacity."""
         for completion in self.executor.poll():
-            self._held.pop(completion.fence, None)
             owner, fence = split_key(completion.fence)
             if owner < self.groups:
                 self._done[owner].append(replace(completion, fence=fence))
+            else:
+                self._held.pop(completion.fence, None)
         done, self._done[group] = self._done[group], []
+        for completion in done:
+            self._held.pop(local_key(group, completion.fence), None)
         return done
 
     def observed_free(self) -> Resources | None:

@@ -93,8 +93,11 @@ def test_admission_counts_every_groups_attempts_so_no_two_groups_over_commit() -
     assert shared.held() == 2 and shared.free() == Resources(0, 800, 0)
     assert b.reports(2) == [ReportKind.REJECTED]
     executor.completions.append(Completion(local_key(0, 1), 0))
-    assert b.core.collect() == 0  # group 0's slot is free from the moment it was polled
-    assert b.answer(_task(3, "g1-job", "v")) == [Decision.STARTED]
+    assert b.core.collect() == 0  # group 1 polled group 0's completion first...
+    assert shared.held() == 2  # ...but it holds its slot until group 0's core takes it
+    assert b.answer(_task(3, "g1-job", "v")) == [Decision.NO_CAPACITY]
+    assert a.core.collect() == 1 and shared.held() == 1
+    assert b.answer(_task(4, "g1-job", "w")) == [Decision.STARTED]
 
 
 def test_terms_and_fences_are_kept_per_group() -> None:
