@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
@@ -41,7 +42,7 @@ from agent.executors import (
 from agent.executors.slurm import SlurmExecutor, partition_capacity
 from agent.metrics import AgentMetrics
 from agent.model import Resources
-from agent.session import GrpcSession
+from agent.session import GrpcSession, SessionError
 from agent.store import StoreError
 from raftsched import config, eventlog, options, tls, topology
 from raftsched.clock import configure_skew_from_env
@@ -77,6 +78,9 @@ EXIT_FAILURE = 1
 EXIT_INVALID = 2
 MAX_METRICS_PORT = 65_535
 MAX_HEARTBEAT_WAIT_MS = 60_000
+TOPOLOGY_WAIT_S = 120.0
+"""An agent given one group's servers asks them for every group's (GetTopology) this long at
+most before it serves that group alone."""
 DEFAULT_ROOT_TASK_USER = "nobody"
 """Tasks of an agent running as root run as this account unless --task-user says otherwise."""
 MAX_TENANT_TASK_USERS = 1_000
@@ -269,6 +273,8 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[list[str]]
     except OSError as error:
         print(f"error: cannot use data dir {config.data_dir}: {error}", file=sys.stderr)
         return EXIT_FAILURE
+    if len(servers) == 1:
+        servers = _discovered_groups(servers[0], tls_files, stop)
     sessions = [GrpcSession(group, stop=stop, tls_files=tls_files) for group in servers]
     agent: Agent | GroupedAgent
     try:
@@ -304,6 +310,33 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[list[str]]
         for session in sessions:
             session.close()
     return EXIT_OK
+
+
+def _discovered_groups(servers: list[str], tls_files: tls.TlsFiles | None,
+                       stop: threading.Event) -> list[list[str]]:
+    """Every scheduler group's servers when these (one group's) belong to a deployment of
+    several (GetTopology, issue 27), else just these. The agent can do nothing before a replica
+    answers, so it asks until one does, for at most TOPOLOGY_WAIT_S; then it serves these
+    servers' group alone and says so."""
+    deadline = time.monotonic() + TOPOLOGY_WAIT_S
+    session = GrpcSession(servers, stop=stop, tls_files=tls_files)
+    try:
+        while True:
+            try:
+                groups = session.topology()
+                break
+            except SessionError as error:
+                if stop.is_set() or time.monotonic() >= deadline:
+                    log.warning("topology_unknown", servers=",".join(servers),
+                                error=str(error), waited_s=TOPOLOGY_WAIT_S)
+                    return [servers]
+    finally:
+        session.close()
+    if groups is None:
+        return [servers]
+    log.info("topology_learned", groups=len(groups),
+             servers=";".join(",".join(group) for group in groups))
+    return groups
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -33,6 +33,7 @@ from agent.model import (
     Reported,
 )
 from raftsched import rpc, tls
+from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.client import retry
 from raftsched.errors import Code, RaftschedError
@@ -41,6 +42,8 @@ from raftsched.protocol import LogChunk, Observation
 REGISTER_DEADLINE_MS = 10_000
 REPORT_DEADLINE_MS = 10_000
 SEND_LOG_DEADLINE_MS = 10_000
+TOPOLOGY_DEADLINE_MS = 5_000
+"""One GetTopology call (a local read on whichever replica answers)."""
 HEARTBEAT_DEADLINE_SLACK_MS = 5_000
 """A heartbeat's deadline is its long-poll wait plus this."""
 MAX_TRIES_PER_CALL = 8
@@ -154,6 +157,34 @@ class GrpcSession:
         and the client asks again if it is lost)."""
         self._call("SendLog", rpc.log_chunk_to_pb(cluster_id, chunk), SEND_LOG_DEADLINE_MS,
                    reregister=False)
+
+    def topology(self) -> list[list[str]] | None:
+        """Every scheduler group's servers, in group order, as a replica of these servers
+        answers GetTopology (issue 27), this session's own servers standing for their group;
+        None for a deployment of one group, or one whose replicas were never told the others'
+        addresses, or a replica too old to say. SessionError when no replica answers."""
+        def invoke(address: str) -> Any:
+            if self._stop.is_set():
+                raise retry.Stopped()
+            stub = pb_grpc.SchedulerStub(self._channel(address))
+            return stub.GetTopology(pb.GetTopologyRequest(),
+                                    timeout=TOPOLOGY_DEADLINE_MS / 1000)
+
+        def retryable(error: RaftschedError) -> bool:
+            return rpc.retryable(error) and not isinstance(error, retry.Stopped)
+
+        try:
+            answer = retry.call(self._servers, self._policy, invoke, stop=self._stop,
+                                rng=self._rng, retryable=retryable)
+        except RaftschedError as error:
+            if error.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED) or \
+                    isinstance(error, retry.Stopped):
+                raise session_error(error, "GetTopology", False) from None
+            return None  # UNIMPLEMENTED (an older replica), or refused: Register will say
+        if answer.groups <= 1 or len(answer.members) != answer.groups:
+            return None
+        return [list(self._servers.addresses) if member.group == answer.group
+                else list(member.servers) for member in answer.members]
 
     def close(self) -> None:
         with self._lock:

@@ -7,6 +7,34 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class GetTopologyRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TopologyGroup(_message.Message):
+    __slots__ = ("group", "servers")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SERVERS_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    servers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, group: _Optional[int] = ..., servers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Topology(_message.Message):
+    __slots__ = ("group", "groups", "shards", "members", "responder", "recorded")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    RESPONDER_FIELD_NUMBER: _ClassVar[int]
+    RECORDED_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    groups: int
+    shards: int
+    members: _containers.RepeatedCompositeFieldContainer[TopologyGroup]
+    responder: str
+    recorded: bool
+    def __init__(self, group: _Optional[int] = ..., groups: _Optional[int] = ..., shards: _Optional[int] = ..., members: _Optional[_Iterable[_Union[TopologyGroup, _Mapping]]] = ..., responder: _Optional[str] = ..., recorded: _Optional[bool] = ...) -> None: ...
+
 class TaskLogsRequest(_message.Message):
     __slots__ = ("job_id", "task_id", "attempt", "stream", "follow", "tail_bytes", "offset")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
@@ -838,14 +866,18 @@ class RemoveClusterResponse(_message.Message):
     def __init__(self, cluster_id: _Optional[str] = ...) -> None: ...
 
 class CreateTokenRequest(_message.Message):
-    __slots__ = ("tenant", "role", "note")
+    __slots__ = ("tenant", "role", "note", "token_id", "digest")
     TENANT_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
     tenant: str
     role: str
     note: str
-    def __init__(self, tenant: _Optional[str] = ..., role: _Optional[str] = ..., note: _Optional[str] = ...) -> None: ...
+    token_id: str
+    digest: str
+    def __init__(self, tenant: _Optional[str] = ..., role: _Optional[str] = ..., note: _Optional[str] = ..., token_id: _Optional[str] = ..., digest: _Optional[str] = ...) -> None: ...
 
 class CreateTokenResponse(_message.Message):
     __slots__ = ("token_id", "token")

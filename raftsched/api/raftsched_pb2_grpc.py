@@ -92,6 +92,11 @@ class SchedulerStub:
                 request_serializer=raftsched_dot_v1_dot_raftsched__pb2.SubmitJobsRequest.SerializeToString,
                 response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.SubmitJobsResponse.FromString,
                 _registered_method=True)
+        self.GetTopology = channel.unary_unary(
+                '/raftsched.v1.Scheduler/GetTopology',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.GetTopologyRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.Topology.FromString,
+                _registered_method=True)
 
 
 class SchedulerServicer:
@@ -177,6 +182,15 @@ class SchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTopology(self, request, context):
+        """Which scheduler group this replica is, of how many, and every group's gRPC addresses
+        (issue 27): what a client, an agent or the console given one group's servers needs to
+        reach every group. Any client certificate (an agent's or a user's); no token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -234,6 +248,11 @@ def add_SchedulerServicer_to_server(servicer, server):
                     servicer.SubmitJobs,
                     request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.SubmitJobsRequest.FromString,
                     response_serializer=raftsched_dot_v1_dot_raftsched__pb2.SubmitJobsResponse.SerializeToString,
+            ),
+            'GetTopology': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTopology,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.GetTopologyRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.Topology.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -536,6 +555,33 @@ class Scheduler:
             '/raftsched.v1.Scheduler/SubmitJobs',
             raftsched_dot_v1_dot_raftsched__pb2.SubmitJobsRequest.SerializeToString,
             raftsched_dot_v1_dot_raftsched__pb2.SubmitJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTopology(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Scheduler/GetTopology',
+            raftsched_dot_v1_dot_raftsched__pb2.GetTopologyRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.Topology.FromString,
             options,
             channel_credentials,
             insecure,

@@ -240,7 +240,9 @@ def _register_tokens(sub: Any, parents: list[argparse.ArgumentParser]) -> None:
     create = command_parser(
         commands, "create", parents, "make a token (its secret is shown once)",
         "Make a token for TENANT with ROLE. The replicas keep only a hash of its secret: the "
-        "token printed here cannot be shown again; hand it to its holder.",
+        "token printed here cannot be shown again; hand it to its holder. With several "
+        "scheduler groups the token is made here and created in every group (by its id and "
+        "hash; if a group refuses, it is revoked again in the others and the error says so).",
         'output:\n  "token TOKEN_ID (ROLE, tenant TENANT): rst_..."\n'
         '  --json: {"token_id", "token", "tenant", "role"}')
     create.add_argument("--tenant", required=True,
@@ -376,7 +378,7 @@ def _run_admin_remove(args: argparse.Namespace) -> int:
 
 def _change_membership(args: argparse.Namespace, verb: str,
                        change: Callable[[ClientLike], Any]) -> int:
-    with connect(args) as client:
+    with connect(args, one_group=True) as client:
         try:
             reply = change(client)
         except RaftschedError as error:

@@ -456,17 +456,27 @@ def resolve_token(args: argparse.Namespace) -> str | None:
 
 
 @contextlib.contextmanager
-def connect(args: argparse.Namespace, servers: list[str] | None = None) -> Iterator[ClientLike]:
-    """A client for `servers` (default: `resolve_servers(--servers)`) with the certificate of
-    `resolve_tls`, closed afterwards. A refused handshake or certificate gets a hint."""
+def connect(args: argparse.Namespace, servers: list[str] | None = None, *,
+            one_group: bool = False) -> Iterator[ClientLike]:
+    """A client for `servers` (default: `resolve_groups(--servers)`) with the certificate of
+    `resolve_tls`, closed afterwards. A refused handshake or certificate gets a hint. Given
+    one group's servers, a command that is not about that group alone (`one_group`) learns
+    every group's from a replica (GetTopology) and talks to all of them."""
     groups = [servers] if servers else resolve_groups(args.servers)
     tls_files = resolve_tls(args)
     token = resolve_token(args) if tls_files is not None else None
-    clients = [make_client(group, args.timeout, tls_files=tls_files, token=token)
-               for group in groups]
+
+    def make(group: list[str]) -> ClientLike:
+        return make_client(group, args.timeout, tls_files=tls_files, token=token)
+
+    clients = [make(group) for group in groups]
     client: ClientLike
-    if len(clients) == 1:
+    if len(clients) == 1 and (one_group or servers):
         client = clients[0]
+    elif len(clients) == 1:
+        from raftsched.client.groups import with_topology
+
+        client = with_topology(clients[0], make)  # type: ignore[arg-type]
     else:
         from raftsched.client.groups import GroupedClient
 

@@ -89,7 +89,7 @@ def _run_events(args: argparse.Namespace) -> int:
         raise RaftschedError(Code.INVALID_ARGUMENT, "--until-job-ends needs --job JOB (the job "
                              "whose end ends the command)")
     try:
-        with connect(args) as client:
+        with connect(args, one_group=not args.job) as client:
             _follow(client, args)
     except KeyboardInterrupt:
         raise Interrupted("stopped following events") from None

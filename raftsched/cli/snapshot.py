@@ -101,7 +101,7 @@ def _run_save(args: argparse.Namespace) -> int:
                   flush=True)
 
     try:
-        with connect(args) as client, files.written_whole(str(target)) as out:
+        with connect(args, one_group=True) as client, files.written_whole(str(target)) as out:
             print("asking the leader for a snapshot (it writes one now)", file=sys.stderr,
                   flush=True)
             saved = client.save_snapshot(out, progress)

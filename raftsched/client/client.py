@@ -33,6 +33,9 @@ from raftsched.spec.wire import pack_wire
 from raftsched.states import TERMINAL_JOB_STATE_NAMES
 
 DEFAULT_CALL_TIMEOUT_S = 10.0
+TOPOLOGY_CALL_TIMEOUT_S = 3.0
+"""GetTopology per replica (a local read): a client learning the groups does not wait long on
+one that does not answer."""
 """Deadline of one RPC attempt."""
 SUBMIT_TIMEOUT_PER_MB_S = 4.0
 """A SubmitJob attempt's deadline grows by this much per MB of spec above the call timeout (a
@@ -372,6 +375,20 @@ class Client:
             raise RaftschedError(Code.UNAVAILABLE, f"the snapshot stream from {address} "
                                  f"broke: {failed.message}") from None
 
+    def topology(self) -> Any:
+        """Which group the first replica that answers is, of how many, and every group's
+        servers (`Topology`); asks each configured replica in turn, like `cluster_status`."""
+        last: RaftschedError | None = None
+        for address in self._servers.addresses:
+            try:
+                return self._invoke(pb_grpc.SchedulerStub, "GetTopology",
+                                    pb.GetTopologyRequest(), address,
+                                    min(self._timeout_s, TOPOLOGY_CALL_TIMEOUT_S))
+            except RaftschedError as error:
+                last = error
+        assert last is not None
+        raise last
+
     def cluster_status(self, server: str | None = None, *, include_digest: bool = False) -> Any:
         """Ask `server` (or each configured replica in turn until one answers): any replica can
         say what it sees, so this does not follow the leader. `include_digest` costs the replica
@@ -392,10 +409,14 @@ class Client:
         request = pb.ReplicaRequest(raft_address=raft_address, grpc_address=grpc_address)
         return self._call(pb_grpc.AdminStub, "AddReplica", request, MEMBERSHIP_CALL_TIMEOUT_S)
 
-    def create_token(self, tenant: str, role: str, note: str = "") -> Any:
-        """A new API token (admin only): the answer holds its secret, shown this once."""
+    def create_token(self, tenant: str, role: str, note: str = "", *, token_id: str = "",
+                     digest: str = "") -> Any:
+        """A new API token (admin only): the answer holds its secret, shown this once. With
+        `token_id` and `digest` (a token this caller made: `tokens.new_token`), that token,
+        and the answer holds no secret."""
         return self._call(pb_grpc.AdminStub, "CreateToken",
-                          pb.CreateTokenRequest(tenant=tenant, role=role, note=note))
+                          pb.CreateTokenRequest(tenant=tenant, role=role, note=note,
+                                                token_id=token_id, digest=digest))
 
     def revoke_token(self, token_id: str) -> Any:
         return self._call(pb_grpc.AdminStub, "RevokeToken",

@@ -14,8 +14,8 @@ following its own group's leader, and the routing rule of `raftsched.topology`.
   answer fails the call naming it (what was done in the others stays done and is idempotent:
   run it again).
 - What is one group's alone (membership, snapshots) needs that group's servers (`--servers` of
-  one group); a token is created in one group's log with a secret only that call sees, so
-  creating one with several groups is refused, saying so.
+  one group). A token is made here and created by its id and digest in every group.
+- Given one group's servers, `with_topology` learns every group's from a replica.
 
 A group without a quorum fails only the calls that reach it: the error names the group.
 """
@@ -28,7 +28,7 @@ import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
-from raftsched import topology
+from raftsched import tokens, topology
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.client.client import Client, Submitted
 from raftsched.client.keys import submit_key
@@ -277,12 +277,25 @@ class GroupedClient:
         return self._everywhere(lambda c: c.remove_cluster(cluster_id))
 
     def create_token(self, tenant: str, role: str, note: str = "") -> Any:
-        raise RaftschedError(
-            Code.FAILED_PRECONDITION,
-            f"a token is created in one group's log, with a secret only that call sees; with "
-            f"{self.groups} groups it would work in one of them only. Create tokens per "
-            "deployment before it has several groups, or give every group's replicas the same "
-            "--bootstrap-token-file")
+        """The same new token in every group: made here (its secret never reaches a replica),
+        then created in each group by its id and digest. If a group refuses or does not
+        answer, the token is revoked again where it was made (so no group honours a token the
+        caller never got) and the error names the group."""
+        made = tokens.new_token()
+        done: list[int] = []
+        for group in range(self.groups):
+            try:
+                self._in(group, lambda c: c.create_token(
+                    tenant, role, note, token_id=made.token_id, digest=made.digest.hex()))
+            except RaftschedError as error:
+                undone = [g for g in done if _revoked(self.clients[g], made.token_id)]
+                left = [g for g in done if g not in undone]
+                where = f"; it is still held by group(s) {left}: raftsched admin token " \
+                    f"revoke {made.token_id}" if left else ""
+                raise RaftschedError(error.code, f"{error.message} (token {made.token_id} not "
+                                     f"created{where})") from None
+            done.append(group)
+        return pb.CreateTokenResponse(token_id=made.token_id, token=made.token)
 
     def add_replica(self, raft_address: str, grpc_address: str = "") -> Any:
         raise _one_group("admin add")
@@ -299,6 +312,29 @@ class GroupedClient:
             return self._for_job(job_id, lambda c: c.watch_events(from_index, job_id, tenant,
                                                                   clusters))
         raise _one_group("events without --job")
+
+
+def with_topology(client: Client, make_client: Callable[[list[str]], Client]) -> Client | Any:
+    """`client` (one group's servers) as a `GroupedClient` of every group when a replica of
+    them says the deployment has several and where each is (GetTopology); else `client` itself
+    (one group, a replica that does not know the others' addresses, or none answering: the
+    call that follows then says what is wrong)."""
+    try:
+        answer = client.topology()
+    except RaftschedError:
+        return client
+    if answer.groups <= 1 or len(answer.members) != answer.groups:
+        return client
+    return GroupedClient([client if member.group == answer.group
+                          else make_client(list(member.servers)) for member in answer.members])
+
+
+def _revoked(client: Client, token_id: str) -> bool:
+    try:
+        client.revoke_token(token_id)
+    except RaftschedError:
+        return False
+    return True
 
 
 def _leader_status(client: Client, include_digest: bool) -> Any:

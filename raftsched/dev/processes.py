@@ -95,11 +95,12 @@ def require_proc() -> None:
 def replica_command(raft_address: str, grpc_address: str, peers: Sequence[str], data_dir: Path,
                     secret_file: Path | None, metrics_port: int, *,
                     tls: TlsPaths | None, bootstrap_token: str = "",
-                    group: tuple[int, int] = (0, 1)) -> list[str]:
+                    group: tuple[int, int] = (0, 1), topology: str = "") -> list[str]:
     """`python -m raftsched replica ...`; `peers` are the other replicas' Raft addresses. With
     neither a secret nor TLS files: --insecure-dev. `bootstrap_token`: the file of the first
     admin token (every group's replicas get the same: one admin token for the deployment).
-    `group`: (which, of how many) scheduler groups."""
+    `group`: (which, of how many) scheduler groups; `topology`: every group's gRPC addresses
+    ('a:1,b:2;c:3,d:4'), so that any replica can tell a client where every group is."""
     assert (secret_file is None) == (tls is None), "a secret and TLS go together"
     security = (["--insecure-dev"] if secret_file is None or tls is None
                 else ["--secret-file", str(secret_file), *tls.flags(),
@@ -107,7 +108,8 @@ def replica_command(raft_address: str, grpc_address: str, peers: Sequence[str], 
     return [sys.executable, "-m", "raftsched", "replica", "--raft", raft_address,
             "--grpc", grpc_address, "--peers", ",".join(peers), "--data-dir", str(data_dir),
             *security, "--metrics-port", str(metrics_port),
-            *(["--group", str(group[0]), "--groups", str(group[1])] if group[1] > 1 else [])]
+            *(["--group", str(group[0]), "--groups", str(group[1])] if group[1] > 1 else []),
+            *(["--topology", topology] if topology else [])]
 
 
 def agent_command(shape: AgentShape, groups: Sequence[Sequence[str]], data_dir: Path,

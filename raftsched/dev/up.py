@@ -203,11 +203,13 @@ class _Starter(_Launch):
         in_groups = f" in each of {groups} scheduler groups" if groups > 1 else ""
         self.progress(f"starting {count} replicas{in_groups} (logs in "
                       f"{self.state.dir}/{LOG_DIR_NAME})")
+        topology = ";".join(",".join(grpcs[group * count:(group + 1) * count])
+                            for group in range(groups)) if groups > 1 else ""
         for group in range(groups):
             members = range(group * count, (group + 1) * count)
             for index in members:
                 self._start_replica(index, [rafts[i] for i in members], grpcs[index],
-                                    ports[2 * total + index], group)
+                                    ports[2 * total + index], group, topology)
         view = None
         for group in range(groups):
             servers = self._group_servers(group)
@@ -250,9 +252,10 @@ class _Starter(_Launch):
         return view
 
     def _start_replica(self, index: int, rafts: list[str], grpc: str, metrics_port: int,
-                       group: int = 0) -> None:
+                       group: int = 0, topology: str = "") -> None:
         """Replica `index` (0-based over every group) of `group`, whose Raft addresses are
-        `rafts` (every group has its own members and its own log)."""
+        `rafts` (every group has its own members and its own log); `topology`: every group's
+        gRPC addresses (`replica --topology`), with several."""
         name = f"replica-{index + 1}"
         data_dir, log = self._prepare(name)
         raft = rafts[index % len(rafts)]
@@ -263,7 +266,7 @@ class _Starter(_Launch):
                                tls=self.certificates.replica if self.certificates else None,
                                bootstrap_token=self.certificates.user.token
                                if self.certificates else "",
-                               group=(group, self.options.groups))
+                               group=(group, self.options.groups), topology=topology)
         pid, start = self._spawn(name, argv, log)
         self.state.replicas.append(ReplicaEntry(name, pid, start, grpc, raft, metrics_port,
                                                 str(data_dir), str(log), group))

@@ -15,7 +15,8 @@ secret.
   admin tokens are of tenant `*` (the Admin RPCs act on every tenant); one of another tenant,
   made by an older version or restored from a snapshot, acts as a `user` of its tenant only
   (`queries.honoured_role`).
-- Health and Reflection: a client certificate of any kind (agent or user), no token (load
+- Scheduler's `GetTopology` (issue 27: which group, every group's servers), Health and
+  Reflection: a client certificate of any kind (agent or user), no token (load
   balancers and grpcurl use them).
 - Any call: a client certificate an admin revoked (`raftsched admin cert revoke`, by the sha256
   of its DER bytes, kept in the replicated state) is UNAUTHENTICATED, whatever it presents.
@@ -74,6 +75,7 @@ SERVICE_RULES: dict[str, Rule] = {
 }
 """Every RPC of these services has the service's rule; Admin's are named one by one."""
 METHOD_RULES: dict[str, Rule] = {
+    "raftsched.v1.Scheduler/GetTopology": Rule.CERTIFICATE,  # agents learn the groups too
     "raftsched.v1.Admin/ClusterStatus": Rule.OPERATOR,
     "raftsched.v1.Admin/AddReplica": Rule.ADMIN,
     "raftsched.v1.Admin/RemoveReplica": Rule.ADMIN,

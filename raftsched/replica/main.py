@@ -18,7 +18,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from raftsched import config, eventlog, limits, rpc, tls, tokens
+from raftsched import config, eventlog, limits, rpc, tls, tokens, topology
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import ProposalClock, SystemClock, configure_skew_from_env
@@ -49,7 +49,7 @@ from raftsched.replica.service import (
     enable_reflection,
 )
 from raftsched.state import commands as c
-from raftsched.state.model import ALL_TENANTS, Role
+from raftsched.state.model import ALL_TENANTS, GroupIdentity, Role
 
 SHUTDOWN_GRACE_S = 3.0
 GIL_SWITCH_INTERVAL_S = 0.001
@@ -108,6 +108,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "Jobs are spread over VIRTUAL_SHARDS shards, shard s in group "
                              "s mod K; clients list the groups' replicas separated by ';' in "
                              f"${SERVERS_ENV}")
+    parser.add_argument("--topology", metavar="HOST:PORT,...;HOST:PORT,...", default="",
+                        help="with several groups: every group's gRPC addresses, groups "
+                             "separated by ';' in group order (the --groups count is theirs). "
+                             "The log records them, and any replica then tells clients, agents "
+                             "and the console given one group's servers where every group is "
+                             "(GetTopology). A replica without it keeps what the log says")
     _add_tuning_arguments(parser)
 
 
@@ -237,7 +243,8 @@ def _run(args: argparse.Namespace) -> int:
                     version=changes.version, fire_lag=telemetry.fire_lag)
     try:
         server = _server(Context(node, leader, clock, changes, args.grpc,
-                                 max_stream_age_s=args.max_stream_age_s, events=events),
+                                 max_stream_age_s=args.max_stream_age_s, events=events,
+                                 configured=configured_group(args)),
                          args.grpc, tls_files,
                          _connection_options(args.handshake_timeout_s, args.max_grpc_connections))
     except RaftschedError as error:
@@ -295,16 +302,36 @@ def _checked_bootstrap(args: argparse.Namespace) -> tuple[Callable[[int], bytes]
         on_office = _bootstrap_commands(args.bootstrap_token_file)
     except RaftschedError as error:
         raise _StartError(error.message) from error
-    if args.group >= args.groups:
-        raise _StartError(f"--group {args.group} is not one of the --groups {args.groups} "
-                          f"(0..{args.groups - 1})")
-    if args.groups > 1:
-        group, groups = args.group, args.groups
-        on_office += (lambda now_ms: c.encode(c.GroupSet(group, groups, limits.VIRTUAL_SHARDS,
-                                                         now_ms)),)
+    wanted = configured_group(args)
+    if wanted is not None:
+        on_office += (lambda now_ms: c.encode(c.GroupSet(
+            wanted.group, wanted.groups, wanted.shards, now_ms, wanted.servers)),)
     if not 0 < args.suspect_after_s < args.lost_after_s:
         raise _StartError("need 0 < --suspect-after-s < --lost-after-s")
     return on_office
+
+
+def configured_group(args: argparse.Namespace) -> GroupIdentity | None:
+    """The group of several `--group`, `--groups` and `--topology` say this replica is (None:
+    a deployment of one group); _StartError naming the option that does not fit."""
+    servers: tuple[tuple[str, ...], ...] = ()
+    groups = args.groups
+    if args.topology:
+        try:
+            parsed = topology.parse_groups(args.topology, "--topology")
+        except ValueError as error:
+            raise _StartError(str(error)) from None
+        servers = tuple(tuple(members) for members in parsed)
+        if groups == 1:
+            groups = len(servers)
+        elif groups != len(servers):
+            raise _StartError(f"--topology names {len(servers)} groups, --groups says {groups}")
+    if args.group >= groups:
+        raise _StartError(f"--group {args.group} is not one of the --groups {groups} "
+                          f"(0..{groups - 1})")
+    if groups == 1:
+        return None
+    return GroupIdentity(args.group, groups, limits.VIRTUAL_SHARDS, servers)
 
 
 def _restore(args: argparse.Namespace, peers: list[str]) -> None:

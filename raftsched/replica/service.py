@@ -45,7 +45,7 @@ from raftsched.spec.params import params_refused, spec_with_params
 from raftsched.spec.validation import with_idempotency_key
 from raftsched.spec.wire import decode_wire, drop_items, release_wire, to_wire
 from raftsched.state import commands as c
-from raftsched.state.model import TERMINAL_JOB_STATES, Change, Role, State
+from raftsched.state.model import TERMINAL_JOB_STATES, Change, GroupIdentity, Role, State
 from raftsched.state.policy import policy_of, refusal_before_proposal
 from raftsched.state.queries import honoured_role
 from raftsched.state.results import (
@@ -76,6 +76,9 @@ JOB_ID_SLUG_CHARS = 40
 
 T = TypeVar("T")
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class ChangeFeed:
@@ -181,8 +184,14 @@ class Context:
 
     def __init__(self, node: RaftPort, leader: Leader, clock: Clock, changes: ChangeFeed,
                  grpc_address: str = "", max_stream_age_s: float = limits.MAX_STREAM_AGE_S,
-                 events: EventLog | None = None) -> None:
+                 events: EventLog | None = None, configured: GroupIdentity | None = None,
+                 ) -> None:
         self.node = node
+        self.configured = configured
+        """The group of several this replica's options say it is (`--group`, `--groups`,
+        `--topology`); None for a deployment of one group. Until its log records it (GROUP_SET)
+        a submit is refused UNAVAILABLE (it cannot judge its shard yet) and GetTopology answers
+        from it."""
         self.grpc_address = grpc_address
         """This replica's own gRPC address (marks its answers, see `rpc.abort`)."""
         self.leader = leader
@@ -355,6 +364,12 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         idempotency key's shard belongs to another group is FAILED_PRECONDITION naming it (the
         client routes it there); one without a key takes a shard of this group."""
         group = self.ctx.read(lambda s: s.group)
+        if group is None and self.ctx.configured is not None:
+            raise RaftschedError(
+                Code.UNAVAILABLE,
+                f"this replica is group {self.ctx.configured.group} of "
+                f"{self.ctx.configured.groups}, which its log has not recorded yet (its first "
+                "leader does that on taking office): retry", retry_after_ms=200)
         bits = self.ctx.rng.getrandbits(64)
         if spec.idempotency_key:
             shard = topology.shard_of_key(spec.tenant, spec.idempotency_key)
@@ -421,6 +436,31 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, _issues(error)),
                        [(".".join(p for p in (field, issue.path) if p), issue.message)
                         for issue in shown])
+
+    def GetTopology(self, request: Any, context: grpc.ServicerContext) -> Any:
+        """Which group this is and every group's servers: its own group's as its replicas were
+        told and every current member's the log knows (a replica's gRPC address is recorded
+        when it leads), the others' as told; before the log records the group, the replica's
+        options."""
+        members = self.ctx.node.status().members
+
+        def view(state: State) -> tuple[GroupIdentity | None, list[str]]:
+            return state.group, [state.replica_addresses[m] for m in members
+                                 if m in state.replica_addresses]
+
+        recorded, current = self.ctx.read(view)
+        group = recorded or self.ctx.configured or GroupIdentity(0, 1, limits.VIRTUAL_SHARDS)
+        told = [list(servers) for servers in group.servers]
+        known = told if len(told) == group.groups else [[] for _ in range(group.groups)]
+        known[group.group] = list(dict.fromkeys([*known[group.group], *current])) \
+            or [self.ctx.grpc_address]
+        answer = pb.Topology(group=group.group, groups=group.groups, shards=group.shards,
+                             responder=self.ctx.grpc_address,
+                             recorded=recorded is not None or self.ctx.configured is None)
+        if all(known):  # every group's servers are known: none, else a partial topology
+            answer.members.extend(pb.TopologyGroup(group=i, servers=servers)
+                                  for i, servers in enumerate(known))
+        return answer
 
     def SubmitJobs(self, request: Any, context: grpc.ServicerContext) -> Any:
         """Each job admitted as SubmitJob admits one (a refused one answered at once, naming
@@ -807,21 +847,39 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
 
     def CreateToken(self, request: Any, context: grpc.ServicerContext) -> Any:
         """A new token: its secret is made here and answered once; the log and the state get
-        its sha256 only."""
+        its sha256 only. Or the token the caller made (its id and digest: a deployment of
+        several groups holds the same token in each); its secret never comes here."""
         refuse_unprintable(self.ctx, context, note=request.note)
-        made = tokens.new_token()
-        command = c.TokenPut(made.token_id, made.digest, request.tenant, request.role,
+        token_id, digest, secret = self._token_to_create(request, context)
+        command = c.TokenPut(token_id, digest, request.tenant, request.role,
                              request.note, self.ctx.clock.now_ms())
         problem = token_put_problem(command) or token_scope_problem(command)
         if problem is not None:
             self.ctx.abort(context, RaftschedError(Code.INVALID_ARGUMENT, problem))
         result = self.ctx.propose(context, command)
-        # created is False only for a retried copy of this very proposal (same id and digest).
-        assert isinstance(result, TokenPutResult) and result.token_id == made.token_id, result
+        # created is False only for a retried copy of this very token (same id and digest).
+        assert isinstance(result, TokenPutResult) and result.token_id == token_id, result
         who = identity.current_caller()
-        log.info("token_created", token=made.token_id, tenant=request.tenant, role=request.role,
-                 by=who.token.id if who is not None else "")
-        return pb.CreateTokenResponse(token_id=made.token_id, token=made.token)
+        log.info("token_created", token=token_id, tenant=request.tenant, role=request.role,
+                 by=who.token.id if who is not None else "", made_by_caller=not secret)
+        return pb.CreateTokenResponse(token_id=token_id, token=secret)
+
+    def _token_to_create(self, request: Any,
+                         context: grpc.ServicerContext) -> tuple[str, bytes, str]:
+        """(id, sha256 of the secret, the secret or "" when the caller made it)."""
+        if not request.token_id and not request.digest:
+            made = tokens.new_token()
+            return made.token_id, made.digest, made.token
+        if not request.token_id or not request.digest:
+            missing = "token_id" if not request.token_id else "digest"
+            self.ctx.abort(context, RaftschedError(
+                Code.INVALID_ARGUMENT, f"{missing}: a token made by the caller needs both its "
+                "token_id and the digest of its secret"))
+        if not _HEX_DIGEST.fullmatch(request.digest):
+            self.ctx.abort(context, RaftschedError(
+                Code.INVALID_ARGUMENT, f"digest: must be the sha256 of the secret as 64 "
+                f"lowercase hex characters, got {show(request.digest)}"))
+        return request.token_id, bytes.fromhex(request.digest), ""
 
     def RevokeToken(self, request: Any, context: grpc.ServicerContext) -> Any:
         result = self.ctx.propose(context, c.TokenRevoke(request.token_id,

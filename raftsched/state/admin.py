@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from raftsched import limits
 from raftsched.errors import Code
+from raftsched.options import host_port
 from raftsched.spec.issue import show
 from raftsched.state.commands import CertRevoke, GroupSet, TenantSet, TokenPut, TokenRevoke
 from raftsched.state.model import (
@@ -113,7 +114,8 @@ def apply_tenant_set(state: State, cmd: TenantSet) -> Applied[TenantSetResult] |
 
 def apply_group_set(state: State, cmd: GroupSet) -> Applied[GroupSetResult] | Rejected:
     """Record which group of how many this log is (once); the same again changes nothing;
-    another answer is refused, naming both (a replica configured as another group)."""
+    another answer is refused, naming both (a replica configured as another group). The same
+    group with other servers (every group's gRPC addresses) replaces them; none keeps them."""
     if not 0 <= cmd.group < cmd.groups <= limits.MAX_GROUPS:
         return Rejected(Code.INVALID_ARGUMENT,
                         f"group {cmd.group} of {cmd.groups}: need 0 <= group < groups <= "
@@ -122,16 +124,43 @@ def apply_group_set(state: State, cmd: GroupSet) -> Applied[GroupSetResult] | Re
         return Rejected(Code.INVALID_ARGUMENT,
                         f"{cmd.shards} shards: a deployment has VIRTUAL_SHARDS="
                         f"{limits.VIRTUAL_SHARDS}")
+    problem = group_servers_problem(cmd.servers, cmd.groups)
+    if problem:
+        return Rejected(Code.INVALID_ARGUMENT, problem)
     wanted = GroupIdentity(cmd.group, cmd.groups, cmd.shards)
     if state.group is None:
-        state.group = wanted
+        state.group = GroupIdentity(cmd.group, cmd.groups, cmd.shards, cmd.servers)
         return Applied(GroupSetResult(cmd.group, cmd.groups, changed=True))
-    if state.group == wanted:
-        return Applied(GroupSetResult(cmd.group, cmd.groups, changed=False))
+    current = state.group
+    if (current.group, current.groups, current.shards) == \
+            (wanted.group, wanted.groups, wanted.shards):
+        if not cmd.servers or cmd.servers == current.servers:
+            return Applied(GroupSetResult(cmd.group, cmd.groups, changed=False))
+        state.group = GroupIdentity(cmd.group, cmd.groups, cmd.shards, cmd.servers)
+        return Applied(GroupSetResult(cmd.group, cmd.groups, changed=True))
     return Rejected(Code.FAILED_PRECONDITION,
                     f"this log is group {state.group.group} of {state.group.groups}; a replica "
                     f"configured as group {cmd.group} of {cmd.groups} may not change that (check "
                     "its --group and --groups)")
+
+
+def group_servers_problem(servers: tuple[tuple[str, ...], ...], groups: int) -> str:
+    """Why a GROUP_SET's servers are refused ("" when they are none, or one list of 1 to
+    MAX_REPLICAS HOST:PORT addresses per group)."""
+    if not servers:
+        return ""
+    if len(servers) != groups:
+        return f"servers: {len(servers)} groups' addresses for a deployment of {groups}"
+    for index, members in enumerate(servers):
+        if not 1 <= len(members) <= limits.MAX_REPLICAS:
+            return (f"servers (group {index}): {len(members)} addresses; need 1 to "
+                    f"MAX_REPLICAS={limits.MAX_REPLICAS}")
+        for address in members:
+            try:
+                host_port(address)
+            except ValueError as error:
+                return f"servers (group {index}): {address!r} is not HOST:PORT ({error})"
+    return ""
 
 
 def apply_cert_revoke(state: State, cmd: CertRevoke) -> Applied[CertRevoked] | Rejected:

@@ -272,6 +272,10 @@ class GroupSet:
     groups: int
     shards: int
     now_ms: int
+    servers: tuple[tuple[str, ...], ...] = ()
+    """Every group's gRPC addresses in group order (the replica's `--topology`); (): keep what
+    the log says. The same group with other servers replaces them (an operator moved a group's
+    replicas); entries written before it existed have four fields."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,7 +449,8 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
         case ClusterDrain():
             return Tag.CLUSTER_DRAIN, [cmd.cluster_id, cmd.drain, cmd.now_ms, cmd.reason]
         case GroupSet():
-            return Tag.GROUP_SET, [cmd.group, cmd.groups, cmd.shards, cmd.now_ms]
+            return Tag.GROUP_SET, [cmd.group, cmd.groups, cmd.shards, cmd.now_ms,
+                                   [list(servers) for servers in cmd.servers]]
         case CertRevoke():
             return Tag.CERT_REVOKE, [cmd.fingerprint, cmd.subject, cmd.reason, cmd.now_ms]
         case JobSubmitBatch():
@@ -830,9 +835,14 @@ def _decode_tenant_set(p: Any) -> TenantSet:
 
 
 def _decode_group_set(p: Any) -> GroupSet:
-    group, groups, shards, now_ms = _fields(p, 4, "GROUP_SET")
+    group, groups, shards, now_ms, *rest = _fields(p, 5, "GROUP_SET") \
+        if isinstance(p, list) and len(p) == 5 else _fields(p, 4, "GROUP_SET")
+    servers = _list(rest[0], "servers", limits.MAX_GROUPS) if rest else []
     return GroupSet(_int(group, "group"), _int(groups, "groups"), _int(shards, "shards"),
-                    _int(now_ms, "now_ms"))
+                    _int(now_ms, "now_ms"),
+                    tuple(tuple(_str(address, "servers[]", limits.MAX_ADDRESS_CHARS)
+                                for address in _list(members, "servers[]", limits.MAX_REPLICAS))
+                          for members in servers))
 
 
 def _decode_cluster_drain(p: Any) -> ClusterDrain:

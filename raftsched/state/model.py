@@ -387,6 +387,9 @@ class GroupIdentity:
     group: int
     groups: int
     shards: int
+    servers: tuple[tuple[str, ...], ...] = ()
+    """Every group's gRPC addresses, in group order, as its replicas were told
+    (`replica --topology`; what `GetTopology` answers of the other groups); () if never told."""
 
 
 @dataclass(slots=True)

@@ -152,7 +152,8 @@ def dump_to(target: IO[bytes], state: State, extra: Any = None) -> None:
     if state.schedules or state.group:  # likewise
         policy.append([_schedule_record(s) for s in state.schedules.values()])
     if state.group:  # likewise (issue 27: a deployment of several groups)
-        policy.append([state.group.group, state.group.groups, state.group.shards])
+        policy.append([state.group.group, state.group.groups, state.group.shards,
+                       [list(servers) for servers in state.group.servers]])
     out.write(packer.pack(policy))
     out.write(packer.pack(extra))
     target.write(out.crc.to_bytes(_CRC_BYTES, "big"))
@@ -396,8 +397,9 @@ def _read_records(unpacker: msgpack.Unpacker, version: int,
             schedule = _schedule_from(record)
             state.schedules[schedule.id] = schedule
         if len(revoked) > 2:
-            group, groups, shards = revoked[2]
-            state.group = GroupIdentity(group, groups, shards)
+            group, groups, shards, *servers = revoked[2]  # servers since issue 27's topology
+            state.group = GroupIdentity(group, groups, shards,
+                                        tuple(tuple(s) for s in servers[0]) if servers else ())
     for job in state.jobs.values():
         state.job_index.add(job.spec.tenant, job.state, job.seq, job.id)
         state.outputs_bytes += job.outputs_bytes

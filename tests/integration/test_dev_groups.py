@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,7 @@ from typing import Any
 import pytest
 
 from raftsched import topology
+from raftsched.dev.add_agent import _issue_agent_certificate
 from tests.support.cli import dev_cluster_dir, parsed_ok, run_cli
 from tests.support.waiting import wait_until
 
@@ -53,6 +56,55 @@ def _state(directory: Path, job_id: str) -> Any:
     return parsed(raftsched(directory, "job", "status", job_id, "--json"))
 
 
+def _one_groups_servers_reach_every_group(dev_dir: Path, groups: list[list[str]],
+                                          jobs: set[str], tmp_path: Path) -> None:
+    """Given one group's servers only, the CLI and an agent learn every group's from a
+    replica (GetTopology); a token made with several groups works in each."""
+    for servers in groups:
+        listed = parsed(raftsched(dev_dir, "job", "list", "--servers", ",".join(servers),
+                                  "--json"))
+        assert {job["job_id"] for job in listed["jobs"]} == jobs
+        status = parsed(raftsched(dev_dir, "admin", "status", "--servers", ",".join(servers),
+                                  "--json"))
+        assert [g["group"] for g in status["groups"]] == [0, 1]
+    made = parsed(raftsched(dev_dir, "admin", "token", "create", "--tenant", "default",
+                            "--role", "user", "--note", "both groups", "--json"))
+    as_user = parsed(raftsched(dev_dir, "job", "list", "--token", made["token"], "--json"))
+    assert {job["job_id"] for job in as_user["jobs"]} == jobs  # honoured by both groups
+    for servers in groups:
+        tokens_listed = parsed(raftsched(dev_dir, "admin", "token", "list", "--servers",
+                                         ",".join(servers), "--json"))
+        assert made["token_id"] in {t["token_id"] for t in tokens_listed}
+
+    paths = _issue_agent_certificate(dev_dir, "edge-1")
+    log = tmp_path / "edge-1.log"
+    with log.open("w") as out:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "raftsched", "agent", "--cluster-id", "edge-1",
+             "--servers", ",".join(groups[0]), "--data-dir", str(tmp_path / "edge-1"),
+             "--cpu", "1", "--memory-mb", "256", "--executor", "mock", *paths.flags()],
+            stdout=out, stderr=subprocess.STDOUT)
+    try:
+        def edge_ready_in_both() -> bool:
+            status = parsed(raftsched(dev_dir, "admin", "status", "--json"))
+            return all({c["cluster"]: c["status"] for c in g["clusters"]}.get("edge-1")
+                       == "READY" for g in status["groups"])
+
+        wait_until(edge_ready_in_both, "the agent given group 0's servers to be READY in both "
+                   "groups", STATE_TIMEOUT_S)
+        assert "topology_learned" in log.read_text()
+        assert sorted(os.listdir(tmp_path / "edge-1" / "groups")) == ["0", "1"]
+    finally:
+        agent.terminate()
+        try:
+            agent.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            agent.kill()
+            agent.wait(timeout=30)
+    assert agent.returncode == 0, log.read_text()[-2000:]
+    parsed(raftsched(dev_dir, "admin", "remove-cluster", "edge-1", "--json"))
+
+
 def test_two_groups_run_jobs_side_by_side_and_one_without_quorum_stalls_only_its_own(
         dev_dir: Path, tmp_path: Path) -> None:
     cluster = parsed(raftsched(dev_dir, "dev", "up", "--dir", str(dev_dir), "--groups", "2",
@@ -84,6 +136,8 @@ def test_two_groups_run_jobs_side_by_side_and_one_without_quorum_stalls_only_its
     for group in status["groups"]:
         assert {c["cluster"]: c["status"] for c in group["clusters"]} == {
             "cpu-east": "READY", "gpu-west": "READY"}, group
+
+    _one_groups_servers_reach_every_group(dev_dir, cluster["groups"], set(jobs), tmp_path)
 
     # Group 1 loses its leader and one more replica (processes this test started by dev up).
     leader = status["groups"][1]["leader"]

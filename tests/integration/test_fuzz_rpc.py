@@ -575,7 +575,7 @@ def make_request(fuzz: Fuzz, rng: random.Random, service: Any, method: Any) -> R
             expect = grpc.StatusCode.PERMISSION_DENIED
     elif rng.random() < 0.25:
         caller = "tenant"
-        if rule_of(service, method) is not Rule.USER:
+        if rule_of(service, method) not in (Rule.USER, Rule.CERTIFICATE):
             expect = grpc.StatusCode.PERMISSION_DENIED
     made_safe(fuzz, method, message)
     if raw is not None and message == raw:

@@ -32,7 +32,8 @@ pytestmark = [pytest.mark.integration]
 PARKED = ("name: parked\ntenant: {tenant}\nallow_unschedulable: true\ntasks:\n"
           "  - {{id: t, command: [mock], requires: [nowhere]}}\n")
 CLI_TIMEOUT_S = 60.0
-ROLE_NEEDED = {Rule.USER: 0, Rule.OPERATOR: 1, Rule.ADMIN: 2}
+ROLE_NEEDED = {Rule.CERTIFICATE: 0, Rule.USER: 0, Rule.OPERATOR: 1, Rule.ADMIN: 2}
+"""The least role that may call a rule's RPCs (CERTIFICATE: GetTopology, any token or none)."""
 ROLES = ("user", "operator", "admin")
 
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from raftsched import topology
+from raftsched import tokens, topology
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.client.client import Submitted
-from raftsched.client.groups import GroupedClient
+from raftsched.client.groups import GroupedClient, with_topology
 from raftsched.errors import Code, RaftschedError
 from raftsched.spec.job import parse_spec_text
 
@@ -27,6 +27,8 @@ class FakeGroupClient:
         self.jobs: dict[str, pb.Job] = {}
         self.calls: list[tuple[str, Any]] = []
         self.down = False
+        self.tokens: dict[str, str] = {}
+        self.revoke_fails = False
 
     def _check(self, what: str, detail: Any = None) -> None:
         self.calls.append((what, detail))
@@ -68,6 +70,19 @@ class FakeGroupClient:
     def set_tenant(self, tenant: str, **kwargs: Any) -> Any:
         self._check("set_tenant", tenant)
         return tenant
+
+    def create_token(self, tenant: str, role: str, note: str = "", *, token_id: str = "",
+                     digest: str = "") -> Any:
+        self._check("create_token", token_id)
+        assert token_id and digest, "a grouped client makes the token itself"
+        self.tokens[token_id] = digest
+        return pb.CreateTokenResponse(token_id=token_id)
+
+    def revoke_token(self, token_id: str) -> Any:
+        if self.revoke_fails:
+            raise RaftschedError(Code.UNAVAILABLE, "no leader")
+        self.tokens.pop(token_id, None)
+        return pb.RevokeTokenResponse(token_id=token_id)
 
 
 def _client(groups: int = 3) -> tuple[GroupedClient, list[FakeGroupClient]]:
@@ -140,8 +155,65 @@ def test_an_error_names_its_group_and_a_change_is_made_in_every_group() -> None:
     assert [s.responder for s in (statuses[0], statuses[2])] == ["g0", "g2"]
 
 
-def test_creating_a_token_with_several_groups_is_refused_saying_why() -> None:
-    client, _ = _client(2)
-    with pytest.raises(RaftschedError, match="one group's log") as refused:
+def test_a_token_is_made_once_and_created_by_its_digest_in_every_group() -> None:
+    client, fakes = _client(3)
+    reply = client.create_token("alpha", "user", "ci")
+    parsed = tokens.parse_token(reply.token)
+    assert parsed is not None and parsed[0] == reply.token_id
+    digest = tokens.secret_digest(parsed[1]).hex()
+    assert [f.tokens for f in fakes] == [{reply.token_id: digest}] * 3
+
+
+def test_a_token_a_group_refuses_is_revoked_where_it_was_made_and_the_error_says_so() -> None:
+    client, fakes = _client(3)
+    fakes[2].down = True
+    with pytest.raises(RaftschedError, match=r"group 2: no leader \(token [0-9a-f]{16} not "
+                       r"created\)") as refused:
         client.create_token("alpha", "user")
-    assert refused.value.code == Code.FAILED_PRECONDITION
+    assert refused.value.code == Code.UNAVAILABLE
+    assert [f.tokens for f in fakes] == [{}, {}, {}]
+    fakes[1].revoke_fails = True
+    with pytest.raises(RaftschedError, match=r"still held by group\(s\) \[1\]: raftsched "
+                       r"admin token revoke") as held:
+        client.create_token("alpha", "user")
+    assert len(fakes[1].tokens) == 1 and held.value.code == Code.UNAVAILABLE
+
+
+class FakeTopologyClient:
+    def __init__(self, answer: pb.Topology | RaftschedError) -> None:
+        self.answer = answer
+
+    def topology(self) -> Any:
+        if isinstance(self.answer, RaftschedError):
+            raise self.answer
+        return self.answer
+
+    def close(self) -> None:
+        pass
+
+
+def test_one_groups_client_learns_every_group_from_a_replica() -> None:
+    answer = pb.Topology(group=1, groups=3, members=[
+        pb.TopologyGroup(group=g, servers=[f"10.0.{g}.1:7001"]) for g in range(3)])
+    given = FakeTopologyClient(answer)
+    made: list[list[str]] = []
+
+    def make(servers: list[str]) -> Any:
+        made.append(servers)
+        return FakeTopologyClient(answer)
+
+    grouped = with_topology(given, make)  # type: ignore[arg-type]
+    assert isinstance(grouped, GroupedClient) and grouped.groups == 3
+    assert grouped.clients[1] is given  # its own group: the servers it was given
+    assert made == [["10.0.0.1:7001"], ["10.0.2.1:7001"]]
+
+
+@pytest.mark.parametrize("answer", [
+    pb.Topology(group=0, groups=1, members=[pb.TopologyGroup(group=0, servers=["a:1"])]),
+    pb.Topology(group=0, groups=2),  # several, but never told where the others are
+    RaftschedError(Code.UNAVAILABLE, "no replica answers"),
+    RaftschedError(Code.INTERNAL, "an older replica: method not implemented"),
+])
+def test_without_a_full_topology_the_given_client_is_used_as_it_is(answer: Any) -> None:
+    given = FakeTopologyClient(answer)
+    assert with_topology(given, lambda servers: pytest.fail("no other group")) is given  # type: ignore[arg-type]

@@ -33,7 +33,7 @@ def test_services_are_importable_and_complete() -> None:
     assert services == {
         "Scheduler": ["SubmitJob", "GetJob", "ListJobs", "ListTasks", "CancelJob",
                       "GetTaskHistory", "WatchJob", "ExplainTask", "TaskLogs", "WatchEvents",
-                      "SubmitJobs"],
+                      "SubmitJobs", "GetTopology"],
         "AgentGateway": ["Register", "Heartbeat", "Report", "SendLog"],
         "Admin": ["ClusterStatus", "AddReplica", "RemoveReplica", "CreateToken", "RevokeToken",
                   "ListTokens", "RemoveCluster", "DrainCluster", "SetTenant", "ListTenants",

@@ -40,7 +40,7 @@ from raftsched.replica.service import (
 )
 from raftsched.state import commands as c
 from raftsched.state import snapshot
-from raftsched.state.model import State
+from raftsched.state.model import GroupIdentity, State
 from tests.support.fsmkit import job_doc, task_doc
 from tests.support.memory_node import MemoryNode
 
@@ -127,7 +127,7 @@ class Replica:
         return self.scheduler.SubmitJob(request, FakeContext())
 
 
-def make_replica(*, in_office: bool = True) -> Replica:
+def make_replica(*, in_office: bool = True, configured: GroupIdentity | None = None) -> Replica:
     node = ServiceNode()
     clock = ManualClock()
     leader = Leader(node, clock, random.Random(7),
@@ -137,7 +137,7 @@ def make_replica(*, in_office: bool = True) -> Replica:
     if in_office:
         leader._round()  # commits the barrier that announces GRPC
         assert leader.leading()
-    ctx = Context(node, leader, clock, ChangeFeed(), grpc_address=GRPC)
+    ctx = Context(node, leader, clock, ChangeFeed(), grpc_address=GRPC, configured=configured)
     return Replica(node, clock, leader, SchedulerService(ctx), AgentGatewayService(ctx),
                    AdminService(ctx, GRPC))
 

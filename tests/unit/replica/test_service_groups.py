@@ -15,6 +15,7 @@ from raftsched.spec.job import parse_spec_text
 from raftsched.spec.wire import pack_wire
 from raftsched.state import commands as c
 from raftsched.state import fsm
+from raftsched.state.model import GroupIdentity
 from tests.support.fsmkit import job_doc, task_doc
 from tests.unit.replica.test_service import FakeContext, Replica, make_replica, refused
 
@@ -79,3 +80,55 @@ def test_with_one_group_every_submit_is_taken(key: str) -> None:
     reply = replica.scheduler.SubmitJob(
         pb.SubmitJobRequest(spec=json.dumps(SPEC), idempotency_key=key), FakeContext())
     assert reply.created and topology.shard_of_job_id(reply.job_id) is not None
+
+
+TOPOLOGY = (("10.0.0.1:7001", "10.0.0.2:7001"), ("10.0.1.1:7001",), ("10.0.2.1:7001",))
+
+
+def _members(answer: pb.Topology) -> list[list[str]]:
+    return [list(member.servers) for member in answer.members]
+
+
+def test_topology_names_the_group_its_own_current_members_and_the_others_as_told() -> None:
+    replica = make_replica()
+    fsm.apply(replica.node.state, c.encode(c.GroupSet(1, GROUPS, limits.VIRTUAL_SHARDS, 1,
+                                                      TOPOLOGY)))
+    answer = replica.scheduler.GetTopology(pb.GetTopologyRequest(), FakeContext())
+    assert (answer.group, answer.groups, answer.shards) == (1, 3, limits.VIRTUAL_SHARDS)
+    assert answer.recorded
+    leader = replica.node.state.replica_addresses[replica.node.leader_address()]
+    assert leader not in TOPOLOGY[1]  # a member that led: added to what its group was told
+    assert _members(answer) == [list(TOPOLOGY[0]), [*TOPOLOGY[1], leader], list(TOPOLOGY[2])]
+    assert [member.group for member in answer.members] == [0, 1, 2]
+
+
+def test_topology_of_a_group_never_told_the_others_lists_no_group() -> None:
+    answer = _grouped(2).scheduler.GetTopology(pb.GetTopologyRequest(), FakeContext())
+    assert (answer.group, answer.groups, list(answer.members)) == (2, 3, [])
+
+
+def test_topology_of_one_group_lists_its_members() -> None:
+    replica = make_replica()
+    answer = replica.scheduler.GetTopology(pb.GetTopologyRequest(), FakeContext())
+    assert (answer.group, answer.groups, answer.recorded) == (0, 1, True)
+    assert _members(answer) == [[replica.node.state.replica_addresses[m]
+                                 for m in replica.node.members()
+                                 if m in replica.node.state.replica_addresses]]
+
+
+def test_before_its_log_records_the_group_a_replica_answers_from_its_options_and_takes_no_submit(
+        ) -> None:
+    configured = GroupIdentity(2, GROUPS, limits.VIRTUAL_SHARDS, TOPOLOGY)
+    replica = make_replica(configured=configured)
+    answer = replica.scheduler.GetTopology(pb.GetTopologyRequest(), FakeContext())
+    assert (answer.group, answer.groups, answer.recorded) == (2, 3, False)
+    assert _members(answer)[:2] == [list(TOPOLOGY[0]), list(TOPOLOGY[1])]
+    proposed = list(replica.node.proposed)
+    abort, _ = refused(replica.scheduler.SubmitJob, pb.SubmitJobRequest(spec=json.dumps(SPEC)))
+    assert abort.code == grpc.StatusCode.UNAVAILABLE
+    assert "group 2 of 3, which its log has not recorded yet" in abort.details
+    assert replica.node.proposed == proposed and replica.node.state.jobs == {}
+    fsm.apply(replica.node.state, c.encode(c.GroupSet(2, GROUPS, limits.VIRTUAL_SHARDS, 1)))
+    reply = replica.scheduler.SubmitJob(pb.SubmitJobRequest(spec=json.dumps(SPEC)),
+                                        FakeContext())
+    assert topology.group_of_job_id(reply.job_id, GROUPS) == 2

@@ -62,3 +62,51 @@ def test_a_snapshot_keeps_the_group_and_one_group_states_keep_their_bytes() -> N
     assert loaded.group == GroupIdentity(2, 5, SHARDS)
     assert snapshot.dump(loaded) == snapshot.dump(state)
     assert snapshot.dump(State()) == plain  # nothing is written for a deployment of one group
+
+
+TOPOLOGY = (("10.0.0.1:7001", "10.0.0.2:7001", "10.0.0.3:7001"), ("10.0.1.1:7001",))
+
+
+def _set_servers(state: State, servers: tuple[tuple[str, ...], ...],
+                 group: int = 1, groups: int = 2) -> object:
+    return fsm.apply(state, c.encode(c.GroupSet(group, groups, SHARDS, 1, servers)))
+
+
+def test_the_groups_servers_are_recorded_replaced_by_the_same_group_and_kept_by_none() -> None:
+    state = State()
+    assert _set_servers(state, TOPOLOGY) == Applied(GroupSetResult(1, 2, changed=True))
+    assert state.group == GroupIdentity(1, 2, SHARDS, TOPOLOGY)
+    assert _set_servers(state, ()) == Applied(GroupSetResult(1, 2, changed=False))
+    assert state.group.servers == TOPOLOGY  # a replica without --topology keeps them
+    moved = (TOPOLOGY[0], ("10.0.9.9:7001", "10.0.9.8:7001"))
+    assert _set_servers(state, moved) == Applied(GroupSetResult(1, 2, changed=True))
+    assert state.group.servers == moved
+    loaded = snapshot.load(snapshot.dump(state))
+    assert loaded.group == state.group
+    refused = _set_servers(state, moved, group=0)  # another group's identity: refused still
+    assert isinstance(refused, Rejected) and state.group.servers == moved
+
+
+@pytest.mark.parametrize(("servers", "words"), [
+    ((("a:1",),), "1 groups' addresses for a deployment of 2"),
+    ((("a:1",), ()), "servers (group 1): 0 addresses"),
+    ((("a:1",), ("nohost",)), "servers (group 1): 'nohost' is not HOST:PORT"),
+    ((("a:1",), tuple(f"h{i}:1" for i in range(limits.MAX_REPLICAS + 1))), "over the bound of 16"),
+])
+def test_impossible_servers_are_refused_by_name_and_change_nothing(
+        servers: tuple[tuple[str, ...], ...], words: str) -> None:
+    state = State()
+    _set_servers(state, TOPOLOGY)
+    outcome = _set_servers(state, servers)
+    assert isinstance(outcome, Rejected) and outcome.code == Code.INVALID_ARGUMENT
+    assert words in outcome.reason, outcome.reason
+    assert state.group == GroupIdentity(1, 2, SHARDS, TOPOLOGY)
+
+
+def test_a_group_set_of_four_fields_from_an_older_log_still_decodes() -> None:
+    import msgpack
+
+    old = c.encode(c.GroupSet(1, 2, SHARDS, 7))
+    payload = msgpack.unpackb(old[1:])
+    assert len(payload) == 5
+    assert c.decode(old[:1] + msgpack.packb(payload[:4])) == c.GroupSet(1, 2, SHARDS, 7)
