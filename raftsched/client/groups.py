@@ -256,7 +256,38 @@ class GroupedClient:
         return self._everywhere(lambda c: c.set_tenant(tenant, **kwargs))
 
     def list_tenants(self) -> Any:
-        return self._in(0, lambda c: c.list_tenants())
+        """Every group's tenants with their work summed over the groups: queued, running and
+        reserved add up; a dominant share is summed too (each group's is its own attempts'
+        share of every cluster, so the sum bounds the deployment's from above); policies are
+        set in every group alike. A group that cannot be reached is left out and named
+        (`unanswered`), as for `list_jobs`."""
+        merged: dict[str, Any] = {}
+        answer = pb.ListTenantsResponse()
+        self.unanswered = []
+        for group in range(self.groups):
+            try:
+                page = self._in(group, lambda c: c.list_tenants())
+            except RaftschedError as error:
+                if error.code not in _DOWN or len(self.unanswered) + 1 == self.groups:
+                    raise
+                self.unanswered.append(error)
+                continue
+            answer.queued_total += page.queued_total
+            answer.max_queued_tasks += page.max_queued_tasks  # the bound is per group
+            for tenant in page.tenants:
+                have = merged.get(tenant.tenant)
+                if have is None:
+                    merged[tenant.tenant] = have = pb.TenantInfo()
+                    have.CopyFrom(tenant)
+                    continue
+                have.queued += tenant.queued
+                have.running += tenant.running
+                have.reserved.cpu_milli += tenant.reserved.cpu_milli
+                have.reserved.memory_mb += tenant.reserved.memory_mb
+                have.reserved.gpu += tenant.reserved.gpu
+                have.dominant_share += tenant.dominant_share
+        answer.tenants.extend(merged.values())
+        return answer
 
     def revoke_token(self, token_id: str) -> Any:
         return self._everywhere(lambda c: c.revoke_token(token_id))

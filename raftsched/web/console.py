@@ -85,23 +85,73 @@ class Console:
         environment.globals["placed_task_states"] = PLACED_TASK_STATE_NAMES
         environment.globals["terminal_job_states"] = sorted(TERMINAL_JOB_STATE_NAMES)
         self.templates = Jinja2Templates(env=environment)
-        self._shared = (EventHub(options.watch_client, "console")
-                        if options.watch_client is not None else None)
-        self._hubs: dict[str, EventHub] = {}
+        self._hubs: dict[tuple[str, int], EventHub] = {}
         self._hubs_lock = threading.Lock()
 
-    def hub_for(self, session: Session[ConsoleClient]) -> EventHub:
-        """The hub a live page of this session follows: the console's, or the session's own
-        (made at its first live page; those of ended sessions are dropped here)."""
-        if self._shared is not None:
-            return self._shared
+    def hub_for(self, session: Session[ConsoleClient], job_id: str = "") -> EventHub:
+        """The hub a live page of this session follows for `job_id`: one per scheduler group
+        (event indexes are each group's own log's), the console's, or the session's own (made
+        at its first live page; those of ended sessions are dropped here)."""
+        group = group_of_job(session.client, job_id)
+        shared = self.options.watch_client
+        if shared is not None and group < groups_of(shared):
+            return self._hub(("", group), lambda: group_client(shared, group),
+                             "console")
         with self._hubs_lock:
-            for gone in [sid for sid in self._hubs if not self.sessions.holds(sid)]:
+            for gone in [key for key in self._hubs
+                         if key[0] and not self.sessions.holds(key[0])]:
                 self._hubs.pop(gone).close()
-            hub = self._hubs.get(session.session_id)
+        return self._hub((session.session_id, group),
+                         lambda: group_client(session.client, group), "session")
+
+    def _hub(self, key: tuple[str, int], source: Callable[[], Any], name: str) -> EventHub:
+        with self._hubs_lock:
+            hub = self._hubs.get(key)
             if hub is None:
-                hub = self._hubs[session.session_id] = EventHub(session.client, "session")
+                hub = self._hubs[key] = EventHub(source(), name if key[1] == 0
+                                                 else f"{name}-group-{key[1]}")
             return hub
+
+
+def groups_of(client: Any) -> int:
+    """How many scheduler groups a console client talks to (1: a plain `Client`)."""
+    return len(getattr(client, "clients", ())) or 1
+
+
+def group_client(client: Any, group: int) -> Any:
+    """The client of one group (a `GroupedClient`'s member; a plain client is group 0)."""
+    members = getattr(client, "clients", None)
+    return client if members is None else members[group]
+
+
+def group_summaries(client: Any) -> list[dict[str, Any]]:
+    """Each scheduler group's leader, term and replicas, or why it did not answer."""
+    rows: list[dict[str, Any]] = []
+    for group, status in enumerate(client.group_statuses()):
+        if isinstance(status, RaftschedError):
+            rows.append({"group": group, "error": status.message})
+        else:
+            rows.append({"group": group, "error": "", "leader": status.leader,
+                         "term": status.term, "replicas": len(status.replicas),
+                         "clusters": len(status.clusters)})
+    return rows
+
+
+def group_param(request: Request, client: Any) -> int:
+    """The `?group=N` of an operator's page (default 0); 400 for one the deployment lacks."""
+    count = groups_of(client)
+    text = request.query_params.get("group", "0")
+    if not text.isdigit() or int(text) >= count:
+        raise PageError(400, f"group {text[:20]!r}: this deployment has group"
+                             f"{'s 0 to ' + str(count - 1) if count > 1 else ' 0 only'}")
+    return int(text)
+
+
+def group_of_job(client: Any, job_id: str) -> int:
+    """The group holding `job_id` as the client routes it (0 with one group, or not known)."""
+    find = getattr(client, "group_of_job", None)
+    group = find(job_id) if find is not None and job_id else 0
+    return group if isinstance(group, int) else 0
 
 
 class PageError(Exception):

@@ -49,7 +49,7 @@ async def events(request: Request) -> Response:
     await call(session.client.get_job, job_id)  # 404 for an unknown or foreign job
     if _open_streams.full():
         raise PageError(503, "too many live pages are open: reload later")
-    hub = console_of(request).hub_for(session)
+    hub = console_of(request).hub_for(session, job_id)
     return StreamingResponse(_stream(session.client, hub, job_id),
                              media_type="text/event-stream",
                              headers={"cache-control": "no-store", "x-accel-buffering": "no"})

@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,10 @@ from typing import Any
 from hypercorn.asyncio import serve as serve_asgi
 from hypercorn.config import Config as HypercornConfig
 
-from raftsched import eventlog, tls
+from raftsched import eventlog, tls, topology
 from raftsched.environment import SERVERS_ENV, TLS_CA_ENV, TLS_CERT_ENV, TLS_KEY_ENV
 from raftsched.errors import RaftschedError
-from raftsched.options import host_port, listen_address, parse_address_list
+from raftsched.options import host_port, listen_address
 from raftsched.web.app import build_app
 from raftsched.web.console import ConsoleClient, Options
 
@@ -37,7 +38,8 @@ GRACEFUL_SHUTDOWN_S = 5.0
 class WebConfig:
     host: str
     port: int
-    servers: tuple[str, ...]
+    servers: tuple[tuple[str, ...], ...]
+    """Each scheduler group's replicas (one: the console learns the others from them)."""
     client_tls: tls.TlsFiles | None
     https_cert: str
     https_key: str
@@ -47,11 +49,21 @@ class WebConfig:
 
 
 def client_factory(config: WebConfig) -> Options:
+    """Each session's client: of every group `--servers` names, or, given one group's, of
+    every group a replica names (GetTopology, asked at each sign-in)."""
     from raftsched.client.client import Client
+    from raftsched.client.groups import GroupedClient, with_topology
 
     def make(token: str) -> ConsoleClient:
-        return Client(config.servers, tls_files=config.client_tls, token=token or None,
-                      retry_budget_s=10.0)
+        def of(servers: Sequence[str]) -> Client:
+            return Client(servers, tls_files=config.client_tls, token=token or None,
+                          retry_budget_s=10.0)
+
+        if len(config.servers) > 1:
+            grouped: ConsoleClient = GroupedClient([of(group) for group in config.servers])
+            return grouped
+        learned: ConsoleClient = with_topology(of(config.servers[0]), of)
+        return learned
 
     watch = make(config.watch_token) if config.watch_token else None
     return Options(make_client=make, read_only=config.read_only, watch_client=watch)
@@ -62,7 +74,8 @@ def serve(config: WebConfig) -> None:
     eventlog.configure("info")
     app = build_app(client_factory(config))
     LOG.info("web_listening", url=f"https://{_bind(config)}/", read_only=config.read_only,
-             servers=",".join(config.servers), shared_events=bool(config.watch_token))
+             servers=";".join(",".join(group) for group in config.servers),
+             shared_events=bool(config.watch_token))
     asyncio.run(_serve_until_signalled(app, _hypercorn_config(config)))
 
 
@@ -97,7 +110,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the console serves HTTPS, e.g. 127.0.0.1:8443")
     parser.add_argument("--servers", metavar="HOST:PORT,...",
                         default=None,
-                        help=f"gRPC addresses of the replicas (default: ${SERVERS_ENV})")
+                        help=f"gRPC addresses of the replicas (default: ${SERVERS_ENV}). With "
+                        "several scheduler groups, each group's list separated by ';' in group "
+                        "order, or one group's: the console learns the others from them")
     parser.add_argument("--tls-ca", metavar="PEM", help="the cluster's CA (default: "
                         f"${TLS_CA_ENV})")
     parser.add_argument("--tls-cert", metavar="PEM",
@@ -134,7 +149,7 @@ def _config(args: argparse.Namespace) -> WebConfig:
         (f"${SERVERS_ENV}", os.environ.get(SERVERS_ENV, ""))
     if not text.strip():
         raise ValueError("no replica addresses: pass --servers HOST:PORT,...")
-    servers = tuple(parse_address_list(text, source))
+    servers = tuple(tuple(group) for group in topology.parse_groups(text, source))
     files = None if args.insecure_dev else tls.files_from(args.tls_ca, args.tls_cert,
                                                           args.tls_key)
     if files is None and not args.insecure_dev:

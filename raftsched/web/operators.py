@@ -23,6 +23,10 @@ from raftsched.web.console import (
     call,
     checked_form,
     console_of,
+    group_client,
+    group_param,
+    group_summaries,
+    groups_of,
     render,
     require_session,
     valid_id,
@@ -57,12 +61,26 @@ def _require_admin_action(request: Request, session: Session[ConsoleClient]) -> 
 
 
 async def clusters(request: Request) -> Response:
+    """The compute clusters as one scheduler group's leader sees them (`?group=N`, default 0:
+    each group commits its own attempts on every cluster), and with several groups a line per
+    group: its leader and term, or why it does not answer."""
     session = require_operator(request)
-    status = await call(leaders_status, session.client)
-    return render(request, "clusters.html", status=status,
+    group = group_param(request, session.client)
+    summaries = await call(group_summaries, session.client) \
+        if groups_of(session.client) > 1 else []
+    status = await call(leaders_status, group_client(session.client, group))
+    return render(request, "clusters.html", status=status, group=group, groups=summaries,
+                  page="/clusters",
                   rows=capacity.cluster_rows(status.clusters, status.now_ms),
                   bar_px=capacity.BAR_PX, can_act=may_act(request, session),
                   from_leader=bool(status.leader) and status.leader == status.responder)
+
+
+def _tenants_listed(client: ConsoleClient) -> tuple[Any, list[str]]:
+    """Every tenant (with several groups: their work summed over the groups that answered)
+    and why each group that did not answer is missing."""
+    answer = client.list_tenants()
+    return answer, [error.message for error in getattr(client, "unanswered", [])]
 
 
 def leaders_status(client: ConsoleClient) -> Any:
@@ -79,8 +97,8 @@ def leaders_status(client: ConsoleClient) -> Any:
 
 async def tenants(request: Request) -> Response:
     session = require_operator(request)
-    answer = await call(session.client.list_tenants)
-    return render(request, "tenants.html", answer=answer,
+    answer, missing = await call(_tenants_listed, session.client)
+    return render(request, "tenants.html", answer=answer, missing=missing,
                   rows=capacity.tenant_rows(answer.tenants),
                   tolerance=capacity.STANDING_TOLERANCE)
 
@@ -108,7 +126,7 @@ async def _confirm(request: Request, *, drain: bool) -> Response:
     session = require_operator(request)
     _require_admin_action(request, session)
     cluster_id = valid_id(request.path_params["cluster_id"])
-    status = await call(leaders_status, session.client)
+    status = await call(leaders_status, group_client(session.client, 0))
     found = next((c for c in status.clusters if c.cluster_id == cluster_id), None)
     if found is None:
         raise PageError(404, f"no compute cluster {cluster_id!r}")

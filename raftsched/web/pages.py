@@ -33,6 +33,11 @@ from raftsched.web.console import (
     checked_form,
     console_of,
     form_of,
+    group_client,
+    group_of_job,
+    group_param,
+    group_summaries,
+    groups_of,
     render,
     require_session,
     session_of,
@@ -108,9 +113,7 @@ async def jobs(request: Request) -> Response:
     page = params.get("page", "")
     if state and state not in JOB_STATES:
         raise PageError(400, f"state {state!r} is not one of {', '.join(JOB_STATES)}")
-    answer = await call(session.client.list_jobs, tenant=tenant, state=state,
-                        limit=limits.WEB_JOBS_PAGE, page_token=page, query=query,
-                        newest_first=True)
+    answer, missing = await call(_listed, session.client, tenant, state, page, query)
     exact = await _exact_job(session.client, query) if query and not page else None
     counts = {s: int(answer.state_counts.get(s, 0)) for s in JOB_STATES}
     tabs = [("All", "", sum(counts.values()))] + [(s, s, counts[s]) for s in JOB_STATES]
@@ -121,9 +124,18 @@ async def jobs(request: Request) -> Response:
                   first_url=_jobs_url(tenant, state, query),
                   next_url=(_jobs_url(tenant, state, query, answer.next_page_token)
                             if answer.next_page_token else ""),
-                  scan_bound=limits.LIST_QUERY_MAX_SCAN_JOBS,
+                  scan_bound=limits.LIST_QUERY_MAX_SCAN_JOBS, missing=missing,
                   exact=exact if exact and all(j.job_id != exact.job_id for j in answer.jobs)
                   else None)
+
+
+def _listed(client: ConsoleClient, tenant: str, state: str, page: str,
+            query: str) -> tuple[Any, list[str]]:
+    """A page of jobs, newest first, and why each scheduler group that did not answer is
+    missing from it (several groups: the others are listed)."""
+    answer = client.list_jobs(tenant=tenant, state=state, limit=limits.WEB_JOBS_PAGE,
+                              page_token=page, query=query, newest_first=True)
+    return answer, [error.message for error in getattr(client, "unanswered", [])]
 
 
 async def _exact_job(client: ConsoleClient, query: str) -> Any:
@@ -163,6 +175,8 @@ async def job(request: Request) -> Response:
                   min_share_w=layout.MIN_SHARE_W,
                   attempts_version=live.attempts_version(tasks),
                   done=done, can_cancel=_can_cancel(request, found),
+                  group=group_of_job(session.client, job_id)
+                  if groups_of(session.client) > 1 else None,
                   **_timeline_values(job_id, tasks))
 
 
@@ -290,15 +304,17 @@ def _chunks(client: ConsoleClient, job_id: str, task_id: str, stream: str) -> It
 
 
 async def replicas(request: Request) -> Response:
-    status = await _operator_call(request, "cluster_status")
-    return render(request, "replicas.html", status=status)
-
-
-async def _operator_call(request: Request, method: str) -> Any:
+    """One scheduler group's replicas (`?group=N`, default 0), and with several groups a line
+    per group."""
     session = require_session(request)
     if session.role not in ("operator", "admin"):
         raise PageError(403, "this page is for operators and admins: your token's role is user")
-    return await call(getattr(session.client, method))
+    group = group_param(request, session.client)
+    summaries = await call(group_summaries, session.client) \
+        if groups_of(session.client) > 1 else []
+    status = await call(group_client(session.client, group).cluster_status)
+    return render(request, "replicas.html", status=status, group=group, groups=summaries,
+                  page="/replicas")
 
 
 async def home(request: Request) -> Response:

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from raftsched import topology
+from raftsched.dev import record
 from raftsched.dev.add_agent import _issue_agent_certificate
 from tests.support.cli import dev_cluster_dir, parsed_ok, run_cli
 from tests.support.waiting import wait_until
@@ -105,6 +106,110 @@ def _one_groups_servers_reach_every_group(dev_dir: Path, groups: list[list[str]]
     parsed(raftsched(dev_dir, "admin", "remove-cluster", "edge-1", "--json"))
 
 
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+PAGE_TIMEOUT_MS = 30_000
+SLOW_JOB = """\
+name: slow-pair
+tasks:
+  - {id: a, command: ["mock", "sleep_ms=3000"]}
+  - {id: b, command: ["mock"], depends_on: [a]}
+"""
+
+
+class _Console:
+    """The dev cluster's web console (given group 0's servers: it learns group 1's) in
+    Debian's chromium, signed in as the dev cluster's admin; screenshots in the test's dir."""
+
+    def __init__(self, dev_dir: Path, url: str, shots: Path, playwright: Any) -> None:
+        self.dev_dir, self.url, self.shots = dev_dir, url, shots
+        self._playwright = playwright
+        self._browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = self._browser.new_context(ignore_https_errors=True,
+                                            viewport={"width": 1280, "height": 900})
+        self.page = context.new_page()
+        self.page.set_default_timeout(PAGE_TIMEOUT_MS)
+        state = record.load_state(dev_dir)
+        assert state is not None and state.user_tls is not None
+        token = state.user_tls.read_token()
+        assert token
+        self.page.goto(f"{url}/login")
+        self.page.fill("input[name=token]", token)
+        self.page.click("button[type=submit]")
+        self.page.wait_for_url(f"{url}/jobs")
+
+    @classmethod
+    def open(cls, dev_dir: Path, cluster: Any, tmp_path: Path) -> _Console:
+        if not os.path.exists(CHROMIUM):
+            pytest.skip(f"{CHROMIUM} is missing (scripts/lib/system.sh ensure_chromium)")
+        sync_api = pytest.importorskip("playwright.sync_api")
+        assert cluster.get("web"), cluster
+        shots = tmp_path / "screenshots"
+        shots.mkdir()
+        playwright = sync_api.sync_playwright().start()
+        try:
+            return cls(dev_dir, cluster["web"]["url"].rstrip("/"), shots, playwright)
+        except BaseException:
+            playwright.stop()
+            raise
+
+    def close(self) -> None:
+        try:
+            self._browser.close()
+        finally:
+            self._playwright.stop()
+            print(f"screenshots: {self.shots}")
+
+    def shot(self, name: str) -> None:
+        self.page.screenshot(path=str(self.shots / f"{name}.png"), full_page=True)
+
+    def shows_every_group(self, spec: Path, jobs: dict[str, int]) -> None:
+        """Jobs of both groups listed; a group-1 job's page names its group and follows it
+        live to its end; /clusters and /replicas show a line per group."""
+        page = self.page
+        page.goto(f"{self.url}/jobs")
+        for job_id in jobs:
+            assert page.locator(f"a[href='/jobs/{job_id}']").count() >= 1, job_id
+        self.shot("groups-01-jobs")
+        slow = spec.parent / "slow.yaml"
+        slow.write_text(SLOW_JOB)
+        key = next(k for k, g in _keys_of_each_group(6) if g == 1 and
+                   k not in {"groups-test-0"})
+        submitted = parsed(raftsched(self.dev_dir, "submit", str(slow), "--idempotency-key",
+                                     f"slow-{key}", "--json"))
+        job_id = submitted["job_id"]
+        group = topology.group_of_job_id(job_id, 2)
+        page.goto(f"{self.url}/jobs/{job_id}")
+        assert page.locator("#job-group").get_attribute("data-group") == str(group)
+        assert page.locator("#job").get_attribute("data-state") not in TERMINAL
+        page.wait_for_selector("#job[data-state=SUCCEEDED]")  # live: no reload
+        self.shot("groups-02-job-live")
+        page.goto(f"{self.url}/clusters?group=1")
+        rows = page.locator("#groups tbody tr")
+        assert rows.count() == 2 and page.locator("#groups tr.current").get_attribute(
+            "data-group") == "1"
+        assert page.locator("#groups .error").count() == 0
+        assert page.locator("tbody[data-cluster-id=cpu-east]").count() == 1
+        self.shot("groups-03-clusters")
+        page.goto(f"{self.url}/replicas?group=1")
+        assert page.locator("#groups tbody tr").count() == 2
+        bad = page.goto(f"{self.url}/clusters?group=7")
+        assert bad is not None and bad.status == 400
+        assert "groups 0 to 1" in page.content()
+
+    def names_the_group_without_quorum(self, alive_job: str) -> None:
+        page = self.page
+        page.goto(f"{self.url}/jobs")
+        alert = page.locator("[data-missing-group]")
+        assert alert.count() == 1 and "group 1" in alert.inner_text()
+        assert page.locator(f"a[href='/jobs/{alive_job}']").count() >= 1
+        self.shot("groups-04-jobs-group-1-down")
+        page.goto(f"{self.url}/clusters")
+        assert "not answering" in page.locator("#groups tr[data-group='1']").inner_text()
+        self.shot("groups-05-clusters-group-1-down")
+
+
 def test_two_groups_run_jobs_side_by_side_and_one_without_quorum_stalls_only_its_own(
         dev_dir: Path, tmp_path: Path) -> None:
     cluster = parsed(raftsched(dev_dir, "dev", "up", "--dir", str(dev_dir), "--groups", "2",
@@ -138,8 +243,19 @@ def test_two_groups_run_jobs_side_by_side_and_one_without_quorum_stalls_only_its
             "cpu-east": "READY", "gpu-west": "READY"}, group
 
     _one_groups_servers_reach_every_group(dev_dir, cluster["groups"], set(jobs), tmp_path)
+    console = _Console.open(dev_dir, cluster, tmp_path)
+    try:
+        console.shows_every_group(spec, jobs)
+        alive = _group_1_loses_its_quorum(dev_dir, status, spec)
+        console.names_the_group_without_quorum(alive)
+    finally:
+        console.close()
 
-    # Group 1 loses its leader and one more replica (processes this test started by dev up).
+
+def _group_1_loses_its_quorum(dev_dir: Path, status: Any, spec: Path) -> str:
+    """Group 1 loses its leader and one more replica; the CLI names it and group 0 runs on.
+    The id of a job group 0 ran meanwhile."""
+    # processes this test started by dev up
     leader = status["groups"][1]["leader"]
     state = json.loads((dev_dir / "cluster.json").read_text())
     group1 = [r for r in state["replicas"] if r.get("group") == 1]
@@ -165,3 +281,4 @@ def test_two_groups_run_jobs_side_by_side_and_one_without_quorum_stalls_only_its
     listing = raftsched(dev_dir, "job", "list", "--timeout", "5")
     assert listing.returncode == 3 and "not listed: group 1:" in listing.stderr
     assert alive["job_id"] in listing.stdout
+    return str(alive["job_id"])

@@ -217,3 +217,31 @@ def test_one_groups_client_learns_every_group_from_a_replica() -> None:
 def test_without_a_full_topology_the_given_client_is_used_as_it_is(answer: Any) -> None:
     given = FakeTopologyClient(answer)
     assert with_topology(given, lambda servers: pytest.fail("no other group")) is given  # type: ignore[arg-type]
+
+
+def test_tenants_are_merged_with_their_work_summed_and_a_down_group_named() -> None:
+    client, fakes = _client(3)
+
+    def tenants(group: int) -> Any:
+        return pb.ListTenantsResponse(queued_total=10 * (group + 1), max_queued_tasks=100,
+                                      tenants=[pb.TenantInfo(
+                                          tenant="alpha", weight=2, queued=group, running=1,
+                                          reserved=pb.Resources(cpu_milli=500, gpu=group),
+                                          dominant_share=0.1)])
+
+    for fake in fakes:
+        fake.list_tenants = lambda g=fake.group: tenants(g)  # type: ignore[method-assign]
+    answer = client.list_tenants()
+    (alpha,) = answer.tenants
+    assert (alpha.weight, alpha.queued, alpha.running) == (2, 3, 3)
+    assert (alpha.reserved.cpu_milli, alpha.reserved.gpu) == (1500, 3)
+    assert alpha.dominant_share == pytest.approx(0.3)
+    assert (answer.queued_total, answer.max_queued_tasks) == (60, 300)
+
+    def down() -> Any:
+        raise RaftschedError(Code.UNAVAILABLE, "no leader")
+
+    fakes[1].list_tenants = down  # type: ignore[method-assign]
+    answer = client.list_tenants()
+    assert answer.tenants[0].queued == 2 and answer.queued_total == 40
+    assert [e.message for e in client.unanswered] == ["group 1: no leader"]
