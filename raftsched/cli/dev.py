@@ -105,7 +105,7 @@ def _register_dev_up(sub: Subparsers, parents: list[argparse.ArgumentParser]) ->
                     help="scheduler groups (issue 27: independent Raft groups sharing the "
                     "jobs by shard), each of --replicas replicas; every agent serves every "
                     "group, and the other commands route by the dev cluster's record "
-                    "(default 1). The web console shows group 0")
+                    "(default 1). The web console shows every group")
     up.add_argument("--insecure-dev", action="store_true",
                     help="no CA, no secret: every process runs with --insecure-dev (plaintext "
                     "gRPC and Raft without authentication; the other commands then speak "
