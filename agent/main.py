@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import signal
 import sys
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import FrameType
@@ -44,7 +44,7 @@ from agent.metrics import AgentMetrics
 from agent.model import Resources
 from agent.session import GrpcSession, SessionError
 from agent.store import StoreError
-from raftsched import config, eventlog, options, tls, topology
+from raftsched import config, eventlog, files, options, tls, topology
 from raftsched.clock import configure_skew_from_env
 from raftsched.environment import (
     AGENT_DATA_DIR_ENV,
@@ -78,9 +78,10 @@ EXIT_FAILURE = 1
 EXIT_INVALID = 2
 MAX_METRICS_PORT = 65_535
 MAX_HEARTBEAT_WAIT_MS = 60_000
-TOPOLOGY_WAIT_S = 120.0
+TOPOLOGY_WAIT_S = 15.0
 """An agent given one group's servers asks them for every group's (GetTopology) this long at
-most before it serves that group alone."""
+most before it serves the groups it learned before (TOPOLOGY_FILE), or that group alone."""
+TOPOLOGY_FILE = "topology.json"
 DEFAULT_ROOT_TASK_USER = "nobody"
 """Tasks of an agent running as root run as this account unless --task-user says otherwise."""
 MAX_TENANT_TASK_USERS = 1_000
@@ -274,7 +275,7 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[list[str]]
         print(f"error: cannot use data dir {config.data_dir}: {error}", file=sys.stderr)
         return EXIT_FAILURE
     if len(servers) == 1:
-        servers = _discovered_groups(servers[0], tls_files, stop)
+        servers = _discovered_groups(servers[0], tls_files, stop, config.data_dir)
     sessions = [GrpcSession(group, stop=stop, tls_files=tls_files) for group in servers]
     agent: Agent | GroupedAgent
     try:
@@ -313,30 +314,46 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[list[str]]
 
 
 def _discovered_groups(servers: list[str], tls_files: tls.TlsFiles | None,
-                       stop: threading.Event) -> list[list[str]]:
+                       stop: threading.Event, data_dir: Path) -> list[list[str]]:
     """Every scheduler group's servers when these (one group's) belong to a deployment of
-    several (GetTopology, issue 27), else just these. The agent can do nothing before a replica
-    answers, so it asks until one does, for at most TOPOLOGY_WAIT_S; then it serves these
-    servers' group alone and says so."""
-    deadline = time.monotonic() + TOPOLOGY_WAIT_S
+    several (GetTopology, issue 27), else just these. Learned topologies are kept in
+    DATA/TOPOLOGY_FILE: when no replica answers within TOPOLOGY_WAIT_S (a restart during a
+    partition) the agent serves the groups it served before, else these servers' group alone,
+    and says so."""
+    saved = data_dir / TOPOLOGY_FILE
     session = GrpcSession(servers, stop=stop, tls_files=tls_files)
     try:
-        while True:
-            try:
-                groups = session.topology()
-                break
-            except SessionError as error:
-                if stop.is_set() or time.monotonic() >= deadline:
-                    log.warning("topology_unknown", servers=",".join(servers),
-                                error=str(error), waited_s=TOPOLOGY_WAIT_S)
-                    return [servers]
+        groups = session.topology(budget_s=TOPOLOGY_WAIT_S)
+    except SessionError as error:
+        known = _saved_topology(saved, servers)
+        log.warning("topology_unknown", servers=",".join(servers), error=str(error),
+                    waited_s=TOPOLOGY_WAIT_S, saved=known is not None)
+        return known or [servers]
     finally:
         session.close()
     if groups is None:
+        saved.unlink(missing_ok=True)
         return [servers]
     log.info("topology_learned", groups=len(groups),
              servers=";".join(",".join(group) for group in groups))
+    try:
+        saved.parent.mkdir(parents=True, exist_ok=True)
+        Path(str(saved) + files.PARTIAL_SUFFIX).unlink(missing_ok=True)  # a crash's leftover
+        with files.written_whole(str(saved)) as out:
+            out.write(json.dumps({"servers": servers, "groups": groups}).encode())
+    except (OSError, files.InTheWay) as error:
+        log.warning("topology_not_saved", path=str(saved), error=str(error))
     return groups
+
+
+def _saved_topology(path: Path, servers: list[str]) -> list[list[str]] | None:
+    """The groups learned before from these same servers, if DATA holds them."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        groups = topology.parse_groups(";".join(",".join(g) for g in doc["groups"]), str(path))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return groups if doc.get("servers") == servers and len(groups) > 1 else None
 
 
 def main(argv: list[str] | None = None) -> int:

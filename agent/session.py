@@ -17,6 +17,7 @@ sequence number, and every Report verdict is final and idempotent.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
 from collections.abc import Sequence
@@ -158,7 +159,7 @@ class GrpcSession:
         self._call("SendLog", rpc.log_chunk_to_pb(cluster_id, chunk), SEND_LOG_DEADLINE_MS,
                    reregister=False)
 
-    def topology(self) -> list[list[str]] | None:
+    def topology(self, budget_s: float = CALL_BUDGET_S) -> list[list[str]] | None:
         """Every scheduler group's servers, in group order, as a replica of these servers
         answers GetTopology (issue 27), this session's own servers standing for their group;
         None for a deployment of one group, or one whose replicas were never told the others'
@@ -167,14 +168,18 @@ class GrpcSession:
             if self._stop.is_set():
                 raise retry.Stopped()
             stub = pb_grpc.SchedulerStub(self._channel(address))
-            return stub.GetTopology(pb.GetTopologyRequest(),
-                                    timeout=TOPOLOGY_DEADLINE_MS / 1000)
+            try:
+                return stub.GetTopology(pb.GetTopologyRequest(),
+                                        timeout=TOPOLOGY_DEADLINE_MS / 1000)
+            except grpc.RpcError as error:
+                raise rpc.error_from_rpc(error, address) from None
 
         def retryable(error: RaftschedError) -> bool:
             return rpc.retryable(error) and not isinstance(error, retry.Stopped)
 
+        policy = dataclasses.replace(self._policy, budget_s=budget_s)
         try:
-            answer = retry.call(self._servers, self._policy, invoke, stop=self._stop,
+            answer = retry.call(self._servers, policy, invoke, stop=self._stop,
                                 rng=self._rng, retryable=retryable)
         except RaftschedError as error:
             if error.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED) or \

@@ -95,6 +95,8 @@ def _one_groups_servers_reach_every_group(dev_dir: Path, groups: list[list[str]]
                    "groups", STATE_TIMEOUT_S)
         assert "topology_learned" in log.read_text()
         assert sorted(os.listdir(tmp_path / "edge-1" / "groups")) == ["0", "1"]
+        learned = json.loads((tmp_path / "edge-1" / "topology.json").read_text())
+        assert learned["groups"][1] == groups[1]  # kept for a restart no replica answers
     finally:
         agent.terminate()
         try:
