@@ -261,6 +261,7 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[list[str]]
                              f"({_NO_USER_SWITCH[args.executor]})")
         task_user = _task_user(args.task_user) if args.executor == "subprocess" else None
         tenant_users = _tenant_task_users(str(args.tenant_task_users), args.executor)
+        config.data_dir.mkdir(parents=True, exist_ok=True)  # unusable: said before any call
         _prepare_task_users(config.data_dir, task_user, tenant_users)
         if args.executor == "slurm":
             config = _slurm_config(config, str(args.slurm_partition))
@@ -274,6 +275,7 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[list[str]]
     except OSError as error:
         print(f"error: cannot use data dir {config.data_dir}: {error}", file=sys.stderr)
         return EXIT_FAILURE
+    given = servers
     if len(servers) == 1:
         servers = _discovered_groups(servers[0], tls_files, stop, config.data_dir)
     sessions = [GrpcSession(group, stop=stop, tls_files=tls_files) for group in servers]
@@ -292,6 +294,7 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[list[str]]
             session.close()
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILURE
+    _keep_topology(config.data_dir, given, servers)
     try:
         endpoint = metrics_endpoint(args.metrics_address, args.metrics_port)
         if endpoint is not None:
@@ -332,18 +335,27 @@ def _discovered_groups(servers: list[str], tls_files: tls.TlsFiles | None,
     finally:
         session.close()
     if groups is None:
-        saved.unlink(missing_ok=True)
         return [servers]
     log.info("topology_learned", groups=len(groups),
              servers=";".join(",".join(group) for group in groups))
+    return groups
+
+
+def _keep_topology(data_dir: Path, given: list[list[str]], served: list[list[str]]) -> None:
+    """Once the agent holds its data dir: what it serves, when it learned that from one
+    group's servers (kept for a start no replica answers), else nothing kept."""
+    saved = data_dir / TOPOLOGY_FILE
+    if len(given) != 1:
+        return
     try:
-        saved.parent.mkdir(parents=True, exist_ok=True)
+        if len(served) == 1:
+            saved.unlink(missing_ok=True)
+            return
         Path(str(saved) + files.PARTIAL_SUFFIX).unlink(missing_ok=True)  # a crash's leftover
         with files.written_whole(str(saved)) as out:
-            out.write(json.dumps({"servers": servers, "groups": groups}).encode())
+            out.write(json.dumps({"servers": given[0], "groups": served}).encode())
     except (OSError, files.InTheWay) as error:
         log.warning("topology_not_saved", path=str(saved), error=str(error))
-    return groups
 
 
 def _saved_topology(path: Path, servers: list[str]) -> list[list[str]] | None:

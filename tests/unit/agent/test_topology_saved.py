@@ -52,3 +52,15 @@ def test_a_saved_topology_of_other_servers_or_malformed_is_not_used(
 def test_a_file_that_is_not_json_is_not_used(tmp_path: Path) -> None:
     (tmp_path / main.TOPOLOGY_FILE).write_text("{not json")
     assert _discover(tmp_path) == [NOBODY]
+
+
+def test_what_the_agent_serves_is_kept_only_when_it_was_learned_from_one_group(
+        tmp_path: Path) -> None:
+    saved = tmp_path / main.TOPOLOGY_FILE
+    main._keep_topology(tmp_path, [NOBODY], GROUPS)
+    assert json.loads(saved.read_text()) == {"servers": NOBODY, "groups": GROUPS}
+    assert _discover(tmp_path) == GROUPS  # what a start no replica answers serves
+    main._keep_topology(tmp_path, GROUPS, GROUPS)  # every group given: nothing to keep
+    assert saved.exists()
+    main._keep_topology(tmp_path, [NOBODY], [NOBODY])  # the deployment is one group now
+    assert not saved.exists()
