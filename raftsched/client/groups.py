@@ -26,6 +26,7 @@ import base64
 import json
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from raftsched import tokens, topology
@@ -69,6 +70,23 @@ class GroupedClient:
             return call(self.clients[group])
         except RaftschedError as error:
             raise _named(error, group) from None
+
+    def _each(self, calls: Mapping[int, Callable[[Client], T]]) -> dict[int, T | RaftschedError]:
+        """`calls[g]` on group g's client, every group at once (a listing waits for its
+        slowest group, not for the sum: a group without a quorum costs one retry budget);
+        each answer, or the error naming its group."""
+        def one(group: int) -> T | RaftschedError:
+            try:
+                return self._in(group, calls[group])
+            except RaftschedError as error:
+                return error
+
+        if len(calls) <= 1:
+            return {group: one(group) for group in calls}
+        with ThreadPoolExecutor(max_workers=len(calls),
+                                thread_name_prefix="raftsched-groups") as pool:
+            futures = {group: pool.submit(one, group) for group in calls}
+            return {group: future.result() for group, future in futures.items()}
 
     # -- submits -----------------------------------------------------------------------------
 
@@ -165,18 +183,19 @@ class GroupedClient:
         merged = pb.ListJobsResponse()
         jobs: list[Any] = []
         next_tokens: list[str | None] = []
-        self.unanswered = []
+        answers = self._each({group: (lambda c, t=token: c.list_jobs(  # type: ignore[misc]
+            tenant, state, limit, t, **kwargs)) for group, token in enumerate(tokens)
+            if token is not None})
+        unanswered: list[RaftschedError] = []
         for group, token in enumerate(tokens):
             if token is None:  # this group has no more pages
                 next_tokens.append(None)
                 continue
-            try:
-                page = self._in(group, lambda c, t=token: c.list_jobs(  # type: ignore[misc]
-                    tenant, state, limit, t, **kwargs))
-            except RaftschedError as error:
-                if error.code not in _DOWN or len(self.unanswered) + 1 == self.groups:
-                    raise
-                self.unanswered.append(error)  # the others are listed; this one's page again
+            page = answers[group]
+            if isinstance(page, RaftschedError):
+                if page.code not in _DOWN or len(unanswered) + 1 == len(answers):
+                    raise page
+                unanswered.append(page)  # the others are listed; this one's page again
                 next_tokens.append(token)  # with the next page token
                 continue
             jobs.extend(page.jobs)
@@ -184,15 +203,20 @@ class GroupedClient:
                 merged.state_counts[name] = merged.state_counts.get(name, 0) + count
             merged.state_counts_partial |= page.state_counts_partial
             next_tokens.append(page.next_page_token or None)
+        self.unanswered = unanswered
         jobs.sort(key=lambda job: (job.submitted_ms, job.job_id), reverse=newest_first)
         merged.jobs.extend(jobs)
         merged.next_page_token = _join_token(next_tokens)
         return merged
 
     def list_schedules(self, tenant: str = "") -> Any:
+        answers = self._each({group: lambda c: c.list_schedules(tenant)
+                              for group in range(self.groups)})
         merged = None
         for group in range(self.groups):
-            page = self._in(group, lambda c: c.list_schedules(tenant))
+            page = answers[group]
+            if isinstance(page, RaftschedError):
+                raise page
             if merged is None:
                 merged = page
             else:
@@ -234,13 +258,9 @@ class GroupedClient:
     def group_statuses(self, include_digest: bool = False) -> list[Any]:
         """Each group's ClusterStatus (its leader's when one answers), or the RaftschedError
         that says why the group did not answer."""
-        statuses: list[Any] = []
-        for group, client in enumerate(self.clients):
-            try:
-                statuses.append(_leader_status(client, include_digest))
-            except RaftschedError as error:
-                statuses.append(_named(error, group))
-        return statuses
+        answers = self._each({group: lambda c: _leader_status(c, include_digest)
+                              for group in range(self.groups)})
+        return [answers[group] for group in range(self.groups)]
 
     def cluster_status(self, server: str | None = None, *, include_digest: bool = False) -> Any:
         if server is not None:
@@ -263,14 +283,14 @@ class GroupedClient:
         (`unanswered`), as for `list_jobs`."""
         merged: dict[str, Any] = {}
         answer = pb.ListTenantsResponse()
-        self.unanswered = []
+        answers = self._each({group: lambda c: c.list_tenants() for group in range(self.groups)})
+        unanswered: list[RaftschedError] = []
         for group in range(self.groups):
-            try:
-                page = self._in(group, lambda c: c.list_tenants())
-            except RaftschedError as error:
-                if error.code not in _DOWN or len(self.unanswered) + 1 == self.groups:
-                    raise
-                self.unanswered.append(error)
+            page = answers[group]
+            if isinstance(page, RaftschedError):
+                if page.code not in _DOWN or len(unanswered) + 1 == self.groups:
+                    raise page
+                unanswered.append(page)
                 continue
             answer.queued_total += page.queued_total
             answer.max_queued_tasks += page.max_queued_tasks  # the bound is per group
@@ -287,6 +307,7 @@ class GroupedClient:
                 have.reserved.gpu += tenant.reserved.gpu
                 have.dominant_share += tenant.dominant_share
         answer.tenants.extend(merged.values())
+        self.unanswered = unanswered
         return answer
 
     def revoke_token(self, token_id: str) -> Any:

@@ -245,3 +245,27 @@ def test_tenants_are_merged_with_their_work_summed_and_a_down_group_named() -> N
     answer = client.list_tenants()
     assert answer.tenants[0].queued == 2 and answer.queued_total == 40
     assert [e.message for e in client.unanswered] == ["group 1: no leader"]
+
+
+def test_a_listing_asks_every_group_at_once_so_a_slow_group_delays_it_once() -> None:
+    """Each group's answer waits until every group was asked: asked one after another, the
+    first would wait in vain (the barrier breaks, and the listing fails)."""
+    import threading
+
+    client, fakes = _client(3)
+    barrier = threading.Barrier(3, timeout=10)
+    asked: list[int] = []
+    for fake in fakes:
+        listing = fake.list_jobs
+
+        def together(*args: Any, listing: Any = listing, group: int = fake.group,
+                     **kwargs: Any) -> Any:
+            asked.append(group)
+            barrier.wait()
+            return listing(*args, **kwargs)
+
+        fake.list_jobs = together  # type: ignore[method-assign]
+    page = client.list_jobs()
+    assert sorted(asked) == [0, 1, 2] and page.next_page_token.startswith("groups:")
+    statuses = client.group_statuses()
+    assert [s.responder for s in statuses] == ["g0", "g1", "g2"]
