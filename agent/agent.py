@@ -489,6 +489,12 @@ def _core_config(config: AgentConfig) -> CoreConfig:
                       queue_depth=config.queue_depth)
 
 
+def check_data_dir_free(data_dir: Path) -> None:
+    """AgentError now if the data dir cannot be used or another agent holds it (before a start
+    waits for anything else; the agent takes the lock for good when it is made)."""
+    _lock_data_dir(data_dir).close()
+
+
 def _lock_data_dir(data_dir: Path) -> IO[str]:
     """An exclusive lock on the data dir for this agent's lifetime: two agents on one data dir
     would each run the other's attempts again."""

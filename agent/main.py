@@ -31,6 +31,7 @@ from agent.agent import (
     AgentError,
     GroupedAgent,
     attempts_root,
+    check_data_dir_free,
 )
 from agent.executors import (
     Executor,
@@ -78,9 +79,12 @@ EXIT_FAILURE = 1
 EXIT_INVALID = 2
 MAX_METRICS_PORT = 65_535
 MAX_HEARTBEAT_WAIT_MS = 60_000
-TOPOLOGY_WAIT_S = 15.0
-"""An agent given one group's servers asks them for every group's (GetTopology) this long at
-most before it serves the groups it learned before (TOPOLOGY_FILE), or that group alone."""
+TOPOLOGY_FIRST_WAIT_S = 120.0
+"""An agent given one group's servers that never learned every group's (GetTopology) asks this
+long at most before it serves that group alone (replicas may still be starting)."""
+TOPOLOGY_WAIT_S = 60.0
+"""One that learned them (TOPOLOGY_FILE) serves those at once and asks again beside, this long
+at most."""
 TOPOLOGY_FILE = "topology.json"
 DEFAULT_ROOT_TASK_USER = "nobody"
 """Tasks of an agent running as root run as this account unless --task-user says otherwise."""
@@ -275,9 +279,27 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[list[str]]
     except OSError as error:
         print(f"error: cannot use data dir {config.data_dir}: {error}", file=sys.stderr)
         return EXIT_FAILURE
+    endpoint = metrics_endpoint(args.metrics_address, args.metrics_port)
+    try:  # served from the start: also while no replica answers yet
+        if endpoint is not None:
+            metrics.serve(*endpoint)
+    except OSError as error:
+        executor.close()
+        print(f"error: cannot serve metrics on {endpoint}: {error}", file=sys.stderr)
+        return EXIT_FAILURE
     given = servers
     if len(servers) == 1:
+        try:
+            check_data_dir_free(config.data_dir)  # said now, not after the groups are asked
+        except AgentError as error:
+            executor.close()
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_FAILURE
+        _stop_on_signals(stop)  # a stop while the groups are asked for ends the agent cleanly
         servers = _discovered_groups(servers[0], tls_files, stop, config.data_dir)
+        if stop.is_set():
+            executor.close()
+            return EXIT_OK
     sessions = [GrpcSession(group, stop=stop, tls_files=tls_files) for group in servers]
     agent: Agent | GroupedAgent
     try:
@@ -294,19 +316,14 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[list[str]]
             session.close()
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILURE
-    _keep_topology(config.data_dir, given, servers)
     try:
-        endpoint = metrics_endpoint(args.metrics_address, args.metrics_port)
-        if endpoint is not None:
-            metrics.serve(*endpoint)
+        if len(given) == 1:
+            _keep_topology(config.data_dir, given[0], servers)
+            _recheck_topology(given[0], servers, tls_files, stop, config.data_dir)
         _install_signal_handlers(agent)
         agent.run()
     except AgentError as error:
         print(f"error: {error}", file=sys.stderr)
-        return EXIT_FAILURE
-    except OSError as error:
-        where = metrics_endpoint(args.metrics_address, args.metrics_port)
-        print(f"error: cannot serve metrics on {where}: {error}", file=sys.stderr)
         return EXIT_FAILURE
     finally:
         agent.close()
@@ -319,19 +336,24 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[list[str]]
 def _discovered_groups(servers: list[str], tls_files: tls.TlsFiles | None,
                        stop: threading.Event, data_dir: Path) -> list[list[str]]:
     """Every scheduler group's servers when these (one group's) belong to a deployment of
-    several (GetTopology, issue 27), else just these. Learned topologies are kept in
-    DATA/TOPOLOGY_FILE: when no replica answers within TOPOLOGY_WAIT_S (a restart during a
-    partition) the agent serves the groups it served before, else these servers' group alone,
-    and says so."""
-    saved = data_dir / TOPOLOGY_FILE
+    several (GetTopology, issue 27), else just these. What an agent learned is kept in
+    DATA/TOPOLOGY_FILE and used at its next start without waiting for any replica (a restart
+    during a partition serves at once what it served before; `_recheck_topology` asks again
+    meanwhile). An agent that never learned it asks for up to TOPOLOGY_FIRST_WAIT_S (replicas
+    may still be starting), then serves these servers' group alone, and says so."""
+    known = _saved_topology(data_dir / TOPOLOGY_FILE, servers)
+    if known is not None:
+        log.info("topology_saved", groups=len(known),
+                 servers=";".join(",".join(group) for group in known))
+        return known
     session = GrpcSession(servers, stop=stop, tls_files=tls_files)
     try:
-        groups = session.topology(budget_s=TOPOLOGY_WAIT_S)
+        groups = session.topology(budget_s=TOPOLOGY_FIRST_WAIT_S)
     except SessionError as error:
-        known = _saved_topology(saved, servers)
-        log.warning("topology_unknown", servers=",".join(servers), error=str(error),
-                    waited_s=TOPOLOGY_WAIT_S, saved=known is not None)
-        return known or [servers]
+        if not stop.is_set():
+            log.warning("topology_unknown", servers=",".join(servers), error=str(error),
+                        waited_s=TOPOLOGY_FIRST_WAIT_S)
+        return [servers]
     finally:
         session.close()
     if groups is None:
@@ -341,19 +363,35 @@ def _discovered_groups(servers: list[str], tls_files: tls.TlsFiles | None,
     return groups
 
 
-def _keep_topology(data_dir: Path, given: list[list[str]], served: list[list[str]]) -> None:
-    """Once the agent holds its data dir: what it serves, when it learned that from one
-    group's servers (kept for a start no replica answers), else nothing kept."""
-    saved = data_dir / TOPOLOGY_FILE
-    if len(given) != 1:
-        return
-    try:
-        if len(served) == 1:
-            saved.unlink(missing_ok=True)
+def _recheck_topology(given: list[str], served: list[list[str]], tls_files: tls.TlsFiles | None,
+                      stop: threading.Event, data_dir: Path) -> None:
+    """Ask the given servers again, beside the running agent (for at most TOPOLOGY_WAIT_S):
+    a topology other than the one served is kept for the next start and logged
+    (`topology_changed`: restart the agent to serve it)."""
+    def ask() -> None:
+        session = GrpcSession(given, stop=stop, tls_files=tls_files)
+        try:
+            groups = session.topology(budget_s=TOPOLOGY_WAIT_S) or [given]
+        except SessionError:
             return
+        finally:
+            session.close()
+        if groups != served:
+            log.warning("topology_changed", served=len(served), now=len(groups),
+                        servers=";".join(",".join(group) for group in groups))
+            _keep_topology(data_dir, given, groups)
+
+    threading.Thread(target=ask, name="agent-topology", daemon=True).start()
+
+
+def _keep_topology(data_dir: Path, given: list[str], served: list[list[str]]) -> None:
+    """What the agent serves, learned from one group's servers `given`: kept for its next
+    start (once it holds its data dir: never written into another agent's)."""
+    saved = data_dir / TOPOLOGY_FILE
+    try:
         Path(str(saved) + files.PARTIAL_SUFFIX).unlink(missing_ok=True)  # a crash's leftover
         with files.written_whole(str(saved)) as out:
-            out.write(json.dumps({"servers": given[0], "groups": served}).encode())
+            out.write(json.dumps({"servers": given, "groups": served}).encode())
     except (OSError, files.InTheWay) as error:
         log.warning("topology_not_saved", path=str(saved), error=str(error))
 
@@ -365,7 +403,15 @@ def _saved_topology(path: Path, servers: list[str]) -> list[list[str]] | None:
         groups = topology.parse_groups(";".join(",".join(g) for g in doc["groups"]), str(path))
     except (OSError, ValueError, KeyError, TypeError):
         return None
-    return groups if doc.get("servers") == servers and len(groups) > 1 else None
+    return groups if doc.get("servers") == servers else None
+
+
+def _stop_on_signals(stop: threading.Event) -> None:
+    """Until the agent's own handlers: SIGTERM or SIGINT sets `stop`."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: stop.set())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,6 +45,9 @@ REPORT_DEADLINE_MS = 10_000
 SEND_LOG_DEADLINE_MS = 10_000
 TOPOLOGY_DEADLINE_MS = 5_000
 """One GetTopology call (a local read on whichever replica answers)."""
+TOPOLOGY_MAX_TRIES = 256
+"""GetTopology tries while the caller's budget lasts (replicas still starting refuse
+connections at once: the budget, not a count of tries, is what bounds the wait)."""
 HEARTBEAT_DEADLINE_SLACK_MS = 5_000
 """A heartbeat's deadline is its long-poll wait plus this."""
 MAX_TRIES_PER_CALL = 8
@@ -177,7 +180,8 @@ class GrpcSession:
         def retryable(error: RaftschedError) -> bool:
             return rpc.retryable(error) and not isinstance(error, retry.Stopped)
 
-        policy = dataclasses.replace(self._policy, budget_s=budget_s)
+        policy = dataclasses.replace(self._policy, budget_s=budget_s,
+                                     max_attempts=TOPOLOGY_MAX_TRIES)
         try:
             answer = retry.call(self._servers, policy, invoke, stop=self._stop,
                                 rng=self._rng, retryable=retryable)

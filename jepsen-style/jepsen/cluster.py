@@ -151,13 +151,19 @@ class ClusterUnderTest:
                     "--suspect-after-s", str(self.suspect_after_s),
                     "--lost-after-s", str(self.lost_after_s)]
             if self.groups > 1:
-                argv += ["--group", str(self.group_of[name]), "--groups", str(self.groups)]
+                argv += ["--group", str(self.group_of[name]), "--groups", str(self.groups),
+                         "--topology", ";".join(",".join(f"{spaces[n].ip}:{GRPC_PORT}"
+                                                         for n in self.group_replicas(g))
+                                                for g in range(self.groups))]
             self.replicas[name] = self._node(name, "replica", ns, argv,
                                              self.root / "logs" / f"replica-{name}.log")
-        for cluster_id, spec in self.agent_specs.items():
+        for index, (cluster_id, spec) in enumerate(self.agent_specs.items()):
             ns = self.net.add_node(cluster_id)
+            # With several groups each agent is given one group's replicas (in turn) and learns
+            # the others from them (GetTopology): learning, and the topology it keeps for a
+            # restart during a partition, run under the faults too.
             argv = [sys.executable, "-m", "agent", "--cluster-id", cluster_id,
-                    "--servers", self.servers_text(),
+                    "--servers", ",".join(self.group_servers(index % self.groups)),
                     "--capabilities", ",".join(spec["capabilities"]),
                     "--cpu", str(spec["cpu"]), "--memory-mb", str(spec["memory_mb"]),
                     "--gpu", str(spec["gpu"]),

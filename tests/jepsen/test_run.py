@@ -112,3 +112,9 @@ def test_two_groups_under_faults_have_no_violations_and_both_commit_jobs(
     hit = {event["value"].get("group") for event in history.events
            if event["f"] == "fault" and event["value"]["phase"] == "start"}
     assert hit & {0, 1}, hit  # replica faults name the group they hit
+    for log in sorted((results / "logs").glob("agent-*.log")):  # given one group's replicas,
+        events = [json.loads(line) for line in log.read_text().splitlines()  # each learned both
+                  if line.startswith("{") and '"topology_' in line]
+        assert any(e["event"] in ("topology_learned", "topology_saved") and e["groups"] == 2
+                   for e in events), (log.name, events)
+        assert not any(e["event"] == "topology_unknown" for e in events), (log.name, events)
