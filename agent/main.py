@@ -300,20 +300,10 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[list[str]]
         if stop.is_set():
             executor.close()
             return EXIT_OK
-    sessions = [GrpcSession(group, stop=stop, tls_files=tls_files) for group in servers]
-    agent: Agent | GroupedAgent
     try:
-        if len(sessions) == 1:
-            agent = Agent(config, sessions[0], executor, metrics=metrics, stop=stop)
-        else:
-            if config.queue_depth:
-                log.info("queue_off_with_groups", groups=len(sessions),
-                         queue_depth=config.queue_depth)
-            agent = GroupedAgent(config, list(sessions), executor, metrics=metrics, stop=stop)
+        agent, sessions = _new_agent(config, servers, executor, metrics, stop, tls_files)
     except (AgentError, StoreError, OSError) as error:
         executor.close()
-        for session in sessions:
-            session.close()
         print(f"error: {error}", file=sys.stderr)
         return EXIT_FAILURE
     try:
@@ -331,6 +321,26 @@ def _run(args: argparse.Namespace, config: AgentConfig, servers: list[list[str]]
         for session in sessions:
             session.close()
     return EXIT_OK
+
+
+def _new_agent(config: AgentConfig, servers: list[list[str]], executor: Executor,
+               metrics: AgentMetrics, stop: threading.Event, tls_files: tls.TlsFiles | None,
+               ) -> tuple[Agent | GroupedAgent, list[GrpcSession]]:
+    """The agent of one group's `servers`, or of several (one core per group), and its
+    sessions (closed again if it cannot be made)."""
+    sessions = [GrpcSession(group, stop=stop, tls_files=tls_files) for group in servers]
+    try:
+        if len(sessions) == 1:
+            return Agent(config, sessions[0], executor, metrics=metrics, stop=stop), sessions
+        if config.queue_depth:
+            log.info("queue_off_with_groups", groups=len(sessions),
+                     queue_depth=config.queue_depth)
+        return GroupedAgent(config, list(sessions), executor, metrics=metrics,
+                            stop=stop), sessions
+    except BaseException:
+        for session in sessions:
+            session.close()
+        raise
 
 
 def _discovered_groups(servers: list[str], tls_files: tls.TlsFiles | None,
