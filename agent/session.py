@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import random
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import grpc
@@ -167,24 +167,14 @@ class GrpcSession:
         answers GetTopology (issue 27), this session's own servers standing for their group;
         None for a deployment of one group, or one whose replicas were never told the others'
         addresses, or a replica too old to say. SessionError when no replica answers."""
-        def invoke(address: str) -> Any:
-            if self._stop.is_set():
-                raise retry.Stopped()
-            stub = pb_grpc.SchedulerStub(self._channel(address))
-            try:
-                return stub.GetTopology(pb.GetTopologyRequest(),
-                                        timeout=TOPOLOGY_DEADLINE_MS / 1000)
-            except grpc.RpcError as error:
-                raise rpc.error_from_rpc(error, address) from None
-
-        def retryable(error: RaftschedError) -> bool:
-            return rpc.retryable(error) and not isinstance(error, retry.Stopped)
-
         policy = dataclasses.replace(self._policy, budget_s=budget_s,
                                      max_attempts=TOPOLOGY_MAX_TRIES)
         try:
-            answer = retry.call(self._servers, policy, invoke, stop=self._stop,
-                                rng=self._rng, retryable=retryable)
+            answer = retry.call(
+                self._servers, policy,
+                lambda address: self._invoke(address, "GetTopology", pb.GetTopologyRequest(),
+                                             TOPOLOGY_DEADLINE_MS, pb_grpc.SchedulerStub),
+                stop=self._stop, rng=self._rng, retryable=_retryable)
         except RaftschedError as error:
             if error.code in (Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED) or \
                     isinstance(error, retry.Stopped):
@@ -206,22 +196,20 @@ class GrpcSession:
     def _call(self, method: str, request: Any, deadline_ms: int, *, reregister: bool) -> Any:
         """One call under the shared retry policy; raises a SessionError when it gives up."""
 
-        def retryable(error: RaftschedError) -> bool:
-            return rpc.retryable(error) and not isinstance(error, retry.Stopped)
-
         try:
             return retry.call(
                 self._servers, self._policy,
                 lambda address: self._invoke(address, method, request, deadline_ms),
-                stop=self._stop, rng=self._rng, retryable=retryable)
+                stop=self._stop, rng=self._rng, retryable=_retryable)
         except RaftschedError as error:
             raise session_error(error, method, reregister) from None
 
-    def _invoke(self, address: str, method: str, request: Any, deadline_ms: int) -> Any:
+    def _invoke(self, address: str, method: str, request: Any, deadline_ms: int,
+                stub_type: Callable[[grpc.Channel], Any] = pb_grpc.AgentGatewayStub) -> Any:
         """The RPC, abandoned (cancelled) as soon as a stop is requested."""
         if self._stop.is_set():
             raise retry.Stopped()
-        stub = pb_grpc.AgentGatewayStub(self._channel(address))
+        stub = stub_type(self._channel(address))
         future = getattr(stub, method).future(request, timeout=deadline_ms / 1000)
         done = threading.Event()
         future.add_done_callback(lambda _: done.set())
@@ -242,6 +230,10 @@ class GrpcSession:
                 channel = tls.open_channel(address, self._tls, rpc.CHANNEL_OPTIONS)
                 self._channels[address] = channel
             return channel
+
+
+def _retryable(error: RaftschedError) -> bool:
+    return rpc.retryable(error) and not isinstance(error, retry.Stopped)
 
 
 def session_error(error: RaftschedError, method: str, reregister: bool) -> SessionError:

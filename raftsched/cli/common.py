@@ -492,14 +492,6 @@ def connect(args: argparse.Namespace, servers: list[str] | None = None, *,
         client.close()
 
 
-def job_group(client: object, job_id: str) -> int:
-    """Which scheduler group holds the job (`job status` / `job watch --json` say it): the one
-    its id names with several groups, 0 with one."""
-    group_of = getattr(client, "group_of_job", None)
-    group = group_of(job_id) if group_of is not None else 0
-    return group if isinstance(group, int) else 0
-
-
 def unknown_outcome(error: RaftschedError, what: str, retry: str) -> RaftschedError:
     """For a change whose call failed with UNAVAILABLE or DEADLINE_EXCEEDED: say the outcome is
     unknown and how to retry safely. Other errors, and a TLS handshake every server refused

@@ -16,7 +16,6 @@ from raftsched.cli.common import (
     command_parser,
     connect,
     free_text,
-    job_group,
     now_ms,
     print_json,
     unknown_outcome,
@@ -118,6 +117,8 @@ def _register_list(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> N
 
 def _run_job_status(args: argparse.Namespace) -> int:
     with connect(args) as client:
+        from raftsched.client.groups import job_group  # after connect has quietened grpc
+
         document = render.job_doc(client.get_job(args.job_id))
         document["group"] = job_group(client, args.job_id)
     if args.json:

@@ -25,7 +25,6 @@ from raftsched.cli.common import (
     ClientLike,
     CommandError,
     Interrupted,
-    job_group,
     print_json,
 )
 from raftsched.errors import Code
@@ -55,6 +54,8 @@ def follow(args: argparse.Namespace, client: ClientLike, job_id: str,
             stream.write("\n")
         raise Interrupted(f"stopped watching; job {job_id} goes on (raftsched job watch "
                           f"{job_id}; stop it with: raftsched job cancel {job_id})") from None
+    from raftsched.client.groups import job_group  # a connected client: grpc is loaded
+
     last["group"] = job_group(client, job_id)
     if last["state"] not in render.TERMINAL_JOB_STATES:
         raise CommandError(Code.UNAVAILABLE, f"the watch of job {job_id} ended while the job "

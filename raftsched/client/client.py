@@ -33,10 +33,10 @@ from raftsched.spec.wire import pack_wire
 from raftsched.states import TERMINAL_JOB_STATE_NAMES
 
 DEFAULT_CALL_TIMEOUT_S = 10.0
+"""Deadline of one RPC attempt."""
 TOPOLOGY_CALL_TIMEOUT_S = 3.0
 """GetTopology per replica (a local read): a client learning the groups does not wait long on
 one that does not answer."""
-"""Deadline of one RPC attempt."""
 SUBMIT_TIMEOUT_PER_MB_S = 4.0
 """A SubmitJob attempt's deadline grows by this much per MB of spec above the call timeout (a
 retry after DEADLINE_EXCEEDED is safe, the key makes it idempotent, but it parses it all again)."""
@@ -378,26 +378,26 @@ class Client:
     def topology(self) -> Any:
         """Which group the first replica that answers is, of how many, and every group's
         servers (`Topology`); asks each configured replica in turn, like `cluster_status`."""
-        last: RaftschedError | None = None
-        for address in self._servers.addresses:
-            try:
-                return self._invoke(pb_grpc.SchedulerStub, "GetTopology",
-                                    pb.GetTopologyRequest(), address,
-                                    min(self._timeout_s, TOPOLOGY_CALL_TIMEOUT_S))
-            except RaftschedError as error:
-                last = error
-        assert last is not None
-        raise last
+        return self._first_answer(pb_grpc.SchedulerStub, "GetTopology", pb.GetTopologyRequest(),
+                                  self._servers.addresses,
+                                  min(self._timeout_s, TOPOLOGY_CALL_TIMEOUT_S))
 
     def cluster_status(self, server: str | None = None, *, include_digest: bool = False) -> Any:
         """Ask `server` (or each configured replica in turn until one answers): any replica can
         say what it sees, so this does not follow the leader. `include_digest` costs the replica
         a pass over its whole state (for audits, not for polling)."""
+        return self._first_answer(pb_grpc.AdminStub, "ClusterStatus",
+                                  pb.ClusterStatusRequest(include_digest=include_digest),
+                                  [server] if server else self._servers.addresses)
+
+    def _first_answer(self, stub_type: Callable[[grpc.Channel], Any], method: str, request: Any,
+                      addresses: Sequence[str], timeout_s: float | None = None) -> Any:
+        """`method` asked of each of `addresses` in turn (a read any replica answers, the
+        leader not followed): the first answer, or the last error."""
         last: RaftschedError | None = None
-        request = pb.ClusterStatusRequest(include_digest=include_digest)
-        for address in [server] if server else self._servers.addresses:
+        for address in addresses:
             try:
-                return self._invoke(pb_grpc.AdminStub, "ClusterStatus", request, address)
+                return self._invoke(stub_type, method, request, address, timeout_s)
             except RaftschedError as error:
                 last = error
         assert last is not None

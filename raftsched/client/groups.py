@@ -186,17 +186,14 @@ class GroupedClient:
         answers = self._each({group: (lambda c, t=token: c.list_jobs(  # type: ignore[misc]
             tenant, state, limit, t, **kwargs)) for group, token in enumerate(tokens)
             if token is not None})
-        unanswered: list[RaftschedError] = []
+        pages, unanswered = _answered(answers)
         for group, token in enumerate(tokens):
             if token is None:  # this group has no more pages
                 next_tokens.append(None)
                 continue
-            page = answers[group]
-            if isinstance(page, RaftschedError):
-                if page.code not in _DOWN or len(unanswered) + 1 == len(answers):
-                    raise page
-                unanswered.append(page)  # the others are listed; this one's page again
-                next_tokens.append(token)  # with the next page token
+            page = pages.get(group)
+            if page is None:  # not reached: listed with the others' next page
+                next_tokens.append(token)
                 continue
             jobs.extend(page.jobs)
             for name, count in page.state_counts.items():
@@ -284,14 +281,8 @@ class GroupedClient:
         merged: dict[str, Any] = {}
         answer = pb.ListTenantsResponse()
         answers = self._each({group: lambda c: c.list_tenants() for group in range(self.groups)})
-        unanswered: list[RaftschedError] = []
-        for group in range(self.groups):
-            page = answers[group]
-            if isinstance(page, RaftschedError):
-                if page.code not in _DOWN or len(unanswered) + 1 == self.groups:
-                    raise page
-                unanswered.append(page)
-                continue
+        pages, unanswered = _answered(answers)
+        for page in pages.values():
             answer.queued_total += page.queued_total
             answer.max_queued_tasks += page.max_queued_tasks  # the bound is per group
             for tenant in page.tenants:
@@ -364,6 +355,28 @@ class GroupedClient:
             return self._for_job(job_id, lambda c: c.watch_events(from_index, job_id, tenant,
                                                                   clusters))
         raise _one_group("events without --job")
+
+
+def job_group(client: object, job_id: str) -> int:
+    """Which scheduler group holds the job, as `client` routes it: the one its id names (or
+    that answered for it) with several groups; 0 with one, or while it is not known."""
+    group_of = getattr(client, "group_of_job", None)
+    group = group_of(job_id) if group_of is not None and job_id else 0
+    return group if isinstance(group, int) else 0
+
+
+def _answered(answers: Mapping[int, T | RaftschedError]) -> tuple[dict[int, T],
+                                                                 list[RaftschedError]]:
+    """The groups' answers to a listing and the errors of those that could not be reached
+    (left out, named); any other error, or none answering, is raised."""
+    pages = {g: a for g, a in answers.items() if not isinstance(a, RaftschedError)}
+    down = [a for a in answers.values() if isinstance(a, RaftschedError)]
+    for error in down:
+        if error.code not in _DOWN:
+            raise error
+    if not pages and down:
+        raise down[-1]
+    return pages, down
 
 
 def with_topology(client: Client, make_client: Callable[[list[str]], Client]) -> Client | Any:

@@ -213,7 +213,8 @@ def _run(args: argparse.Namespace) -> int:
 
     secret = _checked_secret(args)
     tls_files = _checked_tls(args)
-    on_office = _checked_bootstrap(args)
+    configured = configured_group(args)
+    on_office = _checked_bootstrap(args, configured)
     peers = [peer for peer in args.peers if peer != args.raft]
     if args.restore_from:
         _restore(args, peers)
@@ -244,7 +245,7 @@ def _run(args: argparse.Namespace) -> int:
     try:
         server = _server(Context(node, leader, clock, changes, args.grpc,
                                  max_stream_age_s=args.max_stream_age_s, events=events,
-                                 configured=configured_group(args)),
+                                 configured=configured),
                          args.grpc, tls_files,
                          _connection_options(args.handshake_timeout_s, args.max_grpc_connections))
     except RaftschedError as error:
@@ -297,12 +298,12 @@ def _checked_tls(args: argparse.Namespace) -> tls.TlsFiles | None:
     return tls_files
 
 
-def _checked_bootstrap(args: argparse.Namespace) -> tuple[Callable[[int], bytes], ...]:
+def _checked_bootstrap(args: argparse.Namespace, wanted: GroupIdentity | None,
+                       ) -> tuple[Callable[[int], bytes], ...]:
     try:
         on_office = _bootstrap_commands(args.bootstrap_token_file)
     except RaftschedError as error:
         raise _StartError(error.message) from error
-    wanted = configured_group(args)
     if wanted is not None:
         on_office += (lambda now_ms: c.encode(c.GroupSet(
             wanted.group, wanted.groups, wanted.shards, now_ms, wanted.servers)),)

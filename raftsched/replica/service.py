@@ -45,7 +45,14 @@ from raftsched.spec.params import params_refused, spec_with_params
 from raftsched.spec.validation import with_idempotency_key
 from raftsched.spec.wire import decode_wire, drop_items, release_wire, to_wire
 from raftsched.state import commands as c
-from raftsched.state.model import TERMINAL_JOB_STATES, Change, GroupIdentity, Role, State
+from raftsched.state.model import (
+    TERMINAL_JOB_STATES,
+    TOKEN_DIGEST_BYTES,
+    Change,
+    GroupIdentity,
+    Role,
+    State,
+)
 from raftsched.state.policy import policy_of, refusal_before_proposal
 from raftsched.state.queries import honoured_role
 from raftsched.state.results import (
@@ -60,7 +67,7 @@ from raftsched.state.results import (
     TokenPutResult,
     TokenRevokeResult,
 )
-from raftsched.state.rules import token_put_problem, token_scope_problem
+from raftsched.state.rules import HEX_DIGITS, token_put_problem, token_scope_problem
 from raftsched.state.text import text_problem
 
 log = EventLogger("raftsched.service")
@@ -76,9 +83,6 @@ JOB_ID_SLUG_CHARS = 40
 
 T = TypeVar("T")
 _SLUG = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-_HEX_DIGEST = re.compile(r"[0-9a-f]{64}")
 
 
 class ChangeFeed:
@@ -442,7 +446,7 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         told and every current member's the log knows (a replica's gRPC address is recorded
         when it leads), the others' as told; before the log records the group, the replica's
         options."""
-        members = self.ctx.node.status().members
+        members = self.ctx.node.members()
 
         def view(state: State) -> tuple[GroupIdentity | None, list[str]]:
             return state.group, [state.replica_addresses[m] for m in members
@@ -875,10 +879,11 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
             self.ctx.abort(context, RaftschedError(
                 Code.INVALID_ARGUMENT, f"{missing}: a token made by the caller needs both its "
                 "token_id and the digest of its secret"))
-        if not _HEX_DIGEST.fullmatch(request.digest):
+        if len(request.digest) != 2 * TOKEN_DIGEST_BYTES \
+                or not HEX_DIGITS.issuperset(request.digest):
             self.ctx.abort(context, RaftschedError(
-                Code.INVALID_ARGUMENT, f"digest: must be the sha256 of the secret as 64 "
-                f"lowercase hex characters, got {show(request.digest)}"))
+                Code.INVALID_ARGUMENT, f"digest: must be the sha256 of the secret as "
+                f"{2 * TOKEN_DIGEST_BYTES} lowercase hex characters, got {show(request.digest)}"))
         return request.token_id, bytes.fromhex(request.digest), ""
 
     def RevokeToken(self, request: Any, context: grpc.ServicerContext) -> Any:

@@ -22,6 +22,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from raftsched import limits
+from raftsched.client.groups import job_group
 from raftsched.errors import Code, RaftschedError
 from raftsched.states import PLACED_TASK_STATE_NAMES, TERMINAL_JOB_STATE_NAMES
 from raftsched.web.hub import EventHub
@@ -92,7 +93,7 @@ class Console:
         """The hub a live page of this session follows for `job_id`: one per scheduler group
         (event indexes are each group's own log's), the console's, or the session's own (made
         at its first live page; those of ended sessions are dropped here)."""
-        group = group_of_job(session.client, job_id)
+        group = job_group(session.client, job_id)
         shared = self.options.watch_client
         if shared is not None and group < groups_of(shared):
             return self._hub(("", group), lambda: group_client(shared, group),
@@ -145,13 +146,6 @@ def group_param(request: Request, client: Any) -> int:
         raise PageError(400, f"group {text[:20]!r}: this deployment has group"
                              f"{'s 0 to ' + str(count - 1) if count > 1 else ' 0 only'}")
     return int(text)
-
-
-def group_of_job(client: Any, job_id: str) -> int:
-    """The group holding `job_id` as the client routes it (0 with one group, or not known)."""
-    find = getattr(client, "group_of_job", None)
-    group = find(job_id) if find is not None and job_id else 0
-    return group if isinstance(group, int) else 0
 
 
 class PageError(Exception):

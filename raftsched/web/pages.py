@@ -17,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response, StreamingResponse
 
 from raftsched import clock, limits
+from raftsched.client.groups import job_group
 from raftsched.errors import Code, RaftschedError
 from raftsched.states import (
     CANCELLABLE_JOB_STATE_NAMES,
@@ -34,7 +35,6 @@ from raftsched.web.console import (
     console_of,
     form_of,
     group_client,
-    group_of_job,
     group_param,
     group_summaries,
     groups_of,
@@ -175,7 +175,7 @@ async def job(request: Request) -> Response:
                   min_share_w=layout.MIN_SHARE_W,
                   attempts_version=live.attempts_version(tasks),
                   done=done, can_cancel=_can_cancel(request, found),
-                  group=group_of_job(session.client, job_id)
+                  group=job_group(session.client, job_id)
                   if groups_of(session.client) > 1 else None,
                   **_timeline_values(job_id, tasks))
 
