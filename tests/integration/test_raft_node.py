@@ -907,10 +907,12 @@ def test_a_huge_or_negative_frame_length_is_refused_before_buffering(
     assert leader.ok("submit after-probe") == {
         "applied": {"job_id": "after-probe", "created": True}}
     for replica in cluster.replicas:
-        # A replica that was slow to hear the leader may still be at an earlier term: wait for
-        # it to hear of this one; an election would have moved every replica past `term`.
-        status = wait_until(lambda r=replica: (lambda s: s if s["term"] >= term else None)(
-            r.status()), f"{replica.address} to hear of term {term}", 30.0)
+        # A replica that was slow to hear the leader may still be at an earlier term, or know
+        # the term but not yet its leader: wait for it to hear from this one (or of a later
+        # term: an election would have moved every replica past `term`).
+        status = wait_until(lambda r=replica: (lambda s: s if s["term"] > term or (
+            s["term"] == term and s["leader"] is not None) else None)(r.status()),
+            f"{replica.address} to hear from the leader of term {term}", 30.0)
         assert status["term"] == term, "an election happened"
         assert status["leader"] == leader.address
 
