@@ -160,7 +160,8 @@ class Agent:
         self._core = AgentCore(_core_config(config), self._clock, self._fences, self._outbox,
                                core_executor, self._metrics,
                                offer=None if seat is None else seat.view.offer,
-                               group=None if seat is None else seat.view.group)
+                               group=None if seat is None else seat.view.group,
+                               may_start=None if seat is None else seat.view.may_start)
         self._offered: Resources | None = None
         """What the last heartbeat reported free (several groups: `GroupExecutor.answered`)."""
         self._wake = threading.Event()
@@ -421,9 +422,9 @@ class GroupedAgent:
     """The agent of a cluster serving several scheduler groups (issue 27, `agent/groups.py`):
     one `Agent` per group (its own session, core, fence store and outbox in
     DATA/groups/N/, its own heartbeat and reporter threads) over one executor shared through
-    `SharedExecutor`, every group's core under one lock. Holds the data dir's lock. The local
-    queue is off (`docs/scale-out.md`: a group's planner cannot tell what another group's
-    queued attempts will take), and each group is long-polled for at most
+    `SharedExecutor`, every group's core under one lock. Holds the data dir's lock. Each
+    group's core keeps its own local queue of `queue_depth` (late binding), started only in
+    that group's turn (`SharedExecutor.may_start`), and each group is long-polled for at most
     GROUPED_HEARTBEAT_WAIT_MS."""
 
     def __init__(self, config: AgentConfig, sessions: list[Session], executor: Executor, *,
@@ -435,8 +436,7 @@ class GroupedAgent:
         self.shared = SharedExecutor(executor, config.cluster_id, config.capacity,
                                      len(sessions))
         lock = threading.RLock()
-        config = replace(config, queue_depth=0,
-                         heartbeat_wait_ms=min(config.heartbeat_wait_ms,
+        config = replace(config, heartbeat_wait_ms=min(config.heartbeat_wait_ms,
                                                GROUPED_HEARTBEAT_WAIT_MS))
         self.agents: list[Agent] = []
         try:

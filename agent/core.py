@@ -63,6 +63,10 @@ QUEUE_WITHDRAWN_REASON = "withdrawn from the agent's queue before it started"
 QUEUED_AT_RESTART_REASON = "the agent restarted before starting it"
 WITHDRAWN_REASON = "withdrawn from the agent's queue for a task of a higher priority"
 SUPERSEDED_REASON = "superseded in the agent's queue by a later fence of the task"
+NOT_THIS_GROUPS_TURN_REASON = (
+    "no capacity for this scheduler group now: the cluster's free capacity is another group's "
+    "turn (agent.groups), and this group's local queue on it is full")
+NOTHING = Resources(0, 0, 0)
 ACK_CROSSING_WINDOW_MS = 10_000
 """For this long after a report is acked, a directive it answered (an assignment for STARTED or
 REJECTED, a kill for FINISHED or KILLED) is taken as having crossed that commit and draws no
@@ -214,17 +218,25 @@ class _Admitting:
     queued: list[Assignment] = field(default_factory=list)
     reports: list[Report] = field(default_factory=list)
     decisions: list[Decision] = field(default_factory=list)
+    starting: bool = True
+    """False while this core may not start work (`AgentCore` `may_start`): `free` is then
+    nothing, so what arrives is queued or refused."""
 
 
 class AgentCore:
     def __init__(self, config: CoreConfig, clock: Clock, fences: FenceStore, outbox: Outbox,
                  executor: AttemptExecutor, metrics: AgentMetrics | None = None,
                  offer: Callable[[Resources], Resources] | None = None,
-                 group: int | None = None) -> None:
+                 group: int | None = None,
+                 may_start: Callable[[], bool] | None = None) -> None:
         """`offer`: what heartbeats and observations report of the free capacity (an agent
         serving several groups offers each its share, `agent.groups`); default: all of it.
         Admission always judges the whole free capacity. `group`: with several scheduler
-        groups, this core's, named in each of its log events (its fences are that group's)."""
+        groups, this core's, named in each of its log events (its fences are that group's).
+        `may_start`: whether this core may start work now (with several groups, only the group
+        whose turn it is on this cluster: `SharedExecutor.may_start`); while it may not, a new
+        assignment goes to the local queue (or is refused when that is full) and the queue
+        waits. Default: always."""
         assert config.max_running_attempts >= 1 and config.admission_pause_reports >= 1
         assert 0 <= config.queue_depth <= limits.MAX_AGENT_QUEUE_DEPTH
         self._config = config
@@ -233,6 +245,7 @@ class AgentCore:
         self._outbox = outbox
         self._executor = executor
         self._offer = offer
+        self._may_start = may_start
         self._log = log if group is None else log.bound(group=group)
         self._metrics = metrics or AgentMetrics()
         self._running: dict[int, AttemptRecord] = {}
@@ -346,9 +359,17 @@ class AgentCore:
         return Observation(self._seq, self.offered())
 
     def offered(self) -> Resources:
-        """What this core tells its leader is free: `free()`, or the share `offer` gives."""
+        """What this core tells its leader is free: `free()`, or the share `offer` gives of
+        what its local queue will not take (with several groups the group's state does not
+        hand freed room to its queue, `lifecycle.promotes_on_free`: what its queue waits to
+        start is taken off here instead, so that its leader does not place on that room)."""
         free = self.free()
-        return free if self._offer is None else self._offer(free)
+        if self._offer is None:
+            return free
+        for assignment in self._queue.values():
+            free = free.minus(assignment.resources)
+        return self._offer(Resources(max(0, free.cpu_milli), max(0, free.memory_mb),
+                                     max(0, free.gpu)))
 
     def free(self) -> Resources:
         """What this cluster can still admit: its capacity less what its attempts hold, and no
@@ -451,7 +472,9 @@ class AgentCore:
         if pending >= self._config.admission_pause_reports:
             self._log.warning("admission_paused", pending_reports=pending)
             return [Decision.ADMISSION_PAUSED] * len(assignments)
-        admitting = _Admitting(self.free(), len(self._running))
+        starting = self._may_start is None or self._may_start()
+        admitting = _Admitting(self.free() if starting else NOTHING, len(self._running),
+                               starting=starting)
         for assignment in assignments:
             decision = self._admit(assignment, admitting)
             if decision is not None:
@@ -490,6 +513,8 @@ class AgentCore:
             if decision in _NO_ROOM and self._can_queue(assignment, admitting):
                 admitting.queued.append(assignment)
                 return Decision.QUEUED
+            if not admitting.starting and decision == Decision.NO_CAPACITY:
+                reason = NOT_THIS_GROUPS_TURN_REASON
             admitting.reports.append(_rejected(assignment, reason))
             return decision
         admitting.to_run.append(assignment)
@@ -595,7 +620,7 @@ class AgentCore:
         then written first), by `collect_and_start()` (whose records and reports, `carry`, are
         written with the RUNNING records, before any start) and by `handle`."""
         self._drop_superseded()
-        if not self._queue:
+        if not self._queue or (self._may_start is not None and not self._may_start()):
             self._outbox.write(records=carry[0], reports=carry[1])
             return []
         free, running = self.free(), len(self._running)
@@ -667,11 +692,22 @@ class AgentCore:
         after any crash before its write). Returns (completions, the starts' decisions)."""
         records, reports, count = self._completions()
         if not count:
-            return 0, []
+            return 0, self.start_queued() if self._queue_head_fits() else []
         self._freed(len(records))
         decisions = self.start_queued((records, reports))
         self._metrics.reports_pending.set(self._outbox.count())
         return count, decisions
+
+    def _queue_head_fits(self) -> bool:
+        """With several groups: this core may start now and its queue's head fits the free
+        capacity (room another group's attempt freed, or a turn that came to this group: no
+        completion of this core's says so). False with one group, whose queue starts on its
+        own completions and heartbeat answers."""
+        if self._may_start is None or not self._queue or not self._may_start():
+            return False
+        head = self._queue[min(self._queue)]
+        return len(self._running) < self._config.max_running_attempts and \
+            head.resources.fits_in(self.free())
 
     def _completions(self) -> tuple[list[AttemptRecord], list[Report], int]:
         """(finished records, their reports, completions handed over), nothing written."""

@@ -40,12 +40,11 @@ import enum
 import zlib
 from dataclasses import dataclass, replace
 
-from agent.core import AttemptExecutor
+from agent.core import NOTHING, AttemptExecutor
 from agent.executors import Launch
 from agent.model import Assignment, AttemptRecord, Completion, Resources
 from raftsched import limits
 
-NOTHING = Resources(0, 0, 0)
 TURN_MAX_STARTS = 4_096
 TURN_EMPTY_ANSWERS = 2
 """Answers in a row that place nothing on a non-empty offer before the turn passes on: the
@@ -141,6 +140,19 @@ class SharedExecutor:
         if group == self.turn.owner and self.turn.previous is None:
             return free
         return NOTHING
+
+    def may_start(self, group: int) -> bool:
+        """Whether `group`'s core may start work now (`AgentCore` `may_start`): the owner of
+        the turn; while a turn is handed over, the old owner only (what its leader planned on
+        its last offer may still arrive and fit). Any other group's assignments go to its local
+        queue (late binding) and wait there for its turn: started at once, they would take the
+        room the owner was offered, and the owner's placements would then be refused.
+        With `OfferRule.WHOLE` (or one group) every group may start."""
+        if self.groups == 1 or self.rule == OfferRule.WHOLE:
+            return True
+        if self.turn.previous is not None:
+            return group == self.turn.previous
+        return group == self.turn.owner
 
     def answered(self, group: int, offered: Resources, assigned: int) -> None:
         """`group` answered a heartbeat that offered `offered` with `assigned` assignments: the
@@ -257,6 +269,10 @@ class GroupExecutor:
     def offer(self, free: Resources) -> Resources:
         """What this group's heartbeats report free (`SharedExecutor.offer`)."""
         return self._shared.offer(self.group, free)
+
+    def may_start(self) -> bool:
+        """Whether this group's core may start work now (`SharedExecutor.may_start`)."""
+        return self._shared.may_start(self.group)
 
     def answered(self, offered: Resources, assigned: int) -> None:
         """This group answered a heartbeat that offered `offered` (`SharedExecutor.answered`)."""

@@ -134,7 +134,8 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                              "one string, 'a:1,b:1;c:1,d:1'): the agent serves "
                              "every group (a session, fence store and outbox each, in "
                              "DATA/groups/N/), arbitrates its capacity across them, and keeps "
-                             "no local queue (--queue-depth is then 0)")
+                             "a local queue of --queue-depth per group, started in that "
+                             "group's turn")
     parser.add_argument("--capabilities", default="", metavar="CAP,...",
                         help="capabilities this cluster offers, comma-separated (e.g. "
                              "linux,gpu); a task is placed here only if all it requires is "
@@ -164,8 +165,9 @@ def _add_cluster_arguments(parser: argparse.ArgumentParser) -> None:
                              "capacity, started the moment a slot frees (late binding; 0: no "
                              f"queue; at most {MAX_AGENT_QUEUE_DEPTH}); default: about a tenth "
                              "of the slots, as Dask sizes worker saturation: max(1, --cpu "
-                             "cores // 10). The scheduler never queues a task that asks for a "
-                             "custom resource (--resources): it holds that room first")
+                             "cores // 10); with several scheduler groups, per group. The "
+                             "scheduler never queues a task that asks for a custom resource "
+                             "(--resources): it holds that room first")
 
 
 def _add_executor_arguments(parser: argparse.ArgumentParser) -> None:
@@ -332,9 +334,6 @@ def _new_agent(config: AgentConfig, servers: list[list[str]], executor: Executor
     try:
         if len(sessions) == 1:
             return Agent(config, sessions[0], executor, metrics=metrics, stop=stop), sessions
-        if config.queue_depth:
-            log.info("queue_off_with_groups", groups=len(sessions),
-                     queue_depth=config.queue_depth)
         return GroupedAgent(config, list(sessions), executor, metrics=metrics,
                             stop=stop), sessions
     except BaseException:

@@ -20,6 +20,7 @@ from raftsched.state.lifecycle import (
     infra_failure,
     mark_started,
     promote_queued,
+    promotes_on_free,
     refresh_overcommit,
 )
 from raftsched.state.model import AttemptState, Cluster, State
@@ -70,7 +71,7 @@ def apply_cluster_register(state: State,
         note_cluster(state, cluster.id, cluster.status.name, "registered")
     lost, kills = _reconcile(state, cluster, cmd)
     refresh_overcommit(cluster)
-    if cluster.queued:  # the capacity may have grown
+    if cluster.queued and promotes_on_free(state):  # the capacity may have grown
         promote_queued(state, cluster)
     return Applied(ClusterRegistered(cluster.id, created=created, lost=lost, kills=kills))
 

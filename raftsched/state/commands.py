@@ -128,6 +128,13 @@ class Placement:
     job_id: str
     task_id: str
     cluster_id: str
+    queued: bool = False
+    """The planner put it in the cluster's agent's local queue (late binding): apply queues it
+    whatever the committed room (with several scheduler groups a group's committed room does
+    not see the other groups' attempts, so it cannot tell a queued placement from one that
+    starts; docs/scale-out.md §2), and drops it when the queue has no place. False: it queues
+    only when the committed room lacks and a place is free (every log before issue 27's late
+    binding with several groups)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,7 +417,7 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
         case ClusterStatusChange():
             return Tag.CLUSTER_STATUS, [cmd.cluster_id, int(cmd.status), cmd.now_ms, cmd.reason]
         case AssignBatch():
-            items = [[p.job_id, p.task_id, p.cluster_id] for p in cmd.items]
+            items = [_placement_item(p) for p in cmd.items]
             if not cmd.reservations and not cmd.preemptions and not cmd.withdrawals:
                 return Tag.ASSIGN_BATCH, [cmd.now_ms, items]
             reservations = [[r.job_id, r.task_id, r.cluster_id] for r in cmd.reservations]
@@ -664,6 +671,12 @@ def _decode_status(p: Any) -> ClusterStatusChange:
     )
 
 
+def _placement_item(p: Placement) -> list[Any]:
+    """A placement in ASSIGN_BATCH: three fields, a fourth (true) when it is marked queued."""
+    return [p.job_id, p.task_id, p.cluster_id, True] if p.queued \
+        else [p.job_id, p.task_id, p.cluster_id]
+
+
 def _is_id(value: Any) -> bool:
     return type(value) is str and len(value) <= limits.MAX_ID_CHARS
 
@@ -678,10 +691,15 @@ def _decode_placement(value: Any) -> Placement:
         job_id, task_id, cluster_id = value
         if _is_id(job_id) and _is_id(task_id) and _is_id(cluster_id):
             return Placement(job_id, task_id, cluster_id)
-    job_id, task_id, cluster_id = _fields(value, 3, "ASSIGN_BATCH.items[]")
-    return Placement(
-        _str(job_id, "job_id"), _str(task_id, "task_id"), _str(cluster_id, "cluster_id")
-    )
+    if isinstance(value, list) and len(value) == 4:
+        job_id, task_id, cluster_id, queued = value
+        if queued is not True:
+            raise CommandError(f"ASSIGN_BATCH.items[].queued: expected true, got {queued!r}")
+    else:
+        job_id, task_id, cluster_id = _fields(value, 3, "ASSIGN_BATCH.items[]")
+        queued = False
+    return Placement(_str(job_id, "job_id"), _str(task_id, "task_id"),
+                     _str(cluster_id, "cluster_id"), queued)
 
 
 def _decode_reservation(value: Any) -> Reservation:

@@ -61,7 +61,7 @@ def end_attempt(state: State, job: Job, task: Task, attempt: Attempt, outcome: A
     cluster.withdrawing.pop(attempt.fence, None)
     if cluster.queued.pop(attempt.fence, None) is None:  # a queued attempt held no room
         release_room(cluster, spec)
-        if cluster.queued:
+        if cluster.queued and promotes_on_free(state):
             promote_queued(state, cluster)
     usage = state.usage[job.spec.tenant]
     usage.cpu_milli -= spec.cpu_milli
@@ -94,6 +94,16 @@ def release_room(cluster: Cluster, spec: TaskSpec) -> None:
             cluster.reserved_custom[name] = held
         else:
             del cluster.reserved_custom[name]
+
+
+def promotes_on_free(state: State) -> bool:
+    """Whether room freed on a cluster goes to its queued attempts in the committed state (one
+    scheduler group: the agent starts its queue's head the moment a slot frees, so the state
+    takes that in ahead of the STARTED report). With several groups the slot may go to another
+    group's work (the agent starts one group's queue at a time, the group whose turn it is:
+    `agent.groups`), so a queued attempt holds room only once its agent reports it STARTED
+    (`promote_started`)."""
+    return state.group is None or state.group.groups == 1
 
 
 def promote_queued(state: State, cluster: Cluster) -> None:

@@ -473,6 +473,7 @@ def _walk(state: State, rooms: list[_Room], now_ms: int, result: Plan,
         if placed_holders and (job.id, spec.id) in placed_holders:
             continue  # placed first, on the room kept for it
         room = _choose(rooms, job, task, now_ms) if open_rooms > 0 else None
+        queued = False
         if room is not None:
             room.take(spec)
             if room.cpu_milli < limits.MIN_CPU_MILLI:
@@ -482,10 +483,11 @@ def _walk(state: State, rooms: list[_Room], now_ms: int, result: Plan,
             queue_places += room.queue - room.before  # places its withdrawals freed
             room.queue -= 1  # late binding: its agent starts it the moment a slot frees
             queue_places -= 1
+            queued = True
         else:
             unplaceable.add(shape_of(spec))
             continue
-        placements.append(Placement(job.id, spec.id, room.cluster.id))
+        placements.append(Placement(job.id, spec.id, room.cluster.id, queued))
         turn.placed += 1
         extra = turn.extra
         extra[0] += spec.cpu_milli

@@ -32,6 +32,12 @@ tasks:
   - {id: b, command: ["mock"], depends_on: [a]}
 """
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED")
+WIDE_TASKS = 12
+"""Per group: more one-cpu tasks than the two 4-cpu agents have slots, so that both groups'
+work waits in the agents' local queues (late binding with several groups)."""
+WIDE_JOB = "name: wide\ntasks:\n" + "".join(
+    f"  - {{id: t{i}, command: [mock, sleep_ms=300], resources: {{cpu: 1}}}}\n"
+    for i in range(WIDE_TASKS))
 
 raftsched, parsed = run_cli, parsed_ok
 
@@ -235,6 +241,7 @@ def test_two_groups_run_jobs_side_by_side_and_one_without_quorum_stalls_only_its
                    f"{job_id} to end", STATE_TIMEOUT_S)
         status = _state(dev_dir, job_id)
         assert (status["state"], status["group"]) == ("SUCCEEDED", group), status
+    jobs.update(_both_groups_queue_on_the_agents(dev_dir, cluster, tmp_path))
     listed = parsed(raftsched(dev_dir, "job", "list", "--json"))
     assert {job["job_id"] for job in listed["jobs"]} == set(jobs)
     assert listed["state_counts"]["SUCCEEDED"] == len(jobs)
@@ -252,6 +259,36 @@ def test_two_groups_run_jobs_side_by_side_and_one_without_quorum_stalls_only_its
         console.names_the_group_without_quorum(alive)
     finally:
         console.close()
+
+
+def _both_groups_queue_on_the_agents(dev_dir: Path, cluster: Any,
+                                     tmp_path: Path) -> dict[str, int]:
+    """A wide job in each group, more tasks than slots: both succeed, and the agents (a local
+    queue of one per group: `--queue-depth` defaults to max(1, cores // 10)) held work of both
+    groups in their queues and started it from there. The jobs' ids and groups."""
+    spec = tmp_path / "wide.yaml"
+    spec.write_text(WIDE_JOB)
+    keys = _keys_of_each_group(5)
+    wide = {}
+    for key, group in (keys[4], keys[9]):
+        submitted = parsed(raftsched(dev_dir, "submit", str(spec), "--idempotency-key", key,
+                                     "--json"))
+        wide[submitted["job_id"]] = group
+    for job_id, group in wide.items():
+        wait_until(lambda job_id=job_id: _state(dev_dir, job_id)["state"] in TERMINAL,
+                   f"wide job {job_id} to end", STATE_TIMEOUT_S)
+        status = _state(dev_dir, job_id)
+        assert (status["state"], status["group"]) == ("SUCCEEDED", group), status
+    events = [json.loads(line) for agent in cluster["agents"]
+              for line in Path(agent["log"]).read_text().splitlines()
+              if line.startswith("{") and ('"attempt_queued"' in line
+                                           or '"attempt_started"' in line)]
+    queued = {(e["group"], e["job"]) for e in events if e["event"] == "attempt_queued"}
+    assert {(group, job_id) for job_id, group in wide.items()} <= queued, queued
+    started = {(e["group"], e["fence"]) for e in events if e["event"] == "attempt_started"}
+    assert {(e["group"], e["fence"]) for e in events if e["event"] == "attempt_queued"} \
+        <= started  # every queued attempt started (none was refused or left behind)
+    return wide
 
 
 def _group_1_loses_its_quorum(dev_dir: Path, status: Any, spec: Path) -> str:

@@ -56,7 +56,9 @@ class CoreFactory(Protocol):
 
     def __call__(self, config: CoreConfig, clock: Clock, fences: FenceStore, outbox: Outbox,
                  executor: AttemptExecutor, metrics: AgentMetrics | None = None,
-                 offer: Callable[[Resources], Resources] | None = None) -> AgentCore: ...
+                 offer: Callable[[Resources], Resources] | None = None,
+                 group: int | None = None,
+                 may_start: Callable[[], bool] | None = None) -> AgentCore: ...
 
 
 
@@ -306,7 +308,8 @@ class Machine:
         else:
             view = self.hub.view(self.group)
             self.core = self.core_factory(self.config, self.clock, self.fences, self.outbox,
-                                          view, AgentMetrics(), offer=view.offer)
+                                          view, AgentMetrics(), offer=view.offer,
+                                          may_start=view.may_start)
         self._count(self.core.start())
         self._note_queue()
 

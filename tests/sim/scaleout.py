@@ -72,10 +72,11 @@ ticks long (with 8-slot agents they were 84 ms, under two ticks: the tick, not t
 then bounded the rate)."""
 SLOTS_PER_AGENT = 32
 QUEUE_DEPTH = 0
-"""No local queue (late binding): an agent serving several groups declares none (a group's
-planner decides queued-or-started by its own committed room, which does not see the other
-groups' attempts, so its queued placements would mostly be refused; docs/scale-out.md). The
-same for K = 1, so that the rows compare."""
+"""The agents' local queue (late binding) in the study's main rows: none, as in the rows
+measured before queues worked with several groups, so that they compare. `Study.queue_depth`
+(`scripts/bench scaleout --queue-depth`) runs the queue: each group's core keeps its own,
+started in that group's turn (`agent.groups.SharedExecutor.may_start`), and the planner marks
+what it queues (`Placement.queued`)."""
 TICK_S = 0.05
 """Simulated time between two rounds of every leader, agent and client."""
 TENANTS = {"alpha": 1, "beta": 2, "gamma": 3}
@@ -205,16 +206,17 @@ class StudyAgent:
     """One cluster's agent: a core per group over one shared executor, beating every group's
     leader each tick, reporting what finished, handling the answers."""
 
-    def __init__(self, cluster_id: str, clock: ManualClock, groups: int, rule: OfferRule) -> None:
+    def __init__(self, cluster_id: str, clock: ManualClock, groups: int, rule: OfferRule,
+                 queue_depth: int = QUEUE_DEPTH) -> None:
         self.cluster_id = cluster_id
         self.executor = StudyExecutor(clock)
         self.shared = SharedExecutor(self.executor, cluster_id, AGENT_CAPACITY, groups, rule)
-        config = CoreConfig(cluster_id, AGENT_CAPACITY, ("linux",), queue_depth=QUEUE_DEPTH)
+        config = CoreConfig(cluster_id, AGENT_CAPACITY, ("linux",), queue_depth=queue_depth)
         self.cores: list[AgentCore] = []
         for group in range(groups):
             view = self.shared.view(group)
             core = AgentCore(config, clock, MemoryFenceStore(), MemoryOutbox(), view,
-                             offer=view.offer)
+                             offer=view.offer, may_start=view.may_start)
             core.start()
             self.cores.append(core)
         self.decisions: Counter[Decision] = Counter()
@@ -267,6 +269,7 @@ class Figures:
     per_group_placements: list[int]
     turn_passes: int
     task_s: float
+    queue_depth: int = 0
 
     @property
     def placements_per_s(self) -> float:
@@ -285,7 +288,8 @@ class Figures:
                 "utilisation": round(self.utilisation, 3),
                 "tenant_shares": {t: round(s, 3) for t, s in self.tenant_shares.items()},
                 "per_group_placements": self.per_group_placements,
-                "turn_passes": self.turn_passes, "task_s": self.task_s}
+                "turn_passes": self.turn_passes, "task_s": self.task_s,
+                "queue_depth": self.queue_depth}
 
 
 @dataclass
@@ -299,6 +303,8 @@ class Study:
     task_s: float = 0.0
     """The tasks' duration; 0: sized by the workload (`paced`: 80 % busy at K x one group's
     rate; `contended`: 4x longer, so the backlog outgrows the agents)."""
+    queue_depth: int = QUEUE_DEPTH
+    """Each agent's local queue per group (late binding); 0: none."""
     clock: ManualClock = field(default_factory=ManualClock)
 
     def __post_init__(self) -> None:
@@ -318,7 +324,8 @@ class Study:
         self.gateways = [AgentGateway(log, leader, self.clock,
                                       random.Random(self.rng.getrandbits(64)))
                          for log, leader in zip(self.logs, self.leaders, strict=True)]
-        self.agents_ = [StudyAgent(f"c{i:04d}", self.clock, self.groups, self.rule)
+        self.agents_ = [StudyAgent(f"c{i:04d}", self.clock, self.groups, self.rule,
+                                   self.queue_depth)
                         for i in range(self.agents)]
         self._jobs = 0
 
@@ -349,7 +356,7 @@ class Study:
                        self._capacity_rejections() - refused_before,
                        held / (ticks * self.agents * SLOTS_PER_AGENT),
                        {t: by_tenant[t] / total_tenant for t in TENANTS}, per_group,
-                       self._turn_passes() - passes_before, self.task_s)
+                       self._turn_passes() - passes_before, self.task_s, self.queue_depth)
 
     def _capacity_rejections(self) -> int:
         return sum(a.decisions[Decision.NO_CAPACITY] + a.decisions[Decision.TOO_MANY_RUNNING]
@@ -361,7 +368,10 @@ class Study:
     def _boot(self) -> None:
         for leader in self.leaders:
             leader._round()  # takes office
-        for log in self.logs:
+        for group, log in enumerate(self.logs):
+            if self.groups > 1:  # what a group's first leader commits (`replica --groups`)
+                log.propose(c.encode(c.GroupSet(group, self.groups, limits.VIRTUAL_SHARDS,
+                                                self.clock.now_ms())), 1)
             for tenant, weight in TENANTS.items():
                 log.propose(c.encode(c.TenantSet(tenant, weight, 0, 0, self.clock.now_ms())), 1)
         for agent in self.agents_:

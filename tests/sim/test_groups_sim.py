@@ -79,8 +79,10 @@ class BlindToOtherGroupsCore(AgentCore):
     """Admission that counts only its own group's attempts (capacity less its own running)."""
 
     def __init__(self, config: Any, clock: Any, fences: Any, outbox: Any, executor: Any,
-                 metrics: Any = None, offer: Any = None) -> None:
-        super().__init__(config, clock, fences, outbox, _OwnGroupOnly(executor), metrics, offer)
+                 metrics: Any = None, offer: Any = None, group: Any = None,
+                 may_start: Any = None) -> None:
+        super().__init__(config, clock, fences, outbox, _OwnGroupOnly(executor), metrics, offer,
+                         group, may_start)
 
 
 def test_an_agent_blind_to_the_other_groups_over_commits_and_the_simulation_catches_it() -> None:

@@ -11,7 +11,9 @@ import logging
 
 import pytest
 
+from agent.core import Decision
 from agent.groups import OfferRule
+from raftsched.state import clusters, lifecycle
 from tests.sim.scaleout import TENANTS, Figures, Study
 
 AGENTS = 80
@@ -54,3 +56,36 @@ def test_under_contention_tenants_hold_slots_by_their_weights() -> None:
     for tenant, weight in TENANTS.items():
         assert figures.tenant_shares[tenant] == pytest.approx(weight / weights, rel=0.10), \
             figures.as_dict()
+
+
+def _queued_run() -> tuple[Figures, int]:
+    """Contended, three groups, every agent keeping a local queue of 4 per group: the figures
+    and how many attempts the agents started from their queues."""
+    logging.disable(logging.WARNING)
+    try:
+        study = Study(3, seed=3, agents=AGENTS, workload="contended", queue_depth=4)
+        figures = study.run(SECONDS)
+    finally:
+        logging.disable(logging.NOTSET)
+    return figures, sum(a.decisions[Decision.QUEUE_STARTED] for a in study.agents_)
+
+
+def test_with_a_local_queue_per_group_slots_stay_busier_and_rejections_stay_rare() -> None:
+    figures, from_queue = _queued_run()
+    without = _run(3, workload="contended")
+    print(figures.as_dict(), without.as_dict(), from_queue)
+    assert from_queue > 0.1 * figures.placements  # the queues did the work...
+    assert figures.rejection_rate <= 0.05  # ...and placements rarely found them full
+    assert figures.utilisation > without.utilisation
+
+
+def test_a_state_that_hands_freed_room_to_the_queue_with_several_groups_is_refused_often(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rule for one group (freed room goes to the queue at once) planted in every group:
+    a group then takes its queue for started while the agent holds it for that group's turn,
+    queues more, and the agent refuses the excess."""
+    for module in (lifecycle, clusters):
+        monkeypatch.setattr(module, "promotes_on_free", lambda state: True)
+    planted, _ = _queued_run()
+    print(planted.as_dict())
+    assert planted.rejection_rate > 0.05

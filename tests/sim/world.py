@@ -155,6 +155,10 @@ class World:
                     break
                 agent.register(self.gateways[self.log.leader])
         self.check()
+        if self.hubs is not None:  # what a group's first leader commits (`replica --groups`)
+            groups = next(iter(self.hubs.values())).groups
+            self._schedule_set(c.GroupSet(self.group, groups, limits.VIRTUAL_SHARDS,
+                                          self.clock.now_ms()))
         if self.schedules:
             self._schedule_set(c.ScheduleCreate(
                 SCHEDULE_ID, doc_to_wire({"name": "tick", "allow_unschedulable": True,

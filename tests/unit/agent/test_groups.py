@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from agent.core import AgentCore, CoreConfig, Decision
+from agent.core import NOTHING, AgentCore, CoreConfig, Decision
 from agent.fence import MemoryFenceStore
-from agent.groups import NOTHING, OfferRule, SharedExecutor, local_key, split_key
+from agent.groups import OfferRule, SharedExecutor, local_key, split_key
 from agent.model import Completion, Directives, Registered, ReportKind, Resources
 from agent.outbox import MemoryOutbox
 from raftsched import limits
@@ -37,14 +37,18 @@ class Group:
 
 
 def _agent(groups: int, rule: OfferRule = OfferRule.TURN, capacity: Resources = CAPACITY,
-           turn_max_starts: int = 64) -> tuple[SharedExecutor, FakeExecutor, list[Group]]:
+           turn_max_starts: int = 64, queue_depth: int = 0,
+           ) -> tuple[SharedExecutor, FakeExecutor, list[Group]]:
+    """K groups' cores over one executor; with `queue_depth`, each with its local queue and
+    started in its turn only (`may_start`), as `agent.agent.GroupedAgent` makes them."""
     executor = FakeExecutor()
     shared = SharedExecutor(executor, "east", capacity, groups, rule, turn_max_starts)
     cores = []
     for group in range(groups):
         fences, outbox, view = MemoryFenceStore(), MemoryOutbox(), shared.view(group)
-        core = AgentCore(CoreConfig("east", capacity), ManualClock(), fences, outbox, view,
-                         offer=view.offer)
+        core = AgentCore(CoreConfig("east", capacity, queue_depth=queue_depth), ManualClock(),
+                         fences, outbox, view, offer=view.offer,
+                         may_start=view.may_start if queue_depth else None)
         core.start()
         core.registered(Registered(2, "leader", 0, 0, ()))
         cores.append(Group(core, fences, outbox))
@@ -176,3 +180,57 @@ def test_a_group_that_does_not_answer_loses_the_turn_and_is_skipped_until_it_ans
     shared.answered(third, CAPACITY, assigned=0)
     shared.answered(third, CAPACITY, assigned=0)
     assert shared.turn.owner == owner
+
+
+# -- the local queue with several groups (late binding) --------------------------------------
+
+
+def test_only_the_turns_owner_starts_and_the_others_queue_what_would_fit() -> None:
+    shared, executor, cores = _agent(2, queue_depth=1)
+    owner, other = cores[shared.turn.owner], cores[1 - shared.turn.owner]
+    assert other.answer(_task(1, "other")) == [Decision.QUEUED]  # room is free, not its turn
+    assert executor.started == [] and other.core.queued() == [1]
+    assert other.reports(1) == [ReportKind.QUEUED]
+    refused = other.answer(_task(2, "other", "u"))
+    assert refused == [Decision.NO_CAPACITY] and other.reports(2) == [ReportKind.REJECTED]
+    reason = next(r.reason for r in other.outbox.pending(100) if r.fence == 2)
+    assert "another group's turn" in reason
+    assert owner.answer(_task(1, "owner")) == [Decision.STARTED]
+
+
+def test_a_queue_waits_for_its_groups_turn_then_starts_without_a_completion_of_its_own() -> None:
+    shared, executor, cores = _agent(2, queue_depth=2)
+    first = shared.turn.owner
+    owner, other = cores[first], cores[1 - first]
+    other.answer(_task(1, "other"))
+    assert other.core.collect_and_start() == (0, [])  # not its turn: it waits
+    shared.answered(first, CAPACITY, assigned=0)
+    shared.answered(first, CAPACITY, assigned=0)  # the owner has no work: the turn passes...
+    assert shared.turn.owner == 1 - first and not shared.may_start(1 - first)
+    assert shared.may_start(first)  # ...handed over: the old owner's last plan may still land
+    assert other.core.collect_and_start() == (0, [])
+    shared.answered(first, NOTHING, assigned=0)  # the old owner heard that nothing is free
+    assert shared.may_start(1 - first) and not shared.may_start(first)
+    assert other.core.collect_and_start() == (0, [Decision.QUEUE_STARTED])
+    assert executor.started == [local_key(1 - first, 1)]
+    assert owner.answer(_task(5, "owner")) == [Decision.QUEUED]
+
+
+def test_a_group_is_not_offered_the_room_its_own_queue_waits_to_take() -> None:
+    shared, _, cores = _agent(2, queue_depth=2)
+    owner = cores[shared.turn.owner]
+    owner.answer(_task(1, "j", "a"), _task(2, "j", "b"))
+    executor_free = shared.free()
+    assert executor_free == Resources(0, 800, 0)
+    owner.answer(_task(3, "j", "c"))
+    assert owner.core.queued() == [3]
+    assert owner.core.next_beat().free == Resources(0, 700, 0)  # its queue takes 1 slot's memory
+    assert owner.core.free() == executor_free  # admission still judges what is free
+
+
+def test_with_the_whole_rule_every_group_starts() -> None:
+    shared, executor, cores = _agent(2, OfferRule.WHOLE, queue_depth=1)
+    assert shared.may_start(0) and shared.may_start(1)
+    assert [g.answer(_task(1, f"g{n}")) for n, g in enumerate(cores)] == \
+        [[Decision.STARTED], [Decision.STARTED]]
+    assert len(executor.started) == 2

@@ -16,6 +16,7 @@ EXAMPLES: list[c.Command] = [
                       (c.KnownAttempt("j1", "a", 4, True),)),
     c.ClusterStatusChange("east", c.ClusterStatus.SUSPECT, 8, "missed heartbeats"),
     c.AssignBatch(9, (c.Placement("j1", "a", "east"), c.Placement("j1", "b", "west"))),
+    c.AssignBatch(9, (c.Placement("j1", "a", "east"), c.Placement("j1", "q", "east", True))),
     c.ReportBatch("east", 10, 2**64 - 1, (
         c.Report(c.ReportKind.STARTED, "j1", "a", 4),
         c.Report(c.ReportKind.FINISHED, "j1", "a", 4, -9, True, "timeout"),

@@ -5,6 +5,7 @@ treats it as any live attempt for cancel, kill, LOST and reconciliation."""
 
 from __future__ import annotations
 
+import msgpack
 import pytest
 
 from raftsched import limits
@@ -337,3 +338,91 @@ def test_a_registration_past_the_queue_bound_is_refused_by_name_and_changes_noth
     outcome = h.run(too_deep)
     assert isinstance(outcome, Rejected) and outcome.code == Code.INVALID_ARGUMENT
     assert "east" not in h.state.clusters
+
+
+# -- several scheduler groups (issue 27, docs/scale-out.md §2) -----------------------------------
+
+
+def queued_item(job_id: str, task_id: str, cluster_id: str) -> c.AssignBatch:
+    """A placement the planner meant for the cluster's local queue (`Placement.queued`)."""
+    return c.AssignBatch(0, (c.Placement(job_id, task_id, cluster_id, queued=True),))
+
+
+def test_the_planner_marks_what_it_queues_and_apply_queues_it_whatever_the_committed_room(
+) -> None:
+    """The agent reported its cluster full (another group's work holds it): the planner queues
+    the task, and apply queues it although this log's committed room would fit it."""
+    h = one_slot(depth=2)
+    planned = placement.plan(h.state, now_ms=h.now_ms, reported_free={"east": (0, 0, 0)})
+    assert [p.queued for p in planned.placements] == [True, True]
+    result = h.expect(c.AssignBatch(h.now_ms, tuple(planned.placements)), type(h.assign()))
+    cluster = h.state.clusters["east"]
+    assert [fence for _, fence in result.assigned] == list(cluster.queued)
+    assert cluster.reserved_cpu_milli == 0  # nothing holds room: the agent queues both
+    unmarked = placement.plan(h.state, now_ms=h.now_ms).placements
+    assert unmarked and not any(p.queued for p in unmarked)  # the room is free to this log
+
+
+def test_a_placement_marked_queued_is_dropped_naming_the_full_queue_and_changes_nothing() -> None:
+    h = one_slot(depth=1)
+    h.ok(queued_item("j", "t0", "east"))
+    cluster = h.state.clusters["east"]
+    before = (h.state.fence, dict(cluster.live), dict(cluster.queued), h.states("j"))
+    result = h.expect(queued_item("j", "t1", "east"), type(h.assign()))
+    assert result.assigned == () and result.dropped[0].reason is Unfit.NO_ROOM
+    assert "local queue is full (1 of queue_depth=1)" in result.dropped[0].detail
+    assert (h.state.fence, dict(cluster.live), dict(cluster.queued), h.states("j")) == before
+
+
+def test_a_placement_marked_queued_that_could_never_run_there_names_why() -> None:
+    h = one_slot(depth=2)
+    h.ok(c.ClusterStatusChange("east", ClusterStatus.SUSPECT, h.now_ms, "no heartbeat"))
+    result = h.expect(queued_item("j", "t0", "east"), type(h.assign()))
+    assert result.dropped[0].reason is Unfit.CLUSTER_NOT_READY
+
+
+@pytest.mark.parametrize("raw", [["j", "t", "east", False], ["j", "t", "east", 1],
+                                 ["j", "t", "east", True, True]])
+def test_a_malformed_queued_mark_is_refused_at_decode(raw: list[object]) -> None:
+    entry = c.encode(c.AssignBatch(0, (c.Placement("j", "t", "east", queued=True),)))
+    payload = msgpack.unpackb(entry[1:], raw=False)
+    assert payload[1] == [["j", "t", "east", True]]
+    assert c.decode(entry) == c.AssignBatch(0, (c.Placement("j", "t", "east", queued=True),))
+    payload[1] = [raw]
+    with pytest.raises(c.CommandError, match=r"ASSIGN_BATCH\.items\[\]"):
+        c.decode(entry[:1] + msgpack.packb(payload, use_bin_type=True))
+
+
+def grouped(depth: int = 2) -> Harness:
+    """`one_slot` in a log that is group 0 of 2 (GROUP_SET)."""
+    h = one_slot(depth=depth)
+    h.ok(c.GroupSet(0, 2, limits.VIRTUAL_SHARDS, h.now_ms))
+    return h
+
+
+def test_with_several_groups_freed_room_does_not_go_to_the_queue_until_the_agent_says_so(
+) -> None:
+    """The agent starts one group's queue at a time (its turn): room this group's attempt
+    freed may go to another group's work, so the queue's head holds room only once STARTED."""
+    h = grouped(depth=2)
+    running = h.assign_one("j", "t0", "east")
+    first = h.assign_one("j", "t1", "east")
+    h.queued("east", "j", "t1", first)
+    h.started("east", "j", "t0", running)
+    h.finished("east", "j", "t0", running)
+    cluster = h.state.clusters["east"]
+    assert list(cluster.queued) == [first] and cluster.reserved_cpu_milli == 0
+    assert h.started("east", "j", "t1", first) == ReportVerdict.ACCEPTED
+    assert not cluster.queued and cluster.reserved_cpu_milli == 1000
+
+
+def test_with_one_group_freed_room_still_goes_to_the_queue_at_once() -> None:
+    h = one_slot(depth=2)
+    h.ok(c.GroupSet(0, 1, limits.VIRTUAL_SHARDS, h.now_ms))
+    running = h.assign_one("j", "t0", "east")
+    first = h.assign_one("j", "t1", "east")
+    h.started("east", "j", "t0", running)
+    h.finished("east", "j", "t0", running)
+    assert not h.state.clusters["east"].queued
+    assert h.state.clusters["east"].reserved_cpu_milli == 1000
+    assert h.current("j", "t1").fence == first
