@@ -134,6 +134,9 @@ class Decision(enum.Enum):
     QUEUED = "queued"
     """Admitted but no room now (capacity or the running bound): held in the local queue
     (late binding), QUEUED; it starts the moment a slot frees."""
+    QUEUED_PAST_DEPTH = "queued_past_depth"
+    """QUEUED while the core is held back (another scheduler group's turn) with its queue
+    full: placed by its leader on its last offer before the turn passed on (`_can_queue`)."""
     QUEUE_STARTED = "queue_started"
     """A queued attempt started because a slot freed (`start_queued`)."""
     STALE_TERM = "stale_term"
@@ -228,15 +231,16 @@ class AgentCore:
                  executor: AttemptExecutor, metrics: AgentMetrics | None = None,
                  offer: Callable[[Resources], Resources] | None = None,
                  group: int | None = None,
-                 may_start: Callable[[], bool] | None = None) -> None:
+                 may_start: Callable[[int], bool] | None = None) -> None:
         """`offer`: what heartbeats and observations report of the free capacity (an agent
         serving several groups offers each its share, `agent.groups`); default: all of it.
         Admission always judges the whole free capacity. `group`: with several scheduler
         groups, this core's, named in each of its log events (its fences are that group's).
-        `may_start`: whether this core may start work now (with several groups, only the group
-        whose turn it is on this cluster: `SharedExecutor.may_start`); while it may not, a new
-        assignment goes to the local queue (or is refused when that is full) and the queue
-        waits. Default: always."""
+        `may_start(waiting)`: whether this core, `waiting` attempts in its local queue, may
+        start work now (with several groups, only the group whose turn it is on this cluster:
+        `SharedExecutor.may_start`, which also learns which groups have work waiting); while it
+        may not, a new assignment goes to the local queue (or is refused when that is full)
+        and the queue waits. Default: always."""
         assert config.max_running_attempts >= 1 and config.admission_pause_reports >= 1
         assert 0 <= config.queue_depth <= limits.MAX_AGENT_QUEUE_DEPTH
         self._config = config
@@ -472,7 +476,7 @@ class AgentCore:
         if pending >= self._config.admission_pause_reports:
             self._log.warning("admission_paused", pending_reports=pending)
             return [Decision.ADMISSION_PAUSED] * len(assignments)
-        starting = self._may_start is None or self._may_start()
+        starting = not self._held_back()
         admitting = _Admitting(self.free() if starting else NOTHING, len(self._running),
                                starting=starting)
         for assignment in assignments:
@@ -511,8 +515,9 @@ class AgentCore:
         if refusal is not None:
             decision, reason = refusal
             if decision in _NO_ROOM and self._can_queue(assignment, admitting):
+                past = len(self._queue) + len(admitting.queued) >= self._config.queue_depth
                 admitting.queued.append(assignment)
-                return Decision.QUEUED
+                return Decision.QUEUED_PAST_DEPTH if past else Decision.QUEUED
             if not admitting.starting and decision == Decision.NO_CAPACITY:
                 reason = NOT_THIS_GROUPS_TURN_REASON
             admitting.reports.append(_rejected(assignment, reason))
@@ -542,11 +547,30 @@ class AgentCore:
                 f"{free.cpu_milli} memory_mb={free.memory_mb} gpu={free.gpu}")
         return None
 
+    def _held_back(self) -> bool:
+        """This core may not start work now (`may_start`: with several groups, not this
+        group's turn). A core without a local queue is never held back: what it is handed it
+        starts if it fits, as an agent without a queue always did."""
+        return self._may_start is not None and self._config.queue_depth > 0 \
+            and not self._may_start(len(self._queue))
+
     def _can_queue(self, assignment: Assignment, admitting: _Admitting) -> bool:
         """Room in the local queue, and it fits this cluster's total capacity (so it can start
-        once enough has finished)."""
-        return len(self._queue) + len(admitting.queued) < self._config.queue_depth and \
-            assignment.resources.fits_in(self._config.capacity)
+        once enough has finished). While this core is held back (another group's turn), past
+        its depth too as long as everything it holds queued fits the capacity: its leader
+        placed such an assignment on its last offer, before the turn passed on (the state
+        holds room for it and counts it in no queue), so refusing it would cost a round trip
+        and log entries for nothing; one offer's worth of work is what can cross so."""
+        if not assignment.resources.fits_in(self._config.capacity):
+            return False
+        if len(self._queue) + len(admitting.queued) < self._config.queue_depth:
+            return True
+        if admitting.starting or not self._config.queue_depth:
+            return False
+        held = assignment.resources
+        for queued in (*self._queue.values(), *admitting.queued):
+            held = held.plus(queued.resources)
+        return held.fits_in(self._config.capacity)
 
     def _redelivered(self, assignment: Assignment) -> tuple[Decision, Report | None]:
         """The same fence again: acknowledge again, never run twice."""
@@ -611,6 +635,8 @@ class AgentCore:
             self._log.info("attempt_queued", fence=assignment.fence, job=assignment.job_id,
                      task=assignment.task_id, queued=len(self._queue))
         self._metrics.attempts_queued.set(len(self._queue))
+        if queued:
+            self._held_back()  # tells `may_start` that work waits here now
 
     def start_queued(self, carry: _Carry = ((), ())) -> list[Decision]:
         """Starts queued attempts in fence order while they fit the free capacity and the
@@ -620,7 +646,7 @@ class AgentCore:
         then written first), by `collect_and_start()` (whose records and reports, `carry`, are
         written with the RUNNING records, before any start) and by `handle`."""
         self._drop_superseded()
-        if not self._queue or (self._may_start is not None and not self._may_start()):
+        if not self._queue or self._held_back():
             self._outbox.write(records=carry[0], reports=carry[1])
             return []
         free, running = self.free(), len(self._running)
@@ -703,8 +729,8 @@ class AgentCore:
         capacity (room another group's attempt freed, or a turn that came to this group: no
         completion of this core's says so). False with one group, whose queue starts on its
         own completions and heartbeat answers."""
-        if self._may_start is None or not self._queue or not self._may_start():
-            return False
+        if self._may_start is None or self._held_back() or not self._queue:
+            return False  # (asked even with an empty queue: it says that nothing waits)
         head = self._queue[min(self._queue)]
         return len(self._running) < self._config.max_running_attempts and \
             head.resources.fits_in(self.free())

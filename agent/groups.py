@@ -21,9 +21,11 @@ arbiter of the cluster's capacity.
   place on the same room, and the agent then refuses one of them (a capacity rejection: the
   task goes back at no cost, but it costs a round trip and log entries). `TURN` offers the free
   capacity to one group at a time, the *owner*; the turn passes on when the owner's answers to
-  `TURN_EMPTY_ANSWERS` offers in a row place nothing (it has no work that fits) or after it
-  started `turn_max_starts`
-  attempts in its turn (so every group with work gets its turn on every cluster). A turn is
+  `TURN_EMPTY_ANSWERS` offers in a row place nothing (it has no work that fits), after it
+  started `TURN_SHARE_STARTS` attempts in its turn while another group waits for one (that
+  group queued work here on an offer of nothing: with a local queue a group's demand reaches
+  the agent), or after `TURN_MAX_STARTS` (so every group with work gets its turn on every
+  cluster; without a queue a group's demand is not seen, and a turn lasts long). A turn is
   handed over: nobody is offered anything until the old owner's next heartbeat has told it that
   nothing is free, so its leader stops placing before the new owner's starts. A rejection then
   needs an assignment the old leader planned on its last offer and that crossed that heartbeat.
@@ -46,6 +48,10 @@ from agent.model import Assignment, AttemptRecord, Completion, Resources
 from raftsched import limits
 
 TURN_MAX_STARTS = 4_096
+TURN_SHARE_STARTS = 64
+"""Attempts the owner may start in its turn before the turn passes to a group that is waiting
+for one (one that queued work here on an offer of nothing: late binding makes a group's demand
+visible to the agent). Without such a group the turn lasts up to `TURN_MAX_STARTS`."""
 TURN_EMPTY_ANSWERS = 2
 """Answers in a row that place nothing on a non-empty offer before the turn passes on: the
 first answer after the turn arrives may precede the leader's plan on the news (the leader
@@ -97,13 +103,19 @@ class SharedExecutor:
 
     def __init__(self, executor: AttemptExecutor, cluster_id: str, capacity: Resources,
                  groups: int, rule: OfferRule = OfferRule.TURN,
-                 turn_max_starts: int = TURN_MAX_STARTS) -> None:
-        assert 1 <= groups <= limits.MAX_GROUPS and turn_max_starts >= 1
+                 turn_max_starts: int = TURN_MAX_STARTS,
+                 turn_share_starts: int = TURN_SHARE_STARTS) -> None:
+        assert 1 <= groups <= limits.MAX_GROUPS and turn_max_starts >= 1 \
+            and turn_share_starts >= 1
         self.executor = executor
         self.capacity = capacity
         self.groups = groups
         self.rule = rule
         self._turn_max_starts = turn_max_starts
+        self._turn_share_starts = turn_share_starts
+        self._waiting: set[int] = set()
+        """Groups whose core last said it holds attempts in its local queue (`may_start`):
+        work waiting here for the group's turn."""
         self._held: dict[int, Resources] = {}
         """Local key -> what the attempt holds, from its start (or adoption) until its
         completion is polled."""
@@ -141,13 +153,19 @@ class SharedExecutor:
             return free
         return NOTHING
 
-    def may_start(self, group: int) -> bool:
-        """Whether `group`'s core may start work now (`AgentCore` `may_start`): the owner of
-        the turn; while a turn is handed over, the old owner only (what its leader planned on
-        its last offer may still arrive and fit). Any other group's assignments go to its local
-        queue (late binding) and wait there for its turn: started at once, they would take the
-        room the owner was offered, and the owner's placements would then be refused.
-        With `OfferRule.WHOLE` (or one group) every group may start."""
+    def may_start(self, group: int, waiting: int) -> bool:
+        """Whether `group`'s core, holding `waiting` attempts in its local queue, may start
+        work now (`AgentCore` `may_start`): the owner of the turn; while a turn is handed over,
+        the old owner only (what its leader planned on its last offer may still arrive and
+        fit). Any other group's assignments go to its local queue (late binding) and wait
+        there for its turn: started at once, they would take the room the owner was offered,
+        and the owner's placements would then be refused. A group with work waiting gets the
+        turn after the owner's next `TURN_SHARE_STARTS` starts. With `OfferRule.WHOLE` (or one
+        group) every group may start."""
+        if waiting:
+            self._waiting.add(group)
+        else:
+            self._waiting.discard(group)
         if self.groups == 1 or self.rule == OfferRule.WHOLE:
             return True
         if self.turn.previous is not None:
@@ -187,9 +205,11 @@ class SharedExecutor:
             self._pass_turn(handover=False)
 
     def _pass_turn(self, *, handover: bool = True) -> None:
-        """To the next group that is not silent (the next one if all are)."""
+        """To the next group waiting for a turn, else the next that is not silent (the next
+        one if all are)."""
         following = [(self.turn.owner + step) % self.groups for step in range(1, self.groups)]
-        owner = next((g for g in following if g not in self._silent), following[0])
+        awake = [g for g in following if g not in self._silent]
+        owner = next((g for g in awake if g in self._waiting), awake[0] if awake else following[0])
         self.turn = _Turn(owner, previous=self.turn.owner if handover else None,
                           passes=self.turn.passes + 1)
 
@@ -205,7 +225,10 @@ class SharedExecutor:
         self._held[key] = assignment.resources
         if group == self.turn.owner and self.groups > 1:
             self.turn.started += 1
-            if self.turn.started >= self._turn_max_starts and self.rule == OfferRule.TURN:
+            if self.rule == OfferRule.TURN and (
+                    self.turn.started >= self._turn_max_starts
+                    or (self.turn.started >= self._turn_share_starts
+                        and self._waiting - self._silent - {group})):
                 self._pass_turn()
         return launch
 
@@ -270,9 +293,10 @@ class GroupExecutor:
         """What this group's heartbeats report free (`SharedExecutor.offer`)."""
         return self._shared.offer(self.group, free)
 
-    def may_start(self) -> bool:
-        """Whether this group's core may start work now (`SharedExecutor.may_start`)."""
-        return self._shared.may_start(self.group)
+    def may_start(self, waiting: int) -> bool:
+        """Whether this group's core, `waiting` attempts in its queue, may start work now
+        (`SharedExecutor.may_start`)."""
+        return self._shared.may_start(self.group, waiting)
 
     def answered(self, offered: Resources, assigned: int) -> None:
         """This group answered a heartbeat that offered `offered` (`SharedExecutor.answered`)."""

@@ -58,7 +58,7 @@ class CoreFactory(Protocol):
                  executor: AttemptExecutor, metrics: AgentMetrics | None = None,
                  offer: Callable[[Resources], Resources] | None = None,
                  group: int | None = None,
-                 may_start: Callable[[], bool] | None = None) -> AgentCore: ...
+                 may_start: Callable[[int], bool] | None = None) -> AgentCore: ...
 
 
 

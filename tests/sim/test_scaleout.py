@@ -58,34 +58,41 @@ def test_under_contention_tenants_hold_slots_by_their_weights() -> None:
             figures.as_dict()
 
 
-def _queued_run() -> tuple[Figures, int]:
-    """Contended, three groups, every agent keeping a local queue of 4 per group: the figures
-    and how many attempts the agents started from their queues."""
+def _queued_run() -> tuple[Figures, int, int]:
+    """Contended, three groups, every agent keeping a local queue of 4 per group: the figures,
+    how many attempts the agents started from their queues, and how many they queued past the
+    depth (placed on a group's last offer before its turn passed on)."""
     logging.disable(logging.WARNING)
     try:
         study = Study(3, seed=3, agents=AGENTS, workload="contended", queue_depth=4)
         figures = study.run(SECONDS)
     finally:
         logging.disable(logging.NOTSET)
-    return figures, sum(a.decisions[Decision.QUEUE_STARTED] for a in study.agents_)
+    return (figures, sum(a.decisions[Decision.QUEUE_STARTED] for a in study.agents_),
+            sum(a.decisions[Decision.QUEUED_PAST_DEPTH] for a in study.agents_))
 
 
 def test_with_a_local_queue_per_group_slots_stay_busier_and_rejections_stay_rare() -> None:
-    figures, from_queue = _queued_run()
+    figures, from_queue, past_depth = _queued_run()
     without = _run(3, workload="contended")
-    print(figures.as_dict(), without.as_dict(), from_queue)
+    print(figures.as_dict(), without.as_dict(), from_queue, past_depth)
     assert from_queue > 0.1 * figures.placements  # the queues did the work...
-    assert figures.rejection_rate <= 0.05  # ...and placements rarely found them full
+    assert figures.rejection_rate <= 0.05  # ...placements rarely found them full...
+    assert past_depth <= 0.1 * figures.placements  # ...or overfilled them (one offer a pass)
     assert figures.utilisation > without.utilisation
+    balance = min(figures.per_group_placements) / max(figures.per_group_placements)
+    assert balance >= 0.5, figures.per_group_placements  # every group's demand gets turns
 
 
-def test_a_state_that_hands_freed_room_to_the_queue_with_several_groups_is_refused_often(
+def test_a_state_that_hands_freed_room_to_the_queue_with_several_groups_overfills_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The rule for one group (freed room goes to the queue at once) planted in every group:
-    a group then takes its queue for started while the agent holds it for that group's turn,
-    queues more, and the agent refuses the excess."""
+    a group then takes its queue for started while the agent holds it for that group's turn
+    and queues more, which the agent refuses or holds past the depth."""
+    right, _, right_past = _queued_run()
     for module in (lifecycle, clusters):
         monkeypatch.setattr(module, "promotes_on_free", lambda state: True)
-    planted, _ = _queued_run()
-    print(planted.as_dict())
-    assert planted.rejection_rate > 0.05
+    planted, _, planted_past = _queued_run()
+    print(right.as_dict(), right_past, planted.as_dict(), planted_past)
+    excess = (planted.capacity_rejections + planted_past) / planted.placements
+    assert excess > 2 * (right.capacity_rejections + right_past) / right.placements

@@ -10,7 +10,7 @@ import pytest
 
 from agent.core import NOTHING, AgentCore, CoreConfig, Decision
 from agent.fence import MemoryFenceStore
-from agent.groups import OfferRule, SharedExecutor, local_key, split_key
+from agent.groups import TURN_SHARE_STARTS, OfferRule, SharedExecutor, local_key, split_key
 from agent.model import Completion, Directives, Registered, ReportKind, Resources
 from agent.outbox import MemoryOutbox
 from raftsched import limits
@@ -40,7 +40,8 @@ def _agent(groups: int, rule: OfferRule = OfferRule.TURN, capacity: Resources = 
            turn_max_starts: int = 64, queue_depth: int = 0,
            ) -> tuple[SharedExecutor, FakeExecutor, list[Group]]:
     """K groups' cores over one executor; with `queue_depth`, each with its local queue and
-    started in its turn only (`may_start`), as `agent.agent.GroupedAgent` makes them."""
+    started in its turn only (`may_start`; a core without a queue is never held back), as
+    `agent.agent.GroupedAgent` makes them."""
     executor = FakeExecutor()
     shared = SharedExecutor(executor, "east", capacity, groups, rule, turn_max_starts)
     cores = []
@@ -48,7 +49,7 @@ def _agent(groups: int, rule: OfferRule = OfferRule.TURN, capacity: Resources = 
         fences, outbox, view = MemoryFenceStore(), MemoryOutbox(), shared.view(group)
         core = AgentCore(CoreConfig("east", capacity, queue_depth=queue_depth), ManualClock(),
                          fences, outbox, view, offer=view.offer,
-                         may_start=view.may_start if queue_depth else None)
+                         may_start=view.may_start)
         core.start()
         core.registered(Registered(2, "leader", 0, 0, ()))
         cores.append(Group(core, fences, outbox))
@@ -191,9 +192,12 @@ def test_only_the_turns_owner_starts_and_the_others_queue_what_would_fit() -> No
     assert other.answer(_task(1, "other")) == [Decision.QUEUED]  # room is free, not its turn
     assert executor.started == [] and other.core.queued() == [1]
     assert other.reports(1) == [ReportKind.QUEUED]
-    refused = other.answer(_task(2, "other", "u"))
-    assert refused == [Decision.NO_CAPACITY] and other.reports(2) == [ReportKind.REJECTED]
-    reason = next(r.reason for r in other.outbox.pending(100) if r.fence == 2)
+    # Past its depth while all it holds queued fits the capacity (its leader's last offer may
+    # still be landing after its turn passed on), then refused, saying why.
+    assert other.answer(_task(2, "other", "u")) == [Decision.QUEUED_PAST_DEPTH]
+    refused = other.answer(_task(3, "other", "v"))
+    assert refused == [Decision.NO_CAPACITY] and other.reports(3) == [ReportKind.REJECTED]
+    reason = next(r.reason for r in other.outbox.pending(100) if r.fence == 3)
     assert "another group's turn" in reason
     assert owner.answer(_task(1, "owner")) == [Decision.STARTED]
 
@@ -206,11 +210,11 @@ def test_a_queue_waits_for_its_groups_turn_then_starts_without_a_completion_of_i
     assert other.core.collect_and_start() == (0, [])  # not its turn: it waits
     shared.answered(first, CAPACITY, assigned=0)
     shared.answered(first, CAPACITY, assigned=0)  # the owner has no work: the turn passes...
-    assert shared.turn.owner == 1 - first and not shared.may_start(1 - first)
-    assert shared.may_start(first)  # ...handed over: the old owner's last plan may still land
+    assert shared.turn.owner == 1 - first and not shared.may_start(1 - first, 1)
+    assert shared.may_start(first, 0)  # ...handed over: the old owner's last plan may land
     assert other.core.collect_and_start() == (0, [])
     shared.answered(first, NOTHING, assigned=0)  # the old owner heard that nothing is free
-    assert shared.may_start(1 - first) and not shared.may_start(first)
+    assert shared.may_start(1 - first, 1) and not shared.may_start(first, 0)
     assert other.core.collect_and_start() == (0, [Decision.QUEUE_STARTED])
     assert executor.started == [local_key(1 - first, 1)]
     assert owner.answer(_task(5, "owner")) == [Decision.QUEUED]
@@ -230,7 +234,31 @@ def test_a_group_is_not_offered_the_room_its_own_queue_waits_to_take() -> None:
 
 def test_with_the_whole_rule_every_group_starts() -> None:
     shared, executor, cores = _agent(2, OfferRule.WHOLE, queue_depth=1)
-    assert shared.may_start(0) and shared.may_start(1)
+    assert shared.may_start(0, 0) and shared.may_start(1, 0)
     assert [g.answer(_task(1, f"g{n}")) for n, g in enumerate(cores)] == \
         [[Decision.STARTED], [Decision.STARTED]]
     assert len(executor.started) == 2
+
+
+def test_a_group_with_work_waiting_gets_the_turn_after_the_owners_share() -> None:
+    shared, _, cores = _agent(3, capacity=Resources(200_000, 100_000, 0), queue_depth=2,
+                              turn_max_starts=1_000)
+    owner = shared.turn.owner
+    waiting = (owner + 2) % 3  # not the next in order: the turn skips a group without work
+    assert cores[waiting].answer(_task(1, "w")) == [Decision.QUEUED]
+    for n in range(TURN_SHARE_STARTS - 1):
+        assert cores[owner].answer(_task(10 + n, "o", f"t{n}")) == [Decision.STARTED]
+    assert shared.turn.owner == owner  # its share is not yet started
+    cores[owner].answer(_task(9, "o", "last"))
+    assert (shared.turn.owner, shared.turn.previous) == (waiting, owner)
+
+
+def test_without_a_queue_a_group_never_waits_and_the_turn_lasts() -> None:
+    """No queue: another group's demand is not seen, so the owner keeps its turn (up to
+    TURN_MAX_STARTS), and a group that is not the owner starts what fits, as before."""
+    shared, _, cores = _agent(2, capacity=Resources(200_000, 100_000, 0), turn_max_starts=1_000)
+    owner = shared.turn.owner
+    assert cores[1 - owner].answer(_task(1, "w")) == [Decision.STARTED]
+    for n in range(TURN_SHARE_STARTS + 1):
+        cores[owner].answer(_task(10 + n, "o", f"t{n}"))
+    assert shared.turn.owner == owner
