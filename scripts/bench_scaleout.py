@@ -118,8 +118,9 @@ def _table(runs: list[Figures]) -> None:
                and not f.queue_depth)
     weights = sum(TENANTS.values())
     print("| K | workload | task | placements/s | / K x one group | utilisation | capacity "
-          "rejections | tenant shares (weights 1:2:3) | verdict |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "rejections | tenant shares (weights 1:2:3) | groups' placements, least / most | "
+          "verdict |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for f in runs:
         ratio = f.placements_per_s / (f.groups * one.placements_per_s)
         deviation = max(abs(f.tenant_shares[t] / (w / weights) - 1) for t, w in TENANTS.items())
@@ -132,12 +133,21 @@ def _table(runs: list[Figures]) -> None:
         workload = f"{f.workload}, queue {f.queue_depth}" if f.queue_depth else f.workload
         print(f"| {f.groups} | {workload} | {f.task_s:g} s | {f.placements_per_s:,.0f} | "
               f"{ratio:.2f} | {f.utilisation:.2f} | {f.rejection_rate:.2%} | {shares} "
-              f"(off by ≤ {deviation:.1%}) | {'met' if all(checks) else 'NOT met'} |")
+              f"(off by ≤ {deviation:.1%}) | {_balance(f)} | "
+              f"{'met' if all(checks) else 'NOT met'} |")
     print()
     print(f"targets: paced rows / K x one group ≥ {PLACEMENT_RATIO_TARGET}; every row capacity "
           f"rejections ≤ {REJECTION_TARGET:.0%}; the contended rows' tenant shares within "
           f"±{SHARE_TOLERANCE:.0%} of 1/6, 2/6, 3/6. 'queue N': every agent keeps a local queue "
           "of N per group (late binding), started in that group's turn")
+
+
+def _balance(figures: Figures) -> str:
+    """The least-placing group's placements over the most-placing one's (1.00: every group
+    placed alike; with one group, '-')."""
+    if figures.groups == 1:
+        return "-"
+    return f"{min(figures.per_group_placements) / max(1, max(figures.per_group_placements)):.2f}"
 
 
 if __name__ == "__main__":

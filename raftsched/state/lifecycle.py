@@ -31,6 +31,7 @@ from raftsched.state.model import (
     Task,
     TimerKind,
 )
+from raftsched.state.queries import several_groups
 from raftsched.state.queues import (
     count_new_tasks,
     make_runnable,
@@ -103,7 +104,7 @@ def promotes_on_free(state: State) -> bool:
     group's work (the agent starts one group's queue at a time, the group whose turn it is:
     `agent.groups`), so a queued attempt holds room only once its agent reports it STARTED
     (`promote_started`)."""
-    return state.group is None or state.group.groups == 1
+    return not several_groups(state)
 
 
 def promote_queued(state: State, cluster: Cluster) -> None:

@@ -53,7 +53,7 @@ from raftsched.state import policy
 from raftsched.state.commands import Placement, Preemption, Reservation, Withdrawal
 from raftsched.state.feasibility import committed_custom_free, never_fits, queue_places, unfit
 from raftsched.state.model import Cluster, Job, State, Task, TaskShape, shape_of
-from raftsched.state.queries import iter_ready, reservation_holder
+from raftsched.state.queries import iter_ready, reservation_holder, several_groups
 
 Free = tuple[int, int, int]
 """(cpu milli, memory MB, gpu) a cluster can still take."""
@@ -445,6 +445,9 @@ def _walk(state: State, rooms: list[_Room], now_ms: int, result: Plan,
                      if room.cpu_milli >= limits.MIN_CPU_MILLI and room.reserved_for is None)
     queue_places = sum(room.queue for room in rooms if room.reserved_for is None)
     queued_anywhere = any(room.cluster.queued for room in rooms)
+    # What goes to a queue is marked (`Placement.queued`) with several groups, whose committed
+    # room cannot tell; with one, apply's rule decides as before and entries keep their shape.
+    marks = several_groups(state)
     taken: set[int] = set()
     total = policy.totals(state.clusters.values())
     order: list[tuple[float, str, _Turn]] = []
@@ -487,7 +490,7 @@ def _walk(state: State, rooms: list[_Room], now_ms: int, result: Plan,
         else:
             unplaceable.add(shape_of(spec))
             continue
-        placements.append(Placement(job.id, spec.id, room.cluster.id, queued))
+        placements.append(Placement(job.id, spec.id, room.cluster.id, queued and marks))
         turn.placed += 1
         extra = turn.extra
         extra[0] += spec.cpu_milli

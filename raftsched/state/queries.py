@@ -152,6 +152,12 @@ def derive_usage(state: State) -> tuple[dict[str, TenantUsage], int]:
     return usage, queued_total
 
 
+def several_groups(state: State) -> bool:
+    """This log is one of a deployment's several scheduler groups (GROUP_SET with more than
+    one): its clusters' agents serve other groups too (docs/scale-out.md §2)."""
+    return state.group is not None and state.group.groups > 1
+
+
 def cert_revoked(state: State, fingerprint: str) -> bool:
     return fingerprint in state.revoked_certs
 

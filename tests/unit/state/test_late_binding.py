@@ -343,6 +343,22 @@ def test_a_registration_past_the_queue_bound_is_refused_by_name_and_changes_noth
 # -- several scheduler groups (issue 27, docs/scale-out.md §2) -----------------------------------
 
 
+def grouped(depth: int = 2) -> Harness:
+    """`one_slot` in a log that is group 0 of 2 (GROUP_SET)."""
+    h = one_slot(depth=depth)
+    h.ok(c.GroupSet(0, 2, limits.VIRTUAL_SHARDS, h.now_ms))
+    return h
+
+
+def test_with_one_group_the_planner_marks_nothing_and_entries_keep_their_shape() -> None:
+    """A replica of the release before can still apply the entries (rolling upgrades)."""
+    h = one_slot(depth=2)
+    planned = placement.plan(h.state, now_ms=h.now_ms, reported_free={"east": (0, 0, 0)})
+    assert len(planned.placements) == 2 and not any(p.queued for p in planned.placements)
+    entry = c.encode(c.AssignBatch(h.now_ms, tuple(planned.placements)))
+    assert all(len(item) == 3 for item in msgpack.unpackb(entry[1:], raw=False)[1])
+
+
 def queued_item(job_id: str, task_id: str, cluster_id: str) -> c.AssignBatch:
     """A placement the planner meant for the cluster's local queue (`Placement.queued`)."""
     return c.AssignBatch(0, (c.Placement(job_id, task_id, cluster_id, queued=True),))
@@ -352,7 +368,7 @@ def test_the_planner_marks_what_it_queues_and_apply_queues_it_whatever_the_commi
 ) -> None:
     """The agent reported its cluster full (another group's work holds it): the planner queues
     the task, and apply queues it although this log's committed room would fit it."""
-    h = one_slot(depth=2)
+    h = grouped(depth=2)
     planned = placement.plan(h.state, now_ms=h.now_ms, reported_free={"east": (0, 0, 0)})
     assert [p.queued for p in planned.placements] == [True, True]
     result = h.expect(c.AssignBatch(h.now_ms, tuple(planned.placements)), type(h.assign()))
@@ -391,13 +407,6 @@ def test_a_malformed_queued_mark_is_refused_at_decode(raw: list[object]) -> None
     payload[1] = [raw]
     with pytest.raises(c.CommandError, match=r"ASSIGN_BATCH\.items\[\]"):
         c.decode(entry[:1] + msgpack.packb(payload, use_bin_type=True))
-
-
-def grouped(depth: int = 2) -> Harness:
-    """`one_slot` in a log that is group 0 of 2 (GROUP_SET)."""
-    h = one_slot(depth=depth)
-    h.ok(c.GroupSet(0, 2, limits.VIRTUAL_SHARDS, h.now_ms))
-    return h
 
 
 def test_with_several_groups_freed_room_does_not_go_to_the_queue_until_the_agent_says_so(
