@@ -26,7 +26,7 @@ import base64
 import json
 import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
 
 from raftsched import tokens, topology
@@ -42,6 +42,11 @@ T = TypeVar("T")
 PAGE_TOKEN_PREFIX = "groups:"
 _DOWN = frozenset({Code.UNAVAILABLE, Code.DEADLINE_EXCEEDED})
 """A group that answers so is left out of a merged listing, named (the others are listed)."""
+GROUP_STRAGGLER_S = 5.0
+"""A merged listing (jobs, schedules, tenants) waits at most this long for the other groups
+once one group has answered: a group without a quorum is then named as not answering, and the
+others' items are shown, instead of the listing waiting out that group's whole retry budget
+(the console's 10 s, the CLI's --timeout). Longer than an election here takes."""
 MAX_LOCATED = 10_000
 """Job ids without a shard whose group a client remembers (it asks every group again past
 it)."""
@@ -71,10 +76,13 @@ class GroupedClient:
         except RaftschedError as error:
             raise _named(error, group) from None
 
-    def _each(self, calls: Mapping[int, Callable[[Client], T]]) -> dict[int, T | RaftschedError]:
+    def _each(self, calls: Mapping[int, Callable[[Client], T]], *,
+              straggler_s: float | None = None) -> dict[int, T | RaftschedError]:
         """`calls[g]` on group g's client, every group at once (a listing waits for its
         slowest group, not for the sum: a group without a quorum costs one retry budget);
-        each answer, or the error naming its group."""
+        each answer, or the error naming its group. With `straggler_s`, a group that has not
+        answered that long after the first answer is given up on (UNAVAILABLE naming it; its
+        call ends in the background within its own retry budget)."""
         def one(group: int) -> T | RaftschedError:
             try:
                 return self._in(group, calls[group])
@@ -83,10 +91,17 @@ class GroupedClient:
 
         if len(calls) <= 1:
             return {group: one(group) for group in calls}
-        with ThreadPoolExecutor(max_workers=len(calls),
-                                thread_name_prefix="raftsched-groups") as pool:
+        pool = ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="raftsched-groups")
+        try:
             futures = {group: pool.submit(one, group) for group in calls}
-            return {group: future.result() for group, future in futures.items()}
+            if straggler_s is not None:
+                _, pending = wait(futures.values(), return_when=FIRST_COMPLETED)
+                wait(pending, timeout=straggler_s)
+            return {group: future.result() if future.done() else _named(RaftschedError(
+                Code.UNAVAILABLE, f"no answer within {straggler_s:g} s of the other groups' "
+                "(GROUP_STRAGGLER_S)"), group) for group, future in futures.items()}
+        finally:
+            pool.shutdown(wait=False)
 
     # -- submits -----------------------------------------------------------------------------
 
@@ -185,7 +200,7 @@ class GroupedClient:
         next_tokens: list[str | None] = []
         answers = self._each({group: (lambda c, t=token: c.list_jobs(  # type: ignore[misc]
             tenant, state, limit, t, **kwargs)) for group, token in enumerate(tokens)
-            if token is not None})
+            if token is not None}, straggler_s=GROUP_STRAGGLER_S)
         pages, unanswered = _answered(answers)
         for group, token in enumerate(tokens):
             if token is None:  # this group has no more pages
@@ -280,7 +295,8 @@ class GroupedClient:
         (`unanswered`), as for `list_jobs`."""
         merged: dict[str, Any] = {}
         answer = pb.ListTenantsResponse()
-        answers = self._each({group: lambda c: c.list_tenants() for group in range(self.groups)})
+        answers = self._each({group: lambda c: c.list_tenants() for group in range(self.groups)},
+                             straggler_s=GROUP_STRAGGLER_S)
         pages, unanswered = _answered(answers)
         for page in pages.values():
             answer.queued_total += page.queued_total

@@ -269,3 +269,40 @@ def test_a_listing_asks_every_group_at_once_so_a_slow_group_delays_it_once() -> 
     assert sorted(asked) == [0, 1, 2] and page.next_page_token.startswith("groups:")
     statuses = client.group_statuses()
     assert [s.responder for s in statuses] == ["g0", "g1", "g2"]
+
+
+def test_a_listing_gives_up_on_a_group_that_has_not_answered_soon_after_the_others(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A group without a quorum is named and left out once GROUP_STRAGGLER_S has passed since
+    the first answer, instead of the listing waiting out that group's retry budget; its call
+    goes on in the background."""
+    import threading
+
+    from raftsched.client import groups
+
+    monkeypatch.setattr(groups, "GROUP_STRAGGLER_S", 0.05)
+    client, fakes = _client(3)
+    for fake in fakes:
+        fake.submit_spec(parse_spec_text(SPEC), next(
+            f"k{n}" for n in range(1000)
+            if topology.group_of_key("alpha", f"k{n}", 3) == fake.group))
+    released = threading.Event()
+    stuck = fakes[1].list_jobs
+
+    def hangs(*args: Any, **kwargs: Any) -> Any:
+        released.wait(timeout=60)
+        return stuck(*args, **kwargs)
+
+    fakes[1].list_jobs = hangs  # type: ignore[method-assign]
+    try:
+        page = client.list_jobs()
+        assert not released.is_set()  # it answered while group 1 still had not
+        assert len(page.jobs) == 2 and {j.job_id for j in page.jobs} == {
+            job for g in (0, 2) for job in fakes[g].jobs}
+        assert [e.message for e in client.unanswered] == [
+            "group 1: no answer within 0.05 s of the other groups' (GROUP_STRAGGLER_S)"]
+        assert [e.code for e in client.unanswered] == [Code.UNAVAILABLE]
+        groups_token = page.next_page_token
+        assert groups_token.startswith("groups:")  # group 1 is asked again with the next page
+    finally:
+        released.set()
