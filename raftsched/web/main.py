@@ -32,6 +32,10 @@ LOG = eventlog.EventLogger("web")
 EXIT_USAGE = 2
 GRACEFUL_SHUTDOWN_S = 5.0
 """Open streams (live pages, downloads) get this long to end when the console stops."""
+CONSOLE_RETRY_BUDGET_S = 10.0
+"""How long a page's call to the replicas is retried (through an election, say) before the page
+says the scheduler does not answer; a listing of several groups gives up on one sooner
+(`raftsched.client.groups.GROUP_STRAGGLER_S`)."""
 
 
 @dataclass(frozen=True)
@@ -57,7 +61,7 @@ def client_factory(config: WebConfig) -> Options:
     def make(token: str) -> ConsoleClient:
         def of(servers: Sequence[str]) -> Client:
             return Client(servers, tls_files=config.client_tls, token=token or None,
-                          retry_budget_s=10.0)
+                          retry_budget_s=CONSOLE_RETRY_BUDGET_S)
 
         if len(config.servers) > 1:
             grouped: ConsoleClient = GroupedClient([of(group) for group in config.servers])
