@@ -230,17 +230,7 @@ def test_two_groups_run_jobs_side_by_side_and_one_without_quorum_stalls_only_its
     spec = tmp_path / "pair.yaml"
     spec.write_text(JOB)
 
-    jobs: dict[str, int] = {}
-    for key, group in _keys_of_each_group(3):
-        submitted = parsed(raftsched(dev_dir, "submit", str(spec), "--idempotency-key", key,
-                                     "--json"))
-        assert topology.group_of_job_id(submitted["job_id"], 2) == group
-        jobs[submitted["job_id"]] = group
-    for job_id, group in jobs.items():
-        wait_until(lambda job_id=job_id: _state(dev_dir, job_id)["state"] in TERMINAL,
-                   f"{job_id} to end", STATE_TIMEOUT_S)
-        status = _state(dev_dir, job_id)
-        assert (status["state"], status["group"]) == ("SUCCEEDED", group), status
+    jobs = _succeed_in_their_groups(dev_dir, spec, _keys_of_each_group(3))
     jobs.update(_both_groups_queue_on_the_agents(dev_dir, cluster, tmp_path))
     listed = parsed(raftsched(dev_dir, "job", "list", "--json"))
     assert {job["job_id"] for job in listed["jobs"]} == set(jobs)
@@ -261,6 +251,24 @@ def test_two_groups_run_jobs_side_by_side_and_one_without_quorum_stalls_only_its
         console.close()
 
 
+def _succeed_in_their_groups(dev_dir: Path, spec: Path,
+                             keys: list[tuple[str, int]]) -> dict[str, int]:
+    """Submit `spec` once per (key, group); each job lands in its key's group and succeeds
+    there. The jobs' ids and groups."""
+    jobs: dict[str, int] = {}
+    for key, group in keys:
+        submitted = parsed(raftsched(dev_dir, "submit", str(spec), "--idempotency-key", key,
+                                     "--json"))
+        assert topology.group_of_job_id(submitted["job_id"], 2) == group
+        jobs[submitted["job_id"]] = group
+    for job_id, group in jobs.items():
+        wait_until(lambda job_id=job_id: _state(dev_dir, job_id)["state"] in TERMINAL,
+                   f"{job_id} to end", STATE_TIMEOUT_S)
+        status = _state(dev_dir, job_id)
+        assert (status["state"], status["group"]) == ("SUCCEEDED", group), status
+    return jobs
+
+
 def _both_groups_queue_on_the_agents(dev_dir: Path, cluster: Any,
                                      tmp_path: Path) -> dict[str, int]:
     """A wide job in each group, more tasks than slots: both succeed, and the agents (a local
@@ -269,16 +277,7 @@ def _both_groups_queue_on_the_agents(dev_dir: Path, cluster: Any,
     spec = tmp_path / "wide.yaml"
     spec.write_text(WIDE_JOB)
     keys = _keys_of_each_group(5)
-    wide = {}
-    for key, group in (keys[4], keys[9]):
-        submitted = parsed(raftsched(dev_dir, "submit", str(spec), "--idempotency-key", key,
-                                     "--json"))
-        wide[submitted["job_id"]] = group
-    for job_id, group in wide.items():
-        wait_until(lambda job_id=job_id: _state(dev_dir, job_id)["state"] in TERMINAL,
-                   f"wide job {job_id} to end", STATE_TIMEOUT_S)
-        status = _state(dev_dir, job_id)
-        assert (status["state"], status["group"]) == ("SUCCEEDED", group), status
+    wide = _succeed_in_their_groups(dev_dir, spec, [keys[4], keys[9]])
     events = [json.loads(line) for agent in cluster["agents"]
               for line in Path(agent["log"]).read_text().splitlines()
               if line.startswith("{") and ('"attempt_queued"' in line
