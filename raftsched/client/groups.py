@@ -94,9 +94,10 @@ class GroupedClient:
         pool = ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="raftsched-groups")
         try:
             futures = {group: pool.submit(one, group) for group in calls}
-            if straggler_s is not None:
-                _, pending = wait(futures.values(), return_when=FIRST_COMPLETED)
-                wait(pending, timeout=straggler_s)
+            if straggler_s is None:
+                return {group: future.result() for group, future in futures.items()}
+            _, pending = wait(futures.values(), return_when=FIRST_COMPLETED)
+            wait(pending, timeout=straggler_s)
             return {group: future.result() if future.done() else _named(RaftschedError(
                 Code.UNAVAILABLE, f"no answer within {straggler_s:g} s of the other groups' "
                 "(GROUP_STRAGGLER_S)"), group) for group, future in futures.items()}

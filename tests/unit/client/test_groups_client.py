@@ -304,5 +304,21 @@ def test_a_listing_gives_up_on_a_group_that_has_not_answered_soon_after_the_othe
         assert [e.code for e in client.unanswered] == [Code.UNAVAILABLE]
         groups_token = page.next_page_token
         assert groups_token.startswith("groups:")  # group 1 is asked again with the next page
+        status = fakes[1].cluster_status
+
+        def status_hangs(*args: Any, **kwargs: Any) -> Any:
+            released.wait(timeout=60)
+            return status(*args, **kwargs)
+
+        fakes[1].cluster_status = status_hangs  # type: ignore[method-assign]
+        statuses: list[Any] = []
+        asked = threading.Thread(target=lambda: statuses.extend(client.group_statuses()),
+                                 daemon=True)
+        asked.start()  # `admin status` waits for every group: no cutoff there
+        asked.join(timeout=0.5)
+        assert asked.is_alive()
+        released.set()
+        asked.join(timeout=60)
+        assert [s.responder for s in statuses] == ["g0", "g1", "g2"]
     finally:
         released.set()
