@@ -22,9 +22,9 @@ arbiter of the cluster's capacity.
   task goes back at no cost, but it costs a round trip and log entries). `TURN` offers the free
   capacity to one group at a time, the *owner*; the turn passes on when the owner's answers to
   `TURN_EMPTY_ANSWERS` offers in a row place nothing (it has no work that fits), after it
-  started `TURN_SHARE_STARTS` attempts in its turn while another group waits for one (that
-  group queued work here on an offer of nothing: with a local queue a group's demand reaches
-  the agent), or after `TURN_MAX_STARTS` (so every group with work gets its turn on every
+  started `TURN_SHARE_STARTS` attempts or held the turn `TURN_SHARE_S` while another group
+  waits for one (that group holds work in its local queue here: with a queue a group's demand
+  reaches the agent), or after `TURN_MAX_STARTS` (so every group with work gets its turn on every
   cluster; without a queue a group's demand is not seen, and a turn lasts long). A turn is
   handed over: nobody is offered anything until the old owner's next heartbeat has told it that
   nothing is free, so its leader stops placing before the new owner's starts. A rejection then
@@ -46,12 +46,16 @@ from agent.core import NOTHING, AttemptExecutor
 from agent.executors import Launch
 from agent.model import Assignment, AttemptRecord, Completion, Resources
 from raftsched import limits
+from raftsched.clock import Clock, SystemClock
 
 TURN_MAX_STARTS = 4_096
 TURN_SHARE_STARTS = 64
 """Attempts the owner may start in its turn before the turn passes to a group that is waiting
-for one (one that queued work here on an offer of nothing: late binding makes a group's demand
+for one (one that holds work in its local queue here: late binding makes a group's demand
 visible to the agent). Without such a group the turn lasts up to `TURN_MAX_STARTS`."""
+TURN_SHARE_S = 5.0
+"""How long the owner keeps its turn while another group waits for one, however few it started
+(long tasks free slots seldom: counted in starts alone, such a turn could last hours)."""
 TURN_EMPTY_ANSWERS = 2
 """Answers in a row that place nothing on a non-empty offer before the turn passes on: the
 first answer after the turn arrives may precede the leader's plan on the news (the leader
@@ -88,6 +92,8 @@ class _Turn:
     until it has been told that nothing is free (its next heartbeat reports nothing and its
     answer is handled), so its leader can no longer place on what it was offered before while
     the new owner places on the same room."""
+    since_s: float = 0.0
+    """When the turn came to its owner (the agent's monotonic clock)."""
     started: int = 0
     """Attempts the owner started in this turn."""
     empty: int = 0
@@ -104,7 +110,8 @@ class SharedExecutor:
     def __init__(self, executor: AttemptExecutor, cluster_id: str, capacity: Resources,
                  groups: int, rule: OfferRule = OfferRule.TURN,
                  turn_max_starts: int = TURN_MAX_STARTS,
-                 turn_share_starts: int = TURN_SHARE_STARTS) -> None:
+                 turn_share_starts: int = TURN_SHARE_STARTS,
+                 clock: Clock | None = None) -> None:
         assert 1 <= groups <= limits.MAX_GROUPS and turn_max_starts >= 1 \
             and turn_share_starts >= 1
         self.executor = executor
@@ -113,6 +120,7 @@ class SharedExecutor:
         self.rule = rule
         self._turn_max_starts = turn_max_starts
         self._turn_share_starts = turn_share_starts
+        self._clock = clock or SystemClock()
         self._waiting: set[int] = set()
         """Groups whose core last said it holds attempts in its local queue (`may_start`):
         work waiting here for the group's turn."""
@@ -121,7 +129,8 @@ class SharedExecutor:
         completion is polled."""
         self._done: list[list[Completion]] = [[] for _ in range(groups)]
         """Completions polled from the executor, per group, not yet handed to its view."""
-        self.turn = _Turn(zlib.crc32(cluster_id.encode()) % groups)
+        self.turn = _Turn(zlib.crc32(cluster_id.encode()) % groups,
+                          since_s=self._clock.monotonic_s())
         self._silent: set[int] = set()
         """Groups whose last heartbeat failed (no leader answers: a group without a quorum):
         the turn skips them until one answers again."""
@@ -168,6 +177,9 @@ class SharedExecutor:
             self._waiting.discard(group)
         if self.groups == 1 or self.rule == OfferRule.WHOLE:
             return True
+        if self.turn.previous is None and self._others_wait() \
+                and self._clock.monotonic_s() - self.turn.since_s >= TURN_SHARE_S:
+            self._pass_turn()
         if self.turn.previous is not None:
             return group == self.turn.previous
         return group == self.turn.owner
@@ -204,6 +216,10 @@ class SharedExecutor:
         if self.turn.owner == group and self.turn.previous is None:
             self._pass_turn(handover=False)
 
+    def _others_wait(self) -> bool:
+        """A group other than the owner, not silent, holds work in its queue here."""
+        return bool(self._waiting - self._silent - {self.turn.owner})
+
     def _pass_turn(self, *, handover: bool = True) -> None:
         """To the next group waiting for a turn, else the next that is not silent (the next
         one if all are)."""
@@ -211,7 +227,7 @@ class SharedExecutor:
         awake = [g for g in following if g not in self._silent]
         owner = next((g for g in awake if g in self._waiting), awake[0] if awake else following[0])
         self.turn = _Turn(owner, previous=self.turn.owner if handover else None,
-                          passes=self.turn.passes + 1)
+                          since_s=self._clock.monotonic_s(), passes=self.turn.passes + 1)
 
     # -- the executor, by local key ------------------------------------------------------------
 
@@ -227,8 +243,7 @@ class SharedExecutor:
             self.turn.started += 1
             if self.rule == OfferRule.TURN and (
                     self.turn.started >= self._turn_max_starts
-                    or (self.turn.started >= self._turn_share_starts
-                        and self._waiting - self._silent - {group})):
+                    or (self.turn.started >= self._turn_share_starts and self._others_wait())):
                 self._pass_turn()
         return launch
 

@@ -67,7 +67,8 @@ class GroupedWorld:
                                    starts, self.executor_faults,
                                    capacity if cid in SHARED_PARTITIONS else None, capacity,
                                    fence_of=lambda key: split_key(key)[1])
-            self.hubs[cid] = SharedExecutor(executor, cid, capacity, self.groups, self.rule)
+            self.hubs[cid] = SharedExecutor(executor, cid, capacity, self.groups, self.rule,
+                                            clock=self.clock)
         extra = {} if self.core_factory is None else {"core_factory": self.core_factory}
         self.worlds = [World(self.rng.getrandbits(64), clock=self.clock,
                              history=self.histories[g], group=g, hubs=self.hubs, **extra)

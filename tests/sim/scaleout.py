@@ -210,7 +210,8 @@ class StudyAgent:
                  queue_depth: int = QUEUE_DEPTH) -> None:
         self.cluster_id = cluster_id
         self.executor = StudyExecutor(clock)
-        self.shared = SharedExecutor(self.executor, cluster_id, AGENT_CAPACITY, groups, rule)
+        self.shared = SharedExecutor(self.executor, cluster_id, AGENT_CAPACITY, groups, rule,
+                                     clock=clock)
         config = CoreConfig(cluster_id, AGENT_CAPACITY, ("linux",), queue_depth=queue_depth)
         self.cores: list[AgentCore] = []
         for group in range(groups):

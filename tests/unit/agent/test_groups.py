@@ -10,7 +10,14 @@ import pytest
 
 from agent.core import NOTHING, AgentCore, CoreConfig, Decision
 from agent.fence import MemoryFenceStore
-from agent.groups import TURN_SHARE_STARTS, OfferRule, SharedExecutor, local_key, split_key
+from agent.groups import (
+    TURN_SHARE_S,
+    TURN_SHARE_STARTS,
+    OfferRule,
+    SharedExecutor,
+    local_key,
+    split_key,
+)
 from agent.model import Completion, Directives, Registered, ReportKind, Resources
 from agent.outbox import MemoryOutbox
 from raftsched import limits
@@ -37,17 +44,19 @@ class Group:
 
 
 def _agent(groups: int, rule: OfferRule = OfferRule.TURN, capacity: Resources = CAPACITY,
-           turn_max_starts: int = 64, queue_depth: int = 0,
+           turn_max_starts: int = 64, queue_depth: int = 0, clock: ManualClock | None = None,
            ) -> tuple[SharedExecutor, FakeExecutor, list[Group]]:
     """K groups' cores over one executor; with `queue_depth`, each with its local queue and
     started in its turn only (`may_start`; a core without a queue is never held back), as
     `agent.agent.GroupedAgent` makes them."""
     executor = FakeExecutor()
-    shared = SharedExecutor(executor, "east", capacity, groups, rule, turn_max_starts)
+    clock = clock or ManualClock()
+    shared = SharedExecutor(executor, "east", capacity, groups, rule, turn_max_starts,
+                            clock=clock)
     cores = []
     for group in range(groups):
         fences, outbox, view = MemoryFenceStore(), MemoryOutbox(), shared.view(group)
-        core = AgentCore(CoreConfig("east", capacity, queue_depth=queue_depth), ManualClock(),
+        core = AgentCore(CoreConfig("east", capacity, queue_depth=queue_depth), clock,
                          fences, outbox, view, offer=view.offer,
                          may_start=view.may_start)
         core.start()
@@ -262,3 +271,24 @@ def test_without_a_queue_a_group_never_waits_and_the_turn_lasts() -> None:
     for n in range(TURN_SHARE_STARTS + 1):
         cores[owner].answer(_task(10 + n, "o", f"t{n}"))
     assert shared.turn.owner == owner
+
+
+def test_a_group_with_work_waiting_gets_the_turn_after_a_while_however_few_started() -> None:
+    """Long tasks free slots seldom: the owner keeps its turn at most TURN_SHARE_S while
+    another group has work waiting in its queue here."""
+    clock = ManualClock()
+    shared, executor, cores = _agent(2, queue_depth=2, clock=clock)
+    owner = shared.turn.owner
+    other = cores[1 - owner]
+    assert cores[owner].answer(_task(1, "o", "a"), _task(2, "o", "b")) == [Decision.STARTED] * 2
+    assert other.answer(_task(1, "w")) == [Decision.QUEUED]  # the cluster is full anyway
+    clock.advance(TURN_SHARE_S - 0.1)
+    assert other.core.collect_and_start() == (0, []) and shared.turn.owner == owner
+    clock.advance(0.1)
+    assert other.core.collect_and_start() == (0, [])  # asks: the turn passes, handed over
+    assert (shared.turn.owner, shared.turn.previous) == (1 - owner, owner)
+    shared.answered(owner, NOTHING, assigned=0)
+    executor.completions.append(Completion(local_key(owner, 1), 0))
+    assert cores[owner].core.collect() == 1  # a slot frees: it goes to the waiting group
+    assert other.core.collect_and_start() == (0, [Decision.QUEUE_STARTED])
+    assert cores[owner].answer(_task(3, "o", "c")) == [Decision.QUEUED]
