@@ -27,6 +27,8 @@ from agent.groups import OfferRule
 from raftsched.limits import MAX_AGENT_QUEUE_DEPTH
 from tests.sim.scaleout import AGENTS, SLOTS_PER_AGENT, TENANTS, Figures, Study
 
+TURNS_AGENTS = 100
+TURNS_SECONDS = 8.0
 PLACEMENT_RATIO_TARGET = 0.8
 REJECTION_TARGET = 0.05
 SHARE_TOLERANCE = 0.10
@@ -74,6 +76,14 @@ def main() -> int:
                              "it; the other runs have no queue). Not paced: there a queued "
                              "task costs its log one more item (its QUEUED answer), and the "
                              "log is what the paced rows are bound by")
+    parser.add_argument("--turns-agents", type=int, default=TURNS_AGENTS, metavar="N",
+                        help="agents of the turns study: the contended run at the fairness "
+                             "group count with and without the queue, measured "
+                             f"--turns-seconds, to show how the groups share the agents "
+                             f"(default {TURNS_AGENTS}; 0 skips it)")
+    parser.add_argument("--turns-seconds", type=_positive, default=TURNS_SECONDS, metavar="S",
+                        help=f"simulated seconds measured in the turns study (default "
+                             f"{TURNS_SECONDS:g}: longer than a turn, TURN_SHARE_S)")
     parser.add_argument("--json", action="store_true", help="one JSON object per run")
     args = parser.parse_args()
     if args.agents < 1:
@@ -95,20 +105,26 @@ def main() -> int:
     if args.fairness_groups and args.queue_depth:
         runs.append(_run(Study(args.fairness_groups, args.seed, rule, args.agents,
                                workload="contended", queue_depth=args.queue_depth), args))
+    turns = [] if not (args.turns_agents and args.fairness_groups) else [
+        _run(Study(args.fairness_groups, args.seed, rule, args.turns_agents,
+                   workload="contended", queue_depth=depth), args, args.turns_seconds)
+        for depth in sorted({0, args.queue_depth})]
     if args.json:
-        for figures in runs:
+        for figures in runs + turns:
             print(json.dumps(figures.as_dict()))
         return 0
     _table(runs)
+    if turns:
+        _turns_table(turns, args.turns_agents)
     return 0
 
 
-def _run(study: Study, args: argparse.Namespace) -> Figures:
+def _run(study: Study, args: argparse.Namespace, seconds: float | None = None) -> Figures:
     started = time.monotonic()
     queue = f", queue {study.queue_depth}" if study.queue_depth else ""
-    print(f"  {study.workload} K={study.groups}{queue} (tasks of {study.task_s:g} s) ...",
-          end="", flush=True, file=sys.stderr)
-    figures = study.run(args.seconds)
+    print(f"  {study.workload} K={study.groups}{queue}, {study.agents:,} agents (tasks of "
+          f"{study.task_s:g} s) ...", end="", flush=True, file=sys.stderr)
+    figures = study.run(seconds or args.seconds)
     print(f" {time.monotonic() - started:.0f} s", file=sys.stderr)
     return figures
 
@@ -140,6 +156,20 @@ def _table(runs: list[Figures]) -> None:
           f"rejections ≤ {REJECTION_TARGET:.0%}; the contended rows' tenant shares within "
           f"±{SHARE_TOLERANCE:.0%} of 1/6, 2/6, 3/6. 'queue N': every agent keeps a local queue "
           "of N per group (late binding), started in that group's turn")
+
+
+def _turns_table(runs: list[Figures], agents: int) -> None:
+    print()
+    print(f"How {runs[0].groups} groups share the agents under contention ({agents:,} agents, "
+          f"{runs[0].seconds:g} s measured):")
+    print()
+    print("| agents' queue per group | placements per group | least / most | utilisation | "
+          "capacity rejections | turns passed |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for f in runs:
+        per_group = " / ".join(f"{n:,}" for n in f.per_group_placements)
+        print(f"| {f.queue_depth or 'none'} | {per_group} | {_balance(f)} | "
+              f"{f.utilisation:.2f} | {f.rejection_rate:.2%} | {f.turn_passes:,} |")
 
 
 def _balance(figures: Figures) -> str:
