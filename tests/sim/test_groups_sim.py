@@ -10,6 +10,7 @@ tests/sim/test_groups_sim.py` replays it alone (`GROUPS_STEPS` sets the step cou
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Any
 
@@ -20,6 +21,7 @@ from agent.groups import OfferRule
 from agent.model import Resources
 from tests.sim.groups import GroupedWorld
 from tests.sim.machine import CoreFactory
+from tests.sim.test_simulation import GROUPS_ONLY
 
 SEEDS = tuple(range(10))
 STEPS = 1_200
@@ -43,15 +45,30 @@ def simulate(seed: int, groups: int, rule: OfferRule = OfferRule.TURN,
     return world
 
 
+@functools.cache
+def _seeded(seed: int) -> GroupedWorld:
+    """One seeded run of 2 or 3 groups, shared by the tests that look at it."""
+    return simulate(seed, 2 + seed % 2)
+
+
 @pytest.mark.parametrize("seed", _seeds())
 def test_k_groups_sharing_every_agent_keep_every_property_under_faults(seed: int) -> None:
     groups = 2 + seed % 2
-    world = simulate(seed, groups)
+    world = _seeded(seed)
     counts = world.counts()
     print(f"seed {seed}, {groups} groups: {counts}")
     for group, history in enumerate(world.histories):
         assert history.counts.get("runs", 0) > 0, f"group {group} ran nothing"
     assert counts.get("quorum_lost", 0) + counts.get("step_leader_change", 0) > 0
+
+
+def test_the_seeded_runs_make_the_decisions_only_several_groups_make() -> None:
+    """What `tests/sim/test_simulation.py` leaves to these runs (GROUPS_ONLY): made here, so
+    checked here."""
+    counts = {d: sum(_seeded(seed).counts().get(f"decision_{d.value}", 0) for seed in _seeds())
+              for d in GROUPS_ONLY}
+    print({d.value: n for d, n in counts.items()})
+    assert all(counts.values()), counts
 
 
 @pytest.mark.parametrize("seed", _seeds()[:3])
