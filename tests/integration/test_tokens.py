@@ -131,8 +131,12 @@ def test_token_secrets_never_reach_the_log_or_snapshots(cluster: LocalCluster,
     leader = cluster.wait_leader()
     client = cluster.client()
     client.submit(PARKED.format(tenant="default"))
-    wait_until(lambda: client.cluster_status(cluster.grpc[leader]).applied_index > 0,
-               "an applied entry", 30)
+    target = client.cluster_status(cluster.grpc[leader]).applied_index
+    assert target > 0  # the token's entry and the submit are applied on the leader
+    for i in range(3):  # and on every replica, with its files written, before they are read
+        wait_until(lambda i=i: client.cluster_status(cluster.grpc[i]).applied_index >= target
+                   and cluster.applied_log(i).is_file(), f"replica {i} to apply the entries",
+                   30)
     stores = [path for i in range(3) for path in (tmp_path / f"replica-{i}").rglob("*")
               if path.is_file()] + [cluster.applied_log(i) for i in range(3)]
     assert stores
