@@ -65,8 +65,8 @@ def test_k_groups_sharing_every_agent_keep_every_property_under_faults(seed: int
 def test_the_seeded_runs_make_the_decisions_only_several_groups_make() -> None:
     """What `tests/sim/test_simulation.py` leaves to these runs (GROUPS_ONLY): made here, so
     checked here."""
-    counts = {d: sum(_seeded(seed).counts().get(f"decision_{d.value}", 0) for seed in _seeds())
-              for d in GROUPS_ONLY}
+    counts = {d: sum(_seeded(seed).counts().get(f"decision_{d.value}", 0)
+                     for seed in _seeds()[:3]) for d in GROUPS_ONLY}
     print({d.value: n for d, n in counts.items()})
     assert all(counts.values()), counts
 
