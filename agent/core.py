@@ -223,7 +223,10 @@ class _Admitting:
     decisions: list[Decision] = field(default_factory=list)
     starting: bool = True
     """False while this core may not start work (`AgentCore` `may_start`): `free` is then
-    nothing, so what arrives is queued or refused."""
+    nothing, so what arrives is queued or refused..."""
+    spare: Resources = NOTHING
+    """...except what arrives with the queue full (placed on the group's last offer before its
+    turn passed on), which runs if this much free room is there."""
 
 
 class AgentCore:
@@ -477,8 +480,9 @@ class AgentCore:
             self._log.warning("admission_paused", pending_reports=pending)
             return [Decision.ADMISSION_PAUSED] * len(assignments)
         starting = not self._held_back()
-        admitting = _Admitting(self.free() if starting else NOTHING, len(self._running),
-                               starting=starting)
+        free = self.free()
+        admitting = _Admitting(free if starting else NOTHING, len(self._running),
+                               starting=starting, spare=NOTHING if starting else free)
         for assignment in assignments:
             decision = self._admit(assignment, admitting)
             if decision is not None:
@@ -510,6 +514,15 @@ class AgentCore:
             return Decision.STALE_FENCE
         assert admission == Admission.RUN, admission
         admitting.fences[key] = assignment.fence
+        crossing = not admitting.starting and len(self._queue) + len(admitting.queued) \
+            >= self._config.queue_depth
+        if crossing and self._refusal(assignment, admitting.spare,
+                                      admitting.running + len(admitting.to_run)) is None:
+            # Held back with its queue full: placed on this group's last offer before its
+            # turn passed on. Run now if the room is there: queued, it would wait a whole turn.
+            admitting.to_run.append(assignment)
+            admitting.spare = admitting.spare.minus(assignment.resources)
+            return None
         refusal = self._refusal(assignment, admitting.free,
                                 admitting.running + len(admitting.to_run))
         if refusal is not None:

@@ -21,11 +21,11 @@ arbiter of the cluster's capacity.
   place on the same room, and the agent then refuses one of them (a capacity rejection: the
   task goes back at no cost, but it costs a round trip and log entries). `TURN` offers the free
   capacity to one group at a time, the *owner*; the turn passes on when the owner's answers to
-  `TURN_EMPTY_ANSWERS` offers in a row place nothing (it has no work that fits), after it
-  started `TURN_SHARE_STARTS` attempts or held the turn `TURN_SHARE_S` while another group
-  waits for one (that group holds work in its local queue here: with a queue a group's demand
-  reaches the agent), or after `TURN_MAX_STARTS` (so every group with work gets its turn on every
-  cluster; without a queue a group's demand is not seen, and a turn lasts long). A turn is
+  `TURN_EMPTY_ANSWERS` offers in a row place nothing (it has no work that fits), when it has
+  held the turn `TURN_SHARE_S` while another group waits for one (that group holds work in its
+  local queue here: with a queue a group's demand reaches the agent), or after
+  `TURN_MAX_STARTS` (so every group with work gets its turn on every cluster; without a queue
+  a group's demand is not seen, and a turn lasts long). A turn is
   handed over: nobody is offered anything until the old owner's next heartbeat has told it that
   nothing is free, so its leader stops placing before the new owner's starts. A rejection then
   needs an assignment the old leader planned on its last offer and that crossed that heartbeat.
@@ -49,13 +49,15 @@ from raftsched import limits
 from raftsched.clock import Clock, SystemClock
 
 TURN_MAX_STARTS = 4_096
-TURN_SHARE_STARTS = 64
-"""Attempts the owner may start in its turn before the turn passes to a group that is waiting
-for one (one that holds work in its local queue here: late binding makes a group's demand
-visible to the agent). Without such a group the turn lasts up to `TURN_MAX_STARTS`."""
-TURN_SHARE_S = 5.0
-"""How long the owner keeps its turn while another group waits for one, however few it started
-(long tasks free slots seldom: counted in starts alone, such a turn could last hours)."""
+TURN_SHARE_S = 30.0
+"""How long the owner keeps its turn once another group waits for one (a group that holds work
+in its local queue here: late binding makes a group's demand visible to the agent), however few
+it started: long tasks free slots seldom, and counted in starts such a turn could last hours.
+Not shorter: each hand-over costs the cluster about a heartbeat, and what the old owner's
+leader planned on its last offer waits in its queue for its next turn (two groups on fast
+no-op work ran at 0.61x one group's rate with a turn shared every 64 starts and 0.86x every
+5 s of the turn, 1.06x without sharing: `scripts/bench groups`). Without such a group the
+turn lasts up to `TURN_MAX_STARTS`."""
 TURN_EMPTY_ANSWERS = 2
 """Answers in a row that place nothing on a non-empty offer before the turn passes on: the
 first answer after the turn arrives may precede the leader's plan on the news (the leader
@@ -92,8 +94,6 @@ class _Turn:
     until it has been told that nothing is free (its next heartbeat reports nothing and its
     answer is handled), so its leader can no longer place on what it was offered before while
     the new owner places on the same room."""
-    since_s: float = 0.0
-    """When the turn came to its owner (the agent's monotonic clock)."""
     started: int = 0
     """Attempts the owner started in this turn."""
     empty: int = 0
@@ -110,16 +110,16 @@ class SharedExecutor:
     def __init__(self, executor: AttemptExecutor, cluster_id: str, capacity: Resources,
                  groups: int, rule: OfferRule = OfferRule.TURN,
                  turn_max_starts: int = TURN_MAX_STARTS,
-                 turn_share_starts: int = TURN_SHARE_STARTS,
-                 clock: Clock | None = None) -> None:
-        assert 1 <= groups <= limits.MAX_GROUPS and turn_max_starts >= 1 \
-            and turn_share_starts >= 1
+                 clock: Clock | None = None, turn_share_s: float = TURN_SHARE_S) -> None:
+        assert 1 <= groups <= limits.MAX_GROUPS and turn_max_starts >= 1 and turn_share_s > 0
         self.executor = executor
         self.capacity = capacity
         self.groups = groups
         self.rule = rule
         self._turn_max_starts = turn_max_starts
-        self._turn_share_starts = turn_share_starts
+        self._turn_share_s = turn_share_s
+        self._others_since_s: float | None = None
+        """Since when a group other than the owner has had work waiting here (this turn)."""
         self._clock = clock or SystemClock()
         self._waiting: set[int] = set()
         """Groups whose core last said it holds attempts in its local queue (`may_start`):
@@ -129,8 +129,7 @@ class SharedExecutor:
         completion is polled."""
         self._done: list[list[Completion]] = [[] for _ in range(groups)]
         """Completions polled from the executor, per group, not yet handed to its view."""
-        self.turn = _Turn(zlib.crc32(cluster_id.encode()) % groups,
-                          since_s=self._clock.monotonic_s())
+        self.turn = _Turn(zlib.crc32(cluster_id.encode()) % groups)
         self._silent: set[int] = set()
         """Groups whose last heartbeat failed (no leader answers: a group without a quorum):
         the turn skips them until one answers again."""
@@ -169,7 +168,7 @@ class SharedExecutor:
         fit). Any other group's assignments go to its local queue (late binding) and wait
         there for its turn: started at once, they would take the room the owner was offered,
         and the owner's placements would then be refused. A group with work waiting gets the
-        turn after the owner's next `TURN_SHARE_STARTS` starts. With `OfferRule.WHOLE` (or one
+        turn once the owner has held it `TURN_SHARE_S`. With `OfferRule.WHOLE` (or one
         group) every group may start."""
         if waiting:
             self._waiting.add(group)
@@ -177,8 +176,12 @@ class SharedExecutor:
             self._waiting.discard(group)
         if self.groups == 1 or self.rule == OfferRule.WHOLE:
             return True
-        if self.turn.previous is None and self._others_wait() \
-                and self._clock.monotonic_s() - self.turn.since_s >= TURN_SHARE_S:
+        now_s = self._clock.monotonic_s()
+        if not self._others_wait():
+            self._others_since_s = None
+        elif self._others_since_s is None:
+            self._others_since_s = now_s
+        elif self.turn.previous is None and now_s - self._others_since_s >= self._turn_share_s:
             self._pass_turn()
         if self.turn.previous is not None:
             return group == self.turn.previous
@@ -227,7 +230,8 @@ class SharedExecutor:
         awake = [g for g in following if g not in self._silent]
         owner = next((g for g in awake if g in self._waiting), awake[0] if awake else following[0])
         self.turn = _Turn(owner, previous=self.turn.owner if handover else None,
-                          since_s=self._clock.monotonic_s(), passes=self.turn.passes + 1)
+                          passes=self.turn.passes + 1)
+        self._others_since_s = None
 
     # -- the executor, by local key ------------------------------------------------------------
 
@@ -241,9 +245,7 @@ class SharedExecutor:
         self._held[key] = assignment.resources
         if group == self.turn.owner and self.groups > 1:
             self.turn.started += 1
-            if self.rule == OfferRule.TURN and (
-                    self.turn.started >= self._turn_max_starts
-                    or (self.turn.started >= self._turn_share_starts and self._others_wait())):
+            if self.turn.started >= self._turn_max_starts and self.rule == OfferRule.TURN:
                 self._pass_turn()
         return launch
 

@@ -27,8 +27,8 @@ from agent.groups import OfferRule
 from raftsched.limits import MAX_AGENT_QUEUE_DEPTH
 from tests.sim.scaleout import AGENTS, SLOTS_PER_AGENT, TENANTS, Figures, Study
 
-TURNS_AGENTS = 100
-TURNS_SECONDS = 8.0
+TURNS_AGENTS = 20
+TURNS_SECONDS = 90.0
 PLACEMENT_RATIO_TARGET = 0.8
 REJECTION_TARGET = 0.05
 SHARE_TOLERANCE = 0.10

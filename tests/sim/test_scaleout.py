@@ -80,8 +80,8 @@ def test_with_a_local_queue_per_group_slots_stay_busier_and_rejections_stay_rare
     assert figures.rejection_rate <= 0.05  # ...placements rarely found them full...
     assert past_depth <= 0.1 * figures.placements  # ...or overfilled them (one offer a pass)
     assert figures.utilisation > without.utilisation
-    balance = min(figures.per_group_placements) / max(figures.per_group_placements)
-    assert balance >= 0.5, figures.per_group_placements  # every group's demand gets turns
+    # (How the groups share the agents over turns of TURN_SHARE_S is the turns study's and
+    # tests/unit/agent/test_groups.py's: this run is shorter than a turn.)
 
 
 def test_a_state_that_hands_freed_room_to_the_queue_with_several_groups_overfills_it(
