@@ -514,10 +514,8 @@ class AgentCore:
             return Decision.STALE_FENCE
         assert admission == Admission.RUN, admission
         admitting.fences[key] = assignment.fence
-        crossing = not admitting.starting and len(self._queue) + len(admitting.queued) \
-            >= self._config.queue_depth
-        if crossing and self._refusal(assignment, admitting.spare,
-                                      admitting.running + len(admitting.to_run)) is None:
+        if not admitting.starting and self._queue_full(admitting) and self._refusal(
+                assignment, admitting.spare, admitting.running + len(admitting.to_run)) is None:
             # Held back with its queue full: placed on this group's last offer before its
             # turn passed on. Run now if the room is there: queued, it would wait a whole turn.
             admitting.to_run.append(assignment)
@@ -528,7 +526,7 @@ class AgentCore:
         if refusal is not None:
             decision, reason = refusal
             if decision in _NO_ROOM and self._can_queue(assignment, admitting):
-                past = len(self._queue) + len(admitting.queued) >= self._config.queue_depth
+                past = self._queue_full(admitting)
                 admitting.queued.append(assignment)
                 return Decision.QUEUED_PAST_DEPTH if past else Decision.QUEUED
             if not admitting.starting and decision == Decision.NO_CAPACITY:
@@ -560,6 +558,10 @@ class AgentCore:
                 f"{free.cpu_milli} memory_mb={free.memory_mb} gpu={free.gpu}")
         return None
 
+    def _queue_full(self, admitting: _Admitting) -> bool:
+        """The local queue, with what this answer queues so far, is at its depth."""
+        return len(self._queue) + len(admitting.queued) >= self._config.queue_depth
+
     def _held_back(self) -> bool:
         """This core may not start work now (`may_start`: with several groups, not this
         group's turn). A core without a local queue is never held back: what it is handed it
@@ -576,7 +578,7 @@ class AgentCore:
         and log entries for nothing; one offer's worth of work is what can cross so."""
         if not assignment.resources.fits_in(self._config.capacity):
             return False
-        if len(self._queue) + len(admitting.queued) < self._config.queue_depth:
+        if not self._queue_full(admitting):
             return True
         if admitting.starting or not self._config.queue_depth:
             return False

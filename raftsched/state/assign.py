@@ -4,7 +4,6 @@ applier) and given a fresh fence, with the preemptions and reservations of the s
 from __future__ import annotations
 
 from raftsched import limits
-from raftsched.spec.model import TaskSpec
 from raftsched.state import feasibility, policy
 from raftsched.state.commands import AssignBatch, Placement, Preemption, Reservation, Withdrawal
 from raftsched.state.feasibility import Unfit, unfit_committed
@@ -16,7 +15,6 @@ from raftsched.state.model import (
     T_RUNNABLE,
     Attempt,
     AttemptState,
-    Cluster,
     Job,
     State,
     Task,
@@ -165,7 +163,8 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
     if placement.queued:  # the planner's choice: the queue, whatever the committed room
         queued = True
         if not feasibility.fits_queue(spec, cluster, now_ms):
-            return _dropped(placement, *_no_queue_place(spec, cluster, now_ms))
+            why = feasibility.explain_queue(spec, cluster, now_ms)
+            return _dropped(placement, why.reason, why.detail)
     else:
         unfit = unfit_committed(spec, cluster, now_ms)
         queued = unfit is Unfit.NO_ROOM and feasibility.fits_queue(spec, cluster, now_ms)
@@ -206,21 +205,6 @@ def _assign_one(state: State, placement: Placement, now_ms: int) -> int | Droppe
     if job.started_ms is None:
         job.started_ms = now_ms
     return fence
-
-
-def _no_queue_place(spec: TaskSpec, cluster: Cluster, now_ms: int) -> tuple[Unfit, str]:
-    """Why a placement meant for a cluster's local queue cannot go there."""
-    whole = feasibility.explain(spec, cluster, cluster.cpu_milli, cluster.memory_mb,
-                                cluster.gpu, now_ms, cluster.custom)
-    if whole is not None:
-        return whole.reason, whole.detail
-    if spec.custom:
-        return Unfit.NO_ROOM, "a task asking for a custom resource is never queued"
-    if cluster.overcommitted:
-        return Unfit.NO_ROOM, (f"cluster {cluster.id} is overcommitted: no new work until "
-                               "reports commit")
-    return Unfit.NO_ROOM, (f"cluster {cluster.id}'s local queue is full ({len(cluster.queued)} "
-                           f"of queue_depth={cluster.queue_depth})")
 
 
 def _dropped(placement: Placement, reason: DropReason | Unfit, detail: str) -> Dropped:

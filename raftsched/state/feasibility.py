@@ -114,6 +114,23 @@ def fits_queue(spec: TaskSpec, cluster: Cluster, now_ms: int) -> bool:
         cluster.custom) is None
 
 
+def explain_queue(spec: TaskSpec, cluster: Cluster, now_ms: int) -> Infeasible:
+    """Why `spec` may not go to the cluster's local queue (`fits_queue` is False): what the
+    cluster lacks even empty, a custom resource, an overcommitted cluster, or a full queue."""
+    whole = explain(spec, cluster, cluster.cpu_milli, cluster.memory_mb, cluster.gpu, now_ms,
+                    cluster.custom)
+    if whole is not None:
+        return whole
+    if spec.custom:
+        return Infeasible(Unfit.NO_ROOM, "a task asking for a custom resource is never queued")
+    if cluster.overcommitted:
+        return Infeasible(Unfit.NO_ROOM, f"cluster {cluster.id} is overcommitted: no new work "
+                                         "until reports commit")
+    return Infeasible(Unfit.NO_ROOM, f"cluster {cluster.id}'s local queue is full "
+                                     f"({len(cluster.queued)} of queue_depth="
+                                     f"{cluster.queue_depth})")
+
+
 def explain(spec: TaskSpec, cluster: Cluster, free_cpu_milli: int, free_memory_mb: int,
             free_gpu: int, now_ms: int,
             free_custom: Mapping[str, int] | None = None) -> Infeasible | None:
