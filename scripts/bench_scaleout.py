@@ -88,6 +88,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.agents < 1:
         parser.error("--agents must be at least 1")
+    if args.turns_agents < 0:
+        parser.error("--turns-agents must be at least 0 (0 skips the turns study)")
     if not 0 <= args.queue_depth <= MAX_AGENT_QUEUE_DEPTH:
         parser.error(f"--queue-depth must be 0..{MAX_AGENT_QUEUE_DEPTH}")
     logging.disable(logging.WARNING)
