@@ -382,6 +382,44 @@ def test_on_changes_gets_each_entrys_changes_and_a_loaded_dumps_index(tmp_path: 
         again.close()
 
 
+def test_closing_frees_the_data_dir_while_a_dump_child_is_still_writing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Snapshots are written by a forked child, which inherits every fd of the replica process,
+    the data-dir locks included (a flock belongs to the open file). A closed replica must be able
+    to start again at once, even while a dump child of its own or of another replica in the
+    process is still writing: a CI run once failed such a restart with "in use by another
+    replica process". Its own child is waited for (bounded), then killed and reaped."""
+    monkeypatch.setattr(raft_node, "CLOSE_TIMEOUT_S", 1.0)
+    latch = tmp_path / "release-dumps"
+    waiting = Path(str(latch) + ".waiting")
+    a_port, b_port = free_ports(2)
+    a_dir, b_dir = str(tmp_path / "a"), str(tmp_path / "b")
+    nodes = [RaftNode(f"127.0.0.1:{a_port}", [], a_dir, SECRET)]
+    monkeypatch.setenv(raft_node.DUMP_LATCH_ENV, str(latch))  # read when a node is built: b's
+    nodes.append(RaftNode(f"127.0.0.1:{b_port}", [], b_dir, SECRET, compaction_min_entries=10))
+    try:
+        b = nodes[1]
+        wait_local_leader(b)
+        for i in range(25):
+            b.propose(submit(f"j{i}"), 5.0)
+        wait_until(lambda: waiting.exists() and waiting.read_text().split(),
+                   "b's dump child to wait at the latch", 30.0)
+        child = int(waiting.read_text().split()[0])
+        nodes[0].close()
+        nodes[0] = RaftNode(f"127.0.0.1:{a_port}", [], a_dir, SECRET)  # b's child holds no lock
+        b.close()
+        with pytest.raises(ProcessLookupError):
+            os.kill(child, 0)  # killed and reaped: not even a zombie is left
+        monkeypatch.delenv(raft_node.DUMP_LATCH_ENV)
+        nodes[1] = RaftNode(f"127.0.0.1:{b_port}", [], b_dir, SECRET)
+        wait_local_leader(nodes[1])
+        assert {f"j{i}" for i in range(25)} <= nodes[1].read(lambda state: set(state.jobs))
+        assert nodes[1].status().dumps_loaded == 0  # the killed child left no snapshot
+    finally:
+        for node in nodes:
+            node.close()
+
+
 def test_single_replica_recovers_from_dump_and_journal(tmp_path: Path) -> None:
     address = f"127.0.0.1:{free_ports(1)[0]}"
     node = RaftNode(address, [], str(tmp_path / "r"), SECRET, compaction_min_entries=10)

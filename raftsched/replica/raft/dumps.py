@@ -36,6 +36,7 @@ from __future__ import annotations
 import faulthandler
 import gc
 import os
+import signal
 import threading
 import time
 import traceback
@@ -68,6 +69,8 @@ DUMP_LATCH_ENV = "RAFTSCHED_FAILPOINT_DUMP_LATCH"
 (at most DUMP_LATCH_MAX_WAIT_S) before writing: a test holds a snapshot in progress as long as
 it likes and shows that nothing else waits for it. Read once when a RaftNode is built."""
 DUMP_LATCH_MAX_WAIT_S = 120.0
+DUMP_CHILD_POLL_S = 0.01
+"""`ForkingSerializer.stop_child` looks this often whether the dump child has exited."""
 DUMP_LATCH_POLL_S = 0.05
 
 
@@ -99,6 +102,24 @@ class ForkingSerializer(Serializer):  # type: ignore[misc]
         self._started_s = time.monotonic()
         self._index, self._term = int(data[1][1]), int(data[1][2])
         super().serialize(data, id)
+
+    def stop_child(self, timeout_s: float) -> str:
+        """Wait (at most `timeout_s`) for a dump child in progress to exit, then kill it; reap
+        it either way. Only when the tick thread has stopped (it reaps the child otherwise).
+        Returns "none", "exited" or "killed". A killed child leaves only its `.tmp` file, which
+        the next dump overwrites; the snapshot in place stays the last one written."""
+        pid = int(getattr(self, "_Serializer__pid", 0))
+        if pid <= 0:
+            return "none"
+        self._Serializer__pid = 0
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return "exited"
+            time.sleep(DUMP_CHILD_POLL_S)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return "killed"
 
     def checkSerializing(self) -> Any:
         state, serialize_id = super().checkSerializing()
@@ -171,6 +192,11 @@ class Dumps:
         nothing but write and fsync the file: no logging, no locks (see above);
         `dump_finished` reports the outcome in the replica.
         """
+        # Every fd this child inherited is a copy of one the replica process holds: the data-dir
+        # lock (a flock belongs to the open file), listening and peer sockets, journals. Kept,
+        # they would outlive a close of their owner: a replica of this process could then not
+        # start again on its data dir or port while the child writes. The child needs none.
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
         # No cyclic garbage collection in this child: a collection would finalize objects of
         # the parent's other threads (gRPC calls in flight), whose library state the fork left
         # behind; it crashed children with SIGSEGV after they had written the file.

@@ -50,7 +50,8 @@ pysyncobj internals this module relies on (re-check them when changing the pinne
   and `pysyncobj.transport` (the two places that build connections) with one that bounds frame
   sizes before buffering them. These globals are the adapter's only patches, done at import.
 - The serializer hooks (`__tryLogCompaction`, `Serializer.serialize`/`deserialize`, the fork):
-  listed in `dumps.py`.
+  listed in `dumps.py`. `close` reaches the serializer as `SyncObj.__serializer` to wait for
+  (or kill) a dump child in progress, and `Serializer.__pid` holds that child's pid.
 - `SyncObj.__loadDumpFile` clears the journal unless `journal[0] == data[2]` and
   `journal[1] == data[1]`; on startup we first align the journal to the dump (see
   `DurableJournal.align_to_dump`) so a crash between the dump rename and the journal compaction
@@ -121,6 +122,7 @@ from raftsched.replica.raft.dumps import (  # noqa: F401  (DUMP_LATCH_ENV: tests
     DUMP_FILE_NAME,
     DUMP_LATCH_ENV,
     Dumps,
+    ForkingSerializer,
     wait_for_latch,
 )
 from raftsched.replica.raft.errors import NotLeader, OutcomeUnknown, fail_name
@@ -186,7 +188,8 @@ one. A forked child writes it (dumps.py): the tick thread pays only for the fork
 FIRST_TICK_TIMEOUT_S = 120.0
 """Start-up waits this long for the first tick, which loads the dump (seconds for big states)."""
 CLOSE_TIMEOUT_S = 10.0
-"""How long `close` waits for the tick thread to exit."""
+"""How long `close` waits for the tick thread to exit, and then for a dump child in progress
+(killed after that: the data dir is free only once no process of ours writes in it)."""
 
 GC_FREEZE_ENTRY_BYTES = 64 * 1024
 """An entry this large (a job of a thousand tasks or more) is applied with the cyclic GC quiet
@@ -228,6 +231,10 @@ class _ReplicatedLog(SyncObj):  # type: ignore[misc]
             super()._checkCommandsToApply()
         finally:
             transport.release_appends()
+
+    def dump_serializer(self) -> ForkingSerializer:
+        serializer: ForkingSerializer = self._SyncObj__serializer
+        return serializer
 
     @replicated  # type: ignore[untyped-decorator]
     def apply_entry(self, data: bytes) -> PendingApply:
@@ -756,6 +763,9 @@ class RaftNode:
         if self._obj.tick_thread_alive():
             log.warning("raft_close_timeout", address=self._address)
         else:
+            child = self._obj.dump_serializer().stop_child(CLOSE_TIMEOUT_S)
+            if child == "killed":
+                log.warning("raft_close_killed_dump_child", address=self._address)
             self._applier.stop()
             self._journal._destroy()
             if self._applied_log is not None:
