@@ -103,6 +103,26 @@ class AgentConfig:
     """Attempts held in the local queue beyond the free capacity (late binding; 0: none)."""
 
 
+def group_store_dir(data_dir: Path, group: int) -> Path:
+    """Where group `group`'s fence store and outbox live in an agent serving several groups:
+    DATA/groups/N; but group 0 of an agent that served one group before (a deployment that
+    grew: docs/scale-out.md §5) keeps DATA's, so the fences it remembers stay in force. An
+    attempt of that one-group agent still recorded there cannot be adopted (its key has no
+    group in it): AgentError saying to drain the cluster first."""
+    if group != 0 or not (data_dir / FENCE_DIR).exists() \
+            or (data_dir / GROUPS_DIR / "0").exists():
+        return data_dir / GROUPS_DIR / str(group)
+    with Outbox(data_dir / OUTBOX_DIR) as outbox:
+        live = outbox.attempts()
+    if live:
+        raise AgentError(
+            f"data dir {data_dir} holds {len(live)} attempt(s) of this agent when it served one "
+            "scheduler group; it cannot adopt them serving several. Drain the cluster "
+            "(raftsched admin drain CLUSTER), wait until it runs nothing, then start the agent "
+            "with every group")
+    return data_dir
+
+
 def attempts_root(data_dir: Path) -> Path:
     """Where a SubprocessExecutor of an agent on `data_dir` keeps attempt dirs."""
     return data_dir / ATTEMPTS_DIR
@@ -442,7 +462,7 @@ class GroupedAgent:
         try:
             for group, session in enumerate(sessions):
                 seat = GroupSeat(self.shared.view(group), lock,
-                                 config.data_dir / GROUPS_DIR / str(group))
+                                 group_store_dir(config.data_dir, group))
                 self.agents.append(Agent(config, session, executor, metrics=metrics,
                                          stop=self._stop, seat=seat))
         except BaseException:
