@@ -610,6 +610,10 @@ MAX_GROUPS = 64
 deployment may have. An agent keys an attempt by (group, fence) as `fence * MAX_GROUPS + group`
 (`agent.groups.local_key`), so this bound is part of that key's shape: never lower it."""
 
+MAX_KEYS_PER_IMPORT = 2_000
+"""Idempotency keys one KEYS_IMPORT entry carries (a shard move hands its keys over in entries
+of at most this many: about 1 MB each, under gRPC's 4 MB message and MAX_ENTRY_BYTES)."""
+
 VIRTUAL_SHARDS = 4_096
 """Shards a deployment's jobs are spread over (`raftsched.topology`), fixed forever: shard s
 belongs to group s mod K. A job id carries its shard in three hex digits, so this is part of

@@ -5,7 +5,9 @@ and the CLI (where to send a call) and the agent (which servers are which group)
 - A deployment is K groups (1 <= K <= `limits.MAX_GROUPS`), each an independent Raft group of
   replicas. Addresses are written as today's comma-separated list, one list per group, the
   groups separated by ';' (`RAFTSCHED_SERVERS="a:1,b:2,c:3;d:4,e:5,f:6"`): group i is the i-th.
-- There are `limits.VIRTUAL_SHARDS` shards, fixed forever; shard s belongs to group s mod K.
+- There are `limits.VIRTUAL_SHARDS` shards, fixed forever; shard s belongs to group s mod K
+  until shards move (groups added to a running deployment, docs/scale-out.md §5): then every
+  group holds an explicit map, which `Routes` reads from a replica's GetTopology answer.
 - A job's shard is chosen when it is submitted: with an idempotency key, from the (tenant, key)
   pair, so a retried submit goes to the same group and the group can refuse one that was sent to
   the wrong group; without one, any shard of the group that takes it. The job id carries the
@@ -19,6 +21,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
 
 from raftsched import limits
 from raftsched.options import parse_address_list
@@ -84,3 +90,59 @@ def shard_of_job_id(job_id: str) -> int | None:
 def group_of_job_id(job_id: str, groups: int) -> int | None:
     shard = shard_of_job_id(job_id)
     return None if shard is None else group_of_shard(shard, groups)
+
+
+@dataclass(frozen=True)
+class Routes:
+    """Where a client sends a call, by the shard map a replica answered (GetTopology): a
+    submit to its key's shard's owner; a job id to its shard's owner, then (when that group
+    does not know the job) to the shard's former owners, newest first; a schedule to group
+    crc32(id) mod `schedule_groups` (the deployment's first group count: schedules never
+    move)."""
+
+    groups: int
+    owners: bytes = b""
+    """One byte per shard; b"": shard s is group s mod groups (no shard has moved)."""
+    formers: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    schedule_groups: int = 0
+    """0: `groups`."""
+    epoch: int = 0
+
+    @classmethod
+    def of(cls, answer: Any) -> Routes:
+        """The routes of a `Topology` answer."""
+        return cls(int(answer.groups), bytes(answer.owners),
+                   {int(f.shard): tuple(int(g) for g in f.groups) for f in answer.formers},
+                   int(answer.schedule_groups), int(answer.map_epoch))
+
+    def owner(self, shard: int) -> int:
+        return self.owners[shard] if self.owners else group_of_shard(shard, self.groups)
+
+    def readers(self, shard: int) -> list[int]:
+        """The groups that may hold a job of `shard`: its owner, then its former owners."""
+        return list(dict.fromkeys([self.owner(shard), *self.formers.get(shard, ())]))
+
+    def schedule_group(self, schedule_id: str) -> int:
+        return zlib.crc32(schedule_id.encode()) % (self.schedule_groups or self.groups)
+
+
+def balancing_moves(owners: bytes, groups: int) -> list[tuple[int, int]]:
+    """The fewest moves that spread `owners` (one byte per shard) evenly over `groups`: each
+    group that holds more than its share gives its highest shards to the groups that hold
+    fewer, lowest group first. The shares that are one larger go to the groups that hold the
+    most already. (shard, to), by shard; deterministic."""
+    assert len(owners) == limits.VIRTUAL_SHARDS and groups >= 1 + max(owners)
+    held: list[list[int]] = [[] for _ in range(groups)]
+    for shard, owner in enumerate(owners):
+        held[owner].append(shard)
+    base, extra = divmod(limits.VIRTUAL_SHARDS, groups)
+    largest = sorted(range(groups), key=lambda g: (-len(held[g]), g))[:extra]
+    share = [base + (1 if g in largest else 0) for g in range(groups)]
+    given = sorted(s for g in range(groups) for s in held[g][share[g]:])
+    moves = []
+    for group in range(groups):
+        while len(held[group]) < share[group]:
+            shard = given.pop(0)
+            held[group].append(shard)
+            moves.append((shard, group))
+    return sorted(moves)

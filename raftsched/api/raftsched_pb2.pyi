@@ -20,20 +20,48 @@ class TopologyGroup(_message.Message):
     def __init__(self, group: _Optional[int] = ..., servers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Topology(_message.Message):
-    __slots__ = ("group", "groups", "shards", "members", "responder", "recorded")
+    __slots__ = ("group", "groups", "shards", "members", "responder", "recorded", "map_epoch", "owners", "moving", "formers", "schedule_groups", "joining")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
     SHARDS_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     RESPONDER_FIELD_NUMBER: _ClassVar[int]
     RECORDED_FIELD_NUMBER: _ClassVar[int]
+    MAP_EPOCH_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    MOVING_FIELD_NUMBER: _ClassVar[int]
+    FORMERS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    JOINING_FIELD_NUMBER: _ClassVar[int]
     group: int
     groups: int
     shards: int
     members: _containers.RepeatedCompositeFieldContainer[TopologyGroup]
     responder: str
     recorded: bool
-    def __init__(self, group: _Optional[int] = ..., groups: _Optional[int] = ..., shards: _Optional[int] = ..., members: _Optional[_Iterable[_Union[TopologyGroup, _Mapping]]] = ..., responder: _Optional[str] = ..., recorded: _Optional[bool] = ...) -> None: ...
+    map_epoch: int
+    owners: bytes
+    moving: _containers.RepeatedCompositeFieldContainer[TopologyMove]
+    formers: _containers.RepeatedCompositeFieldContainer[TopologyFormers]
+    schedule_groups: int
+    joining: bool
+    def __init__(self, group: _Optional[int] = ..., groups: _Optional[int] = ..., shards: _Optional[int] = ..., members: _Optional[_Iterable[_Union[TopologyGroup, _Mapping]]] = ..., responder: _Optional[str] = ..., recorded: _Optional[bool] = ..., map_epoch: _Optional[int] = ..., owners: _Optional[bytes] = ..., moving: _Optional[_Iterable[_Union[TopologyMove, _Mapping]]] = ..., formers: _Optional[_Iterable[_Union[TopologyFormers, _Mapping]]] = ..., schedule_groups: _Optional[int] = ..., joining: _Optional[bool] = ...) -> None: ...
+
+class TopologyMove(_message.Message):
+    __slots__ = ("shard", "to")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    TO_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    to: int
+    def __init__(self, shard: _Optional[int] = ..., to: _Optional[int] = ...) -> None: ...
+
+class TopologyFormers(_message.Message):
+    __slots__ = ("shard", "groups")
+    SHARD_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    shard: int
+    groups: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, shard: _Optional[int] = ..., groups: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class TaskLogsRequest(_message.Message):
     __slots__ = ("job_id", "task_id", "attempt", "stream", "follow", "tail_bytes", "offset")
@@ -724,6 +752,72 @@ class ReportResponse(_message.Message):
     term: int
     verdicts: _containers.RepeatedCompositeFieldContainer[ReportVerdict]
     def __init__(self, term: _Optional[int] = ..., verdicts: _Optional[_Iterable[_Union[ReportVerdict, _Mapping]]] = ...) -> None: ...
+
+class SetShardMapRequest(_message.Message):
+    __slots__ = ("epoch", "groups", "owners", "moving", "formers", "schedule_groups", "servers")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    OWNERS_FIELD_NUMBER: _ClassVar[int]
+    MOVING_FIELD_NUMBER: _ClassVar[int]
+    FORMERS_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULE_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    SERVERS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    groups: int
+    owners: bytes
+    moving: _containers.RepeatedCompositeFieldContainer[TopologyMove]
+    formers: _containers.RepeatedCompositeFieldContainer[TopologyFormers]
+    schedule_groups: int
+    servers: _containers.RepeatedCompositeFieldContainer[TopologyGroup]
+    def __init__(self, epoch: _Optional[int] = ..., groups: _Optional[int] = ..., owners: _Optional[bytes] = ..., moving: _Optional[_Iterable[_Union[TopologyMove, _Mapping]]] = ..., formers: _Optional[_Iterable[_Union[TopologyFormers, _Mapping]]] = ..., schedule_groups: _Optional[int] = ..., servers: _Optional[_Iterable[_Union[TopologyGroup, _Mapping]]] = ...) -> None: ...
+
+class SetShardMapResponse(_message.Message):
+    __slots__ = ("group", "epoch", "changed")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    group: int
+    epoch: int
+    changed: bool
+    def __init__(self, group: _Optional[int] = ..., epoch: _Optional[int] = ..., changed: _Optional[bool] = ...) -> None: ...
+
+class ExportShardKeysRequest(_message.Message):
+    __slots__ = ("epoch", "shards")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    SHARDS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    shards: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, epoch: _Optional[int] = ..., shards: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class ShardKey(_message.Message):
+    __slots__ = ("tenant", "key", "job_id", "digest", "created_ms")
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    CREATED_MS_FIELD_NUMBER: _ClassVar[int]
+    tenant: str
+    key: str
+    job_id: str
+    digest: bytes
+    created_ms: int
+    def __init__(self, tenant: _Optional[str] = ..., key: _Optional[str] = ..., job_id: _Optional[str] = ..., digest: _Optional[bytes] = ..., created_ms: _Optional[int] = ...) -> None: ...
+
+class ShardKeys(_message.Message):
+    __slots__ = ("epoch", "keys")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    keys: _containers.RepeatedCompositeFieldContainer[ShardKey]
+    def __init__(self, epoch: _Optional[int] = ..., keys: _Optional[_Iterable[_Union[ShardKey, _Mapping]]] = ...) -> None: ...
+
+class ImportShardKeysResponse(_message.Message):
+    __slots__ = ("imported", "kept")
+    IMPORTED_FIELD_NUMBER: _ClassVar[int]
+    KEPT_FIELD_NUMBER: _ClassVar[int]
+    imported: int
+    kept: int
+    def __init__(self, imported: _Optional[int] = ..., kept: _Optional[int] = ...) -> None: ...
 
 class RevokeCertificateRequest(_message.Message):
     __slots__ = ("fingerprint", "subject", "reason")

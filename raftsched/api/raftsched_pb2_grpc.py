@@ -886,6 +886,21 @@ class AdminStub:
                 request_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListRevokedCertificatesRequest.SerializeToString,
                 response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListRevokedCertificatesResponse.FromString,
                 _registered_method=True)
+        self.SetShardMap = channel.unary_unary(
+                '/raftsched.v1.Admin/SetShardMap',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.SetShardMapRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.SetShardMapResponse.FromString,
+                _registered_method=True)
+        self.ExportShardKeys = channel.unary_stream(
+                '/raftsched.v1.Admin/ExportShardKeys',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.ExportShardKeysRequest.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ShardKeys.FromString,
+                _registered_method=True)
+        self.ImportShardKeys = channel.unary_unary(
+                '/raftsched.v1.Admin/ImportShardKeys',
+                request_serializer=raftsched_dot_v1_dot_raftsched__pb2.ShardKeys.SerializeToString,
+                response_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ImportShardKeysResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -985,6 +1000,32 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetShardMap(self, request, context):
+        """Moving shards between groups (admin only; docs/scale-out.md §5; `raftsched admin groups
+        add` runs the steps in every group). Write the deployment's shard map at an epoch into
+        this group: only the same map again or the next epoch, and a shard changes owner only
+        after a map marked it moving there.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExportShardKeys(self, request, context):
+        """The remembered idempotency keys of the given shards, read by the leader once its map is at
+        `epoch` (which marked them moving: no new key of theirs can be made here), in pages.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ImportShardKeys(self, request, context):
+        """Keys of shards moving to this group (at most limits.MAX_KEYS_PER_IMPORT per call); the
+        keys it holds already stay.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -1052,6 +1093,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.ListRevokedCertificates,
                     request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ListRevokedCertificatesRequest.FromString,
                     response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ListRevokedCertificatesResponse.SerializeToString,
+            ),
+            'SetShardMap': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetShardMap,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.SetShardMapRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.SetShardMapResponse.SerializeToString,
+            ),
+            'ExportShardKeys': grpc.unary_stream_rpc_method_handler(
+                    servicer.ExportShardKeys,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ExportShardKeysRequest.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ShardKeys.SerializeToString,
+            ),
+            'ImportShardKeys': grpc.unary_unary_rpc_method_handler(
+                    servicer.ImportShardKeys,
+                    request_deserializer=raftsched_dot_v1_dot_raftsched__pb2.ShardKeys.FromString,
+                    response_serializer=raftsched_dot_v1_dot_raftsched__pb2.ImportShardKeysResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1408,6 +1464,87 @@ class Admin:
             '/raftsched.v1.Admin/ListRevokedCertificates',
             raftsched_dot_v1_dot_raftsched__pb2.ListRevokedCertificatesRequest.SerializeToString,
             raftsched_dot_v1_dot_raftsched__pb2.ListRevokedCertificatesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetShardMap(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Admin/SetShardMap',
+            raftsched_dot_v1_dot_raftsched__pb2.SetShardMapRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.SetShardMapResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExportShardKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/raftsched.v1.Admin/ExportShardKeys',
+            raftsched_dot_v1_dot_raftsched__pb2.ExportShardKeysRequest.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.ShardKeys.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ImportShardKeys(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/raftsched.v1.Admin/ImportShardKeys',
+            raftsched_dot_v1_dot_raftsched__pb2.ShardKeys.SerializeToString,
+            raftsched_dot_v1_dot_raftsched__pb2.ImportShardKeysResponse.FromString,
             options,
             channel_credentials,
             insecure,

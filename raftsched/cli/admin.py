@@ -1,5 +1,5 @@
 """`raftsched admin status|add-replica|remove-replica|remove-cluster|drain|undrain|
-tenant set|list|token create|list|revoke|cert revoke|list|snapshot save|inspect`."""
+tenant set|list|token create|list|revoke|cert revoke|list|groups show|add|snapshot save|inspect`."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from raftsched.cli.common import (
     print_json,
     unknown_outcome,
 )
+from raftsched.cli.groups import register_groups
 from raftsched.cli.snapshot import register_snapshot
 from raftsched.environment import TOKEN_ENV
 from raftsched.errors import Code, RaftschedError
@@ -36,7 +37,7 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
     admin = commands.add_parser(
         "admin", help="replicas, leadership, compute clusters, membership",
         description="Operate the scheduler: raftsched admin status|add-replica|remove-replica|"
-                    "remove-cluster|drain|undrain|tenant|token|cert|snapshot.")
+                    "remove-cluster|drain|undrain|tenant|token|cert|groups|snapshot.")
     sub = admin.add_subparsers(title="admin commands", metavar="COMMAND", required=True)
     parents = [common, CONNECTION]
 
@@ -57,6 +58,7 @@ def register_admin(commands: Subparsers, common: argparse.ArgumentParser) -> Non
     _register_tenants(sub, parents)
     _register_tokens(sub, parents)
     register_certs(sub, parents)
+    register_groups(sub, parents)
     register_snapshot(sub, common)
 
 

@@ -375,6 +375,29 @@ class Client:
             raise RaftschedError(Code.UNAVAILABLE, f"the snapshot stream from {address} "
                                  f"broke: {failed.message}") from None
 
+    def set_shard_map(self, request: Any) -> Any:
+        """Write the deployment's shard map at an epoch into this group (admin only; a
+        `SetShardMapRequest`): `raftsched admin groups add` does it in every group."""
+        return self._call(pb_grpc.AdminStub, "SetShardMap", request)
+
+    def export_shard_keys(self, epoch: int, shards: Sequence[int]) -> list[Any]:
+        """The remembered idempotency keys of `shards` (moving away from this group at
+        `epoch`), as pages of at most MAX_KEYS_PER_IMPORT (admin only)."""
+        address, head, stream = self._first_message(lambda channel: pb_grpc.AdminStub(
+            channel).ExportShardKeys(pb.ExportShardKeysRequest(epoch=epoch, shards=shards),
+                                     metadata=self._metadata,
+                                     timeout=SNAPSHOT_STREAM_TIMEOUT_S))
+        pages = [] if head is None else [head]
+        try:
+            pages.extend(stream)
+        except grpc.RpcError as error:
+            raise error_from_rpc(error, address) from None
+        return pages
+
+    def import_shard_keys(self, page: Any) -> Any:
+        """Keys of shards moving to this group (a `ShardKeys` page; admin only)."""
+        return self._call(pb_grpc.AdminStub, "ImportShardKeys", page)
+
     def topology(self) -> Any:
         """Which group the first replica that answers is, of how many, and every group's
         servers (`Topology`); asks each configured replica in turn, like `cluster_status`."""

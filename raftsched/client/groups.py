@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import base64
 import json
-import zlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from typing import Any, TypeVar
@@ -53,9 +52,12 @@ it)."""
 
 
 class GroupedClient:
-    def __init__(self, clients: Sequence[Client]) -> None:
+    def __init__(self, clients: Sequence[Client], routes: topology.Routes | None = None) -> None:
         assert len(clients) >= 1
         self.clients = list(clients)
+        self._routes = routes
+        """The shard map as a replica answered it (`with_topology`); None: asked when first
+        needed."""
         self._located: dict[str, int] = {}
         """Job ids without a shard, and the group that knew them."""
         self.unanswered: list[RaftschedError] = []
@@ -64,6 +66,23 @@ class GroupedClient:
     @property
     def groups(self) -> int:
         return len(self.clients)
+
+    @property
+    def routes(self) -> topology.Routes:
+        """The shard map, asked of the first group that answers (s mod groups when none does,
+        or a group says the deployment has another count: a call to the wrong group is then
+        refused by it, never taken)."""
+        if self._routes is None:
+            self._routes = topology.Routes(self.groups)
+            for client in self.clients:
+                try:
+                    answer = client.topology()
+                except RaftschedError:
+                    continue
+                if answer.groups == self.groups:
+                    self._routes = topology.Routes.of(answer)
+                break
+        return self._routes
 
     def close(self) -> None:
         for client in self.clients:
@@ -107,7 +126,7 @@ class GroupedClient:
     # -- submits -----------------------------------------------------------------------------
 
     def group_of_submit(self, spec: JobSpec, key: str) -> int:
-        return topology.group_of_key(spec.tenant, key, self.groups)
+        return self.routes.owner(topology.shard_of_key(spec.tenant, key))
 
     def submit(self, spec_text: str | bytes, idempotency_key: str | None = None,
                params: Mapping[str, str] | None = None) -> Submitted:
@@ -117,7 +136,26 @@ class GroupedClient:
                     params: Mapping[str, str] | None = None) -> Submitted:
         key = submit_key(idempotency_key, spec)
         group = self.group_of_submit(spec, key)
-        return self._in(group, lambda c: c.submit_spec(spec, key, params))
+        try:
+            return self._in(group, lambda c: c.submit_spec(spec, key, params))
+        except RaftschedError as error:
+            if error.code != Code.FAILED_PRECONDITION or not self._rerouted(group):
+                raise
+        return self._in(self.group_of_submit(spec, key),
+                        lambda c: c.submit_spec(spec, key, params))
+
+    def _rerouted(self, group: int) -> bool:
+        """After `group` refused a shard as another group's: the map again, from that group
+        (True when it moved since this client read it: the caller sends the call again)."""
+        try:
+            answer = self.clients[group].topology()
+        except RaftschedError:
+            return False
+        routes = topology.Routes.of(answer)
+        if routes.epoch <= self.routes.epoch or routes.groups != self.groups:
+            return False
+        self._routes = routes
+        return True
 
     def submit_jobs(self, specs: Sequence[JobSpec], keys: Sequence[str | None] = (),
                     labels: Sequence[str] = (), params: Mapping[str, str] | None = None,
@@ -128,12 +166,25 @@ class GroupedClient:
         for index, spec in enumerate(specs):
             by_group.setdefault(self.group_of_submit(spec, made[index]), []).append(index)
         answers: list[Submitted | RaftschedError | None] = [None] * len(specs)
-        for group, indexes in sorted(by_group.items()):
-            replies = self._in(group, lambda c, ix=indexes: c.submit_jobs(  # type: ignore[misc]
-                [specs[i] for i in ix], [made[i] for i in ix],
-                [labels[i] if i < len(labels) else "" for i in ix], params))
-            for index, reply in zip(indexes, replies, strict=True):
-                answers[index] = reply
+
+        def send(groups: dict[int, list[int]]) -> None:
+            for group, indexes in sorted(groups.items()):
+                replies = self._in(group, lambda c, ix=indexes: c.submit_jobs(  # type: ignore[misc]
+                    [specs[i] for i in ix], [made[i] for i in ix],
+                    [labels[i] if i < len(labels) else "" for i in ix], params))
+                for index, reply in zip(indexes, replies, strict=True):
+                    answers[index] = reply
+
+        send(by_group)
+        refused = [i for i, answer in enumerate(answers) if isinstance(answer, RaftschedError)
+                   and answer.code == Code.FAILED_PRECONDITION]
+        asked = sorted({self.group_of_submit(specs[i], made[i]) for i in refused})
+        if any([self._rerouted(group) for group in asked]):  # shards moved: once more
+            again: dict[int, list[int]] = {}
+            for index in refused:
+                again.setdefault(self.group_of_submit(specs[index], made[index]),
+                                 []).append(index)
+            send(again)
         assert all(answer is not None for answer in answers)
         return [answer for answer in answers if answer is not None]
 
@@ -141,15 +192,20 @@ class GroupedClient:
 
     def group_of_job(self, job_id: str) -> int | None:
         """The group a job id names (or that answered for it); None: not known yet."""
-        group = topology.group_of_job_id(job_id, self.groups)
-        return self._located.get(job_id) if group is None else group
+        if job_id in self._located:
+            return self._located[job_id]
+        shard = topology.shard_of_job_id(job_id)
+        return None if shard is None else self.routes.owner(shard)
 
     def _for_job(self, job_id: str, call: Callable[[Client], T]) -> T:
-        group = self.group_of_job(job_id)
-        if group is not None:
-            return self._in(group, call)
+        shard = topology.shard_of_job_id(job_id)
+        if job_id in self._located:
+            return self._in(self._located[job_id], call)
+        readers = range(self.groups) if shard is None else self.routes.readers(shard)
+        if len(readers) == 1:
+            return self._in(readers[0], call)
         last: RaftschedError | None = None
-        for index in range(self.groups):  # no shard in the id: whoever knows it
+        for index in readers:  # no shard in the id, or a shard that moved: whoever knows it
             try:
                 answer = self._in(index, call)
             except RaftschedError as error:
@@ -239,7 +295,7 @@ class GroupedClient:
     # -- schedules: one group each, by the hash of its id ------------------------------------
 
     def group_of_schedule(self, schedule_id: str) -> int:
-        return zlib.crc32(schedule_id.encode()) % self.groups
+        return self.routes.schedule_group(schedule_id)
 
     def _for_schedule(self, schedule_id: str, call: Callable[[Client], T]) -> T:
         return self._in(self.group_of_schedule(schedule_id), call)
@@ -408,7 +464,8 @@ def with_topology(client: Client, make_client: Callable[[list[str]], Client]) ->
     if answer.groups <= 1 or len(answer.members) != answer.groups:
         return client
     return GroupedClient([client if member.group == answer.group
-                          else make_client(list(member.servers)) for member in answer.members])
+                          else make_client(list(member.servers)) for member in answer.members],
+                         topology.Routes.of(answer))
 
 
 def _revoked(client: Client, token_id: str) -> bool:

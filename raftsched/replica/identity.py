@@ -89,6 +89,9 @@ METHOD_RULES: dict[str, Rule] = {
     "raftsched.v1.Admin/SaveSnapshot": Rule.ADMIN,
     "raftsched.v1.Admin/RevokeCertificate": Rule.ADMIN,
     "raftsched.v1.Admin/ListRevokedCertificates": Rule.OPERATOR,
+    "raftsched.v1.Admin/SetShardMap": Rule.ADMIN,
+    "raftsched.v1.Admin/ExportShardKeys": Rule.ADMIN,
+    "raftsched.v1.Admin/ImportShardKeys": Rule.ADMIN,
 }
 _NEEDS = {Rule.USER: Role.USER, Rule.OPERATOR: Role.OPERATOR, Rule.ADMIN: Role.ADMIN}
 

@@ -114,6 +114,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "The log records them, and any replica then tells clients, agents "
                              "and the console given one group's servers where every group is "
                              "(GetTopology). A replica without it keeps what the log says")
+    parser.add_argument("--joining", action="store_true",
+                        help="this group is being added to a running deployment (with --group "
+                             "and --groups counting it, and --topology): it owns no shard, and "
+                             "takes no submit, until `raftsched admin groups add` moves shards "
+                             "to it (docs/scale-out.md §5). Harmless once it has some")
     _add_tuning_arguments(parser)
 
 
@@ -306,7 +311,11 @@ def _checked_bootstrap(args: argparse.Namespace, wanted: GroupIdentity | None,
         raise _StartError(error.message) from error
     if wanted is not None:
         on_office += (lambda now_ms: c.encode(c.GroupSet(
-            wanted.group, wanted.groups, wanted.shards, now_ms, wanted.servers)),)
+            wanted.group, wanted.groups, wanted.shards, now_ms, wanted.servers,
+            joining=args.joining)),)
+    elif args.joining:
+        raise _StartError("--joining: a group added to a deployment is one of several; give "
+                          "--group and --groups (counting it) or --topology")
     if not 0 < args.suspect_after_s < args.lost_after_s:
         raise _StartError("need 0 < --suspect-after-s < --lost-after-s")
     return on_office

@@ -28,11 +28,10 @@ from raftsched import limits, rpc, tokens, topology
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.api import raftsched_pb2_grpc as pb_grpc
 from raftsched.clock import Clock
-from raftsched.environment import SERVERS_ENV
 from raftsched.errors import Code, RaftschedError
 from raftsched.eventlog import EventLogger
 from raftsched.protocol import LOG_STREAMS
-from raftsched.replica import batch, gc_pause, identity, views
+from raftsched.replica import batch, gc_pause, identity, shard_moves, views
 from raftsched.replica.events import SEQ_END, Cursor, EventFilter, EventLog, TooOld
 from raftsched.replica.gateway import AgentGateway, propose
 from raftsched.replica.leader import Leader
@@ -62,7 +61,9 @@ from raftsched.state.results import (
     JobCancelled,
     JobsSubmitted,
     JobSubmitted,
+    KeysImported,
     Result,
+    ShardMapSetResult,
     TenantSetResult,
     TokenPutResult,
     TokenRevokeResult,
@@ -366,7 +367,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         """The job's slug and 16 hex digits: its shard (`raftsched.topology`), then 52 random
         bits (unique among millions of jobs of one name). With several groups, a submit whose
         idempotency key's shard belongs to another group is FAILED_PRECONDITION naming it (the
-        client routes it there); one without a key takes a shard of this group."""
+        client routes it there), one whose shard is moving UNAVAILABLE (retried); one without a
+        key takes a shard of this group (`shard_moves.new_job_shard`; apply checks it again)."""
         group = self.ctx.read(lambda s: s.group)
         if group is None and self.ctx.configured is not None:
             raise RaftschedError(
@@ -375,20 +377,8 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
                 f"{self.ctx.configured.groups}, which its log has not recorded yet (its first "
                 "leader does that on taking office): retry", retry_after_ms=200)
         bits = self.ctx.rng.getrandbits(64)
-        if spec.idempotency_key:
-            shard = topology.shard_of_key(spec.tenant, spec.idempotency_key)
-            if group is not None and topology.group_of_shard(shard, group.groups) != group.group:
-                owner = topology.group_of_shard(shard, group.groups)
-                raise RaftschedError(
-                    Code.FAILED_PRECONDITION,
-                    f"idempotency key {spec.idempotency_key!r} of tenant {spec.tenant!r} is in "
-                    f"shard {shard}, which group {owner} holds; this is group {group.group} of "
-                    f"{group.groups}: send it there (clients route it by the groups in "
-                    f"${SERVERS_ENV})")
-        elif group is not None:
-            shard = topology.owned_shard(bits >> 12, group.group, group.groups)
-        else:
-            shard = (bits >> 52) % limits.VIRTUAL_SHARDS
+        shard = self.ctx.read(lambda s: shard_moves.new_job_shard(
+            s, spec.tenant, spec.idempotency_key, bits))
         slug = _SLUG.sub('-', spec.name)[:JOB_ID_SLUG_CHARS].strip('-') or 'job'
         return f"{slug}-{topology.job_id_tail(shard, bits)}"
 
@@ -448,7 +438,10 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         options."""
         members = self.ctx.node.members()
 
+        answer = pb.Topology()
+
         def view(state: State) -> tuple[GroupIdentity | None, list[str]]:
+            shard_moves.add_map(answer, state)
             return state.group, [state.replica_addresses[m] for m in members
                                  if m in state.replica_addresses]
 
@@ -458,9 +451,12 @@ class SchedulerService(pb_grpc.SchedulerServicer):  # type: ignore[misc]
         known = told if len(told) == group.groups else [[] for _ in range(group.groups)]
         known[group.group] = list(dict.fromkeys([*known[group.group], *current])) \
             or [self.ctx.grpc_address]
-        answer = pb.Topology(group=group.group, groups=group.groups, shards=group.shards,
-                             responder=self.ctx.grpc_address,
-                             recorded=recorded is not None or self.ctx.configured is None)
+        answer.MergeFrom(pb.Topology(
+            group=group.group, groups=group.groups, shards=group.shards,
+            responder=self.ctx.grpc_address,
+            recorded=recorded is not None or self.ctx.configured is None))
+        if not answer.schedule_groups:
+            answer.schedule_groups = group.groups
         if all(known):  # every group's servers are known: none, else a partial topology
             answer.members.extend(pb.TopologyGroup(group=i, servers=servers)
                                   for i, servers in enumerate(known))
@@ -926,6 +922,37 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
         info: Any = self.ctx.read(lambda s: views.tenant_info(s, request.tenant))
         info.changed = result.changed
         return info
+
+    def SetShardMap(self, request: Any, context: grpc.ServicerContext) -> Any:
+        result = self.ctx.propose(context, shard_moves.map_command(request,
+                                                                   self.ctx.clock.now_ms()))
+        assert isinstance(result, ShardMapSetResult), result
+        group = self.ctx.read(lambda s: s.group)
+        log.info("shard_map_set", epoch=result.epoch, changed=result.changed,
+                 groups=request.groups, moving=len(request.moving))
+        return pb.SetShardMapResponse(group=group.group if group else 0, epoch=result.epoch,
+                                      changed=result.changed)
+
+    def ExportShardKeys(self, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        with self.ctx.stream_slot(context):
+            shards = set(request.shards)
+            try:
+                items = self.ctx.current_read(
+                    context, lambda s: shard_moves.keys_of(s, request.epoch, shards))
+            except RaftschedError as error:
+                self.ctx.abort(context, error)
+            yield from shard_moves.key_pages(items, shards, request.epoch)
+
+    def ImportShardKeys(self, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            command = shard_moves.import_command(request, self.ctx.clock.now_ms())
+        except RaftschedError as error:
+            self.ctx.abort(context, error)
+        result = self.ctx.propose(context, command)
+        assert isinstance(result, KeysImported), result
+        log.info("shard_keys_imported", epoch=request.epoch, imported=result.imported,
+                 kept=result.kept)
+        return pb.ImportShardKeysResponse(imported=result.imported, kept=result.kept)
 
     def ListTenants(self, request: Any, context: grpc.ServicerContext) -> Any:
         return self.ctx.current_read(context, views.list_tenants)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from raftsched import limits
 from raftsched.errors import Code
-from raftsched.options import host_port
 from raftsched.spec.issue import show
 from raftsched.state.commands import CertRevoke, GroupSet, TenantSet, TokenPut, TokenRevoke
 from raftsched.state.model import (
     GroupIdentity,
     RevokedCert,
     Role,
+    ShardMap,
     State,
     TenantPolicy,
     TokenRecord,
@@ -24,7 +24,13 @@ from raftsched.state.results import (
     TokenPutResult,
     TokenRevokeResult,
 )
-from raftsched.state.rules import ROLES, cert_revoke_problem, tenant_set_problem, token_put_problem
+from raftsched.state.rules import (
+    ROLES,
+    cert_revoke_problem,
+    group_servers_problem,
+    tenant_set_problem,
+    token_put_problem,
+)
 from raftsched.state.text import visible
 
 
@@ -130,6 +136,8 @@ def apply_group_set(state: State, cmd: GroupSet) -> Applied[GroupSetResult] | Re
     wanted = GroupIdentity(cmd.group, cmd.groups, cmd.shards)
     if state.group is None:
         state.group = GroupIdentity(cmd.group, cmd.groups, cmd.shards, cmd.servers)
+        if cmd.joining:  # owns no shard until the deployment's map is written here
+            state.shard_map = ShardMap(0, b"")
         return Applied(GroupSetResult(cmd.group, cmd.groups, changed=True))
     current = state.group
     if (current.group, current.groups, current.shards) == \
@@ -142,25 +150,6 @@ def apply_group_set(state: State, cmd: GroupSet) -> Applied[GroupSetResult] | Re
                     f"this log is group {state.group.group} of {state.group.groups}; a replica "
                     f"configured as group {cmd.group} of {cmd.groups} may not change that (check "
                     "its --group and --groups)")
-
-
-def group_servers_problem(servers: tuple[tuple[str, ...], ...], groups: int) -> str:
-    """Why a GROUP_SET's servers are refused ("" when they are none, or one list of 1 to
-    MAX_REPLICAS HOST:PORT addresses per group)."""
-    if not servers:
-        return ""
-    if len(servers) != groups:
-        return f"servers: {len(servers)} groups' addresses for a deployment of {groups}"
-    for index, members in enumerate(servers):
-        if not 1 <= len(members) <= limits.MAX_REPLICAS:
-            return (f"servers (group {index}): {len(members)} addresses; need 1 to "
-                    f"MAX_REPLICAS={limits.MAX_REPLICAS}")
-        for address in members:
-            try:
-                host_port(address)
-            except ValueError as error:
-                return f"servers (group {index}): {address!r} is not HOST:PORT ({error})"
-    return ""
 
 
 def apply_cert_revoke(state: State, cmd: CertRevoke) -> Applied[CertRevoked] | Rejected:

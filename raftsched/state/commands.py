@@ -53,6 +53,8 @@ class Tag(IntEnum):
     SCHEDULE_FIRE = 20
     SCHEDULE_BACKFILL = 21
     GROUP_SET = 23
+    SHARD_MAP_SET = 24
+    KEYS_IMPORT = 25
 
 
 class ClusterStatus(IntEnum):
@@ -283,6 +285,36 @@ class GroupSet:
     """Every group's gRPC addresses in group order (the replica's `--topology`); (): keep what
     the log says. The same group with other servers replaces them (an operator moved a group's
     replicas); entries written before it existed have four fields."""
+    joining: bool = False
+    """A group added to a running deployment (`replica --joining`): it owns no shard until
+    `admin groups add` writes the map into it. Written (a sixth field) only when true."""
+
+
+@dataclass(frozen=True, slots=True)
+class ShardMapSet:
+    """The whole shard map of the deployment at `epoch` (docs/scale-out.md §5), written into
+    every group by `raftsched admin groups add`: owners, the shards moving and where, their
+    former owners, and every group's servers. A log of one group takes it as group 0."""
+
+    epoch: int
+    groups: int
+    owners: bytes
+    moving: tuple[tuple[int, int], ...]
+    formers: tuple[tuple[int, tuple[int, ...]], ...]
+    schedule_groups: int
+    servers: tuple[tuple[str, ...], ...]
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class KeysImport:
+    """Idempotency keys of shards moving to this group, read from their owner after it stopped
+    taking their submits: (tenant, key, job id, spec digest, created ms). Keys this group holds
+    already stay as they are."""
+
+    epoch: int
+    records: tuple[tuple[str, str, str, bytes, int], ...]
+    now_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -384,6 +416,8 @@ Command = (
     | ClusterRemove
     | TenantSet
     | GroupSet
+    | ShardMapSet
+    | KeysImport
     | ClusterDrain
     | CertRevoke
     | JobSubmitBatch
@@ -455,9 +489,8 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
                                     cmd.now_ms]
         case ClusterDrain():
             return Tag.CLUSTER_DRAIN, [cmd.cluster_id, cmd.drain, cmd.now_ms, cmd.reason]
-        case GroupSet():
-            return Tag.GROUP_SET, [cmd.group, cmd.groups, cmd.shards, cmd.now_ms,
-                                   [list(servers) for servers in cmd.servers]]
+        case GroupSet() | ShardMapSet() | KeysImport():
+            return _group_payload(cmd)
         case CertRevoke():
             return Tag.CERT_REVOKE, [cmd.fingerprint, cmd.subject, cmd.reason, cmd.now_ms]
         case JobSubmitBatch():
@@ -467,6 +500,21 @@ def _payload(cmd: Command) -> tuple[Tag, Any]:
                 | ScheduleBackfill():
             return _schedule_payload(cmd)
     raise TypeError(f"not a command: {cmd!r}")
+
+
+def _group_payload(cmd: GroupSet | ShardMapSet | KeysImport) -> tuple[Tag, Any]:
+    match cmd:
+        case GroupSet():
+            return Tag.GROUP_SET, [cmd.group, cmd.groups, cmd.shards, cmd.now_ms,
+                                   [list(servers) for servers in cmd.servers],
+                                   *([True] if cmd.joining else [])]
+        case ShardMapSet():
+            return Tag.SHARD_MAP_SET, [
+                cmd.epoch, cmd.groups, cmd.owners, [list(m) for m in cmd.moving],
+                [[shard, list(groups)] for shard, groups in cmd.formers], cmd.schedule_groups,
+                [list(servers) for servers in cmd.servers], cmd.now_ms]
+        case KeysImport():
+            return Tag.KEYS_IMPORT, [cmd.epoch, [list(r) for r in cmd.records], cmd.now_ms]
 
 
 def _schedule_payload(cmd: ScheduleCreate | ScheduleSet | ScheduleDelete | ScheduleFire
@@ -853,14 +901,46 @@ def _decode_tenant_set(p: Any) -> TenantSet:
 
 
 def _decode_group_set(p: Any) -> GroupSet:
-    group, groups, shards, now_ms, *rest = _fields(p, 5, "GROUP_SET") \
-        if isinstance(p, list) and len(p) == 5 else _fields(p, 4, "GROUP_SET")
-    servers = _list(rest[0], "servers", limits.MAX_GROUPS) if rest else []
+    count = len(p) if isinstance(p, list) and len(p) in (5, 6) else 4
+    group, groups, shards, now_ms, *rest = _fields(p, count, "GROUP_SET")
+    servers = rest[0] if rest else []
+    joining = _bool(rest[1], "joining") if len(rest) > 1 else False
     return GroupSet(_int(group, "group"), _int(groups, "groups"), _int(shards, "shards"),
-                    _int(now_ms, "now_ms"),
-                    tuple(tuple(_str(address, "servers[]", limits.MAX_ADDRESS_CHARS)
-                                for address in _list(members, "servers[]", limits.MAX_REPLICAS))
-                          for members in servers))
+                    _int(now_ms, "now_ms"), _servers(servers), joining)
+
+
+def _servers(value: Any) -> tuple[tuple[str, ...], ...]:
+    return tuple(tuple(_str(address, "servers[]", limits.MAX_ADDRESS_CHARS)
+                       for address in _list(members, "servers[]", limits.MAX_REPLICAS))
+                 for members in _list(value, "servers", limits.MAX_GROUPS))
+
+
+def _decode_shard_map_set(p: Any) -> ShardMapSet:
+    epoch, groups, owners, moving, formers, schedule_groups, servers, now_ms = _fields(
+        p, 8, "SHARD_MAP_SET")
+    shard = limits.VIRTUAL_SHARDS - 1
+    return ShardMapSet(
+        _int(epoch, "epoch"), _int(groups, "groups", 1, limits.MAX_GROUPS),
+        _bytes(owners, "owners", limits.VIRTUAL_SHARDS),
+        tuple((_int(_fields(m, 2, "moving[]")[0], "moving[].shard", 0, shard),
+               _int(m[1], "moving[].to", 0, limits.MAX_GROUPS - 1))
+              for m in _list(moving, "moving", limits.VIRTUAL_SHARDS)),
+        tuple((_int(_fields(f, 2, "formers[]")[0], "formers[].shard", 0, shard),
+               tuple(_int(g, "formers[].groups[]", 0, limits.MAX_GROUPS - 1)
+                     for g in _list(f[1], "formers[].groups", limits.MAX_GROUPS)))
+              for f in _list(formers, "formers", limits.VIRTUAL_SHARDS)),
+        _int(schedule_groups, "schedule_groups", 1, limits.MAX_GROUPS), _servers(servers),
+        _int(now_ms, "now_ms"))
+
+
+def _decode_keys_import(p: Any) -> KeysImport:
+    epoch, records, now_ms = _fields(p, 3, "KEYS_IMPORT")
+    return KeysImport(_int(epoch, "epoch"), tuple(
+        (_str(_fields(r, 5, "records[]")[0], "records[].tenant"),
+         _str(r[1], "records[].key", limits.MAX_IDEMPOTENCY_KEY_CHARS),
+         _str(r[2], "records[].job_id"), _bytes(r[3], "records[].digest", 64),
+         _int(r[4], "records[].created_ms"))
+        for r in _list(records, "records", limits.MAX_KEYS_PER_IMPORT)), _int(now_ms, "now_ms"))
 
 
 def _decode_cluster_drain(p: Any) -> ClusterDrain:
@@ -947,6 +1027,8 @@ _DECODERS = {
     Tag.SCHEDULE_FIRE: _decode_schedule_fire,
     Tag.SCHEDULE_BACKFILL: _decode_schedule_backfill,
     Tag.GROUP_SET: _decode_group_set,
+    Tag.SHARD_MAP_SET: _decode_shard_map_set,
+    Tag.KEYS_IMPORT: _decode_keys_import,
 }
 
 

@@ -50,12 +50,14 @@ from raftsched.state.commands import (
     JobCancel,
     JobSubmit,
     JobSubmitBatch,
+    KeysImport,
     ReportBatch,
     ScheduleBackfill,
     ScheduleCreate,
     ScheduleDelete,
     ScheduleFire,
     ScheduleSet,
+    ShardMapSet,
     TenantSet,
     Tick,
     TokenPut,
@@ -74,6 +76,7 @@ from raftsched.state.schedules import (
     apply_schedule_fire,
     apply_schedule_set,
 )
+from raftsched.state.shards import apply_keys_import, apply_shard_map_set
 from raftsched.state.tick import apply_tick
 
 
@@ -115,6 +118,10 @@ def apply_command(state: State, cmd: Command) -> Outcome:
             return apply_cluster_remove(state, cmd)
         case GroupSet():
             return apply_group_set(state, cmd)
+        case ShardMapSet():
+            return apply_shard_map_set(state, cmd)
+        case KeysImport():
+            return apply_keys_import(state, cmd)
         case TenantSet():
             return apply_tenant_set(state, cmd)
         case ClusterDrain():

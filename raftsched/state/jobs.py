@@ -3,7 +3,7 @@ tasks and ready queue) and cancel."""
 
 from __future__ import annotations
 
-from raftsched import limits
+from raftsched import limits, topology
 from raftsched.errors import Code
 from raftsched.spec.model import JobSpec, SpecError
 from raftsched.spec.wire import decode_trusted
@@ -27,6 +27,7 @@ from raftsched.state.outcome import Applied, Rejected
 from raftsched.state.queues import count_new_tasks, note_job
 from raftsched.state.results import JobCancelled, JobRefused, JobsSubmitted, JobSubmitted
 from raftsched.state.retention import FORGOTTEN_FOR_ROOM, forget_job, remember_key
+from raftsched.state.shards import shard_problem
 from raftsched.state.text import visible
 
 
@@ -45,6 +46,9 @@ def submit_spec(state: State, job_id: str, spec: JobSpec, now_ms: int,
                 schedule: tuple[str, int] | None = None) -> Applied[JobSubmitted] | Rejected:
     """A validated spec's submit (a JOB_SUBMIT's, a schedule's run's: `schedule` is its
     (schedule id, nominal ms)): idempotency, bounds, schedulability, then the job."""
+    shard = topology.shard_of_job_id(job_id) if schedule is None else None
+    if shard is not None and (refused := shard_problem(state, shard)) is not None:
+        return refused  # another group's shard, or one moving: never two groups' job
     # The digest only serves idempotency; hashing a 100,000-task spec is not free.
     digest = spec.digest() if spec.idempotency_key is not None else b""
     if spec.idempotency_key is not None:

@@ -392,6 +392,27 @@ class GroupIdentity:
     (`replica --topology`; what `GetTopology` answers of the other groups); () if never told."""
 
 
+@dataclass(frozen=True, slots=True)
+class ShardMap:
+    """Which group owns each shard, once shards have moved (SHARD_MAP_SET; docs/scale-out.md
+    §5). Before any move there is none: shard s is group s mod groups (epoch 0). Every group
+    holds the same map; apply takes only the same epoch again or the next one, and a shard
+    changes owner only once it was marked moving to that group in the epoch before."""
+
+    epoch: int
+    owners: bytes
+    """One byte per shard (VIRTUAL_SHARDS): its owning group. b"": this group joined a running
+    deployment and has not been told the map yet: it owns no shard."""
+    moving: tuple[tuple[int, int], ...] = ()
+    """(shard, the group it moves to), by shard: their owner refuses their submits (UNAVAILABLE)
+    until the next epoch hands them over."""
+    formers: tuple[tuple[int, tuple[int, ...]], ...] = ()
+    """(shard, its former owners newest first), by shard: where its older jobs still live."""
+    schedule_groups: int = 1
+    """Schedules stay in group crc32(id) mod this (the deployment's first group count): a
+    schedule's runs have no shard in their ids."""
+
+
 @dataclass(slots=True)
 class TenantPolicy:
     """A tenant's share and limits, set by an admin (`TENANT_SET`). The record of ALL_TENANTS
@@ -575,6 +596,9 @@ class State:
     """Schedules by id, in creation order (at most MAX_SCHEDULES)."""
     group: GroupIdentity | None = None
     """Which group of a deployment of several this is (GROUP_SET); None: the only one."""
+    shard_map: ShardMap | None = None
+    """Who owns each shard once shards have moved (SHARD_MAP_SET); None: shard s is group
+    s mod groups."""
     usage: dict[str, TenantUsage] = field(default_factory=dict)
     """Per tenant with a live job or a live attempt: what it holds now. Derived (not in
     snapshots: recomputed when one is loaded)."""

@@ -172,6 +172,20 @@ class GroupSetResult:
 
 
 @dataclass(frozen=True, slots=True)
+class ShardMapSetResult:
+    epoch: int
+    changed: bool
+    """False when the log already held exactly this map at this epoch."""
+
+
+@dataclass(frozen=True, slots=True)
+class KeysImported:
+    imported: int
+    kept: int
+    """Keys this group held already (they stay as they were)."""
+
+
+@dataclass(frozen=True, slots=True)
 class TenantSetResult:
     tenant: str
     changed: bool
@@ -245,6 +259,8 @@ Result = (
     | ClusterRemoved
     | TenantSetResult
     | GroupSetResult
+    | ShardMapSetResult
+    | KeysImported
     | ClusterDrained
     | CertRevoked
     | JobsSubmitted

@@ -7,6 +7,7 @@ that could crash apply or break an invariant, not the user-facing rules (docs/se
 from __future__ import annotations
 
 from raftsched import limits
+from raftsched.options import host_port
 from raftsched.protocol import id_problem
 from raftsched.protocol import id_problem as tenant_name_problem  # the one id rule
 from raftsched.spec.issue import show
@@ -128,3 +129,22 @@ def cluster_register_problem(cmd: ClusterRegister) -> str | None:
         return (f"queue_depth: must be in 0..{limits.MAX_AGENT_QUEUE_DEPTH} "
                 f"(MAX_AGENT_QUEUE_DEPTH), got {cmd.queue_depth}")
     return None
+
+
+def group_servers_problem(servers: tuple[tuple[str, ...], ...], groups: int) -> str:
+    """Why a GROUP_SET's servers are refused ("" when they are none, or one list of 1 to
+    MAX_REPLICAS HOST:PORT addresses per group)."""
+    if not servers:
+        return ""
+    if len(servers) != groups:
+        return f"servers: {len(servers)} groups' addresses for a deployment of {groups}"
+    for index, members in enumerate(servers):
+        if not 1 <= len(members) <= limits.MAX_REPLICAS:
+            return (f"servers (group {index}): {len(members)} addresses; need 1 to "
+                    f"MAX_REPLICAS={limits.MAX_REPLICAS}")
+        for address in members:
+            try:
+                host_port(address)
+            except ValueError as error:
+                return f"servers (group {index}): {address!r} is not HOST:PORT ({error})"
+    return ""

@@ -68,6 +68,7 @@ from raftsched.state.model import (
     Role,
     Schedule,
     ShapeQueue,
+    ShardMap,
     State,
     Task,
     TaskState,
@@ -153,10 +154,23 @@ def dump_to(target: IO[bytes], state: State, extra: Any = None) -> None:
         policy.append([_schedule_record(s) for s in state.schedules.values()])
     if state.group:  # likewise (issue 27: a deployment of several groups)
         policy.append([state.group.group, state.group.groups, state.group.shards,
-                       [list(servers) for servers in state.group.servers]])
+                       [list(servers) for servers in state.group.servers],
+                       *([_shard_map_record(state.shard_map)] if state.shard_map else [])])
     out.write(packer.pack(policy))
     out.write(packer.pack(extra))
     target.write(out.crc.to_bytes(_CRC_BYTES, "big"))
+
+
+def _shard_map_record(shard_map: ShardMap) -> list[Any]:
+    return [shard_map.epoch, shard_map.owners, [list(m) for m in shard_map.moving],
+            [[shard, list(groups)] for shard, groups in shard_map.formers],
+            shard_map.schedule_groups]
+
+
+def _shard_map_from(record: list[Any]) -> ShardMap:
+    epoch, owners, moving, formers, schedule_groups = record
+    return ShardMap(epoch, bytes(owners), tuple((s, to) for s, to in moving),
+                    tuple((s, tuple(groups)) for s, groups in formers), schedule_groups)
 
 
 def _schedule_record(s: Schedule) -> list[Any]:
@@ -397,9 +411,10 @@ def _read_records(unpacker: msgpack.Unpacker, version: int,
             schedule = _schedule_from(record)
             state.schedules[schedule.id] = schedule
         if len(revoked) > 2:
-            group, groups, shards, *servers = revoked[2]  # servers since issue 27's topology
-            state.group = GroupIdentity(group, groups, shards,
-                                        tuple(tuple(s) for s in servers[0]) if servers else ())
+            group, groups, shards, *rest = revoked[2]  # servers since issue 27's topology,
+            state.group = GroupIdentity(group, groups, shards,  # then the map once shards moved
+                                        tuple(tuple(s) for s in rest[0]) if rest else ())
+            state.shard_map = _shard_map_from(rest[1]) if len(rest) > 1 else None
     for job in state.jobs.values():
         state.job_index.add(job.spec.tenant, job.state, job.seq, job.id)
         state.outputs_bytes += job.outputs_bytes

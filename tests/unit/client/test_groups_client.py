@@ -35,6 +35,12 @@ class FakeGroupClient:
         if self.down:
             raise RaftschedError(Code.UNAVAILABLE, "no leader")
 
+    def topology(self) -> Any:
+        """No shard has moved (not recorded in `calls`: the client asks it once, for routes)."""
+        if self.down:
+            raise RaftschedError(Code.UNAVAILABLE, "no leader")
+        return pb.Topology(group=self.group, groups=self.groups, recorded=True)
+
     def submit_spec(self, spec: Any, key: str | None = None, params: Any = None) -> Submitted:
         self._check("submit", key)
         assert key is not None

@@ -37,7 +37,8 @@ def test_services_are_importable_and_complete() -> None:
         "AgentGateway": ["Register", "Heartbeat", "Report", "SendLog"],
         "Admin": ["ClusterStatus", "AddReplica", "RemoveReplica", "CreateToken", "RevokeToken",
                   "ListTokens", "RemoveCluster", "DrainCluster", "SetTenant", "ListTenants",
-                  "SaveSnapshot", "RevokeCertificate", "ListRevokedCertificates"],
+                  "SaveSnapshot", "RevokeCertificate", "ListRevokedCertificates", "SetShardMap",
+                  "ExportShardKeys", "ImportShardKeys"],
         "Schedules": ["CreateSchedule", "ListSchedules", "GetSchedule", "SetSchedule",
                       "TriggerSchedule", "BackfillSchedule", "DeleteSchedule"],
     }

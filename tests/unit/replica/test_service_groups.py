@@ -50,7 +50,7 @@ def test_a_keyed_submit_of_another_group_is_refused_naming_it_and_nothing_is_pro
     abort, _ = refused(replica.scheduler.SubmitJob,
                        pb.SubmitJobRequest(spec=json.dumps(SPEC), idempotency_key=key))
     assert abort.code == grpc.StatusCode.FAILED_PRECONDITION
-    assert "which group 2 holds; this is group 1 of 3" in abort.details
+    assert "is group 2's (shard map epoch 0); this is group 1" in abort.details
     assert replica.node.proposed == proposed and replica.node.state.jobs == {}
 
 
@@ -70,7 +70,7 @@ def test_a_batch_answers_each_job_and_refuses_only_those_of_other_groups() -> No
         pb.SubmitJobsItem(spec_wire=wire, idempotency_key=key) for key in keys]), FakeContext())
     assert reply.answers[0].job_id and not reply.answers[0].code
     assert reply.answers[1].code == "FAILED_PRECONDITION" and not reply.answers[1].job_id
-    assert "which group 1 holds" in reply.answers[1].message
+    assert "is group 1's" in reply.answers[1].message
     assert len(replica.node.state.jobs) == 1
 
 
