@@ -70,7 +70,7 @@ from typing import Any
 from jepsen.checks_agents import agent_events as agent_events
 from jepsen.checks_agents import check_agent_logs
 from jepsen.checks_capacity import check_capacity
-from jepsen.checks_groups import check_groups
+from jepsen.checks_groups import check_groups, grow_figures
 from jepsen.checks_history import (
     MAX_NOTES_SHOWN,
     _event,
@@ -104,7 +104,10 @@ def check(results_dir: Path) -> Report:
     replicas = _replicas(results_dir, _event(history, "final"), found)
     groups = _groups(results_dir)
     if groups > 1:
-        check_groups(results_dir, history, replicas, groups, found)
+        grown = _meta(results_dir).get("grow") is True
+        check_groups(results_dir, history, replicas, groups, found, grown=grown)
+        if grown:
+            grow_figures(history, found)
         count_ops(history.ops, found)
         fault_statistics(history, found)
         return found.finish()
@@ -135,16 +138,31 @@ def check(results_dir: Path) -> Report:
     return found.finish()
 
 
+def _meta(results_dir: Path) -> dict[str, Any]:
+    """meta.json, or {} when it cannot be read."""
+    try:
+        meta = json.loads((results_dir / "meta.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return meta if isinstance(meta, dict) else {}
+
+
 def _groups(results_dir: Path) -> int:
     """meta.json's "groups" (a run of several scheduler groups), else 1."""
-    try:
-        groups = json.loads((results_dir / "meta.json").read_text()).get("groups", 1)
-    except (OSError, ValueError, AttributeError):
-        return 1
+    groups = _meta(results_dir).get("groups", 1)
     return groups if type(groups) is int and groups >= 1 else 1
 
 
 # --- output -------------------------------------------------------------------------------------
+
+
+def _grow_row(grow: dict[str, Any]) -> str:
+    if not grow.get("done"):
+        return f"NOT done ({grow.get('tries')} tries)"
+    held = "" if "held_s" not in grow else \
+        f", held moving {grow['held_s']:.1f} s with {grow['faults_while_moving']} faults active"
+    return (f"{grow.get('moved')} shards, {grow.get('keys_imported')} keys handed over"
+            f"{held}, {grow.get('tries')} tries")
 
 
 def report_json(report: Report) -> dict[str, Any]:
@@ -152,6 +170,8 @@ def report_json(report: Report) -> dict[str, Any]:
     whole = asdict(report)
     if not whole["groups"]:
         del whole["groups"]
+    if whole["grow"] is None:
+        del whole["grow"]
     return whole
 
 
@@ -230,6 +250,8 @@ def format_table(report: Report, *, seed: int | None = None, nodes: int | None =
         rows.append((f"{f}: invoked / ok / fail / info",
                      f"{row['invoked']} / {row['ok']} / {row['fail']} / {row['info']}"
                      + (f" ({row['open']} open)" if row["open"] else "")))
+    if report.grow is not None:
+        rows.append(("shards moved to the joining group (--grow)", _grow_row(report.grow)))
     rows.append(("faults injected", f"{sum(faults.values())}: " + ", ".join(
         f"{k} {v}" for k, v in sorted(faults.items())) if faults else "none"))
     rows.append(("invariants checked", f"{len(report.invariants_checked)} checks, "

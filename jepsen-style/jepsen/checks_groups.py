@@ -13,8 +13,16 @@ is never compared with group B's. Violations and notes found in group g's pass a
 Across groups:
 - job_one_group: no job id is in two groups' logs.
 - job_group_shard: a job whose id names a shard (`raftsched.topology`) is in the log of the
-  group that shard belongs to (a schedule's runs, whose ids name none, are not judged).
+  group that shard belongs to (a schedule's runs, whose ids name none, are not judged). In a
+  run that grew (`run --grow`: shards moved to a group that joined), of a group that owned the
+  shard at some time: its owner or a former owner in the newest map any group's log holds.
+- key_one_job: no idempotency key of a tenant made two jobs, in one group or across groups
+  (what handing the keys over with a moving shard is for).
 Liveness: every acknowledged job of every group terminal after the heal.
+
+A run that grew records no group for its submits and reads (it is not known in advance): an
+operation's group is then the group whose log holds its job (found by replaying each group's
+log once more, quietly, before the checks), else its shard's owner in the newest map.
 """
 
 from __future__ import annotations
@@ -36,7 +44,7 @@ from jepsen.checks_replay import _kills_for, _list, _Replay, _Replica, read_logs
 from jepsen.checks_schedules import check_schedules
 from jepsen.checks_submits import check_submissions
 from raftsched.eventlog import Event
-from raftsched.topology import group_of_job_id
+from raftsched.topology import Routes, group_of_job_id, shard_of_job_id
 
 _REPLICA_NAME = re.compile(r"^g(\d+)r\d+$")
 
@@ -50,38 +58,70 @@ def replica_group(replica: _Replica) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def op_group(op: Op, groups: int) -> int | None:
-    """The group an operation went to: its invoke's "group", else its job id's shard."""
+Locate = Callable[[str], "int | None"]
+"""A job id's group: where its job lives (None: not known)."""
+
+
+def by_shard(groups: int) -> Locate:
+    """The group a job id's shard names (a run that never moved shards)."""
+    return lambda job_id: group_of_job_id(job_id, groups)
+
+
+def op_group(op: Op, locate: Locate) -> int | None:
+    """The group an operation went to: its invoke's "group", else its job's."""
     value = op.value()
     group = value.get("group")
     if type(group) is int:
         return group
     job_id = value.get("job_id") or op.result().get("job_id")
-    return group_of_job_id(job_id, groups) if isinstance(job_id, str) else None
+    return locate(job_id) if isinstance(job_id, str) else None
 
 
-def group_history(history: _History, group: int, groups: int) -> _History:
+def group_history(history: _History, group: int, locate: Locate) -> _History:
     """The operations of `group` (records of other groups' operations left out); events kept,
     but the liveness event's pending jobs and verdict are the group's."""
-    ops = [op for op in history.ops if op_group(op, groups) == group]
+    ops = [op for op in history.ops if op_group(op, locate) == group]
     mine = {op.op for op in ops}
     others = {op.op for op in history.ops} - mine
     records = [r for r in history.records if r.get("op") not in others]
-    events = [_group_liveness(e, group, groups) if e.get("f") == "liveness" else e
+    events = [_group_liveness(e, group, locate) if e.get("f") == "liveness" else e
               for e in history.events]
     return _History(records=records, ops=ops, events=events)
 
 
-def _group_liveness(event: dict[str, Any], group: int, groups: int) -> dict[str, Any]:
+def _group_liveness(event: dict[str, Any], group: int, locate: Locate) -> dict[str, Any]:
     value = _dict(event.get("value"))
     pending = [j for j in _list(value.get("pending"))
-               if isinstance(j, str) and group_of_job_id(j, groups) in (group, None)]
+               if isinstance(j, str) and locate(j) in (group, None)]
     return {**event, "value": {**value, "pending": pending, "met": not pending}}
 
 
+def grown_locator(results_dir: Path, merged_of: dict[int, dict[int, bytes]],
+                  members: dict[int, list[_Replica]]) -> tuple[Locate, Routes]:
+    """For a run that grew: where each job lives (every group's log replayed once, quietly)
+    and the newest shard map any group's log holds."""
+    home: dict[str, int] = {}
+    newest = Routes(len(merged_of))
+    for group, merged in sorted(merged_of.items()):
+        state = replay(merged, [], members[group], _Findings(results_dir)).state
+        home.update(dict.fromkeys(state.jobs, group))
+        shard_map = state.shard_map
+        if shard_map is not None and shard_map.owners and shard_map.epoch >= newest.epoch:
+            newest = Routes(len(merged_of), shard_map.owners, dict(shard_map.formers),
+                            shard_map.schedule_groups, shard_map.epoch)
+
+    def locate(job_id: str) -> int | None:
+        if job_id in home:
+            return home[job_id]
+        shard = shard_of_job_id(job_id)
+        return None if shard is None else newest.owner(shard)
+    return locate, newest
+
+
 def check_groups(results_dir: Path, history: _History, replicas: list[_Replica], groups: int,
-                 found: _Findings) -> None:
-    """Every per-log check once per group, then the properties across groups."""
+                 found: _Findings, *, grown: bool = False) -> None:
+    """Every per-log check once per group, then the properties across groups. `grown`: shards
+    moved during the run (module doc)."""
     members: dict[int, list[_Replica]] = {g: [] for g in range(groups)}
     for replica in replicas:
         group = replica_group(replica)
@@ -90,14 +130,20 @@ def check_groups(results_dir: Path, history: _History, replicas: list[_Replica],
                        "log is not checked")
             continue
         members[group].append(replica)
-    views = {g: group_history(history, g, groups) for g in range(groups)}
+    merged_of: dict[int, dict[int, bytes]] = {}
+    for group in range(groups):
+        with _prefixed(found, group):
+            merged_of[group] = read_logs(members[group], found)
+            if not merged_of[group]:
+                found.note("no applied log holds any entry: the log checks did nothing")
+    locate, routes = grown_locator(results_dir, merged_of, members) if grown \
+        else (by_shard(groups), Routes(groups))
+    views = {g: group_history(history, g, locate) for g in range(groups)}
     runs: dict[int, _Replay] = {}
     reads_of: dict[int, list[Any]] = {}
     for group in range(groups):
         with _prefixed(found, group):
-            merged = read_logs(members[group], found)
-            if not merged:
-                found.note("no applied log holds any entry: the log checks did nothing")
+            merged = merged_of[group]
             reads = reads_of[group] = collect_reads(views[group].ops, found)
             report = found.report
             report.kill_settle_p50_s = report.kill_settle_max_s = None
@@ -110,11 +156,12 @@ def check_groups(results_dir: Path, history: _History, replicas: list[_Replica],
                 suppressed[name] = suppressed.get(name, 0) + count
             runs[group] = run
             _figures(found, group, run, reads)
-    home = check_one_group_per_job(runs, groups, found)
+    home = check_one_group_per_job(runs, routes, found)
+    check_one_job_per_key(runs, found)
     ledger = read_ledger(results_dir / "ledger.txt", found)
     for group in range(groups):
         run, view = runs[group], views[group]
-        keep = _keeper(home, group, groups)
+        keep = _keeper(home, group, locate)
         with _prefixed(found, group):
             check_submissions(view.ops, run, found)
             check_read_order(reads_of[group], found)
@@ -129,13 +176,14 @@ def check_groups(results_dir: Path, history: _History, replicas: list[_Replica],
             check_schedules(run, found)
             check_fanouts(view.ops, run, found)
             _liveness_figures(found, group)
-    check_capacity_across(results_dir / "logs", runs, _event_group(home, groups), found)
+    check_capacity_across(results_dir / "logs", runs, _event_group(home, groups, locate), found)
     _combine(found)
 
 
-def check_one_group_per_job(runs: dict[int, _Replay], groups: int,
+def check_one_group_per_job(runs: dict[int, _Replay], routes: Routes,
                             found: _Findings) -> dict[str, int]:
-    """job_one_group and job_group_shard over the replayed states; job id -> its group."""
+    """job_one_group and job_group_shard over the replayed states (a shard's groups: its
+    owner and former owners in `routes`); job id -> its group."""
     home: dict[str, int] = {}
     for group, run in sorted(runs.items()):
         for job_id in run.state.jobs:
@@ -146,23 +194,41 @@ def check_one_group_per_job(runs: dict[int, _Replay], groups: int,
                               keys=(job_id,))
                 continue
             home[job_id] = group
-            named = group_of_job_id(job_id, groups)
-            if named is None:
+            shard = shard_of_job_id(job_id)
+            if shard is None:
                 continue
             found.count("job_group_shard")
-            if named != group:
+            if group not in routes.readers(shard):
+                named = " or ".join(map(str, routes.readers(shard)))
                 found.violate("job_group_shard", f"job {job_id} is in group {group}'s log, but "
                                                  f"its id's shard belongs to group {named}",
                               keys=(job_id,))
     return home
 
 
-def _keeper(home: dict[str, int], group: int, groups: int) -> Callable[[str], bool]:
-    """Whether a job id is `group`'s: the group whose log holds it, else its id's shard's."""
+def check_one_job_per_key(runs: dict[int, _Replay], found: _Findings) -> None:
+    """key_one_job: every (tenant, idempotency key) of every group's jobs names one job."""
+    made: dict[tuple[str, str], tuple[str, int]] = {}
+    for group, run in sorted(runs.items()):
+        for job_id, job in run.state.jobs.items():
+            key = job.spec.idempotency_key
+            if key is None:
+                continue
+            found.count("key_one_job")
+            first = made.setdefault((job.spec.tenant, key), (job_id, group))
+            if first != (job_id, group):
+                found.violate("key_one_job", f"idempotency key {key!r} of tenant "
+                                             f"{job.spec.tenant!r} made job {first[0]} (group "
+                                             f"{first[1]}) and job {job_id} (group {group})",
+                              keys=(key,))
+
+
+def _keeper(home: dict[str, int], group: int, locate: Locate) -> Callable[[str], bool]:
+    """Whether a job id is `group`'s: the group whose log holds it, else `locate`'s."""
     def keep(job_id: str) -> bool:
         where = home.get(job_id)
         if where is None:
-            where = group_of_job_id(job_id, groups)
+            where = locate(job_id)
         return where == group
     return keep
 
@@ -176,15 +242,16 @@ def _event_keeper(keep: Callable[[str], bool], group: int) -> Callable[[Event], 
     return kept
 
 
-def _event_group(home: dict[str, int], groups: int) -> Callable[[Event], int | None]:
+def _event_group(home: dict[str, int], groups: int,
+                 locate: Locate) -> Callable[[Event], int | None]:
     """An agent event's group: the one it names (an agent serving several groups logs it),
-    else the group whose log holds its job, else its id's shard's."""
+    else the group whose log holds its job, else `locate`'s."""
     def group(event: Event) -> int | None:
         named = event.fields.get("group")
         if isinstance(named, int) and 0 <= named < groups:
             return named
         job_id = str(event.fields.get("job", ""))
-        return home[job_id] if job_id in home else group_of_job_id(job_id, groups)
+        return home[job_id] if job_id in home else locate(job_id)
     return group
 
 
@@ -241,3 +308,43 @@ def _combine(found: _Findings) -> None:
     p50s = [g["kill_settle_p50_s"] for g in groups if g["kill_settle_p50_s"] is not None]
     report.kill_settle_max_s = max(maxima) if maxima else None
     report.kill_settle_p50_s = max(p50s) if p50s else None
+
+
+def grow_figures(history: _History, found: _Findings) -> None:
+    """A run that grew: when the shards were marked and handed over, how long they were held
+    moving, what moved, how many tries it took, and the faults active while they moved."""
+    grows = [e for e in history.events if e.get("f") == "grow"]
+    ok = {str(_dict(e.get("value")).get("phase")): e for e in grows
+          if _dict(e.get("value")).get("ok") is True}
+    marked, done = ok.get("marked"), ok.get("done")
+    figures: dict[str, Any] = {"tries": len(grows), "done": done is not None}
+    if done is not None:
+        value = _dict(done.get("value"))
+        figures.update(moved=value.get("moved"), keys_imported=value.get("keys_imported"),
+                       epoch=value.get("epoch"))
+    if marked is not None and done is not None:
+        start, end = float(marked["t"]), float(done["t"])
+        figures.update(marked_at_s=round(start, 3), done_at_s=round(end, 3),
+                       held_s=round(end - start, 3),
+                       faults_while_moving=_faults_between(history, start, end))
+    found.report.grow = figures
+    if done is None:
+        found.note("the shards did not move to the joining group: the run checked one group's "
+                   "jobs staying put, not a move")
+
+
+def _faults_between(history: _History, start: float, end: float) -> int:
+    """Faults that began before `end` and had not ended by `start`."""
+    active = 0
+    began: dict[str, float] = {}
+    for event in history.events:
+        if event.get("f") != "fault":
+            continue
+        value = _dict(event.get("value"))
+        key = f"{value.get('kind')}:{sorted(map(str, _list(value.get('targets'))))}"
+        if value.get("phase") == "start":
+            began[key] = float(event["t"])
+        elif value.get("phase") == "end" and key in began \
+                and began.pop(key) < end and float(event["t"]) > start:
+            active += 1
+    return active + sum(1 for t in began.values() if t < end)

@@ -88,6 +88,8 @@ class Report:
     replicas: dict[str, dict[str, Any]] = field(default_factory=dict)
     groups: list[dict[str, Any]] = field(default_factory=list)
     """With several scheduler groups: each group's own figures (replay, liveness, kills)."""
+    grow: dict[str, Any] | None = None
+    """A run that grew (`run --grow`): the shard move's figures (`checks_groups.grow_figures`)."""
     """name -> first/last index, entries, re-applied records, torn tail bytes of its log."""
 
 

@@ -108,6 +108,10 @@ class ClusterUnderTest:
     lost_after_s: float
     groups: int = 1
     """Scheduler groups, each of `replica_count` replicas (1: the single group of before)."""
+    joining: bool = False
+    """The last group joins a running deployment (`run --grow`): its replicas are started with
+    `--joining` and own no shard until shards move to it; the others are started as a
+    deployment of one group fewer, and every agent is given every group's servers."""
     replicas: dict[str, NodeProc] = field(default_factory=dict)
     agents: dict[str, NodeProc] = field(default_factory=dict)
     grpc: dict[str, str] = field(default_factory=dict)
@@ -137,9 +141,9 @@ class ClusterUnderTest:
         token_file = self.root / "tls" / "admin.token"
         self.admin_token = pki.write_admin_token(token_file)
         """The bootstrap admin token (every tenant): the workload acts for several tenants."""
+        self.grpc = {name: f"{spaces[name].ip}:{GRPC_PORT}" for name in names}
         for name in names:
             ns = spaces[name]
-            self.grpc[name] = f"{ns.ip}:{GRPC_PORT}"
             home = self.root / "replicas" / name
             home.mkdir(parents=True, exist_ok=True)
             argv = [sys.executable, "-m", "raftsched.replica.main",
@@ -150,11 +154,7 @@ class ClusterUnderTest:
                     "--applied-log", str(home / "applied.log"),
                     "--suspect-after-s", str(self.suspect_after_s),
                     "--lost-after-s", str(self.lost_after_s)]
-            if self.groups > 1:
-                argv += ["--group", str(self.group_of[name]), "--groups", str(self.groups),
-                         "--topology", ";".join(",".join(f"{spaces[n].ip}:{GRPC_PORT}"
-                                                         for n in self.group_replicas(g))
-                                                for g in range(self.groups))]
+            argv += self._group_flags(self.group_of[name])
             self.replicas[name] = self._node(name, "replica", ns, argv,
                                              self.root / "logs" / f"replica-{name}.log")
         for index, (cluster_id, spec) in enumerate(self.agent_specs.items()):
@@ -162,8 +162,10 @@ class ClusterUnderTest:
             # With several groups each agent is given one group's replicas (in turn) and learns
             # the others from them (GetTopology): learning, and the topology it keeps for a
             # restart during a partition, run under the faults too.
+            given = self.servers_text() if self.joining \
+                else ",".join(self.group_servers(index % self.groups))
             argv = [sys.executable, "-m", "agent", "--cluster-id", cluster_id,
-                    "--servers", ",".join(self.group_servers(index % self.groups)),
+                    "--servers", given,
                     "--capabilities", ",".join(spec["capabilities"]),
                     "--cpu", str(spec["cpu"]), "--memory-mb", str(spec["memory_mb"]),
                     "--gpu", str(spec["gpu"]),
@@ -175,6 +177,17 @@ class ClusterUnderTest:
                     "--task-user", ""]
             self.agents[cluster_id] = self._node(cluster_id, "agent", ns, argv,
                                                  self.root / "logs" / f"agent-{cluster_id}.log")
+
+    def _group_flags(self, group: int) -> list[str]:
+        """A replica's --group/--groups/--topology (and --joining): the deployment it starts
+        in is every group, or with `joining` every group but the last, which joins it."""
+        known = self.groups - 1 if self.joining and group < self.groups - 1 else self.groups
+        if known == 1:
+            return []
+        topology = ";".join(",".join(self.grpc[n] for n in self.group_replicas(g))
+                            for g in range(known))
+        return ["--group", str(group), "--groups", str(known), "--topology", topology,
+                *(["--joining"] if self.joining and group == self.groups - 1 else [])]
 
     def group_replicas(self, group: int) -> list[str]:
         """The names of `group`'s replicas, sorted."""

@@ -28,6 +28,7 @@ from typing import Any
 
 from jepsen import checker as checker_mod
 from jepsen.cluster import ClusterUnderTest
+from jepsen.grow import Grower
 from jepsen.history import History
 from jepsen.hostile import HOSTILE_CLUSTER
 from jepsen.nemesis import GROUPS, KINDS, FaultError, Nemesis, parse_faults
@@ -72,6 +73,11 @@ def parser() -> argparse.ArgumentParser:
                         "Raft log; every agent serves every group and the clients route by "
                         "key and job id (default 1). With K > 1 every replica fault hits one "
                         "seeded group; the `group` faults take a group's quorum away")
+    p.add_argument("--grow", action="store_true",
+                   help="add a scheduler group while the run goes on: one more group is "
+                        "started with --joining and, at a seeded moment, shards move to it "
+                        "(`admin groups add`'s steps, tried again after every failure) under "
+                        "the faults; the checker then finds where each job lives")
     p.add_argument("--agents", type=int, default=2, help="agents, one cluster each (default 2)")
     p.add_argument("--clients", type=int, default=3, help="concurrent clients (default 3)")
     p.add_argument("--time", type=float, default=60.0, metavar="S",
@@ -108,11 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.suspect_after_s < args.lost_after_s:
         print("error: need 0 < --suspect-after-s < --lost-after-s", file=sys.stderr)
         return EXIT_USAGE
-    if not 1 <= args.groups <= MAX_GROUPS:
-        print(f"error: --groups must be 1 to {MAX_GROUPS}", file=sys.stderr)
+    if not 1 <= _total_groups(args) <= MAX_GROUPS:
+        print(f"error: --groups (with --grow: one more) must be 1 to {MAX_GROUPS}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        parse_faults(args.faults, args.nodes, args.groups)
+        parse_faults(args.faults, args.nodes, _total_groups(args))
     except FaultError as error:
         print(f"error: --faults: {error}", file=sys.stderr)
         return EXIT_USAGE
@@ -194,7 +200,7 @@ def _as_init(harness: Any) -> int:
 
 def _harness(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
-    kinds = parse_faults(args.faults, args.nodes, args.groups)
+    kinds = parse_faults(args.faults, args.nodes, _total_groups(args))
     root, agents = _prepare(args, kinds)
     outcome = _run(args, root, agents, kinds)
     if outcome.failure == "interrupted":
@@ -223,9 +229,13 @@ def _prepare(args: argparse.Namespace,
             "time_s": args.time, "faults": list(kinds), "lost_after_s": args.lost_after_s,
             "suspect_after_s": args.suspect_after_s, "liveness_bound_s": args.liveness_bound_s,
             "hostile_cluster": HOSTILE_CLUSTER, "started": stamp, "argv": sys.argv[1:]}
-    if args.groups > 1:
-        meta["groups"] = args.groups
-    groups = f" in each of {args.groups} groups" if args.groups > 1 else ""
+    if _total_groups(args) > 1:
+        meta["groups"] = _total_groups(args)
+    if args.grow:
+        meta["grow"] = True
+    groups = f" in each of {_total_groups(args)} groups" if _total_groups(args) > 1 else ""
+    if args.grow:
+        groups += f" (the last joining: {args.groups} -> {args.groups + 1})"
     (root / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
     _say(f"jepsen-style: seed {args.seed}, {args.nodes} replicas{groups}, {args.agents} agents, "
          f"{args.clients} clients, {args.time:g} s, faults {','.join(kinds)}\n"
@@ -244,7 +254,8 @@ def _run(args: argparse.Namespace, root: Path, agents: dict[str, dict[str, Any]]
     try:
         net = Net()
         cluster = ClusterUnderTest(root, net, args.nodes, agents, args.suspect_after_s,
-                                   args.lost_after_s, groups=args.groups)
+                                   args.lost_after_s, groups=_total_groups(args),
+                                   joining=args.grow)
         _exercise(args, root, cluster, net, history, kinds, stop, outcome)
     except KeyboardInterrupt:
         outcome.failure = "interrupted"
@@ -270,43 +281,62 @@ def _exercise(args: argparse.Namespace, root: Path, cluster: ClusterUnderTest, n
     """Bring the cluster up, run the clients and the nemesis for the run's time, heal, then
     wait for liveness and take the final reads (into `history`; failures into `outcome`)."""
     cluster.start()
-    leaders = [cluster.wait_leader(STARTUP_TIMEOUT_S, group) for group in range(args.groups)]
+    leaders = [cluster.wait_leader(STARTUP_TIMEOUT_S, group)
+               for group in range(cluster.groups)]
     if None in leaders or not cluster.wait_agents_ready(STARTUP_TIMEOUT_S):
         raise RuntimeError(f"the cluster did not come up within {STARTUP_TIMEOUT_S:g} s "
                            f"(logs in {root / 'logs'})")
     leader = leaders[0]
     _say(f"  cluster up: leader {', '.join(map(str, leaders))}, agents READY")
-    history.event("harness", "start", {"leader": leader} if args.groups == 1
+    history.event("harness", "start", {"leader": leader} if cluster.groups == 1
                   else {"leader": leader, "leaders": leaders})
-    groups = [cluster.group_servers(g) for g in range(args.groups)] if args.groups > 1 else []
+    groups = [cluster.group_servers(g) for g in range(cluster.groups)] \
+        if cluster.groups > 1 else []
     schedules = create_schedules(list(cluster.grpc.values()), history, cluster.user_tls,
                                  cluster.admin_token, groups=groups)
     _say(f"  schedules: {', '.join(schedules) or 'none could be created'}")
     workers = [ClientWorker(i, list(cluster.grpc.values()), history, root / "ledger.txt",
                             args.seed, stop, cluster.user_tls, token=cluster.admin_token,
-                            groups=groups)
+                            groups=groups, grow=args.grow)
                for i in range(args.clients)]
     nemesis = Nemesis(cluster, history, kinds, args.seed, stop)
+    grower = Grower(cluster, history, args.seed, args.time, stop) if args.grow else None
     for worker in workers:
         worker.start()
     nemesis.start()
+    if grower is not None:
+        grower.start()
     _progress(args.time, workers, nemesis, stop)
     stop.set()
     if not nemesis.join(JOIN_TIMEOUT_S):
         outcome.failure = "the nemesis did not stop"
+    if grower is not None and not grower.join(JOIN_TIMEOUT_S):
+        outcome.failure = "the grower did not stop"
     for worker in workers:
         if not worker.join(JOIN_TIMEOUT_S):
             outcome.failure = f"client {worker.process} did not stop"
     outcome.injected = nemesis.injected
-    errors = [w.error for w in workers if w.error] + ([nemesis.error] if nemesis.error else [])
+    errors = [w.error for w in workers if w.error] + ([nemesis.error] if nemesis.error else []) \
+        + ([grower.error] if grower is not None and grower.error else [])
     if errors:
         outcome.failure = f"harness thread failed: {errors[0]!r}"
     _heal(cluster, net, workers, history)
+    if grower is not None:
+        grower.finish()
+        _say(f"  grow: {'done' if grower.done else 'NOT done'} after {grower.tries} tries")
+        if not grower.done:
+            outcome.failure = "the shards did not move to the joining group (see the grow " \
+                              "events in history.jsonl)"
     _say(f"  healed at {history.now():.1f} s; waiting up to {args.liveness_bound_s:g} s "
          "for every acknowledged job to finish")
     acked = sorted({job for w in workers for job in w.acked.values()})
     _liveness(cluster, history, acked, args.liveness_bound_s)
     _final(cluster, history)
+
+
+def _total_groups(args: argparse.Namespace) -> int:
+    """The scheduler groups started: --groups, and one joining with --grow."""
+    return int(args.groups) + (1 if args.grow else 0)
 
 
 def _report(args: argparse.Namespace, root: Path, outcome: _Outcome) -> int:
@@ -439,7 +469,7 @@ def format_table(args: argparse.Namespace, root: Path, injected: dict[str, int],
                  report: Any, failure: str | None) -> str:
     return checker_mod.format_table(report, seed=args.seed, nodes=args.nodes,
                                     time_s=args.time, injected=injected, results=root,
-                                    harness_failure=failure, groups=args.groups)
+                                    harness_failure=failure, groups=_total_groups(args))
 
 
 if __name__ == "__main__":

@@ -227,6 +227,9 @@ class ClientWorker:
     groups: list[list[str]] = field(default_factory=list)
     """With several scheduler groups (issue 27): each group's servers (`servers` is then
     unused); the client is a GroupedClient and every op records its "group"."""
+    grow: bool = False
+    """Shards move during the run (`run --grow`): a submit's or a job's group is not known in
+    advance, so no op records one (the checker finds where each job lives)."""
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed * 1_000_003 + self.process)
@@ -258,7 +261,7 @@ class ClientWorker:
     def _group(self, job_id: str) -> dict[str, Any]:
         """{"group": the job's group} with several groups, else nothing (the history of one
         group is unchanged)."""
-        if len(self.groups) < 2:
+        if len(self.groups) < 2 or self.grow:
             return {}
         return {"group": group_of_job_id(job_id, len(self.groups))}
 
@@ -287,7 +290,7 @@ class ClientWorker:
     def _submit(self, client: Client | GroupedClient, pending: PendingSubmit) -> None:
         pending.tries += 1
         where = {"group": group_of_key(pending.value["tenant"], pending.key, len(self.groups))} \
-            if len(self.groups) > 1 else {}
+            if len(self.groups) > 1 and not self.grow else {}
         op = self.history.invoke(self.process, "submit", {**pending.value, "try": pending.tries,
                                                           **where})
         try:

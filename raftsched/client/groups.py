@@ -70,8 +70,9 @@ class GroupedClient:
     @property
     def routes(self) -> topology.Routes:
         """The shard map, asked of the first group that answers (s mod groups when none does,
-        or a group says the deployment has another count: a call to the wrong group is then
-        refused by it, never taken)."""
+        or it says the deployment has more groups than this client knows: a call to the wrong
+        group is then refused by it, never taken). A deployment with fewer groups than listed
+        is growing: the last ones joined and own no shard yet."""
         if self._routes is None:
             self._routes = topology.Routes(self.groups)
             for client in self.clients:
@@ -79,7 +80,7 @@ class GroupedClient:
                     answer = client.topology()
                 except RaftschedError:
                     continue
-                if answer.groups == self.groups:
+                if 1 <= answer.groups <= self.groups:
                     self._routes = topology.Routes.of(answer)
                 break
         return self._routes
@@ -152,7 +153,7 @@ class GroupedClient:
         except RaftschedError:
             return False
         routes = topology.Routes.of(answer)
-        if routes.epoch <= self.routes.epoch or routes.groups != self.groups:
+        if routes.epoch <= self.routes.epoch or routes.groups > self.groups:
             return False
         self._routes = routes
         return True

@@ -35,6 +35,11 @@ GROUPS_ARGS = ["--nodes", "3", "--groups", "2", "--time", "30", "--seed", str(CI
                "--liveness-bound-s", "60"]
 """Two scheduler groups of 3 replicas (issue 27): faults in one group, a group's quorum taken
 away (kill-group-majority, partition-group), an agent killed (it serves both groups)."""
+GROW_ARGS = ["--nodes", "3", "--groups", "1", "--grow", "--time", "25", "--seed",
+             str(CI_SEED), "--clients", "3", "--faults", "kill-leader,partition-halves,group",
+             "--liveness-bound-s", "60"]
+"""A deployment of one group that gets a second one during the run (`--grow`): shards marked
+moving, held open a few seconds under the faults, then handed over with their keys."""
 RUN_TIMEOUT_S = 240
 EXIT_NO_NAMESPACES = 77
 
@@ -118,3 +123,23 @@ def test_two_groups_under_faults_have_no_violations_and_both_commit_jobs(
         assert any(e["event"] in ("topology_learned", "topology_saved") and e["groups"] == 2
                    for e in events), (log.name, events)
         assert not any(e["event"] == "topology_unknown" for e in events), (log.name, events)
+
+
+def test_a_group_added_under_faults_moves_shards_without_a_violation(tmp_path: Path) -> None:
+    """`--groups 1 --grow`: the move finishes (after retries if the faults hit it), the new
+    group commits jobs of the shards it took, no idempotency key makes two jobs across the
+    groups, every job is in a group that owned its shard, and every acknowledged job is terminal
+    after the heal."""
+    out, results = _run(tmp_path, GROW_ARGS)
+    report = out["report"]
+    grow = report["grow"]
+    assert grow["done"] and grow["moved"] == 2048 and grow["held_s"] > 0, grow
+    assert [g["group"] for g in report["groups"]] == [0, 1]
+    assert report["groups"][1]["jobs"] >= 3, report["groups"]
+    checked = report["invariants_checked"]
+    assert checked["key_one_job"] >= 10 and checked["job_group_shard"] >= 10, checked
+    assert sum(out["faults_injected"].values()) >= 2, out["faults_injected"]
+    history = read_history(results / "history.jsonl", _Findings(results))
+    phases = [event["value"].get("phase") for event in history.events if event["f"] == "grow"
+              and event["value"].get("ok")]
+    assert phases == ["marked", "done"], phases
