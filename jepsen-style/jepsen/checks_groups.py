@@ -22,7 +22,8 @@ Liveness: every acknowledged job of every group terminal after the heal.
 
 A run that grew records no group for its submits and reads (it is not known in advance): an
 operation's group is then the group whose log holds its job (found by replaying each group's
-log once more, quietly, before the checks), else its shard's owner in the newest map.
+log once more, quietly, before the checks), else its shard's owner in the newest map; a submit
+without a job id (failed, or its outcome unknown) goes by its (tenant, key) the same way.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from jepsen.checks_replay import _kills_for, _list, _Replay, _Replica, read_logs
 from jepsen.checks_schedules import check_schedules
 from jepsen.checks_submits import check_submissions
 from raftsched.eventlog import Event
-from raftsched.topology import Routes, group_of_job_id, shard_of_job_id
+from raftsched.topology import Routes, group_of_job_id, shard_of_job_id, shard_of_key
 
 _REPLICA_NAME = re.compile(r"^g(\d+)r\d+$")
 
@@ -67,20 +68,31 @@ def by_shard(groups: int) -> Locate:
     return lambda job_id: group_of_job_id(job_id, groups)
 
 
-def op_group(op: Op, locate: Locate) -> int | None:
-    """The group an operation went to: its invoke's "group", else its job's."""
+LocateKey = Callable[[str, str], "int | None"]
+"""A (tenant, idempotency key)'s group: where a job of it lives, else its shard's owner."""
+
+
+def op_group(op: Op, locate: Locate, locate_key: LocateKey | None = None) -> int | None:
+    """The group an operation went to: its invoke's "group", else its job's, else (a submit
+    that failed or whose outcome is unknown, in a run that grew) its key's."""
     value = op.value()
     group = value.get("group")
     if type(group) is int:
         return group
     job_id = value.get("job_id") or op.result().get("job_id")
-    return locate(job_id) if isinstance(job_id, str) else None
+    if isinstance(job_id, str):
+        return locate(job_id)
+    tenant, key = value.get("tenant"), value.get("key")
+    if locate_key is not None and isinstance(tenant, str) and isinstance(key, str):
+        return locate_key(tenant, key)
+    return None
 
 
-def group_history(history: _History, group: int, locate: Locate) -> _History:
+def group_history(history: _History, group: int, locate: Locate,
+                  locate_key: LocateKey | None = None) -> _History:
     """The operations of `group` (records of other groups' operations left out); events kept,
     but the liveness event's pending jobs and verdict are the group's."""
-    ops = [op for op in history.ops if op_group(op, locate) == group]
+    ops = [op for op in history.ops if op_group(op, locate, locate_key) == group]
     mine = {op.op for op in ops}
     others = {op.op for op in history.ops} - mine
     records = [r for r in history.records if r.get("op") not in others]
@@ -97,14 +109,18 @@ def _group_liveness(event: dict[str, Any], group: int, locate: Locate) -> dict[s
 
 
 def grown_locator(results_dir: Path, merged_of: dict[int, dict[int, bytes]],
-                  members: dict[int, list[_Replica]]) -> tuple[Locate, Routes]:
-    """For a run that grew: where each job lives (every group's log replayed once, quietly)
-    and the newest shard map any group's log holds."""
+                  members: dict[int, list[_Replica]]) -> tuple[Locate, LocateKey, Routes]:
+    """For a run that grew: where each job and each key's job lives (every group's log
+    replayed once, quietly) and the newest shard map any group's log holds."""
     home: dict[str, int] = {}
+    keyed: dict[tuple[str, str], int] = {}
     newest = Routes(len(merged_of))
     for group, merged in sorted(merged_of.items()):
         state = replay(merged, [], members[group], _Findings(results_dir)).state
         home.update(dict.fromkeys(state.jobs, group))
+        for job in state.jobs.values():
+            if job.spec.idempotency_key is not None:
+                keyed.setdefault((job.spec.tenant, job.spec.idempotency_key), group)
         shard_map = state.shard_map
         if shard_map is not None and shard_map.owners and shard_map.epoch >= newest.epoch:
             newest = Routes(len(merged_of), shard_map.owners, dict(shard_map.formers),
@@ -115,7 +131,11 @@ def grown_locator(results_dir: Path, merged_of: dict[int, dict[int, bytes]],
             return home[job_id]
         shard = shard_of_job_id(job_id)
         return None if shard is None else newest.owner(shard)
-    return locate, newest
+
+    def locate_key(tenant: str, key: str) -> int | None:
+        where = keyed.get((tenant, key))
+        return newest.owner(shard_of_key(tenant, key)) if where is None else where
+    return locate, locate_key, newest
 
 
 def check_groups(results_dir: Path, history: _History, replicas: list[_Replica], groups: int,
@@ -136,9 +156,9 @@ def check_groups(results_dir: Path, history: _History, replicas: list[_Replica],
             merged_of[group] = read_logs(members[group], found)
             if not merged_of[group]:
                 found.note("no applied log holds any entry: the log checks did nothing")
-    locate, routes = grown_locator(results_dir, merged_of, members) if grown \
-        else (by_shard(groups), Routes(groups))
-    views = {g: group_history(history, g, locate) for g in range(groups)}
+    locate, locate_key, routes = grown_locator(results_dir, merged_of, members) if grown \
+        else (by_shard(groups), None, Routes(groups))
+    views = {g: group_history(history, g, locate, locate_key) for g in range(groups)}
     runs: dict[int, _Replay] = {}
     reads_of: dict[int, list[Any]] = {}
     for group in range(groups):
