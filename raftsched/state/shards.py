@@ -14,6 +14,8 @@ the old owner's keys arrived (a retried submit cannot become a second job).
 
 from __future__ import annotations
 
+import bisect
+
 from raftsched import limits, topology
 from raftsched.errors import Code
 from raftsched.state.commands import KeysImport, ShardMapSet
@@ -42,24 +44,34 @@ def implicit_map(groups: int) -> ShardMap:
 def shard_problem(state: State, shard: int) -> Rejected | None:
     """Why this group may not take a new job in `shard` now (None: it may): another group owns
     it (FAILED_PRECONDITION naming it), it is moving (UNAVAILABLE: retry), or this group joined
-    and has not been given any shard yet (UNAVAILABLE)."""
-    shard_map = current_map(state)
-    if shard_map is None or state.group is None:
+    and has not been given any shard yet (UNAVAILABLE). O(log moving): every submit asks."""
+    if state.group is None:
         return None
-    me = state.group.group
-    if not shard_map.owners:
+    me, shard_map = state.group.group, state.shard_map
+    if shard_map is None:  # no shard ever moved: the rule
+        owner, epoch, moving_to = topology.group_of_shard(shard, state.group.groups), 0, None
+    elif not shard_map.owners:
         return Rejected(Code.UNAVAILABLE, f"group {me} joined the deployment and owns no shard "
                         "until `raftsched admin groups add` gives it some: retry")
-    owner = shard_map.owners[shard]
+    else:
+        owner, epoch = shard_map.owners[shard], shard_map.epoch
+        moving_to = moving_target(shard_map, shard)
     if owner != me:
         return Rejected(Code.FAILED_PRECONDITION,
-                        f"shard {shard} is group {owner}'s (shard map epoch {shard_map.epoch}); "
+                        f"shard {shard} is group {owner}'s (shard map epoch {epoch}); "
                         f"this is group {me}: send it there")
-    moving = dict(shard_map.moving)
-    if shard in moving:
+    if moving_to is not None:
         return Rejected(Code.UNAVAILABLE,
-                        f"shard {shard} is moving from group {me} to group {moving[shard]} "
-                        f"(shard map epoch {shard_map.epoch}): retry")
+                        f"shard {shard} is moving from group {me} to group {moving_to} "
+                        f"(shard map epoch {epoch}): retry")
+    return None
+
+
+def moving_target(shard_map: ShardMap, shard: int) -> int | None:
+    """The group `shard` is moving to, or None (`moving` is in shard order: a binary search)."""
+    at = bisect.bisect_left(shard_map.moving, shard, key=lambda move: move[0])
+    if at < len(shard_map.moving) and shard_map.moving[at][0] == shard:
+        return shard_map.moving[at][1]
     return None
 
 
