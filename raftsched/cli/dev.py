@@ -1,4 +1,4 @@
-"""`raftsched dev up|add-agent|status|down`: a local cluster of real processes."""
+"""`raftsched dev up|add-agent|add-group|status|down`: a local cluster of real processes."""
 
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ _DEV_JSON = (
 
 def register_dev(commands: Subparsers, common: argparse.ArgumentParser) -> None:
     dev = commands.add_parser(
-        "dev", help="a local cluster of real processes (up, add-agent, status, down)",
+        "dev", help="a local cluster of real processes (up, add-agent, add-group, status, down)",
         description="Run a local cluster of real replica and agent processes on 127.0.0.1: "
-        "raftsched dev up|add-agent|status|down. Its state is DIR/cluster.json; while it "
+        "raftsched dev up|add-agent|add-group|status|down. Its state is DIR/cluster.json; while it "
         "exists, the other commands use its servers by default.")
     sub = dev.add_subparsers(title="dev commands", metavar="COMMAND", required=True)
     directory = argparse.ArgumentParser(add_help=False)
@@ -41,6 +41,7 @@ def register_dev(commands: Subparsers, common: argparse.ArgumentParser) -> None:
                            "./.raftsched-dev)")
     _register_dev_up(sub, [common, directory])
     _register_dev_add_agent(sub, [common, directory])
+    _register_dev_add_group(sub, [common, directory])
 
     status = command_parser(
         sub, "status", [common, directory], "which dev cluster processes are alive, who leads",
@@ -172,6 +173,38 @@ def _register_dev_add_agent(sub: Subparsers, parents: list[argparse.ArgumentPars
     add.set_defaults(handler=_run_dev_add_agent)
 
 
+def _register_dev_add_group(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> None:
+    from raftsched.dev import record
+
+    add = command_parser(
+        sub, "add-group", parents, "grow the running dev cluster by one scheduler group",
+        "Add a scheduler group to the dev cluster running in DIR, as docs/scale-out.md §5 "
+        "grows a deployment: start the new group's replicas (as many as each group has, with "
+        "the cluster's certificates and secret, --joining), recorded at once so that 'dev "
+        "status' shows them and 'dev down' stops them; restart every agent, one after the "
+        "other, so that it serves every group (drained, waited for until it runs nothing, "
+        "stopped, started again with every group's servers on its data dir, READY in every "
+        "group, undrained); then move shards to the new group ('admin groups add': three "
+        "steps, each said as it goes). Afterwards the other commands given this dev dir talk "
+        f"to every group. At most {record.MAX_DEV_GROUPS} groups (MAX_DEV_GROUPS). If it fails "
+        "before the new group has a leader, its replicas are stopped and forgotten; later, "
+        "what runs stays recorded and running the command again finishes the work.",
+        "output:\n  progress lines on stderr, then the groups and the move's summary; exit 0 "
+        "when done, 2 if no\n  dev cluster runs in DIR, it has MAX_DEV_GROUPS groups, a "
+        "process exits or a step is\n  refused, 3 on timeout or when a group does not "
+        "answer\n"
+        '  --json: {"group", "groups", "epoch", "moved", "keys_imported", "keys_kept", '
+        '"steps",\n           "servers": [[each group\'s gRPC addresses]], "replicas": [the '
+        'new group\'s, as\n           in dev status --json], "restarted": [agent ids], '
+        '"resumed"}')
+    add.add_argument("--timeout", type=positive_seconds, default=record.UP_TIMEOUT_S,
+                     metavar="SECONDS",
+                     help="how long each wait may take: the new group's leader, an agent to "
+                     "run nothing, an agent to be READY (UP_TIMEOUT_S, default "
+                     f"{record.UP_TIMEOUT_S:g})")
+    add.set_defaults(handler=_run_dev_add_group)
+
+
 def _dev_dir(args: argparse.Namespace) -> Path:
     from raftsched.dev import record
 
@@ -229,6 +262,36 @@ def _run_dev_add_agent(args: argparse.Namespace) -> int:
     print(f"agent {entry.cluster} added to the dev cluster in {state.dir}\n")
     print(render.dev_agent_text(document))
     print(f"\nstop it (with the whole cluster): raftsched dev down --dir {state.dir}")
+    return EXIT_OK
+
+
+def _run_dev_add_group(args: argparse.Namespace) -> int:
+    from raftsched.dev import add_group as dev_add_group
+    from raftsched.dev import status as dev_status
+
+    result = dev_add_group.add_group(
+        dev_add_group.AddGroupOptions(_dev_dir(args), args.timeout), progress=_progress)
+    state, report = result.state, result.report
+    cluster = dev_status.cluster_doc(state, None, dev_status.group_leaders(state))
+    replicas = [r for r in cluster["replicas"] if r["group"] == result.group]
+    document = {"group": result.group, "groups": len(state.client_groups),
+                "epoch": report.epoch, "moved": report.moved,
+                "keys_imported": report.keys_imported, "keys_kept": report.keys_kept,
+                "steps": report.steps, "servers": state.client_groups, "replicas": replicas,
+                "restarted": list(result.restarted), "resumed": result.resumed}
+    if args.json:
+        print_json(document)
+        return EXIT_OK
+    print(f"group {result.group} added to the dev cluster in {state.dir}: "
+          f"{len(state.client_groups)} scheduler groups at shard map epoch {report.epoch}; "
+          f"{report.moved} shards moved, {report.keys_imported} idempotency keys handed over")
+    print(f"replicas of group {result.group}: "
+          + ", ".join(f"{r['id']} ({r['address']})" for r in replicas))
+    if result.restarted:
+        print(f"agents restarted to serve every group: {', '.join(result.restarted)}")
+    servers = ";".join(",".join(group) for group in state.client_groups)
+    print(f"\nuse it:  export {DEV_DIR_ENV}={state.dir}   (or {SERVERS_ENV}=\"{servers}\""
+          f"{_tls_exports(state)})")
     return EXIT_OK
 
 

@@ -559,8 +559,8 @@ def compute_clusters_table(clusters: Sequence[Doc], now_ms: int = 0) -> str:
 
 def dev_cluster_text(cluster: Doc) -> str:
     """`dev up` / `dev status`: the processes of a local dev cluster and how to use it."""
-    grouped = len(cluster.get("groups", [])) > 1
-    replicas = [[r["id"], *([r["group"]] if grouped else []), r["pid"], _alive(r["alive"]),
+    grouped = len({r.get("group", 0) for r in cluster["replicas"]}) > 1
+    replicas = [[r["id"], *([_group(r)] if grouped else []), r["pid"], _alive(r["alive"]),
                  r["address"], r["raft_address"],
                  "leader" if r["leader"] else ("follower" if r["alive"] else None)]
                 for r in cluster["replicas"]]
@@ -605,6 +605,11 @@ def dev_agent_text(agent: Doc) -> str:
         f"resources: {_resources(agent.get('resources', {})) or 'none'}",
         f"log:       {agent['log']}", f"data:      {agent['data_dir']}",
         f"metrics:   127.0.0.1:{agent['metrics_port']}"])
+
+
+def _group(replica: Doc) -> str:
+    """A replica's group, `N joining` while `dev add-group` has not given it shards."""
+    return f"{replica['group']}{' joining' if replica.get('joining') else ''}"
 
 
 def _alive(alive: bool) -> str:

@@ -1,7 +1,8 @@
 """Running real processes locally: the process supervisor and the dev cluster (`raftsched dev
-up|add-agent|status|down`): one module per verb (`up`, `add_agent`, `status`, `down`), the
-record (`record`: the state file, its lock, the shapes), the processes (`processes`: commands,
-spawning, probing) and readiness (`launch`).
+up|add-agent|add-group|status|down`): one module per verb (`up`, `add_agent`, `add_group`,
+`status`, `down`), the record (`record`: the state file, its lock, the shapes), the processes
+(`processes`: commands, spawning, probing), readiness (`launch`) and what `add_group` asks of
+the cluster (`group_calls`: drains, an agent's metrics, the shard move).
 
 `up` starts 3 or 5 replicas (`python -m raftsched replica`) and N agents (`python -m raftsched
 agent`) in the background through the process supervisor (`raftsched.dev.supervisor`): each in
@@ -27,6 +28,10 @@ cluster's own private Slurm, else of the Slurm SLURM_CONF names; its sizes and n
 read from the partition first (`agent.executors.slurm.partition_capacity`), so a Slurm that does not
 answer or has no such partition is refused before anything starts. `status` and `down` treat it
 like any agent `up` started.
+
+`add_group` grows the running cluster by one scheduler group (docs/scale-out.md §5): the new
+group's replicas, recorded as joining until its shards are moved to it, every agent restarted in
+turn to serve every group, then the move; see its module.
 
 DIR/cluster.json records every process: its identity (pid and start time from /proc, see
 `supervisor.Identity`) and addresses. `down` signals a pid only while /proc still shows that same

@@ -314,12 +314,14 @@ class _Adder(_Launch):
                       f"{','.join(shape.capabilities) or 'none'}; resources {resources or 'none'}"
                       f"; log {log})")
         self._let_tasks_through(data_dir, executor)
-        argv = agent_command(shape, self.state.groups or [self.state.servers], data_dir,
-                             executor, metrics_port, tls=tls, slurm_partition=slurm_partition)
+        groups = self.state.all_groups  # a group `dev add-group` is adding too
+        argv = agent_command(shape, groups, data_dir, executor, metrics_port, tls=tls,
+                             slurm_partition=slurm_partition)
         pid, start = self._spawn(shape.cluster, argv, log, env)
         self.entry = AgentEntry(shape.cluster, pid, start, shape.capabilities, shape.cpu,
                                 shape.memory_mb, shape.gpu, metrics_port, str(data_dir),
-                                str(log), shape.resources, executor, slurm_partition)
+                                str(log), shape.resources, executor, slurm_partition,
+                                len(groups))
         self.state.agents.append(self.entry)
         save_state(self.state)
         return self.entry
@@ -327,7 +329,7 @@ class _Adder(_Launch):
     def wait_ready(self, cluster: str) -> ClusterView:
         """READY in every scheduler group (an agent serves them all)."""
         names = [cluster]
-        groups = self.state.groups or [self.state.servers]
+        groups = self.state.all_groups
         for group, servers in enumerate(groups):
             where = f" in group {group}" if len(groups) > 1 else ""
             view = self._wait(f"agent {cluster} to be READY{where}",

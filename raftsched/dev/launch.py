@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 from raftsched.dev.processes import (
     ClusterView,
@@ -35,6 +35,9 @@ from raftsched.errors import Code
 if TYPE_CHECKING:  # raftsched.tls imports grpc, which `raftsched --help` does not load
     pass
 
+Seen = TypeVar("Seen")
+"""What a wait looks at (`_Launch._poll`): a probe's view, a process's metrics, ..."""
+
 
 class _Launch:
     """Processes one dev command starts and then waits for: spawns them, asks the cluster until
@@ -50,6 +53,7 @@ class _Launch:
         self.spawn, self.probe, self.progress = spawn, probe, progress
         self.clock, self.sleep = clock, sleep
         self.started_s = clock()
+        self.phase_started_s = self.started_s
         self.deadline_s = self.started_s + timeout_s
         self.children: dict[str, Child] = {}
         self.logs: dict[str, str] = {}
@@ -83,23 +87,38 @@ class _Launch:
               servers: list[str] | None = None) -> ClusterView:
         """Probe `servers` (default: the cluster's; with several groups, one group's) until
         `done`."""
+        view = self._poll(what, lambda: self.probe(servers or self.state.servers,
+                                                   self.state.client_tls),
+                          done, suspect, detail)
+        assert view is not None
+        return view
+
+    def _poll(self, what: str, look: Callable[[], Seen], done: Callable[[Seen], bool],
+              suspect: Callable[[Seen], str],
+              detail: Callable[[Seen], str] = lambda seen: "") -> Seen:
+        """`look` until `done` says what it saw will do; raises when a process started here
+        exits or `deadline_s` passes (saying so every PROGRESS_EVERY_S meanwhile)."""
         self.progress(f"waiting for {what} (up to {self.timeout_s:g} s)")
         last_report_s = self.clock()
         while True:
             self._check_children()
-            view = self.probe(servers or self.state.servers, self.state.client_tls)
-            if done(view):
-                assert view is not None
-                return view
+            seen = look()
+            if done(seen):
+                return seen
             now_s = self.clock()
             if now_s >= self.deadline_s:
-                self._timed_out(what, detail(view), suspect(view))
+                self._timed_out(what, detail(seen), suspect(seen))
             if now_s - last_report_s >= PROGRESS_EVERY_S:
                 last_report_s = now_s
-                extra = detail(view)
-                self.progress(f"still waiting for {what}: {self._elapsed_s():.0f} s of "
-                              f"{self.timeout_s:g} s" + (f" ({extra})" if extra else ""))
+                extra = detail(seen)
+                self.progress(f"still waiting for {what}: {now_s - self.phase_started_s:.0f} s "
+                              f"of {self.timeout_s:g} s" + (f" ({extra})" if extra else ""))
             self.sleep(POLL_INTERVAL_S)
+
+    def _new_phase(self) -> None:
+        """The next waits get `timeout_s` of their own (`dev add-group`: each step's waits)."""
+        self.phase_started_s = self.clock()
+        self.deadline_s = self.phase_started_s + self.timeout_s
 
     def _check_children(self) -> None:
         for name, child in self.children.items():
@@ -111,7 +130,7 @@ class _Launch:
                     f"{self.activity}; see {self.logs[name]}",
                     log=self.logs[name], log_tail=log_tail(self.logs[name]))
 
-    def _timed_out(self, what: str, detail: str, suspect: str) -> None:
+    def _timed_out(self, what: str, detail: str, suspect: str) -> NoReturn:
         """Raise UNAVAILABLE with the log of `suspect`, the process most likely to say why."""
         log = self.logs.get(suspect)
         raise DevClusterError(

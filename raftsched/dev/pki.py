@@ -147,13 +147,32 @@ def issue(authority: Authority, file_stem: str, common_name: str, *,
     return TlsFiles(authority.ca_path, cert_path, key_path)
 
 
+def issued(directory: Path, file_stem: str) -> TlsFiles:
+    """What `issue` wrote for `file_stem` in `directory` (beside the CA), to use it again
+    (`dev add-group` restarts agents and starts replicas with them); OSError naming the first
+    file missing."""
+    files = TlsFiles(directory / CA_FILE, directory / f"{file_stem}.pem",
+                     directory / f"{file_stem}.key")
+    for path in (files.ca, files.cert, files.key):
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} is missing")
+    return files
+
+
+REPLICA_FILE_STEM = "replica"
+
+
+def agent_file_stem(cluster_id: str) -> str:
+    return f"agent-{cluster_id}"
+
+
 def issue_replica(authority: Authority, hosts: Iterable[str]) -> TlsFiles:
-    return issue(authority, "replica", REPLICA_NAME,
+    return issue(authority, REPLICA_FILE_STEM, REPLICA_NAME,
                  hosts=sorted({"127.0.0.1", "localhost", *hosts}), server=True)
 
 
 def issue_agent(authority: Authority, cluster_id: str) -> TlsFiles:
-    return issue(authority, f"agent-{cluster_id}", agent_name(cluster_id))
+    return issue(authority, agent_file_stem(cluster_id), agent_name(cluster_id))
 
 
 def issue_user(authority: Authority, name: str) -> TlsFiles:

@@ -7,7 +7,7 @@ import getpass
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
@@ -95,12 +95,14 @@ def require_proc() -> None:
 def replica_command(raft_address: str, grpc_address: str, peers: Sequence[str], data_dir: Path,
                     secret_file: Path | None, metrics_port: int, *,
                     tls: TlsPaths | None, bootstrap_token: str = "",
-                    group: tuple[int, int] = (0, 1), topology: str = "") -> list[str]:
+                    group: tuple[int, int] = (0, 1), topology: str = "",
+                    joining: bool = False) -> list[str]:
     """`python -m raftsched replica ...`; `peers` are the other replicas' Raft addresses. With
     neither a secret nor TLS files: --insecure-dev. `bootstrap_token`: the file of the first
     admin token (every group's replicas get the same: one admin token for the deployment).
     `group`: (which, of how many) scheduler groups; `topology`: every group's gRPC addresses
-    ('a:1,b:2;c:3,d:4'), so that any replica can tell a client where every group is."""
+    ('a:1,b:2;c:3,d:4'), so that any replica can tell a client where every group is;
+    `joining`: a group added to the running cluster (`dev add-group`), owning no shard yet."""
     assert (secret_file is None) == (tls is None), "a secret and TLS go together"
     security = (["--insecure-dev"] if secret_file is None or tls is None
                 else ["--secret-file", str(secret_file), *tls.flags(),
@@ -109,7 +111,14 @@ def replica_command(raft_address: str, grpc_address: str, peers: Sequence[str], 
             "--grpc", grpc_address, "--peers", ",".join(peers), "--data-dir", str(data_dir),
             *security, "--metrics-port", str(metrics_port),
             *(["--group", str(group[0]), "--groups", str(group[1])] if group[1] > 1 else []),
-            *(["--topology", topology] if topology else [])]
+            *(["--topology", topology] if topology else []),
+            *(["--joining"] if joining else [])]
+
+
+def topology_text(groups: Sequence[Sequence[str]]) -> str:
+    """Every group's gRPC addresses as `replica --topology` and `agent --servers` take them:
+    groups separated by ';', in group order."""
+    return ";".join(",".join(group) for group in groups)
 
 
 def agent_command(shape: AgentShape, groups: Sequence[Sequence[str]], data_dir: Path,
@@ -124,7 +133,7 @@ def agent_command(shape: AgentShape, groups: Sequence[Sequence[str]], data_dir: 
               str(shape.gpu)])
     resources = ",".join(f"{name}={count}" for name, count in shape.resources)
     return [sys.executable, "-m", "raftsched", "agent", "--cluster-id", shape.cluster,
-            "--servers", ";".join(",".join(group) for group in groups),
+            "--servers", topology_text(groups),
             "--capabilities", ",".join(shape.capabilities),
             *sizes, *(["--resources", resources] if resources else []),
             "--data-dir", str(data_dir), "--executor", executor,
@@ -171,6 +180,19 @@ class Spawn(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class ClusterFacts:
+    """What a replica says about one compute cluster beyond its status (`dev add-group`)."""
+
+    incarnation: int = 0
+    """Its agent's; a restarted agent registers with a higher one."""
+    holds: int = 0
+    """Its live attempts, the kills owed there and the attempts queued on its agent: 0 when it
+    runs nothing."""
+    draining: bool = False
+    drain_reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterView:
     """What one replica (the leader, when it answered) says about the cluster."""
 
@@ -181,6 +203,8 @@ class ClusterView:
     clusters: dict[str, str]
     """Compute cluster id -> status (READY SUSPECT LOST DRAINING)."""
     from_leader: bool
+    facts: dict[str, ClusterFacts] = field(default_factory=dict)
+    """Compute cluster id -> its facts (`probe_cluster` fills it; stand-ins may not)."""
 
 
 Probe = Callable[[Sequence[str], "TlsPaths | None"], "ClusterView | None"]
@@ -207,6 +231,10 @@ def probe_cluster(servers: Sequence[str], tls: TlsPaths | None) -> ClusterView |
                 leader=status.leader, term=status.term, responder=status.responder,
                 clusters={c.cluster_id: c.status for c in status.clusters},
                 from_leader=bool(status.leader) and status.leader in (address, status.responder),
+                facts={c.cluster_id: ClusterFacts(
+                    int(c.incarnation), int(c.live_attempts) + int(c.pending_kills)
+                    + int(c.queued), bool(c.draining), str(c.drain_reason))
+                    for c in status.clusters},
             )
             if view.from_leader:
                 return view

@@ -49,9 +49,10 @@ REPLICA_COUNTS = (3, 5)
 DEFAULT_REPLICAS = 3
 DEFAULT_AGENTS = 2
 MAX_AGENTS = 16
-MAX_DEV_GROUPS = 4
-"""Scheduler groups `dev up --groups` starts at most (each of --replicas processes)."""
 """Agents `up` starts."""
+MAX_DEV_GROUPS = 4
+"""Scheduler groups a dev cluster has at most: `dev up --groups` starts, `dev add-group` adds
+(each of --replicas processes)."""
 MAX_RECORDED_AGENTS = 64
 """Agents one dev cluster records: those `up` started and those `add-agent` added."""
 MAX_CPU_CORES = limits.MAX_CPU_MILLI // 1000
@@ -68,8 +69,9 @@ AGENT_EXECUTORS = (*EXECUTORS, SLURM_EXECUTOR)
 SLURM_DIR_NAME = "slurm"
 """DIR/slurm: the private Slurm of `up --slurm` (its conf, state, spool, logs)."""
 UP_TIMEOUT_S = 60.0
-"""How long `up` waits for a leader and then for every agent to be READY, and `add-agent` for
-its agent's cluster. (How long `down` waits for processes to exit: `supervisor.TERM_TIMEOUT_S`
+"""How long `up` waits for a leader and then for every agent to be READY, `add-agent` for its
+agent's cluster, and `add-group` for each thing it waits for (a leader, an agent to run nothing,
+to be READY). (How long `down` waits for processes to exit: `supervisor.TERM_TIMEOUT_S`
 and `KILL_TIMEOUT_S`.)"""
 POLL_INTERVAL_S = 0.2
 PROBE_TIMEOUT_S = 1.0
@@ -141,7 +143,11 @@ class ReplicaEntry:
     data_dir: str
     log: str
     group: int = 0
-    """Which scheduler group the replica belongs to (`dev up --groups`)."""
+    """Which scheduler group the replica belongs to (`dev up --groups`, `dev add-group`)."""
+    joining: bool = False
+    """Started by `dev add-group` with --joining, and its group not given its shards yet: the
+    group is not among those clients and agents are told (`ClusterState.client_groups`) until
+    the move is done; `dev status` shows it and `dev down` stops it like any replica."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +169,9 @@ class AgentEntry:
     recorded theirs)."""
     slurm_partition: str = ""
     """With the slurm executor: the partition the agent fronts."""
+    groups: int = 0
+    """How many scheduler groups its --servers lists (groups 0 to groups - 1); 0: a state file
+    written before agents recorded it, when every agent served every client group."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,16 +275,37 @@ class ClusterState:
 
     @property
     def servers(self) -> list[str]:
+        """Every recorded replica's gRPC address (a joining group's too)."""
         return [replica.grpc_address for replica in self.replicas]
 
     @property
-    def groups(self) -> list[list[str]] | None:
-        """Each scheduler group's gRPC addresses, in group order; None for one group."""
+    def all_groups(self) -> list[list[str]]:
+        """Each recorded scheduler group's gRPC addresses in group order, a joining one too."""
         count = 1 + max((replica.group for replica in self.replicas), default=0)
-        if count == 1:
-            return None
         return [[r.grpc_address for r in self.replicas if r.group == group]
                 for group in range(count)]
+
+    @property
+    def joining_group(self) -> int | None:
+        """The group `dev add-group` started and has not given its shards yet; None."""
+        return next((r.group for r in self.replicas if r.joining), None)
+
+    @property
+    def client_groups(self) -> list[list[str]]:
+        """The groups clients are given (every recorded group but a joining one), in order."""
+        joining = self.joining_group
+        return [group for index, group in enumerate(self.all_groups) if index != joining]
+
+    @property
+    def groups(self) -> list[list[str]] | None:
+        """`client_groups` when there are several; None for one group."""
+        groups = self.client_groups
+        return groups if len(groups) > 1 else None
+
+    def served_groups(self, agent: AgentEntry) -> int:
+        """How many groups `agent` serves (the first ones): as recorded, else (a state file
+        written before agents recorded it) every client group."""
+        return agent.groups or len(self.client_groups)
 
     @property
     def client_tls(self) -> TlsPaths | None:
@@ -427,8 +457,9 @@ def save_state(state: ClusterState) -> None:
 
 
 def servers_from_state(directory: Path) -> list[str] | None:
-    state = load_state(directory)
-    return state.servers if state is not None and state.replicas else None
+    """Every client group's replicas of the recorded dev cluster, as one list."""
+    groups = groups_from_state(directory)
+    return [address for group in groups for address in group] if groups else None
 
 
 def groups_from_state(directory: Path) -> list[list[str]] | None:
@@ -437,7 +468,7 @@ def groups_from_state(directory: Path) -> list[list[str]] | None:
     state = load_state(directory)
     if state is None or not state.replicas:
         return None
-    return state.groups or [state.servers]
+    return state.client_groups
 
 
 def write_secret(directory: Path) -> Path:

@@ -23,12 +23,13 @@ if TYPE_CHECKING:  # raftsched.tls imports grpc, which `raftsched --help` does n
 
 
 def group_leaders(state: ClusterState, probe: Probe = probe_cluster) -> list[str]:
-    """With several scheduler groups, each group's leader ("" when none answers), by asking
-    its live replicas; [] with one group (its leader is the view's)."""
-    if state.groups is None:
+    """With several scheduler groups recorded (a joining one too, last), each group's leader
+    ("" when none answers), by asking its live replicas; [] with one group (its leader is the
+    view's)."""
+    if len(state.all_groups) == 1:
         return []
     leaders = []
-    for group in range(len(state.groups)):
+    for group in range(len(state.all_groups)):
         live = [r.grpc_address for r in state.replicas if r.group == group
                 and Identity(r.pid, r.start_time_ticks).is_running()]
         view = probe(live, state.client_tls) if live else None
@@ -39,16 +40,20 @@ def group_leaders(state: ClusterState, probe: Probe = probe_cluster) -> list[str
 def cluster_doc(state: ClusterState, view: ClusterView | None,
                 leaders: list[str] | None = None) -> dict[str, Any]:
     """What `dev up` and `dev status` print with --json: {"servers", "replicas": [{"id", "pid",
-    "address", "raft_address", "leader", "alive"}], "agents": [{"cluster", "pid", "alive"}],
+    "address", "raft_address", "leader", "alive", "group", "joining"}], "agents": [{"cluster",
+    "pid", "alive"}],
     "metrics": [URL of every replica's and agent's /metrics], "dir", "insecure", "user_tls":
     {"ca", "cert", "key"} | null, "slurm": {"dir", "conf", "partition", "jobcomp", "daemons":
-    [{"name", "pid", "alive", "log"}]} | null, "web": {"url", "pid", "alive", "log"} | null}
+    [{"name", "pid", "alive", "log"}]} | null, "web": {"url", "pid", "alive", "log"} | null,
+    "groups": [each client group's addresses], "joining_group": the group `dev add-group` has
+    not given its shards yet | null, "leaders": [each recorded group's, a joining one last]}
     and a few more fields."""
     leader = view.leader if view is not None else ""
     leading = set(leaders) if leaders else {leader}
     replicas = [{
         "id": r.id, "pid": r.pid, "address": r.grpc_address, "raft_address": r.raft_address,
         "leader": bool(r.grpc_address) and r.grpc_address in leading, "group": r.group,
+        "joining": r.joining,
         "alive": Identity(r.pid, r.start_time_ticks).is_running(),
         "metrics_port": r.metrics_port, "data_dir": r.data_dir, "log": r.log,
     } for r in state.replicas]
@@ -56,8 +61,8 @@ def cluster_doc(state: ClusterState, view: ClusterView | None,
     user_tls = state.client_tls
     ports = [r.metrics_port for r in state.replicas] + [a.metrics_port for a in state.agents]
     metrics = [metrics_url(port) for port in ports if port]
-    return {"servers": state.servers, "groups": state.groups or [state.servers],
-            "leaders": leaders or [leader],
+    return {"servers": state.servers, "groups": state.client_groups,
+            "joining_group": state.joining_group, "leaders": leaders or [leader],
             "replicas": replicas, "agents": agents, "dir": state.dir,
             "metrics": metrics,
             "leader": leader, "executor": state.executor, "secret_file": state.secret_file,

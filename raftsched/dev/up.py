@@ -34,6 +34,7 @@ from raftsched.dev.processes import (
     replica_command,
     require_proc,
     spawn_process,
+    topology_text,
     web_command,
 )
 from raftsched.dev.record import (
@@ -203,8 +204,8 @@ class _Starter(_Launch):
         in_groups = f" in each of {groups} scheduler groups" if groups > 1 else ""
         self.progress(f"starting {count} replicas{in_groups} (logs in "
                       f"{self.state.dir}/{LOG_DIR_NAME})")
-        topology = ";".join(",".join(grpcs[group * count:(group + 1) * count])
-                            for group in range(groups)) if groups > 1 else ""
+        topology = topology_text([grpcs[group * count:(group + 1) * count]
+                                  for group in range(groups)]) if groups > 1 else ""
         for group in range(groups):
             members = range(group * count, (group + 1) * count)
             for index in members:
@@ -354,15 +355,15 @@ class _Starter(_Launch):
             executor, partition = SLURM_EXECUTOR, self.state.slurm.partition
             env = self.state.slurm.client_env(child_env())
         self._let_tasks_through(data_dir, executor)
-        argv = agent_command(shape, self.state.groups or [self.state.servers], data_dir,
-                             executor, metrics_port,
+        groups = self.state.client_groups
+        argv = agent_command(shape, groups, data_dir, executor, metrics_port,
                              tls=self.certificates.agents[shape.cluster]
                              if self.certificates else None, slurm_partition=partition)
         pid, start = self._spawn(shape.cluster, argv, log, env)
         self.state.agents.append(AgentEntry(shape.cluster, pid, start, shape.capabilities,
                                             shape.cpu, shape.memory_mb, shape.gpu, metrics_port,
                                             str(data_dir), str(log), shape.resources, executor,
-                                            partition))
+                                            partition, len(groups)))
         save_state(self.state)
 
     def _prepare(self, name: str) -> tuple[Path, Path]:

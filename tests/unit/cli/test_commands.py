@@ -760,7 +760,7 @@ def test_bad_timeout_is_a_usage_error(capsys: pytest.CaptureFixture[str], fake: 
     ["admin", "remove-replica"], ["admin", "remove-cluster"], ["admin", "token", "create"],
     ["admin", "token", "list"], ["admin", "token", "revoke"], ["admin", "drain"],
     ["admin", "undrain"], ["admin", "tenant", "set"], ["admin", "tenant", "list"], ["dev", "up"],
-    ["dev", "add-agent"], ["dev", "status"], ["dev", "down"],
+    ["dev", "add-agent"], ["dev", "add-group"], ["dev", "status"], ["dev", "down"],
 ])
 def test_every_command_help_says_what_it_prints_and_exits_with(
         capsys: pytest.CaptureFixture[str], argv: list[str]) -> None:
@@ -878,7 +878,8 @@ def test_dev_up(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPa
     assert document["replicas"][0] == {
         **{key: document["replicas"][0][key] for key in ("metrics_port", "data_dir", "log")},
         "id": "replica-1", "pid": os.getpid(), "address": "127.0.0.1:5001",
-        "raft_address": "127.0.0.1:6001", "leader": True, "alive": True, "group": 0}
+        "raft_address": "127.0.0.1:6001", "leader": True, "alive": True, "group": 0,
+        "joining": False}
     assert document["groups"] == [document["servers"]]  # one scheduler group
     assert (document["replicas"][1]["alive"], document["replicas"][1]["leader"]) == (False,
                                                                                      False)
@@ -943,6 +944,42 @@ def test_dev_add_agent_passes_slurm_and_resources(capsys: pytest.CaptureFixture[
     assert (code, err) == (2, "error: INVALID_ARGUMENT: --resources: 'lic' is not NAME=COUNT "
                               "(a whole number)\n")
     assert run(capsys, "dev", "add-agent", "--cluster-id", "x", "--executor", "docker")[0] == 2
+
+
+def test_dev_add_group(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+                       tmp_path: Path) -> None:
+    from raftsched.client.shards import MoveReport
+    from raftsched.dev import add_group as dev_add_group
+
+    asked: list[dev_add_group.AddGroupOptions] = []
+    state = own_state(tmp_path)
+    state.replicas.append(record.ReplicaEntry("replica-3", os.getpid(), 0, "127.0.0.1:5003",
+                                              "127.0.0.1:6003", 0, "d4", "l4", 1))
+    report = MoveReport(groups=2, epoch=2, moved=2048, keys_imported=3, steps=["group 0: 1"])
+
+    def add_group(options: dev_add_group.AddGroupOptions, *, progress: Any) -> Any:
+        asked.append(options)
+        progress("step 1/3")
+        return dev_add_group.AddGroupResult(state, 1, report, ("gpu-west",), False)
+
+    monkeypatch.setattr(dev_add_group, "add_group", add_group)
+    monkeypatch.setattr(dev_status, "group_leaders", lambda state: [])
+    code, document = run_json(capsys, "dev", "add-group", "--dir", str(tmp_path), "--timeout",
+                              "9")
+    assert code == 0 and asked == [dev_add_group.AddGroupOptions(tmp_path, 9.0)]
+    assert {key: document[key] for key in ("group", "groups", "epoch", "moved", "keys_imported",
+                                           "keys_kept", "restarted", "resumed")} == {
+        "group": 1, "groups": 2, "epoch": 2, "moved": 2048, "keys_imported": 3, "keys_kept": 0,
+        "restarted": ["gpu-west"], "resumed": False}
+    assert document["servers"] == [["127.0.0.1:5001", "127.0.0.1:5002"], ["127.0.0.1:5003"]]
+    assert [r["id"] for r in document["replicas"]] == ["replica-3"]
+    code, out, err = run(capsys, "dev", "add-group", "--dir", str(tmp_path))
+    assert code == 0 and PROGRESS.match(err) and err.endswith("step 1/3\n")
+    assert out.splitlines()[0] == (f"group 1 added to the dev cluster in {tmp_path}: 2 "
+                                   "scheduler groups at shard map epoch 2; 2048 shards moved, "
+                                   "3 idempotency keys handed over")
+    assert "agents restarted to serve every group: gpu-west" in out
+    assert run(capsys, "dev", "add-group", "--timeout", "0")[0] == 2
 
 
 def test_dev_up_failure_shows_the_log_tail(capsys: pytest.CaptureFixture[str],
