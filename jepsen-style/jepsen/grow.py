@@ -19,7 +19,7 @@ from typing import Any
 from jepsen.cluster import ClusterUnderTest
 from jepsen.history import History
 from raftsched.client.client import Client
-from raftsched.client.shards import MapView, add_group, marked
+from raftsched.client.shards import MapView, MoveReport, add_group, copy_policy, marked
 from raftsched.errors import RaftschedError
 
 GROW_AT = (0.15, 0.45)
@@ -104,6 +104,7 @@ class Grower:
 def _mark(clients: list[Client], servers: list[list[str]]) -> dict[str, Any]:
     """Step 1 alone, in every group: the newest map any group holds with the balancing moves
     marked (or, after a try that marked some groups only, that marked map)."""
+    copy_policy(clients[0], clients[-1], MoveReport())  # as add_group does first
     views = [MapView.of(client.topology()) for client in clients]
     newest = max((v for v in views if v.owners), key=lambda v: v.epoch)
     step1 = newest if newest.moving else marked(newest, len(clients))

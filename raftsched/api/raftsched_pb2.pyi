@@ -994,24 +994,28 @@ class RevokeTokenResponse(_message.Message):
     def __init__(self, token_id: _Optional[str] = ...) -> None: ...
 
 class ListTokensRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("with_digests",)
+    WITH_DIGESTS_FIELD_NUMBER: _ClassVar[int]
+    with_digests: bool
+    def __init__(self, with_digests: _Optional[bool] = ...) -> None: ...
 
 class TokenInfo(_message.Message):
-    __slots__ = ("token_id", "tenant", "role", "note", "created_ms", "acts_as")
+    __slots__ = ("token_id", "tenant", "role", "note", "created_ms", "acts_as", "digest")
     TOKEN_ID_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     ROLE_FIELD_NUMBER: _ClassVar[int]
     NOTE_FIELD_NUMBER: _ClassVar[int]
     CREATED_MS_FIELD_NUMBER: _ClassVar[int]
     ACTS_AS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
     token_id: str
     tenant: str
     role: str
     note: str
     created_ms: int
     acts_as: str
-    def __init__(self, token_id: _Optional[str] = ..., tenant: _Optional[str] = ..., role: _Optional[str] = ..., note: _Optional[str] = ..., created_ms: _Optional[int] = ..., acts_as: _Optional[str] = ...) -> None: ...
+    digest: str
+    def __init__(self, token_id: _Optional[str] = ..., tenant: _Optional[str] = ..., role: _Optional[str] = ..., note: _Optional[str] = ..., created_ms: _Optional[int] = ..., acts_as: _Optional[str] = ..., digest: _Optional[str] = ...) -> None: ...
 
 class ListTokensResponse(_message.Message):
     __slots__ = ("tokens",)

@@ -35,16 +35,23 @@ def register_groups(sub: Subparsers, parents: list[argparse.ArgumentParser]) -> 
         "and --topology listing every group; restart the agents with --servers listing every "
         "group (an agent that served one group: drain its cluster first, so that it runs "
         "nothing); then run this with the deployment's servers "
-        "(--servers or $RAFTSCHED_SERVERS) and the new group's. Step 1 marks the shards that "
+        "(--servers or $RAFTSCHED_SERVERS) and the new group's. It first gives the new group "
+        "group 0's API tokens, tenant policies and revoked certificates (and revokes there "
+        "any token group 0 does not hold). Step 1 marks the shards that "
         "move (their submits wait, clients retry), step 2 hands their idempotency keys to the "
         "new group, step 3 makes it their owner. Jobs never move: the old groups keep running "
         "theirs, and clients find them through the shards' former owners. If it stops (a group "
         "without a quorum), run it again: it finishes from where it stopped. Afterwards, give "
         "every replica the new --groups and --topology at its next restart.",
         'output:\n  a line per step, then a summary\n  --json: {"groups", "epoch", "moved", '
-        '"keys_imported", "keys_kept", "steps"}')
+        '"keys_imported", "keys_kept", "steps",\n           "policy": {"tokens", '
+        '"tokens_revoked", "tenants", "certificates"}, "skipped"}')
     add.add_argument("new_servers", metavar="HOST:PORT,...",
                      help="gRPC addresses of the new group's replicas")
+    add.add_argument("--joining-token", metavar="TOKEN",
+                     help="the token to give the new group until it holds the deployment's "
+                          "tokens (which this command copies to it first): its bootstrap admin "
+                          "token, when yours was made after it (default: the same token)")
     add.add_argument("--allow-no-clusters", action="store_true",
                      help="move shards to the new group although no compute cluster is READY "
                           "in it yet (their new jobs are refused as unschedulable until one "
@@ -87,11 +94,15 @@ def _run_add(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise RaftschedError(Code.INVALID_ARGUMENT, str(error)) from None
     say = (lambda line: print(line, file=sys.stderr)) if args.json else print
-    with connect(args) as deployment, connect(args, new_servers) as new_client:
+    joining_args = argparse.Namespace(**{**vars(args), "token": args.joining_token}) \
+        if args.joining_token else args
+    with connect(args) as deployment, connect(args, new_servers) as new_client, \
+            connect(joining_args, new_servers) as joining_client:
         new: Any = new_client
+        joining: Any = joining_client
         clients = [c for c in _per_group(deployment)
                    if set(getattr(c, "servers", ())) != set(new_servers)]
-        answer = new.topology()
+        answer = joining.topology()
         view = MapView.of(answer)
         _check_new_group(view, answer, len(clients))
         current = clients[0].topology()
@@ -99,10 +110,11 @@ def _run_add(args: argparse.Namespace) -> int:
         if len(servers) < len(clients):
             servers = [list(getattr(c, "servers", ())) for c in clients]
         report = add_group([*clients, new], [*servers, new_servers], say,
-                           allow_no_clusters=args.allow_no_clusters)
+                           allow_no_clusters=args.allow_no_clusters,
+                           joining=joining if args.joining_token else None)
     document = {"groups": report.groups, "epoch": report.epoch, "moved": report.moved,
                 "keys_imported": report.keys_imported, "keys_kept": report.keys_kept,
-                "steps": report.steps}
+                "steps": report.steps, "policy": report.policy, "skipped": report.skipped}
     if args.json:
         print_json(document)
     else:

@@ -458,8 +458,10 @@ class Client:
         return self._call(pb_grpc.AdminStub, "ListRevokedCertificates",
                           pb.ListRevokedCertificatesRequest())
 
-    def list_tokens(self) -> Any:
-        return self._call(pb_grpc.AdminStub, "ListTokens", pb.ListTokensRequest())
+    def list_tokens(self, with_digests: bool = False) -> Any:
+        """Every token (admin only); `with_digests`: each one's sha256 digest too."""
+        return self._call(pb_grpc.AdminStub, "ListTokens",
+                          pb.ListTokensRequest(with_digests=with_digests))
 
     def drain_cluster(self, cluster_id: str, drain: bool, reason: str = "") -> Any:
         """Stop (`drain`) or resume new placements on a compute cluster (admin only)."""

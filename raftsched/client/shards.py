@@ -2,7 +2,9 @@
 `raftsched admin groups add` against every group (the rules are the state's:
 `raftsched.state.shards`).
 
-Three steps, each written into every group, the new one included:
+First the new group is given what must hold in every group (`copy_policy`: API tokens, tenant
+policies, revoked certificates), then three steps, each written into every group, the new one
+included:
 1. the map at the next epoch with the shards that move marked moving (to the groups that hold
    fewer than their share: `topology.balancing_moves`); from then on their owner refuses their
    submits, which clients retry;
@@ -66,7 +68,8 @@ class MapView:
 
 @dataclass
 class MoveReport:
-    """What a run did: the epoch every group ends at, shards moved, keys handed over."""
+    """What a run did: the epoch every group ends at, shards moved, keys handed over, and what
+    of group 0's policy the new group was given first (`copy_policy`)."""
 
     groups: int = 0
     epoch: int = 0
@@ -74,6 +77,41 @@ class MoveReport:
     keys_imported: int = 0
     keys_kept: int = 0
     steps: list[str] = field(default_factory=list)
+    policy: dict[str, int] = field(default_factory=dict)
+    """tokens, tokens_revoked, tenants, certificates: copied into the new group."""
+    skipped: list[str] = field(default_factory=list)
+    """What could not be copied, and why."""
+
+
+def copy_policy(source: Client, target: Client, report: MoveReport) -> None:
+    """Give `target` (a group joining the deployment) what must hold in every group, as
+    `source` (group 0) holds it: the same API tokens (by id and digest; a token `target` holds
+    that `source` does not, such as a bootstrap token revoked since, is revoked there), the
+    tenants' policies and the revoked certificates. Idempotent: run again, it changes nothing."""
+    tokens = source.list_tokens(with_digests=True).tokens
+    known = {token.token_id for token in tokens}
+    copied = revoked = 0
+    for token in tokens:
+        if token.acts_as != token.role:  # an old one-tenant operator token: no longer made
+            report.skipped.append(f"token {token.token_id}: role {token.role} of one tenant "
+                                  "cannot be created any more (revoke it, or make a new one)")
+            continue
+        target.create_token(token.tenant, token.role, token.note, token_id=token.token_id,
+                            digest=token.digest)
+        copied += 1
+    tenants = [t for t in source.list_tenants().tenants if t.configured]
+    for tenant in tenants:
+        target.set_tenant(tenant.tenant, weight=tenant.weight, max_queued=tenant.max_queued,
+                          max_running=tenant.max_running)
+    certificates = source.list_revoked_certificates().certificates
+    for cert in certificates:
+        target.revoke_certificate(cert.fingerprint, cert.subject, cert.reason)
+    for token in target.list_tokens().tokens:  # last: it may be the one `target` is called with
+        if token.token_id not in known:
+            target.revoke_token(token.token_id)
+            revoked += 1
+    report.policy = {"tokens": copied, "tokens_revoked": revoked, "tenants": len(tenants),
+                     "certificates": len(certificates)}
 
 
 def marked(current: MapView, groups: int) -> MapView:
@@ -95,17 +133,30 @@ def handed_over(step1: MapView) -> MapView:
 
 
 def add_group(clients: Sequence[Client], servers: Sequence[Sequence[str]],
-              say: Callable[[str], None], *, allow_no_clusters: bool = False) -> MoveReport:
+              say: Callable[[str], None], *, allow_no_clusters: bool = False,
+              joining: Client | None = None) -> MoveReport:
     """Move shards so that the last of `clients` (a group started with `replica --joining`)
     holds its share; `servers` are every group's gRPC addresses, in group order. Goes on from
     wherever a run that stopped left the maps. A new move is refused while a group that would
     take shards has no READY compute cluster (its new jobs would be refused as unschedulable),
-    unless `allow_no_clusters`."""
+    unless `allow_no_clusters`. `joining`: the new group's client for `copy_policy`, when the
+    caller's token is not yet one it knows (its bootstrap token's client)."""
     views = [_view(client, index) for index, client in enumerate(clients)]
     groups = len(clients)
     told = [v for v in views if v.owners]
     newest = max(told, key=lambda v: v.epoch)
     report = MoveReport(groups=groups)
+    try:
+        copy_policy(clients[0], joining or clients[-1], report)
+    except RaftschedError as error:
+        raise RaftschedError(error.code, f"giving group {groups - 1} group 0's tokens, tenants "
+                             f"and revoked certificates: {error.message} (run the command "
+                             "again)") from None
+    say(f"group {groups - 1} holds group 0's {report.policy['tokens']} tokens, "
+        f"{report.policy['tenants']} tenant policies and {report.policy['certificates']} "
+        "revoked certificates" + (f" ({report.policy['tokens_revoked']} token(s) revoked "
+                                  "there that group 0 no longer holds)"
+                                  if report.policy["tokens_revoked"] else ""))
     if newest.moving:
         step1 = newest
     elif all(v.epoch == newest.epoch for v in views) and newest.groups == groups \

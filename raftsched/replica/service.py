@@ -1019,7 +1019,8 @@ class AdminService(pb_grpc.AdminServicer):  # type: ignore[misc]
     def ListTokens(self, request: Any, context: grpc.ServicerContext) -> Any:
         tokens = self.ctx.current_read(context, lambda s: [
             pb.TokenInfo(token_id=t.id, tenant=t.tenant, role=t.role.value, note=t.note,
-                         created_ms=t.created_ms, acts_as=honoured_role(t).value)
+                         created_ms=t.created_ms, acts_as=honoured_role(t).value,
+                         digest=t.digest.hex() if request.with_digests else "")
             for t in s.tokens.values()])
         return pb.ListTokensResponse(tokens=tokens)
 

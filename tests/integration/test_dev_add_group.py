@@ -69,6 +69,9 @@ def test_dev_add_group_grows_a_running_cluster_and_down_stops_every_process(
                                    "--json"))["job_id"]
             for key in [*moved_keys, *_keys("before", False, 3)]}
 
+    made_before = parsed_ok(run_cli(dev_dir, "admin", "token", "create", "--tenant", "default",
+                                    "--role", "user", "--json"))  # only group 0 holds it yet
+
     added = parsed_ok(run_cli(dev_dir, "dev", "add-group", "--dir", str(dev_dir), "--json",
                               timeout_s=UP_TIMEOUT_S))
     assert (added["group"], added["groups"], added["epoch"]) == (1, 2, 2)
@@ -88,7 +91,8 @@ def test_dev_add_group_grows_a_running_cluster_and_down_stops_every_process(
             "cpu-east": ("READY", False), "gpu-west": ("READY", False)}, group
 
     grown = parsed_ok(run_cli(dev_dir, "submit", str(spec), "--idempotency-key",
-                              _keys("after", True, 1)[0], "--json"))
+                              _keys("after", True, 1)[0], "--json", "--token",
+                              made_before["token"]))  # the new group was given the token
     assert grown["created"] and _status(dev_dir, grown["job_id"])["group"] == 1
     wait_until(lambda: _status(dev_dir, grown["job_id"])["state"] == "SUCCEEDED",
                "the new job of a moved shard to succeed in group 1", STATE_TIMEOUT_S)

@@ -95,6 +95,46 @@ class ShardGroup:
         """The statuses of the compute clusters that serve this group."""
         if not never_grew:  # a deployment of one group never records a group
             applied(self.state, GroupSet(group, groups, SHARDS, NOW_MS, joining=joining))
+        self.tokens: dict[str, Any] = {}
+        self.tenants: dict[str, Any] = {}
+        self.certificates: dict[str, Any] = {}
+        """What must hold in every group (`copy_policy`; its calls are not in `log`)."""
+
+    def list_tokens(self, with_digests: bool = False) -> Any:
+        tokens = [pb.TokenInfo(**{**token, "digest": token["digest"] if with_digests else ""})
+                  for token in self.tokens.values()]
+        return pb.ListTokensResponse(tokens=tokens)
+
+    def create_token(self, tenant: str, role: str, note: str = "", *, token_id: str = "",
+                     digest: str = "") -> Any:
+        held = self.tokens.get(token_id)
+        if held is not None and held["digest"] != digest:
+            raise RaftschedError(Code.ALREADY_EXISTS, f"token {token_id} has another digest")
+        self.tokens[token_id] = {"token_id": token_id, "tenant": tenant, "role": role,
+                                 "acts_as": role, "note": note, "digest": digest}
+        return pb.CreateTokenResponse(token_id=token_id)
+
+    def revoke_token(self, token_id: str) -> Any:
+        self.tokens.pop(token_id, None)
+        return pb.RevokeTokenResponse()
+
+    def list_tenants(self) -> Any:
+        return pb.ListTenantsResponse(tenants=list(self.tenants.values()))
+
+    def set_tenant(self, tenant: str, *, weight: int | None = None,
+                   max_queued: int | None = None, max_running: int | None = None) -> Any:
+        self.tenants[tenant] = pb.TenantInfo(tenant=tenant, weight=weight or 1,
+                                             max_queued=max_queued or 0,
+                                             max_running=max_running or 0, configured=True)
+        return self.tenants[tenant]
+
+    def list_revoked_certificates(self) -> Any:
+        return pb.ListRevokedCertificatesResponse(certificates=list(self.certificates.values()))
+
+    def revoke_certificate(self, fingerprint: str, subject: str = "", reason: str = "") -> Any:
+        self.certificates.setdefault(fingerprint, pb.RevokedCertificate(
+            fingerprint=fingerprint, subject=subject, reason=reason))
+        return pb.RevokeCertificateResponse(fingerprint=fingerprint)
 
     def topology(self) -> Any:
         self.log.append((self.group, "topology", 0))
@@ -159,8 +199,14 @@ def seed_keys(groups: Sequence[ShardGroup], count: int) -> dict[tuple[str, str],
 
 
 def run(groups: Sequence[ShardGroup], said: list[str] | None = None) -> MoveReport:
+    """`add_group` over `groups`; `said` gets its lines but the policy's (checked apart)."""
     said = [] if said is None else said
-    return add_group(cast(list[Client], list(groups)), servers_of(len(groups)), said.append)
+    policy = f"group {len(groups) - 1} holds group 0's "
+
+    def say(line: str) -> None:
+        if not line.startswith(policy):
+            said.append(line)
+    return add_group(cast(list[Client], list(groups)), servers_of(len(groups)), say)
 
 
 def expected_map(before: bytes, groups: int, epoch: int,
@@ -558,3 +604,49 @@ def test_schedules_stay_in_the_groups_of_the_first_count() -> None:
              if what == "get_schedule"}
     assert where == {i: zlib.crc32(i.encode()) % 2 for i in ids}
     assert any(zlib.crc32(i.encode()) % 3 == 2 for i in ids)  # a rule of 3 would differ
+
+
+# --- what must hold in every group, given to the new one first ----------------------------------
+
+
+def _policy(group: ShardGroup) -> tuple[Any, ...]:
+    return (sorted((t["token_id"], t["digest"], t["tenant"], t["role"])
+                   for t in group.tokens.values()),
+            sorted((n, t.weight, t.max_queued, t.max_running) for n, t in group.tenants.items()),
+            sorted(group.certificates))
+
+
+def test_the_new_group_is_given_group_0s_tokens_tenants_and_revocations_first() -> None:
+    log: list[tuple[int, str, int]] = []
+    old, new = ShardGroup(0, 1, log, never_grew=True), ShardGroup(1, 2, log, joining=True)
+    old.create_token("*", "admin", "ops", token_id="a" * 16, digest="1" * 64)
+    old.create_token("alpha", "user", "ci", token_id="b" * 16, digest="2" * 64)
+    old.tokens["c" * 16] = {"token_id": "c" * 16, "tenant": "beta", "role": "operator",
+                            "acts_as": "user", "note": "old", "digest": "3" * 64}
+    new.create_token("*", "admin", "bootstrap", token_id="d" * 16, digest="4" * 64)
+    old.set_tenant("alpha", weight=3, max_queued=100, max_running=10)
+    old.revoke_certificate("ab" * 32, "raftsched-agent:east", "stolen")
+    said: list[str] = []
+    report = add_group([old, new], servers_of(2), said.append)  # type: ignore[list-item]
+    assert "d" * 16 not in new.tokens  # the bootstrap token group 0 no longer holds: revoked
+    assert _policy(new)[0] == sorted([("a" * 16, "1" * 64, "*", "admin"),
+                                      ("b" * 16, "2" * 64, "alpha", "user")])
+    assert _policy(new)[1:] == _policy(old)[1:]
+    assert report.policy == {"tokens": 2, "tokens_revoked": 1, "tenants": 1, "certificates": 1}
+    assert len(report.skipped) == 1 and "token " + "c" * 16 in report.skipped[0]
+    assert said[0].startswith("group 1 holds group 0's 2 tokens, 1 tenant policies and 1 "
+                              "revoked certificates (1 token(s) revoked there")
+    again = add_group([old, new], servers_of(2), said.append)  # type: ignore[list-item]
+    assert again.policy["tokens_revoked"] == 0 and _policy(new)[0] == _policy(old)[0][:2]
+
+
+def test_a_group_that_cannot_be_given_the_policy_moves_nothing() -> None:
+    log: list[tuple[int, str, int]] = []
+    old, new = ShardGroup(0, 1, log, never_grew=True), ShardGroup(1, 2, log, joining=True)
+    old.create_token("*", "admin", "ops", token_id="a" * 16, digest="1" * 64)
+    new.create_token("*", "admin", "clash", token_id="a" * 16, digest="9" * 64)
+    with pytest.raises(RaftschedError) as refused:
+        add_group([old, new], servers_of(2), lambda line: None)  # type: ignore[list-item]
+    assert refused.value.code == Code.ALREADY_EXISTS
+    assert "giving group 1 group 0's tokens" in refused.value.message
+    assert not [call for call in log if call[1] == "set_shard_map"]
