@@ -52,7 +52,7 @@ from raftsched.eventlog import EventLogger
 from raftsched.protocol import ReportVerdict
 
 __all__ = ["ACK_CROSSING_WINDOW_MS", "NEVER_STARTED_REASON", "Agent", "AgentConfig", "AgentError",
-           "GroupSeat", "GroupedAgent", "attempts_root"]
+           "GroupSeat", "GroupedAgent", "attempts_root", "group_store_dir"]
 
 log = EventLogger("agent")
 
