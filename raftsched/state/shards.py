@@ -99,6 +99,9 @@ def apply_shard_map_set(state: State, cmd: ShardMapSet) -> Applied[ShardMapSetRe
                         f"shard map epoch {cmd.epoch} is already another map (or another count "
                         f"of groups) in group {me}")
     step = step_problem(current or implicit_map(1), new)
+    if not step and current is not None and not current.owners and me in new.owners:
+        step = ("a joining group's first shard map may only mark shards moving to it (their "
+                "keys follow, then the next epoch hands them over), not give it any")
     if step:
         return Rejected(Code.FAILED_PRECONDITION, f"group {me}: {step}")
     state.shard_map = new

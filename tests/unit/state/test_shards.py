@@ -427,6 +427,9 @@ def test_a_joining_group_owns_nothing_until_its_first_map_at_any_epoch() -> None
             "groups: 2; this is group 2")
     refused(state, shard_map(5, implicit_owners(2), groups=4, servers=TOPOLOGY),
             Code.INVALID_ARGUMENT, "servers: 3 groups' addresses for a deployment of 4")
+    refused(state, shard_map(5, handed_over(implicit_owners(2), MOVING, 2)),
+            Code.FAILED_PRECONDITION, "a joining group's first shard map may only mark shards "
+            "moving to it")  # owning shards at once would skip their keys' hand-over
     # the same GROUP_SET again (a replica restarting with --joining) changes nothing
     assert applied(state, c.GroupSet(2, 3, SHARDS, NOW, (), True)) == \
         GroupSetResult(2, 3, changed=False)
