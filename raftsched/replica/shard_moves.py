@@ -14,7 +14,7 @@ from raftsched.environment import SERVERS_ENV
 from raftsched.errors import Code, RaftschedError
 from raftsched.state import commands as c
 from raftsched.state.model import IdempotencyRecord, ShardMap, State
-from raftsched.state.shards import current_map, shard_problem
+from raftsched.state.shards import shard_problem
 
 
 def add_map(answer: Any, state: State) -> None:
@@ -95,12 +95,11 @@ def new_job_shard(state: State, tenant: str, key: str | None, bits: int) -> int:
                 if refused.code == Code.FAILED_PRECONDITION else ""),
                 retry_after_ms=200 if refused.code == Code.UNAVAILABLE else 0)
         return shard
-    shard_map = current_map(state)
-    if shard_map is None or state.group is None:
+    if state.group is None:  # one group (a map is held only with an identity)
         return (bits >> 52) % limits.VIRTUAL_SHARDS
     if state.shard_map is None:  # no shard ever moved: the rule, without a scan
         return topology.owned_shard(bits >> 12, state.group.group, state.group.groups)
-    return _free_shard(shard_map, state.group.group, bits)
+    return _free_shard(state.shard_map, state.group.group, bits)
 
 
 def _free_shard(shard_map: ShardMap, me: int, bits: int) -> int:
