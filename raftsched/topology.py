@@ -56,6 +56,11 @@ def group_of_shard(shard: int, groups: int) -> int:
     return shard % groups
 
 
+def implicit_owners(groups: int) -> bytes:
+    """Every shard's group before any shard moved (one byte per shard): s mod groups."""
+    return bytes(group_of_shard(shard, groups) for shard in range(limits.VIRTUAL_SHARDS))
+
+
 def shard_of_key(tenant: str, key: str) -> int:
     """The shard of an idempotent submit: a stable hash of (tenant, key) (the same on every
     machine and Python version: not `hash()`)."""

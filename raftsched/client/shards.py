@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
-from raftsched import limits, topology
+from raftsched import topology
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.client.client import Client
 from raftsched.errors import Code, RaftschedError
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -48,8 +50,7 @@ class MapView:
         groups = int(answer.groups)
         owners = bytes(answer.owners)
         if not owners and not answer.joining:
-            owners = bytes(topology.group_of_shard(s, groups)
-                           for s in range(limits.VIRTUAL_SHARDS))
+            owners = topology.implicit_owners(groups)
         return cls(int(answer.group), groups, int(answer.map_epoch), owners,
                    tuple((int(m.shard), int(m.to)) for m in answer.moving),
                    tuple((int(f.shard), tuple(int(g) for g in f.groups))
@@ -222,11 +223,7 @@ def _write(clients: Sequence[Client], views: Sequence[MapView], target: MapView,
     for group in order:
         if views[group].epoch > target.epoch and views[group].owners:
             continue  # already past it (an earlier run went further there)
-        try:
-            reply = clients[group].set_shard_map(target.request(servers))
-        except RaftschedError as error:
-            raise RaftschedError(error.code, f"group {group}: {error.message} (run the command "
-                                 "again to finish the move)") from None
+        reply = _in_group(group, clients[group].set_shard_map, target.request(servers))
         report.steps.append(f"group {group}: epoch {target.epoch}"
                             + ("" if reply.changed else " (already)"))
 
@@ -237,22 +234,23 @@ def _hand_keys(clients: Sequence[Client], step1: MapView, report: MoveReport) ->
     for shard, _ in step1.moving:
         sources.setdefault(step1.owners[shard], []).append(shard)
     for source, shards in sorted(sources.items()):
-        try:
-            pages = clients[source].export_shard_keys(step1.epoch, shards)
-        except RaftschedError as error:
-            raise RaftschedError(error.code, f"group {source}: {error.message} (run the "
-                                 "command again to finish the move)") from None
+        pages = _in_group(source, clients[source].export_shard_keys, step1.epoch, shards)
         for page in pages:
             by_target: dict[int, list[Any]] = {}
             for key in page.keys:
                 target = to_of[topology.shard_of_key(key.tenant, key.key)]
                 by_target.setdefault(target, []).append(key)
             for target, keys in sorted(by_target.items()):
-                try:
-                    reply = clients[target].import_shard_keys(
-                        pb.ShardKeys(epoch=step1.epoch, keys=keys))
-                except RaftschedError as error:
-                    raise RaftschedError(error.code, f"group {target}: {error.message} (run "
-                                         "the command again to finish the move)") from None
+                reply = _in_group(target, clients[target].import_shard_keys,
+                                  pb.ShardKeys(epoch=step1.epoch, keys=keys))
                 report.keys_imported += reply.imported
                 report.keys_kept += reply.kept
+
+
+def _in_group(group: int, call: Callable[..., T], *args: Any) -> T:
+    """`call(*args)` on group `group`; its error names the group and says a re-run finishes."""
+    try:
+        return call(*args)
+    except RaftschedError as error:
+        raise RaftschedError(error.code, f"group {group}: {error.message} (run the command "
+                             "again to finish the move)") from None

@@ -15,11 +15,15 @@ FORGOTTEN_FOR_ROOM = "retention: the oldest finished job makes room (MAX_RETAINE
 """The reason of a "forgotten" event of a job dropped to admit a new one."""
 
 
-def remember_key(state: State, tenant: str, key: str, job_id: str, digest: bytes) -> None:
+def remember_key(state: State, tenant: str, key: str, job_id: str, digest: bytes,
+                 created_ms: int | None = None) -> None:
+    """Remember an idempotency key, made now or (a key handed over with its shard) at
+    `created_ms`; the oldest key makes room past MAX_IDEMPOTENCY_KEYS."""
+    made_ms = state.now_ms if created_ms is None else created_ms
     if len(state.idempotency) >= limits.MAX_IDEMPOTENCY_KEYS:
         expire_oldest_key(state)
-    state.idempotency[(tenant, key)] = IdempotencyRecord(job_id, digest, state.now_ms)
-    state.idempotency_order.append((state.now_ms, tenant, key))
+    state.idempotency[(tenant, key)] = IdempotencyRecord(job_id, digest, made_ms)
+    state.idempotency_order.append((made_ms, tenant, key))
 
 
 def expire_oldest_key(state: State) -> None:

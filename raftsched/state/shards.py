@@ -19,10 +19,10 @@ import bisect
 from raftsched import limits, topology
 from raftsched.errors import Code
 from raftsched.state.commands import KeysImport, ShardMapSet
-from raftsched.state.model import GroupIdentity, IdempotencyRecord, ShardMap, State
+from raftsched.state.model import GroupIdentity, ShardMap, State
 from raftsched.state.outcome import Applied, Rejected
 from raftsched.state.results import KeysImported, ShardMapSetResult
-from raftsched.state.retention import expire_oldest_key
+from raftsched.state.retention import remember_key
 from raftsched.state.rules import group_servers_problem
 
 
@@ -37,8 +37,7 @@ def current_map(state: State) -> ShardMap | None:
 
 
 def implicit_map(groups: int) -> ShardMap:
-    return ShardMap(0, bytes(topology.group_of_shard(s, groups)
-                             for s in range(limits.VIRTUAL_SHARDS)), schedule_groups=groups)
+    return ShardMap(0, topology.implicit_owners(groups), schedule_groups=groups)
 
 
 def shard_problem(state: State, shard: int) -> Rejected | None:
@@ -182,9 +181,6 @@ def apply_keys_import(state: State, cmd: KeysImport) -> Applied[KeysImported] | 
     for tenant, key, job_id, digest, created_ms in cmd.records:
         if (tenant, key) in state.idempotency:
             continue
-        if len(state.idempotency) >= limits.MAX_IDEMPOTENCY_KEYS:
-            expire_oldest_key(state)
-        state.idempotency[(tenant, key)] = IdempotencyRecord(job_id, digest, created_ms)
-        state.idempotency_order.append((created_ms, tenant, key))
+        remember_key(state, tenant, key, job_id, digest, created_ms)
         imported += 1
     return Applied(KeysImported(imported, len(cmd.records) - imported))
