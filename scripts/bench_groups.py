@@ -44,9 +44,11 @@ def _job(name: str) -> str:
     return f"name: {name}\ntasks:\n{tasks}\n"
 
 
-def _dev(*argv: str) -> dict[str, Any]:
+def dev_json(*argv: str, timeout_s: float = UP_TIMEOUT_S + 30) -> dict[str, Any]:
+    """`raftsched dev ARGV --json`'s document, waited for at most `timeout_s` (SystemExit with
+    its stderr when it fails)."""
     done = subprocess.run([sys.executable, "-m", "raftsched", "dev", *argv, "--json"],
-                          capture_output=True, text=True, timeout=UP_TIMEOUT_S + 30, check=False)
+                          capture_output=True, text=True, timeout=timeout_s, check=False)
     if done.returncode != 0:
         raise SystemExit(f"raftsched dev {' '.join(argv)} failed ({done.returncode}):\n"
                          f"{done.stderr[-3000:]}")
@@ -59,25 +61,27 @@ def _client(groups: list[list[str]]) -> Any:
     return clients[0] if len(clients) == 1 else GroupedClient(clients)
 
 
-def _wait_terminal(client: Any, count: int) -> None:
-    deadline = time.monotonic() + PHASE_TIMEOUT_S
+def wait_terminal(client: Any, count: int, timeout_s: float = PHASE_TIMEOUT_S) -> None:
+    """Until at least `count` jobs are terminal (ListJobs' state counts), at most
+    `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         page = client.list_jobs(limit=1)
         done = sum(page.state_counts.get(state, 0) for state in TERMINAL_JOB_STATE_NAMES)
         if done >= count:
             return
         time.sleep(0.05)
-    raise SystemExit(f"jobs not terminal after {PHASE_TIMEOUT_S} s")
+    raise SystemExit(f"jobs not terminal after {timeout_s} s")
 
 
 def run_once(groups: int, jobs: int, root: Path) -> float:
     directory = root / f"groups-{groups}"
     directory.mkdir()
     try:
-        _dev("up", "--dir", str(directory), "--groups", str(groups), "--agents", "0",
+        dev_json("up", "--dir", str(directory), "--groups", str(groups), "--agents", "0",
              "--executor", "mock", "--insecure-dev", "--timeout", str(UP_TIMEOUT_S))
         for index in range(AGENTS):  # wide ones: the groups, not the slots, are what is measured
-            _dev("add-agent", "--dir", str(directory), "--cluster-id", f"wide-{index}",
+            dev_json("add-agent", "--dir", str(directory), "--cluster-id", f"wide-{index}",
                  "--cpu", str(AGENT_CPUS), "--memory-mb", str(AGENT_CPUS * 1024),
                  "--executor", "mock", "--timeout", str(UP_TIMEOUT_S))
         from raftsched.dev import record
@@ -90,7 +94,7 @@ def run_once(groups: int, jobs: int, root: Path) -> float:
         with ThreadPoolExecutor(SUBMIT_THREADS) as pool:
             list(pool.map(lambda i: client.submit_spec(spec, f"bench-{groups}-{i}"),
                           range(jobs)))
-        _wait_terminal(client, jobs)
+        wait_terminal(client, jobs)
         elapsed = time.perf_counter() - started
         client.close()
         return jobs * 10 / elapsed

@@ -31,12 +31,13 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
+from bench_groups import dev_json, wait_terminal
+
 from raftsched import limits, topology
 from raftsched.client.client import Client
 from raftsched.client.groups import with_topology
 from raftsched.errors import Code, RaftschedError
 from raftsched.spec.job import parse_spec_text
-from raftsched.states import TERMINAL_JOB_STATE_NAMES
 
 UP_TIMEOUT_S = 240.0
 PHASE_TIMEOUT_S = 900.0
@@ -47,16 +48,6 @@ LIVE_AHEAD = 50_000
 """While filling, submits wait until all but this many jobs are finished (MAX_LIVE_JOBS)."""
 MOVED = frozenset(s for s, _ in topology.balancing_moves(bytes(limits.VIRTUAL_SHARDS), 2))
 SPEC = parse_spec_text("name: grow\ntasks:\n  - {id: a, command: [mock]}\n")
-
-
-def _dev(*argv: str) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-m", "raftsched", "dev", *argv, "--json"],
-                          capture_output=True, text=True, timeout=UP_TIMEOUT_S + 60, check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"raftsched dev {' '.join(argv)} failed ({done.returncode}):\n"
-                         f"{done.stderr[-3000:]}")
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
 
 
 def _connect(servers: list[str]) -> Any:
@@ -70,7 +61,7 @@ def _fill(servers: list[str], keys: int) -> None:
     client = Client(servers, timeout_s=60, retry_budget_s=120)
     try:
         for start in range(0, keys, BATCH):
-            _wait_finished(client, start - LIVE_AHEAD)
+            wait_terminal(client, start - LIVE_AHEAD, PHASE_TIMEOUT_S)
             count = min(BATCH, keys - start)
             answers = client.submit_jobs([SPEC] * count,
                                          [f"fill-{n}" for n in range(start, start + count)])
@@ -79,17 +70,6 @@ def _fill(servers: list[str], keys: int) -> None:
                 raise SystemExit(f"filling the state: {refused[0]}")
     finally:
         client.close()
-
-
-def _wait_finished(client: Client, count: int) -> None:
-    deadline = time.monotonic() + PHASE_TIMEOUT_S
-    while count > 0:
-        page = client.list_jobs(limit=1)
-        if sum(page.state_counts.get(s, 0) for s in TERMINAL_JOB_STATE_NAMES) >= count:
-            return
-        if time.monotonic() > deadline:
-            raise SystemExit(f"{count} jobs not finished within {PHASE_TIMEOUT_S} s")
-        time.sleep(0.2)
 
 
 class Probe(threading.Thread):
@@ -171,8 +151,8 @@ def run_once(keys: int, root: Path) -> dict[str, Any]:
     stop = threading.Event()
     probes: list[Probe] = []
     try:
-        cluster = _dev("up", "--dir", str(directory), "--executor", "mock", "--insecure-dev",
-                       "--timeout", str(UP_TIMEOUT_S))
+        cluster = dev_json("up", "--dir", str(directory), "--executor", "mock", "--insecure-dev",
+                           "--timeout", str(UP_TIMEOUT_S), timeout_s=UP_TIMEOUT_S + 60)
         servers = cluster["groups"][0]
         _fill(servers, keys)
         probes = [Probe(i, servers, i % 2 == 0, stop) for i in range(PROBES)]
