@@ -7,6 +7,7 @@ stops working; the secret of a token never reaches the log, the applied log or a
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import json
 import os
@@ -19,6 +20,7 @@ from typing import Any
 import pytest
 from google.protobuf import message_factory
 
+from raftsched import tokens
 from raftsched.api import raftsched_pb2 as pb
 from raftsched.client.client import Client
 from raftsched.errors import Code
@@ -71,6 +73,20 @@ def test_every_rpc_needs_a_token_of_its_role(cluster: LocalCluster) -> None:
                     assert code not in (Code.PERMISSION_DENIED, Code.UNAUTHENTICATED), where
                 checked += 1
     assert checked == 3 * sum(len(s.methods) for s in services)
+
+
+def test_token_digests_are_listed_only_when_asked(cluster: LocalCluster) -> None:
+    """`ListTokens with_digests` (admin only, as every ListTokens): what `admin groups add`
+    copies into a new group. The digest is the sha256 of the secret, never the secret."""
+    token = _token(cluster, "*", "user")
+    parsed = tokens.parse_token(token)
+    assert parsed is not None
+    token_id, secret = parsed
+    plain = {t.token_id: t.digest for t in cluster.client().list_tokens().tokens}
+    assert plain[token_id] == ""
+    listed = {t.token_id: t.digest for t in cluster.client().list_tokens(with_digests=True).tokens}
+    assert listed[token_id] == hashlib.sha256(secret.encode()).hexdigest()
+    assert all(len(d) == 64 and secret not in d and token not in d for d in listed.values())
 
 
 def _invoke(client: Client, service: Any, method: Any, request: Any) -> Any:

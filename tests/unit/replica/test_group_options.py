@@ -9,6 +9,7 @@ import pytest
 
 from raftsched import limits
 from raftsched.replica import main
+from raftsched.state import commands as c
 from raftsched.state.model import GroupIdentity
 
 BASE = ["--raft", "127.0.0.1:7000", "--grpc", "127.0.0.1:8000", "--data-dir", "/nonexistent",
@@ -42,3 +43,18 @@ def test_options_that_do_not_fit_are_a_start_error_naming_them(extra: tuple[str,
     with pytest.raises(main._StartError) as refused:
         main.configured_group(_args(*extra))
     assert words in refused.value.message, refused.value.message
+
+
+def test_joining_needs_several_groups_and_is_written_into_the_group_set() -> None:
+    """`--joining` (a group added to a running deployment) is a start error for a deployment
+    of one group; with several, the first leader's GROUP_SET says the group joins."""
+    with pytest.raises(main._StartError) as refused:
+        main._checked_bootstrap(_args("--joining"), main.configured_group(_args("--joining")))
+    assert "--joining: a group added to a deployment is one of several" in refused.value.message
+    args = _args("--group", "2", "--groups", "3", "--joining")
+    office = main._checked_bootstrap(args, main.configured_group(args))
+    entry = c.decode(office[-1](5))
+    assert entry == c.GroupSet(2, 3, limits.VIRTUAL_SHARDS, 5, (), joining=True)
+    plain = _args("--group", "2", "--groups", "3")
+    assert c.decode(main._checked_bootstrap(plain, main.configured_group(plain))[-1](5)) == \
+        c.GroupSet(2, 3, limits.VIRTUAL_SHARDS, 5, ())
